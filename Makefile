@@ -1,0 +1,91 @@
+# pacic: build the compiler, the runtime library, and run the tests.
+#
+#   make            build/bin/pacic, build/lib/pacic/libpacirt.a, build/include/pacic/
+#   make test       every test (unit, golden, end-to-end)
+#   make golden     regenerate the golden files after an intended change (review the diff)
+#   make install PREFIX=/usr/local
+#
+# The build tree has the installed layout, so build/bin/pacic finds its runtime exactly as
+# an installed one does (../lib/pacic, ../include/pacic relative to the executable).
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -MMD -MP
+LDLIBS  += -lm
+FLEX    ?= flex
+BISON   ?= bison
+PREFIX  ?= /usr/local
+B       := build
+
+COMPILER_SRC := $(wildcard compiler/*.c)
+COMPILER_OBJ := $(COMPILER_SRC:%.c=$(B)/obj/%.o) $(B)/obj/grammar/lexer.o $(B)/obj/grammar/parser.o
+COMPILER_LIB_OBJ := $(filter-out $(B)/obj/compiler/main.o,$(COMPILER_OBJ))
+LIBPACIC := $(B)/obj/libpacic.a
+RUNTIME_SRC  := $(wildcard runtime/*.c)
+RUNTIME_OBJ  := $(RUNTIME_SRC:%.c=$(B)/obj/%.o)
+RUNTIME_HDR  := runtime/pacirt.h runtime/paci_schedule.h
+RUNTIME_LIBS := -lopenblas -lpthread -lm
+
+PACIC   := $(B)/bin/pacic
+LIBRT   := $(B)/lib/pacic/libpacirt.a
+HEADERS := $(RUNTIME_HDR:runtime/%=$(B)/include/pacic/%)
+
+all: $(PACIC) $(LIBRT) $(HEADERS)
+
+# ---- grammar: generated C is built here, never edited -------------------------------
+$(B)/obj/grammar/parser.c $(B)/obj/grammar/parser.h: grammar/parser.y
+	@mkdir -p $(@D)
+	$(BISON) -Wall -Werror --defines=$(B)/obj/grammar/parser.h -o $(B)/obj/grammar/parser.c $<
+$(B)/obj/grammar/lexer.c $(B)/obj/grammar/lexer.h: grammar/lexer.l
+	@mkdir -p $(@D)
+	$(FLEX) --header-file=$(B)/obj/grammar/lexer.h -o $(B)/obj/grammar/lexer.c $<
+$(B)/obj/grammar/%.o: $(B)/obj/grammar/%.c $(B)/obj/grammar/parser.h $(B)/obj/grammar/lexer.h
+	$(CC) $(CFLAGS) -Wno-sign-compare -Wno-unused-function -Icompiler -I$(B)/obj/grammar -c $< -o $@
+$(B)/obj/compiler/%.o: compiler/%.c $(B)/obj/grammar/parser.h $(B)/obj/grammar/lexer.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Icompiler -I$(B)/obj/grammar -c $< -o $@
+
+$(PACIC): $(COMPILER_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# Everything but main(), for the tests: they pull in only the phases they use.
+$(LIBPACIC): $(COMPILER_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+# ---- runtime library ----------------------------------------------------------------
+$(B)/obj/runtime/%.o: runtime/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -Iruntime -c $< -o $@
+$(LIBRT): $(RUNTIME_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+$(B)/include/pacic/%.h: runtime/%.h
+	@mkdir -p $(@D)
+	cp $< $@
+
+# ---- tests --------------------------------------------------------------------------
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+$(B)/tests/%: tests/unit/%.c $(LIBPACIC) $(LIBRT)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Icompiler -Iruntime -I$(B)/obj/grammar $< $(LIBPACIC) $(LIBRT) -o $@ -lcmocka $(RUNTIME_LIBS)
+
+test: all $(UNIT_BIN)
+	tests/run.sh
+
+golden: all
+	tests/golden.sh --regenerate
+
+install: all
+	install -d $(PREFIX)/bin $(PREFIX)/lib/pacic $(PREFIX)/include/pacic
+	install -m 755 $(PACIC) $(PREFIX)/bin/pacic
+	install -m 644 $(LIBRT) $(PREFIX)/lib/pacic/
+	install -m 644 $(HEADERS) $(PREFIX)/include/pacic/
+
+clean:
+	rm -rf $(B)
+
+.PHONY: all test golden install clean
+.SECONDARY:
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,298 @@
+/* pacic.h: the compiler's one header, one section per phase (file named in each heading).
+ *
+ *   model.paci -> [grammar/] AST -> [sema.c] Config -> [plan.c] Plan
+ *              -> [schedule.c] paci_table -> [verify.c] [simulate.c] [inspect.c]
+ *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
+ *
+ * Data flows one way: no phase reads a form older than the one before it.
+ */
+#ifndef PACIC_H
+#define PACIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../runtime/paci_schedule.h"
+
+#define PACIC_VERSION "0.1.0"
+
+/* Exit statuses: 0 ok, 1 the user's input is wrong, 2 the compiler is wrong. */
+enum { EXIT_USER = 1, EXIT_INTERNAL = 2 };
+
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#define NORETURN __attribute__((noreturn))
+
+/* ---- util.c: memory, strings, files ------------------------------------------------- */
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
+NORETURN void internal_error(const char *file, int line, const char *fmt, ...) PRINTF_LIKE(3, 4);
+#define unreachable() internal_error(__FILE__, __LINE__, "unreachable")
+#define ICE(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
+
+/* Reads a whole file; NULL with errno set on failure. */
+char *read_file(const char *path, size_t *len);
+
+/* A growable text buffer with printf-checked appends (used by every emitter). */
+typedef struct StrBuf {
+    char *data;
+    size_t len, cap;
+    int indent; /* emit_line() indents by this many levels of four spaces */
+} StrBuf;
+
+void sb_printf(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void sb_puts(StrBuf *sb, const char *s);
+void emit_line(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* indented, adds \n */
+void emit_open(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* line ending "{", indent++ */
+void emit_close(StrBuf *sb, const char *text); /* indent--, line "}" + text */
+void sb_free(StrBuf *sb);
+/* Writes atomically: a temporary file beside `path`, fsync, rename. 0 on success. */
+int write_file_atomic(const char *path, const void *data, size_t len);
+
+/* ---- diag.c: the one error printer -------------------------------------------------- */
+
+/* A byte range [begin, end) in a source. Line and column are computed only when printed. */
+typedef struct Span {
+    int begin, end;
+} Span;
+
+typedef struct Source {
+    const char *path;
+    const char *text;
+    size_t len;
+} Source;
+
+typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagLevel;
+
+/* Prints `path:line:col: level: message`, the source line and a ^~~~ underline of the span.
+ * All diagnostics go to the stream set by diag_set_stream (stderr by default). */
+void diag_at(const Source *src, Span span, DiagLevel level, const char *fmt, ...) PRINTF_LIKE(4, 5);
+#define error_at(src, span, ...) diag_at(src, span, DIAG_ERROR, __VA_ARGS__)
+#define warning_at(src, span, ...) diag_at(src, span, DIAG_WARNING, __VA_ARGS__)
+#define note_at(src, span, ...) diag_at(src, span, DIAG_NOTE, __VA_ARGS__)
+/* An error about the whole input or a value with no place in it (e.g. a command-line flag). */
+void diag_plain(DiagLevel level, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void diag_set_stream(FILE *f);
+int diag_error_count(void);
+void diag_reset(void);
+/* 1-based line and column of a byte offset. */
+void diag_line_col(const Source *src, int offset, int *line, int *col);
+/* The closest of `candidates` (NULL-terminated) to `word` within a small edit distance. */
+const char *did_you_mean(const char *word, const char *const *candidates);
+
+/* ---- ast.c (built by grammar/parser.y): the syntax tree, with spans --------------------- */
+
+typedef enum {
+    VAL_NUMBER,  /* 3e-4, 1_000 */
+    VAL_PERCENT, /* 1% */
+    VAL_STRING,  /* "file.bin" */
+    VAL_WORD,    /* paci, sqrt, at */
+    VAL_LIST,    /* [1, 2, 3] */
+} ValueKind;
+
+typedef struct Value {
+    ValueKind kind;
+    Span span;
+    double number;       /* VAL_NUMBER, VAL_PERCENT */
+    bool is_integer;     /* written without '.', exponent or fraction, and fits in int64 */
+    char *text;          /* VAL_STRING (unescaped), VAL_WORD; the spelling for numbers */
+    struct Value **items;/* VAL_LIST */
+    int n_items;
+} Value;
+
+typedef struct Block Block;
+
+/* `key value value ...` ending at a newline or ';', or `key [name] { ... }`. */
+typedef struct Entry {
+    char *key;
+    Span key_span;
+    Span span;           /* the whole entry */
+    Value **values;
+    int n_values;
+    Block *block;        /* non-NULL for a nested block */
+} Entry;
+
+struct Block {
+    char *name;          /* optional word after the key: `model gpt2 {`; NULL if none */
+    Span name_span;
+    Span open_span;      /* the '{' */
+    Entry **entries;
+    int n_entries;
+};
+
+/* A file is a block with no braces: its entries are the top-level blocks. */
+typedef struct Ast {
+    Block *root;
+} Ast;
+
+/* Parses src; on syntax errors prints them and returns NULL. */
+Ast *parse_source(const Source *src);
+void ast_free(Ast *ast);
+void ast_dump(FILE *out, const Source *src, const Ast *ast);
+/* Prints every token with its span (--dump tokens). */
+void lex_dump(FILE *out, const Source *src);
+
+/* ---- sema.c: every check; AST -> Config --------------------------------------------- */
+
+typedef enum { LR_SCALE_NONE, LR_SCALE_LINEAR, LR_SCALE_SQRT } LrScale;
+typedef enum { PREC_FP32, PREC_BF16 } Precision;
+
+/* Validated numbers only: nothing downstream interprets a string of the DSL. */
+typedef struct Config {
+    const Source *src;
+    /* model: a GPT-2 decoder */
+    int layers, width, heads, context, vocab;
+    bool tied;              /* LM head shares the token embedding (one stage only) */
+    /* pipeline */
+    int stages;
+    enum paci_schedule_kind schedule;
+    int window;             /* K: micro-batches per optimizer step, every schedule */
+    int *split;             /* layers per stage (length stages), NULL = automatic */
+    /* batch */
+    int micro;              /* sequences per micro-batch */
+    long global_batch;      /* sequences per optimizer step = micro * window */
+    /* training */
+    char *train_data, *val_data; /* resolved against the DSL file's folder; may be NULL */
+    long steps;
+    double lr_base;         /* as written ... */
+    long lr_base_batch;     /* ... for this global batch */
+    LrScale lr_scale;
+    double lr;              /* peak lr for global_batch, derived by the scale rule */
+    double beta1, beta2, eps, weight_decay, grad_clip;
+    long warmup_steps;
+    int lr_decay;           /* enum pr_lr_decay in runtime/pacirt.h */
+    double min_lr_ratio;
+    long eval_every, eval_batches, ckpt_every;
+    char *ckpt_dir;         /* resolved like the data paths */
+    uint64_t seed;
+    Precision precision;
+    /* hardware the cost model assumes */
+    double device_flops;    /* FLOP/s per device for the chosen precision */
+    double link_bandwidth;  /* bytes/s between neighbouring stages */
+    double link_latency;    /* seconds per message */
+    double device_memory;   /* bytes per device */
+    /* where things were written, for checks made by later phases */
+    Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
+} Config;
+
+/* Checks ast and fills cfg; prints every error found; returns false if any. When
+ * `need_data` is false (inspection only), missing data files are warnings. */
+bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg);
+void config_free(Config *cfg);
+void config_dump(FILE *out, const Config *cfg);
+
+/* ---- plan.c: sizes, FLOPs, partition, memory ---------------------------------------- */
+
+typedef struct StagePlan {
+    int first_layer, n_layers;
+    bool has_embed, has_head;
+    long params;            /* parameters held by the stage */
+    double fwd_flops;       /* per micro-batch */
+    double bwd_flops;
+    long msg_bytes;         /* one activation (or gradient) message to the neighbour */
+    long act_bytes;         /* one activation slot */
+    int slots;              /* activation slots the schedule needs */
+    int stash;              /* stashed weight copies (PipeDream) */
+    /* memory by kind, bytes, for the chosen precision */
+    long mem_weights, mem_grads, mem_optim, mem_acts, mem_stash, mem_total;
+} StagePlan;
+
+typedef struct Plan {
+    int stages;
+    long total_params;
+    StagePlan stage[PACI_MAX_STAGES];
+} Plan;
+
+/* Partitions layers (manual split or balanced) and sizes memory; false + errors if the
+ * plan does not fit the device memory. */
+bool plan_build(const Config *cfg, Plan *plan);
+void plan_dump(FILE *out, const Config *cfg, const Plan *plan);
+
+/* ---- schedule.c: generators -> per-stage instruction lists --------------------------- */
+
+/* Builds the table for cfg (programs for the segment lengths the run needs, compressed
+ * into prologue / body x reps / epilogue). Owns instrs; free with schedule_free. */
+paci_table *schedule_build(const Config *cfg, const Plan *plan);
+void schedule_free(paci_table *t);
+/* The flat instruction list of `stage` in program `prog`, mb absolute within the segment.
+ * Returns the count; *out is malloc'ed. */
+long schedule_expand(const paci_table *t, int prog, int stage, paci_instr **out);
+const char *paci_op_name(int op);
+const char *paci_schedule_name(int kind);
+int paci_schedule_from_name(const char *name); /* -1 if unknown */
+bool paci_schedule_is_sync(int kind);
+
+/* ---- verify.c: blocking simulation; deadlock, slots, drift ---------------------------- */
+
+typedef struct VerifyReport {
+    bool ok;
+    char error[512];        /* first violated invariant, when !ok */
+    int peak_slots[PACI_MAX_STAGES];
+    int max_drift[PACI_MAX_STAGES];      /* optimizer updates between fwd and bwd of one mb */
+    double drift_share[PACI_MAX_STAGES]; /* micro-batches whose bwd crossed an update */
+    int effective_drift[PACI_MAX_STAGES];/* weight version the bwd used vs the fwd's (stash) */
+} VerifyReport;
+
+bool verify_schedule(const paci_table *t, const Plan *plan, VerifyReport *rep);
+/* ceil((p-s-1)/K) for PACI, 0 for the synchronous schedules. */
+int drift_bound(const paci_table *t, int stage);
+
+/* ---- simulate.c: cost model and event simulation ------------------------------------- */
+
+typedef struct SimEvent {
+    int stage, op, mb;
+    double start, end;      /* seconds */
+} SimEvent;
+
+typedef struct CostModel {
+    double fwd[PACI_MAX_STAGES], bwd[PACI_MAX_STAGES], step[PACI_MAX_STAGES]; /* seconds */
+    double msg[PACI_MAX_STAGES]; /* seconds to move one message from stage s to s+1 */
+} CostModel;
+
+typedef struct SimResult {
+    double makespan;        /* seconds for the simulated steps */
+    double step_time;       /* seconds per optimizer step (steady state) */
+    double busy[PACI_MAX_STAGES]; /* fraction of makespan each stage computes */
+    double bubble;          /* 1 - mean busy fraction */
+    double tokens_per_s;
+    SimEvent *events;       /* every instruction with its times; n_events long */
+    long n_events;
+} SimResult;
+
+void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
+/* Replaces costs with measured ones; false + message on a bad file. */
+bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm);
+/* Simulates `steps` optimizer steps (0: the whole run) of the table. */
+void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res);
+void sim_result_free(SimResult *res);
+
+/* ---- inspect.c: explain, listing, timeline, svg, trace ------------------------------- */
+
+void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
+                     const VerifyReport *rep, const SimResult *sim);
+void inspect_listing(FILE *out, const Config *cfg, const paci_table *t);
+void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim);
+void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim);
+void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim);
+
+/* ---- codegen.c, emit_c.c, emit_cuda.c: per-stage programs ---------------------------- */
+
+/* Writes the generated sources for cfg into dir (stage_N.c, program.c). */
+bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
+
+/* ---- build.c: compile generated sources and link the runtime ------------------------ */
+
+/* Finds the runtime (next to the executable, or $PACIC_HOME), compiles dir's sources and
+ * links `out`. */
+bool build_executable(const char *argv0, const char *dir, const char *out);
+
+/* ---- tokenize.c: text -> llm.c token files (byte-level, vocabulary 256) -------------- */
+
+int tokenize_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,111 @@
+/* paci_schedule.h: the static schedule table, defined once.
+ *
+ * The compiler (compiler/schedule.c) writes it, the verifier and simulator read it, the
+ * code generator serialises it into the generated program, and the runtime executes it.
+ * Nobody downstream of the compiler re-derives an order, a slot or a peer.
+ *
+ * Shape. Training is cut into segments at every drain boundary (evaluation, checkpoint,
+ * end of training); inside a segment no stage waits for a global barrier. Every segment
+ * of the same length runs the same *program*. A program holds, per stage, a prologue, a
+ * body that repeats `body_reps` times (one optimizer step's worth of micro-batches per
+ * repetition) and an epilogue. Micro-batch numbers in an instruction are relative to the
+ * segment; inside the body they are relative to the repetition, which advances them by
+ * `window` micro-batches each time:
+ *
+ *     mb(instr in prologue/epilogue) = segment_first_mb + instr.mb
+ *     mb(instr in body, repetition r) = segment_first_mb + instr.mb + r * window
+ */
+#ifndef PACI_SCHEDULE_H
+#define PACI_SCHEDULE_H
+
+#include <stdint.h>
+
+/* Instruction kinds, listed once. Order is the on-disk encoding: append only. */
+#define PACI_OPS(X)                                                                      \
+    X(RECV_ACT, "recv_act")   /* receive mb's activation from stage s-1 into slot */      \
+    X(FWD, "fwd")             /* forward of mb; saves activations in slot */              \
+    X(SEND_ACT, "send_act")   /* send slot's output activation to stage s+1 */            \
+    X(RECV_GRAD, "recv_grad") /* receive d(output) of mb from stage s+1 */                \
+    X(BWD, "bwd")             /* backward of mb from slot; aux = weight version used */   \
+    X(SEND_GRAD, "send_grad") /* send d(input) of mb to stage s-1 */                      \
+    X(STEP, "step")           /* optimizer step; aux = stash slot to save into first */
+
+enum paci_op {
+#define PACI_OP_ENUM(name, text) PACI_OP_##name,
+    PACI_OPS(PACI_OP_ENUM)
+#undef PACI_OP_ENUM
+    PACI_OP_COUNT
+};
+
+/* Schedule kinds, listed once. */
+#define PACI_SCHEDULES(X)                                                              \
+    X(GPIPE, "gpipe", 1)         /* all forwards, all backwards, flush, step */         \
+    X(ONEF1B, "1f1b", 1)         /* 1F1B with a flush before every step */              \
+    X(PIPEDREAM, "pipedream", 0) /* async 1F1B, weight stashing */                      \
+    X(PACI, "paci", 0)           /* async 1F1B, no flush, local window accumulation */
+
+enum paci_schedule_kind {
+#define PACI_SCHED_ENUM(name, text, sync) PACI_SCHED_##name,
+    PACI_SCHEDULES(PACI_SCHED_ENUM)
+#undef PACI_SCHED_ENUM
+    PACI_SCHED_COUNT
+};
+
+/* aux for BWD: 0 = live weights, j > 0 = stash slot j-1 (PipeDream).
+ * aux for STEP: 0 = nothing to stash, j > 0 = copy the live weights into stash slot j-1
+ * before updating them (PipeDream). Other ops: aux = 0. */
+typedef struct paci_instr {
+    uint8_t op;   /* enum paci_op */
+    uint8_t slot; /* activation slot (FWD, BWD, sends, receives); 0 for STEP */
+    uint16_t aux;
+    int32_t mb;   /* micro-batch, relative (see the header comment); -1 for STEP */
+} paci_instr;
+
+typedef struct paci_stage_program {
+    int32_t prologue; /* index of the first prologue instruction in paci_table.instrs */
+    int32_t n_prologue;
+    int32_t body;
+    int32_t n_body;
+    int32_t epilogue;
+    int32_t n_epilogue;
+} paci_stage_program;
+
+#define PACI_MAX_STAGES 64
+#define PACI_MAX_PROGRAMS 2
+
+typedef struct paci_program {
+    int32_t steps;     /* optimizer steps in a segment run by this program */
+    int32_t body_reps; /* repetitions of every stage's body */
+    paci_stage_program stage[PACI_MAX_STAGES];
+} paci_program;
+
+typedef struct paci_table {
+    int32_t schedule;          /* enum paci_schedule_kind */
+    int32_t stages;
+    int32_t window;            /* micro-batches per optimizer step, every schedule */
+    int32_t total_steps;
+    int32_t segment_steps;     /* every segment but possibly the last has this many steps */
+    int32_t channel_capacity;  /* messages a link buffers before send blocks */
+    int32_t slots[PACI_MAX_STAGES]; /* activation slots per stage */
+    int32_t stash[PACI_MAX_STAGES]; /* stashed weight copies per stage (PipeDream) */
+    int32_t n_programs;        /* 1, or 2 when the last segment is shorter */
+    paci_program program[PACI_MAX_PROGRAMS];
+    int32_t n_instrs;
+    const paci_instr *instrs;
+} paci_table;
+
+/* Which program runs segment `seg` (0-based), and how many segments there are. */
+static inline int32_t paci_segments(const paci_table *t)
+{
+    return (t->total_steps + t->segment_steps - 1) / t->segment_steps;
+}
+
+static inline const paci_program *paci_segment_program(const paci_table *t, int32_t seg)
+{
+    int32_t last = paci_segments(t) - 1;
+    if (seg == last && t->n_programs == 2)
+        return &t->program[1];
+    return &t->program[0];
+}
+
+#endif

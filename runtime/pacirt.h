@@ -1,0 +1,152 @@
+/* pacirt.h: the runtime's side of the contract with generated code.
+ *
+ * pacic generates, per stage, forward/backward/AdamW functions specialised to that stage's
+ * shapes, plus one `pr_program` that describes the whole run; the runtime library (this
+ * folder, linked as libpacirt.a) owns main(), threads, transport, data, optimizer driving,
+ * checkpoints and metrics. This header is installed beside the library; the runtime never
+ * includes a compiler header.
+ */
+#ifndef PACIRT_H
+#define PACIRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "paci_schedule.h"
+
+/* llm.c's GPT-2 checkpoint tensors, in file order. LM_HEAD is ours: an untied head is not
+ * part of llm.c's format and is kept in the state file beside the checkpoint. */
+#define PR_CKPT_TENSORS(X)                                                                  \
+    X(WTE, "wte")                                                                           \
+    X(WPE, "wpe")                                                                           \
+    X(LN1W, "ln1w")                                                                         \
+    X(LN1B, "ln1b")                                                                         \
+    X(QKVW, "qkvw")                                                                         \
+    X(QKVB, "qkvb")                                                                         \
+    X(ATTPROJW, "attprojw")                                                                 \
+    X(ATTPROJB, "attprojb")                                                                 \
+    X(LN2W, "ln2w")                                                                         \
+    X(LN2B, "ln2b")                                                                         \
+    X(FCW, "fcw")                                                                           \
+    X(FCB, "fcb")                                                                           \
+    X(FCPROJW, "fcprojw")                                                                   \
+    X(FCPROJB, "fcprojb")                                                                   \
+    X(LNFW, "lnfw")                                                                         \
+    X(LNFB, "lnfb")                                                                         \
+    X(LM_HEAD, "lm_head")
+
+enum pr_ckpt_tensor {
+#define PR_CKPT_ENUM(name, text) PR_CKPT_##name,
+    PR_CKPT_TENSORS(PR_CKPT_ENUM)
+#undef PR_CKPT_ENUM
+    PR_CKPT_COUNT
+};
+#define PR_CKPT_LLMC_COUNT 16 /* tensors in llm.c's file: all but LM_HEAD */
+
+/* One parameter tensor of a stage and where it sits in the checkpoint layout. A stage
+ * holding layers [l0, l1) holds the slice [l0*per_layer, l1*per_layer) of llm.c's
+ * per-layer tensors. */
+typedef struct pr_tensor {
+    const char *name;     /* readable name, e.g. "h3.qkvw" */
+    int32_t ckpt_tensor;  /* enum pr_ckpt_tensor */
+    int64_t ckpt_offset;  /* floats into that checkpoint tensor */
+    int64_t offset;       /* floats into the stage's parameter block */
+    int64_t size;         /* floats */
+    int32_t decay;        /* AdamW weight decay applies (matrices and embeddings) */
+    int32_t init;         /* enum pr_init */
+} pr_tensor;
+
+enum pr_init {
+    PR_INIT_NORMAL,   /* N(0, 0.02) */
+    PR_INIT_RESIDUAL, /* N(0, 0.02 / sqrt(2 * layers)): projections into the residual */
+    PR_INIT_ZEROS,
+    PR_INIT_ONES,
+};
+
+typedef struct pr_fwd_args {
+    const float *params;    /* the stage's parameter block */
+    float *acts;            /* this micro-batch's activation slot (act_floats) */
+    const int32_t *tokens;  /* B*T input tokens (read by the first stage) */
+    const int32_t *targets; /* B*T targets (read by the last stage) */
+    float *losses;          /* B*T per-token losses (written by the last stage) */
+} pr_fwd_args;
+
+typedef struct pr_bwd_args {
+    const float *params;    /* the weights to differentiate at: live or stashed */
+    float *grads;           /* gradient accumulator, same layout as params; added to */
+    float *acts;            /* the slot the matching forward filled */
+    float *scratch;         /* scratch_floats of per-stage scratch */
+    const int32_t *tokens;
+    const int32_t *targets;
+    const float *dx_out;    /* B*T*C d(loss)/d(output) from the next stage; NULL on the last */
+    float *dx_in;           /* B*T*C d(loss)/d(input) for the previous stage; NULL on the first */
+    float loss_scale;       /* multiplies d(mean token loss): 1/window */
+} pr_bwd_args;
+
+typedef struct pr_adamw_args {
+    float *params;
+    const float *grads;
+    float *m;
+    float *v;
+    float lr;
+    float grad_scale;       /* gradient clipping factor, 1 when not clipped */
+    int64_t t;              /* this stage's step number, from 1, for bias correction */
+} pr_adamw_args;
+
+typedef struct pr_stage_code {
+    int32_t index;
+    int32_t first_layer;
+    int32_t n_layers;
+    int32_t has_embed;      /* token + position embedding (first stage) */
+    int32_t has_head;       /* final LayerNorm, LM head, cross-entropy (last stage) */
+    int64_t n_params;       /* floats in the parameter block */
+    int64_t act_floats;     /* floats in one activation slot */
+    int64_t scratch_floats; /* floats of backward scratch */
+    int64_t in_offset;      /* B*T*C input activation inside a slot (not on the first stage) */
+    int64_t out_offset;     /* B*T*C output activation inside a slot (not on the last stage) */
+    int64_t probs_offset;   /* B*T*V probabilities inside a slot (last stage) */
+    int32_t n_tensors;
+    const pr_tensor *tensors;
+    void (*forward)(const pr_fwd_args *);
+    void (*backward)(const pr_bwd_args *);
+    void (*adamw)(const pr_adamw_args *);
+} pr_stage_code;
+
+enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };
+
+typedef struct pr_program {
+    const char *source;      /* the DSL file this was compiled from */
+    /* model */
+    int32_t layers, width, heads, context, vocab, tied;
+    /* batch: B sequences of T = context tokens per micro-batch */
+    int32_t micro;
+    /* optimizer and learning-rate schedule, already scaled for the batch */
+    int64_t steps;
+    double lr;               /* peak */
+    double min_lr_ratio;     /* floor of the decay, as a fraction of the peak */
+    int64_t warmup_steps;
+    int32_t decay;           /* enum pr_lr_decay */
+    double beta1, beta2, eps, weight_decay, grad_clip; /* grad_clip 0: off */
+    int32_t global_clip;     /* clip by the norm over all stages (synchronous schedules) */
+    /* evaluation, checkpoints, data */
+    int64_t eval_every, eval_batches, ckpt_every; /* 0: never */
+    uint64_t seed;
+    const char *train_data, *val_data, *ckpt_dir;
+    /* stages and their schedule */
+    int32_t stages;
+    const pr_stage_code *stage;
+    const paci_table *schedule;
+} pr_program;
+
+/* Defined by the generated code. */
+extern const pr_program pr_generated_program;
+
+/* Row-major C[m x n] = alpha * op(A)[m x k] op(B)[k x n] + beta * C (the BLAS behind it is
+ * the runtime's business). */
+void pr_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+             const float *b, int ldb, float beta, float *c, int ldc);
+
+/* Entry point: main() in runtime/main.c calls it with the generated program. */
+int pr_main(int argc, char **argv, const pr_program *prog);
+
+#endif
