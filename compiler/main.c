@@ -1,0 +1,346 @@
+/* main.c: the pacic command line. Runs the phases in order; each phase's output is the
+ * next one's only input. */
+#include <errno.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pacic.h"
+
+typedef enum { MODE_BUILD, MODE_CHECK, MODE_EXPLAIN, MODE_EMIT } Mode;
+
+#define EMIT_KINDS(X)                                                                    \
+    X(SCHEDULE, "schedule", "per-stage instruction listing")                              \
+    X(TIMELINE, "timeline", "the pipeline over time, in the terminal")                    \
+    X(SVG, "svg", "the same as a picture")                                                \
+    X(TRACE, "trace", "Chrome trace JSON (opens in Perfetto)")                            \
+    X(C, "c", "generated C sources, into the folder -o names")
+
+typedef enum {
+#define EMIT_ENUM(name, text, help) EMIT_##name,
+    EMIT_KINDS(EMIT_ENUM)
+#undef EMIT_ENUM
+} EmitKind;
+
+static const char *const emit_names[] = {
+#define EMIT_NAME(name, text, help) text,
+    EMIT_KINDS(EMIT_NAME)
+#undef EMIT_NAME
+    NULL,
+};
+
+static const char *const dump_names[] = {"tokens", "ast", "config", "plan", NULL};
+
+enum { EXPLAIN_SIM_STEPS = 32 };
+
+typedef struct Options {
+    const char *input;
+    const char *output;
+    const char *keep_dir;
+    const char *profile;
+    const char *dump;
+    Mode mode;
+    EmitKind emit;
+    long steps_override;  /* 0: as the file says */
+    long show_steps;      /* steps drawn by timeline, svg and trace */
+} Options;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: pacic FILE.paci [options]\n"
+            "       pacic tokenize TEXT PREFIX [--val-fraction F]\n"
+            "\n"
+            "Compiles a pipeline-parallel GPT training description into an executable.\n"
+            "\n"
+            "  -o PATH          the executable to build (default: run), or the file --emit\n"
+            "                   writes (default: standard output; a folder for --emit c)\n"
+            "  --check          parse and check only\n"
+            "  --explain        stages, memory, drift bound, predicted throughput, and the\n"
+            "                   four schedules side by side\n"
+            "  --emit KIND      one of:\n");
+#define EMIT_HELP(name, text, help) fprintf(out, "                     %-9s %s\n", text, help);
+    EMIT_KINDS(EMIT_HELP)
+#undef EMIT_HELP
+    fprintf(out,
+            "  --steps N        override the number of training steps\n"
+            "  --show-steps N   optimizer steps drawn by timeline, svg, trace (default 3)\n"
+            "  --profile FILE   measured per-stage costs for the cost model\n"
+            "  --keep DIR       keep the generated sources of the build in DIR\n"
+            "  --dump KIND      print an intermediate form: tokens, ast, config, plan\n"
+            "  --version        print the version\n");
+}
+
+static NORETURN void usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "pacic: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(pacic --help lists the options)\n");
+    exit(EXIT_USER);
+}
+
+static int index_of(const char *word, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(word, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* A choice flag's value must be one of names; say the closest if it is not. */
+static int parse_choice(const char *flag, const char *value, const char *const *names)
+{
+    int i = index_of(value, names);
+    if (i >= 0)
+        return i;
+    const char *guess = did_you_mean(value, names);
+    fprintf(stderr, "pacic: error: unknown %s '%s'", flag, value);
+    if (guess)
+        fprintf(stderr, "; did you mean '%s'?", guess);
+    fprintf(stderr, "\n(choices:");
+    for (int j = 0; names[j]; j++)
+        fprintf(stderr, " %s", names[j]);
+    fprintf(stderr, ")\n");
+    exit(EXIT_USER);
+}
+
+static long parse_count(const char *flag, const char *value)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    if (errno || *end || n < 1 || n > 1000000000L) {
+        fprintf(stderr, "pacic: error: %s expects a positive integer, got '%s'\n", flag, value);
+        exit(EXIT_USER);
+    }
+    return n;
+}
+
+static void parse_options(int argc, char **argv, Options *opt)
+{
+    *opt = (Options){.mode = MODE_BUILD, .show_steps = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE()                                                                     \
+    do {                                                                                 \
+        if (!next)                                                                       \
+            usage_error("%s needs a value", a);                                          \
+        i++;                                                                             \
+    } while (0)
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--version") == 0) {
+            printf("pacic %s\n", PACIC_VERSION);
+            exit(0);
+        } else if (strcmp(a, "-o") == 0) {
+            NEED_VALUE();
+            opt->output = next;
+        } else if (strcmp(a, "--check") == 0) {
+            opt->mode = MODE_CHECK;
+        } else if (strcmp(a, "--explain") == 0) {
+            opt->mode = MODE_EXPLAIN;
+        } else if (strcmp(a, "--emit") == 0) {
+            NEED_VALUE();
+            opt->mode = MODE_EMIT;
+            opt->emit = (EmitKind)parse_choice("--emit kind", next, emit_names);
+        } else if (strcmp(a, "--steps") == 0) {
+            NEED_VALUE();
+            opt->steps_override = parse_count(a, next);
+        } else if (strcmp(a, "--show-steps") == 0) {
+            NEED_VALUE();
+            opt->show_steps = parse_count(a, next);
+        } else if (strcmp(a, "--profile") == 0) {
+            NEED_VALUE();
+            opt->profile = next;
+        } else if (strcmp(a, "--keep") == 0) {
+            NEED_VALUE();
+            opt->keep_dir = next;
+        } else if (strcmp(a, "--dump") == 0) {
+            NEED_VALUE();
+            opt->dump = dump_names[parse_choice("--dump kind", next, dump_names)];
+        } else if (a[0] == '-' && a[1]) {
+            usage_error("unknown option '%s'", a);
+        } else if (!opt->input) {
+            opt->input = a;
+        } else {
+            usage_error("more than one input file ('%s')", a);
+        }
+#undef NEED_VALUE
+    }
+    if (!opt->input)
+        usage_error("%s", "no input file");
+    if (opt->mode == MODE_EMIT && opt->emit == EMIT_C && !opt->output)
+        usage_error("%s", "--emit c needs -o DIR");
+}
+
+/* Output of an --emit kind: -o FILE, or standard output. */
+static FILE *open_output(const char *path)
+{
+    if (!path)
+        return stdout;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "pacic: error: cannot write %s: %s\n", path, strerror(errno));
+        exit(EXIT_USER);
+    }
+    return f;
+}
+
+static void close_output(FILE *f, const char *path)
+{
+    if (f == stdout) {
+        fflush(f);
+        return;
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "pacic: error: cannot write %s: %s\n", path, strerror(errno));
+        exit(EXIT_USER);
+    }
+}
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0755) == 0 || errno == EEXIST)
+        return 0;
+    fprintf(stderr, "pacic: error: cannot create folder %s: %s\n", path, strerror(errno));
+    return -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+/* Generates the sources into --keep DIR or a temporary folder and links the executable. */
+static int build(const char *argv0, const Options *opt, const Config *cfg, const Plan *plan,
+                 const paci_table *table)
+{
+    const char *out = opt->output ? opt->output : "run";
+    char tmp_template[] = "/tmp/pacic-XXXXXX";
+    const char *dir = opt->keep_dir;
+    if (dir) {
+        if (make_dir(dir) != 0)
+            return EXIT_USER;
+    } else if (!(dir = mkdtemp(tmp_template))) {
+        fprintf(stderr, "pacic: error: cannot create a temporary folder: %s\n", strerror(errno));
+        return EXIT_INTERNAL;
+    }
+    if (!codegen_write(cfg, plan, table, dir))
+        return EXIT_INTERNAL;
+    bool ok = build_executable(argv0, dir, out);
+    /* On failure the sources stay for inspection: build_executable said where. */
+    if (!opt->keep_dir && ok)
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!ok)
+        return EXIT_INTERNAL;
+    if (opt->keep_dir)
+        fprintf(stderr, "pacic: generated sources kept in %s\n", opt->keep_dir);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
+        return tokenize_main(argc - 1, argv + 1);
+
+    Options opt;
+    parse_options(argc, argv, &opt);
+
+    size_t len;
+    char *text = read_file(opt.input, &len);
+    if (!text) {
+        fprintf(stderr, "pacic: error: cannot read %s: %s\n", opt.input, strerror(errno));
+        return EXIT_USER;
+    }
+    if (strlen(text) != len) {
+        fprintf(stderr, "pacic: error: %s: not a text file (NUL byte at offset %zu)\n", opt.input,
+                strlen(text));
+        return EXIT_USER;
+    }
+    Source src = {.path = opt.input, .text = text, .len = len};
+
+    if (opt.dump && strcmp(opt.dump, "tokens") == 0) {
+        lex_dump(stdout, &src);
+        return diag_error_count() ? EXIT_USER : 0;
+    }
+    Ast *ast = parse_source(&src);
+    if (!ast)
+        return EXIT_USER;
+    if (opt.dump && strcmp(opt.dump, "ast") == 0) {
+        ast_dump(stdout, &src, ast);
+        return 0;
+    }
+
+    Config cfg;
+    bool need_data = opt.mode == MODE_BUILD || (opt.mode == MODE_EMIT && opt.emit == EMIT_C);
+    if (!sema_check(&src, ast, need_data, &cfg))
+        return EXIT_USER;
+    if (opt.steps_override)
+        cfg.steps = opt.steps_override;
+    if (opt.mode == MODE_CHECK)
+        return 0;
+    if (opt.dump && strcmp(opt.dump, "config") == 0) {
+        config_dump(stdout, &cfg);
+        return 0;
+    }
+
+    Plan plan;
+    if (!plan_build(&cfg, &plan))
+        return EXIT_USER;
+    if (opt.dump && strcmp(opt.dump, "plan") == 0) {
+        plan_dump(stdout, &cfg, &plan);
+        return 0;
+    }
+
+    paci_table *table = schedule_build(&cfg, &plan);
+    VerifyReport report;
+    if (!verify_schedule(table, &plan, &report))
+        ICE("the %s schedule failed verification: %s", paci_schedule_name(cfg.schedule),
+            report.error);
+
+    int status = 0;
+    if (opt.mode == MODE_BUILD || (opt.mode == MODE_EMIT && opt.emit == EMIT_C)) {
+        if (opt.mode == MODE_EMIT) {
+            if (make_dir(opt.output) != 0)
+                return EXIT_USER;
+            status = codegen_write(&cfg, &plan, table, opt.output) ? 0 : EXIT_INTERNAL;
+        } else {
+            status = build(argv[0], &opt, &cfg, &plan, table);
+        }
+    } else {
+        CostModel cm;
+        cost_model_from_plan(&cfg, &plan, &cm);
+        if (opt.profile && !cost_model_load_profile(opt.profile, &plan, &cm))
+            return EXIT_USER;
+        SimResult sim;
+        /* Enough steps for the steady state to dominate, few enough to stay instant. */
+        long shown = opt.mode == MODE_EXPLAIN ? EXPLAIN_SIM_STEPS : opt.show_steps;
+        if (shown > cfg.steps)
+            shown = cfg.steps;
+        simulate(&cfg, table, &cm, shown, &sim);
+        FILE *out = open_output(opt.output);
+        if (opt.mode == MODE_EXPLAIN)
+            inspect_explain(out, &cfg, &plan, table, &report, &sim);
+        else if (opt.emit == EMIT_SCHEDULE)
+            inspect_listing(out, &cfg, table);
+        else if (opt.emit == EMIT_TIMELINE)
+            inspect_timeline(out, &cfg, &sim);
+        else if (opt.emit == EMIT_SVG)
+            inspect_svg(out, &cfg, &sim);
+        else if (opt.emit == EMIT_TRACE)
+            inspect_trace(out, &cfg, &sim);
+        else
+            unreachable();
+        close_output(out, opt.output);
+        sim_result_free(&sim);
+    }
+    schedule_free(table);
+    config_free(&cfg);
+    ast_free(ast);
+    free(text);
+    return status;
+}
