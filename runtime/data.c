@@ -1,0 +1,99 @@
+/* data.c: token files in llm.c's format (256 int32 header: magic, version, count; then
+ * uint16 tokens) and the micro-batch each global micro-batch number reads. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "prt.h"
+
+#define HEADER_INTS 256
+#define HEADER_BYTES (HEADER_INTS * 4)
+
+/* Every way a token file can be wrong is reported with the file's name; nothing is kept. */
+int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int64_t T, char *err)
+{
+    memset(d, 0, sizeof *d);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pr_fail(err, "%s: cannot open token file: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return pr_fail(err, "%s: not a regular file", path);
+    }
+    int64_t size = st.st_size;
+    int32_t header[HEADER_INTS];
+    if (size < HEADER_BYTES || fread(header, 4, HEADER_INTS, f) != HEADER_INTS) {
+        fclose(f);
+        return pr_fail(err, "%s: truncated header (%lld bytes, need %d)", path, (long long)size,
+                       HEADER_BYTES);
+    }
+    if (header[0] != PR_TOKENS_MAGIC) {
+        fclose(f);
+        return pr_fail(err, "%s: wrong magic %d (expected %d): not an llm.c token file", path,
+                       header[0], PR_TOKENS_MAGIC);
+    }
+    if (header[1] != PR_TOKENS_VERSION) {
+        fclose(f);
+        return pr_fail(err, "%s: unsupported version %d (expected %d)", path, header[1],
+                       PR_TOKENS_VERSION);
+    }
+    int64_t count = header[2];
+    int64_t held = (size - HEADER_BYTES) / 2;
+    if (count <= 0) {
+        fclose(f);
+        return pr_fail(err, "%s: declares %lld tokens", path, (long long)count);
+    }
+    if (count != held || (size - HEADER_BYTES) % 2 != 0) {
+        fclose(f);
+        return pr_fail(err, "%s: header declares %lld tokens but the file holds %lld bytes of tokens",
+                       path, (long long)count, (long long)(size - HEADER_BYTES));
+    }
+    if (count < B * T + 1) {
+        fclose(f);
+        return pr_fail(err, "%s: %lld tokens is too few for one micro-batch (%lld x %lld + 1)",
+                       path, (long long)count, (long long)B, (long long)T);
+    }
+    uint16_t *tokens = malloc((size_t)count * 2);
+    if (!tokens) {
+        fclose(f);
+        return pr_fail(err, "%s: out of memory for %lld tokens", path, (long long)count);
+    }
+    size_t got = fread(tokens, 2, (size_t)count, f);
+    fclose(f);
+    if ((int64_t)got != count) {
+        free(tokens);
+        return pr_fail(err, "%s: read failed after %zu tokens", path, got);
+    }
+    for (int64_t i = 0; i < count; i++) {
+        if (tokens[i] >= vocab) {
+            free(tokens);
+            return pr_fail(err, "%s: token %u at byte offset %lld is outside the vocabulary (%d)",
+                           path, tokens[i], (long long)(HEADER_BYTES + 2 * i), vocab);
+        }
+    }
+    d->path = path;
+    d->tokens = tokens;
+    d->count = count;
+    return 0;
+}
+
+void pr_tokens_free(pr_tokens *d)
+{
+    free(d->tokens);
+    memset(d, 0, sizeof *d);
+}
+
+void pr_tokens_batch(const pr_tokens *d, int64_t g, int64_t B, int64_t T, int32_t *inputs,
+                     int32_t *targets)
+{
+    int64_t chunks = (d->count - 1) / T;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t start = ((g * B + b) % chunks) * T;
+        for (int64_t t = 0; t < T; t++) {
+            inputs[b * T + t] = d->tokens[start + t];
+            targets[b * T + t] = d->tokens[start + t + 1];
+        }
+    }
+}

@@ -1,0 +1,190 @@
+/* prt.h: the runtime library's internal header (not installed; generated code sees only
+ * pacirt.h). One section per file of runtime/. Functions that can fail on the user's input
+ * return 0 on success and -1 with a one-line message in `err` (PR_ERR_LEN bytes) that names
+ * the file and the problem; pr_main prints it as `run: error: MESSAGE` and exits 1.
+ */
+#ifndef PRT_H
+#define PRT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pacirt.h"
+
+#define PR_ERR_LEN 512
+#define PR_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+
+/* ---- util.c: errors, memory, clocks -------------------------------------------------- */
+
+/* Writes the message into err and returns -1, so error paths read `return pr_fail(...)`. */
+int pr_fail(char *err, const char *fmt, ...) PR_PRINTF_LIKE(2, 3);
+/* A bug in the runtime or the generated code: prints and exits 2. */
+__attribute__((noreturn)) void pr_internal(const char *fmt, ...) PR_PRINTF_LIKE(1, 2);
+void *pr_alloc(size_t bytes);  /* zeroed, 64-byte aligned; exits on out of memory */
+double pr_now(void);           /* monotonic seconds */
+
+/* splitmix64: the one deterministic generator (init and sampling). */
+typedef struct pr_rng {
+    uint64_t state;
+} pr_rng;
+uint64_t pr_rng_next(pr_rng *r);
+double pr_rng_uniform(pr_rng *r); /* [0, 1) */
+double pr_rng_normal(pr_rng *r);  /* N(0, 1) */
+
+/* ---- gemm.c: BLAS ---------------------------------------------------------------------- */
+
+/* BLAS threads per stage thread: max(1, cores / stages); cores <= 0 means all online. */
+int pr_blas_threads(int cores, int stages);
+
+/* ---- data.c: token files (llm.c format) ------------------------------------------------ */
+
+#define PR_TOKENS_MAGIC 20240520
+#define PR_TOKENS_VERSION 1
+
+typedef struct pr_tokens {
+    const char *path;
+    uint16_t *tokens;
+    int64_t count;
+} pr_tokens;
+
+/* Loads and checks a token file: header, declared count vs size, every token < vocab, and
+ * at least B*T+1 tokens (one micro-batch). */
+int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int64_t T, char *err);
+void pr_tokens_free(pr_tokens *d);
+/* Micro-batch g: sequence b is the chunk (g*B + b) mod chunks, each T+1 tokens starting at a
+ * multiple of T. Depends only on g, whatever the schedule, p or resume. */
+void pr_tokens_batch(const pr_tokens *d, int64_t g, int64_t B, int64_t T, int32_t *inputs,
+                     int32_t *targets);
+
+/* ---- transport.c: in-process bounded FIFO per directed link ---------------------------- */
+
+typedef struct pr_channel {
+    pthread_mutex_t mu;
+    pthread_cond_t not_full, not_empty;
+    int capacity, head, count;
+    int64_t floats;  /* per message */
+    float *buffers;  /* capacity x floats */
+    int64_t *mbs;    /* micro-batch of each buffered message */
+} pr_channel;
+
+void pr_channel_init(pr_channel *c, int capacity, int64_t floats);
+void pr_channel_destroy(pr_channel *c);
+/* Copies data into a free buffer, blocking while all `capacity` are full. */
+void pr_channel_send(pr_channel *c, int64_t mb, const float *data);
+/* Copies the oldest message into data, blocking while none; returns its micro-batch. */
+int64_t pr_channel_recv(pr_channel *c, float *data);
+
+/* ---- optim.c: learning rate and clipping ----------------------------------------------- */
+
+/* lr of optimizer step t (1-based): linear warmup to the peak over warmup_steps, then the
+ * decay to min_lr_ratio * peak, reached at t = steps. */
+double pr_lr(const pr_program *prog, int64_t t);
+/* Sum of squares of x[0..n), in double, element order. */
+double pr_sumsq(const float *x, int64_t n);
+/* Folds per-tensor sums in the given order, then sqrt. */
+double pr_fold_norm(const double *sums, int64_t n);
+/* The gradient scale for a norm: clip/norm when norm > clip > 0, else 1. */
+float pr_clip_scale(double norm, double clip);
+
+/* ---- layout.c: the checkpoint (llm.c) layout and its mapping onto stages --------------- */
+
+/* Floats of each checkpoint tensor for prog's shape (LM_HEAD 0 when tied). */
+void pr_ckpt_sizes(const pr_program *prog, int64_t sizes[PR_CKPT_COUNT]);
+/* Offsets of each tensor in a flat buffer holding them in enum order; returns the total. */
+int64_t pr_ckpt_offsets(const pr_program *prog, int64_t offsets[PR_CKPT_COUNT]);
+/* Checks every stage's tensor table covers the checkpoint layout exactly once. */
+int pr_check_layout(const pr_program *prog, char *err);
+/* Seeded, partition-independent parameters in the flat layout. */
+void pr_init_params(const pr_program *prog, float *flat);
+
+/* ---- executor.c: arenas, stage threads, one segment ------------------------------------ */
+
+typedef struct pr_trace_event {
+    uint8_t op;
+    int64_t mb;
+    double start, end; /* seconds since the run began */
+} pr_trace_event;
+
+typedef struct pr_stage_rt {
+    int index;
+    const pr_stage_code *code;
+    float *arena;
+    float *params, *grads, *m, *v, *slots, *stash, *scratch, *grad_in, *grad_out;
+    int32_t *slot_tokens, *slot_targets; /* per slot, B*T each */
+    float *slot_losses;                  /* per slot, B*T (last stage) */
+    int64_t *slot_mb;                    /* micro-batch held by each slot, -1 if none */
+    int64_t *slot_fwd_step;              /* the stage's step count at that slot's FWD */
+    int64_t grad_in_mb, grad_out_mb;
+    int64_t t;                           /* optimizer steps this stage has taken */
+    double *tensor_sumsq[2];             /* per tensor, double-buffered by step parity */
+    /* measurements (published under run->stats_mu) */
+    double busy[PACI_OP_COUNT];
+    int64_t drift_max, drift_effective_max, drifting, backwards;
+    pr_trace_event *trace;
+    int64_t n_trace, cap_trace;
+} pr_stage_rt;
+
+typedef struct pr_options {
+    int resume, quiet, threads, trace;
+    const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
+    int64_t steps;  /* stop after this many steps (<= the schedule's total) */
+    int64_t sample; /* tokens to print; 0 = train */
+} pr_options;
+
+typedef struct pr_run {
+    const pr_program *prog;
+    const paci_table *tab;
+    pr_options opt;
+    int p;
+    int64_t B, T, C, K, V;
+    pr_stage_rt stage[PACI_MAX_STAGES];
+    pr_channel act[PACI_MAX_STAGES];  /* act[s]: stage s -> s+1 */
+    pr_channel grad[PACI_MAX_STAGES]; /* grad[s]: stage s+1 -> s */
+    pr_tokens train, val;
+    int64_t step;                     /* optimizer steps done (all stages, at a drain) */
+    double *step_loss;                /* per global step: sum of its micro-batch mean losses */
+    pthread_barrier_t barrier;
+    pthread_mutex_t stats_mu;
+    double start_time, train_time;    /* train_time: seconds inside segments, this process */
+    int64_t steps_this_process;
+    /* called by the last stage after each step (logging); may be NULL */
+    void (*on_step)(struct pr_run *run, int64_t step, double loss, double lr);
+    void *user;
+} pr_run;
+
+/* Validates program and table, lays out arenas and channels. Parameters are zero. */
+int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err);
+void pr_run_free(pr_run *run);
+/* Runs segment seg (all stage threads, joined at the end); run->step advances. */
+void pr_run_segment(pr_run *run, int32_t seg);
+/* Mean loss of eval_batches micro-batches of `d`, forward through all stages (slot 0). */
+double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches);
+/* Full-model forward of B*T tokens; returns the last stage's B*T*V probabilities. */
+const float *pr_forward_all(pr_run *run, const int32_t *tokens);
+/* Flat checkpoint layout <-> stage arenas, for params (which 0), m (1) or v (2). */
+void pr_gather(const pr_run *run, int which, float *flat);
+void pr_scatter(pr_run *run, int which, const float *flat);
+
+/* ---- checkpoint.c: model.bin (llm.c), state.bin, atomic directories -------------------- */
+
+#define PR_MODEL_MAGIC 20240326
+#define PR_MODEL_VERSION 3
+#define PR_STATE_MAGIC 0x50414349 /* "PACI" */
+#define PR_STATE_VERSION 1
+
+/* Writes ckpt_dir/step_NNNNNNNN/ (via a .tmp directory), then points `latest` at it and
+ * keeps only it and the previous one. */
+int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err);
+/* Loads the checkpoint `latest` names; sets run->step. 1 if there is none (no error). */
+int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err);
+/* Loads llm.c GPT-2 weights (version 3, padded vocab) into the stages; lm_head = wte. */
+int pr_load_llmc(pr_run *run, const char *path, char *err);
+
+/* ---- run.c: flags, the training loop, logging, sampling, trace ------------------------- */
+
+/* Trains from run->step to opt.steps: segments, evaluation and checkpoints at drains. */
+int pr_train(pr_run *run, char *err);
+int pr_write_trace(const pr_run *run, const char *path, char *err);
+
+#endif

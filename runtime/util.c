@@ -1,0 +1,71 @@
+/* util.c: the runtime's error messages, aligned memory, clock and random numbers. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "prt.h"
+
+int pr_fail(char *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, PR_ERR_LEN, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void pr_internal(const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "run: internal error: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
+void *pr_alloc(size_t bytes)
+{
+    // Round up so aligned_alloc's size rule holds; zeroed so arenas start clean.
+    size_t size = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, size ? size : 64);
+    if (!p) {
+        fprintf(stderr, "run: error: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    memset(p, 0, size ? size : 64);
+    return p;
+}
+
+double pr_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t pr_rng_next(pr_rng *r)
+{
+    uint64_t z = (r->state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+double pr_rng_uniform(pr_rng *r)
+{
+    return (double)(pr_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+/* Box-Muller, one value per call (two uniforms): simple and deterministic. */
+double pr_rng_normal(pr_rng *r)
+{
+    double u1 = pr_rng_uniform(r), u2 = pr_rng_uniform(r);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
