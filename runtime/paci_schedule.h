@@ -14,6 +14,12 @@
  *
  *     mb(instr in prologue/epilogue) = segment_first_mb + instr.mb
  *     mb(instr in body, repetition r) = segment_first_mb + instr.mb + r * window
+ *
+ * Slots follow the micro-batch: activation slot = (mb within the segment) mod slots[s], and
+ * PipeDream's stash slot of weight version v (optimizer steps done in the segment) is
+ * v mod stash[s]. A body repetition therefore rotates them: in repetition r the activation
+ * slot is (slot + r * window) mod slots[s] and a stash slot j-1 (aux = j > 0) becomes
+ * (j - 1 + r) mod stash[s]. paci_body_instr() applies this rule; use it, never re-derive it.
  */
 #ifndef PACI_SCHEDULE_H
 #define PACI_SCHEDULE_H
@@ -93,6 +99,20 @@ typedef struct paci_table {
     int32_t n_instrs;
     const paci_instr *instrs;
 } paci_table;
+
+/* The instruction `in` of stage `stage`'s body as executed in body repetition `rep`, with
+ * mb still relative to the segment (see the header comment). */
+static inline paci_instr paci_body_instr(const paci_table *t, int32_t stage, paci_instr in,
+                                         int32_t rep)
+{
+    if (in.op != PACI_OP_STEP) {
+        in.mb += rep * t->window;
+        in.slot = (uint8_t)(((int64_t)in.slot + (int64_t)rep * t->window) % t->slots[stage]);
+    }
+    if (in.aux > 0)
+        in.aux = (uint16_t)(((int64_t)in.aux - 1 + rep) % t->stash[stage] + 1);
+    return in;
+}
 
 /* Which program runs segment `seg` (0-based), and how many segments there are. */
 static inline int32_t paci_segments(const paci_table *t)
