@@ -1,0 +1,467 @@
+/* executor.c: per-stage arenas and the stage threads that walk the schedule table.
+ *
+ * A stage thread executes its instruction list for one segment exactly as written: the
+ * order, the slots, the peers and the weight versions all come from the table. Receives
+ * check that the micro-batch that arrives is the one the table expects.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prt.h"
+
+/* Instructions a stage runs in one segment of program pg, counting body repetitions. */
+static int64_t count_op(const paci_table *tab, const paci_program *pg, int s, int op)
+{
+    const paci_stage_program *sp = &pg->stage[s];
+    int64_t n = 0;
+    for (int32_t i = 0; i < sp->n_prologue; i++)
+        n += tab->instrs[sp->prologue + i].op == op;
+    for (int32_t i = 0; i < sp->n_body; i++)
+        n += (int64_t)pg->body_reps * (tab->instrs[sp->body + i].op == op);
+    for (int32_t i = 0; i < sp->n_epilogue; i++)
+        n += tab->instrs[sp->epilogue + i].op == op;
+    return n;
+}
+
+static int check_range(const paci_table *tab, int s, int32_t first, int32_t n, char *err)
+{
+    if (first < 0 || n < 0 || (int64_t)first + n > tab->n_instrs)
+        return pr_fail(err, "schedule table: stage %d's instruction range [%d, +%d) is outside the "
+                       "table (%d instructions)", s, first, n, tab->n_instrs);
+    for (int32_t i = first; i < first + n; i++) {
+        const paci_instr *in = &tab->instrs[i];
+        if (in->op >= PACI_OP_COUNT)
+            return pr_fail(err, "schedule table: instruction %d has unknown op %d", i, in->op);
+        if (in->op != PACI_OP_STEP && in->slot >= tab->slots[s])
+            return pr_fail(err, "schedule table: instruction %d uses slot %d of stage %d's %d",
+                           i, in->slot, s, tab->slots[s]);
+        if ((in->op == PACI_OP_BWD || in->op == PACI_OP_STEP) && in->aux > tab->stash[s])
+            return pr_fail(err, "schedule table: instruction %d uses stash %d of stage %d's %d",
+                           i, in->aux, s, tab->stash[s]);
+        int first_stage = s == 0, last_stage = s == tab->stages - 1;
+        if (((in->op == PACI_OP_RECV_ACT || in->op == PACI_OP_SEND_GRAD) && first_stage) ||
+            ((in->op == PACI_OP_SEND_ACT || in->op == PACI_OP_RECV_GRAD) && last_stage))
+            return pr_fail(err, "schedule table: stage %d has a %s with no peer", s,
+                           in->op == PACI_OP_RECV_ACT ? "recv_act" : in->op == PACI_OP_SEND_GRAD ?
+                           "send_grad" : in->op == PACI_OP_SEND_ACT ? "send_act" : "recv_grad");
+    }
+    return 0;
+}
+
+/* The table and the program must agree before a thread starts: a bad table is a compiler
+ * bug, reported here rather than as a hang. */
+static int check_table(const pr_program *prog, const paci_table *tab, char *err)
+{
+    if (!tab)
+        return pr_fail(err, "%s: the program has no schedule table", prog->source);
+    if (tab->stages != prog->stages || tab->stages < 1 || tab->stages > PACI_MAX_STAGES)
+        return pr_fail(err, "schedule table: %d stages, program: %d", tab->stages, prog->stages);
+    if (tab->window < 1 || tab->channel_capacity < 1 || tab->segment_steps < 1 ||
+        tab->total_steps < 1 || tab->n_programs < 1 || tab->n_programs > PACI_MAX_PROGRAMS)
+        return pr_fail(err, "schedule table: window %d, channel capacity %d, segment %d steps, "
+                       "total %d, %d programs: out of range", tab->window, tab->channel_capacity,
+                       tab->segment_steps, tab->total_steps, tab->n_programs);
+    for (int s = 0; s < tab->stages; s++) {
+        const pr_stage_code *sc = &prog->stage[s];
+        if (sc->has_embed != (s == 0) || sc->has_head != (s == tab->stages - 1))
+            return pr_fail(err, "stage %d: embedding on the first stage and head on the last "
+                           "expected", s);
+        if (tab->slots[s] < 1 || tab->stash[s] < 0)
+            return pr_fail(err, "schedule table: stage %d has %d slots, %d stashes", s,
+                           tab->slots[s], tab->stash[s]);
+    }
+    for (int p = 0; p < tab->n_programs; p++) {
+        const paci_program *pg = &tab->program[p];
+        for (int s = 0; s < tab->stages; s++) {
+            const paci_stage_program *sp = &pg->stage[s];
+            if (check_range(tab, s, sp->prologue, sp->n_prologue, err) ||
+                check_range(tab, s, sp->body, sp->n_body, err) ||
+                check_range(tab, s, sp->epilogue, sp->n_epilogue, err))
+                return -1;
+            int64_t steps = count_op(tab, pg, s, PACI_OP_STEP);
+            int64_t fwds = count_op(tab, pg, s, PACI_OP_FWD), bwds = count_op(tab, pg, s, PACI_OP_BWD);
+            if (steps != pg->steps || fwds != steps * tab->window || bwds != fwds)
+                return pr_fail(err, "schedule table: program %d stage %d has %lld steps, %lld "
+                               "forwards, %lld backwards; expected %d, %lld, %lld", p, s,
+                               (long long)steps, (long long)fwds, (long long)bwds, pg->steps,
+                               (long long)pg->steps * tab->window, (long long)pg->steps * tab->window);
+        }
+    }
+    return 0;
+}
+
+int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err)
+{
+    memset(run, 0, sizeof *run);
+    const paci_table *tab = prog->schedule;
+    if (check_table(prog, tab, err) || pr_check_layout(prog, err))
+        return -1;
+    run->prog = prog;
+    run->tab = tab;
+    if (opt)
+        run->opt = *opt;
+    run->p = prog->stages;
+    run->B = prog->micro;
+    run->T = prog->context;
+    run->C = prog->width;
+    run->K = tab->window;
+    run->V = prog->vocab;
+    int64_t BT = run->B * run->T, BTC = BT * run->C;
+    for (int s = 0; s < run->p; s++) {
+        pr_stage_rt *st = &run->stage[s];
+        const pr_stage_code *sc = &prog->stage[s];
+        int64_t n = sc->n_params, slots = tab->slots[s];
+        st->index = s;
+        st->code = sc;
+        int64_t floats = 4 * n + slots * sc->act_floats + tab->stash[s] * n + sc->scratch_floats + 2 * BTC;
+        st->arena = pr_alloc((size_t)floats * sizeof(float));
+        float *at = st->arena;
+        st->params = at, at += n;
+        st->grads = at, at += n;
+        st->m = at, at += n;
+        st->v = at, at += n;
+        st->slots = at, at += slots * sc->act_floats;
+        st->stash = at, at += tab->stash[s] * n;
+        st->scratch = at, at += sc->scratch_floats;
+        st->grad_in = at, at += BTC;
+        st->grad_out = at;
+        st->slot_tokens = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
+        st->slot_targets = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
+        st->slot_losses = pr_alloc((size_t)(slots * BT) * sizeof(float));
+        st->slot_mb = pr_alloc((size_t)slots * sizeof(int64_t));
+        st->slot_fwd_step = pr_alloc((size_t)slots * sizeof(int64_t));
+        for (int64_t i = 0; i < slots; i++)
+            st->slot_mb[i] = -1;
+        st->grad_in_mb = st->grad_out_mb = -1;
+        for (int k = 0; k < 2; k++)
+            st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
+        if (s + 1 < run->p) {
+            pr_channel_init(&run->act[s], tab->channel_capacity, BTC);
+            pr_channel_init(&run->grad[s], tab->channel_capacity, BTC);
+        }
+    }
+    run->step_loss = pr_alloc((size_t)tab->total_steps * sizeof(double));
+    pthread_barrier_init(&run->barrier, NULL, (unsigned)run->p);
+    pthread_mutex_init(&run->stats_mu, NULL);
+    run->start_time = pr_now();
+    return 0;
+}
+
+void pr_run_free(pr_run *run)
+{
+    if (!run->prog)
+        return;
+    for (int s = 0; s < run->p; s++) {
+        pr_stage_rt *st = &run->stage[s];
+        free(st->arena);
+        free(st->slot_tokens);
+        free(st->slot_targets);
+        free(st->slot_losses);
+        free(st->slot_mb);
+        free(st->slot_fwd_step);
+        free(st->tensor_sumsq[0]);
+        free(st->tensor_sumsq[1]);
+        free(st->trace);
+        if (s + 1 < run->p) {
+            pr_channel_destroy(&run->act[s]);
+            pr_channel_destroy(&run->grad[s]);
+        }
+    }
+    pr_tokens_free(&run->train);
+    pr_tokens_free(&run->val);
+    free(run->step_loss);
+    pthread_barrier_destroy(&run->barrier);
+    pthread_mutex_destroy(&run->stats_mu);
+    memset(run, 0, sizeof *run);
+}
+
+static const char *op_name(int op)
+{
+    static const char *const names[] = {
+#define PR_OP_NAME(name, text) text,
+        PACI_OPS(PR_OP_NAME)
+#undef PR_OP_NAME
+    };
+    return op >= 0 && op < PACI_OP_COUNT ? names[op] : "?";
+}
+
+static void expect_mb(const pr_stage_rt *st, int op, int64_t expected, int64_t got, const char *what)
+{
+    if (expected != got)
+        pr_internal("stage %d %s: expected micro-batch %lld, %s holds %lld", st->index,
+                    op_name(op), (long long)expected, what, (long long)got);
+}
+
+/* Clipping: synchronous schedules clip by the norm over every stage, folding the per-tensor
+ * sums in stage order then tensor order, so the norm has the same bits for any p; the
+ * barrier sits at the flush the schedule has anyway. Asynchronous schedules (PACI,
+ * PipeDream) have no common step, so each stage clips by the norm of its own gradients. */
+static float clip_scale(pr_run *run, pr_stage_rt *st)
+{
+    const pr_program *prog = run->prog;
+    if (prog->grad_clip <= 0.0)
+        return 1.0f;
+    const pr_stage_code *sc = st->code;
+    double *sums = st->tensor_sumsq[st->t & 1];
+    for (int i = 0; i < sc->n_tensors; i++)
+        sums[i] = pr_sumsq(st->grads + sc->tensors[i].offset, sc->tensors[i].size);
+    if (!prog->global_clip || run->p == 1)
+        return pr_clip_scale(pr_fold_norm(sums, sc->n_tensors), prog->grad_clip);
+    pthread_barrier_wait(&run->barrier);
+    // Every stage folds the same numbers in the same order; the parity buffers keep the
+    // next step's sums from overwriting ones a slower stage is still reading.
+    double total = 0.0;
+    for (int s = 0; s < run->p; s++) {
+        const double *other = run->stage[s].tensor_sumsq[st->t & 1];
+        for (int i = 0; i < run->stage[s].code->n_tensors; i++)
+            total += other[i];
+    }
+    return pr_clip_scale(sqrt(total), prog->grad_clip);
+}
+
+static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
+{
+    const pr_stage_code *sc = st->code;
+    const pr_program *prog = run->prog;
+    if (in->aux > 0)
+        memcpy(st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params, st->params,
+               (size_t)sc->n_params * sizeof(float));
+    float scale = clip_scale(run, st);
+    double lr = pr_lr(prog, st->t + 1);
+    pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1};
+    sc->adamw(&args);
+    memset(st->grads, 0, (size_t)sc->n_params * sizeof(float));
+    st->t++;
+    if (sc->has_head && run->on_step)
+        run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, lr);
+}
+
+static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end)
+{
+    pthread_mutex_lock(&run->stats_mu);
+    st->busy[op] += end - start;
+    pthread_mutex_unlock(&run->stats_mu);
+    if (!run->opt.trace || (op != PACI_OP_FWD && op != PACI_OP_BWD && op != PACI_OP_STEP))
+        return;
+    if (st->n_trace == st->cap_trace) {
+        st->cap_trace = st->cap_trace ? 2 * st->cap_trace : 1024;
+        st->trace = realloc(st->trace, (size_t)st->cap_trace * sizeof *st->trace);
+        if (!st->trace)
+            pr_internal("out of memory for the trace of stage %d", st->index);
+    }
+    st->trace[st->n_trace++] = (pr_trace_event){(uint8_t)op, mb, start - run->start_time,
+                                                 end - run->start_time};
+}
+
+/* One instruction, with mb already made absolute. */
+static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
+{
+    const pr_stage_code *sc = st->code;
+    int s = st->index;
+    int64_t BT = run->B * run->T;
+    float *slot = st->slots + (size_t)in->slot * (size_t)sc->act_floats;
+    int32_t *tokens = st->slot_tokens + in->slot * BT, *targets = st->slot_targets + in->slot * BT;
+    double start = pr_now();
+    switch (in->op) {
+    case PACI_OP_RECV_ACT:
+        expect_mb(st, in->op, mb, pr_channel_recv(&run->act[s - 1], slot + sc->in_offset), "the link");
+        st->slot_mb[in->slot] = mb;
+        break;
+    case PACI_OP_FWD: {
+        if (s > 0)
+            expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
+        if (sc->has_embed || sc->has_head)
+            pr_tokens_batch(&run->train, mb, run->B, run->T, tokens, targets);
+        st->slot_mb[in->slot] = mb;
+        st->slot_fwd_step[in->slot] = st->t;
+        float *losses = st->slot_losses + in->slot * BT;
+        pr_fwd_args args = {st->params, slot, tokens, targets, losses};
+        sc->forward(&args);
+        if (sc->has_head) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < BT; i++)
+                sum += losses[i];
+            run->step_loss[mb / run->K] += sum / (double)BT;
+        }
+        break;
+    }
+    case PACI_OP_SEND_ACT:
+        expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
+        pr_channel_send(&run->act[s], mb, slot + sc->out_offset);
+        break;
+    case PACI_OP_RECV_GRAD:
+        st->grad_in_mb = pr_channel_recv(&run->grad[s], st->grad_in);
+        expect_mb(st, in->op, mb, st->grad_in_mb, "the link");
+        break;
+    case PACI_OP_BWD: {
+        expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
+        if (!sc->has_head)
+            expect_mb(st, in->op, mb, st->grad_in_mb, "the gradient buffer");
+        const float *weights = in->aux ? st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params
+                                       : st->params;
+        pr_bwd_args args = {weights, st->grads, slot, st->scratch, tokens, targets,
+                            sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
+                            1.0f / (float)run->K};
+        sc->backward(&args);
+        int64_t drift = st->t - st->slot_fwd_step[in->slot];
+        pthread_mutex_lock(&run->stats_mu);
+        st->backwards++;
+        if (drift > 0)
+            st->drifting++;
+        if (drift > st->drift_max)
+            st->drift_max = drift;
+        if (in->aux == 0 && drift > st->drift_effective_max)
+            st->drift_effective_max = drift;
+        pthread_mutex_unlock(&run->stats_mu);
+        st->grad_out_mb = mb;
+        st->grad_in_mb = -1;
+        st->slot_mb[in->slot] = -1;
+        break;
+    }
+    case PACI_OP_SEND_GRAD:
+        expect_mb(st, in->op, mb, st->grad_out_mb, "the gradient buffer");
+        pr_channel_send(&run->grad[s - 1], mb, st->grad_out);
+        break;
+    case PACI_OP_STEP:
+        do_step(run, st, in);
+        break;
+    default:
+        pr_internal("stage %d: unknown instruction op %d", s, in->op);
+    }
+    record(run, st, in->op, mb, start, pr_now());
+}
+
+static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n, int64_t base_mb)
+{
+    for (int32_t i = first; i < first + n; i++) {
+        const paci_instr *in = &run->tab->instrs[i];
+        execute(run, st, in, in->op == PACI_OP_STEP ? -1 : base_mb + in->mb);
+    }
+}
+
+typedef struct stage_job {
+    pr_run *run;
+    int stage;
+    int32_t seg;
+} stage_job;
+
+/* A stage thread: prologue, body x reps (mb advancing by window), epilogue. */
+static void *stage_thread(void *arg)
+{
+    stage_job *job = arg;
+    pr_run *run = job->run;
+    pr_stage_rt *st = &run->stage[job->stage];
+    const paci_program *pg = paci_segment_program(run->tab, job->seg);
+    const paci_stage_program *sp = &pg->stage[job->stage];
+    int64_t first_mb = (int64_t)job->seg * run->tab->segment_steps * run->K;
+    execute_list(run, st, sp->prologue, sp->n_prologue, first_mb);
+    for (int32_t r = 0; r < pg->body_reps; r++)
+        execute_list(run, st, sp->body, sp->n_body, first_mb + (int64_t)r * run->K);
+    execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb);
+    return NULL;
+}
+
+void pr_run_segment(pr_run *run, int32_t seg)
+{
+    pthread_t threads[PACI_MAX_STAGES];
+    stage_job jobs[PACI_MAX_STAGES];
+    double start = pr_now();
+    for (int s = 0; s < run->p; s++) {
+        jobs[s] = (stage_job){run, s, seg};
+        if (pthread_create(&threads[s], NULL, stage_thread, &jobs[s]) != 0)
+            pr_internal("cannot start the thread of stage %d", s);
+    }
+    for (int s = 0; s < run->p; s++)
+        pthread_join(threads[s], NULL);
+    const paci_program *pg = paci_segment_program(run->tab, seg);
+    run->step += pg->steps;
+    run->steps_this_process += pg->steps;
+    run->train_time += pr_now() - start;
+    for (int s = 0; s < run->p; s++)
+        if (run->stage[s].t != run->step)
+            pr_internal("after segment %d stage %d has taken %lld steps, expected %lld", seg, s,
+                        (long long)run->stage[s].t, (long long)run->step);
+}
+
+/* Forward of one micro-batch through every stage in order, on the calling thread, in slot 0
+ * (free at a drain boundary). Returns the last stage's slot. */
+static float *forward_through(pr_run *run, const int32_t *tokens, const int32_t *targets)
+{
+    float *prev_out = NULL;
+    for (int s = 0; s < run->p; s++) {
+        pr_stage_rt *st = &run->stage[s];
+        const pr_stage_code *sc = st->code;
+        if (prev_out)
+            memcpy(st->slots + sc->in_offset, prev_out,
+                   (size_t)(run->B * run->T * run->C) * sizeof(float));
+        pr_fwd_args args = {st->params, st->slots, tokens, targets, st->slot_losses};
+        sc->forward(&args);
+        prev_out = st->slots + sc->out_offset;
+    }
+    return run->stage[run->p - 1].slots;
+}
+
+double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches)
+{
+    int64_t BT = run->B * run->T;
+    int32_t *tokens = pr_alloc((size_t)BT * sizeof(int32_t));
+    int32_t *targets = pr_alloc((size_t)BT * sizeof(int32_t));
+    double total = 0.0;
+    for (int64_t g = 0; g < batches; g++) {
+        pr_tokens_batch(d, g, run->B, run->T, tokens, targets);
+        forward_through(run, tokens, targets);
+        const float *losses = run->stage[run->p - 1].slot_losses;
+        double sum = 0.0;
+        for (int64_t i = 0; i < BT; i++)
+            sum += losses[i];
+        total += sum / (double)BT;
+    }
+    free(tokens);
+    free(targets);
+    return batches > 0 ? total / (double)batches : NAN;
+}
+
+const float *pr_forward_all(pr_run *run, const int32_t *tokens)
+{
+    int64_t BT = run->B * run->T;
+    int32_t *targets = pr_alloc((size_t)BT * sizeof(int32_t));
+    float *last = forward_through(run, tokens, targets);
+    free(targets);
+    return last + run->stage[run->p - 1].code->probs_offset;
+}
+
+static float *block_of(const pr_stage_rt *st, int which)
+{
+    return which == 0 ? st->params : which == 1 ? st->m : st->v;
+}
+
+void pr_gather(const pr_run *run, int which, float *flat)
+{
+    int64_t offsets[PR_CKPT_COUNT];
+    pr_ckpt_offsets(run->prog, offsets);
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_code *sc = run->stage[s].code;
+        const float *block = block_of(&run->stage[s], which);
+        for (int i = 0; i < sc->n_tensors; i++) {
+            const pr_tensor *t = &sc->tensors[i];
+            memcpy(flat + offsets[t->ckpt_tensor] + t->ckpt_offset, block + t->offset,
+                   (size_t)t->size * sizeof(float));
+        }
+    }
+}
+
+void pr_scatter(pr_run *run, int which, const float *flat)
+{
+    int64_t offsets[PR_CKPT_COUNT];
+    pr_ckpt_offsets(run->prog, offsets);
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_code *sc = run->stage[s].code;
+        float *block = block_of(&run->stage[s], which);
+        for (int i = 0; i < sc->n_tensors; i++) {
+            const pr_tensor *t = &sc->tensors[i];
+            memcpy(block + t->offset, flat + offsets[t->ckpt_tensor] + t->ckpt_offset,
+                   (size_t)t->size * sizeof(float));
+        }
+    }
+}
