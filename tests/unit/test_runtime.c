@@ -1,0 +1,231 @@
+/* test_runtime.c: transport, learning rate, clipping and the executor over toy stages. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "toy_model.h"
+
+static char token_path[] = "/tmp/pacirt_test_XXXXXX";
+
+/* ---- transport ------------------------------------------------------------------------ */
+
+typedef struct sender {
+    pr_channel *c;
+    int sent;
+} sender;
+
+static void *send_three(void *arg)
+{
+    sender *s = arg;
+    float msg[2];
+    for (int i = 0; i < 3; i++) {
+        msg[0] = msg[1] = (float)i;
+        pr_channel_send(s->c, 10 + i, msg);
+        __atomic_store_n(&s->sent, i + 1, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+static void test_channel_fifo_and_capacity(void **state)
+{
+    pr_channel c;
+    pr_channel_init(&c, 2, 2);
+    sender s = {&c, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, send_three, &s);
+    usleep(100 * 1000);
+    // Two messages fit; the third send must still be blocked.
+    assert_int_equal(__atomic_load_n(&s.sent, __ATOMIC_SEQ_CST), 2);
+    float got[2];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pr_channel_recv(&c, got), 10 + i);
+        assert_true(got[0] == (float)i && got[1] == (float)i);
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(s.sent, 3);
+    pr_channel_destroy(&c);
+}
+
+/* ---- learning rate ---------------------------------------------------------------------- */
+
+static void test_lr_schedule(void **state)
+{
+    pr_program prog = {.lr = 1.0, .min_lr_ratio = 0.1, .steps = 110, .warmup_steps = 10,
+                       .decay = PR_DECAY_COSINE};
+    assert_float_equal(pr_lr(&prog, 1), 0.1, 1e-12);
+    assert_float_equal(pr_lr(&prog, 5), 0.5, 1e-12);
+    assert_float_equal(pr_lr(&prog, 10), 1.0, 1e-12);
+    assert_float_equal(pr_lr(&prog, 60), 0.55, 1e-12); // halfway down the cosine
+    assert_float_equal(pr_lr(&prog, 110), 0.1, 1e-12);
+    prog.decay = PR_DECAY_LINEAR;
+    assert_float_equal(pr_lr(&prog, 35), 1.0 - 0.9 * 0.25, 1e-12);
+    assert_float_equal(pr_lr(&prog, 110), 0.1, 1e-12);
+    prog.decay = PR_DECAY_CONSTANT;
+    assert_float_equal(pr_lr(&prog, 110), 1.0, 1e-12);
+    prog.warmup_steps = 0;
+    prog.decay = PR_DECAY_COSINE;
+    assert_float_equal(pr_lr(&prog, 0), 1.0, 1e-12);
+    assert_float_equal(pr_clip_scale(2.0, 1.0), 0.5, 1e-7);
+    assert_float_equal(pr_clip_scale(0.5, 1.0), 1.0, 0);
+    assert_float_equal(pr_clip_scale(5.0, 0.0), 1.0, 0);
+}
+
+/* ---- executor --------------------------------------------------------------------------- */
+
+#define STEPS 20
+#define SEGMENT 7
+
+static toy_table table;
+
+/* Trains the toy model with a fresh run; leaves the run for inspection. */
+static void toy_train(pr_run *run, enum toy_kind kind, int p, int K, int steps, int segment)
+{
+    static pr_program prog;
+    char err[PR_ERR_LEN];
+    toy_build_stages(p);
+    toy_build_table(&table, kind, p, K, steps, segment);
+    prog = toy_program(&table.t, steps);
+    assert_int_equal(pr_run_init(run, &prog, NULL, err), 0);
+    assert_int_equal(pr_tokens_load(&run->train, token_path, TOY_V, TOY_B, TOY_T, err), 0);
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0}) * 4);
+    pr_init_params(&prog, flat);
+    pr_scatter(run, 0, flat);
+    free(flat);
+    for (int seg = 0; seg < paci_segments(&table.t); seg++)
+        pr_run_segment(run, seg);
+    assert_int_equal(run->step, steps);
+}
+
+static float *gather_params(pr_run *run)
+{
+    int64_t offsets[PR_CKPT_COUNT];
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * 4);
+    pr_gather(run, 0, flat);
+    return flat;
+}
+
+static void test_sync_bit_identical_across_p(void **state)
+{
+    pr_run run;
+    toy_train(&run, TOY_GPIPE, 1, 3, STEPS, SEGMENT);
+    int64_t n = pr_ckpt_offsets(run.prog, (int64_t[PR_CKPT_COUNT]){0});
+    float *reference = gather_params(&run);
+    double first_loss = run.step_loss[0], last_loss = run.step_loss[STEPS - 1];
+    double *losses = malloc(STEPS * sizeof(double));
+    memcpy(losses, run.step_loss, STEPS * sizeof(double));
+    pr_run_free(&run);
+    assert_true(last_loss < first_loss);
+    enum toy_kind kinds[] = {TOY_GPIPE, TOY_1F1B, TOY_PACI};
+    for (int k = 0; k < 3; k++) {
+        for (int p = 1; p <= 4; p++) {
+            if (kinds[k] == TOY_PACI && p > 1)
+                continue; // PACI equals synchronous training only at p = 1
+            toy_train(&run, kinds[k], p, 3, STEPS, SEGMENT);
+            float *params = gather_params(&run);
+            if (memcmp(params, reference, (size_t)n * 4) != 0 ||
+                memcmp(losses, run.step_loss, STEPS * sizeof(double)) != 0)
+                fail_msg("schedule %d at p = %d differs from gpipe at p = 1", kinds[k], p);
+            free(params);
+            pr_run_free(&run);
+        }
+    }
+    free(reference);
+    free(losses);
+}
+
+/* The drift a stage's own instruction order implies: steps between FWD and BWD of one mb. */
+static void table_drift(const paci_table *t, int s, int64_t *max, int64_t *drifting)
+{
+    *max = *drifting = 0;
+    for (int32_t seg = 0; seg < paci_segments(t); seg++) {
+        const paci_stage_program *sp = &paci_segment_program(t, seg)->stage[s];
+        int64_t steps = 0, at_fwd[4096];
+        for (int32_t i = sp->prologue; i < sp->prologue + sp->n_prologue; i++) {
+            const paci_instr *in = &t->instrs[i];
+            if (in->op == PACI_OP_STEP)
+                steps++;
+            else if (in->op == PACI_OP_FWD)
+                at_fwd[in->mb] = steps;
+            else if (in->op == PACI_OP_BWD) {
+                int64_t d = steps - at_fwd[in->mb];
+                *max = d > *max ? d : *max;
+                *drifting += d > 0;
+            }
+        }
+    }
+}
+
+static void test_paci_drift_matches_table(void **state)
+{
+    int p = 4, K = 2;
+    pr_run run;
+    toy_train(&run, TOY_PACI, p, K, STEPS, SEGMENT);
+    assert_true(run.step_loss[STEPS - 1] < run.step_loss[0]);
+    for (int s = 0; s < p; s++) {
+        int64_t max, drifting;
+        table_drift(&table.t, s, &max, &drifting);
+        assert_int_equal(run.stage[s].drift_max, max);
+        assert_int_equal(run.stage[s].drifting, drifting);
+        assert_int_equal(run.stage[s].drift_max, (p - s - 1 + K - 1) / K); // ceil((p-s-1)/K)
+        assert_int_equal(run.stage[s].backwards, STEPS * K);
+    }
+    pr_run_free(&run);
+}
+
+/* The global norm folds per-tensor sums in stage then tensor order: same bits for any p. */
+static void test_clip_norm_independent_of_p(void **state)
+{
+    double norms[5];
+    pr_rng rng = {7};
+    pr_program shape = {.layers = TOY_L, .width = TOY_C, .context = TOY_T, .vocab = TOY_V};
+    int64_t n = pr_ckpt_offsets(&shape, (int64_t[PR_CKPT_COUNT]){0});
+    float *grads = pr_alloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        grads[i] = (float)pr_rng_normal(&rng);
+    for (int p = 1; p <= 4; p++) {
+        pr_run run;
+        toy_train(&run, TOY_GPIPE, p, 1, 1, 1);
+        pr_scatter(&run, 0, grads);
+        double sums[TOY_MAX_TENSORS * 4];
+        int k = 0;
+        for (int s = 0; s < p; s++)
+            for (int i = 0; i < run.stage[s].code->n_tensors; i++)
+                sums[k++] = pr_sumsq(run.stage[s].params + run.stage[s].code->tensors[i].offset,
+                                     run.stage[s].code->tensors[i].size);
+        norms[p] = pr_fold_norm(sums, k);
+        pr_run_free(&run);
+    }
+    free(grads);
+    for (int p = 2; p <= 4; p++)
+        assert_memory_equal(&norms[p], &norms[1], sizeof(double));
+    assert_true(norms[1] > 1.0);
+}
+
+static int setup(void **state)
+{
+    int fd = mkstemp(token_path);
+    close(fd);
+    toy_write_tokens(token_path, 997, 42);
+    pr_blas_threads(1, 1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    unlink(token_path);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_channel_fifo_and_capacity),
+        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_sync_bit_identical_across_p),
+        cmocka_unit_test(test_paci_drift_matches_table),
+        cmocka_unit_test(test_clip_norm_independent_of_p),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
