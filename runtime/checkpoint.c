@@ -1,0 +1,317 @@
+/* checkpoint.c: checkpoints as directories, written so that a crash at any moment leaves
+ * the previous one loadable.
+ *
+ *   DIR/step_00000500/model.bin   llm.c GPT-2 weights (header 256 int32, fp32 tensors)
+ *   DIR/step_00000500/state.bin   our header, AdamW m and v (checkpoint layout), lm_head
+ *   DIR/latest                    the name of the newest complete checkpoint
+ *
+ * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
+ * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` only, so a
+ * leftover .tmp folder is never read. The two newest checkpoints are kept.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "prt.h"
+
+#define MODEL_HEADER_INTS 256
+#define STATE_HEADER_INTS 16
+
+enum { ST_MAGIC, ST_VERSION, ST_LAYERS, ST_WIDTH, ST_HEADS, ST_CONTEXT, ST_VOCAB, ST_TIED,
+       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS };
+
+typedef struct part {
+    const void *data;
+    size_t bytes;
+} part;
+
+/* The file is complete on disk (fsync'ed) when this returns 0. */
+static int write_parts(const char *path, const part *parts, int n, char *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return pr_fail(err, "%s: cannot create: %s", path, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        const char *p = parts[i].data;
+        size_t left = parts[i].bytes;
+        while (left > 0) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                int saved = errno;
+                close(fd);
+                return pr_fail(err, "%s: write failed: %s", path, strerror(saved));
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+    }
+    if (fsync(fd) != 0 || close(fd) != 0)
+        return pr_fail(err, "%s: cannot flush to disk: %s", path, strerror(errno));
+    return 0;
+}
+
+static void fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Checkpoint folders hold plain files only. */
+static void remove_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char file[4096];
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        unlink(file);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+/* The folder name in DIR/latest, or "" when there is none. */
+static void read_latest(const char *dir, char *name, size_t size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    name[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (!fgets(name, (int)size, f))
+        name[0] = '\0';
+    fclose(f);
+    name[strcspn(name, "\r\n")] = '\0';
+}
+
+static void model_header(const pr_program *prog, int32_t h[MODEL_HEADER_INTS])
+{
+    memset(h, 0, MODEL_HEADER_INTS * sizeof(int32_t));
+    h[0] = PR_MODEL_MAGIC;
+    h[1] = PR_MODEL_VERSION;
+    h[2] = prog->context;
+    h[3] = prog->vocab;
+    h[4] = prog->layers;
+    h[5] = prog->heads;
+    h[6] = prog->width;
+    h[7] = prog->vocab;
+}
+
+int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
+{
+    const pr_program *prog = run->prog;
+    if (strlen(ckpt_dir) > 3000)
+        return pr_fail(err, "%.60s...: checkpoint folder name too long", ckpt_dir);
+    if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST)
+        return pr_fail(err, "%s: cannot create checkpoint folder: %s", ckpt_dir, strerror(errno));
+    char name[64], tmp[3900], final[3900], file[4096];
+    snprintf(name, sizeof name, "step_%08lld", (long long)run->step);
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", ckpt_dir, name);
+    snprintf(final, sizeof final, "%s/%s", ckpt_dir, name);
+    remove_dir(tmp);
+    if (mkdir(tmp, 0755) != 0)
+        return pr_fail(err, "%s: cannot create checkpoint folder: %s", ckpt_dir, strerror(errno));
+
+    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
+    pr_ckpt_sizes(prog, sizes);
+    int64_t total = pr_ckpt_offsets(prog, offsets);
+    float *params = pr_alloc((size_t)total * 4), *m = pr_alloc((size_t)total * 4),
+          *v = pr_alloc((size_t)total * 4);
+    pr_gather(run, 0, params);
+    pr_gather(run, 1, m);
+    pr_gather(run, 2, v);
+    int32_t mh[MODEL_HEADER_INTS];
+    model_header(prog, mh);
+    int64_t sh[STATE_HEADER_INTS] = {
+        [ST_MAGIC] = PR_STATE_MAGIC, [ST_VERSION] = PR_STATE_VERSION, [ST_LAYERS] = prog->layers,
+        [ST_WIDTH] = prog->width, [ST_HEADS] = prog->heads, [ST_CONTEXT] = prog->context,
+        [ST_VOCAB] = prog->vocab, [ST_TIED] = prog->tied, [ST_SCHEDULE] = run->tab->schedule,
+        [ST_STAGES] = prog->stages, [ST_STEP] = run->step, [ST_FLOATS] = total};
+    part model[] = {{mh, sizeof mh}, {params, (size_t)offsets[PR_CKPT_LM_HEAD] * 4}};
+    part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
+                    {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
+    snprintf(file, sizeof file, "%s/model.bin", tmp);
+    int rc = write_parts(file, model, 2, err);
+    snprintf(file, sizeof file, "%s/state.bin", tmp);
+    if (rc == 0)
+        rc = write_parts(file, state, 4, err);
+    free(params);
+    free(m);
+    free(v);
+    if (rc != 0) {
+        remove_dir(tmp);
+        return rc;
+    }
+    fsync_dir(tmp);
+    remove_dir(final); // a checkpoint of the same step from an earlier run
+    if (rename(tmp, final) != 0) {
+        int saved = errno;
+        remove_dir(tmp);
+        return pr_fail(err, "%s: cannot rename checkpoint into place: %s", final, strerror(saved));
+    }
+    fsync_dir(ckpt_dir);
+
+    char previous[256], latest_tmp[4096], latest[4096], line[80];
+    read_latest(ckpt_dir, previous, sizeof previous);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", ckpt_dir);
+    snprintf(latest, sizeof latest, "%s/latest", ckpt_dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    part text[] = {{line, strlen(line)}};
+    if (write_parts(latest_tmp, text, 1, err) != 0)
+        return -1;
+    if (rename(latest_tmp, latest) != 0)
+        return pr_fail(err, "%s: cannot replace: %s", latest, strerror(errno));
+    fsync_dir(ckpt_dir);
+
+    // Keep the new checkpoint and the one `latest` named before it; drop older ones.
+    DIR *d = opendir(ckpt_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "step_", 5) != 0 || strcmp(e->d_name, name) == 0 ||
+            strcmp(e->d_name, previous) == 0)
+            continue;
+        snprintf(file, sizeof file, "%s/%s", ckpt_dir, e->d_name);
+        remove_dir(file);
+    }
+    if (d)
+        closedir(d);
+    return 0;
+}
+
+static const char *const model_fields[8] = {"magic", "version", "context", "vocab", "layers",
+                                            "heads", "width", "padded vocab"};
+
+/* Reads an llm.c GPT-2 file into the first offsets[LM_HEAD] floats of flat; rows of wte
+ * past the vocabulary (llm.c pads it) are skipped. */
+static int read_model(const pr_program *prog, const char *path, float *flat, int allow_padding,
+                      char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pr_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    struct stat st;
+    fstat(fileno(f), &st);
+    int32_t h[MODEL_HEADER_INTS], want[MODEL_HEADER_INTS];
+    if (fread(h, 4, MODEL_HEADER_INTS, f) != MODEL_HEADER_INTS) {
+        fclose(f);
+        return pr_fail(err, "%s: truncated header", path);
+    }
+    model_header(prog, want);
+    for (int i = 0; i < 8; i++) {
+        if (i == 7 && allow_padding && h[7] >= h[3])
+            continue;
+        if (h[i] != want[i]) {
+            fclose(f);
+            return pr_fail(err, "%s: %s is %d, the program has %d%s", path, model_fields[i], h[i],
+                           want[i], i >= 2 ? " (a checkpoint of another model shape)" : "");
+        }
+    }
+    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
+    pr_ckpt_sizes(prog, sizes);
+    pr_ckpt_offsets(prog, offsets);
+    int64_t pad_floats = (int64_t)(h[7] - h[3]) * prog->width;
+    int64_t expect = MODEL_HEADER_INTS * 4 + (offsets[PR_CKPT_LM_HEAD] + pad_floats) * 4;
+    if (st.st_size != expect) {
+        fclose(f);
+        return pr_fail(err, "%s: %lld bytes, the shape needs %lld (truncated or corrupt)", path,
+                       (long long)st.st_size, (long long)expect);
+    }
+    size_t wte = (size_t)sizes[PR_CKPT_WTE], rest = (size_t)(offsets[PR_CKPT_LM_HEAD] - sizes[PR_CKPT_WTE]);
+    int ok = fread(flat, 4, wte, f) == wte && fseek(f, (long)pad_floats * 4, SEEK_CUR) == 0 &&
+             fread(flat + wte, 4, rest, f) == rest;
+    fclose(f);
+    if (!ok)
+        return pr_fail(err, "%s: read failed", path);
+    return 0;
+}
+
+static const char *const state_fields[STATE_HEADER_INTS] = {
+    "magic", "version", "layers", "width", "heads", "context", "vocab", "tied"};
+
+int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
+{
+    const pr_program *prog = run->prog;
+    char name[256], path[4096];
+    read_latest(ckpt_dir, name, sizeof name);
+    if (!name[0])
+        return 1;
+    if (strchr(name, '/'))
+        return pr_fail(err, "%s/latest: names '%s', not a checkpoint folder", ckpt_dir, name);
+    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
+    pr_ckpt_sizes(prog, sizes);
+    int64_t total = pr_ckpt_offsets(prog, offsets);
+    float *params = pr_alloc((size_t)total * 4), *m = pr_alloc((size_t)total * 4),
+          *v = pr_alloc((size_t)total * 4);
+    snprintf(path, sizeof path, "%s/%s/model.bin", ckpt_dir, name);
+    int rc = read_model(prog, path, params, 0, err);
+    int64_t sh[STATE_HEADER_INTS];
+    FILE *f = NULL;
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/%s/state.bin", ckpt_dir, name);
+        f = fopen(path, "rb");
+        if (!f)
+            rc = pr_fail(err, "%s: cannot open checkpoint state: %s", path, strerror(errno));
+    }
+    if (rc == 0 && fread(sh, 8, STATE_HEADER_INTS, f) != STATE_HEADER_INTS)
+        rc = pr_fail(err, "%s: truncated header", path);
+    int64_t want[STATE_HEADER_INTS] = {PR_STATE_MAGIC, PR_STATE_VERSION, prog->layers, prog->width,
+                                       prog->heads, prog->context, prog->vocab, prog->tied};
+    for (int i = 0; rc == 0 && i <= ST_TIED; i++)
+        if (sh[i] != want[i])
+            rc = pr_fail(err, "%s: %s is %lld, the program has %lld", path, state_fields[i],
+                         (long long)sh[i], (long long)want[i]);
+    if (rc == 0 && (sh[ST_FLOATS] != total || sh[ST_STEP] < 0 || sh[ST_STEP] > run->tab->total_steps))
+        rc = pr_fail(err, "%s: step %lld or size %lld does not fit the program (%d steps, %lld floats)",
+                     path, (long long)sh[ST_STEP], (long long)sh[ST_FLOATS], run->tab->total_steps,
+                     (long long)total);
+    size_t n = (size_t)total, head = (size_t)sizes[PR_CKPT_LM_HEAD];
+    if (rc == 0 && (fread(m, 4, n, f) != n || fread(v, 4, n, f) != n ||
+                    fread(params + offsets[PR_CKPT_LM_HEAD], 4, head, f) != head ||
+                    fgetc(f) != EOF))
+        rc = pr_fail(err, "%s: truncated or oversized state", path);
+    if (f)
+        fclose(f);
+    if (rc == 0) {
+        pr_scatter(run, 0, params);
+        pr_scatter(run, 1, m);
+        pr_scatter(run, 2, v);
+        run->step = sh[ST_STEP];
+        for (int s = 0; s < run->p; s++)
+            run->stage[s].t = run->step;
+    }
+    free(params);
+    free(m);
+    free(v);
+    return rc;
+}
+
+int pr_load_llmc(pr_run *run, const char *path, char *err)
+{
+    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
+    pr_ckpt_sizes(run->prog, sizes);
+    int64_t total = pr_ckpt_offsets(run->prog, offsets);
+    float *params = pr_alloc((size_t)total * 4);
+    int rc = read_model(run->prog, path, params, 1, err);
+    if (rc == 0) {
+        memcpy(params + offsets[PR_CKPT_LM_HEAD], params + offsets[PR_CKPT_WTE],
+               (size_t)sizes[PR_CKPT_LM_HEAD] * 4);
+        pr_scatter(run, 0, params);
+    }
+    free(params);
+    return rc;
+}
