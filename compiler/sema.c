@@ -1,0 +1,1037 @@
+/* sema.c: the meaning of a .paci file (docs/dsl.md). The keys of every block are written
+ * once, as data (name, value shape, range, default, where it goes); a walk over the AST
+ * checks each entry against its table and fills Config; cross-checks and derived values
+ * follow. Every message points at the span that breaks the rule. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pacic.h"
+#include "../runtime/pacirt.h"
+
+typedef struct Sema Sema;
+
+/* The value a key takes, and the type of the Config field it fills. */
+typedef enum {
+    SHAPE_INT,    /* integer -> int */
+    SHAPE_LONG,   /* integer -> long */
+    SHAPE_U64,    /* integer -> uint64_t */
+    SHAPE_NUMBER, /* number -> double */
+    SHAPE_BOOL,   /* true | false -> bool */
+    SHAPE_CHOICE, /* one of `choices`; its index is the enum value -> int-sized enum */
+    SHAPE_CUSTOM, /* checked and stored by `set` */
+    SHAPE_BLOCK,  /* a nested block described by `block` */
+} Shape;
+
+typedef struct BlockDef BlockDef;
+
+typedef struct KeyDef {
+    const char *name;
+    Shape shape;
+    double min, max;              /* inclusive range of a number */
+    bool min_exclusive;           /* the value must be above min */
+    double fallback;              /* default of a number field, set before the walk */
+    bool required;
+    size_t field;                 /* offsetof(Config, ...) */
+    const char *const *choices;   /* SHAPE_CHOICE, NULL-terminated */
+    void (*set)(Sema *s, const Entry *e); /* SHAPE_CUSTOM */
+    const BlockDef *block;        /* SHAPE_BLOCK */
+} KeyDef;
+
+struct BlockDef {
+    const char *name;
+    const KeyDef *keys;           /* ends with a NULL name */
+    const char *const *names;     /* the block's allowed names; NULL: it takes none */
+    bool name_required;
+    void (*on_name)(Sema *s, const Entry *e); /* before its entries: a preset */
+};
+
+/* Where a key was written (or found missing), so cross-checks can point at it and skip
+ * what already failed. */
+typedef struct Seen {
+    const BlockDef *block;
+    const KeyDef *key;
+    const Entry *entry;           /* NULL when missing */
+    bool failed;
+} Seen;
+
+enum { MAX_SEEN = 128 };
+
+struct Sema {
+    const Source *src;
+    Config *cfg;
+    bool need_data;
+    Seen seen[MAX_SEEN];
+    int n_seen;
+    const Entry *blocks[8];       /* the top-level block entries, by root key index */
+    long global;                  /* `global` as written; 0 when absent */
+    bool lr_at_given;
+};
+
+static const char *const bool_words[] = {"false", "true", NULL};
+static const char *const precision_words[] = {[PREC_FP32] = "fp32", [PREC_BF16] = "bf16", NULL};
+static const char *const decay_words[] = {
+    [PR_DECAY_COSINE] = "cosine", [PR_DECAY_LINEAR] = "linear", [PR_DECAY_CONSTANT] = "constant",
+    NULL};
+static const char *const schedule_words[] = {
+#define SCHED_WORD(name, text, sync) [PACI_SCHED_##name] = text,
+    PACI_SCHEDULES(SCHED_WORD)
+#undef SCHED_WORD
+    NULL};
+static const char *const scale_words[] = {
+    [LR_SCALE_NONE] = "none", [LR_SCALE_LINEAR] = "linear", [LR_SCALE_SQRT] = "sqrt", NULL};
+
+/* GPT-2 presets (docs/dsl.md); "gpt2" alone is a model whose shape the block states. */
+typedef struct Preset {
+    const char *name;
+    int layers, width, heads;
+} Preset;
+static const Preset presets[] = {
+    {"gpt2-small", 12, 768, 12},
+    {"gpt2-medium", 24, 1024, 16},
+    {"gpt2-large", 36, 1280, 20},
+    {"gpt2-xl", 48, 1600, 25},
+};
+static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large",
+                                          "gpt2-xl", NULL};
+static const char *const optimizer_names[] = {"adamw", NULL};
+
+_Static_assert(sizeof(enum paci_schedule_kind) == sizeof(int), "choices store an int");
+_Static_assert(sizeof(Precision) == sizeof(int), "choices store an int");
+
+static void set_model_name(Sema *s, const Entry *e);
+static void set_split(Sema *s, const Entry *e);
+static void set_global(Sema *s, const Entry *e);
+static void set_data(Sema *s, const Entry *e);
+static void set_val(Sema *s, const Entry *e);
+static void set_lr(Sema *s, const Entry *e);
+static void set_betas(Sema *s, const Entry *e);
+static void set_warmup(Sema *s, const Entry *e);
+static void set_ckpt_dir(Sema *s, const Entry *e);
+
+#define AT(f) offsetof(Config, f)
+#define INT_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_INT, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
+#define LONG_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_LONG, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
+#define NUM_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_NUMBER, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
+#define POS_KEY(n, f, def) {.name = n, .shape = SHAPE_NUMBER, .min = 0, .min_exclusive = true, .max = 1e30, .fallback = def, .field = AT(f)}
+#define CHOICE_KEY(n, f, words, def) {.name = n, .shape = SHAPE_CHOICE, .choices = words, .fallback = def, .field = AT(f)}
+#define CUSTOM_KEY(n, fn) {.name = n, .shape = SHAPE_CUSTOM, .set = fn}
+#define BLOCK_KEY(n, def) {.name = n, .shape = SHAPE_BLOCK, .block = &def}
+#define END_KEYS {.name = NULL}
+
+/* 2^53: seeds above it would not survive the trip through a double. */
+#define MAX_EXACT 9007199254740992.0
+
+static const KeyDef model_keys[] = {
+    INT_KEY("layers", layers, 1, 1024, 0),
+    INT_KEY("width", width, 1, 65536, 0),
+    INT_KEY("heads", heads, 1, 65536, 0),
+    INT_KEY("context", context, 1, 65536, 0),
+    INT_KEY("vocab", vocab, 2, 1048576, 50257),
+    {.name = "tied", .shape = SHAPE_BOOL, .field = AT(tied)},
+    END_KEYS,
+};
+static const KeyDef pipeline_keys[] = {
+    INT_KEY("stages", stages, 1, PACI_MAX_STAGES, 1),
+    CHOICE_KEY("schedule", schedule, schedule_words, PACI_SCHED_PACI),
+    INT_KEY("window", window, 1, 1000000, 0), /* 0: not written, derived */
+    CUSTOM_KEY("split", set_split),
+    END_KEYS,
+};
+static const KeyDef batch_keys[] = {
+    {.name = "micro", .shape = SHAPE_INT, .min = 1, .max = 1000000, .required = true, .field = AT(micro)},
+    CUSTOM_KEY("global", set_global),
+    END_KEYS,
+};
+static const KeyDef optimizer_keys[] = {
+    CUSTOM_KEY("lr", set_lr),
+    CUSTOM_KEY("betas", set_betas),
+    POS_KEY("eps", eps, 1e-8),
+    NUM_KEY("weight_decay", weight_decay, 0, 1e30, 0.1),
+    NUM_KEY("clip", grad_clip, 0, 1e30, 1.0),
+    END_KEYS,
+};
+static const KeyDef lr_schedule_keys[] = {
+    CUSTOM_KEY("warmup", set_warmup),
+    CHOICE_KEY("decay", lr_decay, decay_words, PR_DECAY_COSINE),
+    NUM_KEY("floor", min_lr_ratio, 0, 1, 0.1),
+    END_KEYS,
+};
+static const KeyDef eval_keys[] = {
+    LONG_KEY("every", eval_every, 0, 1e12, 0),
+    LONG_KEY("batches", eval_batches, 1, 1e9, 8),
+    END_KEYS,
+};
+static const KeyDef checkpoint_keys[] = {
+    LONG_KEY("every", ckpt_every, 0, 1e12, 0),
+    CUSTOM_KEY("dir", set_ckpt_dir),
+    END_KEYS,
+};
+static const BlockDef optimizer_block = {"optimizer", optimizer_keys, optimizer_names, false, NULL};
+static const BlockDef lr_schedule_block = {"lr_schedule", lr_schedule_keys, NULL, false, NULL};
+static const BlockDef eval_block = {"eval", eval_keys, NULL, false, NULL};
+static const BlockDef checkpoint_block = {"checkpoint", checkpoint_keys, NULL, false, NULL};
+static const KeyDef train_keys[] = {
+    CUSTOM_KEY("data", set_data),
+    CUSTOM_KEY("val", set_val),
+    {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = 1e12, .required = true, .field = AT(steps)},
+    {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = MAX_EXACT, .fallback = 1337, .field = AT(seed)},
+    CHOICE_KEY("precision", precision, precision_words, PREC_FP32),
+    BLOCK_KEY("optimizer", optimizer_block),
+    BLOCK_KEY("lr_schedule", lr_schedule_block),
+    BLOCK_KEY("eval", eval_block),
+    BLOCK_KEY("checkpoint", checkpoint_block),
+    END_KEYS,
+};
+/* Hardware defaults: H100 SXM dense FLOP/s (flops depends on precision: set later). */
+static const KeyDef hardware_keys[] = {
+    POS_KEY("flops", device_flops, 0),
+    POS_KEY("bandwidth", link_bandwidth, 450e9),
+    NUM_KEY("latency", link_latency, 0, 1e30, 5e-6),
+    POS_KEY("memory", device_memory, 80e9),
+    END_KEYS,
+};
+static const BlockDef model_block = {"model", model_keys, model_names, true, set_model_name};
+static const BlockDef pipeline_block = {"pipeline", pipeline_keys, NULL, false, NULL};
+static const BlockDef batch_block = {"batch", batch_keys, NULL, false, NULL};
+static const BlockDef train_block = {"train", train_keys, NULL, false, NULL};
+static const BlockDef hardware_block = {"hardware", hardware_keys, NULL, false, NULL};
+
+/* The top level holds blocks only; model, batch and train are required. */
+static const KeyDef root_keys[] = {
+    {.name = "model", .shape = SHAPE_BLOCK, .block = &model_block, .required = true},
+    BLOCK_KEY("pipeline", pipeline_block),
+    {.name = "batch", .shape = SHAPE_BLOCK, .block = &batch_block, .required = true},
+    {.name = "train", .shape = SHAPE_BLOCK, .block = &train_block, .required = true},
+    BLOCK_KEY("hardware", hardware_block),
+    END_KEYS,
+};
+static const BlockDef root_block = {"file", root_keys, NULL, false, NULL};
+
+static const BlockDef *const all_blocks[] = {
+    &model_block, &pipeline_block, &batch_block, &train_block, &optimizer_block,
+    &lr_schedule_block, &eval_block, &checkpoint_block, &hardware_block, NULL,
+};
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static void *field_of(Config *cfg, size_t offset)
+{
+    return (char *)cfg + offset;
+}
+
+static Seen *record(Sema *s, const BlockDef *block, const KeyDef *key, const Entry *entry)
+{
+    if (s->n_seen == MAX_SEEN)
+        ICE("more keys than MAX_SEEN");
+    Seen *seen = &s->seen[s->n_seen++];
+    *seen = (Seen){.block = block, .key = key, .entry = entry};
+    return seen;
+}
+
+static Seen *find_seen(Sema *s, const char *block, const char *key)
+{
+    for (int i = 0; i < s->n_seen; i++)
+        if (strcmp(s->seen[i].block->name, block) == 0 && strcmp(s->seen[i].key->name, key) == 0)
+            return &s->seen[i];
+    return NULL;
+}
+
+/* The entry where `block`/`key` was written, or NULL. */
+static const Entry *written(Sema *s, const char *block, const char *key)
+{
+    Seen *seen = find_seen(s, block, key);
+    return seen ? seen->entry : NULL;
+}
+
+/* A key is usable by a cross-check unless its own check failed. */
+static bool usable(Sema *s, const char *block, const char *key)
+{
+    Seen *seen = find_seen(s, block, key);
+    return !seen || !seen->failed;
+}
+
+static void mark_failed(Sema *s, const Entry *e)
+{
+    for (int i = 0; i < s->n_seen; i++)
+        if (s->seen[i].entry == e)
+            s->seen[i].failed = true;
+}
+
+static Span values_span(const Entry *e)
+{
+    if (e->n_values == 0)
+        return e->key_span;
+    return (Span){e->values[0]->span.begin, e->values[e->n_values - 1]->span.end};
+}
+
+static const char *kind_phrase(const Value *v)
+{
+    switch (v->kind) {
+    case VAL_NUMBER: return "a number";
+    case VAL_PERCENT: return "a percentage";
+    case VAL_STRING: return "a string";
+    case VAL_WORD: return "a word";
+    case VAL_LIST: return "a list";
+    }
+    unreachable();
+}
+
+/* `count` values exactly; otherwise an error at the missing or the extra ones. */
+static bool expect_count(Sema *s, const Entry *e, int count, const char *what)
+{
+    if (e->n_values == count)
+        return true;
+    if (e->n_values < count) {
+        Span at = e->n_values ? values_span(e) : e->key_span;
+        error_at(s->src, at, "'%s' needs %s", e->key, what);
+    } else {
+        Span extra = {e->values[count]->span.begin, e->values[e->n_values - 1]->span.end};
+        error_at(s->src, extra, "'%s' takes %s; remove the extra value%s", e->key, what,
+                 e->n_values - count > 1 ? "s" : "");
+    }
+    return false;
+}
+
+/* Writes a range for messages: "1..1024", "> 0", ">= 0". */
+static void describe_range(char *buf, size_t size, double min, double max, bool min_exclusive,
+                           bool integer)
+{
+    if (max >= 1e12 && !integer)
+        snprintf(buf, size, "%s %g", min_exclusive ? ">" : ">=", min);
+    else if (max >= 1e6 && integer)
+        snprintf(buf, size, ">= %.0f", min);
+    else if (integer)
+        snprintf(buf, size, "in %.0f..%.0f", min, max);
+    else
+        snprintf(buf, size, "in [%g, %g]", min, max);
+}
+
+/* A number in range; with `integer`, also whole (`1e4` and `4.0` are whole, `4.5` not). */
+static bool check_number(Sema *s, const char *key, const Value *v, double min, double max,
+                         bool min_exclusive, bool integer, double *out)
+{
+    if (v->kind != VAL_NUMBER) {
+        error_at(s->src, v->span, "'%s' must be %s, not %s", key,
+                 integer ? "an integer" : "a number", kind_phrase(v));
+        return false;
+    }
+    if (integer && v->number != floor(v->number)) {
+        error_at(s->src, v->span, "'%s' must be an integer, not %s", key, v->text);
+        return false;
+    }
+    if (v->number < min || v->number > max || (min_exclusive && v->number == min)) {
+        char range[64];
+        describe_range(range, sizeof range, min, max, min_exclusive, integer);
+        error_at(s->src, v->span, "'%s' %s is out of range: it must be %s", key, v->text, range);
+        return false;
+    }
+    *out = v->number;
+    return true;
+}
+
+/* One word out of `choices`; returns its index or -1 after an error with a suggestion. */
+static int check_choice(Sema *s, const char *what, const Value *v, const char *const *choices)
+{
+    StrBuf list = {0};
+    for (int i = 0; choices[i]; i++)
+        sb_printf(&list, "%s%s", i ? ", " : "", choices[i]);
+    int found = -1;
+    if (v->kind == VAL_WORD) {
+        for (int i = 0; choices[i]; i++)
+            if (strcmp(v->text, choices[i]) == 0)
+                found = i;
+        if (found < 0) {
+            const char *guess = did_you_mean(v->text, choices);
+            if (guess)
+                error_at(s->src, v->span, "unknown %s '%s'; did you mean '%s'?", what, v->text, guess);
+            else
+                error_at(s->src, v->span, "unknown %s '%s' (expected one of: %s)", what, v->text,
+                         list.data);
+        }
+    } else {
+        error_at(s->src, v->span, "%s must be one of %s, not %s", what, list.data, kind_phrase(v));
+    }
+    sb_free(&list);
+    return found;
+}
+
+/* Joins a folder and a relative path; absolute paths and the current folder stay as given. */
+static char *resolve_path(const Sema *s, const char *path)
+{
+    const char *slash = strrchr(s->src->path, '/');
+    if (path[0] == '/' || !slash)
+        return xstrdup(path);
+    return xasprintf("%.*s/%s", (int)(slash - s->src->path), s->src->path, path);
+}
+
+/* ---- custom keys -------------------------------------------------------------------- */
+
+/* `model NAME`: a preset fills layers, width and heads; keys in the block override it. */
+static void set_model_name(Sema *s, const Entry *e)
+{
+    Config *cfg = s->cfg;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(e->block->name, presets[i].name) == 0) {
+            cfg->layers = presets[i].layers;
+            cfg->width = presets[i].width;
+            cfg->heads = presets[i].heads;
+            cfg->context = 1024;
+        }
+    }
+}
+
+/* `split [n0, n1, ...]`: stored as written; checked against stages and layers later. */
+static void set_split(Sema *s, const Entry *e)
+{
+    if (!expect_count(s, e, 1, "one list of layers per stage, e.g. [3, 3, 2]"))
+        goto fail;
+    const Value *list = e->values[0];
+    if (list->kind != VAL_LIST) {
+        error_at(s->src, list->span, "'split' must be a list of layers per stage, e.g. [3, 3, 2], not %s",
+                 kind_phrase(list));
+        goto fail;
+    }
+    if (list->n_items == 0 || list->n_items > PACI_MAX_STAGES) {
+        error_at(s->src, list->span, "'split' needs one entry per stage (1..%d entries), not %d",
+                 PACI_MAX_STAGES, list->n_items);
+        goto fail;
+    }
+    int *split = xcalloc((size_t)list->n_items, sizeof *split);
+    for (int i = 0; i < list->n_items; i++) {
+        const Value *item = list->items[i];
+        double n;
+        if (item->kind == VAL_NUMBER && item->number == 0 && item->is_integer) {
+            error_at(s->src, item->span, "stage %d of 'split' has 0 layers; every stage needs at least one", i);
+            free(split);
+            goto fail;
+        }
+        if (!check_number(s, "split", item, 1, 1024, false, true, &n)) {
+            free(split);
+            goto fail;
+        }
+        split[i] = (int)n;
+    }
+    free(s->cfg->split);
+    s->cfg->split = split;
+    s->cfg->span_split = list->span;
+    return;
+fail:
+    mark_failed(s, e);
+}
+
+static void set_global(Sema *s, const Entry *e)
+{
+    double n;
+    if (!expect_count(s, e, 1, "one value") ||
+        !check_number(s, "global", e->values[0], 1, 1e12, false, true, &n)) {
+        mark_failed(s, e);
+        return;
+    }
+    s->global = (long)n;
+}
+
+static bool string_value(Sema *s, const Entry *e, const char *what, const char **out)
+{
+    if (!expect_count(s, e, 1, what))
+        return false;
+    if (e->values[0]->kind != VAL_STRING) {
+        error_at(s->src, e->values[0]->span, "'%s' must be a string in quotes, not %s", e->key,
+                 kind_phrase(e->values[0]));
+        return false;
+    }
+    *out = e->values[0]->text;
+    return true;
+}
+
+/* A data file is resolved against the .paci file's folder and must be readable. */
+static void set_data_path(Sema *s, const Entry *e, char **field, const char *what)
+{
+    const char *path;
+    if (!string_value(s, e, "one file name in quotes", &path)) {
+        mark_failed(s, e);
+        return;
+    }
+    free(*field);
+    *field = resolve_path(s, path);
+    if (access(*field, R_OK) != 0) {
+        const char *reason = strerror(errno);
+        DiagLevel level = s->need_data ? DIAG_ERROR : DIAG_WARNING;
+        if (strcmp(*field, path) == 0)
+            diag_at(s->src, e->values[0]->span, level, "cannot read %s '%s': %s", what, path, reason);
+        else
+            diag_at(s->src, e->values[0]->span, level, "cannot read %s '%s' (resolved to '%s'): %s",
+                    what, path, *field, reason);
+    }
+}
+
+static void set_data(Sema *s, const Entry *e)
+{
+    set_data_path(s, e, &s->cfg->train_data, "training data");
+}
+
+static void set_val(Sema *s, const Entry *e)
+{
+    set_data_path(s, e, &s->cfg->val_data, "validation data");
+}
+
+/* The checkpoint folder is relative to where `run` runs, so it is kept as written. */
+static void set_ckpt_dir(Sema *s, const Entry *e)
+{
+    const char *path;
+    if (!string_value(s, e, "one folder name in quotes", &path)) {
+        mark_failed(s, e);
+        return;
+    }
+    if (!path[0]) {
+        error_at(s->src, e->values[0]->span, "'dir' must not be empty");
+        mark_failed(s, e);
+        return;
+    }
+    free(s->cfg->ckpt_dir);
+    s->cfg->ckpt_dir = xstrdup(path);
+}
+
+/* `lr NUMBER [at BATCH [scale none|linear|sqrt]]`. */
+static void set_lr(Sema *s, const Entry *e)
+{
+    Config *cfg = s->cfg;
+    double value;
+    if (e->n_values == 0) {
+        error_at(s->src, e->key_span, "'lr' needs a number, e.g. 'lr 3e-4 at 256 scale sqrt'");
+        goto fail;
+    }
+    if (!check_number(s, "lr", e->values[0], 0, 10, true, false, &value))
+        goto fail;
+    cfg->lr_base = value;
+    bool scale_given = false;
+    int i = 1;
+    while (i < e->n_values) {
+        const Value *word = e->values[i];
+        if (word->kind != VAL_WORD || (strcmp(word->text, "at") && strcmp(word->text, "scale"))) {
+            error_at(s->src, word->span, "expected 'at BATCH' or 'scale RULE' after the lr, not %s",
+                     word->kind == VAL_WORD ? word->text : kind_phrase(word));
+            goto fail;
+        }
+        if (i + 1 == e->n_values) {
+            error_at(s->src, word->span, "'%s' needs a value after it", word->text);
+            goto fail;
+        }
+        const Value *arg = e->values[i + 1];
+        if (strcmp(word->text, "at") == 0) {
+            if (!check_number(s, "lr ... at", arg, 1, 1e12, false, true, &value))
+                goto fail;
+            cfg->lr_base_batch = (long)value;
+            s->lr_at_given = true;
+        } else {
+            int rule = check_choice(s, "lr scale rule", arg, scale_words);
+            if (rule < 0)
+                goto fail;
+            cfg->lr_scale = (LrScale)rule;
+            scale_given = true;
+        }
+        i += 2;
+    }
+    if (scale_given && !s->lr_at_given && cfg->lr_scale != LR_SCALE_NONE) {
+        error_at(s->src, values_span(e),
+                 "'scale' needs 'at BATCH', the global batch the lr was tuned for");
+        goto fail;
+    }
+    if (s->lr_at_given && !scale_given)
+        cfg->lr_scale = LR_SCALE_SQRT;
+    return;
+fail:
+    mark_failed(s, e);
+}
+
+static void set_betas(Sema *s, const Entry *e)
+{
+    double b1, b2;
+    if (!expect_count(s, e, 2, "two numbers, e.g. 'betas 0.9 0.95'") ||
+        !check_number(s, "betas", e->values[0], 0, 0.999999999, false, false, &b1) ||
+        !check_number(s, "betas", e->values[1], 0, 0.999999999, false, false, &b2)) {
+        mark_failed(s, e);
+        return;
+    }
+    s->cfg->beta1 = b1;
+    s->cfg->beta2 = b2;
+}
+
+/* `warmup 200` steps or `warmup 1%` of the steps; a percentage is stored negated until the
+ * steps are known (see derive_schedule). */
+static void set_warmup(Sema *s, const Entry *e)
+{
+    double n;
+    if (!expect_count(s, e, 1, "one value: steps, or a percentage of the steps like 1%")) {
+        mark_failed(s, e);
+        return;
+    }
+    const Value *v = e->values[0];
+    if (v->kind == VAL_PERCENT) {
+        if (v->number < 0 || v->number > 100) {
+            error_at(s->src, v->span, "'warmup' %s is out of range: it must be in 0%%..100%%", v->text);
+            mark_failed(s, e);
+            return;
+        }
+        s->cfg->warmup_steps = -1;
+        return;
+    }
+    if (!check_number(s, "warmup", v, 0, 1e12, false, true, &n)) {
+        mark_failed(s, e);
+        return;
+    }
+    s->cfg->warmup_steps = (long)n;
+}
+
+/* ---- the walk ----------------------------------------------------------------------- */
+
+static void check_block(Sema *s, const BlockDef *def, const Block *block);
+
+/* Where a key that is not in `def` belongs, if anywhere. */
+static const BlockDef *home_of(const char *key, const BlockDef *def)
+{
+    for (int b = 0; all_blocks[b]; b++) {
+        if (all_blocks[b] == def)
+            continue;
+        for (const KeyDef *k = all_blocks[b]->keys; k->name; k++)
+            if (strcmp(k->name, key) == 0)
+                return all_blocks[b];
+    }
+    return NULL;
+}
+
+static void unknown_key(Sema *s, const BlockDef *def, const Entry *e)
+{
+    const char *names[32];
+    int n = 0;
+    for (const KeyDef *k = def->keys; k->name && n < 31; k++)
+        names[n++] = k->name;
+    names[n] = NULL;
+    const char *guess = did_you_mean(e->key, names);
+    const BlockDef *home = home_of(e->key, def);
+    if (def == &root_block) {
+        if (guess)
+            error_at(s->src, e->key_span, "unknown block '%s'; did you mean '%s'?", e->key, guess);
+        else if (home)
+            error_at(s->src, e->key_span, "'%s' is a key of the '%s' block, not a block", e->key,
+                     home->name);
+        else
+            error_at(s->src, e->key_span, "unknown block '%s' (blocks: model, pipeline, batch, train, hardware)",
+                     e->key);
+    } else if (guess) {
+        error_at(s->src, e->key_span, "unknown key '%s' in '%s'; did you mean '%s'?", e->key,
+                 def->name, guess);
+    } else if (home) {
+        error_at(s->src, e->key_span, "unknown key '%s' in '%s'; it belongs in '%s'", e->key,
+                 def->name, home->name);
+    } else {
+        error_at(s->src, e->key_span, "unknown key '%s' in '%s'", e->key, def->name);
+    }
+}
+
+/* Checks a plain key's values and stores them in its Config field. */
+static void check_plain_key(Sema *s, const KeyDef *k, const Entry *e)
+{
+    void *field = field_of(s->cfg, k->field);
+    bool integer = k->shape == SHAPE_INT || k->shape == SHAPE_LONG || k->shape == SHAPE_U64;
+    if (k->shape == SHAPE_BOOL || k->shape == SHAPE_CHOICE) {
+        if (!expect_count(s, e, 1, "one value")) {
+            mark_failed(s, e);
+            return;
+        }
+        const Value *v = e->values[0];
+        if (k->shape == SHAPE_BOOL && (v->kind != VAL_WORD || (strcmp(v->text, "true") && strcmp(v->text, "false")))) {
+            error_at(s->src, v->span, "'%s' must be true or false, not %s", e->key,
+                     v->kind == VAL_WORD ? v->text : kind_phrase(v));
+            mark_failed(s, e);
+            return;
+        }
+        int index = check_choice(s, e->key, v, k->shape == SHAPE_BOOL ? bool_words : k->choices);
+        if (index < 0) {
+            mark_failed(s, e);
+            return;
+        }
+        if (k->shape == SHAPE_BOOL)
+            *(bool *)field = index == 1;
+        else
+            *(int *)field = index;
+        return;
+    }
+    double n;
+    if (!expect_count(s, e, 1, "one value") ||
+        !check_number(s, e->key, e->values[0], k->min, k->max, k->min_exclusive, integer, &n)) {
+        mark_failed(s, e);
+        return;
+    }
+    switch (k->shape) {
+    case SHAPE_INT: *(int *)field = (int)n; break;
+    case SHAPE_LONG: *(long *)field = (long)n; break;
+    case SHAPE_U64: *(uint64_t *)field = (uint64_t)n; break;
+    case SHAPE_NUMBER: *(double *)field = n; break;
+    default: unreachable();
+    }
+}
+
+/* A nested block: its name (if it takes one), then its entries. */
+static void check_nested(Sema *s, const KeyDef *k, const Entry *e)
+{
+    const BlockDef *def = k->block;
+    const Block *b = e->block;
+    if (!b) {
+        error_at(s->src, e->key_span, "'%s' is a block: write '%s%s { ... }'", e->key, e->key,
+                 def->names ? " NAME" : "");
+        mark_failed(s, e);
+        return;
+    }
+    if (b->name && !def->names) {
+        error_at(s->src, b->name_span, "the '%s' block takes no name", e->key);
+    } else if (b->name && check_choice(s, def->name, &(Value){.kind = VAL_WORD, .span = b->name_span, .text = b->name},
+                                       def->names) < 0) {
+        mark_failed(s, e);
+        return;
+    } else if (!b->name && def->name_required) {
+        StrBuf list = {0};
+        for (int i = 0; def->names[i]; i++)
+            sb_printf(&list, "%s%s", i ? ", " : "", def->names[i]);
+        error_at(s->src, b->open_span, "'%s' needs a name before '{': one of %s", e->key, list.data);
+        sb_free(&list);
+        mark_failed(s, e);
+        return;
+    }
+    if (b->name && def->on_name)
+        def->on_name(s, e);
+    check_block(s, def, b);
+}
+
+/* Every entry of `block` against `def`: unknown and duplicate keys, then each value; then
+ * the required keys that are missing, reported at the block's name or '{'. */
+static void check_block(Sema *s, const BlockDef *def, const Block *block)
+{
+    for (int i = 0; i < block->n_entries; i++) {
+        const Entry *e = block->entries[i];
+        const KeyDef *k = def->keys;
+        while (k->name && strcmp(k->name, e->key) != 0)
+            k++;
+        if (!k->name) {
+            unknown_key(s, def, e);
+            continue;
+        }
+        Seen *before = find_seen(s, def->name, k->name);
+        if (before && before->entry) {
+            error_at(s->src, e->key_span, "duplicate '%s' in '%s'", e->key, def->name);
+            note_at(s->src, before->entry->key_span, "first written here");
+            continue;
+        }
+        record(s, def, k, e);
+        if (k->shape == SHAPE_BLOCK) {
+            check_nested(s, k, e);
+        } else if (e->block) {
+            error_at(s->src, e->block->open_span, "'%s' takes a value, not a block", e->key);
+            mark_failed(s, e);
+        } else if (k->shape == SHAPE_CUSTOM) {
+            k->set(s, e);
+        } else {
+            check_plain_key(s, k, e);
+        }
+    }
+    for (const KeyDef *k = def->keys; k->name; k++) {
+        if (!k->required || find_seen(s, def->name, k->name))
+            continue;
+        if (k->shape == SHAPE_BLOCK) {
+            error_at(s->src, SPAN_FILE, "no '%s' block; it is required", k->name);
+        } else {
+            Span at = block->name ? block->name_span : block->open_span;
+            error_at(s->src, at, "'%s' block needs '%s'", def->name, k->name);
+        }
+        record(s, def, k, NULL)->failed = true;
+    }
+}
+
+/* ---- defaults, cross-checks and derived values ----------------------------------------- */
+
+/* Every number key's fallback, before the walk overwrites what the file states. */
+static void set_defaults(Config *cfg)
+{
+    for (int b = 0; all_blocks[b]; b++) {
+        for (const KeyDef *k = all_blocks[b]->keys; k->name; k++) {
+            void *field = field_of(cfg, k->field);
+            switch (k->shape) {
+            case SHAPE_INT:
+            case SHAPE_CHOICE: *(int *)field = (int)k->fallback; break;
+            case SHAPE_LONG: *(long *)field = (long)k->fallback; break;
+            case SHAPE_U64: *(uint64_t *)field = (uint64_t)k->fallback; break;
+            case SHAPE_NUMBER: *(double *)field = k->fallback; break;
+            case SHAPE_BOOL: *(bool *)field = k->fallback != 0; break;
+            case SHAPE_CUSTOM:
+            case SHAPE_BLOCK: break;
+            }
+        }
+    }
+    cfg->lr_base = 3e-4;
+    cfg->lr_scale = LR_SCALE_NONE;
+    cfg->beta1 = 0.9;
+    cfg->beta2 = 0.95;
+    cfg->warmup_steps = -1; /* 1% of the steps */
+    cfg->ckpt_dir = xstrdup("checkpoints");
+}
+
+/* The model's shape: a gpt2 without preset states layers, width, heads and context; heads
+ * must divide width. */
+static void check_model(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *model = s->blocks[0];
+    if (!model || !model->block || !usable(s, "file", "model"))
+        return;
+    /* the first four model keys are the shape: a preset or the block must state them */
+    for (const KeyDef *k = model_keys; k < model_keys + 4; k++) {
+        if (find_seen(s, "model", k->name) || *(int *)field_of(cfg, k->field) != 0)
+            continue;
+        error_at(s->src, model->block->name_span,
+                 "model '%s' needs '%s' (or use a preset: gpt2-small, gpt2-medium, gpt2-large, gpt2-xl)",
+                 model->block->name, k->name);
+        record(s, &model_block, k, NULL)->failed = true;
+    }
+    if (usable(s, "model", "heads") && usable(s, "model", "width") && cfg->width % cfg->heads != 0) {
+        const Entry *heads = written(s, "model", "heads");
+        Span at = heads ? heads->values[0]->span : model->block->name_span;
+        error_at(s->src, at, "heads %d does not divide the width %d", cfg->heads, cfg->width);
+    }
+}
+
+/* Stages, window, global batch and split agree with each other and with the model. */
+static void check_pipeline(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *stages = written(s, "pipeline", "stages");
+    const Entry *window = written(s, "pipeline", "window");
+    const Entry *global = written(s, "batch", "global");
+    bool stages_ok = usable(s, "pipeline", "stages");
+    bool layers_ok = usable(s, "model", "layers") && usable(s, "file", "model");
+    if (stages_ok && layers_ok && cfg->layers > 0 && cfg->stages > cfg->layers) {
+        error_at(s->src, stages ? stages->values[0]->span : SPAN_FILE,
+                 "stages %d is more than the model's %d layers: every stage needs at least one layer",
+                 cfg->stages, cfg->layers);
+        stages_ok = false;
+    }
+    const Entry *tied = written(s, "model", "tied");
+    if (cfg->tied && stages_ok && cfg->stages > 1) {
+        error_at(s->src, tied->values[0]->span,
+                 "'tied true' needs stages 1: with %d stages the embedding and the LM head sit on different stages",
+                 cfg->stages);
+        if (stages)
+            note_at(s->src, stages->values[0]->span, "stages set here");
+    }
+    bool micro_ok = usable(s, "batch", "micro");
+    if (global && usable(s, "batch", "global") && micro_ok) {
+        if (window && usable(s, "pipeline", "window")) {
+            if (s->global != (long)cfg->micro * cfg->window) {
+                error_at(s->src, global->values[0]->span,
+                         "global %ld is not micro x window = %d x %d = %ld",
+                         s->global, cfg->micro, cfg->window, (long)cfg->micro * cfg->window);
+                note_at(s->src, window->values[0]->span, "window set here");
+            }
+        } else if (!window) {
+            if (s->global % cfg->micro != 0)
+                error_at(s->src, global->values[0]->span,
+                         "global %ld is not divisible by micro %d: the window would not be whole",
+                         s->global, cfg->micro);
+            else if (s->global / cfg->micro > 1000000)
+                error_at(s->src, global->values[0]->span,
+                         "global %ld / micro %d gives a window above 1000000", s->global, cfg->micro);
+            else
+                cfg->window = (int)(s->global / cfg->micro);
+        }
+    }
+    if (cfg->window == 0)
+        cfg->window = cfg->stages;
+    cfg->global_batch = (long)cfg->micro * cfg->window;
+
+    const Entry *split = written(s, "pipeline", "split");
+    bool split_ok = false;
+    if (split && cfg->split && stages_ok) {
+        const Value *list = split->values[0];
+        int sum = 0;
+        for (int i = 0; i < list->n_items; i++)
+            sum += cfg->split[i];
+        if (list->n_items != cfg->stages) {
+            error_at(s->src, list->span, "'split' has %d entr%s but there %s %d stage%s", list->n_items,
+                     list->n_items == 1 ? "y" : "ies", cfg->stages == 1 ? "is" : "are", cfg->stages,
+                     cfg->stages == 1 ? "" : "s");
+        } else if (layers_ok && cfg->layers > 0) {
+            split_ok = sum == cfg->layers;
+            if (sum < cfg->layers)
+                error_at(s->src, list->span,
+                         "'split' covers %d of the model's %d layers: layer%s %d..%d would be in no stage",
+                         sum, cfg->layers, cfg->layers - sum > 1 ? "s" : "", sum, cfg->layers - 1);
+            else if (sum > cfg->layers)
+                error_at(s->src, list->span,
+                         "'split' assigns %d layers but the model has %d: layers %d..%d do not exist",
+                         sum, cfg->layers, cfg->layers, sum - 1);
+        }
+    }
+    if (!split_ok) {
+        free(cfg->split);
+        cfg->split = NULL;
+    }
+
+    int p = cfg->stages;
+    if (cfg->schedule == PACI_SCHED_PACI && p > 1 && cfg->window < p - 1) {
+        int crossings = (p - 1 + cfg->window - 1) / cfg->window;
+        Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
+        warning_at(s->src, at,
+                   "window %d is below stages - 1 = %d: stage 0 crosses ceil((p-1)/K) = %d optimizer "
+                   "updates between a micro-batch's forward and backward; window >= p-1 bounds it to 1",
+                   cfg->window, p - 1, crossings);
+    }
+}
+
+/* Learning rate by the scale rule, warmup from a percentage, and warnings on steps. */
+static void derive_training(Sema *s)
+{
+    Config *cfg = s->cfg;
+    if (!s->lr_at_given)
+        cfg->lr_base_batch = cfg->global_batch;
+    double ratio = cfg->lr_base_batch > 0 ? (double)cfg->global_batch / (double)cfg->lr_base_batch : 1;
+    switch (cfg->lr_scale) {
+    case LR_SCALE_NONE: cfg->lr = cfg->lr_base; break;
+    case LR_SCALE_LINEAR: cfg->lr = cfg->lr_base * ratio; break;
+    case LR_SCALE_SQRT: cfg->lr = cfg->lr_base * sqrt(ratio); break;
+    }
+    const Entry *warmup = written(s, "lr_schedule", "warmup");
+    if (cfg->warmup_steps < 0) {
+        double percent = warmup && usable(s, "lr_schedule", "warmup") ? warmup->values[0]->number : 1;
+        long steps = lround(percent / 100 * (double)cfg->steps);
+        cfg->warmup_steps = percent > 0 && steps < 1 ? 1 : steps;
+    }
+    if (!usable(s, "train", "steps") || !written(s, "train", "steps"))
+        return;
+    if (warmup && usable(s, "lr_schedule", "warmup") && cfg->warmup_steps > cfg->steps)
+        warning_at(s->src, warmup->values[0]->span,
+                   "warmup %ld steps is longer than the %ld training steps: the lr never reaches its peak",
+                   cfg->warmup_steps, cfg->steps);
+    static const struct {
+        const char *block;
+        size_t field;
+        const char *what;
+    } intervals[] = {
+        {"eval", AT(eval_every), "validation runs only at the end"},
+        {"checkpoint", AT(ckpt_every), "a checkpoint is written only at the end"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        const Entry *every = written(s, intervals[i].block, "every");
+        long value = *(long *)field_of(cfg, intervals[i].field);
+        if (every && usable(s, intervals[i].block, "every") && value > cfg->steps)
+            warning_at(s->src, every->values[0]->span, "%s every %ld is more than the %ld steps: %s",
+                       intervals[i].block, value, cfg->steps, intervals[i].what);
+    }
+}
+
+/* Spans later phases point at; a value not written points at its block, else the file. */
+static Span span_of(Sema *s, const char *block, const char *key, int root_index)
+{
+    const Entry *e = written(s, block, key);
+    if (e && e->n_values > 0)
+        return e->values[0]->span;
+    const Entry *b = s->blocks[root_index];
+    return b ? b->key_span : SPAN_FILE;
+}
+
+bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->src = src;
+    set_defaults(cfg);
+    Sema *s = xcalloc(1, sizeof *s);
+    s->src = src;
+    s->cfg = cfg;
+    s->need_data = need_data;
+    int errors_before = diag_error_count();
+
+    for (int i = 0; i < ast->root->n_entries; i++) {
+        const Entry *e = ast->root->entries[i];
+        for (int r = 0; root_keys[r].name; r++)
+            if (strcmp(root_keys[r].name, e->key) == 0 && !s->blocks[r])
+                s->blocks[r] = e;
+    }
+    check_block(s, &root_block, ast->root);
+    check_model(s);
+    check_pipeline(s);
+    derive_training(s);
+    if (cfg->device_flops == 0)
+        cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;
+
+    cfg->span_model = s->blocks[0] ? (s->blocks[0]->block && s->blocks[0]->block->name
+                                          ? s->blocks[0]->block->name_span
+                                          : s->blocks[0]->key_span)
+                                   : SPAN_FILE;
+    cfg->span_stages = span_of(s, "pipeline", "stages", 1);
+    cfg->span_window = written(s, "pipeline", "window") ? span_of(s, "pipeline", "window", 1)
+                       : written(s, "batch", "global") ? span_of(s, "batch", "global", 2)
+                                                       : cfg->span_stages;
+    cfg->span_micro = span_of(s, "batch", "micro", 2);
+    if (!cfg->split)
+        cfg->span_split = cfg->span_stages;
+    cfg->span_memory = span_of(s, "hardware", "memory", 4);
+    free(s);
+    return diag_error_count() == errors_before;
+}
+
+void config_free(Config *cfg)
+{
+    free(cfg->split);
+    free(cfg->train_data);
+    free(cfg->val_data);
+    free(cfg->ckpt_dir);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+static void dump_span(FILE *out, const Config *cfg, const char *name, Span span)
+{
+    if (span.begin < 0) {
+        fprintf(out, "  %-16s (not written)\n", name);
+        return;
+    }
+    int line, col;
+    diag_line_col(cfg->src, span.begin, &line, &col);
+    fprintf(out, "  %-16s %d:%d\n", name, line, col);
+}
+
+/* Every field, one a line, grouped as in the DSL (--dump config). */
+void config_dump(FILE *out, const Config *cfg)
+{
+    fprintf(out, "model\n  layers %d\n  width %d\n  heads %d\n  context %d\n  vocab %d\n  tied %s\n",
+            cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab, cfg->tied ? "true" : "false");
+    fprintf(out, "pipeline\n  stages %d\n  schedule %s\n  window %d\n  split ", cfg->stages,
+            schedule_words[cfg->schedule], cfg->window);
+    if (cfg->split) {
+        for (int i = 0; i < cfg->stages; i++)
+            fprintf(out, "%s%d", i ? " " : "[", cfg->split[i]);
+        fprintf(out, "]\n");
+    } else {
+        fprintf(out, "automatic\n");
+    }
+    fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
+    fprintf(out, "train\n  data %s\n  val %s\n  steps %ld\n  seed %llu\n  precision %s\n",
+            cfg->train_data ? cfg->train_data : "(none)", cfg->val_data ? cfg->val_data : "(none)",
+            cfg->steps, (unsigned long long)cfg->seed, precision_words[cfg->precision]);
+    fprintf(out, "  lr %g (base %g at global batch %ld, scale %s)\n", cfg->lr, cfg->lr_base,
+            cfg->lr_base_batch, scale_words[cfg->lr_scale]);
+    fprintf(out, "  betas %g %g\n  eps %g\n  weight_decay %g\n  clip %g\n", cfg->beta1, cfg->beta2,
+            cfg->eps, cfg->weight_decay, cfg->grad_clip);
+    fprintf(out, "  warmup %ld steps\n  decay %s\n  floor %g\n", cfg->warmup_steps,
+            decay_words[cfg->lr_decay], cfg->min_lr_ratio);
+    fprintf(out, "  eval every %ld, %ld batches\n  checkpoint every %ld in %s\n", cfg->eval_every,
+            cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_dir);
+    fprintf(out, "hardware\n  flops %g\n  bandwidth %g\n  latency %g\n  memory %g\n", cfg->device_flops,
+            cfg->link_bandwidth, cfg->link_latency, cfg->device_memory);
+    fprintf(out, "spans\n");
+    dump_span(out, cfg, "model", cfg->span_model);
+    dump_span(out, cfg, "stages", cfg->span_stages);
+    dump_span(out, cfg, "window", cfg->span_window);
+    dump_span(out, cfg, "micro", cfg->span_micro);
+    dump_span(out, cfg, "split", cfg->span_split);
+    dump_span(out, cfg, "memory", cfg->span_memory);
+}
