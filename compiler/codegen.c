@@ -1,0 +1,346 @@
+/* codegen.c: per-stage memory layout, tensor tables and backend-neutral op lists; writes
+ * the generated sources.
+ *
+ * A stage is made of sections: the embedding (first stage), one transformer block repeated
+ * for each of its layers, and the head (last stage), forward and backward. The op lists of
+ * the sections are the same for every stage, so a layer computes bitwise the same whichever
+ * stage holds it, and pipelined synchronous training can equal training at p = 1.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pacic.h"
+
+/* The runtime's enumerators are written by name into the generated tables, so the
+ * compiler never depends on their values (it does not include runtime/pacirt.h). */
+#define CKPT(name) "PR_CKPT_" #name
+#define INIT_NORMAL "PR_INIT_NORMAL"
+#define INIT_RESIDUAL "PR_INIT_RESIDUAL"
+#define INIT_ZEROS "PR_INIT_ZEROS"
+#define INIT_ONES "PR_INIT_ONES"
+
+/* Appends a named range; ranges follow each other with no gaps. */
+static void layout_add(Layout *l, const char *name, long size, const char *doc)
+{
+    if (l->n == (int)(sizeof l->entry / sizeof l->entry[0]))
+        ICE("layout overflow at %s", name);
+    l->entry[l->n++] = (LayoutEntry){name, l->total, size, doc};
+    l->total += size;
+}
+
+long layout_offset(const Layout *l, const char *name)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->entry[i].name, name) == 0)
+            return l->entry[i].offset;
+    ICE("no layout entry '%s'", name);
+}
+
+/* One layer's parameters in llm.c's per-layer tensor order, so that a layer's tensors map
+ * to slices of the checkpoint's tensors one to one. */
+static const struct {
+    const char *name, *ckpt_name, *ckpt_tensor;
+    int rows, cols; /* in units of C (rows 0: a vector of cols * C) */
+    bool decay;
+    const char *init;
+} layer_tensors[] = {
+    {"P_LN1W", "ln1w", CKPT(LN1W), 0, 1, false, INIT_ONES},
+    {"P_LN1B", "ln1b", CKPT(LN1B), 0, 1, false, INIT_ZEROS},
+    {"P_QKVW", "qkvw", CKPT(QKVW), 3, 1, true, INIT_NORMAL},
+    {"P_QKVB", "qkvb", CKPT(QKVB), 0, 3, false, INIT_ZEROS},
+    {"P_ATTPROJW", "attprojw", CKPT(ATTPROJW), 1, 1, true, INIT_RESIDUAL},
+    {"P_ATTPROJB", "attprojb", CKPT(ATTPROJB), 0, 1, false, INIT_ZEROS},
+    {"P_LN2W", "ln2w", CKPT(LN2W), 0, 1, false, INIT_ONES},
+    {"P_LN2B", "ln2b", CKPT(LN2B), 0, 1, false, INIT_ZEROS},
+    {"P_FCW", "fcw", CKPT(FCW), 4, 1, true, INIT_NORMAL},
+    {"P_FCB", "fcb", CKPT(FCB), 0, 4, false, INIT_ZEROS},
+    {"P_FCPROJW", "fcprojw", CKPT(FCPROJW), 1, 4, true, INIT_RESIDUAL},
+    {"P_FCPROJB", "fcprojb", CKPT(FCPROJB), 0, 1, false, INIT_ZEROS},
+};
+enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0] };
+
+static long layer_tensor_size(int i, long C)
+{
+    long rows = layer_tensors[i].rows ? layer_tensors[i].rows * C : 1;
+    return rows * layer_tensors[i].cols * C;
+}
+
+/* Parameters: [wte wpe] layers... [lnfw lnfb lm_head]; activations: input, layers...,
+ * [lnf, its statistics, probabilities]; scratch: the backward's temporaries. */
+void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
+{
+    long B = cfg->micro, T = cfg->context, C = cfg->width, V = cfg->vocab, NH = cfg->heads;
+    long BT = B * T;
+    *lay = (StageLayout){0};
+
+    for (int i = 0; i < N_LAYER_TENSORS; i++)
+        layout_add(&lay->layer_params, layer_tensors[i].name, layer_tensor_size(i, C),
+                   layer_tensors[i].ckpt_name);
+
+    Layout *la = &lay->layer_acts;
+    layout_add(la, "A_LN1", BT * C, "LayerNorm 1 output");
+    layout_add(la, "A_LN1_MEAN", BT, "its row means");
+    layout_add(la, "A_LN1_RSTD", BT, "its row 1/std");
+    layout_add(la, "A_QKV", BT * 3 * C, "q | k | v per row");
+    layout_add(la, "A_ATTY", BT * C, "attention output, heads side by side");
+    layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
+    layout_add(la, "A_RESID2", BT * C, "residual after attention");
+    layout_add(la, "A_LN2", BT * C, "LayerNorm 2 output");
+    layout_add(la, "A_LN2_MEAN", BT, "its row means");
+    layout_add(la, "A_LN2_RSTD", BT, "its row 1/std");
+    layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
+    layout_add(la, "A_FC_GELU", BT * 4 * C, "GELU output");
+    layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+
+    Layout *p = &lay->params;
+    if (sp->has_embed) {
+        layout_add(p, "PARAM_WTE", V * C, "token embedding [V, C]");
+        layout_add(p, "PARAM_WPE", T * C, "position embedding [T, C]");
+    }
+    layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params.total, "the layers' blocks");
+    if (sp->has_head) {
+        layout_add(p, "PARAM_LNFW", C, "final LayerNorm weight");
+        layout_add(p, "PARAM_LNFB", C, "final LayerNorm bias");
+        if (!cfg->tied)
+            layout_add(p, "PARAM_LM_HEAD", V * C, "LM head [V, C]");
+    }
+
+    Layout *a = &lay->acts;
+    layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
+    layout_add(a, "ACT_LAYERS", sp->n_layers * la->total, "the layers' blocks");
+    if (sp->has_head) {
+        layout_add(a, "ACT_LNF", BT * C, "final LayerNorm output");
+        layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
+        layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
+        layout_add(a, "ACT_PROBS", BT * V, "probabilities (the backward turns them into dlogits)");
+    }
+
+    Layout *s = &lay->scratch;
+    layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");
+    layout_add(s, "S_DLN", BT * C, "d(loss)/d(LayerNorm output)");
+    layout_add(s, "S_DQKV", BT * 3 * C, "d(loss)/d(qkv)");
+    layout_add(s, "S_DATTY", BT * C, "d(loss)/d(attention output)");
+    layout_add(s, "S_DFC", BT * 4 * C, "d(loss)/d(GELU output), then d(pre-activation)");
+
+    lay->in_offset = layout_offset(a, "ACT_INPUT");
+    lay->out_offset = sp->n_layers > 0
+        ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * la->total + layout_offset(la, "A_RESID3")
+        : lay->in_offset;
+    lay->probs_offset = sp->has_head ? layout_offset(a, "ACT_PROBS") : 0;
+}
+
+static void tensor_add(TensorInfo *out, int *n, const char *name, const char *ckpt,
+                       long ckpt_offset, long offset, long size, bool decay, const char *init)
+{
+    TensorInfo *t = &out[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ckpt_tensor = ckpt;
+    t->ckpt_offset = ckpt_offset;
+    t->offset = offset;
+    t->size = size;
+    t->decay = decay;
+    t->init = init;
+}
+
+/* Every parameter tensor of the stage, in parameter-block order. A layer's tensor is the
+ * slice [layer * size, (layer + 1) * size) of llm.c's tensor of all layers. */
+int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **tensors)
+{
+    long C = cfg->width;
+    int n = 0;
+    TensorInfo *out = *tensors = xmalloc(sizeof *out * (size_t)(5 + N_LAYER_TENSORS * sp->n_layers));
+    if (sp->has_embed) {
+        tensor_add(out, &n, "wte", CKPT(WTE), 0, layout_offset(&lay->params, "PARAM_WTE"),
+                   (long)cfg->vocab * C, true, INIT_NORMAL);
+        tensor_add(out, &n, "wpe", CKPT(WPE), 0, layout_offset(&lay->params, "PARAM_WPE"),
+                   (long)cfg->context * C, true, INIT_NORMAL);
+    }
+    long layers = layout_offset(&lay->params, "PARAM_LAYERS");
+    for (int l = 0; l < sp->n_layers; l++) {
+        int layer = sp->first_layer + l;
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "h%d.%s", layer, layer_tensors[i].ckpt_name);
+            long size = layer_tensor_size(i, C);
+            tensor_add(out, &n, name, layer_tensors[i].ckpt_tensor, layer * size,
+                       layers + l * lay->layer_params.total + lay->layer_params.entry[i].offset,
+                       size, layer_tensors[i].decay, layer_tensors[i].init);
+        }
+    }
+    if (sp->has_head) {
+        tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,
+                   false, INIT_ONES);
+        tensor_add(out, &n, "lnfb", CKPT(LNFB), 0, layout_offset(&lay->params, "PARAM_LNFB"), C,
+                   false, INIT_ZEROS);
+        if (!cfg->tied)
+            tensor_add(out, &n, "lm_head", CKPT(LM_HEAD), 0,
+                       layout_offset(&lay->params, "PARAM_LM_HEAD"), (long)cfg->vocab * C, true,
+                       INIT_NORMAL);
+    }
+    return n;
+}
+
+static Op *op_push(OpList *l, OpKind kind, const char *comment, const char *fmt, va_list ap)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->ops = xrealloc(l->ops, (size_t)l->cap * sizeof *l->ops);
+    }
+    Op *op = &l->ops[l->n++];
+    *op = (Op){.kind = kind, .comment = xstrdup(comment)};
+    va_list copy;
+    va_copy(copy, ap);
+    int len = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    op->args = xmalloc((size_t)len + 1);
+    vsnprintf(op->args, (size_t)len + 1, fmt, ap);
+    return op;
+}
+
+static void PRINTF_LIKE(4, 5) kernel_op(OpList *l, const char *kernel, const char *comment, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    op_push(l, OP_KERNEL, comment, fmt, ap)->kernel = kernel_find(kernel);
+    va_end(ap);
+}
+
+static void PRINTF_LIKE(4, 5) plain_op(OpList *l, OpKind kind, const char *comment, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    op_push(l, kind, comment, fmt, ap);
+    va_end(ap);
+}
+
+#define GEMM(list, comment, ...) plain_op(list, OP_GEMM, comment, __VA_ARGS__)
+
+/* Section bases (the generated functions' parameters): embedding and head sections see the
+ * stage's `params`, `grads`, `acts`, `scratch`; a block sees its layer's `p`, `g`, `a`,
+ * its input `x` and the stage's scratch `s`. The head reads its input as `x`. */
+void model_ops_build(const Config *cfg, ModelOps *ops)
+{
+    (void)cfg; /* shapes are the generated constants; the op lists do not depend on them */
+    *ops = (ModelOps){0};
+
+    OpList *l = &ops->embed_fwd;
+    kernel_op(l, "encoder_forward", "token + position embedding",
+              "acts + ACT_INPUT, tokens, params + PARAM_WTE, params + PARAM_WPE");
+
+    l = &ops->block_fwd;
+    kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)",
+              "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, p + P_LN1B");
+    GEMM(l, "qkv = ln1 qkvw^T", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C");
+    kernel_op(l, "bias_forward", "qkv += qkvb", "a + A_QKV, p + P_QKVB, 3 * C");
+    kernel_op(l, "attention_forward", "causal self-attention", "a + A_ATTY, a + A_ATT_LSE, a + A_QKV");
+    GEMM(l, "attention projection, into resid2 before the residual add",
+         "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C");
+    kernel_op(l, "residual_layernorm_forward", "resid2 = x + proj + attprojb; ln2 = LayerNorm(resid2)",
+              "a + A_RESID2, x, p + P_ATTPROJB, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B");
+    GEMM(l, "fc = ln2 fcw^T", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C");
+    kernel_op(l, "bias_gelu_forward", "fc += fcb; gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, p + P_FCB");
+    GEMM(l, "MLP projection, into resid3 before the residual add",
+         "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C");
+    kernel_op(l, "residual_forward", "resid3 = resid2 + proj + fcprojb", "a + A_RESID3, a + A_RESID2, p + P_FCPROJB");
+
+    l = &ops->head_fwd;
+    kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
+              "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB");
+    GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, V");
+    kernel_op(l, "softmax_xent_forward", "probabilities and per-token losses", "acts + ACT_PROBS, losses, targets");
+
+    l = &ops->head_bwd;
+    kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities", "acts + ACT_PROBS, targets, dloss");
+    GEMM(l, "d lm_head += dlogits^T lnf",
+         "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, V, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, V, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
+    kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
+              "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
+              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD");
+
+    l = &ops->block_bwd;
+    kernel_op(l, "bias_backward", "d fcprojb", "g + P_FCPROJB, s + S_DRES, C");
+    GEMM(l, "d fcprojw += dres^T gelu",
+         "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
+    GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, p + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
+    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE");
+    kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
+    GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
+    GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, p + P_FCW, C, 0.0f, s + S_DLN, C");
+    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
+              "s + S_DRES, g + P_LN2W, g + P_LN2B, s + S_DLN, a + A_RESID2, p + P_LN2W, a + A_LN2_MEAN, a + A_LN2_RSTD");
+    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
+    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
+    GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
+    plain_op(l, OP_ZERO, "the attention backward accumulates into dqkv", "s + S_DQKV, BT * 3 * C");
+    kernel_op(l, "attention_backward", "d q, d k, d v", "s + S_DQKV, s + S_DATTY, a + A_ATTY, a + A_ATT_LSE, a + A_QKV");
+    kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
+    GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
+    GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
+    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
+              "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD");
+
+    l = &ops->embed_bwd;
+    kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
+}
+
+static void op_list_free(OpList *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free(l->ops[i].args);
+        free(l->ops[i].comment);
+    }
+    free(l->ops);
+}
+
+void model_ops_free(ModelOps *ops)
+{
+    op_list_free(&ops->embed_fwd);
+    op_list_free(&ops->block_fwd);
+    op_list_free(&ops->head_fwd);
+    op_list_free(&ops->head_bwd);
+    op_list_free(&ops->block_bwd);
+    op_list_free(&ops->embed_bwd);
+}
+
+static bool write_source(const char *dir, const char *name, const StrBuf *sb)
+{
+    char *path = xasprintf("%s/%s", dir, name);
+    bool ok = write_file_atomic(path, sb->data ? sb->data : "", sb->len) == 0;
+    if (!ok)
+        fprintf(stderr, "pacic: error: cannot write %s: %s\n", path, strerror(errno));
+    free(path);
+    return ok;
+}
+
+/* One stage_S.c per stage and program.c; the folder is created if missing. */
+bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "pacic: error: cannot create %s: %s\n", dir, strerror(errno));
+        return false;
+    }
+    ModelOps ops;
+    model_ops_build(cfg, &ops);
+    bool ok = true;
+    for (int s = 0; s < plan->stages && ok; s++) {
+        StrBuf sb = {0};
+        emit_c_stage(&sb, cfg, plan, s, &ops);
+        char *name = xasprintf("stage_%d.c", s);
+        ok = write_source(dir, name, &sb);
+        free(name);
+        sb_free(&sb);
+    }
+    if (ok) {
+        StrBuf sb = {0};
+        emit_c_program(&sb, cfg, plan, t);
+        ok = write_source(dir, "program.c", &sb);
+        sb_free(&sb);
+    }
+    model_ops_free(&ops);
+    return ok;
+}

@@ -1,0 +1,44 @@
+/* gen_stages: writes the generated sources of a tiny GPT-2 for the numeric tests, driving
+ * codegen_write directly with a hand-built Config and an even layer split (no DSL, no
+ * schedule: the table is empty, the harness runs the stages itself).
+ *
+ *   gen_stages DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED
+ */
+#include <stdlib.h>
+
+#include "pacic.h"
+
+int main(int argc, char **argv)
+{
+    if (argc != 10) {
+        fprintf(stderr, "usage: %s DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED\n", argv[0]);
+        return EXIT_USER;
+    }
+    static const Source src = {.path = "tests/numeric (hand-built config)", .text = "", .len = 0};
+    Config cfg = {
+        .src = &src,
+        .layers = atoi(argv[2]), .width = atoi(argv[3]), .heads = atoi(argv[4]),
+        .context = atoi(argv[5]), .vocab = atoi(argv[6]), .micro = atoi(argv[7]),
+        .stages = atoi(argv[8]), .tied = atoi(argv[9]) != 0,
+        .schedule = PACI_SCHED_ONEF1B, .window = 1, .global_batch = atoi(argv[7]),
+        .steps = 1, .lr_base = 1e-3, .lr_base_batch = atoi(argv[7]), .lr = 1e-3,
+        .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 0,
+        .min_lr_ratio = 0.1, .eval_batches = 1, .seed = 1337,
+    };
+    if (cfg.layers < cfg.stages || cfg.stages < 1 || cfg.stages > PACI_MAX_STAGES) {
+        fprintf(stderr, "gen_stages: need 1 <= stages <= layers\n");
+        return EXIT_USER;
+    }
+    Plan plan = {.stages = cfg.stages};
+    for (int s = 0, first = 0; s < cfg.stages; s++) {
+        StagePlan *sp = &plan.stage[s];
+        sp->first_layer = first;
+        sp->n_layers = cfg.layers / cfg.stages + (s < cfg.layers % cfg.stages);
+        sp->has_embed = s == 0;
+        sp->has_head = s == cfg.stages - 1;
+        first += sp->n_layers;
+    }
+    paci_table table = {.schedule = cfg.schedule, .stages = cfg.stages, .window = 1,
+                        .total_steps = 1, .segment_steps = 1, .n_programs = 1};
+    return codegen_write(&cfg, &plan, &table, argv[1]) ? 0 : EXIT_INTERNAL;
+}
