@@ -1,0 +1,345 @@
+/* run.c: the `run` command: flags, the training loop with evaluation and checkpoints at
+ * drain boundaries, logging and metrics, sampling, and the measured trace. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "prt.h"
+
+static const char usage[] =
+    "usage: run [options]\n"
+    "  --steps N        stop after N optimizer steps (at most the compiled total)\n"
+    "  --resume         continue from the latest checkpoint in the checkpoint folder\n"
+    "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3)\n"
+    "  --sample N       print N tokens from the latest checkpoint (or the initial weights)\n"
+    "  --data FILE      training tokens (llm.c format)\n"
+    "  --val FILE       validation tokens\n"
+    "  --ckpt-dir DIR   checkpoint folder\n"
+    "  --metrics FILE   one JSON line per step\n"
+    "  --trace FILE     Chrome trace of the measured instructions\n"
+    "  --threads N      cores to use (default: all)\n"
+    "  --quiet          print errors only\n"
+    "  --help           this text\n";
+
+/* Live state of the log, touched by the last stage's thread during a segment and by the
+ * main thread between segments. */
+typedef struct logger {
+    FILE *metrics;
+    int tty;
+    int64_t first_step;  /* run->step when training began in this process */
+    int64_t every;       /* plain-line period when stdout is not a terminal */
+    double begin;
+    double last_loss;
+} logger;
+
+static double tokens_per_s(const pr_run *run, int64_t step, double now, const logger *lg)
+{
+    double seconds = now - lg->begin;
+    return seconds > 0 ? (double)(step - lg->first_step) * (double)(run->K * run->B * run->T) / seconds
+                       : 0.0;
+}
+
+/* Busy fraction of a stage: compute time (forward, backward, step) over wall time. */
+static double busy_fraction(const pr_stage_rt *st, double wall)
+{
+    double busy = st->busy[PACI_OP_FWD] + st->busy[PACI_OP_BWD] + st->busy[PACI_OP_STEP];
+    return wall > 0 ? busy / wall : 0.0;
+}
+
+static void log_step(pr_run *run, int64_t step, double loss, double lr)
+{
+    logger *lg = run->user;
+    double now = pr_now(), tps = tokens_per_s(run, step, now, lg);
+    lg->last_loss = loss;
+    if (lg->metrics) {
+        fprintf(lg->metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
+                "\"busy\": [", (long long)step, loss, lr, tps);
+        pthread_mutex_lock(&run->stats_mu);
+        for (int s = 0; s < run->p; s++)
+            fprintf(lg->metrics, "%s%.4f", s ? ", " : "", busy_fraction(&run->stage[s], now - lg->begin));
+        fprintf(lg->metrics, "], \"drift\": [");
+        for (int s = 0; s < run->p; s++)
+            fprintf(lg->metrics, "%s%lld", s ? ", " : "", (long long)run->stage[s].drift_max);
+        pthread_mutex_unlock(&run->stats_mu);
+        fprintf(lg->metrics, "]}\n");
+    }
+    if (run->opt.quiet)
+        return;
+    int64_t total = run->opt.steps;
+    double eta = tps > 0 ? (double)(total - step) * (double)(run->K * run->B * run->T) / tps : 0;
+    if (lg->tty) {
+        printf("\rstep %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %.0fs   ", (long long)step,
+               (long long)total, loss, lr, tps, eta);
+        fflush(stdout);
+    } else if (step % lg->every == 0 || step == total) {
+        printf("step %lld/%lld loss %.4f lr %.3g %.0f tok/s\n", (long long)step, (long long)total,
+               loss, lr, tps);
+        fflush(stdout);
+    }
+}
+
+/* Evaluation and checkpoints happen only between segments, where every stage has drained:
+ * that is what makes a resumed run continue bit-identically. */
+int pr_train(pr_run *run, char *err)
+{
+    const paci_table *tab = run->tab;
+    const pr_program *prog = run->prog;
+    logger *lg = run->user;
+    if (run->step % tab->segment_steps != 0 && run->step != tab->total_steps)
+        return pr_fail(err, "checkpoint at step %lld is not at a drain boundary of this schedule "
+                       "(every %d steps)", (long long)run->step, tab->segment_steps);
+    int32_t seg = (int32_t)(run->step / tab->segment_steps);
+    double val_loss = -1.0;
+    while (run->step < run->opt.steps) {
+        pr_run_segment(run, seg++);
+        int at_end = run->step == run->opt.steps;
+        if (run->val.tokens && ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end)) {
+            val_loss = pr_eval(run, &run->val, prog->eval_batches > 0 ? prog->eval_batches : 1);
+            if (lg && lg->metrics)
+                fprintf(lg->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)run->step,
+                        val_loss);
+            if (!run->opt.quiet)
+                printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "",
+                       (long long)run->step, val_loss);
+        }
+        if ((prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end)
+            if (pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
+                return -1;
+    }
+    if (lg && !run->opt.quiet) {
+        double wall = pr_now() - lg->begin;
+        if (lg->tty)
+            printf("\n");
+        printf("done: %lld steps in %.1f s, %.0f tokens/s; final train loss %.4f", (long long)run->step,
+               wall, tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
+        if (val_loss >= 0)
+            printf(", val loss %.4f", val_loss);
+        printf("\nbusy:");
+        for (int s = 0; s < run->p; s++)
+            printf("%s stage %d %.0f%%", s ? "," : "", s, 100.0 * busy_fraction(&run->stage[s], wall));
+        printf("\ndrift:");
+        for (int s = 0; s < run->p; s++) {
+            const pr_stage_rt *st = &run->stage[s];
+            printf("%s stage %d max %lld (%.0f%% of micro-batches)", s ? "," : "", s,
+                   (long long)st->drift_max,
+                   st->backwards ? 100.0 * (double)st->drifting / (double)st->backwards : 0.0);
+            if (st->drift_effective_max != st->drift_max)
+                printf(" effective %lld (stashed weights)", (long long)st->drift_effective_max);
+        }
+        printf("\n");
+    }
+    return 0;
+}
+
+int pr_write_trace(const pr_run *run, const char *path, char *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return pr_fail(err, "%s: cannot write trace: %s", path, strerror(errno));
+    fprintf(f, "{\"traceEvents\": [\n");
+    int first = 1;
+    for (int s = 0; s < run->p; s++) {
+        fprintf(f, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                "\"args\": {\"name\": \"stage %d\"}}", first ? "" : ",\n", s, s);
+        first = 0;
+        for (int64_t i = 0; i < run->stage[s].n_trace; i++) {
+            const pr_trace_event *e = &run->stage[s].trace[i];
+            char name[32];
+            if (e->op == PACI_OP_STEP)
+                snprintf(name, sizeof name, "step");
+            else
+                snprintf(name, sizeof name, "%c%lld", e->op == PACI_OP_FWD ? 'F' : 'B', (long long)e->mb);
+            fprintf(f, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                    "\"dur\": %.3f}", name, s, e->start * 1e6, (e->end - e->start) * 1e6);
+        }
+    }
+    fprintf(f, "\n]}\n");
+    if (fclose(f) != 0)
+        return pr_fail(err, "%s: cannot write trace: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Sampling: temperature 1 from the full model, sequence 0 of a micro-batch holding the last
+ * T tokens; deterministic from the seed. Bytes for a 256-token vocabulary, else ids. */
+static void sample(pr_run *run, int64_t n)
+{
+    int64_t T = run->T, BT = run->B * T, V = run->V;
+    int32_t start = V == 256 ? '\n' : 0;
+    int32_t *tokens = pr_alloc((size_t)BT * sizeof(int32_t));
+    int32_t *text = pr_alloc((size_t)(n + 1) * sizeof(int32_t));
+    pr_rng rng = {run->prog->seed ^ 0x5a5a5a5aULL};
+    text[0] = start;
+    for (int64_t i = 1; i <= n; i++) {
+        int64_t len = i < T ? i : T;
+        for (int64_t j = 0; j < BT; j++)
+            tokens[j] = j < len ? text[i - len + j] : start;
+        const float *row = pr_forward_all(run, tokens) + (len - 1) * V;
+        double coin = pr_rng_uniform(&rng), cdf = 0.0;
+        int32_t next = (int32_t)V - 1;
+        for (int32_t v = 0; v < V; v++) {
+            cdf += row[v];
+            if (coin < cdf) {
+                next = v;
+                break;
+            }
+        }
+        text[i] = next;
+        if (V == 256)
+            putchar(next);
+        else
+            printf("%s%d", i > 1 ? " " : "", next);
+    }
+    printf("\n");
+    free(tokens);
+    free(text);
+}
+
+static int parse_count(const char *flag, const char *value, int64_t min, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long n = value ? strtoll(value, &end, 10) : 0;
+    if (!value || errno || *end || end == value || n < min) {
+        fprintf(stderr, "run: error: %s needs an integer >= %lld\n", flag, (long long)min);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* Flags; returns 0 to go on, 1 after --help, -1 on a bad flag. */
+static int parse_flags(int argc, char **argv, pr_options *opt)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 1;
+        } else if (strcmp(a, "--resume") == 0) {
+            opt->resume = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            opt->quiet = 1;
+        } else if (strcmp(a, "--steps") == 0 || strcmp(a, "--sample") == 0 ||
+                   strcmp(a, "--threads") == 0) {
+            if (parse_count(a, value, 1, &n) != 0)
+                return -1;
+            if (a[2] == 's' && a[3] == 't')
+                opt->steps = n;
+            else if (a[2] == 's')
+                opt->sample = n;
+            else
+                opt->threads = (int)n;
+            i++;
+        } else if (strcmp(a, "--init") == 0 || strcmp(a, "--trace") == 0 ||
+                   strcmp(a, "--data") == 0 || strcmp(a, "--val") == 0 ||
+                   strcmp(a, "--ckpt-dir") == 0 || strcmp(a, "--metrics") == 0) {
+            if (!value || !value[0]) {
+                fprintf(stderr, "run: error: %s needs a value\n", a);
+                return -1;
+            }
+            const char **slot = a[2] == 'i' ? &opt->init_path : a[2] == 't' ? &opt->trace_path
+                              : a[2] == 'd' ? &opt->data : a[2] == 'v' ? &opt->val
+                              : a[2] == 'c' ? &opt->ckpt_dir : &opt->metrics_path;
+            *slot = value;
+            i++;
+        } else {
+            fprintf(stderr, "run: error: unknown option '%s' (try --help)\n", a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int fail_main(pr_run *run, const char *err)
+{
+    fflush(stdout);
+    fprintf(stderr, "run: error: %s\n", err);
+    pr_run_free(run);
+    return 1;
+}
+
+/* Starting weights: the latest checkpoint when resuming (or sampling), else --init, else
+ * the seeded initialisation. */
+static int load_weights(pr_run *run, int want_checkpoint, char *err)
+{
+    if (want_checkpoint) {
+        int rc = pr_ckpt_load_latest(run, run->opt.ckpt_dir, err);
+        if (rc <= 0)
+            return rc;
+        if (run->opt.resume)
+            return pr_fail(err, "%s: no checkpoint to resume from (no 'latest' file)", run->opt.ckpt_dir);
+    }
+    if (run->opt.init_path)
+        return pr_load_llmc(run, run->opt.init_path, err);
+    int64_t offsets[PR_CKPT_COUNT];
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * sizeof(float));
+    pr_init_params(run->prog, flat);
+    pr_scatter(run, 0, flat);
+    free(flat);
+    return 0;
+}
+
+int pr_main(int argc, char **argv, const pr_program *prog)
+{
+    pr_options opt = {0};
+    int rc = parse_flags(argc, argv, &opt);
+    if (rc != 0)
+        return rc < 0 ? 1 : 0;
+    char err[PR_ERR_LEN];
+    const paci_table *tab = prog->schedule;
+    if (!opt.data)
+        opt.data = prog->train_data;
+    if (!opt.val)
+        opt.val = prog->val_data;
+    if (!opt.ckpt_dir)
+        opt.ckpt_dir = prog->ckpt_dir ? prog->ckpt_dir : "checkpoints";
+    if (tab && opt.steps == 0)
+        opt.steps = tab->total_steps;
+    if (tab && (opt.steps > tab->total_steps ||
+                (opt.steps % tab->segment_steps != 0 && opt.steps != tab->total_steps))) {
+        fprintf(stderr, "run: error: --steps %lld: must be at most %d (the compiled total) and a "
+                "multiple of %d (where the schedule drains)\n", (long long)opt.steps,
+                tab->total_steps, tab->segment_steps);
+        return 1;
+    }
+    opt.trace = opt.trace_path != NULL;
+    pr_blas_threads(opt.threads, prog->stages);
+    pr_run run;
+    if (pr_run_init(&run, prog, &opt, err) != 0)
+        return fail_main(&run, err);
+    if (opt.sample > 0) {
+        if (load_weights(&run, 1, err) != 0)
+            return fail_main(&run, err);
+        sample(&run, opt.sample);
+        pr_run_free(&run);
+        return 0;
+    }
+    if (!opt.data)
+        return fail_main(&run, "no training data: give `data` in the DSL or --data FILE");
+    if (pr_tokens_load(&run.train, opt.data, prog->vocab, run.B, run.T, err) != 0)
+        return fail_main(&run, err);
+    if (opt.val && pr_tokens_load(&run.val, opt.val, prog->vocab, run.B, run.T, err) != 0)
+        return fail_main(&run, err);
+    if (load_weights(&run, opt.resume, err) != 0)
+        return fail_main(&run, err);
+    logger lg = {.tty = isatty(STDOUT_FILENO), .first_step = run.step, .begin = pr_now()};
+    lg.every = opt.steps / 20 > 0 ? opt.steps / 20 : 1;
+    if (opt.metrics_path && !(lg.metrics = fopen(opt.metrics_path, opt.resume ? "a" : "w"))) {
+        snprintf(err, sizeof err, "%s: cannot write metrics: %s", opt.metrics_path, strerror(errno));
+        return fail_main(&run, err);
+    }
+    run.user = &lg;
+    run.on_step = log_step;
+    rc = pr_train(&run, err);
+    if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
+        rc = pr_fail(err, "%s: cannot write metrics", opt.metrics_path);
+    if (rc == 0 && opt.trace_path)
+        rc = pr_write_trace(&run, opt.trace_path, err);
+    if (rc != 0)
+        return fail_main(&run, err);
+    pr_run_free(&run);
+    return 0;
+}
