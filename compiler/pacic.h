@@ -280,7 +280,105 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim);
 void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim);
 void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim);
 
+/* ---- kernels.c: fused kernels, described once for every backend ---------------------- */
+
+/* One fused kernel: a body run once per index of a 1-D iteration space. The body is written
+ * in the common subset of C and CUDA C: shape constants (B, T, C, NH, HS, V, BT), float
+ * math (expf, logf, sqrtf, tanhf, fmaxf), ATOMIC_ADD(ptr, value) for accumulation that
+ * several indices may do at once, RESTRICT on pointers that alias nothing else. */
+typedef struct KernelDesc {
+    const char *name;
+    const char *doc;    /* one line: what it computes */
+    const char *params; /* parameter list, the same text in C and CUDA */
+    const char *index;  /* the loop variable */
+    const char *extent; /* its extent: a shape constant expression or an int parameter */
+    const char *body;   /* statements for one index, '\n'-separated, indented by 4 per level */
+} KernelDesc;
+
+extern const KernelDesc kernel_descs[];
+extern const int kernel_desc_count;
+/* The description named `name`; an internal error if there is none. */
+const KernelDesc *kernel_find(const char *name);
+
 /* ---- codegen.c, emit_c.c, emit_cuda.c: per-stage programs ---------------------------- */
+
+/* Backend-neutral operations. Arguments are pointer expressions over the section's named
+ * bases and the generated offset constants, valid C and CUDA host code alike. */
+typedef enum {
+    OP_KERNEL, /* launch `kernel` over its iteration space with `args` */
+    OP_GEMM,   /* pr_gemm(args): row-major, cblas-like */
+    OP_ZERO,   /* args: "dst, count" floats */
+    OP_COPY,   /* args: "dst, src, count" floats */
+} OpKind;
+
+typedef struct Op {
+    OpKind kind;
+    const KernelDesc *kernel; /* OP_KERNEL */
+    char *args;
+    char *comment;            /* what this step computes, for the generated code */
+} Op;
+
+typedef struct OpList {
+    Op *ops;
+    int n, cap;
+} OpList;
+
+/* The op lists of the sections a stage is made of; every stage uses the same lists, so a
+ * layer computes bitwise the same whichever stage holds it. */
+typedef struct ModelOps {
+    OpList embed_fwd, block_fwd, head_fwd; /* forward, in this order */
+    OpList head_bwd, block_bwd, embed_bwd; /* backward, in this order */
+} ModelOps;
+
+/* A named range of floats in one of a stage's blocks; the name becomes a constant. */
+typedef struct LayoutEntry {
+    const char *name;
+    long offset, size;
+    const char *doc;
+} LayoutEntry;
+
+typedef struct Layout {
+    LayoutEntry entry[24];
+    int n;
+    long total;
+} Layout;
+
+/* Where everything of a stage lives. Per-layer blocks repeat n_layers times after the
+ * stage block's LAYERS entry. */
+typedef struct StageLayout {
+    Layout layer_params; /* P_*: one layer's parameters */
+    Layout layer_acts;   /* A_*: one layer's saved activations */
+    Layout params;       /* PARAM_*: embedding, layers, final LN and head */
+    Layout acts;         /* ACT_*: input, layers, head */
+    Layout scratch;      /* S_*: backward scratch */
+    long in_offset, out_offset, probs_offset;
+} StageLayout;
+
+/* One parameter tensor of a stage, as the runtime's tensor table states it. */
+typedef struct TensorInfo {
+    char name[32];       /* e.g. "h3.qkvw" */
+    const char *ckpt_tensor; /* enumerator of pr_ckpt_tensor (runtime/pacirt.h), e.g. "PR_CKPT_QKVW" */
+    long ckpt_offset, offset, size;
+    bool decay;
+    const char *init;    /* enumerator of pr_init, e.g. "PR_INIT_NORMAL" */
+} TensorInfo;
+
+void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
+long layout_offset(const Layout *l, const char *name); /* internal error if absent */
+/* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */
+int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **out);
+
+void model_ops_build(const Config *cfg, ModelOps *ops);
+void model_ops_free(ModelOps *ops);
+
+/* Renders one stage / the program as C source (emit_c.c). */
+void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
+void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
+/* A description's statements, one line at a time, at the current indentation. */
+void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
+/* The banner every generated file starts with. */
+void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
+
 
 /* Writes the generated sources for cfg into dir (stage_N.c, program.c). */
 bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
