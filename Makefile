@@ -30,7 +30,13 @@ PACIC   := $(B)/bin/pacic
 LIBRT   := $(B)/lib/pacic/libpacirt.a
 HEADERS := $(RUNTIME_HDR:runtime/%=$(B)/include/pacic/%)
 
-all: $(PACIC) $(LIBRT) $(HEADERS)
+all: $(PACIC) $(LIBRT) $(HEADERS) data
+
+# The project trains on its own copy of Tiny Shakespeare: byte-level token files.
+DATA := examples/data/tiny_train.bin examples/data/tiny_val.bin
+data: $(DATA)
+$(DATA) &: examples/data/tinyshakespeare.txt | $(PACIC)
+	$(PACIC) tokenize $< examples/data/tiny
 
 # ---- grammar: generated C is built here, never edited -------------------------------
 $(B)/obj/grammar/parser.c $(B)/obj/grammar/parser.h: grammar/parser.y
@@ -86,6 +92,6 @@ install: all
 clean:
 	rm -rf $(B)
 
-.PHONY: all test golden install clean
+.PHONY: all data test golden install clean
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
