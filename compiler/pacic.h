@@ -211,6 +211,10 @@ typedef struct Plan {
 /* Partitions layers (manual split or balanced) and sizes memory; false + errors if the
  * plan does not fit the device memory. */
 bool plan_build(const Config *cfg, Plan *plan);
+/* The same plan without the memory check or any message (for comparisons). */
+void plan_layout(const Config *cfg, Plan *plan);
+/* The largest mem_total over the stages, and its stage. */
+long plan_peak_memory(const Plan *plan, int *stage);
 void plan_dump(FILE *out, const Config *cfg, const Plan *plan);
 
 /* ---- schedule.c: generators -> per-stage instruction lists --------------------------- */
@@ -226,6 +230,23 @@ const char *paci_op_name(int op);
 const char *paci_schedule_name(int kind);
 int paci_schedule_from_name(const char *name); /* -1 if unknown */
 bool paci_schedule_is_sync(int kind);
+/* Steps between drains: gcd of the non-zero eval/checkpoint intervals, capped at the run. */
+long schedule_segment_steps(const Config *cfg);
+/* Activation slots and PipeDream stash copies stage s needs when segments hold at most
+ * `segment_steps` steps (plan.c sizes memory with these; the generator must agree). */
+int schedule_slots(int kind, int stages, int stage, int window, long segment_steps);
+int schedule_stash(int kind, int stages, int stage, int window, long segment_steps);
+
+/* One segment of `steps` optimizer steps as the generator writes it: flat per-stage lists,
+ * mb relative to the segment. schedule_build compresses exactly these. */
+typedef struct SegmentLists {
+    int stages;
+    long count[PACI_MAX_STAGES];
+    paci_instr *instrs[PACI_MAX_STAGES];
+    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
+} SegmentLists;
+void schedule_generate(int kind, int stages, int window, long steps, SegmentLists *out);
+void segment_lists_free(SegmentLists *sl);
 
 /* ---- verify.c: blocking simulation; deadlock, slots, drift ---------------------------- */
 
@@ -260,6 +281,8 @@ typedef struct SimResult {
     double busy[PACI_MAX_STAGES]; /* fraction of makespan each stage computes */
     double bubble;          /* 1 - mean busy fraction */
     double tokens_per_s;
+    long steps;             /* optimizer steps simulated */
+    double steady_busy[PACI_MAX_STAGES]; /* busy fraction between a stage's middle steps */
     SimEvent *events;       /* every instruction with its times; n_events long */
     long n_events;
 } SimResult;

@@ -1,0 +1,220 @@
+/* plan.c: what each stage holds and costs: GPT-2 parameter counts, FLOPs and activation
+ * bytes per layer, the stage partition, and memory per stage.
+ *
+ * Counts, with B sequences of T tokens per micro-batch, width C, NH heads, vocabulary V:
+ *  - a block holds 12C^2 + 13C parameters (two LayerNorms 4C, qkv 3C^2+3C, attention
+ *    projection C^2+C, MLP 8C^2+5C); the first stage adds the token and position
+ *    embeddings V*C + T*C, the last the final LayerNorm 2C and, untied, the LM head V*C;
+ *  - forward FLOPs: 2 per matrix parameter per token, plus attention's two T x T products
+ *    counted causally (half of 4*B*T*T*C: only keys at or before the query are computed);
+ *    embeddings, LayerNorm, GELU and softmax are element-wise and not counted; backward
+ *    FLOPs are twice the forward's;
+ *  - one activation slot keeps what the backward reads, per layer B*T*(18C + 4) + B*NH*T*T
+ *    elements (ln1 C, qkv 3C, attention output C, projection C, residual C, ln2 C, MLP
+ *    pre- and post-GELU 4C + 4C, projection C, residual C; two LayerNorm means and
+ *    reciprocal deviations; one matrix of attention probabilities per head), plus the
+ *    received input B*T*C on every stage but the first (the embedding output on the
+ *    first), and on the last the final LayerNorm B*T*(C + 2), the probabilities B*T*V and
+ *    the per-token losses B*T;
+ *  - bytes: fp32 stores everything in 4 bytes. bf16 stores activations and a working copy
+ *    of the weights in 2 bytes, and keeps fp32 master weights, gradient accumulator and the
+ *    two AdamW moments (so weights cost 2 + 4 bytes, gradients 4, optimizer state 8).
+ *    PipeDream's stashed versions are copies of the working weights.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+typedef struct ModelCounts {
+    double layer_params, embed_params, head_params;
+    double layer_fwd, embed_fwd, head_fwd;     /* FLOPs per micro-batch */
+    double layer_acts, input_acts, head_acts;  /* elements per slot */
+    int act_bytes, weight_bytes;               /* bytes per element */
+} ModelCounts;
+
+static ModelCounts model_counts(const Config *cfg)
+{
+    double C = cfg->width, T = cfg->context, V = cfg->vocab, B = cfg->micro, NH = cfg->heads;
+    double tokens = B * T;
+    ModelCounts m;
+    m.layer_params = 12 * C * C + 13 * C;
+    m.embed_params = V * C + T * C;
+    m.head_params = 2 * C + (cfg->tied ? 0 : V * C);
+    m.layer_fwd = 2 * 12 * C * C * tokens + 2 * B * T * T * C;
+    m.embed_fwd = 0;
+    m.head_fwd = 2 * V * C * tokens;
+    m.layer_acts = tokens * (18 * C + 4) + B * NH * T * T;
+    m.input_acts = tokens * C;
+    m.head_acts = tokens * (C + 2) + tokens * V + tokens;
+    m.act_bytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    m.weight_bytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    return m;
+}
+
+/* Predicted compute time of a stage, in FLOPs (forward + backward = 3x forward). */
+static double stage_cost(const ModelCounts *m, int n_layers, bool embed, bool head)
+{
+    return 3 * (n_layers * m->layer_fwd + (embed ? m->embed_fwd : 0) + (head ? m->head_fwd : 0));
+}
+
+/* Balanced contiguous partition by dynamic programming: minimises the slowest stage's
+ * cost, each stage holding at least one layer; among equal optima each later stage takes
+ * the fewest layers (deterministic, and the last stage also carries the LM head). */
+static void balanced_split(const ModelCounts *m, int layers, int stages, int *split)
+{
+    /* best[k][l]: minimal max cost of the first k stages holding the first l layers. */
+    size_t cells = (size_t)(stages + 1) * (size_t)(layers + 1);
+    double *best = xmalloc(cells * sizeof *best);
+    int *choice = xmalloc(cells * sizeof *choice);
+#define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
+    for (int l = 0; l <= layers; l++)
+        best[AT(0, l)] = l == 0 ? 0 : INFINITY;
+    for (int k = 1; k <= stages; k++) {
+        bool last = k == stages;
+        for (int l = 0; l <= layers; l++) {
+            best[AT(k, l)] = INFINITY;
+            choice[AT(k, l)] = 0;
+            /* the k-th stage takes layers [l - n, l), n >= 1 */
+            for (int n = 1; n <= l - (k - 1); n++) {
+                double prev = best[AT(k - 1, l - n)];
+                double here = stage_cost(m, n, k == 1, last);
+                double worst = prev > here ? prev : here;
+                if (worst < best[AT(k, l)]) {
+                    best[AT(k, l)] = worst;
+                    choice[AT(k, l)] = n;
+                }
+            }
+        }
+    }
+    for (int k = stages, l = layers; k >= 1; k--) {
+        split[k - 1] = choice[AT(k, l)];
+        l -= split[k - 1];
+    }
+#undef AT
+    free(best);
+    free(choice);
+}
+
+/* Fills every number of the plan; never fails and prints nothing. */
+void plan_layout(const Config *cfg, Plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    ModelCounts m = model_counts(cfg);
+    int p = cfg->stages;
+    int split[PACI_MAX_STAGES];
+    if (cfg->split)
+        memcpy(split, cfg->split, (size_t)p * sizeof *split);
+    else
+        balanced_split(&m, cfg->layers, p, split);
+
+    long segment = schedule_segment_steps(cfg);
+    plan->stages = p;
+    int next_layer = 0;
+    for (int s = 0; s < p; s++) {
+        StagePlan *sp = &plan->stage[s];
+        sp->first_layer = next_layer;
+        sp->n_layers = split[s];
+        next_layer += split[s];
+        sp->has_embed = s == 0;
+        sp->has_head = s == p - 1;
+        double params = sp->n_layers * m.layer_params + (sp->has_embed ? m.embed_params : 0) +
+                        (sp->has_head ? m.head_params : 0);
+        sp->params = (long)params;
+        sp->fwd_flops = sp->n_layers * m.layer_fwd + (sp->has_embed ? m.embed_fwd : 0) +
+                        (sp->has_head ? m.head_fwd : 0);
+        sp->bwd_flops = 2 * sp->fwd_flops;
+        sp->msg_bytes = (long)(m.input_acts * m.act_bytes);
+        double acts = sp->n_layers * m.layer_acts + m.input_acts + (sp->has_head ? m.head_acts : 0);
+        sp->act_bytes = (long)(acts * m.act_bytes);
+        sp->slots = schedule_slots(cfg->schedule, p, s, cfg->window, segment);
+        sp->stash = schedule_stash(cfg->schedule, p, s, cfg->window, segment);
+        bool bf16 = cfg->precision == PREC_BF16;
+        sp->mem_weights = sp->params * (bf16 ? 2 + 4 : 4);
+        sp->mem_grads = sp->params * 4;
+        sp->mem_optim = sp->params * 8;
+        sp->mem_acts = sp->act_bytes * sp->slots;
+        sp->mem_stash = sp->params * m.weight_bytes * (long)sp->stash;
+        sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash;
+        plan->total_params += sp->params;
+    }
+    /* Every layer is on exactly one stage, in order: a wrong split is a compiler bug here. */
+    if (next_layer != cfg->layers)
+        ICE("the partition covers %d of %d layers", next_layer, cfg->layers);
+    for (int s = 0; s < p; s++)
+        if (plan->stage[s].n_layers < 1 ||
+            plan->stage[s].first_layer != (s ? plan->stage[s - 1].first_layer + plan->stage[s - 1].n_layers : 0))
+            ICE("stage %d of the partition holds layers from %d, %d of them", s,
+                plan->stage[s].first_layer, plan->stage[s].n_layers);
+}
+
+long plan_peak_memory(const Plan *plan, int *stage)
+{
+    long peak = -1;
+    for (int s = 0; s < plan->stages; s++)
+        if (plan->stage[s].mem_total > peak) {
+            peak = plan->stage[s].mem_total;
+            if (stage)
+                *stage = s;
+        }
+    return peak;
+}
+
+static double gib(double bytes)
+{
+    return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+/* A stage over the device's memory is the user's error: say which and by how much. */
+bool plan_build(const Config *cfg, Plan *plan)
+{
+    plan_layout(cfg, plan);
+    bool ok = true;
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        if (sp->slots > 255) {
+            /* instr.slot is one byte in the table */
+            if (cfg->src)
+                error_at(cfg->src, cfg->span_window, "stage %d would keep %d activation slots; at most 255 fit the schedule table", s, sp->slots);
+            else
+                diag_plain(DIAG_ERROR, "stage %d would keep %d activation slots; at most 255 fit the schedule table", s, sp->slots);
+            ok = false;
+        }
+        if ((double)sp->mem_total <= cfg->device_memory)
+            continue;
+        double over = (double)sp->mem_total - cfg->device_memory;
+        char *msg = xasprintf("stage %d needs %.2f GiB (weights %.2f, gradients %.2f, optimizer %.2f, "
+                              "activations %d x %.2f, stash %.2f), %.0f bytes (%.2f GiB) more than the "
+                              "device's %.2f GiB",
+                              s, gib(sp->mem_total), gib(sp->mem_weights), gib(sp->mem_grads),
+                              gib(sp->mem_optim), sp->slots, gib(sp->act_bytes), gib(sp->mem_stash),
+                              over, gib(over), gib(cfg->device_memory));
+        if (cfg->src) {
+            Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;
+            error_at(cfg->src, at, "%s", msg);
+        } else {
+            diag_plain(DIAG_ERROR, "%s", msg);
+        }
+        free(msg);
+        ok = false;
+    }
+    return ok;
+}
+
+void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
+{
+    fprintf(out, "plan: %d stages, %ld parameters, schedule %s, window %d\n", plan->stages,
+            plan->total_params, paci_schedule_name(cfg->schedule), cfg->window);
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        fprintf(out,
+                "stage %d: layers %d..%d%s%s params %ld fwd %.4g bwd %.4g FLOP msg %ld B "
+                "slot %ld B x %d stash %d | weights %ld grads %ld optim %ld acts %ld stash %ld total %ld\n",
+                s, sp->first_layer, sp->first_layer + sp->n_layers - 1,
+                sp->has_embed ? " +embed" : "", sp->has_head ? " +head" : "", sp->params,
+                sp->fwd_flops, sp->bwd_flops, sp->msg_bytes, sp->act_bytes, sp->slots, sp->stash,
+                sp->mem_weights, sp->mem_grads, sp->mem_optim, sp->mem_acts, sp->mem_stash,
+                sp->mem_total);
+    }
+}

@@ -1,0 +1,445 @@
+/* schedule.c: the generators (gpipe, 1f1b, pipedream, paci) and their compression into the
+ * table of runtime/paci_schedule.h.
+ *
+ * A generator first fixes the order of each stage's computations (forwards, backwards,
+ * optimizer steps) for one segment; the communication around them follows from the
+ * stage's position alone: RECV_ACT right before a forward and SEND_ACT right after it
+ * (except at the pipeline's ends), RECV_GRAD right before a backward and SEND_GRAD right
+ * after it. Slots follow the micro-batch (mb mod slots), stash slots the weight version.
+ *
+ * Channel capacity: every link buffers one message per direction. The property tests
+ * verify every schedule over p in 1..16 and K in 1..64 with that capacity, and 1 is the
+ * smallest a blocking send can have (0 would be a rendezvous the runtime does not do).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+enum { CHANNEL_CAPACITY = 1 };
+
+static const char *const op_names[] = {
+#define OP_NAME(name, text) text,
+    PACI_OPS(OP_NAME)
+#undef OP_NAME
+};
+
+static const struct {
+    const char *name;
+    bool sync;
+} schedule_info[] = {
+#define SCHED_INFO(name, text, sync) {text, sync},
+    PACI_SCHEDULES(SCHED_INFO)
+#undef SCHED_INFO
+};
+
+/* Names come from the X-macro lists, so an added op or schedule needs no edit here. */
+const char *paci_op_name(int op)
+{
+    return op >= 0 && op < PACI_OP_COUNT ? op_names[op] : "?";
+}
+
+const char *paci_schedule_name(int kind)
+{
+    return kind >= 0 && kind < PACI_SCHED_COUNT ? schedule_info[kind].name : "?";
+}
+
+int paci_schedule_from_name(const char *name)
+{
+    for (int k = 0; k < PACI_SCHED_COUNT; k++)
+        if (strcmp(schedule_info[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+bool paci_schedule_is_sync(int kind)
+{
+    return kind >= 0 && kind < PACI_SCHED_COUNT && schedule_info[kind].sync;
+}
+
+static long gcd_long(long a, long b)
+{
+    while (b) {
+        long r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* A segment ends at every drain: gcd of the non-zero eval and checkpoint intervals,
+ * capped at the run; the whole run when neither is set. */
+long schedule_segment_steps(const Config *cfg)
+{
+    long total = cfg->steps > 0 ? cfg->steps : 1;
+    long d = 0;
+    if (cfg->eval_every > 0)
+        d = cfg->eval_every;
+    if (cfg->ckpt_every > 0)
+        d = d ? gcd_long(d, cfg->ckpt_every) : cfg->ckpt_every;
+    if (d == 0 || d > total)
+        d = total;
+    return d;
+}
+
+static long min_long(long a, long b)
+{
+    return a < b ? a : b;
+}
+
+/* In flight at stage s: the window for gpipe; p-s for 1F1B-style schedules, capped by
+ * the micro-batches of one step (1f1b flushes) or of one segment (async ones). */
+int schedule_slots(int kind, int stages, int stage, int window, long segment_steps)
+{
+    long depth = stages - stage;
+    switch (kind) {
+    case PACI_SCHED_GPIPE:
+        return window;
+    case PACI_SCHED_ONEF1B:
+        return (int)min_long(depth, window);
+    case PACI_SCHED_PIPEDREAM:
+    case PACI_SCHED_PACI:
+        return (int)min_long(depth, segment_steps * window);
+    }
+    unreachable();
+}
+
+/* ---- compute order ------------------------------------------------------------------ */
+
+typedef struct Compute {
+    uint8_t op; /* FWD, BWD or STEP */
+    int32_t mb;
+} Compute;
+
+typedef struct ComputeList {
+    Compute *items;
+    long n, cap;
+} ComputeList;
+
+static void push_compute(ComputeList *cl, int op, long mb)
+{
+    if (cl->n == cl->cap) {
+        cl->cap = cl->cap ? cl->cap * 2 : 256;
+        cl->items = xrealloc(cl->items, (size_t)cl->cap * sizeof *cl->items);
+    }
+    cl->items[cl->n++] = (Compute){(uint8_t)op, (int32_t)mb};
+}
+
+/* A backward completing a window of K is followed by the stage's optimizer step. */
+static void push_backward(ComputeList *cl, long mb, int window)
+{
+    push_compute(cl, PACI_OP_BWD, mb);
+    if ((mb + 1) % window == 0)
+        push_compute(cl, PACI_OP_STEP, -1);
+}
+
+/* GPipe: all K forwards of a step, then all K backwards in increasing order, step. */
+static void order_gpipe(ComputeList *cl, int window, long steps)
+{
+    for (long j = 0; j < steps; j++) {
+        long first = j * window;
+        for (long i = 0; i < window; i++)
+            push_compute(cl, PACI_OP_FWD, first + i);
+        for (long i = 0; i < window; i++)
+            push_backward(cl, first + i, window);
+    }
+}
+
+/* 1F1B over the micro-batches [first, first+count): warm-up of min(w, count) forwards,
+ * then forward/backward pairs, then the remaining backwards. */
+static void order_one_f_one_b(ComputeList *cl, long first, long count, long w, int window)
+{
+    long warmup = min_long(w, count);
+    for (long i = 0; i < warmup; i++)
+        push_compute(cl, PACI_OP_FWD, first + i);
+    for (long i = 0; i < count - warmup; i++) {
+        push_compute(cl, PACI_OP_FWD, first + warmup + i);
+        push_backward(cl, first + i, window);
+    }
+    for (long i = count - warmup; i < count; i++)
+        push_backward(cl, first + i, window);
+}
+
+static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps)
+{
+    long w = stages - stage - 1;
+    switch (kind) {
+    case PACI_SCHED_GPIPE:
+        order_gpipe(cl, window, steps);
+        return;
+    case PACI_SCHED_ONEF1B: /* a flush per step: 1F1B inside each window */
+        for (long j = 0; j < steps; j++)
+            order_one_f_one_b(cl, j * window, window, w, window);
+        return;
+    case PACI_SCHED_PIPEDREAM: /* no flush: one 1F1B over the whole segment */
+    case PACI_SCHED_PACI:
+        order_one_f_one_b(cl, 0, steps * window, w, window);
+        return;
+    }
+    unreachable();
+}
+
+/* ---- flat lists --------------------------------------------------------------------- */
+
+typedef struct InstrList {
+    paci_instr *items;
+    long n, cap;
+} InstrList;
+
+static void push_instr(InstrList *il, int op, int slot, int aux, long mb)
+{
+    if (il->n == il->cap) {
+        il->cap = il->cap ? il->cap * 2 : 1024;
+        il->items = xrealloc(il->items, (size_t)il->cap * sizeof *il->items);
+    }
+    il->items[il->n++] = (paci_instr){(uint8_t)op, (uint8_t)slot, (uint16_t)aux, (int32_t)mb};
+}
+
+/* The distinct older weight versions in-flight micro-batches need right after a step:
+ * the stash copies this order requires (forwards and steps are monotone, so the versions
+ * in flight are consecutive). */
+static int stash_needed(const ComputeList *cl, long mbs)
+{
+    int32_t *fwd_version = xmalloc((size_t)mbs * sizeof *fwd_version);
+    long version = 0, oldest_in_flight = 0; /* backwards run in increasing mb order */
+    long forwards = 0;
+    int most = 0;
+    for (long i = 0; i < cl->n; i++) {
+        Compute c = cl->items[i];
+        if (c.op == PACI_OP_FWD) {
+            fwd_version[c.mb] = (int32_t)version;
+            forwards = c.mb + 1;
+        } else if (c.op == PACI_OP_BWD) {
+            oldest_in_flight = c.mb + 1;
+        } else {
+            version++;
+            if (oldest_in_flight < forwards && version - fwd_version[oldest_in_flight] > most)
+                most = (int)(version - fwd_version[oldest_in_flight]);
+        }
+    }
+    free(fwd_version);
+    return most;
+}
+
+/* Adds the communication around each computation and fills slots and stash slots. */
+static void lower_order(const ComputeList *cl, int stages, int stage, int slots, int stash,
+                        long mbs, InstrList *out)
+{
+    bool first = stage == 0, last = stage == stages - 1;
+    int32_t *fwd_version = stash ? xmalloc((size_t)mbs * sizeof *fwd_version) : NULL;
+    long version = 0, oldest_in_flight = 0, forwards = 0;
+    for (long i = 0; i < cl->n; i++) {
+        Compute c = cl->items[i];
+        int slot = (int)(c.mb % (slots ? slots : 1));
+        if (c.op == PACI_OP_FWD) {
+            if (!first)
+                push_instr(out, PACI_OP_RECV_ACT, slot, 0, c.mb);
+            push_instr(out, PACI_OP_FWD, slot, 0, c.mb);
+            if (!last)
+                push_instr(out, PACI_OP_SEND_ACT, slot, 0, c.mb);
+            if (stash)
+                fwd_version[c.mb] = (int32_t)version;
+            forwards = c.mb + 1;
+        } else if (c.op == PACI_OP_BWD) {
+            int aux = 0;
+            if (stash && fwd_version[c.mb] != version)
+                aux = (int)(fwd_version[c.mb] % stash) + 1;
+            if (!last)
+                push_instr(out, PACI_OP_RECV_GRAD, slot, 0, c.mb);
+            push_instr(out, PACI_OP_BWD, slot, aux, c.mb);
+            if (!first)
+                push_instr(out, PACI_OP_SEND_GRAD, slot, 0, c.mb);
+            oldest_in_flight = c.mb + 1;
+        } else {
+            /* Stash the version being retired if a forward in flight ran on it. */
+            int aux = 0;
+            if (stash && forwards > oldest_in_flight && fwd_version[forwards - 1] == version)
+                aux = (int)(version % stash) + 1;
+            push_instr(out, PACI_OP_STEP, 0, aux, -1);
+            version++;
+        }
+    }
+    free(fwd_version);
+}
+
+/* PipeDream keeps one weight copy per older version an in-flight micro-batch still needs.
+ * In a long segment p-s-1 backwards separate a forward from its backward and cross at most
+ * ceil((p-s-1)/K) steps; a short segment may need fewer, so the count comes from the
+ * stage's actual order (linear in the segment, no instructions built). */
+int schedule_stash(int kind, int stages, int stage, int window, long segment_steps)
+{
+    if (kind != PACI_SCHED_PIPEDREAM)
+        return 0;
+    ComputeList order = {0};
+    build_order(&order, kind, stages, stage, window, segment_steps);
+    int stash = stash_needed(&order, segment_steps * window);
+    free(order.items);
+    return stash;
+}
+
+/* Generates one segment of `steps` steps: every stage's flat instruction list. */
+void schedule_generate(int kind, int stages, int window, long steps, SegmentLists *out)
+{
+    *out = (SegmentLists){.stages = stages};
+    long mbs = steps * window;
+    for (int s = 0; s < stages; s++) {
+        ComputeList order = {0};
+        build_order(&order, kind, stages, s, window, steps);
+        out->slots[s] = schedule_slots(kind, stages, s, window, steps);
+        out->stash[s] = kind == PACI_SCHED_PIPEDREAM ? stash_needed(&order, mbs) : 0;
+        InstrList list = {0};
+        lower_order(&order, stages, s, out->slots[s], out->stash[s], mbs, &list);
+        out->instrs[s] = list.items;
+        out->count[s] = list.n;
+        free(order.items);
+    }
+}
+
+void segment_lists_free(SegmentLists *sl)
+{
+    for (int s = 0; s < sl->stages; s++)
+        free(sl->instrs[s]);
+    *sl = (SegmentLists){0};
+}
+
+/* ---- compression -------------------------------------------------------------------- */
+
+static bool instr_equal(paci_instr a, paci_instr b)
+{
+    return a.op == b.op && a.slot == b.slot && a.aux == b.aux && a.mb == b.mb;
+}
+
+/* Instructions stage s runs per optimizer step: K micro-batches' worth plus the step. */
+static long step_length(int stages, int stage, int window)
+{
+    long per_mb = 2 + 2 * (stage > 0) + 2 * (stage < stages - 1);
+    return per_mb * window + 1;
+}
+
+/* The longest stretch of `list` that is one step's instructions repeated (each repetition
+ * shifted as paci_body_instr says): its start and how many repetitions it holds. */
+static void find_body(const paci_table *t, int stage, const paci_instr *list, long n,
+                      long period, long *start, long *reps)
+{
+    long best_start = 0, best_len = -1, run_start = 0;
+    for (long i = 0; i + period <= n; i++) {
+        bool match = i + period < n &&
+                     instr_equal(list[i + period], paci_body_instr(t, stage, list[i], 1));
+        if (!match) {
+            /* [run_start, i) matched: the body repeats floor(len/period)+1 times there. */
+            if (i - run_start > best_len) {
+                best_len = i - run_start;
+                best_start = run_start;
+            }
+            run_start = i + 1;
+        }
+    }
+    *start = best_start;
+    *reps = best_len < 0 ? 0 : best_len / period + 1;
+}
+
+typedef struct TableBuilder {
+    paci_table *t;
+    InstrList all;
+} TableBuilder;
+
+static int32_t append_range(TableBuilder *tb, const paci_instr *src, long n)
+{
+    int32_t at = (int32_t)tb->all.n;
+    for (long i = 0; i < n; i++)
+        push_instr(&tb->all, src[i].op, src[i].slot, src[i].aux, src[i].mb);
+    return at;
+}
+
+/* Compresses a segment into prologue / body x reps / epilogue, with one repetition count
+ * for all stages (the smallest stage's longest periodic run). */
+static void compress_program(TableBuilder *tb, const SegmentLists *sl, long steps, paci_program *prog)
+{
+    paci_table *t = tb->t;
+    long start[PACI_MAX_STAGES], reps = -1;
+    for (int s = 0; s < sl->stages; s++) {
+        long stage_reps;
+        find_body(t, s, sl->instrs[s], sl->count[s], step_length(sl->stages, s, t->window),
+                  &start[s], &stage_reps);
+        if (reps < 0 || stage_reps < reps)
+            reps = stage_reps;
+    }
+    if (reps < 2)
+        reps = 0; /* a body that runs once is no shorter than writing it out */
+    prog->steps = (int32_t)steps;
+    prog->body_reps = (int32_t)reps;
+    for (int s = 0; s < sl->stages; s++) {
+        long period = step_length(sl->stages, s, t->window);
+        long n_pro = reps ? start[s] : sl->count[s];
+        long n_body = reps ? period : 0;
+        long epi = n_pro + n_body * reps;
+        paci_stage_program *sp = &prog->stage[s];
+        sp->prologue = append_range(tb, sl->instrs[s], n_pro);
+        sp->n_prologue = (int32_t)n_pro;
+        sp->body = append_range(tb, sl->instrs[s] + n_pro, n_body);
+        sp->n_body = (int32_t)n_body;
+        sp->epilogue = append_range(tb, sl->instrs[s] + epi, sl->count[s] - epi);
+        sp->n_epilogue = (int32_t)(sl->count[s] - epi);
+    }
+}
+
+/* Builds the table: one program for full segments and one for a shorter last segment. */
+paci_table *schedule_build(const Config *cfg, const Plan *plan)
+{
+    paci_table *t = xcalloc(1, sizeof *t);
+    long total = cfg->steps > 0 ? cfg->steps : 1;
+    long segment = schedule_segment_steps(cfg);
+    t->schedule = cfg->schedule;
+    t->stages = cfg->stages;
+    t->window = cfg->window;
+    t->total_steps = (int32_t)total;
+    t->segment_steps = (int32_t)segment;
+    t->channel_capacity = CHANNEL_CAPACITY;
+    t->n_programs = total % segment ? 2 : 1;
+
+    TableBuilder tb = {.t = t};
+    for (int p = 0; p < t->n_programs; p++) {
+        long steps = p == 0 ? segment : total % segment;
+        SegmentLists sl;
+        schedule_generate(cfg->schedule, cfg->stages, cfg->window, steps, &sl);
+        if (p == 0) {
+            /* The longer program needs the most slots; the shorter one's mb mod slots
+             * agrees because it never holds more micro-batches than it has. */
+            memcpy(t->slots, sl.slots, sizeof t->slots);
+            memcpy(t->stash, sl.stash, sizeof t->stash);
+        }
+        compress_program(&tb, &sl, steps, &t->program[p]);
+        segment_lists_free(&sl);
+    }
+    (void)plan; /* slots and stash are checked against the plan by verify_schedule */
+    t->n_instrs = (int32_t)tb.all.n;
+    t->instrs = tb.all.items;
+    return t;
+}
+
+void schedule_free(paci_table *t)
+{
+    if (!t)
+        return;
+    free((void *)t->instrs);
+    free(t);
+}
+
+/* Expands prologue, body x reps (shifted per repetition) and epilogue into one list. */
+long schedule_expand(const paci_table *t, int prog, int stage, paci_instr **out)
+{
+    const paci_program *pg = &t->program[prog];
+    const paci_stage_program *sp = &pg->stage[stage];
+    long n = sp->n_prologue + (long)sp->n_body * pg->body_reps + sp->n_epilogue;
+    paci_instr *list = xmalloc((size_t)n * sizeof *list);
+    long k = 0;
+    for (long i = 0; i < sp->n_prologue; i++)
+        list[k++] = t->instrs[sp->prologue + i];
+    for (long r = 0; r < pg->body_reps; r++)
+        for (long i = 0; i < sp->n_body; i++)
+            list[k++] = paci_body_instr(t, stage, t->instrs[sp->body + i], (int32_t)r);
+    for (long i = 0; i < sp->n_epilogue; i++)
+        list[k++] = t->instrs[sp->epilogue + i];
+    *out = list;
+    return n;
+}

@@ -1,0 +1,392 @@
+/* verify.c: runs every program of the table on all stages at once, with blocking receives
+ * and sends into channels of the table's capacity, exactly as the runtime will, and checks
+ * the schedule's invariants: no deadlock, each micro-batch's forward and backward exactly
+ * once per stage in causal order, slots never reused while live and as many as planned,
+ * stash slots holding the version a backward needs, and the weight-version drift.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+/* A bounded FIFO of micro-batch numbers: one direction of one link. */
+typedef struct Channel {
+    int32_t *mbs;
+    int capacity, head, count;
+} Channel;
+
+typedef struct StageRun {
+    paci_instr *list;
+    long n, pc;
+    long version;          /* optimizer steps done in this segment */
+    long backwards_since_step;
+    int live_slots;
+    int32_t *slot_owner;   /* mb holding each slot, -1 free */
+    int32_t *stash_version;/* version saved in each stash slot, -1 empty */
+    /* per micro-batch of the segment */
+    uint8_t *fwd_count, *bwd_count, *act_received, *grad_received;
+    int32_t *fwd_version;
+} StageRun;
+
+typedef struct Verifier {
+    const paci_table *t;
+    const Plan *plan;
+    VerifyReport *rep;
+    int prog;
+    long mbs;
+    StageRun st[PACI_MAX_STAGES];
+    Channel act[PACI_MAX_STAGES];  /* act[s]: stage s -> s+1 */
+    Channel grad[PACI_MAX_STAGES]; /* grad[s]: stage s+1 -> s */
+    long drifted[PACI_MAX_STAGES];
+} Verifier;
+
+/* Records the first violation; later ones are consequences of it. */
+static bool fail(Verifier *v, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static bool fail(Verifier *v, const char *fmt, ...)
+{
+    if (v->rep->ok) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(v->rep->error, sizeof v->rep->error, fmt, ap);
+        va_end(ap);
+        v->rep->ok = false;
+    }
+    return false;
+}
+
+static const char *instr_text(paci_instr in, char *buf, size_t size)
+{
+    if (in.op == PACI_OP_STEP)
+        snprintf(buf, size, "step");
+    else
+        snprintf(buf, size, "%s mb %d slot %d", paci_op_name(in.op), in.mb, in.slot);
+    return buf;
+}
+
+enum Progress { RAN, BLOCKED, BROKEN };
+
+/* fail() for an instruction that cannot run. */
+static enum Progress broken(Verifier *v, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static enum Progress broken(Verifier *v, const char *fmt, ...)
+{
+    char msg[sizeof v->rep->error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail(v, "%s", msg);
+    return BROKEN;
+}
+
+/* Checks the slot of an instruction against what the stage holds there. */
+static bool slot_holds(Verifier *v, int s, paci_instr in)
+{
+    StageRun *sr = &v->st[s];
+    if (in.slot >= v->t->slots[s])
+        return fail(v, "stage %d: %s mb %d uses slot %d of %d", s, paci_op_name(in.op), in.mb,
+                    in.slot, v->t->slots[s]);
+    if (sr->slot_owner[in.slot] != in.mb)
+        return fail(v, "stage %d: %s mb %d finds slot %d holding mb %d", s, paci_op_name(in.op),
+                    in.mb, in.slot, sr->slot_owner[in.slot]);
+    return true;
+}
+
+static bool slot_take(Verifier *v, int s, paci_instr in)
+{
+    StageRun *sr = &v->st[s];
+    if (in.slot >= v->t->slots[s])
+        return fail(v, "stage %d: %s mb %d uses slot %d of %d", s, paci_op_name(in.op), in.mb,
+                    in.slot, v->t->slots[s]);
+    if (sr->slot_owner[in.slot] >= 0)
+        return fail(v, "stage %d: %s mb %d reuses slot %d while mb %d still lives there", s,
+                    paci_op_name(in.op), in.mb, in.slot, sr->slot_owner[in.slot]);
+    sr->slot_owner[in.slot] = in.mb;
+    if (++sr->live_slots > v->rep->peak_slots[s])
+        v->rep->peak_slots[s] = sr->live_slots;
+    return true;
+}
+
+static void slot_release(Verifier *v, int s, paci_instr in)
+{
+    v->st[s].slot_owner[in.slot] = -1;
+    v->st[s].live_slots--;
+}
+
+static enum Progress send(Verifier *v, Channel *c, int s, paci_instr in, bool exists)
+{
+    if (!exists)
+        return broken(v, "stage %d: %s has no neighbour to send to", s, paci_op_name(in.op));
+    if (!slot_holds(v, s, in))
+        return BROKEN;
+    if (c->count == c->capacity)
+        return BLOCKED;
+    c->mbs[(c->head + c->count++) % c->capacity] = in.mb;
+    return RAN;
+}
+
+static enum Progress receive(Verifier *v, Channel *c, int s, paci_instr in, bool exists, const char *what)
+{
+    if (!exists)
+        return broken(v, "stage %d: %s has no neighbour to receive from", s, paci_op_name(in.op));
+    if (c->count == 0)
+        return BLOCKED;
+    int32_t got = c->mbs[c->head];
+    if (got != in.mb)
+        return broken(v, "stage %d expects the %s of mb %d but its link delivers mb %d", s, what,
+                    in.mb, got);
+    c->head = (c->head + 1) % c->capacity;
+    c->count--;
+    return RAN;
+}
+
+static bool mb_in_range(Verifier *v, int s, paci_instr in)
+{
+    if (in.mb < 0 || in.mb >= v->mbs)
+        return fail(v, "stage %d: %s names mb %d outside the segment's %ld", s,
+                    paci_op_name(in.op), in.mb, v->mbs);
+    return true;
+}
+
+/* Runs the next instruction of stage s if its message or buffer space is there. */
+static enum Progress step_stage(Verifier *v, int s)
+{
+    const paci_table *t = v->t;
+    StageRun *sr = &v->st[s];
+    paci_instr in = sr->list[sr->pc];
+    bool first = s == 0, last = s == t->stages - 1;
+    enum Progress pr = RAN;
+    if (in.op != PACI_OP_STEP && !mb_in_range(v, s, in))
+        return BROKEN;
+    if (in.aux && in.op != PACI_OP_STEP && in.op != PACI_OP_BWD)
+        return broken(v, "stage %d: %s mb %d carries aux %d", s, paci_op_name(in.op), in.mb, in.aux);
+    switch (in.op) {
+    case PACI_OP_RECV_ACT:
+        pr = receive(v, first ? NULL : &v->act[s - 1], s, in, !first, "activation");
+        if (pr == RAN && !slot_take(v, s, in))
+            return BROKEN;
+        if (pr == RAN)
+            sr->act_received[in.mb] = 1;
+        break;
+    case PACI_OP_FWD:
+        if (sr->fwd_count[in.mb]++)
+            return broken(v, "stage %d runs the forward of mb %d twice", s, in.mb);
+        if (!first) {
+            if (!sr->act_received[in.mb])
+                return broken(v, "stage %d runs the forward of mb %d before receiving its activation", s, in.mb);
+            if (!slot_holds(v, s, in))
+                return BROKEN;
+        } else if (!slot_take(v, s, in)) {
+            return BROKEN;
+        }
+        sr->fwd_version[in.mb] = (int32_t)sr->version;
+        break;
+    case PACI_OP_SEND_ACT:
+        pr = send(v, last ? NULL : &v->act[s], s, in, !last);
+        break;
+    case PACI_OP_RECV_GRAD:
+        if (!slot_holds(v, s, in))
+            return BROKEN;
+        pr = receive(v, last ? NULL : &v->grad[s], s, in, !last, "gradient");
+        if (pr == RAN)
+            sr->grad_received[in.mb] = 1;
+        break;
+    case PACI_OP_BWD: {
+        if (!sr->fwd_count[in.mb])
+            return broken(v, "stage %d runs the backward of mb %d before its forward", s, in.mb);
+        if (sr->bwd_count[in.mb]++)
+            return broken(v, "stage %d runs the backward of mb %d twice", s, in.mb);
+        if (!last && !sr->grad_received[in.mb])
+            return broken(v, "stage %d runs the backward of mb %d before receiving its gradient", s, in.mb);
+        if (!slot_holds(v, s, in))
+            return BROKEN;
+        long drift = sr->version - sr->fwd_version[in.mb];
+        if (drift > v->rep->max_drift[s])
+            v->rep->max_drift[s] = (int)drift;
+        if (drift > 0)
+            v->drifted[s]++;
+        long used = sr->version;
+        if (in.aux) {
+            if (in.aux > t->stash[s] || sr->stash_version[in.aux - 1] < 0)
+                return broken(v, "stage %d: backward of mb %d reads stash slot %d, which holds nothing", s, in.mb, in.aux - 1);
+            used = sr->stash_version[in.aux - 1];
+        }
+        long effective = labs(used - sr->fwd_version[in.mb]);
+        if (effective > v->rep->effective_drift[s])
+            v->rep->effective_drift[s] = (int)effective;
+        if (first)
+            slot_release(v, s, in);
+        sr->backwards_since_step++;
+        break;
+    }
+    case PACI_OP_SEND_GRAD:
+        pr = send(v, first ? NULL : &v->grad[s - 1], s, in, !first);
+        if (pr == RAN) {
+            if (!sr->bwd_count[in.mb])
+                return broken(v, "stage %d sends the gradient of mb %d before its backward", s, in.mb);
+            slot_release(v, s, in);
+        }
+        break;
+    case PACI_OP_STEP:
+        if (sr->backwards_since_step != t->window)
+            return broken(v, "stage %d steps after %ld backwards instead of the window's %d", s,
+                        sr->backwards_since_step, t->window);
+        if (in.aux) {
+            if (in.aux > t->stash[s])
+                return broken(v, "stage %d: step stashes into slot %d of %d", s, in.aux - 1, t->stash[s]);
+            sr->stash_version[in.aux - 1] = (int32_t)sr->version;
+        }
+        sr->backwards_since_step = 0;
+        sr->version++;
+        break;
+    default:
+        return broken(v, "stage %d: unknown op %d", s, in.op);
+    }
+    if (pr == RAN)
+        sr->pc++;
+    return pr;
+}
+
+static void stage_init(Verifier *v, int s)
+{
+    StageRun *sr = &v->st[s];
+    sr->n = schedule_expand(v->t, v->prog, s, &sr->list);
+    sr->slot_owner = xmalloc((size_t)v->t->slots[s] * sizeof *sr->slot_owner);
+    memset(sr->slot_owner, 0xff, (size_t)v->t->slots[s] * sizeof *sr->slot_owner);
+    int stash = v->t->stash[s] > 0 ? v->t->stash[s] : 1;
+    sr->stash_version = xmalloc((size_t)stash * sizeof *sr->stash_version);
+    memset(sr->stash_version, 0xff, (size_t)stash * sizeof *sr->stash_version);
+    sr->fwd_count = xcalloc((size_t)v->mbs, 1);
+    sr->bwd_count = xcalloc((size_t)v->mbs, 1);
+    sr->act_received = xcalloc((size_t)v->mbs, 1);
+    sr->grad_received = xcalloc((size_t)v->mbs, 1);
+    sr->fwd_version = xcalloc((size_t)v->mbs, sizeof *sr->fwd_version);
+    for (Channel *c = &v->act[s]; c; c = c == &v->act[s] ? &v->grad[s] : NULL) {
+        c->capacity = v->t->channel_capacity;
+        c->mbs = xmalloc((size_t)c->capacity * sizeof *c->mbs);
+    }
+}
+
+static void stage_free(StageRun *sr, Channel *act, Channel *grad)
+{
+    free(sr->list);
+    free(sr->slot_owner);
+    free(sr->stash_version);
+    free(sr->fwd_count);
+    free(sr->bwd_count);
+    free(sr->act_received);
+    free(sr->grad_received);
+    free(sr->fwd_version);
+    free(act->mbs);
+    free(grad->mbs);
+}
+
+/* Reports the instruction every unfinished stage is stuck on. */
+static void report_deadlock(Verifier *v)
+{
+    char msg[sizeof v->rep->error];
+    int len = snprintf(msg, sizeof msg, "deadlock in program %d:", v->prog);
+    for (int s = 0; s < v->t->stages && len < (int)sizeof msg; s++) {
+        StageRun *sr = &v->st[s];
+        char text[64];
+        if (sr->pc < sr->n)
+            len += snprintf(msg + len, sizeof msg - (size_t)len, " stage %d waits at #%ld (%s);",
+                            s, sr->pc, instr_text(sr->list[sr->pc], text, sizeof text));
+    }
+    fail(v, "%s", msg);
+}
+
+/* Checks what must hold once every stage has finished the segment. */
+static void check_complete(Verifier *v)
+{
+    const paci_table *t = v->t;
+    for (int s = 0; s < t->stages && v->rep->ok; s++) {
+        StageRun *sr = &v->st[s];
+        for (long mb = 0; mb < v->mbs; mb++)
+            if (sr->fwd_count[mb] != 1 || sr->bwd_count[mb] != 1) {
+                fail(v, "stage %d runs mb %ld's forward %d and backward %d times (once each expected)",
+                     s, mb, sr->fwd_count[mb], sr->bwd_count[mb]);
+                return;
+            }
+        if (sr->version != t->program[v->prog].steps)
+            fail(v, "stage %d takes %ld optimizer steps in a segment of %d", s, sr->version,
+                 t->program[v->prog].steps);
+        else if (sr->live_slots != 0)
+            fail(v, "stage %d ends the segment with %d live slots", s, sr->live_slots);
+        else if (v->act[s].count || v->grad[s].count)
+            fail(v, "the link after stage %d ends the segment holding messages", s);
+    }
+}
+
+static void verify_program(Verifier *v, int prog)
+{
+    const paci_table *t = v->t;
+    v->prog = prog;
+    v->mbs = (long)t->program[prog].steps * t->window;
+    memset(v->st, 0, sizeof v->st);
+    memset(v->act, 0, sizeof v->act);
+    memset(v->grad, 0, sizeof v->grad);
+    for (int s = 0; s < t->stages; s++)
+        stage_init(v, s);
+    for (bool progress = true; progress && v->rep->ok;) {
+        progress = false;
+        for (int s = 0; s < t->stages && v->rep->ok; s++) {
+            StageRun *sr = &v->st[s];
+            enum Progress pr = RAN;
+            while (sr->pc < sr->n && (pr = step_stage(v, s)) == RAN && v->rep->ok)
+                progress = true;
+        }
+    }
+    bool finished = true;
+    for (int s = 0; s < t->stages; s++)
+        finished = finished && v->st[s].pc == v->st[s].n;
+    if (v->rep->ok && !finished)
+        report_deadlock(v);
+    if (v->rep->ok)
+        check_complete(v);
+    for (int s = 0; s < t->stages; s++)
+        stage_free(&v->st[s], &v->act[s], &v->grad[s]);
+}
+
+/* ceil((p-s-1)/K) for PACI: the updates a stage crosses between a forward and its backward. */
+int drift_bound(const paci_table *t, int stage)
+{
+    if (t->schedule != PACI_SCHED_PACI)
+        return 0;
+    int w = t->stages - stage - 1;
+    return (w + t->window - 1) / t->window;
+}
+
+bool verify_schedule(const paci_table *t, const Plan *plan, VerifyReport *rep)
+{
+    *rep = (VerifyReport){.ok = true};
+    Verifier v = {.t = t, .plan = plan, .rep = rep};
+    if (t->channel_capacity < 1)
+        fail(&v, "channel capacity %d: a send could never complete", t->channel_capacity);
+    for (int s = 0; s < t->stages && rep->ok; s++) {
+        if (plan->stage[s].slots != t->slots[s])
+            fail(&v, "stage %d: the plan sizes %d activation slots, the schedule has %d", s,
+                 plan->stage[s].slots, t->slots[s]);
+        else if (plan->stage[s].stash != t->stash[s])
+            fail(&v, "stage %d: the plan sizes %d stash copies, the schedule keeps %d", s,
+                 plan->stage[s].stash, t->stash[s]);
+    }
+    long mbs_total = 0;
+    for (int prog = 0; prog < t->n_programs && rep->ok; prog++) {
+        verify_program(&v, prog);
+        mbs_total += (long)t->program[prog].steps * t->window;
+    }
+    for (int s = 0; s < t->stages && rep->ok; s++) {
+        if (rep->peak_slots[s] != t->slots[s])
+            fail(&v, "stage %d uses at most %d activation slots, the plan sizes %d", s,
+                 rep->peak_slots[s], t->slots[s]);
+        else if (rep->max_drift[s] > drift_bound(t, s) && t->schedule != PACI_SCHED_PIPEDREAM)
+            fail(&v, "stage %d crosses %d optimizer updates between a forward and its backward; "
+                 "the bound is %d", s, rep->max_drift[s], drift_bound(t, s));
+        else if (t->schedule != PACI_SCHED_PACI && rep->effective_drift[s] != 0)
+            fail(&v, "stage %d: a backward uses weights %d versions away from its forward's", s,
+                 rep->effective_drift[s]);
+        rep->drift_share[s] = mbs_total ? (double)v.drifted[s] / (double)mbs_total : 0.0;
+    }
+    return rep->ok;
+}

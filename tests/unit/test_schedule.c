@@ -1,0 +1,264 @@
+/* Property tests of the schedules: for every schedule over p in 1..16 and K in 1..64, the table verifies, its expansion equals the generator's output, each stage's
+ * list keeps the structural rules, and the measured drift equals the bound. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+/* A config with a small model: only the pipeline's numbers matter to the schedules. */
+static Config make_config(int kind, int stages, int window, long steps, long eval_every, long ckpt_every)
+{
+    Config cfg = {0};
+    cfg.layers = 64;
+    cfg.width = 64;
+    cfg.heads = 4;
+    cfg.context = 32;
+    cfg.vocab = 256;
+    cfg.stages = stages;
+    cfg.schedule = kind;
+    cfg.window = window;
+    cfg.micro = 2;
+    cfg.global_batch = 2L * window;
+    cfg.steps = steps;
+    cfg.eval_every = eval_every;
+    cfg.ckpt_every = ckpt_every;
+    cfg.precision = PREC_FP32;
+    cfg.device_flops = 1e12;
+    cfg.link_bandwidth = 1e9;
+    cfg.device_memory = 1e15;
+    return cfg;
+}
+
+/* The order rules every stage's flat list must keep, whatever the schedule. */
+static void check_structure(const paci_table *t, const paci_instr *list, long n, int s)
+{
+    bool first = s == 0, last = s == t->stages - 1;
+    long backwards = 0;
+    long last_bwd_in_step = -1;
+    for (long i = 0; i < n; i++) {
+        paci_instr in = list[i];
+        if (first)
+            assert_true(in.op != PACI_OP_RECV_ACT && in.op != PACI_OP_SEND_GRAD);
+        if (last)
+            assert_true(in.op != PACI_OP_SEND_ACT && in.op != PACI_OP_RECV_GRAD);
+        if (in.op == PACI_OP_RECV_GRAD) {
+            assert_true(i + 1 < n);
+            assert_int_equal(list[i + 1].op, PACI_OP_BWD);
+            assert_int_equal(list[i + 1].mb, in.mb);
+        }
+        if (in.op == PACI_OP_RECV_ACT) {
+            assert_int_equal(list[i + 1].op, PACI_OP_FWD);
+            assert_int_equal(list[i + 1].mb, in.mb);
+        }
+        if (in.op == PACI_OP_BWD) {
+            /* increasing micro-batch order within a step, and steps follow windows */
+            assert_true(in.mb > last_bwd_in_step);
+            last_bwd_in_step = in.mb;
+            backwards++;
+            long j = i + 1 + (first ? 0 : 1);
+            if (backwards % t->window == 0) {
+                assert_true(j < n);
+                assert_int_equal(list[j].op, PACI_OP_STEP);
+            }
+        }
+        if (in.op == PACI_OP_STEP)
+            assert_int_equal(backwards % t->window, 0);
+    }
+}
+
+/* Builds, verifies and cross-checks one configuration. */
+static void check_config(int kind, int p, int K, long steps, long eval_every)
+{
+    Config cfg = make_config(kind, p, K, steps, eval_every, 0);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    VerifyReport rep;
+    bool ok = verify_schedule(t, &plan, &rep);
+    if (!ok)
+        fail_msg("%s p=%d K=%d steps=%ld: %s", paci_schedule_name(kind), p, K, steps, rep.error);
+    assert_int_equal(t->channel_capacity, 1);
+    for (int prog = 0; prog < t->n_programs; prog++) {
+        SegmentLists sl;
+        schedule_generate(kind, p, K, t->program[prog].steps, &sl);
+        for (int s = 0; s < p; s++) {
+            paci_instr *list;
+            long n = schedule_expand(t, prog, s, &list);
+            assert_int_equal(n, sl.count[s]);
+            assert_memory_equal(list, sl.instrs[s], (size_t)n * sizeof *list);
+            check_structure(t, list, n, s);
+            free(list);
+        }
+        segment_lists_free(&sl);
+    }
+    long mbs = (long)t->segment_steps * K;
+    for (int s = 0; s < p; s++) {
+        assert_int_equal(rep.peak_slots[s], plan.stage[s].slots);
+        int bound = drift_bound(t, s);
+        /* The bound is reached once a segment holds enough micro-batches to keep the
+         * stage's p-s in flight across a window boundary. */
+        if (kind == PACI_SCHED_PACI && mbs >= (long)(p - s) + K)
+            assert_int_equal(rep.max_drift[s], bound);
+        assert_true(rep.max_drift[s] <= (kind == PACI_SCHED_PIPEDREAM ? (p - s - 1 + K - 1) / K : bound));
+        if (kind == PACI_SCHED_PACI)
+            assert_int_equal(rep.effective_drift[s], rep.max_drift[s]);
+        else
+            assert_int_equal(rep.effective_drift[s], 0);
+        if (paci_schedule_is_sync(kind))
+            assert_true(rep.drift_share[s] == 0.0);
+        if (s == p - 1)
+            assert_int_equal(rep.max_drift[s], 0);
+    }
+    /* The body is what makes the table compact: long segments must use it. */
+    /* Fill and drain last about ceil((p-1)/K) steps each (PipeDream's stash pattern
+     * settles one such span later). */
+    long transient = 2 * ((p - 1 + K - 1) / K) + 3;
+    if (t->program[0].body_reps < t->segment_steps - transient)
+        fail_msg("%s p=%d K=%d: %d body repetitions in %d steps", paci_schedule_name(kind), p, K,
+                 t->program[0].body_reps, t->segment_steps);
+    schedule_free(t);
+}
+
+static void test_all_schedules(void **state)
+{
+    (void)state;
+    /* Segments long enough for fill, a steady state and drain at every p. */
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++)
+        for (int p = 1; p <= 16; p++)
+            for (int K = 1; K <= 64; K++)
+                check_config(kind, p, K, 2 * ((p - 1 + K - 1) / K) + 6, 0);
+}
+
+/* Short segments (3 steps) at the deepest pipeline, every K, the asynchronous schedules. */
+static void test_every_window_at_16_stages(void **state)
+{
+    (void)state;
+    for (int K = 1; K <= 64; K++) {
+        check_config(PACI_SCHED_PACI, 16, K, 3, 0);
+        check_config(PACI_SCHED_PIPEDREAM, 16, K, 3, 0);
+    }
+}
+
+/* Drains: segments of gcd(eval, checkpoint) steps, a shorter last one in a second program. */
+static void test_segments(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 4, 3, 100, 30, 45);
+    assert_int_equal(schedule_segment_steps(&cfg), 15);
+    cfg.eval_every = 0;
+    cfg.ckpt_every = 0;
+    assert_int_equal(schedule_segment_steps(&cfg), 100);
+    cfg.eval_every = 500;
+    assert_int_equal(schedule_segment_steps(&cfg), 100);
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+        check_config(kind, 4, 3, 23, 5);
+        check_config(kind, 5, 2, 10, 3);
+        check_config(kind, 8, 8, 9, 2);
+    }
+    Config c2 = make_config(PACI_SCHED_PACI, 4, 3, 23, 5, 0);
+    Plan plan;
+    assert_true(plan_build(&c2, &plan));
+    paci_table *t = schedule_build(&c2, &plan);
+    assert_int_equal(t->n_programs, 2);
+    assert_int_equal(t->program[0].steps, 5);
+    assert_int_equal(t->program[1].steps, 3);
+    assert_int_equal(paci_segments(t), 5);
+    schedule_free(t);
+}
+
+/* Slot counts: p-s for the 1F1B family (capped), K for GPipe; PipeDream's stash. */
+static void test_slots_and_stash(void **state)
+{
+    (void)state;
+    assert_int_equal(schedule_slots(PACI_SCHED_GPIPE, 8, 0, 8, 100), 8);
+    assert_int_equal(schedule_slots(PACI_SCHED_ONEF1B, 8, 0, 4, 100), 4);
+    assert_int_equal(schedule_slots(PACI_SCHED_ONEF1B, 8, 5, 4, 100), 3);
+    assert_int_equal(schedule_slots(PACI_SCHED_PACI, 8, 0, 4, 100), 8);
+    assert_int_equal(schedule_slots(PACI_SCHED_PACI, 8, 0, 2, 2), 4);
+    assert_int_equal(schedule_stash(PACI_SCHED_PIPEDREAM, 8, 0, 4, 100), 2);
+    assert_int_equal(schedule_stash(PACI_SCHED_PIPEDREAM, 8, 0, 2, 100), 4);
+    assert_int_equal(schedule_stash(PACI_SCHED_PIPEDREAM, 16, 0, 2, 3), 2);
+    assert_int_equal(schedule_stash(PACI_SCHED_PIPEDREAM, 8, 7, 4, 100), 0);
+    assert_int_equal(schedule_stash(PACI_SCHED_PACI, 8, 0, 4, 100), 0);
+    /* the generator agrees with the formula */
+    SegmentLists sl;
+    schedule_generate(PACI_SCHED_PIPEDREAM, 9, 3, 10, &sl);
+    for (int s = 0; s < 9; s++)
+        assert_int_equal(sl.stash[s], schedule_stash(PACI_SCHED_PIPEDREAM, 9, s, 3, 10));
+    segment_lists_free(&sl);
+}
+
+/* A broken table must fail verification: swap two backwards of the last stage. */
+static void test_verify_catches_errors(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_ONEF1B, 3, 4, 1, 0, 0);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    VerifyReport rep;
+    assert_true(verify_schedule(t, &plan, &rep));
+    paci_instr *instrs = (paci_instr *)t->instrs;
+    const paci_stage_program *sp = &t->program[0].stage[1];
+    assert_int_equal(t->program[0].body_reps, 0);
+    /* stage 1: make its first backward wait for a gradient that never comes first */
+    long first_bwd = -1, second_bwd = -1;
+    for (long i = 0; i < sp->n_prologue; i++)
+        if (instrs[sp->prologue + i].op == PACI_OP_RECV_GRAD) {
+            if (first_bwd < 0)
+                first_bwd = sp->prologue + i;
+            else if (second_bwd < 0)
+                second_bwd = sp->prologue + i;
+        }
+    assert_true(second_bwd > 0);
+    int32_t mb = instrs[first_bwd].mb;
+    instrs[first_bwd].mb = instrs[second_bwd].mb;
+    instrs[second_bwd].mb = mb;
+    assert_false(verify_schedule(t, &plan, &rep));
+    assert_non_null(strstr(rep.error, "stage 1"));
+    schedule_free(t);
+
+    /* a deadlock: the last stage waits for a forward stage 0 never sends */
+    cfg = make_config(PACI_SCHED_PACI, 2, 2, 1, 0, 0);
+    assert_true(plan_build(&cfg, &plan));
+    t = schedule_build(&cfg, &plan);
+    instrs = (paci_instr *)t->instrs;
+    sp = &t->program[0].stage[0];
+    for (long i = 0; i < sp->n_prologue; i++)
+        if (instrs[sp->prologue + i].op == PACI_OP_SEND_ACT)
+            instrs[sp->prologue + i].op = PACI_OP_RECV_GRAD;
+    assert_false(verify_schedule(t, &plan, &rep));
+    schedule_free(t);
+}
+
+/* The largest example's shape, 10,000 steps in one segment, builds and verifies quickly. */
+static void test_long_run_is_compact(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 8, 8, 10000, 0, 0);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    assert_true(t->n_instrs < 8 * 8 * 6 * 30);
+    VerifyReport rep;
+    assert_true(verify_schedule(t, &plan, &rep));
+    schedule_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_schedules),
+        cmocka_unit_test(test_every_window_at_16_stages),
+        cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_slots_and_stash),
+        cmocka_unit_test(test_verify_catches_errors),
+        cmocka_unit_test(test_long_run_is_compact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
