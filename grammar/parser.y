@@ -229,7 +229,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, LexS
         error_at(lex->src, *where, "unexpected '}': no block is open here");
         return 0;
     }
-    enum { MAX_EXPECTED = 8 };
+    enum { MAX_EXPECTED = 16 }; /* more than any state expects, so none is left out */
     yysymbol_kind_t expected[MAX_EXPECTED];
     int n = yypcontext_expected_tokens(ctx, expected, MAX_EXPECTED);
     StrBuf msg = {0};

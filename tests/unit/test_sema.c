@@ -1,0 +1,704 @@
+/* test_sema.c: the front end from text to Config: tokens, syntax errors and their
+ * recovery, every semantic check with its exact message and position, derived values. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pacic.h"
+#include "pacirt.h"
+
+/* A valid file, split so that tests can replace one block. */
+#define MODEL "model gpt2 { layers 4; width 128; heads 4; context 64; vocab 256 }\n"
+#define PIPELINE "pipeline { stages 4; schedule paci; window 4 }\n"
+#define BATCH "batch { micro 8 }\n"
+#define TRAIN "train { steps 1000 }\n"
+
+/* The outcome of checking one text: diagnostics as printed, the Config, success. */
+typedef struct Checked {
+    char *messages;
+    Config cfg;
+    bool ok;
+    bool parsed;
+} Checked;
+
+static Checked check_as(const char *path, const char *text, bool need_data)
+{
+    Checked c = {0};
+    size_t size = 0;
+    FILE *stream = open_memstream(&c.messages, &size);
+    diag_set_stream(stream);
+    diag_reset();
+    Source src = {path, text, strlen(text)};
+    Ast *ast = parse_source(&src);
+    c.parsed = ast != NULL;
+    if (ast) {
+        c.ok = sema_check(&src, ast, need_data, &c.cfg);
+        ast_free(ast);
+    }
+    diag_set_stream(NULL);
+    fclose(stream);
+    c.cfg.src = NULL; /* the Source lived on this frame */
+    return c;
+}
+
+static Checked check(const char *text)
+{
+    return check_as("t.paci", text, false);
+}
+
+static void done(Checked *c)
+{
+    free(c->messages);
+    if (c->parsed)
+        config_free(&c->cfg);
+}
+
+/* The first line of the diagnostics, for tests about one message. */
+static char *first_line(const Checked *c)
+{
+    const char *nl = strchr(c->messages, '\n');
+    return xasprintf("%.*s", nl ? (int)(nl - c->messages) : (int)strlen(c->messages), c->messages);
+}
+
+static void assert_first_message(const char *text, const char *expected)
+{
+    Checked c = check(text);
+    assert_false(c.ok);
+    char *line = first_line(&c);
+    assert_string_equal(line, expected);
+    free(line);
+    done(&c);
+}
+
+/* ---- valid files and derived values ---------------------------------------------------- */
+
+static void test_valid_file_fills_config(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH TRAIN);
+    assert_true(c.ok);
+    assert_string_equal(c.messages, "");
+    assert_int_equal(c.cfg.layers, 4);
+    assert_int_equal(c.cfg.width, 128);
+    assert_int_equal(c.cfg.heads, 4);
+    assert_int_equal(c.cfg.context, 64);
+    assert_int_equal(c.cfg.vocab, 256);
+    assert_int_equal(c.cfg.stages, 4);
+    assert_int_equal(c.cfg.schedule, PACI_SCHED_PACI);
+    assert_int_equal(c.cfg.window, 4);
+    assert_int_equal(c.cfg.micro, 8);
+    assert_int_equal(c.cfg.global_batch, 32);
+    assert_int_equal(c.cfg.steps, 1000);
+    assert_null(c.cfg.split);
+    done(&c);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2-small {}\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.layers, 12);
+    assert_int_equal(c.cfg.width, 768);
+    assert_int_equal(c.cfg.heads, 12);
+    assert_int_equal(c.cfg.context, 1024);
+    assert_int_equal(c.cfg.vocab, 50257);
+    assert_int_equal(c.cfg.stages, 1);
+    assert_int_equal(c.cfg.window, 1); /* window defaults to stages */
+    assert_int_equal(c.cfg.schedule, PACI_SCHED_PACI);
+    assert_true(c.cfg.lr == 3e-4);
+    assert_int_equal(c.cfg.lr_scale, LR_SCALE_NONE);
+    assert_true(c.cfg.beta1 == 0.9 && c.cfg.beta2 == 0.95);
+    assert_true(c.cfg.eps == 1e-8 && c.cfg.weight_decay == 0.1 && c.cfg.grad_clip == 1.0);
+    assert_int_equal(c.cfg.warmup_steps, 10); /* 1% of 1000 */
+    assert_int_equal(c.cfg.lr_decay, PR_DECAY_COSINE);
+    assert_true(c.cfg.min_lr_ratio == 0.1);
+    assert_int_equal(c.cfg.eval_every, 0);
+    assert_int_equal(c.cfg.eval_batches, 8);
+    assert_int_equal(c.cfg.ckpt_every, 0);
+    assert_string_equal(c.cfg.ckpt_dir, "checkpoints");
+    assert_int_equal(c.cfg.seed, 1337);
+    assert_int_equal(c.cfg.precision, PREC_FP32);
+    assert_true(c.cfg.device_flops == 494e12);
+    assert_true(c.cfg.link_bandwidth == 450e9);
+    assert_true(c.cfg.link_latency == 5e-6);
+    assert_true(c.cfg.device_memory == 80e9);
+    assert_false(c.cfg.tied);
+    done(&c);
+}
+
+static void test_presets_and_overrides(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2-medium { context 512 }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.layers, 24);
+    assert_int_equal(c.cfg.width, 1024);
+    assert_int_equal(c.cfg.heads, 16);
+    assert_int_equal(c.cfg.context, 512);
+    done(&c);
+    c = check("model gpt2-xl { layers 2 }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.layers, 2);
+    assert_int_equal(c.cfg.width, 1600);
+    assert_int_equal(c.cfg.heads, 25);
+    done(&c);
+}
+
+static void test_numbers_with_underscores_and_exponents(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL BATCH "train { steps 1_000_000; seed 42\n optimizer adamw { lr 6e-4; eps 1.5e-9 } }\n"
+                      "hardware { flops 1.5e15; memory 40e9 }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.steps, 1000000);
+    assert_int_equal(c.cfg.seed, 42);
+    assert_true(c.cfg.lr == 6e-4);
+    assert_true(c.cfg.eps == 1.5e-9);
+    assert_true(c.cfg.device_flops == 1.5e15);
+    assert_true(c.cfg.device_memory == 40e9);
+    done(&c);
+}
+
+static void test_lr_scale_rules(void **state)
+{
+    (void)state;
+    /* global batch 16 x 8 = 128, lr stated at 256 */
+    Checked c = check(MODEL "pipeline { stages 4; window 8 }\nbatch { micro 16 }\n"
+                      "train { steps 10; optimizer adamw { lr 3e-4 at 256 scale sqrt } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.global_batch, 128);
+    assert_int_equal(c.cfg.lr_base_batch, 256);
+    assert_int_equal(c.cfg.lr_scale, LR_SCALE_SQRT);
+    assert_true(fabs(c.cfg.lr - 3e-4 * sqrt(0.5)) < 1e-15);
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; window 8 }\nbatch { micro 16 }\n"
+              "train { steps 10; optimizer adamw { lr 3e-4 at 64 scale linear } }\n");
+    assert_true(c.ok);
+    assert_true(fabs(c.cfg.lr - 6e-4) < 1e-15);
+    done(&c);
+    /* `at` without `scale` means sqrt */
+    c = check(MODEL "pipeline { stages 4; window 8 }\nbatch { micro 16 }\n"
+              "train { steps 10; optimizer adamw { lr 1e-3 at 512 } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.lr_scale, LR_SCALE_SQRT);
+    assert_true(fabs(c.cfg.lr - 0.5e-3) < 1e-15);
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; window 8 }\nbatch { micro 16 }\n"
+              "train { steps 10; optimizer adamw { lr 1e-3 at 512 scale none } }\n");
+    assert_true(c.ok);
+    assert_true(c.cfg.lr == 1e-3);
+    done(&c);
+}
+
+static void test_warmup_percentage_rounds_and_keeps_one(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 2_000; lr_schedule { warmup 2% } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.warmup_steps, 40);
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 30; lr_schedule { warmup 1% } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.warmup_steps, 1); /* 0.3 rounds to 0, but a non-zero warmup keeps 1 */
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 30; lr_schedule { warmup 0% } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.warmup_steps, 0);
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 1000; lr_schedule { warmup 125; decay linear; floor 0 } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.warmup_steps, 125);
+    assert_int_equal(c.cfg.lr_decay, PR_DECAY_LINEAR);
+    assert_true(c.cfg.min_lr_ratio == 0);
+    done(&c);
+}
+
+static void test_global_sets_window(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 4 }\nbatch { micro 8; global 64 }\n" TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.window, 8);
+    assert_int_equal(c.cfg.global_batch, 64);
+    done(&c);
+}
+
+static void test_bf16_flops_and_precision(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; precision bf16 }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.precision, PREC_BF16);
+    assert_true(c.cfg.device_flops == 989e12);
+    done(&c);
+}
+
+static void test_schedules_by_name(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        int kind;
+    } cases[] = {{"gpipe", PACI_SCHED_GPIPE}, {"1f1b", PACI_SCHED_ONEF1B},
+                 {"pipedream", PACI_SCHED_PIPEDREAM}, {"paci", PACI_SCHED_PACI}};
+    for (size_t i = 0; i < 4; i++) {
+        char *text = xasprintf(MODEL "pipeline { stages 2; schedule %s }\n" BATCH TRAIN, cases[i].name);
+        Checked c = check(text);
+        assert_true(c.ok);
+        assert_int_equal(c.cfg.schedule, cases[i].kind);
+        done(&c);
+        free(text);
+    }
+}
+
+static void test_split_and_spans(void **state)
+{
+    (void)state;
+    const char *text = MODEL "pipeline {\n  stages 3\n  split [2, 1,\n   1]\n}\n" BATCH TRAIN;
+    Checked c = check(text);
+    assert_true(c.ok);
+    assert_non_null(c.cfg.split);
+    assert_int_equal(c.cfg.split[0], 2);
+    assert_int_equal(c.cfg.split[1], 1);
+    assert_int_equal(c.cfg.split[2], 1);
+    assert_int_equal(c.cfg.span_stages.begin, (int)(strstr(text, "3\n") - text));
+    assert_int_equal(c.cfg.span_split.begin, (int)(strstr(text, "[2") - text));
+    assert_int_equal(c.cfg.span_split.end, (int)(strstr(text, "]") - text) + 1);
+    assert_int_equal(c.cfg.span_micro.begin, (int)(strstr(text, "8 }") - text));
+    assert_int_equal(c.cfg.span_model.begin, (int)(strstr(text, "gpt2") - text));
+    /* window not written: later errors about it point at stages */
+    assert_int_equal(c.cfg.span_window.begin, c.cfg.span_stages.begin);
+    assert_true(c.cfg.span_memory.begin < 0);
+    done(&c);
+}
+
+static void test_data_paths_resolve_against_the_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/pacic_sema_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *data = xasprintf("%s/train.bin", dir);
+    FILE *f = fopen(data, "w");
+    assert_non_null(f);
+    fclose(f);
+    char *path = xasprintf("%s/model.paci", dir);
+    Checked c = check_as(path, MODEL PIPELINE BATCH
+                         "train { steps 5; data \"train.bin\"; checkpoint { dir \"ck/pts\" } }\n", true);
+    assert_true(c.ok);
+    assert_string_equal(c.cfg.train_data, data);
+    assert_string_equal(c.cfg.ckpt_dir, "ck/pts"); /* relative to run's folder: as written */
+    done(&c);
+    c = check_as(path, MODEL PIPELINE BATCH "train { steps 5; data \"/nonexistent/x.bin\" }\n", false);
+    assert_true(c.ok); /* only a warning when the data is not needed */
+    assert_string_equal(c.cfg.train_data, "/nonexistent/x.bin");
+    assert_non_null(strstr(c.messages, "warning: cannot read training data '/nonexistent/x.bin': No such file or directory"));
+    done(&c);
+    c = check_as(path, MODEL PIPELINE BATCH "train { steps 5; val \"nope.bin\" }\n", true);
+    assert_false(c.ok);
+    char *expected = xasprintf("%s:4:22: error: cannot read validation data 'nope.bin' (resolved to '%s/nope.bin'): No such file or directory",
+                               path, dir);
+    char *line = first_line(&c);
+    assert_string_equal(line, expected);
+    free(line);
+    free(expected);
+    done(&c);
+    unlink(data);
+    rmdir(dir);
+    free(data);
+    free(path);
+}
+
+/* ---- semantic errors: exact text and position ------------------------------------------ */
+
+static void test_unknown_key_suggests(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2 { layrs 4; width 128; heads 4; context 64 }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_string_equal(c.messages,
+                        "t.paci:1:14: error: unknown key 'layrs' in 'model'; did you mean 'layers'?\n"
+                        "model gpt2 { layrs 4; width 128; heads 4; context 64 }\n"
+                        "             ^~~~~\n"
+                        "t.paci:1:7: error: model 'gpt2' needs 'layers' (or use a preset: gpt2-small, gpt2-medium, gpt2-large, gpt2-xl)\n"
+                        "model gpt2 { layrs 4; width 128; heads 4; context 64 }\n"
+                        "      ^~~~\n");
+    done(&c);
+    assert_first_message(MODEL "pipline { stages 2 }\n" BATCH TRAIN,
+                         "t.paci:2:1: error: unknown block 'pipline'; did you mean 'pipeline'?");
+    assert_first_message(MODEL "pipeline { micro 2 }\n" BATCH TRAIN,
+                         "t.paci:2:12: error: unknown key 'micro' in 'pipeline'; it belongs in 'batch'");
+}
+
+static void test_duplicate_key_with_note(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 2\n  stages 3 }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_string_equal(c.messages,
+                        "t.paci:3:3: error: duplicate 'stages' in 'pipeline'\n"
+                        "  stages 3 }\n"
+                        "  ^~~~~~\n"
+                        "t.paci:2:12: note: first written here\n"
+                        "pipeline { stages 2\n"
+                        "           ^~~~~~\n");
+    done(&c);
+}
+
+static void test_value_kind_count_integer_range(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL "pipeline { stages four }\n" BATCH TRAIN,
+                         "t.paci:2:19: error: 'stages' must be an integer, not a word");
+    assert_first_message(MODEL "pipeline { stages 2 3 }\n" BATCH TRAIN,
+                         "t.paci:2:21: error: 'stages' takes one value; remove the extra value");
+    assert_first_message(MODEL "pipeline { stages }\n" BATCH TRAIN,
+                         "t.paci:2:12: error: 'stages' needs one value");
+    assert_first_message(MODEL "pipeline { stages 2.5 }\n" BATCH TRAIN,
+                         "t.paci:2:19: error: 'stages' must be an integer, not 2.5");
+    assert_first_message(MODEL "pipeline { stages 65 }\n" BATCH TRAIN,
+                         "t.paci:2:19: error: 'stages' 65 is out of range: it must be in 1..64");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { eps 0 } }\n",
+                         "t.paci:4:40: error: 'eps' 0 is out of range: it must be > 0");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { betas 0.9 } }\n",
+                         "t.paci:4:42: error: 'betas' needs two numbers, e.g. 'betas 0.9 0.95'");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; data train.bin }\n",
+                         "t.paci:4:23: error: 'data' must be a string in quotes, not a word");
+    assert_first_message("model gpt2 { layers 4; width 128; heads 4; context 64; tied yes }\n" BATCH TRAIN,
+                         "t.paci:1:61: error: 'tied' must be true or false, not yes");
+    assert_first_message(MODEL PIPELINE "batch { micro { x 1 } }\n" TRAIN,
+                         "t.paci:3:15: error: 'micro' takes a value, not a block");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer 3 }\n",
+                         "t.paci:4:18: error: 'optimizer' is a block: write 'optimizer NAME { ... }'");
+    /* an integer written with an exponent is still an integer */
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 1e4 }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.steps, 10000);
+    done(&c);
+}
+
+static void test_heads_must_divide_width(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2 { layers 4; width 128; heads 5; context 64 }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_string_equal(c.messages,
+                        "t.paci:1:41: error: heads 5 does not divide the width 128\n"
+                        "model gpt2 { layers 4; width 128; heads 5; context 64 }\n"
+                        "                                        ^\n");
+    done(&c);
+}
+
+static void test_more_stages_than_layers(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL "pipeline { stages 8 }\n" BATCH TRAIN,
+                         "t.paci:2:19: error: stages 8 is more than the model's 4 layers: every stage needs at least one layer");
+}
+
+static void test_window_zero(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL "pipeline { window 0 }\n" BATCH TRAIN,
+                         "t.paci:2:19: error: 'window' 0 is out of range: it must be >= 1");
+}
+
+static void test_global_batch_checks(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 4; window 4 }\nbatch { micro 8; global 48 }\n" TRAIN);
+    assert_false(c.ok);
+    assert_string_equal(c.messages,
+                        "t.paci:3:25: error: global 48 is not micro x window = 8 x 4 = 32\n"
+                        "batch { micro 8; global 48 }\n"
+                        "                        ^~\n"
+                        "t.paci:2:29: note: window set here\n"
+                        "pipeline { stages 4; window 4 }\n"
+                        "                            ^\n");
+    done(&c);
+    assert_first_message(MODEL "pipeline { stages 4 }\nbatch { micro 8; global 44 }\n" TRAIN,
+                         "t.paci:3:25: error: global 44 is not divisible by micro 8: the window would not be whole");
+}
+
+static void test_split_errors(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL "pipeline { stages 3; split [2, 2] }\n" BATCH TRAIN,
+                         "t.paci:2:28: error: 'split' has 2 entries but there are 3 stages");
+    assert_first_message(MODEL "pipeline { stages 3; split [2, 0, 2] }\n" BATCH TRAIN,
+                         "t.paci:2:32: error: stage 1 of 'split' has 0 layers; every stage needs at least one");
+    assert_first_message(MODEL "pipeline { stages 2; split [1, 2] }\n" BATCH TRAIN,
+                         "t.paci:2:28: error: 'split' covers 3 of the model's 4 layers: layer 3..3 would be in no stage");
+    assert_first_message(MODEL "pipeline { stages 2; split [3, 3] }\n" BATCH TRAIN,
+                         "t.paci:2:28: error: 'split' assigns 6 layers but the model has 4: layers 4..5 do not exist");
+    assert_first_message(MODEL "pipeline { stages 2; split 2 }\n" BATCH TRAIN,
+                         "t.paci:2:28: error: 'split' must be a list of layers per stage, e.g. [3, 3, 2], not a number");
+}
+
+static void test_tied_needs_one_stage(void **state)
+{
+    (void)state;
+    assert_first_message("model gpt2 { layers 4; width 128; heads 4; context 64; tied true }\n" PIPELINE BATCH TRAIN,
+                         "t.paci:1:61: error: 'tied true' needs stages 1: with 4 stages the embedding and the LM head sit on different stages");
+    Checked c = check("model gpt2 { layers 4; width 128; heads 4; context 64; tied true }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_true(c.cfg.tied);
+    done(&c);
+}
+
+static void test_missing_required(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL PIPELINE "batch { }\n" TRAIN,
+                         "t.paci:3:7: error: 'batch' block needs 'micro'");
+    assert_first_message(MODEL PIPELINE BATCH, "t.paci: error: no 'train' block; it is required");
+    assert_first_message("model {}\n" BATCH TRAIN,
+                         "t.paci:1:7: error: 'model' needs a name before '{': one of gpt2, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl");
+    assert_first_message("model gpt3 {}\n" BATCH TRAIN, "t.paci:1:7: error: unknown model 'gpt3'; did you mean 'gpt2'?");
+}
+
+static void test_unknown_schedule_suggests(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL "pipeline { schedule pacci }\n" BATCH TRAIN,
+                         "t.paci:2:21: error: unknown schedule 'pacci'; did you mean 'paci'?");
+    assert_first_message(MODEL "pipeline { schedule 1fb1 }\n" BATCH TRAIN,
+                         "t.paci:2:21: error: unknown schedule '1fb1'; did you mean '1f1b'?");
+    assert_first_message(MODEL "pipeline { schedule zb }\n" BATCH TRAIN,
+                         "t.paci:2:21: error: unknown schedule 'zb' (expected one of: gpipe, 1f1b, pipedream, paci)");
+}
+
+static void test_warnings_do_not_fail(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 4; window 1 }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    char *line = first_line(&c);
+    assert_string_equal(line, "t.paci:2:29: warning: window 1 is below stages - 1 = 3: stage 0 crosses ceil((p-1)/K) = 3 "
+                              "optimizer updates between a micro-batch's forward and backward; window >= p-1 bounds it to 1");
+    free(line);
+    done(&c);
+    /* the same window under a flush schedule does not drift: no warning */
+    c = check(MODEL "pipeline { stages 4; window 1; schedule 1f1b }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_string_equal(c.messages, "");
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 100; lr_schedule { warmup 200 } }\n");
+    assert_true(c.ok);
+    line = first_line(&c);
+    assert_string_equal(line, "t.paci:4:41: warning: warmup 200 steps is longer than the 100 training steps: the lr never reaches its peak");
+    free(line);
+    done(&c);
+}
+
+static void test_lr_errors(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { lr 1e-3 on 32 } }\n",
+                         "t.paci:4:44: error: expected 'at BATCH' or 'scale RULE' after the lr, not on");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { lr 1e-3 at 32 scale sqr } }\n",
+                         "t.paci:4:56: error: unknown lr scale rule 'sqr'; did you mean 'sqrt'?");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer sgd { } }\n",
+                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw)");
+}
+
+/* ---- syntax ----------------------------------------------------------------------------- */
+
+static void test_syntax_unexpected_token(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2 { layers 4; width } ]\n");
+    assert_false(c.parsed);
+    assert_string_equal(c.messages,
+                        "t.paci:1:32: error: unexpected ']', expecting end of file, word, end of line or ';'\n"
+                        "model gpt2 { layers 4; width } ]\n"
+                        "                               ^\n");
+    done(&c);
+}
+
+static void test_syntax_recovers_and_reports_each_error_once(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2 { layers ] 4 }\npipeline { stages , }\nbatch { micro 8 }\n");
+    assert_false(c.parsed);
+    assert_string_equal(c.messages,
+                        "t.paci:1:21: error: unexpected ']', expecting a value, end of line, ';', '{' or '}'\n"
+                        "model gpt2 { layers ] 4 }\n"
+                        "                    ^\n"
+                        "t.paci:2:19: error: unexpected ',', expecting a value, end of line, ';', '{' or '}'\n"
+                        "pipeline { stages , }\n"
+                        "                  ^\n");
+    done(&c);
+}
+
+static void test_unclosed_block_names_its_line(void **state)
+{
+    (void)state;
+    Checked c = check("model gpt2 { layers 4 }\n\ntrain {\n  steps 10\n");
+    assert_false(c.parsed);
+    assert_string_equal(c.messages,
+                        "t.paci:4:11: error: '}' expected to close 'train' block opened at line 3\n"
+                        "  steps 10\n"
+                        "          ^\n");
+    done(&c);
+    assert_first_message("x { a 1 } }\n", "t.paci:1:11: error: unexpected '}': no block is open here");
+}
+
+static void test_lexical_errors(void **state)
+{
+    (void)state;
+    Checked c = check("train { data \"abc\n}\n");
+    assert_false(c.parsed);
+    assert_string_equal(c.messages,
+                        "t.paci:1:14: error: unterminated string: '\"' expected before the end of the line\n"
+                        "train { data \"abc\n"
+                        "             ^\n");
+    done(&c);
+    assert_first_message("x { a 1.2.3 }\n", "t.paci:1:7: error: malformed number '1.2.3'");
+    assert_first_message("x { a 1e999 }\n", "t.paci:1:7: error: number '1e999' is out of range");
+    assert_first_message("x { a 99999999999999999999 }\n", "t.paci:1:7: error: number '99999999999999999999' is out of range");
+    assert_first_message("x { a @ }\n", "t.paci:1:7: error: unexpected '@'");
+    assert_first_message("x { a \"a\\tb\" }\n", "t.paci:1:9: error: unknown escape '\\t' in string (known: \\\" \\\\ \\n)");
+}
+
+static void test_strings_words_and_comments(void **state)
+{
+    (void)state;
+    const char *text = "# comment\nx gpt2-medium { a \"q\\\"\\\\\\n\" 1f1b 12% [1,\n 2,] ; b 3 } # end\n";
+    size_t size = 0;
+    char *dump = NULL;
+    FILE *out = open_memstream(&dump, &size);
+    Source src = {"t.paci", text, strlen(text)};
+    Ast *ast = parse_source(&src);
+    assert_non_null(ast);
+    ast_dump(out, &src, ast);
+    ast_free(ast);
+    fclose(out);
+    assert_string_equal(dump,
+                        "file t.paci\n"
+                        "  2:1 block x name gpt2-medium\n"
+                        "    2:17 entry a\n"
+                        "      2:19 string \"q\\\"\\\\\\n\"\n"
+                        "      2:29 word 1f1b\n"
+                        "      2:34 percent 12% = 12%\n"
+                        "      2:38 list (2 items)\n"
+                        "        2:39 number 1 = 1 (integer)\n"
+                        "        3:2 number 2 = 2 (integer)\n"
+                        "    3:8 entry b\n"
+                        "      3:10 number 3 = 3 (integer)\n");
+    free(dump);
+}
+
+static void test_lex_dump(void **state)
+{
+    (void)state;
+    const char *text = "a 1_000 ; b\t3e-4\n\n";
+    size_t size = 0;
+    char *dump = NULL;
+    FILE *out = open_memstream(&dump, &size);
+    Source src = {"t.paci", text, strlen(text)};
+    lex_dump(out, &src);
+    fclose(out);
+    assert_string_equal(dump, "1:1 word a\n1:3 number 1_000\n1:9 punct ;\n1:11 word b\n1:13 number 3e-4\n1:17 newline \\n\n");
+    free(dump);
+}
+
+static void test_nesting_is_bounded(void **state)
+{
+    (void)state;
+    StrBuf deep = {0};
+    for (int i = 0; i < 1000; i++)
+        sb_puts(&deep, "a {");
+    Checked c = check(deep.data);
+    assert_false(c.parsed);
+    char *line = first_line(&c);
+    assert_string_equal(line, "t.paci:1:51: error: blocks nested more than 16 deep");
+    free(line);
+    done(&c);
+    sb_free(&deep);
+}
+
+static void test_binary_input_stops_early(void **state)
+{
+    (void)state;
+    char junk[4096];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (char)(0x80 + i % 64);
+    junk[sizeof junk - 1] = '\0';
+    Checked c = check(junk);
+    assert_false(c.parsed);
+    assert_int_equal(diag_error_count(), 1); /* one run of bad bytes */
+    done(&c);
+}
+
+/* ---- the printer and suggestions --------------------------------------------------------- */
+
+static void test_tabs_expand_under_the_caret(void **state)
+{
+    (void)state;
+    Checked c = check("x {\n\ta\t@@ }\n");
+    assert_string_equal(c.messages,
+                        "t.paci:2:4: error: unexpected '@@'\n"
+                        "        a       @@ }\n"
+                        "                ^~\n");
+    done(&c);
+}
+
+static void test_did_you_mean(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"layers", "width", "heads", "context", NULL};
+    assert_string_equal(did_you_mean("layrs", names), "layers");
+    assert_string_equal(did_you_mean("widht", names), "width");
+    assert_string_equal(did_you_mean("Heads", names), "heads");
+    assert_null(did_you_mean("stages", names));
+    assert_null(did_you_mean("x", names));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_file_fills_config),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_presets_and_overrides),
+        cmocka_unit_test(test_numbers_with_underscores_and_exponents),
+        cmocka_unit_test(test_lr_scale_rules),
+        cmocka_unit_test(test_warmup_percentage_rounds_and_keeps_one),
+        cmocka_unit_test(test_global_sets_window),
+        cmocka_unit_test(test_bf16_flops_and_precision),
+        cmocka_unit_test(test_schedules_by_name),
+        cmocka_unit_test(test_split_and_spans),
+        cmocka_unit_test(test_data_paths_resolve_against_the_file),
+        cmocka_unit_test(test_unknown_key_suggests),
+        cmocka_unit_test(test_duplicate_key_with_note),
+        cmocka_unit_test(test_value_kind_count_integer_range),
+        cmocka_unit_test(test_heads_must_divide_width),
+        cmocka_unit_test(test_more_stages_than_layers),
+        cmocka_unit_test(test_window_zero),
+        cmocka_unit_test(test_global_batch_checks),
+        cmocka_unit_test(test_split_errors),
+        cmocka_unit_test(test_tied_needs_one_stage),
+        cmocka_unit_test(test_missing_required),
+        cmocka_unit_test(test_unknown_schedule_suggests),
+        cmocka_unit_test(test_warnings_do_not_fail),
+        cmocka_unit_test(test_lr_errors),
+        cmocka_unit_test(test_syntax_unexpected_token),
+        cmocka_unit_test(test_syntax_recovers_and_reports_each_error_once),
+        cmocka_unit_test(test_unclosed_block_names_its_line),
+        cmocka_unit_test(test_lexical_errors),
+        cmocka_unit_test(test_strings_words_and_comments),
+        cmocka_unit_test(test_lex_dump),
+        cmocka_unit_test(test_nesting_is_bounded),
+        cmocka_unit_test(test_binary_input_stops_early),
+        cmocka_unit_test(test_tabs_expand_under_the_caret),
+        cmocka_unit_test(test_did_you_mean),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
