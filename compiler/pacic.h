@@ -70,7 +70,9 @@ typedef struct Source {
 typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagLevel;
 
 /* Prints `path:line:col: level: message`, the source line and a ^~~~ underline of the span.
+ * A span with begin < 0 (SPAN_FILE) is about the whole file: `path: level: message` only.
  * All diagnostics go to the stream set by diag_set_stream (stderr by default). */
+#define SPAN_FILE ((Span){-1, -1})
 void diag_at(const Source *src, Span span, DiagLevel level, const char *fmt, ...) PRINTF_LIKE(4, 5);
 #define error_at(src, span, ...) diag_at(src, span, DIAG_ERROR, __VA_ARGS__)
 #define warning_at(src, span, ...) diag_at(src, span, DIAG_WARNING, __VA_ARGS__)
@@ -130,6 +132,26 @@ typedef struct Ast {
     Block *root;
 } Ast;
 
+/* Builders called by the grammar's actions; each takes the span it covers and owns what
+ * it is given (strings, values, entries, blocks). */
+Value *ast_number(Span span, const char *spelling, double number, bool is_integer);
+Value *ast_percent(Span span, const char *spelling, double number);
+Value *ast_string(Span span, char *unescaped);
+Value *ast_word(Span span, char *word);
+Value *ast_list(Span open);
+void ast_list_add(Value *list, Value *item, Span close_or_item);
+Entry *ast_entry(char *key, Span key_span);
+void ast_entry_add_value(Entry *entry, Value *value);
+void ast_entry_set_block(Entry *entry, char *name, Span name_span, Block *block, Span close);
+Block *ast_block(Span open);
+void ast_block_add(Block *block, Entry *entry);
+void ast_value_free(Value *value);
+void ast_entry_free(Entry *entry);
+void ast_block_free(Block *block);
+
+/* Blocks nest at most this deep; deeper input is an error, not a stack overflow. */
+enum { AST_MAX_NESTING = 16 };
+
 /* Parses src; on syntax errors prints them and returns NULL. */
 Ast *parse_source(const Source *src);
 void ast_free(Ast *ast);
@@ -168,7 +190,7 @@ typedef struct Config {
     int lr_decay;           /* enum pr_lr_decay in runtime/pacirt.h */
     double min_lr_ratio;
     long eval_every, eval_batches, ckpt_every;
-    char *ckpt_dir;         /* resolved like the data paths */
+    char *ckpt_dir;         /* as written: relative to the folder `run` runs in */
     uint64_t seed;
     Precision precision;
     /* hardware the cost model assumes */
