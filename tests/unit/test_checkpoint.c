@@ -1,0 +1,277 @@
+/* test_checkpoint.c: checkpoint round trip (also across p), bit-identical resume, atomic
+ * layout, shape mismatch, unwritable folder, and llm.c weights with a padded vocabulary. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <sys/stat.h>
+
+#include "toy_model.h"
+
+static char dir[] = "/tmp/pacirt_ckpt_XXXXXX";
+static char tokens[600], ckpt[600];
+static toy_table table;
+static pr_program prog;
+
+/* A fresh run of the toy model with seeded weights and training data. */
+static void toy_run(pr_run *run, enum toy_kind kind, int p, int64_t stop)
+{
+    char err[PR_ERR_LEN];
+    toy_build_stages(p);
+    toy_build_table(&table, kind, p, 2, 14, 7);
+    prog = toy_program(&table.t, 14);
+    pr_options opt = {.steps = stop, .ckpt_dir = ckpt, .quiet = 1};
+    assert_int_equal(pr_run_init(run, &prog, &opt, err), 0);
+    assert_int_equal(pr_tokens_load(&run->train, tokens, TOY_V, TOY_B, TOY_T, err), 0);
+    int64_t offsets[PR_CKPT_COUNT];
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, offsets) * 4);
+    pr_init_params(&prog, flat);
+    pr_scatter(run, 0, flat);
+    free(flat);
+}
+
+static float *gather(pr_run *run, int which, int64_t *n)
+{
+    int64_t offsets[PR_CKPT_COUNT];
+    *n = pr_ckpt_offsets(run->prog, offsets);
+    float *flat = pr_alloc((size_t)*n * 4);
+    pr_gather(run, which, flat);
+    return flat;
+}
+
+static void clean_ckpt(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckpt);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Saved at p = 2, loaded at p = 3: the checkpoint layout does not depend on the partition. */
+static void test_round_trip_across_p(void **state)
+{
+    char err[PR_ERR_LEN];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 7);
+    assert_int_equal(pr_train(&run, err), 0);
+    int64_t n;
+    float *saved[3];
+    for (int w = 0; w < 3; w++)
+        saved[w] = gather(&run, w, &n);
+    pr_run_free(&run);
+    toy_run(&run, TOY_1F1B, 3, 14);
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
+    for (int w = 0; w < 3; w++) {
+        float *loaded = gather(&run, w, &n);
+        assert_memory_equal(loaded, saved[w], (size_t)n * 4);
+        free(loaded);
+        free(saved[w]);
+    }
+    pr_run_free(&run);
+}
+
+/* 14 steps straight equal 7 steps, a checkpoint, a new process-like run, 7 more. */
+static void check_resume(enum toy_kind kind, int p)
+{
+    char err[PR_ERR_LEN];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, kind, p, 14);
+    assert_int_equal(pr_train(&run, err), 0);
+    int64_t n;
+    float *straight = gather(&run, 0, &n), *straight_m = gather(&run, 1, &n);
+    pr_run_free(&run);
+    clean_ckpt();
+    toy_run(&run, kind, p, 7);
+    assert_int_equal(pr_train(&run, err), 0);
+    pr_run_free(&run);
+    toy_run(&run, kind, p, 14);
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
+    assert_int_equal(pr_train(&run, err), 0);
+    float *resumed = gather(&run, 0, &n), *resumed_m = gather(&run, 1, &n);
+    if (memcmp(resumed, straight, (size_t)n * 4) || memcmp(resumed_m, straight_m, (size_t)n * 4))
+        fail_msg("schedule %d at p = %d: resumed run differs from the straight one", kind, p);
+    pr_run_free(&run);
+    free(straight);
+    free(straight_m);
+    free(resumed);
+    free(resumed_m);
+}
+
+static void test_resume_bit_identical(void **state)
+{
+    check_resume(TOY_GPIPE, 2);
+    check_resume(TOY_1F1B, 4);
+    check_resume(TOY_PACI, 4); // checkpoints sit at drains, so PACI resumes exactly too
+}
+
+static int count_step_dirs(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls -d '%s'/step_* 2>/dev/null | wc -l", ckpt);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    assert_int_equal(fscanf(f, "%d", &n), 1);
+    pclose(f);
+    return n;
+}
+
+/* Only complete checkpoints are named by `latest`; a leftover .tmp folder is ignored; the
+ * two newest are kept; a failed save leaves the previous one loadable. */
+static void test_atomic_layout(void **state)
+{
+    char err[PR_ERR_LEN], path[800];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), 0);
+    run.step = 7;
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), 0);
+    run.step = 14;
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), 0);
+    assert_int_equal(count_step_dirs(), 2);
+    // A crash in the middle of a later save: a half-written folder is left behind.
+    snprintf(path, sizeof path, "%s/step_00000099.tmp", ckpt);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/step_00000099.tmp/model.bin", ckpt);
+    FILE *f = fopen(path, "w");
+    fputs("garbage", f);
+    fclose(f);
+    // A save that fails: its .tmp name is taken by a file, so the folder cannot be made.
+    snprintf(path, sizeof path, "%s/step_00000021.tmp", ckpt);
+    f = fopen(path, "w");
+    fclose(f);
+    run.step = 21;
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), -1);
+    assert_non_null(strstr(err, ckpt));
+    pr_run_free(&run);
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 14);
+    pr_run_free(&run);
+}
+
+static void test_unwritable_folder(void **state)
+{
+    char err[PR_ERR_LEN], bad[800], file[700];
+    snprintf(file, sizeof file, "%s/plainfile", dir);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/ckpt", file);
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 1, 14);
+    assert_int_equal(pr_ckpt_save(&run, bad, err), -1);
+    assert_non_null(strstr(err, bad));
+    assert_non_null(strstr(err, "cannot create checkpoint folder"));
+    assert_int_equal(pr_ckpt_load_latest(&run, bad, err), 1); // nothing there, no crash
+    pr_run_free(&run);
+}
+
+static void test_shape_mismatch(void **state)
+{
+    char err[PR_ERR_LEN], path[800];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), 0);
+    pr_run_free(&run);
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    prog.heads = 2;
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), -1);
+    assert_non_null(strstr(err, "model.bin: heads is 1, the program has 2"));
+    prog.heads = 1;
+    // The context field of model.bin altered on disk.
+    snprintf(path, sizeof path, "%s/step_00000000/model.bin", ckpt);
+    FILE *f = fopen(path, "r+b");
+    int32_t context = 99;
+    fseek(f, 8, SEEK_SET);
+    fwrite(&context, 4, 1, f);
+    fclose(f);
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), -1);
+    assert_non_null(strstr(err, "context is 99, the program has 4"));
+    // A truncated state file.
+    snprintf(path, sizeof path, "%s/step_00000000/model.bin", ckpt);
+    f = fopen(path, "r+b");
+    context = TOY_T;
+    fseek(f, 8, SEEK_SET);
+    fwrite(&context, 4, 1, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/step_00000000/state.bin", ckpt);
+    assert_int_equal(truncate(path, 500), 0);
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), -1);
+    assert_non_null(strstr(err, "state.bin"));
+    pr_run_free(&run);
+}
+
+/* llm.c pads the vocabulary: only the first V rows of wte are ours; lm_head copies wte. */
+static void test_llmc_init_padded(void **state)
+{
+    char err[PR_ERR_LEN], path[800];
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
+    pr_ckpt_sizes(&prog, sizes);
+    int64_t total = pr_ckpt_offsets(&prog, offsets), pad = 3 * TOY_C;
+    int64_t body = offsets[PR_CKPT_LM_HEAD];
+    float *values = pr_alloc((size_t)(body + pad) * 4);
+    for (int64_t i = 0; i < body + pad; i++)
+        values[i] = (float)i;
+    int32_t header[256] = {PR_MODEL_MAGIC, 3, TOY_T, TOY_V, TOY_L, 1, TOY_C, TOY_V + 3};
+    snprintf(path, sizeof path, "%s/gpt2.bin", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(header, 4, 256, f);
+    fwrite(values, 4, (size_t)(body + pad), f);
+    fclose(f);
+    assert_int_equal(pr_load_llmc(&run, path, err), 0);
+    int64_t n;
+    float *flat = gather(&run, 0, &n);
+    assert_int_equal(n, total);
+    assert_memory_equal(flat, values, (size_t)sizes[PR_CKPT_WTE] * 4);
+    assert_memory_equal(flat + sizes[PR_CKPT_WTE], values + sizes[PR_CKPT_WTE] + pad,
+                        (size_t)(body - sizes[PR_CKPT_WTE]) * 4);
+    assert_memory_equal(flat + offsets[PR_CKPT_LM_HEAD], values, (size_t)sizes[PR_CKPT_WTE] * 4);
+    free(flat);
+    header[1] = 5;
+    f = fopen(path, "r+b");
+    fwrite(header, 4, 2, f);
+    fclose(f);
+    assert_int_equal(pr_load_llmc(&run, path, err), -1);
+    assert_non_null(strstr(err, "version is 5"));
+    free(values);
+    pr_run_free(&run);
+}
+
+static int setup(void **state)
+{
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(tokens, sizeof tokens, "%s/tokens.bin", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    toy_write_tokens(tokens, 997, 3);
+    pr_blas_threads(1, 1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_across_p),
+        cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_atomic_layout),
+        cmocka_unit_test(test_unwritable_folder),
+        cmocka_unit_test(test_shape_mismatch),
+        cmocka_unit_test(test_llmc_init_padded),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
