@@ -1,0 +1,382 @@
+/* simulate.c: the cost model and an event simulation of the instruction lists.
+ *
+ * Costs: a forward or backward takes its FLOPs over the device rate; an optimizer step
+ * streams the stage's AdamW state through memory once (read weight, gradient and two
+ * moments, write weight and moments, zero the gradient: 32 bytes per parameter, 34 with
+ * bf16's working copy) at HBM_BANDWIDTH; a message takes the link latency plus its bytes
+ * over the link bandwidth and does not occupy the sender's compute (a copy engine moves
+ * it). Channels behave as in verification and in the runtime: a send blocks while the
+ * link holds channel_capacity messages not yet received, a receive blocks until its
+ * message has arrived. Segments end with a drain: the next starts when every stage is done.
+ *
+ * Profile files (cost_model_load_profile) replace the predicted costs with measured ones:
+ *
+ *     # comments and blank lines are ignored
+ *     stage 0 fwd 0.0123 bwd 0.0250 step 0.0010   # seconds per instruction on stage 0
+ *     link 0 0.0004                               # seconds per message from stage 0 to 1
+ *
+ * Each `stage` line names all three costs; stages or links not mentioned keep the model's.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+#define HBM_BANDWIDTH 3.35e12 /* bytes/s: H100 SXM HBM3 */
+
+void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
+{
+    memset(cm, 0, sizeof *cm);
+    double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        cm->fwd[s] = sp->fwd_flops / cfg->device_flops;
+        cm->bwd[s] = sp->bwd_flops / cfg->device_flops;
+        cm->step[s] = (double)sp->params * adamw_bytes / HBM_BANDWIDTH;
+        cm->msg[s] = s + 1 < plan->stages
+                         ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
+                         : 0;
+    }
+}
+
+/* Reads a non-negative number of seconds at *p, advancing it; false if there is none. */
+static bool read_seconds(char **p, double *out)
+{
+    char *end;
+    double v = strtod(*p, &end);
+    if (end == *p || !isfinite(v) || v < 0)
+        return false;
+    *p = end;
+    *out = v;
+    return true;
+}
+
+static bool read_word(char **p, const char *word)
+{
+    while (**p == ' ' || **p == '\t')
+        (*p)++;
+    size_t n = strlen(word);
+    if (strncmp(*p, word, n) != 0 || !(isspace((unsigned char)(*p)[n]) || (*p)[n] == '\0'))
+        return false;
+    *p += n;
+    return true;
+}
+
+static bool read_index(char **p, int limit, int *out)
+{
+    char *end;
+    long v = strtol(*p, &end, 10);
+    if (end == *p || v < 0 || v >= limit)
+        return false;
+    *p = end;
+    *out = (int)v;
+    return true;
+}
+
+/* One profile line into cm; an error names what was expected. */
+static const char *profile_line(char *line, const Plan *plan, CostModel *cm)
+{
+    char *p = line;
+    int s;
+    if (read_word(&p, "stage")) {
+        double f, b, st;
+        if (!read_index(&p, plan->stages, &s))
+            return "expected a stage number of this plan after 'stage'";
+        if (!read_word(&p, "fwd") || !read_seconds(&p, &f))
+            return "expected 'fwd SECONDS'";
+        if (!read_word(&p, "bwd") || !read_seconds(&p, &b))
+            return "expected 'bwd SECONDS'";
+        if (!read_word(&p, "step") || !read_seconds(&p, &st))
+            return "expected 'step SECONDS'";
+        cm->fwd[s] = f;
+        cm->bwd[s] = b;
+        cm->step[s] = st;
+    } else if (read_word(&p, "link")) {
+        double m;
+        if (!read_index(&p, plan->stages - 1, &s))
+            return "expected a link number (0 .. stages-2) after 'link'";
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!read_seconds(&p, &m))
+            return "expected SECONDS after the link number";
+        cm->msg[s] = m;
+    } else {
+        return "expected 'stage' or 'link'";
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    return *p ? "unexpected text at the end of the line" : NULL;
+}
+
+bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm)
+{
+    char *text = read_file(path, NULL);
+    if (!text) {
+        diag_plain(DIAG_ERROR, "cannot read the profile %s", path);
+        return false;
+    }
+    CostModel loaded = *cm;
+    bool ok = true;
+    int line_no = 0;
+    for (char *line = text; line && ok;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        line_no++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p) {
+            const char *err = profile_line(p, plan, &loaded);
+            if (err) {
+                diag_plain(DIAG_ERROR, "%s:%d: %s", path, line_no, err);
+                ok = false;
+            }
+        }
+        line = next;
+    }
+    free(text);
+    if (ok)
+        *cm = loaded;
+    return ok;
+}
+
+/* ---- event simulation ----------------------------------------------------------------- */
+
+typedef struct SimChannel {
+    long sent, received;
+    int capacity;
+    double *arrival;  /* ring of capacity: arrival time of message k at k % capacity */
+    double *popped;   /* ring: when message k was received */
+} SimChannel;
+
+typedef struct EventList {
+    SimEvent *items;
+    long n, cap;
+} EventList;
+
+static void add_event(EventList *ev, int stage, int op, long mb, double start, double end)
+{
+    if (ev->n == ev->cap) {
+        ev->cap = ev->cap ? ev->cap * 2 : 4096;
+        ev->items = xrealloc(ev->items, (size_t)ev->cap * sizeof *ev->items);
+    }
+    ev->items[ev->n++] = (SimEvent){stage, op, (int)mb, start, end};
+}
+
+typedef struct SegmentRun {
+    const CostModel *cm;
+    int stages;
+    long first_mb;
+    paci_instr *list[PACI_MAX_STAGES];
+    long n[PACI_MAX_STAGES], pc[PACI_MAX_STAGES];
+    double clock[PACI_MAX_STAGES];
+    SimChannel act[PACI_MAX_STAGES], grad[PACI_MAX_STAGES];
+} SegmentRun;
+
+/* A send may go once the message `capacity` places earlier has left the link. */
+static bool sim_send(SimChannel *c, double *clock, double transfer)
+{
+    long k = c->sent;
+    if (k >= c->capacity) {
+        if (c->received <= k - c->capacity)
+            return false;
+        double freed = c->popped[k % c->capacity];
+        if (freed > *clock)
+            *clock = freed;
+    }
+    c->arrival[k % c->capacity] = *clock + transfer;
+    c->sent++;
+    return true;
+}
+
+static bool sim_receive(SimChannel *c, double *clock)
+{
+    long k = c->received;
+    if (k >= c->sent)
+        return false;
+    double at = c->arrival[k % c->capacity];
+    if (at > *clock)
+        *clock = at;
+    c->popped[k % c->capacity] = *clock;
+    c->received++;
+    return true;
+}
+
+/* Runs stage s's next instruction if it can; records it with its times. */
+static bool sim_step(SegmentRun *r, int s, EventList *ev)
+{
+    paci_instr in = r->list[s][r->pc[s]];
+    const CostModel *cm = r->cm;
+    double start = r->clock[s];
+    double *clock = &r->clock[s];
+    bool ran = true;
+    switch (in.op) {
+    case PACI_OP_RECV_ACT:
+        ran = sim_receive(&r->act[s - 1], clock);
+        break;
+    case PACI_OP_SEND_ACT:
+        ran = sim_send(&r->act[s], clock, cm->msg[s]);
+        break;
+    case PACI_OP_RECV_GRAD:
+        ran = sim_receive(&r->grad[s], clock);
+        break;
+    case PACI_OP_SEND_GRAD:
+        ran = sim_send(&r->grad[s - 1], clock, cm->msg[s - 1]);
+        break;
+    case PACI_OP_FWD:
+        *clock += cm->fwd[s];
+        break;
+    case PACI_OP_BWD:
+        *clock += cm->bwd[s];
+        break;
+    case PACI_OP_STEP:
+        *clock += cm->step[s];
+        break;
+    }
+    if (!ran)
+        return false;
+    add_event(ev, s, in.op, in.op == PACI_OP_STEP ? -1 : r->first_mb + in.mb, start, *clock);
+    r->pc[s]++;
+    return true;
+}
+
+/* Simulates one segment from time `start`; returns when the last stage finishes. */
+static double run_segment(SegmentRun *r, int capacity, double start, EventList *ev)
+{
+    for (int s = 0; s < r->stages; s++) {
+        r->clock[s] = start;
+        r->pc[s] = 0;
+        for (SimChannel *c = &r->act[s]; c; c = c == &r->act[s] ? &r->grad[s] : NULL) {
+            *c = (SimChannel){.capacity = capacity};
+            c->arrival = xcalloc((size_t)capacity, sizeof *c->arrival);
+            c->popped = xcalloc((size_t)capacity, sizeof *c->popped);
+        }
+    }
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int s = 0; s < r->stages; s++)
+            while (r->pc[s] < r->n[s] && sim_step(r, s, ev))
+                progress = true;
+    }
+    double end = start;
+    for (int s = 0; s < r->stages; s++) {
+        if (r->pc[s] != r->n[s])
+            ICE("simulation stalls at stage %d instruction %ld of a verified schedule", s, r->pc[s]);
+        if (r->clock[s] > end)
+            end = r->clock[s];
+        free(r->act[s].arrival);
+        free(r->act[s].popped);
+        free(r->grad[s].arrival);
+        free(r->grad[s].popped);
+    }
+    return end;
+}
+
+/* Busy time of stage s's compute events inside [from, to]. */
+static double busy_between(const EventList *ev, int s, double from, double to)
+{
+    double busy = 0;
+    for (long i = 0; i < ev->n; i++) {
+        const SimEvent *e = &ev->items[i];
+        if (e->stage != s || !(e->op == PACI_OP_FWD || e->op == PACI_OP_BWD || e->op == PACI_OP_STEP))
+            continue;
+        double a = e->start > from ? e->start : from, b = e->end < to ? e->end : to;
+        if (b > a)
+            busy += b - a;
+    }
+    return busy;
+}
+
+/* The end of stage s's optimizer step number `step` (0-based), or -1. */
+static double step_end(const EventList *ev, int s, long step)
+{
+    long seen = 0;
+    for (long i = 0; i < ev->n; i++)
+        if (ev->items[i].stage == s && ev->items[i].op == PACI_OP_STEP && seen++ == step)
+            return ev->items[i].end;
+    return -1;
+}
+
+/* Whole-run figures, and steady-state ones measured between each stage's optimizer steps
+ * in the middle half of the run (fill and drain excluded). */
+static void summarise(const Config *cfg, int stages, const EventList *ev, SimResult *res)
+{
+    long n = res->steps;
+    long j1 = n / 4, j2 = n - 1 - n / 4;
+    double period_sum = 0;
+    for (int s = 0; s < stages; s++) {
+        double busy = busy_between(ev, s, 0, res->makespan);
+        res->busy[s] = res->makespan > 0 ? busy / res->makespan : 0;
+        if (j2 > j1) {
+            double from = step_end(ev, s, j1), to = step_end(ev, s, j2);
+            res->steady_busy[s] = to > from ? busy_between(ev, s, from, to) / (to - from) : 1;
+            period_sum += (to - from) / (double)(j2 - j1);
+        } else {
+            res->steady_busy[s] = res->busy[s];
+            period_sum += n > 0 ? res->makespan / (double)n : 0;
+        }
+    }
+    double mean_busy = 0;
+    for (int s = 0; s < stages; s++)
+        mean_busy += res->steady_busy[s];
+    mean_busy /= stages;
+    res->bubble = 1 - mean_busy;
+    res->step_time = period_sum / stages;
+    double tokens = (double)cfg->micro * cfg->window * cfg->context;
+    res->tokens_per_s = res->step_time > 0 ? tokens / res->step_time : 0;
+}
+
+void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res)
+{
+    memset(res, 0, sizeof *res);
+    if (steps <= 0 || steps > t->total_steps)
+        steps = t->total_steps;
+    EventList ev = {0};
+    SegmentRun run = {.cm = cm, .stages = t->stages};
+    double now = 0;
+    long done = 0;
+    for (int32_t seg = 0; done < steps; seg++) {
+        const paci_program *prog = paci_segment_program(t, seg);
+        long seg_steps = prog->steps;
+        SegmentLists cut = {0};
+        if (steps - done < seg_steps) {
+            /* A run stopped early drains there: exactly the program of a shorter segment. */
+            seg_steps = steps - done;
+            schedule_generate(t->schedule, t->stages, t->window, seg_steps, &cut);
+        }
+        for (int s = 0; s < t->stages; s++) {
+            if (cut.stages) {
+                run.list[s] = cut.instrs[s];
+                run.n[s] = cut.count[s];
+            } else {
+                run.n[s] = schedule_expand(t, (int)(prog - t->program), s, &run.list[s]);
+            }
+        }
+        run.first_mb = done * t->window;
+        now = run_segment(&run, t->channel_capacity, now, &ev);
+        if (cut.stages)
+            segment_lists_free(&cut);
+        else
+            for (int s = 0; s < t->stages; s++)
+                free(run.list[s]);
+        done += seg_steps;
+    }
+    res->steps = steps;
+    res->makespan = now;
+    res->events = ev.items;
+    res->n_events = ev.n;
+    summarise(cfg, t->stages, &ev, res);
+}
+
+void sim_result_free(SimResult *res)
+{
+    free(res->events);
+    res->events = NULL;
+    res->n_events = 0;
+}

@@ -1,0 +1,226 @@
+/* Simulation against the analytic results: with uniform stage costs and free
+ * communication, 1F1B-flush idles (p-1)/(m+p-1) of the time and PACI's steady state ~0;
+ * and the profile reader's format and errors. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pacic.h"
+
+static Config make_config(int kind, int stages, int window, long steps)
+{
+    Config cfg = {0};
+    cfg.layers = 32;
+    cfg.width = 64;
+    cfg.heads = 4;
+    cfg.context = 32;
+    cfg.vocab = 256;
+    cfg.stages = stages;
+    cfg.schedule = kind;
+    cfg.window = window;
+    cfg.micro = 2;
+    cfg.global_batch = 2L * window;
+    cfg.steps = steps;
+    cfg.precision = PREC_FP32;
+    cfg.device_flops = 1e12;
+    cfg.link_bandwidth = 1e9;
+    cfg.link_latency = 1e-6;
+    cfg.device_memory = 1e15;
+    return cfg;
+}
+
+/* Forward 1, backward 2, free step and messages on every stage. */
+static CostModel uniform_costs(int stages)
+{
+    CostModel cm = {0};
+    for (int s = 0; s < stages; s++) {
+        cm.fwd[s] = 1;
+        cm.bwd[s] = 2;
+    }
+    return cm;
+}
+
+static SimResult simulate_uniform(int kind, int p, int K, long steps)
+{
+    Config cfg = make_config(kind, p, K, steps);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    CostModel cm = uniform_costs(p);
+    SimResult res;
+    simulate(&cfg, t, &cm, 0, &res);
+    schedule_free(t);
+    return res;
+}
+
+static void test_onef1b_bubble_is_analytic(void **state)
+{
+    (void)state;
+    static const int ps[] = {1, 2, 3, 4, 5, 8, 16};
+    static const int ks[] = {1, 2, 4, 7, 8, 16, 32};
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
+        for (size_t j = 0; j < sizeof ks / sizeof *ks; j++) {
+            int p = ps[i], K = ks[j];
+            SimResult res = simulate_uniform(PACI_SCHED_ONEF1B, p, K, 8);
+            double expected = (double)(p - 1) / (double)(K + p - 1);
+            if (fabs(res.bubble - expected) > 1e-12)
+                fail_msg("1f1b p=%d K=%d: bubble %.15f, analytic %.15f", p, K, res.bubble, expected);
+            /* one step lasts (K + p - 1)(f + b) */
+            assert_true(fabs(res.step_time - (K + p - 1) * 3.0) < 1e-9);
+            sim_result_free(&res);
+        }
+}
+
+static void test_paci_steady_bubble_is_zero(void **state)
+{
+    (void)state;
+    static const int ps[] = {1, 2, 4, 8, 16};
+    static const int ks[] = {1, 2, 3, 8, 16};
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
+        for (size_t j = 0; j < sizeof ks / sizeof *ks; j++) {
+            int p = ps[i], K = ks[j];
+            long steps = 4 * ((p + K - 1) / K) + 8;
+            SimResult res = simulate_uniform(PACI_SCHED_PACI, p, K, steps);
+            if (res.bubble > 1e-9)
+                fail_msg("paci p=%d K=%d: steady bubble %g", p, K, res.bubble);
+            assert_true(fabs(res.step_time - K * 3.0) < 1e-9);
+            /* fill and drain still cost (p-1)(f+b) over the whole run */
+            assert_true(fabs(res.makespan - (steps * K + p - 1) * 3.0) < 1e-9);
+            sim_result_free(&res);
+        }
+}
+
+/* GPipe with uniform costs idles as much as 1F1B-flush. */
+static void test_gpipe_bubble(void **state)
+{
+    (void)state;
+    SimResult res = simulate_uniform(PACI_SCHED_GPIPE, 4, 8, 6);
+    assert_true(fabs(res.bubble - 3.0 / 11.0) < 1e-12);
+    sim_result_free(&res);
+}
+
+/* Messages and optimizer steps cost time: the step gets longer, never shorter. */
+static void test_costs_from_plan(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_ONEF1B, 4, 4, 6);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    CostModel cm;
+    cost_model_from_plan(&cfg, &plan, &cm);
+    for (int s = 0; s < 4; s++) {
+        assert_true(fabs(cm.fwd[s] - plan.stage[s].fwd_flops / 1e12) < 1e-15);
+        assert_true(fabs(cm.bwd[s] - 2 * cm.fwd[s]) < 1e-15);
+        assert_true(cm.step[s] > 0);
+    }
+    assert_true(cm.msg[0] > 1e-6 && cm.msg[3] == 0);
+    paci_table *t = schedule_build(&cfg, &plan);
+    SimResult with_comm;
+    simulate(&cfg, t, &cm, 3, &with_comm);
+    assert_int_equal(with_comm.steps, 3);
+    for (int s = 0; s < 4; s++)
+        cm.msg[s] = 0, cm.step[s] = 0;
+    SimResult free_comm;
+    simulate(&cfg, t, &cm, 3, &free_comm);
+    assert_true(with_comm.makespan > free_comm.makespan);
+    assert_true(free_comm.tokens_per_s > with_comm.tokens_per_s);
+    sim_result_free(&with_comm);
+    sim_result_free(&free_comm);
+    schedule_free(t);
+}
+
+/* A run shorter than a segment simulates exactly that many steps' events. */
+static void test_partial_segment(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 4, 2, 1000);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    CostModel cm = uniform_costs(4);
+    SimResult res;
+    simulate(&cfg, t, &cm, 5, &res);
+    long fwd = 0, steps = 0;
+    for (long i = 0; i < res.n_events; i++) {
+        fwd += res.events[i].op == PACI_OP_FWD;
+        steps += res.events[i].op == PACI_OP_STEP;
+    }
+    assert_int_equal(fwd, 5 * 2 * 4);
+    assert_int_equal(steps, 5 * 4);
+    sim_result_free(&res);
+    schedule_free(t);
+}
+
+static char *write_temp(const char *text)
+{
+    char *path = xstrdup("/tmp/pacic_profile_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+static void test_profile(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 2, 2, 4);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    CostModel cm;
+    cost_model_from_plan(&cfg, &plan, &cm);
+    char *good = write_temp("# measured\nstage 0 fwd 0.5 bwd 1.5 step 0.25\n\nlink 0 0.125  # nvlink\n");
+    assert_true(cost_model_load_profile(good, &plan, &cm));
+    assert_true(cm.fwd[0] == 0.5 && cm.bwd[0] == 1.5 && cm.step[0] == 0.25 && cm.msg[0] == 0.125);
+
+    char out_path[] = "/tmp/pacic_diag_XXXXXX";
+    int fd = mkstemp(out_path);
+    FILE *diag = fdopen(fd, "w+");
+    diag_set_stream(diag);
+    CostModel before = cm;
+    char *bad = write_temp("stage 0 fwd 1 bwd 1 step 1\nstage 5 fwd 1 bwd 1 step 1\n");
+    assert_false(cost_model_load_profile(bad, &plan, &cm));
+    char *bad2 = write_temp("link 0 -3\n");
+    assert_false(cost_model_load_profile(bad2, &plan, &cm));
+    assert_memory_equal(&before, &cm, sizeof cm); /* a bad file changes nothing */
+    diag_set_stream(stderr);
+    rewind(diag);
+    char text[1024] = {0};
+    size_t got = fread(text, 1, sizeof text - 1, diag);
+    assert_true(got > 0);
+    char *where = xasprintf("%s:2: expected a stage number", bad);
+    assert_non_null(strstr(text, where));
+    free(where);
+    where = xasprintf("%s:1: expected SECONDS", bad2);
+    assert_non_null(strstr(text, where));
+    free(where);
+    fclose(diag);
+    unlink(out_path);
+    unlink(good);
+    unlink(bad);
+    unlink(bad2);
+    free(good);
+    free(bad);
+    free(bad2);
+    diag_reset();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_onef1b_bubble_is_analytic),
+        cmocka_unit_test(test_paci_steady_bubble_is_zero),
+        cmocka_unit_test(test_gpipe_bubble),
+        cmocka_unit_test(test_costs_from_plan),
+        cmocka_unit_test(test_partial_segment),
+        cmocka_unit_test(test_profile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
