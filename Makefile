@@ -94,4 +94,4 @@ clean:
 
 .PHONY: all data test golden install clean
 .SECONDARY:
--include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
