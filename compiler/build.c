@@ -1,0 +1,188 @@
+/* build.c: compiles the generated sources with the system C compiler and links the runtime.
+ *
+ * The runtime is found the way an installed pacic finds it: $PACIC_HOME, else the folder
+ * above the executable, each holding lib/pacic/libpacirt.a and include/pacic/pacirt.h.
+ * The output is linked under a temporary name and renamed, so a failed build never leaves
+ * a half-written executable; a C compiler failure on generated code is a pacic bug.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pacic.h"
+
+extern char **environ;
+
+typedef struct Argv {
+    char **items;
+    int n, cap;
+} Argv;
+
+static void argv_push(Argv *a, const char *s)
+{
+    if (a->n + 2 > a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 32;
+        a->items = xrealloc(a->items, sizeof *a->items * (size_t)a->cap);
+    }
+    a->items[a->n++] = xstrdup(s);
+    a->items[a->n] = NULL;
+}
+
+/* Words of an environment-style setting such as CC="ccache gcc", split on blanks. */
+static void argv_push_words(Argv *a, const char *words)
+{
+    char *copy = xstrdup(words);
+    for (char *save = NULL, *w = strtok_r(copy, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save))
+        argv_push(a, w);
+    free(copy);
+}
+
+static void argv_free(Argv *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->items[i]);
+    free(a->items);
+    *a = (Argv){0};
+}
+
+static bool is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The installation root: $PACIC_HOME, else the parent of the folder holding the running
+ * executable (/proc/self/exe, or argv0 where /proc is missing). Malloc'ed. */
+static char *runtime_home(const char *argv0)
+{
+    const char *env = getenv("PACIC_HOME");
+    if (env && *env)
+        return xstrdup(env);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+    } else if (!realpath(argv0, exe)) {
+        snprintf(exe, sizeof exe, "%s", argv0);
+    }
+    char *bin = dirname(exe);
+    return xasprintf("%s/..", bin);
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The .c files of dir, sorted so that builds are reproducible; -1 if dir is unreadable. */
+static int list_sources(const char *dir, char ***out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    char **names = NULL;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len > 2 && strcmp(e->d_name + len - 2, ".c") == 0) {
+            names = xrealloc(names, sizeof *names * (size_t)(n + 1));
+            names[n++] = xasprintf("%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, compare_strings);
+    *out = names;
+    return n;
+}
+
+/* Runs argv and waits; the exit status, or -1 (errno set) if it could not start. */
+static int run_command(char **argv)
+{
+    pid_t pid;
+    int err = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+    if (err != 0) {
+        errno = err;
+        return -1;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+bool build_executable(const char *argv0, const char *dir, const char *out)
+{
+    char *home = runtime_home(argv0);
+    char *lib = xasprintf("%s/lib/pacic/libpacirt.a", home);
+    char *include = xasprintf("%s/include/pacic", home);
+    char *header = xasprintf("%s/pacirt.h", include);
+    char *tmp = xasprintf("%s.tmp.%ld", out, (long)getpid());
+    char **sources = NULL;
+    int n_sources = 0;
+    Argv cmd = {0};
+    bool ok = false;
+
+    if (!is_file(lib) || !is_file(header)) {
+        fprintf(stderr, "pacic: error: cannot find the runtime: no %s or %s\n"
+                        "  (set PACIC_HOME to the folder that holds lib/pacic and include/pacic)\n",
+                lib, header);
+        goto done;
+    }
+    n_sources = list_sources(dir, &sources);
+    if (n_sources <= 0)
+        ICE("no generated sources in %s", dir);
+
+    const char *cc = getenv("CC");
+    const char *cflags = getenv("PACIC_CFLAGS");
+    argv_push_words(&cmd, cc && *cc ? cc : "cc");
+    argv_push_words(&cmd, cflags ? cflags : "-O3 -march=native");
+    argv_push(&cmd, "-std=c11");
+    argv_push(&cmd, "-I");
+    argv_push(&cmd, include);
+    for (int i = 0; i < n_sources; i++)
+        argv_push(&cmd, sources[i]);
+    argv_push(&cmd, lib);
+    argv_push_words(&cmd, "-lopenblas -lpthread -lm -o");
+    argv_push(&cmd, tmp);
+
+    int status = run_command(cmd.items);
+    if (status < 0) {
+        fprintf(stderr, "pacic: error: cannot run the C compiler '%s': %s (set CC to choose one)\n",
+                cmd.items[0], strerror(errno));
+        goto done;
+    }
+    if (status != 0) {
+        unlink(tmp);
+        fprintf(stderr, "pacic: internal error: the C compiler failed (status %d) on the generated "
+                        "sources, kept in %s\nThis is a bug in pacic; please report it with the "
+                        "input file.\n", status, dir);
+        exit(EXIT_INTERNAL);
+    }
+    if (rename(tmp, out) != 0) {
+        fprintf(stderr, "pacic: error: cannot write %s: %s\n", out, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    ok = true;
+done:
+    argv_free(&cmd);
+    for (int i = 0; i < n_sources; i++)
+        free(sources[i]);
+    free(sources);
+    free(home);
+    free(lib);
+    free(include);
+    free(header);
+    free(tmp);
+    return ok;
+}
