@@ -548,15 +548,26 @@ fail:
 
 static void set_betas(Sema *s, const Entry *e)
 {
-    double b1, b2;
-    if (!expect_count(s, e, 2, "two numbers, e.g. 'betas 0.9 0.95'") ||
-        !check_number(s, "betas", e->values[0], 0, 0.999999999, false, false, &b1) ||
-        !check_number(s, "betas", e->values[1], 0, 0.999999999, false, false, &b2)) {
+    double beta[2];
+    if (!expect_count(s, e, 2, "two numbers, e.g. 'betas 0.9 0.95'")) {
         mark_failed(s, e);
         return;
     }
-    s->cfg->beta1 = b1;
-    s->cfg->beta2 = b2;
+    for (int i = 0; i < 2; i++) {
+        /* [0, 1): a beta of 1 would never forget; the range check is done here for the ')' */
+        if (!check_number(s, "betas", e->values[i], 0, 1e30, false, false, &beta[i])) {
+            mark_failed(s, e);
+            return;
+        }
+        if (beta[i] >= 1) {
+            error_at(s->src, e->values[i]->span, "'betas' %s is out of range: it must be in [0, 1)",
+                     e->values[i]->text);
+            mark_failed(s, e);
+            return;
+        }
+    }
+    s->cfg->beta1 = beta[0];
+    s->cfg->beta2 = beta[1];
 }
 
 /* `warmup 200` steps or `warmup 1%` of the steps; a percentage is stored negated until the
@@ -801,6 +812,15 @@ static void check_model(Sema *s)
     }
 }
 
+/* "layer 7" or "layers 7..9" (layers count from 0). */
+static void layer_range(char *buf, size_t size, int first, int last)
+{
+    if (first == last)
+        snprintf(buf, size, "layer %d", first);
+    else
+        snprintf(buf, size, "layers %d..%d", first, last);
+}
+
 /* Stages, window, global batch and split agree with each other and with the model. */
 static void check_pipeline(Sema *s)
 {
@@ -862,14 +882,18 @@ static void check_pipeline(Sema *s)
                      cfg->stages == 1 ? "" : "s");
         } else if (layers_ok && cfg->layers > 0) {
             split_ok = sum == cfg->layers;
+            char range[64];
+            if (sum != cfg->layers)
+                layer_range(range, sizeof range, sum < cfg->layers ? sum : cfg->layers,
+                            (sum < cfg->layers ? cfg->layers : sum) - 1);
             if (sum < cfg->layers)
                 error_at(s->src, list->span,
-                         "'split' covers %d of the model's %d layers: layer%s %d..%d would be in no stage",
-                         sum, cfg->layers, cfg->layers - sum > 1 ? "s" : "", sum, cfg->layers - 1);
+                         "'split' covers %d of the model's %d layers: %s would be in no stage",
+                         sum, cfg->layers, range);
             else if (sum > cfg->layers)
                 error_at(s->src, list->span,
-                         "'split' assigns %d layers but the model has %d: layers %d..%d do not exist",
-                         sum, cfg->layers, cfg->layers, sum - 1);
+                         "'split' assigns %d layers but the model has %d: %s would not exist",
+                         sum, cfg->layers, range);
         }
     }
     if (!split_ok) {

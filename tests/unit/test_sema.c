@@ -435,9 +435,9 @@ static void test_split_errors(void **state)
     assert_first_message(MODEL "pipeline { stages 3; split [2, 0, 2] }\n" BATCH TRAIN,
                          "t.paci:2:32: error: stage 1 of 'split' has 0 layers; every stage needs at least one");
     assert_first_message(MODEL "pipeline { stages 2; split [1, 2] }\n" BATCH TRAIN,
-                         "t.paci:2:28: error: 'split' covers 3 of the model's 4 layers: layer 3..3 would be in no stage");
+                         "t.paci:2:28: error: 'split' covers 3 of the model's 4 layers: layer 3 would be in no stage");
     assert_first_message(MODEL "pipeline { stages 2; split [3, 3] }\n" BATCH TRAIN,
-                         "t.paci:2:28: error: 'split' assigns 6 layers but the model has 4: layers 4..5 do not exist");
+                         "t.paci:2:28: error: 'split' assigns 6 layers but the model has 4: layers 4..5 would not exist");
     assert_first_message(MODEL "pipeline { stages 2; split 2 }\n" BATCH TRAIN,
                          "t.paci:2:28: error: 'split' must be a list of layers per stage, e.g. [3, 3, 2], not a number");
 }
