@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The CUDA rendering of every kernel description compiles with NVRTC for sm_80 and sm_90,
+# for a tiny model and for the benchmark shape. Skips (passes) when no CUDA toolkit is found.
+set -eu
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -e "$cuda/lib64/libnvrtc.so" ]; then
+    echo "skipped: no NVRTC under $cuda"
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cc=${CC:-cc}
+[ -f build/obj/libpacic.a ] || { echo "build/obj/libpacic.a missing: run make first" >&2; exit 1; }
+$cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler -I"$cuda/include" tests/numeric/nvrtc_check.c \
+    build/obj/libpacic.a -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lnvrtc -lm -o "$work/nvrtc_check"
+cd "$work"
+echo "== tiny (2 layers, width 16, 2 heads, context 8, vocab 32, micro 2)"
+./nvrtc_check 2 16 2 8 32 2
+echo "== benchmark shape (6 layers, width 384, 6 heads, context 256, vocab 256, micro 4)"
+./nvrtc_check 6 384 6 256 256 4
