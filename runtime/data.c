@@ -68,9 +68,10 @@ int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int
     }
     for (int64_t i = 0; i < count; i++) {
         if (tokens[i] >= vocab) {
+            unsigned value = tokens[i];
             free(tokens);
             return pr_fail(err, "%s: token %u at byte offset %lld is outside the vocabulary (%d)",
-                           path, tokens[i], (long long)(HEADER_BYTES + 2 * i), vocab);
+                           path, value, (long long)(HEADER_BYTES + 2 * i), vocab);
         }
     }
     d->path = path;
