@@ -419,6 +419,8 @@ void model_ops_free(ModelOps *ops);
 /* Renders one stage / the program as C source (emit_c.c). */
 void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
 void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
+/* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
+void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
 /* A description's statements, one line at a time, at the current indentation. */
 void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
 /* The banner every generated file starts with. */
