@@ -60,30 +60,39 @@ static double stage_cost(const ModelCounts *m, int n_layers, bool embed, bool he
 }
 
 /* Balanced contiguous partition by dynamic programming: minimises the slowest stage's
- * cost, each stage holding at least one layer; among equal optima each later stage takes
- * the fewest layers (deterministic, and the last stage also carries the LM head). */
+ * cost, each stage holding at least one layer; among equal optima, the one with the least
+ * sum of squared stage costs (the most even), so no stage idles when it need not. */
 static void balanced_split(const ModelCounts *m, int layers, int stages, int *split)
 {
-    /* best[k][l]: minimal max cost of the first k stages holding the first l layers. */
+    /* worst[k][l], squares[k][l]: best (max, sum of squares) of k stages over l layers. */
     size_t cells = (size_t)(stages + 1) * (size_t)(layers + 1);
-    double *best = xmalloc(cells * sizeof *best);
+    double *worst = xmalloc(cells * sizeof *worst);
+    double *squares = xmalloc(cells * sizeof *squares);
     int *choice = xmalloc(cells * sizeof *choice);
+    double unit = stage_cost(m, 1, false, false); /* normalises the squares */
 #define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
-    for (int l = 0; l <= layers; l++)
-        best[AT(0, l)] = l == 0 ? 0 : INFINITY;
+    for (int l = 0; l <= layers; l++) {
+        worst[AT(0, l)] = l == 0 ? 0 : INFINITY;
+        squares[AT(0, l)] = 0;
+    }
     for (int k = 1; k <= stages; k++) {
-        bool last = k == stages;
         for (int l = 0; l <= layers; l++) {
-            best[AT(k, l)] = INFINITY;
-            choice[AT(k, l)] = 0;
-            /* the k-th stage takes layers [l - n, l), n >= 1 */
-            for (int n = 1; n <= l - (k - 1); n++) {
-                double prev = best[AT(k - 1, l - n)];
-                double here = stage_cost(m, n, k == 1, last);
-                double worst = prev > here ? prev : here;
-                if (worst < best[AT(k, l)]) {
-                    best[AT(k, l)] = worst;
-                    choice[AT(k, l)] = n;
+            size_t at = AT(k, l);
+            worst[at] = INFINITY;
+            squares[at] = INFINITY;
+            choice[at] = 0;
+            /* the k-th stage takes layers [l - n, l), n >= 1; trying the largest n first
+             * gives exact ties to later stages, which keep fewer slots in flight */
+            for (int n = l - (k - 1); n >= 1; n--) {
+                size_t prev = AT(k - 1, l - n);
+                double here = stage_cost(m, n, k == 1, k == stages) / unit;
+                double w = worst[prev] > here ? worst[prev] : here;
+                double sq = squares[prev] + here * here;
+                bool better = w < worst[at] - 1e-9 || (w <= worst[at] + 1e-9 && sq < squares[at] - 1e-9);
+                if (better) {
+                    worst[at] = w;
+                    squares[at] = sq;
+                    choice[at] = n;
                 }
             }
         }
@@ -93,7 +102,8 @@ static void balanced_split(const ModelCounts *m, int layers, int stages, int *sp
         l -= split[k - 1];
     }
 #undef AT
-    free(best);
+    free(worst);
+    free(squares);
     free(choice);
 }
 

@@ -1,0 +1,383 @@
+/* inspect.c: what a user reads before spending GPU time: --explain, the schedule listing,
+ * a terminal timeline, an SVG picture and a Chrome trace of the simulation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+#include "../runtime/pacirt.h"
+
+static double gib(double bytes)
+{
+    return bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+static bool is_compute(int op)
+{
+    return op == PACI_OP_FWD || op == PACI_OP_BWD || op == PACI_OP_STEP;
+}
+
+/* ---- --explain ------------------------------------------------------------------------ */
+
+static const char *scale_rule(LrScale s)
+{
+    switch (s) {
+    case LR_SCALE_NONE: return "none";
+    case LR_SCALE_LINEAR: return "linear";
+    case LR_SCALE_SQRT: return "sqrt";
+    }
+    unreachable();
+}
+
+static const char *decay_name(int decay)
+{
+    switch (decay) {
+    case PR_DECAY_COSINE: return "cosine";
+    case PR_DECAY_LINEAR: return "linear";
+    case PR_DECAY_CONSTANT: return "constant";
+    }
+    return "?";
+}
+
+/* The lr used and the rule that derived it from the one written. */
+static void explain_lr(FILE *out, const Config *cfg)
+{
+    fprintf(out, "learning rate: peak %.3g", cfg->lr);
+    if (cfg->lr_base_batch > 0 && cfg->lr_scale != LR_SCALE_NONE) {
+        const char *op = cfg->lr_scale == LR_SCALE_SQRT ? "sqrt" : "";
+        fprintf(out, " = %.3g x %s(%ld / %ld) (%s rule: lr follows the global batch from the base "
+                     "batch %ld)",
+                cfg->lr_base, op, cfg->global_batch, cfg->lr_base_batch, scale_rule(cfg->lr_scale),
+                cfg->lr_base_batch);
+    } else {
+        fprintf(out, " (as written; no scaling rule)");
+    }
+    fprintf(out, "; warmup %ld steps, %s decay to %.3gx\n", cfg->warmup_steps,
+            decay_name(cfg->lr_decay), cfg->min_lr_ratio);
+}
+
+typedef struct Comparison {
+    double uniform_bubble;
+    double step_time, tokens_per_s;
+    long peak_memory;
+    int peak_stage;
+    int drift0, stash0;
+    bool fits;
+} Comparison;
+
+/* One schedule at this file's window and micro-batch: its plan, table and two simulations. */
+static Comparison compare_schedule(const Config *cfg, int kind, long steps)
+{
+    Config c = *cfg;
+    c.schedule = kind;
+    Plan plan;
+    plan_layout(&c, &plan);
+    paci_table *t = schedule_build(&c, &plan);
+    Comparison cmp = {0};
+    cmp.peak_memory = plan_peak_memory(&plan, &cmp.peak_stage);
+    cmp.fits = (double)cmp.peak_memory <= cfg->device_memory;
+    cmp.drift0 = drift_bound(t, 0);
+    cmp.stash0 = t->stash[0];
+
+    CostModel uniform = {0};
+    for (int s = 0; s < c.stages; s++) {
+        uniform.fwd[s] = 1;
+        uniform.bwd[s] = 2;
+    }
+    SimResult sim;
+    simulate(&c, t, &uniform, steps, &sim);
+    cmp.uniform_bubble = sim.bubble;
+    sim_result_free(&sim);
+
+    CostModel cm;
+    cost_model_from_plan(&c, &plan, &cm);
+    simulate(&c, t, &cm, steps, &sim);
+    cmp.step_time = sim.step_time;
+    cmp.tokens_per_s = sim.tokens_per_s;
+    sim_result_free(&sim);
+    schedule_free(t);
+    return cmp;
+}
+
+void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
+                     const VerifyReport *rep, const SimResult *sim)
+{
+    double tokens_per_step = (double)cfg->global_batch * cfg->context;
+    fprintf(out, "model: GPT-2, %d layers, width %d, %d heads, context %d, vocab %d%s: %.1fM parameters\n",
+            cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab,
+            cfg->tied ? ", tied head" : "", plan->total_params / 1e6);
+    fprintf(out, "pipeline: %s, %d stages, window K = %d micro-batches of %d sequences: global batch %ld "
+                 "(%.0f tokens per step), %s\n",
+            paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, cfg->micro,
+            cfg->global_batch, tokens_per_step, cfg->precision == PREC_BF16 ? "bf16" : "fp32");
+    fprintf(out, "run: %ld steps in %d segment%s of %d steps (the pipeline drains at every segment's end: "
+                 "evaluation, checkpoint, end of training)\n",
+            cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
+    explain_lr(out, cfg);
+
+    fprintf(out, "\nstage  layers    params    weights  grads  optim  activations        stash  total  "
+                 " drift  drifted  busy\n");
+    fprintf(out, "                             GiB     GiB    GiB    GiB (slots x each)  GiB    GiB  "
+                 "  bound   share\n");
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        char layers[32], acts[40];
+        snprintf(layers, sizeof layers, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
+                 sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
+        snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", gib(sp->mem_acts), sp->slots, gib(sp->act_bytes));
+        fprintf(out, "%5d  %-9s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
+                layers, sp->params / 1e6, gib(sp->mem_weights), gib(sp->mem_grads), gib(sp->mem_optim),
+                acts, gib(sp->mem_stash), gib(sp->mem_total), drift_bound(t, s),
+                100 * rep->drift_share[s], 100 * sim->steady_busy[s]);
+    }
+    int peak_stage = 0;
+    long peak = plan_peak_memory(plan, &peak_stage);
+    fprintf(out, "memory: fullest stage %d at %.2f GiB of the device's %.2f GiB (%.3g bytes)\n", peak_stage,
+            gib(peak), gib(cfg->device_memory), cfg->device_memory);
+    fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
+                 "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
+
+    fprintf(out, "\npredicted (%.0f TFLOP/s per device, %.0f GB/s links, %.1f us latency; %ld steps simulated):\n",
+            cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
+    fprintf(out, "  step time %.4g s, %.4g tokens/s, bubble %.1f%% (steady state, includes stage imbalance)\n",
+            sim->step_time, sim->tokens_per_s, 100 * sim->bubble);
+
+    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble: uniform stage costs, free communication;\n"
+                 "step time and tokens/s: this plan's costs):\n", cfg->window, cfg->micro);
+    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0\n");
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+        Comparison c = compare_schedule(cfg, kind, sim->steps);
+        char drift[32];
+        if (kind == PACI_SCHED_PIPEDREAM)
+            snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
+        else
+            snprintf(drift, sizeof drift, "%d", c.drift0);
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f GiB (%d)%s  %s%s\n", paci_schedule_name(kind),
+                100 * c.uniform_bubble, c.step_time, c.tokens_per_s, gib(c.peak_memory), c.peak_stage,
+                c.fits ? "   " : " !!", drift, kind == (int)cfg->schedule ? "   <- this file" : "");
+    }
+    fprintf(out, "  (!! = over the device's memory; analytic 1F1B-flush bubble (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
+            cfg->stages - 1, cfg->window + cfg->stages - 1,
+            100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
+}
+
+/* ---- --emit schedule ------------------------------------------------------------------- */
+
+/* One instruction as a short token: F3/B3 compute, ra3/sa3 activations in and out,
+ * rg3/sg3 gradients in and out, S step; @j and >j name PipeDream stash slots. */
+static int instr_token(char *buf, size_t size, paci_instr in)
+{
+    switch (in.op) {
+    case PACI_OP_RECV_ACT: return snprintf(buf, size, "ra%d", in.mb);
+    case PACI_OP_FWD: return snprintf(buf, size, "F%d", in.mb);
+    case PACI_OP_SEND_ACT: return snprintf(buf, size, "sa%d", in.mb);
+    case PACI_OP_RECV_GRAD: return snprintf(buf, size, "rg%d", in.mb);
+    case PACI_OP_BWD:
+        return in.aux ? snprintf(buf, size, "B%d@%d", in.mb, in.aux - 1) : snprintf(buf, size, "B%d", in.mb);
+    case PACI_OP_SEND_GRAD: return snprintf(buf, size, "sg%d", in.mb);
+    case PACI_OP_STEP: return in.aux ? snprintf(buf, size, "S>%d", in.aux - 1) : snprintf(buf, size, "S");
+    }
+    return snprintf(buf, size, "?%d", in.op);
+}
+
+/* Prints a run of instructions after `label`, wrapped at 100 columns. */
+static void print_part(FILE *out, const char *label, const paci_instr *instrs, long n)
+{
+    enum { WIDTH = 100, INDENT = 16 };
+    if (n == 0)
+        return;
+    int col = fprintf(out, "    %-*s", INDENT - 4, label);
+    for (long i = 0; i < n; i++) {
+        char tok[32];
+        int len = instr_token(tok, sizeof tok, instrs[i]);
+        if (col + 1 + len > WIDTH) {
+            fprintf(out, "\n%*s", INDENT, "");
+            col = INDENT;
+        } else if (i > 0) {
+            fputc(' ', out);
+            col++;
+        }
+        fputs(tok, out);
+        col += len;
+    }
+    fputc('\n', out);
+}
+
+void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
+{
+    fprintf(out, "# %s schedule: %d stages, window %d, %d steps in %d segment%s of %d steps, channel capacity %d\n",
+            paci_schedule_name(t->schedule), t->stages, t->window, t->total_steps, paci_segments(t),
+            paci_segments(t) == 1 ? "" : "s", t->segment_steps, t->channel_capacity);
+    fprintf(out, "# F3/B3 forward/backward of micro-batch 3; ra3/sa3 receive/send its activation; "
+                 "rg3/sg3 its gradient;\n"
+                 "# S optimizer step. Slot = mb mod slots. Body micro-batches advance by %d per repetition.\n",
+            t->window);
+    if (t->schedule == PACI_SCHED_PIPEDREAM)
+        fprintf(out, "# B3@j: backward with the weights in stash slot j; S>j: save the live weights into stash "
+                     "slot j first (slots advance by one per repetition).\n");
+    fprintf(out, "# %d instructions in the table.\n", t->n_instrs);
+    for (int p = 0; p < t->n_programs; p++) {
+        const paci_program *pg = &t->program[p];
+        fprintf(out, "\nprogram %d: segments of %d steps%s\n", p, pg->steps,
+                t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
+        for (int s = 0; s < t->stages; s++) {
+            const paci_stage_program *sp = &pg->stage[s];
+            fprintf(out, "  stage %d: %d slots", s, t->slots[s]);
+            if (t->stash[s])
+                fprintf(out, ", %d stashed versions", t->stash[s]);
+            fputc('\n', out);
+            print_part(out, "prologue", t->instrs + sp->prologue, sp->n_prologue);
+            char label[32];
+            snprintf(label, sizeof label, "body x%d", pg->body_reps);
+            print_part(out, label, t->instrs + sp->body, sp->n_body);
+            print_part(out, "epilogue", t->instrs + sp->epilogue, sp->n_epilogue);
+        }
+    }
+    (void)cfg;
+}
+
+/* ---- --emit timeline ----------------------------------------------------------------- */
+
+/* Per-stage compute events in time order (they are appended in order per stage). */
+typedef struct StageEvents {
+    const SimEvent **items;
+    long n;
+} StageEvents;
+
+static void split_by_stage(const SimResult *sim, int stages, StageEvents *se)
+{
+    for (int s = 0; s < stages; s++)
+        se[s] = (StageEvents){xmalloc((size_t)(sim->n_events + 1) * sizeof(SimEvent *)), 0};
+    for (long i = 0; i < sim->n_events; i++) {
+        const SimEvent *e = &sim->events[i];
+        if (is_compute(e->op) && e->end > e->start)
+            se[e->stage].items[se[e->stage].n++] = e;
+    }
+}
+
+static void free_stage_events(StageEvents *se, int stages)
+{
+    for (int s = 0; s < stages; s++)
+        free(se[s].items);
+}
+
+static char op_char(int op)
+{
+    return op == PACI_OP_FWD ? 'F' : op == PACI_OP_BWD ? 'B' : 'S';
+}
+
+void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
+{
+    enum { COLUMNS = 96 };
+    int stages = cfg->stages;
+    double span = sim->makespan > 0 ? sim->makespan : 1;
+    double bucket = span / COLUMNS;
+    StageEvents se[PACI_MAX_STAGES];
+    split_by_stage(sim, stages, se);
+    fprintf(out, "%s, %d stages, window %d: first %ld steps, %.4g s (one column = %.3g ms)\n",
+            paci_schedule_name(cfg->schedule), stages, cfg->window, sim->steps, sim->makespan, bucket * 1e3);
+    fprintf(out, "       |");
+    for (int c = 0; c < COLUMNS; c++)
+        fputc(c % 10 == 0 ? '+' : '-', out);
+    fprintf(out, "|  busy\n");
+    for (int s = 0; s < stages; s++) {
+        fprintf(out, "stage%2d|", s);
+        long k = 0;
+        for (int c = 0; c < COLUMNS; c++) {
+            /* the instruction running at the middle of the column, else idle */
+            double mid = (c + 0.5) * bucket;
+            while (k < se[s].n && se[s].items[k]->end <= mid)
+                k++;
+            char ch = '.';
+            if (k < se[s].n && se[s].items[k]->start <= mid)
+                ch = op_char(se[s].items[k]->op);
+            fputc(ch, out);
+        }
+        fprintf(out, "| %5.1f%%\n", 100 * sim->busy[s]);
+    }
+    fprintf(out, "       0%*s%.4g s\n", COLUMNS - 4, "", sim->makespan);
+    fprintf(out, "legend: F forward, B backward, S optimizer step, . idle (waiting for a neighbour)\n");
+    free_stage_events(se, stages);
+}
+
+/* ---- --emit svg ------------------------------------------------------------------------ */
+
+void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
+{
+    enum { LEFT = 70, RIGHT = 20, TOP = 40, ROW = 30, WIDTH = 1200 };
+    int stages = cfg->stages;
+    double span = sim->makespan > 0 ? sim->makespan : 1;
+    double scale = (WIDTH - LEFT - RIGHT) / span;
+    int height = TOP + stages * ROW + 70;
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                 "font-family=\"sans-serif\" font-size=\"11\">\n", WIDTH, height);
+    fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(out, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %d stages, window %d: %ld steps, %.4g s, "
+                 "bubble %.1f%%</text>\n", LEFT, paci_schedule_name(cfg->schedule), stages, cfg->window,
+            sim->steps, sim->makespan, 100 * sim->bubble);
+    for (int s = 0; s < stages; s++) {
+        int y = TOP + s * ROW;
+        fprintf(out, "<text x=\"8\" y=\"%d\">stage %d</text>\n", y + ROW / 2 + 4, s);
+        fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e8e8e8\"/>\n", LEFT, y + 2,
+                WIDTH - LEFT - RIGHT, ROW - 4);
+    }
+    for (long i = 0; i < sim->n_events; i++) {
+        const SimEvent *e = &sim->events[i];
+        if (!is_compute(e->op) || e->end <= e->start)
+            continue;
+        const char *fill = e->op == PACI_OP_FWD ? "#4e79a7" : e->op == PACI_OP_BWD ? "#f28e2b" : "#59a14f";
+        double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
+        int y = TOP + e->stage * ROW + 2;
+        fprintf(out, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
+                     "stroke-width=\"0.5\"><title>%s %d: %.4g-%.4g s</title></rect>\n",
+                x, y, w, ROW - 4, fill, paci_op_name(e->op), e->mb, e->start, e->end);
+        if (e->op != PACI_OP_STEP && w >= 16)
+            fprintf(out, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%d</text>\n",
+                    x + w / 2, y + ROW / 2 + 2, e->mb);
+    }
+    /* time axis: ten ticks */
+    int axis = TOP + stages * ROW + 8;
+    fprintf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, axis,
+            WIDTH - RIGHT, axis);
+    for (int k = 0; k <= 10; k++) {
+        double x = LEFT + (WIDTH - LEFT - RIGHT) * k / 10.0;
+        fprintf(out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", x, axis, x, axis + 5);
+        fprintf(out, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g ms</text>\n", x, axis + 18,
+                span * k / 10.0 * 1e3);
+    }
+    int ly = axis + 40;
+    static const struct { const char *name, *fill; } legend[] = {
+        {"forward", "#4e79a7"}, {"backward", "#f28e2b"}, {"optimizer step", "#59a14f"}, {"idle", "#e8e8e8"},
+    };
+    for (int k = 0; k < 4; k++) {
+        int x = LEFT + k * 150;
+        fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, ly - 11, legend[k].fill);
+        fprintf(out, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 20, ly, legend[k].name);
+    }
+    fprintf(out, "</svg>\n");
+}
+
+/* ---- --emit trace ------------------------------------------------------------------------ */
+
+/* Chrome trace JSON: one thread per stage, complete events in microseconds. */
+void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim)
+{
+    fprintf(out, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    fprintf(out, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"pacic %s (simulated)\"}}",
+            paci_schedule_name(cfg->schedule));
+    for (int s = 0; s < cfg->stages; s++)
+        fprintf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                     "\"args\": {\"name\": \"stage %d\"}}", s, s);
+    for (long i = 0; i < sim->n_events; i++) {
+        const SimEvent *e = &sim->events[i];
+        if (!is_compute(e->op))
+            continue;
+        if (e->op == PACI_OP_STEP)
+            fprintf(out, ",\n{\"name\": \"step\", \"cat\": \"step\"");
+        else
+            fprintf(out, ",\n{\"name\": \"%c%d\", \"cat\": \"%s\"", op_char(e->op), e->mb, paci_op_name(e->op));
+        fprintf(out, ", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %d}}",
+                e->stage, e->start * 1e6, (e->end - e->start) * 1e6, e->mb);
+    }
+    fprintf(out, "\n]}\n");
+}
