@@ -222,7 +222,7 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
                 t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
         for (int s = 0; s < t->stages; s++) {
             const paci_stage_program *sp = &pg->stage[s];
-            fprintf(out, "  stage %d: %d slots", s, t->slots[s]);
+            fprintf(out, "  stage %d: %d slot%s", s, t->slots[s], t->slots[s] == 1 ? "" : "s");
             if (t->stash[s])
                 fprintf(out, ", %d stashed versions", t->stash[s]);
             fputc('\n', out);
