@@ -218,7 +218,7 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
     fprintf(out, "# %d instructions in the table.\n", t->n_instrs);
     for (int p = 0; p < t->n_programs; p++) {
         const paci_program *pg = &t->program[p];
-        fprintf(out, "\nprogram %d: segments of %d steps%s\n", p, pg->steps,
+        fprintf(out, "\nprogram %d: segments of %d step%s%s\n", p, pg->steps, pg->steps == 1 ? "" : "s",
                 t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
         for (int s = 0; s < t->stages; s++) {
             const paci_stage_program *sp = &pg->stage[s];
