@@ -5,6 +5,15 @@
 
 #include "pacic.h"
 
+/* Grows an array of n pointers to make room for one more: the capacity doubles whenever n
+ * reaches a power of two, so appending stays linear without a capacity field. */
+static void *grow(void *array, int n, size_t item_size)
+{
+    if (n == 0 || (n & (n - 1)) == 0)
+        array = xrealloc(array, (size_t)(n ? 2 * n : 1) * item_size);
+    return array;
+}
+
 static Value *value_new(ValueKind kind, Span span)
 {
     Value *v = xcalloc(1, sizeof *v);
@@ -54,7 +63,7 @@ Value *ast_list(Span open)
 void ast_list_add(Value *list, Value *item, Span close_or_item)
 {
     if (item) {
-        list->items = xrealloc(list->items, (size_t)(list->n_items + 1) * sizeof *list->items);
+        list->items = grow(list->items, list->n_items, sizeof *list->items);
         list->items[list->n_items++] = item;
     }
     if (close_or_item.end > list->span.end)
@@ -72,7 +81,7 @@ Entry *ast_entry(char *key, Span key_span)
 
 void ast_entry_add_value(Entry *entry, Value *value)
 {
-    entry->values = xrealloc(entry->values, (size_t)(entry->n_values + 1) * sizeof *entry->values);
+    entry->values = grow(entry->values, entry->n_values, sizeof *entry->values);
     entry->values[entry->n_values++] = value;
     if (value->span.end > entry->span.end)
         entry->span.end = value->span.end;
@@ -97,7 +106,7 @@ Block *ast_block(Span open)
 
 void ast_block_add(Block *block, Entry *entry)
 {
-    block->entries = xrealloc(block->entries, (size_t)(block->n_entries + 1) * sizeof *block->entries);
+    block->entries = grow(block->entries, block->n_entries, sizeof *block->entries);
     block->entries[block->n_entries++] = entry;
 }
 

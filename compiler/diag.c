@@ -7,6 +7,9 @@
 #include "pacic.h"
 
 enum { TAB_STOP = 8 };
+/* Past this many errors nothing more is printed (but errors are still counted): a flood
+ * helps nobody, and placing each message in a huge file costs time. */
+enum { MAX_PRINTED_ERRORS = 100 };
 
 static FILE *diag_stream;
 static int error_count;
@@ -35,6 +38,20 @@ int diag_error_count(void)
 void diag_reset(void)
 {
     error_count = 0;
+}
+
+/* True once the error cap is passed; says so once. */
+static bool silenced(FILE *out, DiagLevel level)
+{
+    if (level == DIAG_ERROR)
+        error_count++;
+    if (error_count <= MAX_PRINTED_ERRORS)
+        return false;
+    if (level == DIAG_ERROR && error_count == MAX_PRINTED_ERRORS + 1) {
+        fprintf(out, "pacic: too many errors (%d); the rest are not shown\n", MAX_PRINTED_ERRORS);
+        fflush(out);
+    }
+    return true;
 }
 
 /* Clamps an offset into [0, len] so that any span, even a broken one, prints. */
@@ -124,8 +141,8 @@ static void print_source_line(FILE *out, const Source *src, Span span)
 void diag_at(const Source *src, Span span, DiagLevel level, const char *fmt, ...)
 {
     FILE *out = stream();
-    if (level == DIAG_ERROR)
-        error_count++;
+    if (silenced(out, level))
+        return;
     if (span.begin < 0) {
         fprintf(out, "%s: %s: ", src->path, level_names[level]);
     } else {
@@ -146,8 +163,8 @@ void diag_at(const Source *src, Span span, DiagLevel level, const char *fmt, ...
 void diag_plain(DiagLevel level, const char *fmt, ...)
 {
     FILE *out = stream();
-    if (level == DIAG_ERROR)
-        error_count++;
+    if (silenced(out, level))
+        return;
     fprintf(out, "pacic: %s: ", level_names[level]);
     va_list ap;
     va_start(ap, fmt);

@@ -27,6 +27,10 @@
 
 typedef void *yyscan_t;
 
+/* Past this many lexical or syntax errors the input is hardly a .paci file: stop rather
+ * than flood (and spend quadratic time placing messages in a huge file). */
+enum { LEX_MAX_ERRORS = 20 };
+
 /* One '{' the scanner has seen and not yet closed. */
 typedef struct OpenBlock {
     Span open;     /* the '{' */
@@ -46,7 +50,7 @@ typedef struct LexState {
     Span prev_spans[2];
     OpenBlock open[AST_MAX_NESTING];
     int n_open;
-    int n_errors;        /* lexical errors so far */
+    int n_errors;        /* lexical and syntax errors so far */
     bool fatal;          /* an error that stops the parse was reported (nesting, flood) */
 } LexState;
 
@@ -259,6 +263,10 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, LexS
         at = (Span){lex->last_visible.end, lex->last_visible.end};
     error_at(lex->src, at, "%s", msg.data);
     sb_free(&msg);
+    if (++lex->n_errors >= LEX_MAX_ERRORS) {
+        error_at(lex->src, at, "too many errors; is this a .paci file?");
+        lex->fatal = true;
+    }
     return 0;
 }
 

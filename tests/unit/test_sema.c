@@ -638,6 +638,39 @@ static void test_binary_input_stops_early(void **state)
     done(&c);
 }
 
+static void test_syntax_error_flood_stops(void **state)
+{
+    (void)state;
+    StrBuf text = {0};
+    for (int i = 0; i < 1000; i++)
+        sb_puts(&text, "x { ] }\n");
+    Checked c = check(text.data);
+    assert_false(c.parsed);
+    assert_int_equal(diag_error_count(), 21); /* 20 errors and "too many errors" */
+    assert_non_null(strstr(c.messages, "t.paci:20:5: error: too many errors; is this a .paci file?"));
+    done(&c);
+    sb_free(&text);
+}
+
+/* A large file parses in linear time, and a flood of semantic errors is counted but
+ * printed only up to the cap. */
+static void test_huge_file(void **state)
+{
+    (void)state;
+    StrBuf text = {0};
+    sb_puts(&text, MODEL PIPELINE BATCH TRAIN);
+    for (int i = 0; i < 200000; i++)
+        sb_puts(&text, "hardwar { flops 1 }\n");
+    Checked c = check(text.data);
+    assert_true(c.parsed);
+    assert_false(c.ok);
+    assert_int_equal(diag_error_count(), 200000);
+    assert_non_null(strstr(c.messages, "pacic: too many errors (100); the rest are not shown\n"));
+    assert_true(strlen(c.messages) < 100 * 200);
+    done(&c);
+    sb_free(&text);
+}
+
 /* ---- the printer and suggestions --------------------------------------------------------- */
 
 static void test_tabs_expand_under_the_caret(void **state)
@@ -697,6 +730,8 @@ int main(void)
         cmocka_unit_test(test_lex_dump),
         cmocka_unit_test(test_nesting_is_bounded),
         cmocka_unit_test(test_binary_input_stops_early),
+        cmocka_unit_test(test_syntax_error_flood_stops),
+        cmocka_unit_test(test_huge_file),
         cmocka_unit_test(test_tabs_expand_under_the_caret),
         cmocka_unit_test(test_did_you_mean),
     };
