@@ -332,11 +332,16 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     record(run, st, in->op, mb, start, pr_now());
 }
 
-static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n, int64_t base_mb)
+/* Runs instructions [first, first + n); rep >= 0 marks body repetition rep, whose
+ * micro-batches, slots and stash slots shift as paci_body_instr says. */
+static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n, int64_t first_mb,
+                         int32_t rep)
 {
     for (int32_t i = first; i < first + n; i++) {
-        const paci_instr *in = &run->tab->instrs[i];
-        execute(run, st, in, in->op == PACI_OP_STEP ? -1 : base_mb + in->mb);
+        paci_instr in = run->tab->instrs[i];
+        if (rep >= 0)
+            in = paci_body_instr(run->tab, st->index, in, rep);
+        execute(run, st, &in, in.op == PACI_OP_STEP ? -1 : first_mb + in.mb);
     }
 }
 
@@ -346,7 +351,7 @@ typedef struct stage_job {
     int32_t seg;
 } stage_job;
 
-/* A stage thread: prologue, body x reps (mb advancing by window), epilogue. */
+/* A stage thread: prologue, body x reps, epilogue. */
 static void *stage_thread(void *arg)
 {
     stage_job *job = arg;
@@ -355,10 +360,10 @@ static void *stage_thread(void *arg)
     const paci_program *pg = paci_segment_program(run->tab, job->seg);
     const paci_stage_program *sp = &pg->stage[job->stage];
     int64_t first_mb = (int64_t)job->seg * run->tab->segment_steps * run->K;
-    execute_list(run, st, sp->prologue, sp->n_prologue, first_mb);
+    execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1);
     for (int32_t r = 0; r < pg->body_reps; r++)
-        execute_list(run, st, sp->body, sp->n_body, first_mb + (int64_t)r * run->K);
-    execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb);
+        execute_list(run, st, sp->body, sp->n_body, first_mb, r);
+    execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1);
     return NULL;
 }
 
