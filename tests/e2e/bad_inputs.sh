@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Bad inputs to run: each gives one error line naming the file and the problem, a
+# non-zero exit, and no crash.
+source tests/e2e/lib.sh
+
+small_model m 2 paci 2 4 0 2
+train m
+cd "$work/m"
+
+# expect_error WHAT PATTERN [run flags...]: run must fail with one line matching PATTERN.
+expect_error() {
+    local what=$1 pattern=$2
+    shift 2
+    local out status=0
+    out=$(./run --quiet "$@" 2>&1) || status=$?
+    [ $status != 0 ] || fail "$what: exit status 0"
+    [ $status -lt 128 ] || fail "$what: killed by signal $((status - 128))"
+    [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "$what: expected one line, got: $out"
+    printf '%s\n' "$out" | grep -qE "$pattern" || fail "$what: '$out' does not match '$pattern'"
+    echo "$what: $out"
+}
+
+train_bin=$data/tiny_train.bin
+expect_error "missing token file" "missing\.bin" --data "$work/missing.bin"
+head -c 5000 "$train_bin" > "$work/truncated.bin"
+expect_error "truncated token file" "truncated\.bin.*(truncated|short|declares)" --data "$work/truncated.bin"
+{ printf '\x01\x02\x03\x04'; tail -c +5 "$train_bin"; } > "$work/magic.bin"
+expect_error "wrong magic" "magic\.bin.*magic" --data "$work/magic.bin"
+: > "$work/empty.bin"
+expect_error "empty token file" "empty\.bin" --data "$work/empty.bin"
+
+# Tokens outside the vocabulary: a 64-token model fed byte-level text.
+sed -i 's/vocab 256/vocab 64/' "$work/m.paci"
+"$pacic" "$work/m.paci" -o "$work/m/run64" 2>/dev/null
+out=$(./run64 --quiet 2>&1) && fail "vocab 64 on byte data trained"
+printf '%s\n' "$out" | grep -qE "tiny_train\.bin.*token.*64" || fail "out-of-vocabulary: '$out'"
+echo "token outside the vocabulary: $out"
+
+# A checkpoint of another model shape.
+sed -i 's/vocab 64/vocab 256/; s/width 32/width 48/' "$work/m.paci"
+"$pacic" "$work/m.paci" -o "$work/m/run48" 2>/dev/null
+out=$(./run48 --quiet --init "$work/m/ckpt/step_00000004/model.bin" 2>&1) && fail "--init of another shape was accepted"
+[ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "another shape: expected one line, got: $out"
+printf '%s\n' "$out" | grep -qE "model\.bin.*(width|channels|C)" || fail "another shape: '$out' does not name the file and field"
+echo "checkpoint of another shape: $out"
+
+# An unwritable checkpoint folder (a path through a regular file: root ignores modes).
+: > "$work/plainfile"
+before=$(cat ckpt/latest)
+expect_error "unwritable checkpoint folder" "plainfile" --ckpt-dir "$work/plainfile/ckpt"
+[ "$(cat ckpt/latest)" = "$before" ] || fail "the earlier checkpoint moved"
+[ -z "$(find "$work" -name "*.tmp*")" ] || fail "a temporary file was left behind"
+echo "all bad inputs rejected cleanly"
