@@ -87,6 +87,14 @@ static void emit_string_field(StrBuf *sb, const char *field, const char *value)
     sb_free(&literal);
 }
 
+/* Data files are baked in as absolute paths, so `run` finds them from any folder. */
+static void emit_data_path(StrBuf *sb, const char *field, const char *path)
+{
+    char *absolute = path ? realpath(path, NULL) : NULL;
+    emit_string_field(sb, field, absolute ? absolute : path);
+    free(absolute);
+}
+
 static void emit_layout(StrBuf *sb, const Layout *l)
 {
     for (int i = 0; i < l->n; i++)
@@ -503,8 +511,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, ".eval_every = %ld, .eval_batches = %ld, .ckpt_every = %ld,", cfg->eval_every,
               cfg->eval_batches, cfg->ckpt_every);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);
-    emit_string_field(sb, "train_data", cfg->train_data);
-    emit_string_field(sb, "val_data", cfg->val_data);
+    emit_data_path(sb, "train_data", cfg->train_data);
+    emit_data_path(sb, "val_data", cfg->val_data);
     emit_string_field(sb, "ckpt_dir", cfg->ckpt_dir);
     emit_line(sb, ".stages = %d,", plan->stages);
     emit_line(sb, ".stage = stages,");
