@@ -116,6 +116,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         st->code = sc;
         int64_t floats = 4 * n + slots * sc->act_floats + tab->stash[s] * n + sc->scratch_floats + 2 * BTC;
         st->arena = pr_alloc((size_t)floats * sizeof(float));
+        // What this stage holds: its arena, per-slot batch buffers, the links it sends on.
+        st->arena_bytes = floats * (int64_t)sizeof(float) +
+                          slots * BT * (int64_t)(2 * sizeof(int32_t) + sizeof(float)) +
+                          ((s + 1 < run->p) + (s > 0)) * (int64_t)tab->channel_capacity * BTC *
+                              (int64_t)sizeof(float);
         float *at = st->arena;
         st->params = at, at += n;
         st->grads = at, at += n;
@@ -237,10 +242,13 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, lr);
 }
 
-static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end)
+static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end,
+                   double cpu)
 {
     pthread_mutex_lock(&run->stats_mu);
     st->busy[op] += end - start;
+    st->cpu[op] += cpu;
+    st->ops[op]++;
     pthread_mutex_unlock(&run->stats_mu);
     if (!run->opt.trace || (op != PACI_OP_FWD && op != PACI_OP_BWD && op != PACI_OP_STEP))
         return;
@@ -262,7 +270,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     int64_t BT = run->B * run->T;
     float *slot = st->slots + (size_t)in->slot * (size_t)sc->act_floats;
     int32_t *tokens = st->slot_tokens + in->slot * BT, *targets = st->slot_targets + in->slot * BT;
-    double start = pr_now();
+    double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
     case PACI_OP_RECV_ACT:
         expect_mb(st, in->op, mb, pr_channel_recv(&run->act[s - 1], slot + sc->in_offset), "the link");
@@ -329,7 +337,9 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     default:
         pr_internal("stage %d: unknown instruction op %d", s, in->op);
     }
-    record(run, st, in->op, mb, start, pr_now());
+    // Thread CPU time excludes waits and time-sharing of the cores: the cost as if alone.
+    double cpu = pr_thread_cpu() - cpu_start;
+    record(run, st, in->op, mb, start, pr_now(), cpu);
 }
 
 /* Runs instructions [first, first + n); rep >= 0 marks body repetition rep, whose

@@ -23,6 +23,7 @@ int pr_fail(char *err, const char *fmt, ...) PR_PRINTF_LIKE(2, 3);
 __attribute__((noreturn)) void pr_internal(const char *fmt, ...) PR_PRINTF_LIKE(1, 2);
 void *pr_alloc(size_t bytes);  /* zeroed, 64-byte aligned; exits on out of memory */
 double pr_now(void);           /* monotonic seconds */
+double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 
 /* splitmix64: the one deterministic generator (init and sampling). */
 typedef struct pr_rng {
@@ -120,6 +121,9 @@ typedef struct pr_stage_rt {
     double *tensor_sumsq[2];             /* per tensor, double-buffered by step parity */
     /* measurements (published under run->stats_mu) */
     double busy[PACI_OP_COUNT];
+    double cpu[PACI_OP_COUNT];           /* thread CPU seconds per op: the study's replay input */
+    int64_t ops[PACI_OP_COUNT];          /* instructions executed per op */
+    int64_t arena_bytes;                 /* bytes allocated for this stage's state */
     int64_t drift_max, drift_effective_max, drifting, backwards;
     pr_trace_event *trace;
     int64_t n_trace, cap_trace;
@@ -128,6 +132,7 @@ typedef struct pr_stage_rt {
 typedef struct pr_options {
     int resume, quiet, threads, trace;
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
+    const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
 } pr_options;

@@ -19,6 +19,8 @@ static const char usage[] =
     "  --ckpt-dir DIR   checkpoint folder\n"
     "  --metrics FILE   one JSON line per step\n"
     "  --trace FILE     Chrome trace of the measured instructions\n"
+    "  --profile-out FILE  measured per-stage costs (mean thread CPU seconds per\n"
+    "                   instruction), the file `pacic --profile` reads\n"
     "  --threads N      cores to use (default: all)\n"
     "  --quiet          print errors only\n"
     "  --help           this text\n";
@@ -128,8 +130,41 @@ int pr_train(pr_run *run, char *err)
             if (st->drift_effective_max != st->drift_max)
                 printf(" effective %lld (stashed weights)", (long long)st->drift_effective_max);
         }
-        printf("\n");
+        printf("\nmemory:");
+        for (int s = 0; s < run->p; s++)
+            printf("%s stage %d %.2f MiB", s ? "," : "", s, (double)run->stage[s].arena_bytes / (1 << 20));
+        printf(" (allocated by the runtime)\n");
     }
+    return 0;
+}
+
+static double mean_cpu(const pr_stage_rt *st, int op)
+{
+    return st->ops[op] ? st->cpu[op] / (double)st->ops[op] : 0.0;
+}
+
+/* The measured costs as a profile: a stage's compute ops, and a link's message cost as the
+ * copy in plus the copy out, averaged over the two directions. */
+static int write_profile(const pr_run *run, const char *path, char *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return pr_fail(err, "%s: cannot write profile: %s", path, strerror(errno));
+    fprintf(f, "# measured by run (%s): mean thread CPU seconds per instruction over %lld steps\n",
+            run->prog->source, (long long)run->steps_this_process);
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_rt *st = &run->stage[s];
+        fprintf(f, "stage %d fwd %.9g bwd %.9g step %.9g\n", s, mean_cpu(st, PACI_OP_FWD),
+                mean_cpu(st, PACI_OP_BWD), mean_cpu(st, PACI_OP_STEP));
+    }
+    for (int s = 0; s + 1 < run->p; s++) {
+        const pr_stage_rt *from = &run->stage[s], *to = &run->stage[s + 1];
+        double act = mean_cpu(from, PACI_OP_SEND_ACT) + mean_cpu(to, PACI_OP_RECV_ACT);
+        double grad = mean_cpu(to, PACI_OP_SEND_GRAD) + mean_cpu(from, PACI_OP_RECV_GRAD);
+        fprintf(f, "link %d %.9g\n", s, (act + grad) / 2);
+    }
+    if (fclose(f) != 0)
+        return pr_fail(err, "%s: cannot write profile: %s", path, strerror(errno));
     return 0;
 }
 
@@ -235,14 +270,16 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             i++;
         } else if (strcmp(a, "--init") == 0 || strcmp(a, "--trace") == 0 ||
                    strcmp(a, "--data") == 0 || strcmp(a, "--val") == 0 ||
-                   strcmp(a, "--ckpt-dir") == 0 || strcmp(a, "--metrics") == 0) {
+                   strcmp(a, "--ckpt-dir") == 0 || strcmp(a, "--metrics") == 0 ||
+                   strcmp(a, "--profile-out") == 0) {
             if (!value || !value[0]) {
                 fprintf(stderr, "run: error: %s needs a value\n", a);
                 return -1;
             }
             const char **slot = a[2] == 'i' ? &opt->init_path : a[2] == 't' ? &opt->trace_path
                               : a[2] == 'd' ? &opt->data : a[2] == 'v' ? &opt->val
-                              : a[2] == 'c' ? &opt->ckpt_dir : &opt->metrics_path;
+                              : a[2] == 'c' ? &opt->ckpt_dir : a[2] == 'p' ? &opt->profile_out
+                              : &opt->metrics_path;
             *slot = value;
             i++;
         } else {
@@ -331,6 +368,12 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         snprintf(err, sizeof err, "%s: cannot write metrics: %s", opt.metrics_path, strerror(errno));
         return fail_main(&run, err);
     }
+    if (lg.metrics) {
+        fprintf(lg.metrics, "{\"stage_bytes\": [");
+        for (int s = 0; s < run.p; s++)
+            fprintf(lg.metrics, "%s%lld", s ? ", " : "", (long long)run.stage[s].arena_bytes);
+        fprintf(lg.metrics, "]}\n");
+    }
     run.user = &lg;
     run.on_step = log_step;
     rc = pr_train(&run, err);
@@ -338,6 +381,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         rc = pr_fail(err, "%s: cannot write metrics", opt.metrics_path);
     if (rc == 0 && opt.trace_path)
         rc = pr_write_trace(&run, opt.trace_path, err);
+    if (rc == 0 && opt.profile_out)
+        rc = write_profile(&run, opt.profile_out, err);
     if (rc != 0)
         return fail_main(&run, err);
     pr_run_free(&run);

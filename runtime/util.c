@@ -48,6 +48,13 @@ double pr_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double pr_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 uint64_t pr_rng_next(pr_rng *r)
 {
     uint64_t z = (r->state += 0x9e3779b97f4a7c15ULL);
