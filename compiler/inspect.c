@@ -115,25 +115,30 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
             cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
     explain_lr(out, cfg);
 
+    /* One unit for the whole table: GiB for real models, MiB for the CPU-sized ones. */
+    int peak_stage = 0;
+    long peak = plan_peak_memory(plan, &peak_stage);
+    const char *unit = peak >= (1L << 30) ? "GiB" : "MiB";
+    double unit_bytes = peak >= (1L << 30) ? (double)(1L << 30) : (double)(1L << 20);
+#define MEM(bytes) ((double)(bytes) / unit_bytes)
+
     fprintf(out, "\nstage  layers    params    weights  grads  optim  activations        stash  total  "
                  " drift  drifted  busy\n");
-    fprintf(out, "                             GiB     GiB    GiB    GiB (slots x each)  GiB    GiB  "
-                 "  bound   share\n");
+    fprintf(out, "                             %s     %s    %s    %s (slots x each)  %s    %s  "
+                 "  bound   share\n", unit, unit, unit, unit, unit, unit);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         char layers[32], acts[40];
         snprintf(layers, sizeof layers, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
                  sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
-        snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", gib(sp->mem_acts), sp->slots, gib(sp->act_bytes));
+        snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", MEM(sp->mem_acts), sp->slots, MEM(sp->act_bytes));
         fprintf(out, "%5d  %-9s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
-                layers, sp->params / 1e6, gib(sp->mem_weights), gib(sp->mem_grads), gib(sp->mem_optim),
-                acts, gib(sp->mem_stash), gib(sp->mem_total), drift_bound(t, s),
+                layers, sp->params / 1e6, MEM(sp->mem_weights), MEM(sp->mem_grads), MEM(sp->mem_optim),
+                acts, MEM(sp->mem_stash), MEM(sp->mem_total), drift_bound(t, s),
                 100 * rep->drift_share[s], 100 * sim->steady_busy[s]);
     }
-    int peak_stage = 0;
-    long peak = plan_peak_memory(plan, &peak_stage);
-    fprintf(out, "memory: fullest stage %d at %.2f GiB of the device's %.2f GiB (%.3g bytes)\n", peak_stage,
-            gib(peak), gib(cfg->device_memory), cfg->device_memory);
+    fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes)\n", peak_stage,
+            MEM(peak), unit, gib(cfg->device_memory), cfg->device_memory);
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
 
@@ -152,13 +157,14 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f GiB (%d)%s  %s%s\n", paci_schedule_name(kind),
-                100 * c.uniform_bubble, c.step_time, c.tokens_per_s, gib(c.peak_memory), c.peak_stage,
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %s%s\n", paci_schedule_name(kind),
+                100 * c.uniform_bubble, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit, c.peak_stage,
                 c.fits ? "   " : " !!", drift, kind == (int)cfg->schedule ? "   <- this file" : "");
     }
     fprintf(out, "  (!! = over the device's memory; analytic 1F1B-flush bubble (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
             cfg->stages - 1, cfg->window + cfg->stages - 1,
             100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
+#undef MEM
 }
 
 /* ---- --emit schedule ------------------------------------------------------------------- */
