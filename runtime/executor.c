@@ -108,16 +108,37 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     run->K = tab->window;
     run->V = prog->vocab;
     int64_t BT = run->B * run->T, BTC = BT * run->C;
+    const pr_device *dev;
+    if (pr_device_select(prog, run->opt.device, run->opt.quiet, &dev, err) != 0)
+        return -1;
+    // Everything a stage keeps on its device, checked against free memory before any of it
+    // is allocated, so a plan that does not fit stops with the stage named.
+    int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES];
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_code *sc = &prog->stage[s];
+        int64_t n = sc->n_params, slots = tab->slots[s];
+        floats_of[s] = 4 * n + slots * sc->act_floats + tab->stash[s] * n + sc->scratch_floats + 2 * BTC;
+        bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) + slots * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
+    }
+    if (dev->check_memory(prog, bytes_of, err) != 0)
+        return -1;
+    for (int s = 0; s < run->p; s++)
+        if (dev->open_stage(prog, s, err) != 0) {
+            for (int opened = 0; opened < s; opened++)
+                dev->close_stage(opened);
+            return -1;
+        }
+    run->dev = dev;
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         const pr_stage_code *sc = &prog->stage[s];
         int64_t n = sc->n_params, slots = tab->slots[s];
         st->index = s;
         st->code = sc;
-        int64_t floats = 4 * n + slots * sc->act_floats + tab->stash[s] * n + sc->scratch_floats + 2 * BTC;
-        st->arena = pr_alloc((size_t)floats * sizeof(float));
+        int64_t floats = floats_of[s];
+        st->arena = dev->alloc(s, (size_t)floats * sizeof(float));
         // What this stage holds: its arena, per-slot batch buffers, the links it sends on.
-        st->arena_bytes = floats * (int64_t)sizeof(float) +
+        st->arena_bytes = floats_of[s] * (int64_t)sizeof(float) +
                           slots * BT * (int64_t)(2 * sizeof(int32_t) + sizeof(float)) +
                           ((s + 1 < run->p) + (s > 0)) * (int64_t)tab->channel_capacity * BTC *
                               (int64_t)sizeof(float);
@@ -136,6 +157,16 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         st->slot_losses = pr_alloc((size_t)(slots * BT) * sizeof(float));
         st->slot_mb = pr_alloc((size_t)slots * sizeof(int64_t));
         st->slot_fwd_step = pr_alloc((size_t)slots * sizeof(int64_t));
+        if (dev->host_memory) {
+            st->dev_tokens = st->slot_tokens;
+            st->dev_targets = st->slot_targets;
+            st->dev_losses = st->slot_losses;
+        } else {
+            st->dev_tokens = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
+            st->dev_targets = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
+            st->dev_losses = dev->alloc(s, (size_t)(slots * BT) * sizeof(float));
+            st->staging = pr_alloc((size_t)BTC * sizeof(float));
+        }
         for (int64_t i = 0; i < slots; i++)
             st->slot_mb[i] = -1;
         st->grad_in_mb = st->grad_out_mb = -1;
@@ -159,7 +190,14 @@ void pr_run_free(pr_run *run)
         return;
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
-        free(st->arena);
+        run->dev->release(s, st->arena);
+        if (!run->dev->host_memory) {
+            run->dev->release(s, st->dev_tokens);
+            run->dev->release(s, st->dev_targets);
+            run->dev->release(s, st->dev_losses);
+            free(st->staging);
+        }
+        run->dev->close_stage(s);
         free(st->slot_tokens);
         free(st->slot_targets);
         free(st->slot_losses);
@@ -176,6 +214,7 @@ void pr_run_free(pr_run *run)
     pr_tokens_free(&run->train);
     pr_tokens_free(&run->val);
     free(run->step_loss);
+    free(run->probs_host);
     pthread_barrier_destroy(&run->barrier);
     pthread_mutex_destroy(&run->stats_mu);
     memset(run, 0, sizeof *run);
@@ -210,7 +249,7 @@ static float clip_scale(pr_run *run, pr_stage_rt *st)
     const pr_stage_code *sc = st->code;
     double *sums = st->tensor_sumsq[st->t & 1];
     for (int i = 0; i < sc->n_tensors; i++)
-        sums[i] = pr_sumsq(st->grads + sc->tensors[i].offset, sc->tensors[i].size);
+        sums[i] = run->dev->sumsq(st->index, st->grads + sc->tensors[i].offset, sc->tensors[i].size);
     if (!prog->global_clip || run->p == 1)
         return pr_clip_scale(pr_fold_norm(sums, sc->n_tensors), prog->grad_clip);
     pthread_barrier_wait(&run->barrier);
@@ -229,14 +268,15 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
     const pr_program *prog = run->prog;
+    const pr_device *dev = run->dev;
     if (in->aux > 0)
-        memcpy(st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params, st->params,
-               (size_t)sc->n_params * sizeof(float));
+        dev->copy(st->index, st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params, st->params,
+                  (size_t)sc->n_params * sizeof(float));
     float scale = clip_scale(run, st);
     double lr = pr_lr(prog, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1};
-    sc->adamw(&args);
-    memset(st->grads, 0, (size_t)sc->n_params * sizeof(float));
+    dev->adamw(prog, st->index, &args);
+    dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
     if (sc->has_head && run->on_step)
         run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, lr);
@@ -262,6 +302,28 @@ static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double star
                                                  end - run->start_time};
 }
 
+/* Receives a message into device memory at dst: directly on a host-memory device, else
+ * through the stage's host staging buffer. Returns the message's micro-batch. */
+static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, float *dst)
+{
+    if (run->dev->host_memory)
+        return pr_channel_recv(link, dst);
+    int64_t mb = pr_channel_recv(link, st->staging);
+    run->dev->upload(st->index, dst, st->staging, (size_t)link->floats * sizeof(float));
+    return mb;
+}
+
+/* Sends the message at device memory src, staged through the host the same way. */
+static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int64_t mb, const float *src)
+{
+    if (run->dev->host_memory) {
+        pr_channel_send(link, mb, src);
+        return;
+    }
+    run->dev->download(st->index, st->staging, src, (size_t)link->floats * sizeof(float));
+    pr_channel_send(link, mb, st->staging);
+}
+
 /* One instruction, with mb already made absolute. */
 static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
 {
@@ -269,24 +331,33 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     int s = st->index;
     int64_t BT = run->B * run->T;
     float *slot = st->slots + (size_t)in->slot * (size_t)sc->act_floats;
+    const pr_device *dev = run->dev;
     int32_t *tokens = st->slot_tokens + in->slot * BT, *targets = st->slot_targets + in->slot * BT;
+    int32_t *dev_tokens = st->dev_tokens + in->slot * BT, *dev_targets = st->dev_targets + in->slot * BT;
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
     case PACI_OP_RECV_ACT:
-        expect_mb(st, in->op, mb, pr_channel_recv(&run->act[s - 1], slot + sc->in_offset), "the link");
+        expect_mb(st, in->op, mb, link_recv(run, st, &run->act[s - 1], slot + sc->in_offset), "the link");
         st->slot_mb[in->slot] = mb;
         break;
     case PACI_OP_FWD: {
         if (s > 0)
             expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        if (sc->has_embed || sc->has_head)
+        if (sc->has_embed || sc->has_head) {
             pr_tokens_batch(&run->train, mb, run->B, run->T, tokens, targets);
+            if (!dev->host_memory) {
+                dev->upload(s, dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
+                dev->upload(s, dev_targets, targets, (size_t)BT * sizeof(int32_t));
+            }
+        }
         st->slot_mb[in->slot] = mb;
         st->slot_fwd_step[in->slot] = st->t;
-        float *losses = st->slot_losses + in->slot * BT;
-        pr_fwd_args args = {st->params, slot, tokens, targets, losses};
-        sc->forward(&args);
+        float *losses = st->slot_losses + in->slot * BT, *dev_losses = st->dev_losses + in->slot * BT;
+        pr_fwd_args args = {st->params, slot, dev_tokens, dev_targets, dev_losses};
+        dev->forward(run->prog, s, &args);
         if (sc->has_head) {
+            if (!dev->host_memory)
+                dev->download(s, losses, dev_losses, (size_t)BT * sizeof(float));
             double sum = 0.0;
             for (int64_t i = 0; i < BT; i++)
                 sum += losses[i];
@@ -296,10 +367,10 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     }
     case PACI_OP_SEND_ACT:
         expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        pr_channel_send(&run->act[s], mb, slot + sc->out_offset);
+        link_send(run, st, &run->act[s], mb, slot + sc->out_offset);
         break;
     case PACI_OP_RECV_GRAD:
-        st->grad_in_mb = pr_channel_recv(&run->grad[s], st->grad_in);
+        st->grad_in_mb = link_recv(run, st, &run->grad[s], st->grad_in);
         expect_mb(st, in->op, mb, st->grad_in_mb, "the link");
         break;
     case PACI_OP_BWD: {
@@ -308,10 +379,10 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
             expect_mb(st, in->op, mb, st->grad_in_mb, "the gradient buffer");
         const float *weights = in->aux ? st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params
                                        : st->params;
-        pr_bwd_args args = {weights, st->grads, slot, st->scratch, tokens, targets,
+        pr_bwd_args args = {weights, st->grads, slot, st->scratch, dev_tokens, dev_targets,
                             sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                             1.0f / (float)run->K};
-        sc->backward(&args);
+        dev->backward(run->prog, s, &args);
         int64_t drift = st->t - st->slot_fwd_step[in->slot];
         pthread_mutex_lock(&run->stats_mu);
         st->backwards++;
@@ -329,7 +400,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     }
     case PACI_OP_SEND_GRAD:
         expect_mb(st, in->op, mb, st->grad_out_mb, "the gradient buffer");
-        pr_channel_send(&run->grad[s - 1], mb, st->grad_out);
+        link_send(run, st, &run->grad[s - 1], mb, st->grad_out);
         break;
     case PACI_OP_STEP:
         do_step(run, st, in);
@@ -403,18 +474,27 @@ void pr_run_segment(pr_run *run, int32_t seg)
  * (free at a drain boundary). Returns the last stage's slot. */
 static float *forward_through(pr_run *run, const int32_t *tokens, const int32_t *targets)
 {
+    const pr_device *dev = run->dev;
+    int64_t BT = run->B * run->T;
     float *prev_out = NULL;
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         const pr_stage_code *sc = st->code;
         if (prev_out)
-            memcpy(st->slots + sc->in_offset, prev_out,
-                   (size_t)(run->B * run->T * run->C) * sizeof(float));
-        pr_fwd_args args = {st->params, st->slots, tokens, targets, st->slot_losses};
-        sc->forward(&args);
+            dev->copy(s, st->slots + sc->in_offset, prev_out, (size_t)(BT * run->C) * sizeof(float));
+        if (!dev->host_memory) {
+            dev->upload(s, st->dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
+            dev->upload(s, st->dev_targets, targets, (size_t)BT * sizeof(int32_t));
+        }
+        pr_fwd_args args = {st->params, st->slots, dev->host_memory ? tokens : st->dev_tokens,
+                            dev->host_memory ? targets : st->dev_targets, st->dev_losses};
+        dev->forward(run->prog, s, &args);
         prev_out = st->slots + sc->out_offset;
     }
-    return run->stage[run->p - 1].slots;
+    pr_stage_rt *last = &run->stage[run->p - 1];
+    if (!dev->host_memory)
+        dev->download(run->p - 1, last->slot_losses, last->dev_losses, (size_t)BT * sizeof(float));
+    return last->slots;
 }
 
 double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches)
@@ -441,9 +521,16 @@ const float *pr_forward_all(pr_run *run, const int32_t *tokens)
 {
     int64_t BT = run->B * run->T;
     int32_t *targets = pr_alloc((size_t)BT * sizeof(int32_t));
-    float *last = forward_through(run, tokens, targets);
+    float *last = forward_through(run, tokens, targets) + run->stage[run->p - 1].code->probs_offset;
     free(targets);
-    return last + run->stage[run->p - 1].code->probs_offset;
+    if (run->dev->host_memory)
+        return last;
+    // The probabilities come back in a host buffer the run keeps until the next call.
+    size_t bytes = (size_t)(BT * run->V) * sizeof(float);
+    if (!run->probs_host)
+        run->probs_host = pr_alloc(bytes);
+    run->dev->download(run->p - 1, run->probs_host, last, bytes);
+    return run->probs_host;
 }
 
 static float *block_of(const pr_stage_rt *st, int which)
@@ -460,8 +547,8 @@ void pr_gather(const pr_run *run, int which, float *flat)
         const float *block = block_of(&run->stage[s], which);
         for (int i = 0; i < sc->n_tensors; i++) {
             const pr_tensor *t = &sc->tensors[i];
-            memcpy(flat + offsets[t->ckpt_tensor] + t->ckpt_offset, block + t->offset,
-                   (size_t)t->size * sizeof(float));
+            run->dev->download(s, flat + offsets[t->ckpt_tensor] + t->ckpt_offset, block + t->offset,
+                               (size_t)t->size * sizeof(float));
         }
     }
 }
@@ -475,8 +562,8 @@ void pr_scatter(pr_run *run, int which, const float *flat)
         float *block = block_of(&run->stage[s], which);
         for (int i = 0; i < sc->n_tensors; i++) {
             const pr_tensor *t = &sc->tensors[i];
-            memcpy(block + t->offset, flat + offsets[t->ckpt_tensor] + t->ckpt_offset,
-                   (size_t)t->size * sizeof(float));
+            run->dev->upload(s, block + t->offset, flat + offsets[t->ckpt_tensor] + t->ckpt_offset,
+                             (size_t)t->size * sizeof(float));
         }
     }
 }

@@ -136,7 +136,46 @@ typedef struct pr_program {
     int32_t stages;
     const pr_stage_code *stage;
     const paci_table *schedule;
+    /* the GPU path, generated when pacic found a CUDA toolkit; NULL without one */
+    const struct pr_cuda_stage *cuda;          /* per stage */
+    const struct pr_device *cuda_device;       /* the CUDA device layer (libpacirt_cuda.a) */
 } pr_program;
+
+/* ---- the GPU path (runtime/cuda/, libpacirt_cuda.a): what generated CUDA host code calls -- */
+
+/* One compiled image of a stage's CUDA unit: a cubin for `arch` ("sm_90"), or PTX when arch
+ * starts with "compute_" (the driver compiles it for newer GPUs). */
+typedef struct pr_cuda_image {
+    const char *arch;
+    const unsigned char *data;
+    int64_t size;
+} pr_cuda_image;
+
+/* A stage's CUDA code: its kernels' images and the host launch sequences. The sequences take
+ * the same arguments as the CPU code, with every pointer in device memory. */
+typedef struct pr_cuda_stage {
+    int32_t n_images;
+    const pr_cuda_image *images;
+    int32_t n_kernels;
+    const char *const *kernel_names; /* looked up in the module; launches index this list */
+    void (*forward)(const pr_fwd_args *);
+    void (*backward)(const pr_bwd_args *);
+    void (*adamw)(const pr_adamw_args *);
+} pr_cuda_stage;
+
+extern const struct pr_device pr_device_cuda;
+
+/* Launches kernel `kernel` of stage's list over `threads` indices in blocks of `block` on
+ * the stage's compute stream; args as cuLaunchKernel takes them. */
+void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args);
+/* pr_gemm on the stage's compute stream through cuBLASLt: fp32 accumulation, with bf16
+ * inputs when `bf16` (the operands are rounded to bf16 by the tensor cores). */
+void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                  float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                  float *c, int ldc);
+/* dst[0..count) = 0, and dst = src, on the stage's compute stream. */
+void pr_cuda_zero(int32_t stage, float *dst, int64_t count);
+void pr_cuda_copy(int32_t stage, float *dst, const float *src, int64_t count);
 
 /* Defined by the generated code. */
 extern const pr_program pr_generated_program;

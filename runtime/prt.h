@@ -76,6 +76,43 @@ void pr_channel_send(pr_channel *c, int64_t mb, const float *data);
 /* Copies the oldest message into data, blocking while none; returns its micro-batch. */
 int64_t pr_channel_recv(pr_channel *c, float *data);
 
+/* ---- device.c: where a stage's state lives and its code runs (cpu | cuda) -------------- */
+
+/* A device layer. The executor reaches stage memory and stage code only through this table,
+ * so one executor drives the CPU and the GPU, and a transport moves a stage's buffers with
+ * download/upload (or natively, when it knows the device). Every call names the stage: the
+ * layer keeps per-stage state (CUDA: device, context, compute and communication streams).
+ * Memory calls are ordered after the stage's earlier work and complete before returning. */
+typedef struct pr_device {
+    const char *name;      /* "cpu", "cuda" */
+    int host_memory;       /* 1: stage pointers are host memory, usable without staging */
+    /* GPUs visible; 0 with the reason in err when there are none (or no driver). */
+    int (*probe)(char *err);
+    /* Prepares stage s before any other call for it. */
+    int (*open_stage)(const pr_program *prog, int stage, char *err);
+    /* Every stage's bytes against the free memory of its device; names the stage short. */
+    int (*check_memory)(const pr_program *prog, const int64_t *stage_bytes, char *err);
+    void *(*alloc)(int stage, size_t bytes); /* zeroed; exits naming the stage on failure */
+    void (*release)(int stage, void *p);
+    void (*upload)(int stage, void *dst, const void *src, size_t bytes);
+    void (*download)(int stage, void *dst, const void *src, size_t bytes);
+    void (*copy)(int stage, void *dst, const void *src, size_t bytes);
+    void (*zero)(int stage, void *dst, size_t bytes);
+    double (*sumsq)(int stage, const float *x, int64_t n);
+    void (*forward)(const pr_program *prog, int stage, const pr_fwd_args *args);
+    void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
+    void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
+    void (*close_stage)(int stage);
+} pr_device;
+
+extern const pr_device pr_device_cpu;
+
+/* The device for `requested` ("cpu", "cuda" or NULL: cuda when the program has the GPU path
+ * and a GPU answers, else cpu with a one-line notice unless quiet). -1 with err when cuda
+ * was asked for and cannot be had, or the name is unknown. */
+int pr_device_select(const pr_program *prog, const char *requested, int quiet,
+                     const pr_device **out, char *err);
+
 /* ---- optim.c: learning rate and clipping ----------------------------------------------- */
 
 /* lr of optimizer step t (1-based): linear warmup to the peak over warmup_steps, then the
@@ -114,6 +151,10 @@ typedef struct pr_stage_rt {
     float *params, *grads, *m, *v, *slots, *stash, *scratch, *grad_in, *grad_out;
     int32_t *slot_tokens, *slot_targets; /* per slot, B*T each */
     float *slot_losses;                  /* per slot, B*T (last stage) */
+    /* the same in device memory (aliases of the above on a host-memory device), and a
+     * host buffer of one B*T*C message for moving device buffers through a channel */
+    int32_t *dev_tokens, *dev_targets;
+    float *dev_losses, *staging;
     int64_t *slot_mb;                    /* micro-batch held by each slot, -1 if none */
     int64_t *slot_fwd_step;              /* the stage's step count at that slot's FWD */
     int64_t grad_in_mb, grad_out_mb;
@@ -135,10 +176,12 @@ typedef struct pr_options {
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
+    const char *device; /* --device: "cpu", "cuda", NULL = choose */
 } pr_options;
 
 typedef struct pr_run {
     const pr_program *prog;
+    const pr_device *dev;             /* where the stages' arenas live and code runs */
     const paci_table *tab;
     pr_options opt;
     int p;
@@ -149,6 +192,7 @@ typedef struct pr_run {
     pr_tokens train, val;
     int64_t step;                     /* optimizer steps done (all stages, at a drain) */
     double *step_loss;                /* per global step: sum of its micro-batch mean losses */
+    float *probs_host;                /* pr_forward_all's result on a device without host memory */
     pthread_barrier_t barrier;
     pthread_mutex_t stats_mu;
     double start_time, train_time;    /* train_time: seconds inside segments, this process */

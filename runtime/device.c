@@ -1,0 +1,130 @@
+/* device.c: the CPU device layer and the choice of device for a run.
+ *
+ * The CPU layer is the reference: stage memory is host memory and stage code is the
+ * generated C. The CUDA layer (runtime/cuda/device.c, in libpacirt_cuda.a) reaches the run
+ * only through pr_program.cuda_device, so libpacirt.a never depends on CUDA.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "prt.h"
+
+/* The CPU is always there: one "device" holding every stage. */
+static int cpu_probe(char *err)
+{
+    (void)err;
+    return 1;
+}
+
+static int cpu_open_stage(const pr_program *prog, int stage, char *err)
+{
+    (void)prog, (void)stage, (void)err;
+    return 0;
+}
+
+/* Host memory is not checked ahead: pr_alloc names the shortfall when it happens. */
+static int cpu_check_memory(const pr_program *prog, const int64_t *stage_bytes, char *err)
+{
+    (void)prog, (void)stage_bytes, (void)err;
+    return 0;
+}
+
+static void *cpu_alloc(int stage, size_t bytes)
+{
+    (void)stage;
+    return pr_alloc(bytes);
+}
+
+static void cpu_release(int stage, void *p)
+{
+    (void)stage;
+    free(p);
+}
+
+/* Upload, download and copy are one memcpy on the host. */
+static void cpu_copy(int stage, void *dst, const void *src, size_t bytes)
+{
+    (void)stage;
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(int stage, void *dst, size_t bytes)
+{
+    (void)stage;
+    memset(dst, 0, bytes);
+}
+
+static double cpu_sumsq(int stage, const float *x, int64_t n)
+{
+    (void)stage;
+    return pr_sumsq(x, n);
+}
+
+static void cpu_forward(const pr_program *prog, int stage, const pr_fwd_args *args)
+{
+    prog->stage[stage].forward(args);
+}
+
+static void cpu_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
+{
+    prog->stage[stage].backward(args);
+}
+
+static void cpu_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
+{
+    prog->stage[stage].adamw(args);
+}
+
+static void cpu_close_stage(int stage)
+{
+    (void)stage;
+}
+
+const pr_device pr_device_cpu = {
+    .name = "cpu",
+    .host_memory = 1,
+    .probe = cpu_probe,
+    .open_stage = cpu_open_stage,
+    .check_memory = cpu_check_memory,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sumsq = cpu_sumsq,
+    .forward = cpu_forward,
+    .backward = cpu_backward,
+    .adamw = cpu_adamw,
+    .close_stage = cpu_close_stage,
+};
+
+/* cuda when asked for or (by default) when the program has the GPU path and a GPU answers;
+ * asking for cuda where it cannot run is an error, never a silent fall back. */
+int pr_device_select(const pr_program *prog, const char *requested, int quiet,
+                     const pr_device **out, char *err)
+{
+    *out = &pr_device_cpu;
+    if (requested && strcmp(requested, "cpu") == 0)
+        return 0;
+    if (requested && strcmp(requested, "cuda") != 0)
+        return pr_fail(err, "--device %s: unknown device (cpu or cuda)", requested);
+    const pr_device *cuda = prog->cuda_device;
+    if (!cuda || !prog->cuda) {
+        if (requested)
+            return pr_fail(err, "--device cuda: this run was built without the GPU path (pacic "
+                           "found no CUDA toolkit when it compiled %s)", prog->source);
+        return 0;
+    }
+    char why[PR_ERR_LEN] = "";
+    int gpus = cuda->probe(why);
+    if (gpus >= 1) {
+        *out = cuda;
+        return 0;
+    }
+    if (requested)
+        return pr_fail(err, "--device cuda: no usable GPU: %s", why);
+    if (!quiet)
+        fprintf(stderr, "run: note: no GPU (%s); training on the CPU\n", why);
+    return 0;
+}
