@@ -2,6 +2,7 @@
 #
 #   make            build/bin/pacic, build/lib/pacic/libpacirt.a, build/include/pacic/
 #   make test       every test (unit, golden, end-to-end)
+#   make study      the schedule study (docs/study.md): 16 training runs, about 15 minutes
 #   make golden     regenerate the golden files after an intended change (review the diff)
 #   make install PREFIX=/usr/local
 #
@@ -80,6 +81,10 @@ $(B)/tests/%: tests/unit/%.c $(LIBPACIC) $(LIBRT)
 test: all $(UNIT_BIN)
 	tests/run.sh
 
+# STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--stages 4 --out /tmp/s4".
+study: all
+	study/run.sh $(STUDY_ARGS)
+
 golden: all
 	tests/golden.sh --regenerate
 
@@ -92,6 +97,6 @@ install: all
 clean:
 	rm -rf $(B)
 
-.PHONY: all data test golden install clean
+.PHONY: all data test study golden install clean
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -114,8 +114,9 @@ int pr_train(pr_run *run, char *err)
         double wall = pr_now() - lg->begin;
         if (lg->tty)
             printf("\n");
-        printf("done: %lld steps in %.1f s, %.0f tokens/s; final train loss %.4f", (long long)run->step,
-               wall, tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
+        printf("done: %lld steps in %.1f s (%.2f s in the pipeline, the rest evaluation and checkpoints), "
+               "%.0f tokens/s; final train loss %.4f", (long long)run->step, wall, run->train_time,
+               tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
         if (val_loss >= 0)
             printf(", val loss %.4f", val_loss);
         printf("\nbusy:");
