@@ -236,4 +236,69 @@ int pr_load_llmc(pr_run *run, const char *path, char *err);
 int pr_train(pr_run *run, char *err);
 int pr_write_trace(const pr_run *run, const char *path, char *err);
 
+/* ---- launch.c: rank, world and local rank from the launcher's environment -------------- */
+
+/* Who started the process, in precedence order (see launch.c). */
+enum pr_launcher { PR_LAUNCH_SINGLE, PR_LAUNCH_TORCHRUN, PR_LAUNCH_OPEN_MPI, PR_LAUNCH_SLURM,
+                   PR_LAUNCH_COUNT };
+
+#define PR_DEFAULT_MASTER_PORT 29500 /* torchrun's default */
+#define PR_HOST_LEN 256
+
+typedef struct pr_launch {
+    int launcher;                  /* enum pr_launcher */
+    int rank, world, local_rank;   /* world 1: this process runs every stage */
+    char master_addr[PR_HOST_LEN]; /* rank 0's host when world > 1 */
+    const char *addr_from;         /* the variable it came from */
+    int master_port;               /* --master-port, else MASTER_PORT, else the default */
+} pr_launch;
+
+/* From a NULL-terminated "NAME=value" array (environ); port_flag > 0 overrides MASTER_PORT.
+ * world > 1 must equal `stages`. Errors name the variable. */
+int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch *l, char *err);
+const char *pr_launcher_name(int launcher);
+const char *pr_env_get(const char *const *env, const char *name);
+/* First host of a Slurm node list ("gpu[07-09],cpu1" -> "gpu07"); -1 if malformed. */
+int pr_slurm_first_host(const char *list, char *host, size_t size);
+
+/* ---- bootstrap.c: rank 0 hands every rank an opaque id over TCP, and keeps the line ------ */
+
+#define PR_BOOT_ID_BYTES 128          /* sizeof(ncclUniqueId) */
+#define PR_DEFAULT_CONNECT_TIMEOUT 120 /* seconds */
+
+typedef struct pr_bootstrap {
+    int rank, world;
+    unsigned char id[PR_BOOT_ID_BYTES]; /* rank 0's blob, the same on every rank afterwards */
+    /* every rank's IPv4 address (network order) as rank 0 saw it, and the port it listens
+     * on for its neighbour (0: none); rank 0's own address is the one the others reached */
+    uint32_t addr[PACI_MAX_STAGES];
+    uint16_t port[PACI_MAX_STAGES];
+    /* the bootstrap connections, kept open for small collectives: on rank 0, fd[r] leads
+     * to rank r (fd[0] = -1); on rank r > 0, fd[0] leads to rank 0 */
+    int fd[PACI_MAX_STAGES];
+    double timeout; /* seconds a collective waits for a peer */
+} pr_bootstrap;
+
+/* Rank 0 listens on l->master_port and waits until every other rank has connected, then
+ * sends each the id (b->id, filled by the caller on rank 0) and the address table; other
+ * ranks connect to l->master_addr, retrying until the deadline. listen_port is this rank's
+ * neighbour port to publish (0: none). On a timeout rank 0 names the missing ranks and
+ * tells the connected ones why it gave up. */
+int pr_bootstrap_tcp(const pr_launch *l, double timeout_s, uint16_t listen_port, pr_bootstrap *b,
+                     char *err);
+void pr_bootstrap_close(pr_bootstrap *b);
+/* Every rank contributes `bytes` and receives all ranks' contributions in rank order. */
+int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void *all, char *err);
+/* Rank r > 0 sends `bytes` from `data`; rank 0 receives them into dst[r] (dst[0] unused). */
+int pr_bootstrap_gather(pr_bootstrap *b, const void *data, size_t bytes, void *const *dst,
+                        const size_t *dst_bytes, char *err);
+
+/* Socket helpers shared with the TCP transport. A deadline is pr_now() seconds; <= 0: none. */
+int pr_sock_listen(uint16_t port, int backlog, uint16_t *bound, char *err);
+int pr_sock_connect(uint32_t addr, uint16_t port, double deadline, char *err);
+int pr_sock_resolve(const char *host, uint32_t *addr, char *err);
+/* 0 when all bytes moved; -1 with errno (ETIMEDOUT at the deadline, EPIPE on a closed peer). */
+int pr_sock_read(int fd, void *buf, size_t bytes, double deadline);
+int pr_sock_write(int fd, const void *buf, size_t bytes, double deadline);
+
 #endif
