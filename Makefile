@@ -3,6 +3,7 @@
 #   make            build/bin/pacic, build/lib/pacic/libpacirt.a, build/include/pacic/
 #   make test       every test (unit, golden, end-to-end)
 #   make study      the schedule study (docs/study.md): 16 training runs, about 15 minutes
+#   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
 #   make golden     regenerate the golden files after an intended change (review the diff)
 #   make install PREFIX=/usr/local
 #
@@ -85,6 +86,9 @@ test: all $(UNIT_BIN)
 study: all
 	study/run.sh $(STUDY_ARGS)
 
+bench: all
+	bench/cpu.sh
+
 golden: all
 	tests/golden.sh --regenerate
 
@@ -97,6 +101,6 @@ install: all
 clean:
 	rm -rf $(B)
 
-.PHONY: all data test study golden install clean
+.PHONY: all data test study bench golden install clean
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
