@@ -390,7 +390,7 @@ static int ask(const pr_launch *l, int fd, uint16_t listen_port, double deadline
 static int join(const pr_launch *l, double deadline, double timeout_s, uint16_t listen_port,
                 pr_bootstrap *b, char *err)
 {
-    uint32_t addr;
+    uint32_t addr = 0;
     char why[PR_ERR_LEN];
     if (pr_sock_resolve(l->master_addr, &addr, why) != 0)
         return pr_fail(err, "rank %d: %s (from %s)", l->rank, why,

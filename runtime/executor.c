@@ -175,10 +175,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         if (s + 1 < run->p) {
             pr_channel_init(&run->act[s], tab->channel_capacity, BTC);
             pr_channel_init(&run->grad[s], tab->channel_capacity, BTC);
+            run->act[s].timeout = run->grad[s].timeout = run->opt.peer_timeout;
         }
     }
     run->step_loss = pr_alloc((size_t)tab->total_steps * sizeof(double));
-    pthread_barrier_init(&run->barrier, NULL, (unsigned)run->p);
+    pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
     pthread_mutex_init(&run->stats_mu, NULL);
     run->start_time = pr_now();
     return 0;
@@ -237,6 +238,27 @@ static void expect_mb(const pr_stage_rt *st, int op, int64_t expected, int64_t g
                     op_name(op), (long long)expected, what, (long long)got);
 }
 
+/* One process per stage: every rank publishes its stage's per-tensor sums and takes the
+ * others', so the fold below sees every stage as the threaded run does. */
+static void exchange_sums(pr_run *run, pr_stage_rt *st)
+{
+    int most = 0, parity = (int)(st->t & 1);
+    for (int s = 0; s < run->p; s++)
+        most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
+    double *all = pr_alloc((size_t)run->p * (size_t)most * sizeof(double));
+    char err[PR_ERR_LEN];
+    if (pr_bootstrap_allgather(run->opt.boot, st->tensor_sumsq[parity], (size_t)most * sizeof(double),
+                               all, err) != 0) {
+        fflush(stdout);
+        fprintf(stderr, "run: error: stage %d: gradient-norm exchange: %s\n", st->index, err);
+        exit(1);
+    }
+    for (int s = 0; s < run->p; s++)
+        memcpy(run->stage[s].tensor_sumsq[parity], all + (size_t)s * (size_t)most,
+               (size_t)run->stage[s].code->n_tensors * sizeof(double));
+    free(all);
+}
+
 /* Clipping: synchronous schedules clip by the norm over every stage, folding the per-tensor
  * sums in stage order then tensor order, so the norm has the same bits for any p; the
  * barrier sits at the flush the schedule has anyway. Asynchronous schedules (PACI,
@@ -253,6 +275,8 @@ static float clip_scale(pr_run *run, pr_stage_rt *st)
     if (!prog->global_clip || run->p == 1)
         return pr_clip_scale(pr_fold_norm(sums, sc->n_tensors), prog->grad_clip);
     pthread_barrier_wait(&run->barrier);
+    if (run->opt.world > 1)
+        exchange_sums(run, st);
     // Every stage folds the same numbers in the same order; the parity buffers keep the
     // next step's sums from overwriting ones a slower stage is still reading.
     double total = 0.0;
@@ -302,26 +326,55 @@ static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double star
                                                  end - run->start_time};
 }
 
-/* Receives a message into device memory at dst: directly on a host-memory device, else
- * through the stage's host staging buffer. Returns the message's micro-batch. */
-static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, float *dst)
+/* A peer that stops answering or goes away ends this process with the stages named; the
+ * peer's own neighbours then see this one go, so every process of the run exits. */
+static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int64_t mb, int rc,
+                        int sending)
 {
-    if (run->dev->host_memory)
-        return pr_channel_recv(link, dst);
-    int64_t mb = pr_channel_recv(link, st->staging);
-    run->dev->upload(st->index, dst, st->staging, (size_t)link->floats * sizeof(float));
-    return mb;
+    fflush(stdout);
+    if (rc == PR_LINK_TIMEOUT && !sending)
+        fprintf(stderr, "run: error: stage %d (rank %d): no message from stage %d for %g s "
+                "(waiting for micro-batch %lld)\n", st->index, run->opt.rank, peer,
+                run->opt.peer_timeout, (long long)mb);
+    else if (rc == PR_LINK_TIMEOUT)
+        fprintf(stderr, "run: error: stage %d (rank %d): stage %d took no message for %g s "
+                "(sending micro-batch %lld)\n", st->index, run->opt.rank, peer,
+                run->opt.peer_timeout, (long long)mb);
+    else
+        fprintf(stderr, "run: error: stage %d (rank %d): stage %d closed the connection (%s "
+                "micro-batch %lld)\n", st->index, run->opt.rank, peer,
+                sending ? "sending" : "waiting for", (long long)mb);
+    exit(1);
 }
 
-/* Sends the message at device memory src, staged through the host the same way. */
-static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int64_t mb, const float *src)
+/* Receives micro-batch mb from stage `peer` into device memory at dst: directly on a
+ * host-memory device, else through the stage's host staging buffer. Returns the micro-batch
+ * that arrived. */
+static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
+                         float *dst)
 {
-    if (run->dev->host_memory) {
-        pr_channel_send(link, mb, src);
-        return;
+    int64_t got = -1;
+    float *into = run->dev->host_memory ? dst : st->staging;
+    int rc = pr_channel_recv_timed(link, into, &got);
+    if (rc != PR_LINK_OK)
+        link_failed(run, st, peer, mb, rc, 0);
+    if (!run->dev->host_memory)
+        run->dev->upload(st->index, dst, st->staging, (size_t)link->floats * sizeof(float));
+    return got;
+}
+
+/* Sends the message at device memory src to stage `peer`, staged through the host the
+ * same way. */
+static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
+                      const float *src)
+{
+    if (!run->dev->host_memory) {
+        run->dev->download(st->index, st->staging, src, (size_t)link->floats * sizeof(float));
+        src = st->staging;
     }
-    run->dev->download(st->index, st->staging, src, (size_t)link->floats * sizeof(float));
-    pr_channel_send(link, mb, st->staging);
+    int rc = pr_channel_send_timed(link, mb, src);
+    if (rc != PR_LINK_OK)
+        link_failed(run, st, peer, mb, rc, 1);
 }
 
 /* One instruction, with mb already made absolute. */
@@ -337,7 +390,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
     case PACI_OP_RECV_ACT:
-        expect_mb(st, in->op, mb, link_recv(run, st, &run->act[s - 1], slot + sc->in_offset), "the link");
+        expect_mb(st, in->op, mb, link_recv(run, st, &run->act[s - 1], s - 1, mb, slot + sc->in_offset), "the link");
         st->slot_mb[in->slot] = mb;
         break;
     case PACI_OP_FWD: {
@@ -367,10 +420,10 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     }
     case PACI_OP_SEND_ACT:
         expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        link_send(run, st, &run->act[s], mb, slot + sc->out_offset);
+        link_send(run, st, &run->act[s], s + 1, mb, slot + sc->out_offset);
         break;
     case PACI_OP_RECV_GRAD:
-        st->grad_in_mb = link_recv(run, st, &run->grad[s], st->grad_in);
+        st->grad_in_mb = link_recv(run, st, &run->grad[s], s + 1, mb, st->grad_in);
         expect_mb(st, in->op, mb, st->grad_in_mb, "the link");
         break;
     case PACI_OP_BWD: {
@@ -400,7 +453,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     }
     case PACI_OP_SEND_GRAD:
         expect_mb(st, in->op, mb, st->grad_out_mb, "the gradient buffer");
-        link_send(run, st, &run->grad[s - 1], mb, st->grad_out);
+        link_send(run, st, &run->grad[s - 1], s - 1, mb, st->grad_out);
         break;
     case PACI_OP_STEP:
         do_step(run, st, in);
@@ -453,18 +506,21 @@ void pr_run_segment(pr_run *run, int32_t seg)
     pthread_t threads[PACI_MAX_STAGES];
     stage_job jobs[PACI_MAX_STAGES];
     double start = pr_now();
-    for (int s = 0; s < run->p; s++) {
+    // One process per stage runs only its own; alone, the process runs them all.
+    int first = run->opt.world > 1 ? run->opt.rank : 0;
+    int last = run->opt.world > 1 ? run->opt.rank : run->p - 1;
+    for (int s = first; s <= last; s++) {
         jobs[s] = (stage_job){run, s, seg};
         if (pthread_create(&threads[s], NULL, stage_thread, &jobs[s]) != 0)
             pr_internal("cannot start the thread of stage %d", s);
     }
-    for (int s = 0; s < run->p; s++)
+    for (int s = first; s <= last; s++)
         pthread_join(threads[s], NULL);
     const paci_program *pg = paci_segment_program(run->tab, seg);
     run->step += pg->steps;
     run->steps_this_process += pg->steps;
     run->train_time += pr_now() - start;
-    for (int s = 0; s < run->p; s++)
+    for (int s = first; s <= last; s++)
         if (run->stage[s].t != run->step)
             pr_internal("after segment %d stage %d has taken %lld steps, expected %lld", seg, s,
                         (long long)run->stage[s].t, (long long)run->step);

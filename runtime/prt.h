@@ -58,7 +58,7 @@ void pr_tokens_free(pr_tokens *d);
 void pr_tokens_batch(const pr_tokens *d, int64_t g, int64_t B, int64_t T, int32_t *inputs,
                      int32_t *targets);
 
-/* ---- transport.c: in-process bounded FIFO per directed link ---------------------------- */
+/* ---- transport.c: bounded FIFO per directed link, in-process or over a socket ---------- */
 
 typedef struct pr_channel {
     pthread_mutex_t mu;
@@ -67,7 +67,12 @@ typedef struct pr_channel {
     int64_t floats;  /* per message */
     float *buffers;  /* capacity x floats */
     int64_t *mbs;    /* micro-batch of each buffered message */
+    double timeout;  /* seconds a blocked send or receive waits; 0: forever */
+    int fd;          /* >= 0: the link leaves the process over this TCP socket */
+    int in_flight;   /* socket messages sent and not yet acknowledged */
 } pr_channel;
+
+enum { PR_LINK_OK = 0, PR_LINK_TIMEOUT = -1, PR_LINK_CLOSED = -2 };
 
 void pr_channel_init(pr_channel *c, int capacity, int64_t floats);
 void pr_channel_destroy(pr_channel *c);
@@ -75,6 +80,12 @@ void pr_channel_destroy(pr_channel *c);
 void pr_channel_send(pr_channel *c, int64_t mb, const float *data);
 /* Copies the oldest message into data, blocking while none; returns its micro-batch. */
 int64_t pr_channel_recv(pr_channel *c, float *data);
+/* The same, returning PR_LINK_TIMEOUT after c->timeout seconds of waiting, PR_LINK_CLOSED
+ * when the peer process has gone; the caller names the stages. */
+int pr_channel_send_timed(pr_channel *c, int64_t mb, const float *data);
+int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb);
+/* Makes the channel one end of a link to another process (it closes fd when destroyed). */
+void pr_channel_attach_socket(pr_channel *c, int fd);
 
 /* ---- device.c: where a stage's state lives and its code runs (cpu | cuda) -------------- */
 
@@ -177,6 +188,11 @@ typedef struct pr_options {
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
     const char *device; /* --device: "cpu", "cuda", NULL = choose */
+    double peer_timeout;    /* --peer-timeout: seconds a link waits for its peer; 0: forever */
+    /* one process per stage (world > 1): this process runs stage `rank` only, and `boot`
+     * is its line to rank 0 (gradient-norm sums, checkpoint gathers) */
+    int rank, world;
+    struct pr_bootstrap *boot;
 } pr_options;
 
 typedef struct pr_run {

@@ -1,20 +1,35 @@
-/* transport.c: the in-process link between neighbouring stage threads, a bounded FIFO of
- * exactly `capacity` message buffers (the schedule table's channel_capacity). */
+/* transport.c: the link between neighbouring stages, a bounded FIFO of exactly `capacity`
+ * messages (the schedule table's channel_capacity). In one process it is a ring of
+ * buffers between stage threads; between processes (the CPU device, one process per
+ * stage) it is a TCP socket on which the receiver returns one credit byte per message, so
+ * the sender still blocks after `capacity` unreceived messages. Every wait is bounded by
+ * the channel's timeout when one is set. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "prt.h"
 
 void pr_channel_init(pr_channel *c, int capacity, int64_t floats)
 {
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->not_full, NULL);
-    pthread_cond_init(&c->not_empty, NULL);
+    // Waits are timed against the monotonic clock, immune to wall-clock changes.
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->not_full, &attr);
+    pthread_cond_init(&c->not_empty, &attr);
+    pthread_condattr_destroy(&attr);
     c->capacity = capacity;
     c->head = c->count = 0;
     c->floats = floats;
     c->buffers = pr_alloc((size_t)capacity * (size_t)floats * sizeof(float));
     c->mbs = pr_alloc((size_t)capacity * sizeof(int64_t));
+    c->timeout = 0;
+    c->fd = -1;
+    c->in_flight = 0;
 }
 
 void pr_channel_destroy(pr_channel *c)
@@ -24,15 +39,83 @@ void pr_channel_destroy(pr_channel *c)
     pthread_cond_destroy(&c->not_empty);
     free(c->buffers);
     free(c->mbs);
+    if (c->fd >= 0)
+        close(c->fd);
     memset(c, 0, sizeof *c);
 }
 
-/* Send blocks only while every buffer holds an unreceived message. */
-void pr_channel_send(pr_channel *c, int64_t mb, const float *data)
+void pr_channel_attach_socket(pr_channel *c, int fd)
 {
+    c->fd = fd;
+    c->in_flight = 0;
+}
+
+/* Waits on cond for a free buffer (want_space) or a message; PR_LINK_TIMEOUT after
+ * c->timeout seconds (0: never). */
+static int wait_until(pr_channel *c, pthread_cond_t *cond, int want_space)
+{
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    double end = (double)at.tv_sec + 1e-9 * (double)at.tv_nsec + c->timeout;
+    at.tv_sec = (time_t)end;
+    at.tv_nsec = (long)((end - (double)at.tv_sec) * 1e9);
+    while (want_space ? c->count == c->capacity : c->count == 0) {
+        if (c->timeout <= 0)
+            pthread_cond_wait(cond, &c->mu);
+        else if (pthread_cond_timedwait(cond, &c->mu, &at) == ETIMEDOUT &&
+                 (want_space ? c->count == c->capacity : c->count == 0))
+            return PR_LINK_TIMEOUT;
+    }
+    return PR_LINK_OK;
+}
+
+static double deadline_of(const pr_channel *c)
+{
+    return c->timeout > 0 ? pr_now() + c->timeout : 0;
+}
+
+static int socket_failure(void)
+{
+    return errno == ETIMEDOUT ? PR_LINK_TIMEOUT : PR_LINK_CLOSED;
+}
+
+/* Over a socket: a message is its micro-batch then its floats; at `capacity` unacknowledged
+ * messages the sender first takes a credit back. */
+static int socket_send(pr_channel *c, int64_t mb, const float *data)
+{
+    if (c->in_flight == c->capacity) {
+        char credit;
+        if (pr_sock_read(c->fd, &credit, 1, deadline_of(c)) != 0)
+            return socket_failure();
+        c->in_flight--;
+    }
+    if (pr_sock_write(c->fd, &mb, sizeof mb, deadline_of(c)) != 0 ||
+        pr_sock_write(c->fd, data, (size_t)c->floats * sizeof(float), deadline_of(c)) != 0)
+        return socket_failure();
+    c->in_flight++;
+    return PR_LINK_OK;
+}
+
+static int socket_recv(pr_channel *c, float *data, int64_t *mb)
+{
+    char credit = 1;
+    if (pr_sock_read(c->fd, mb, sizeof *mb, deadline_of(c)) != 0 ||
+        pr_sock_read(c->fd, data, (size_t)c->floats * sizeof(float), deadline_of(c)) != 0 ||
+        pr_sock_write(c->fd, &credit, 1, deadline_of(c)) != 0)
+        return socket_failure();
+    return PR_LINK_OK;
+}
+
+/* Send blocks only while every buffer holds an unreceived message. */
+int pr_channel_send_timed(pr_channel *c, int64_t mb, const float *data)
+{
+    if (c->fd >= 0)
+        return socket_send(c, mb, data);
     pthread_mutex_lock(&c->mu);
-    while (c->count == c->capacity)
-        pthread_cond_wait(&c->not_full, &c->mu);
+    if (wait_until(c, &c->not_full, 1) != PR_LINK_OK) {
+        pthread_mutex_unlock(&c->mu);
+        return PR_LINK_TIMEOUT;
+    }
     int tail = (c->head + c->count) % c->capacity;
     pthread_mutex_unlock(&c->mu);
     // Only the sender touches a free buffer, so the copy runs outside the lock.
@@ -42,16 +125,21 @@ void pr_channel_send(pr_channel *c, int64_t mb, const float *data)
     c->count++;
     pthread_cond_signal(&c->not_empty);
     pthread_mutex_unlock(&c->mu);
+    return PR_LINK_OK;
 }
 
 /* Receive takes messages in the order they were sent. */
-int64_t pr_channel_recv(pr_channel *c, float *data)
+int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb)
 {
+    if (c->fd >= 0)
+        return socket_recv(c, data, mb);
     pthread_mutex_lock(&c->mu);
-    while (c->count == 0)
-        pthread_cond_wait(&c->not_empty, &c->mu);
+    if (wait_until(c, &c->not_empty, 0) != PR_LINK_OK) {
+        pthread_mutex_unlock(&c->mu);
+        return PR_LINK_TIMEOUT;
+    }
     int head = c->head;
-    int64_t mb = c->mbs[head];
+    *mb = c->mbs[head];
     pthread_mutex_unlock(&c->mu);
     // The head buffer stays ours until count drops, so the sender cannot reuse it yet.
     memcpy(data, c->buffers + (size_t)head * (size_t)c->floats, (size_t)c->floats * sizeof(float));
@@ -60,5 +148,20 @@ int64_t pr_channel_recv(pr_channel *c, float *data)
     c->count--;
     pthread_cond_signal(&c->not_full);
     pthread_mutex_unlock(&c->mu);
+    return PR_LINK_OK;
+}
+
+/* The untimed forms are for callers that have no peer to name: a failure is a bug. */
+void pr_channel_send(pr_channel *c, int64_t mb, const float *data)
+{
+    if (pr_channel_send_timed(c, mb, data) != PR_LINK_OK)
+        pr_internal("a channel send failed (micro-batch %lld)", (long long)mb);
+}
+
+int64_t pr_channel_recv(pr_channel *c, float *data)
+{
+    int64_t mb = -1;
+    if (pr_channel_recv_timed(c, data, &mb) != PR_LINK_OK)
+        pr_internal("a channel receive failed");
     return mb;
 }
