@@ -101,6 +101,11 @@ install: all
 clean:
 	rm -rf $(B)
 
-.PHONY: all data test study bench golden install clean
+# The main job: compile the tiny example and train it on the CPU with the shipped data.
+train: all
+	$(PACIC) examples/tiny.paci -o run
+	./run
+
+.PHONY: all data test study bench golden install clean train
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
