@@ -1,23 +1,91 @@
 #!/usr/bin/env bash
-# Builds the front-end fuzzer (clang, libFuzzer + ASan + UBSan) into build/fuzz/ and runs it
-# for a bounded time on a copy of the seed corpus. Exits non-zero on a crash; a crashing
-# input is left in build/fuzz/ as crash-*.
-#   tests/fuzz/run.sh [SECONDS]      default 60
+# Builds the libFuzzer harnesses (clang, libFuzzer + ASan + UBSan) into build/fuzz/ and runs
+# each for a bounded time on a working copy of its seed corpus. Exits non-zero if any finds
+# a crash; the crashing input is left in build/fuzz/NAME/ as crash-* (or leak-*, timeout-*,
+# oom-*). Prints one line per harness: executions, and the corpus size it ended with.
+#   tests/fuzz/run.sh [SECONDS] [NAME...]     default 60 seconds each, every harness
+# Harnesses: frontend (parse and check), compile (up to the verified schedule), tokens (the
+# token-file reader), checkpoint (the checkpoint reader).
 set -eu
 seconds=${1:-60}
+shift || true
+names=${*:-frontend compile tokens checkpoint}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=$root/build/fuzz
-mkdir -p "$out/gen" "$out/corpus"
 cd "$root"
+
+flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=undefined -Wno-unused-function)
+front_src=(compiler/util.c compiler/diag.c compiler/ast.c compiler/sema.c
+           "$out/gen/parser.c" "$out/gen/lexer.c")
+runtime_src=()
+for f in runtime/*.c; do
+    [ "$f" = runtime/main.c ] || runtime_src+=("$f")  # main() is libFuzzer's
+done
+
+build() {
+    local name=$1
+    case $name in
+    frontend)
+        clang "${flags[@]}" -Icompiler -I"$out/gen" tests/fuzz/fuzz_frontend.c "${front_src[@]}" \
+            -lm -o "$out/fuzz_frontend" ;;
+    compile)
+        local compiler_src=()
+        for f in compiler/*.c; do
+            [ "$f" = compiler/main.c ] || compiler_src+=("$f")
+        done
+        clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" tests/fuzz/fuzz_compile.c \
+            "${compiler_src[@]}" "$out/gen/parser.c" "$out/gen/lexer.c" -lm -o "$out/fuzz_compile" ;;
+    tokens)
+        clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${runtime_src[@]}" \
+            -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
+    checkpoint)
+        clang "${flags[@]}" -Iruntime -Itests/unit tests/fuzz/fuzz_checkpoint.c "${runtime_src[@]}" \
+            -lopenblas -lpthread -lm -o "$out/fuzz_checkpoint" ;;
+    *)
+        echo "run.sh: unknown harness '$name' (frontend, compile, tokens, checkpoint)" >&2
+        exit 2 ;;
+    esac
+}
+
+corpus_of() {
+    case $1 in
+    frontend|compile) echo dsl ;;
+    *) echo "$1" ;;
+    esac
+}
+
+# -max_len: large enough for any real DSL file or a checkpoint of the toy model; huge
+# inputs are covered by the unit tests.
+max_len_of() {
+    case $1 in
+    checkpoint) echo 32768 ;;
+    *) echo 8192 ;;
+    esac
+}
+
+mkdir -p "$out/gen"
 bison -Wall -Werror --defines="$out/gen/parser.h" -o "$out/gen/parser.c" grammar/parser.y
 flex --header-file="$out/gen/lexer.h" -o "$out/gen/lexer.c" grammar/lexer.l
-clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Icompiler -I"$out/gen" -Wno-unused-function \
-    tests/fuzz/fuzz_frontend.c compiler/util.c compiler/diag.c compiler/ast.c compiler/sema.c \
-    "$out/gen/parser.c" "$out/gen/lexer.c" -lm -o "$out/fuzz_frontend"
-cp -n "$here"/corpus/* "$out/corpus/" 2>/dev/null || true
-cd "$out"
-# -max_len: large enough for any real file; huge inputs are covered by the unit tests
-./fuzz_frontend -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 corpus
+for name in $names; do
+    build "$name"
+done
+
+status=0
+for name in $names; do
+    work=$out/$name
+    mkdir -p "$work/corpus"
+    cp -n "$here/corpus/$(corpus_of "$name")"/* "$work/corpus/" 2>/dev/null || true
+    log=$work/log
+    if (cd "$work" && "$out/fuzz_$name" -max_total_time="$seconds" -max_len="$(max_len_of "$name")" \
+            -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus) >"$log" 2>&1; then
+        result=ok
+    else
+        result=FAILED; status=1
+        tail -60 "$log"
+    fi
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    echo "fuzz $name: $result, ${runs:-0} executions in ${seconds}s, corpus $(ls "$work/corpus" | wc -l) inputs"
+done
+exit $status
