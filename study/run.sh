@@ -74,8 +74,8 @@ one_run() {
     # The replay: the compiler's simulator over the same schedule table, with the costs
     # this run measured (mean thread CPU seconds per instruction, per stage).
     "$pacic" "$dir/model.paci" --profile "$dir/profile.txt" --emit trace --show-steps "$steps" \
-        -o "$dir/replay.json"
-    "$pacic" "$dir/model.paci" --explain > "$dir/explain.txt"
+        -o "$dir/replay.json" 2>> "$dir/compile.log"
+    "$pacic" "$dir/model.paci" --explain > "$dir/explain.txt" 2>> "$dir/compile.log"
     printf '  %-14s %s\n' "$name" "$(grep '^done:' "$dir/run.log")"
 }
 
