@@ -128,7 +128,8 @@ static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
 
 static void emit_c_op(StrBuf *sb, const Op *op)
 {
-    emit_line(sb, "/* %s */", op->comment);
+    if (op->kind != OP_END)
+        emit_line(sb, "/* %s */", op->comment);
     switch (op->kind) {
     case OP_KERNEL:
         emit_line(sb, "%s(%s);", op->kernel->name, op->args);
@@ -150,6 +151,17 @@ static void emit_c_op(StrBuf *sb, const Op *op)
                   op->args, last + 2);
         break;
     }
+    case OP_LOOP: {
+        /* "var, extent" */
+        const char *comma = strchr(op->args, ',');
+        int len = (int)(comma - op->args);
+        emit_open(sb, "for (int %.*s = 0; %.*s < %s; %.*s++)", len, op->args, len, op->args, comma + 2,
+                  len, op->args);
+        break;
+    }
+    case OP_END:
+        emit_close(sb, "");
+        break;
     }
 }
 

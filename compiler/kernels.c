@@ -190,85 +190,64 @@ const KernelDesc kernel_descs[] = {
                 "}",
     },
     {
-        .name = "attention_forward",
-        .doc = "causal softmax(q k^T / sqrt(HS)) v for one (b, head, t) row; saves the row's "
-               "log-sum-exp so the backward recomputes scores instead of storing T x T",
-        .params = "float *RESTRICT out, float *RESTRICT lse, const float *RESTRICT qkv",
-        .index = "i",
-        .extent = "B * NH * T",
-        .body = "int t = i % T;\n"
-                "int h = (i / T) % NH;\n"
-                "int b = i / (NH * T);\n"
-                "const float scale = 1.0f / sqrtf((float)HS);\n"
-                "const float *q = qkv + ((long)b * T + t) * 3 * C + h * HS;\n"
-                "float *o = out + ((long)b * T + t) * C + h * HS;\n"
+        .name = "attention_softmax_forward",
+        .doc = "causal softmax, in place, of rows of T attention scores (already scaled by "
+               "1/sqrt(HS)); row r is query position r % T; saves each row's log-sum-exp so the "
+               "backward recomputes probabilities instead of storing them",
+        .params = "float *RESTRICT att, float *RESTRICT lse, int rows",
+        .index = "r",
+        .extent = "rows",
+        .body = "int t = r % T;\n"
+                "float *w = att + (long)r * T;\n"
                 "float mx = -3.0e38f;\n"
-                "for (int t2 = 0; t2 <= t; t2++) {\n"
-                "    const float *k = qkv + ((long)b * T + t2) * 3 * C + C + h * HS;\n"
-                "    float score = 0.0f;\n"
-                "    for (int d = 0; d < HS; d++)\n"
-                "        score += q[d] * k[d];\n"
-                "    mx = fmaxf(mx, score * scale);\n"
-                "}\n"
-                "for (int d = 0; d < HS; d++)\n"
-                "    o[d] = 0.0f;\n"
+                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "    mx = fmaxf(mx, w[t2]);\n"
                 "float sum = 0.0f;\n"
                 "for (int t2 = 0; t2 <= t; t2++) {\n"
-                "    const float *k = qkv + ((long)b * T + t2) * 3 * C + C + h * HS;\n"
-                "    const float *v = k + C;\n"
-                "    float score = 0.0f;\n"
-                "    for (int d = 0; d < HS; d++)\n"
-                "        score += q[d] * k[d];\n"
-                "    float e = expf(score * scale - mx);\n"
+                "    float e = expf(w[t2] - mx);\n"
+                "    w[t2] = e;\n"
                 "    sum += e;\n"
-                "    for (int d = 0; d < HS; d++)\n"
-                "        o[d] += e * v[d];\n"
                 "}\n"
                 "float inv = 1.0f / sum;\n"
-                "for (int d = 0; d < HS; d++)\n"
-                "    o[d] *= inv;\n"
-                "lse[i] = mx + logf(sum);",
+                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "    w[t2] *= inv;\n"
+                "for (int t2 = t + 1; t2 < T; t2++)\n"
+                "    w[t2] = 0.0f;\n"
+                "lse[r] = mx + logf(sum);",
     },
     {
-        .name = "attention_backward",
-        .doc = "gradients of q, k, v for one (b, head, t) row, scores recomputed from the saved "
-               "log-sum-exp; D = dout . out is the row's softmax correction",
-        .params = "float *dqkv, const float *RESTRICT dout, const float *RESTRICT out, "
-                  "const float *RESTRICT lse, const float *RESTRICT qkv",
-        .index = "i",
-        .extent = "B * NH * T",
-        .body = "int t = i % T;\n"
-                "int h = (i / T) % NH;\n"
-                "int b = i / (NH * T);\n"
+        .name = "attention_probs",
+        .doc = "attention probabilities recomputed in place from rows of T scaled scores and the "
+               "saved log-sum-exp: exp(score - lse) up to the query position, 0 after it",
+        .params = "float *RESTRICT att, const float *RESTRICT lse, int rows",
+        .index = "r",
+        .extent = "rows",
+        .body = "int t = r % T;\n"
+                "float *w = att + (long)r * T;\n"
+                "float l = lse[r];\n"
+                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "    w[t2] = expf(w[t2] - l);\n"
+                "for (int t2 = t + 1; t2 < T; t2++)\n"
+                "    w[t2] = 0.0f;",
+    },
+    {
+        .name = "attention_softmax_backward",
+        .doc = "d(scaled scores) from d(probabilities), in place, rows of T: "
+               "p * (dp - sum(p * dp)) / sqrt(HS), the scale of the scores folded in",
+        .params = "float *RESTRICT datt, const float *RESTRICT att, int rows",
+        .index = "r",
+        .extent = "rows",
+        .body = "int t = r % T;\n"
+                "float *d = datt + (long)r * T;\n"
+                "const float *p = att + (long)r * T;\n"
                 "const float scale = 1.0f / sqrtf((float)HS);\n"
-                "long row = (long)b * T + t;\n"
-                "const float *q = qkv + row * 3 * C + h * HS;\n"
-                "float *dq = dqkv + row * 3 * C + h * HS;\n"
-                "const float *dor = dout + row * C + h * HS;\n"
-                "const float *o = out + row * C + h * HS;\n"
-                "float D = 0.0f;\n"
-                "for (int d = 0; d < HS; d++)\n"
-                "    D += dor[d] * o[d];\n"
-                "for (int t2 = 0; t2 <= t; t2++) {\n"
-                "    long row2 = (long)b * T + t2;\n"
-                "    const float *k = qkv + row2 * 3 * C + C + h * HS;\n"
-                "    const float *v = k + C;\n"
-                "    float *dk = dqkv + row2 * 3 * C + C + h * HS;\n"
-                "    float *dv = dk + C;\n"
-                "    float score = 0.0f;\n"
-                "    float dp = 0.0f;\n"
-                "    for (int d = 0; d < HS; d++) {\n"
-                "        score += q[d] * k[d];\n"
-                "        dp += dor[d] * v[d];\n"
-                "    }\n"
-                "    float p = expf(score * scale - lse[i]);\n"
-                "    float ds = p * (dp - D) * scale;\n"
-                "    for (int d = 0; d < HS; d++) {\n"
-                "        dq[d] += ds * k[d];\n"
-                "        ATOMIC_ADD(&dk[d], ds * q[d]);\n"
-                "        ATOMIC_ADD(&dv[d], p * dor[d]);\n"
-                "    }\n"
-                "}",
+                "float dot = 0.0f;\n"
+                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "    dot += p[t2] * d[t2];\n"
+                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "    d[t2] = p[t2] * (d[t2] - dot) * scale;\n"
+                "for (int t2 = t + 1; t2 < T; t2++)\n"
+                "    d[t2] = 0.0f;",
     },
     {
         .name = "softmax_xent_forward",

@@ -354,6 +354,9 @@ typedef enum {
     OP_GEMM,   /* pr_gemm(args): row-major, cblas-like */
     OP_ZERO,   /* args: "dst, count" floats */
     OP_COPY,   /* args: "dst, src, count" floats */
+    OP_LOOP,   /* args: "var, extent": the ops up to the matching OP_END run for var in
+                  [0, extent), in order; the ops' arguments may use var (an int) */
+    OP_END,    /* closes the innermost OP_LOOP */
 } OpKind;
 
 typedef struct Op {
