@@ -73,6 +73,29 @@ $(B)/include/pacic/%.h: runtime/%.h
 	cp $< $@
 
 # ---- tests --------------------------------------------------------------------------
+# ---- the GPU path: libpacirt_cuda.a, only where a CUDA toolkit is found ----------------
+# libpacirt.a never depends on CUDA. The archive loads the driver with dlopen (so `run`
+# starts without one and trains on the CPU) and links cuBLASLt; cuda_ldflags tells pacic how.
+CUDA_HOME ?= /usr/local/cuda
+HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/cublasLt.h && \
+                     test -e $(CUDA_HOME)/lib64/libcublasLt.so && echo 1)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -ldl
+ifeq ($(HAVE_CUDA),1)
+CUDA_RT_SRC := $(wildcard runtime/cuda/*.c)
+CUDA_RT_OBJ := $(CUDA_RT_SRC:%.c=$(B)/obj/%.o)
+LIBRT_CUDA  := $(B)/lib/pacic/libpacirt_cuda.a $(B)/lib/pacic/cuda_ldflags
+all: $(LIBRT_CUDA)
+$(B)/obj/runtime/cuda/%.o: runtime/cuda/%.c runtime/cuda/cuda_layer.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -Iruntime -I$(CUDA_HOME)/include -c $< -o $@
+$(B)/lib/pacic/libpacirt_cuda.a: $(CUDA_RT_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+$(B)/lib/pacic/cuda_ldflags: Makefile
+	@mkdir -p $(@D)
+	echo '$(CUDA_LIBS)' > $@
+endif
+
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 $(B)/tests/%: tests/unit/%.c $(LIBPACIC) $(LIBRT)
@@ -109,3 +132,4 @@ train: all
 .PHONY: all data test study bench golden install clean train
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
+	$(if $(LIBRT_CUDA),install -m 644 $(LIBRT_CUDA) $(PREFIX)/lib/pacic/)

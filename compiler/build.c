@@ -120,6 +120,34 @@ static int run_command(char **argv)
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+bool runtime_has_cuda(const char *argv0)
+{
+    char *home = runtime_home(argv0);
+    char *lib = xasprintf("%s/lib/pacic/libpacirt_cuda.a", home);
+    char *flags = xasprintf("%s/lib/pacic/cuda_ldflags", home);
+    bool found = is_file(lib) && is_file(flags);
+    free(home);
+    free(lib);
+    free(flags);
+    return found;
+}
+
+/* The CUDA archive and its libraries, linked before libpacirt.a, which it calls. */
+static void push_cuda_link(Argv *cmd, const char *home)
+{
+    char *flags_path = xasprintf("%s/lib/pacic/cuda_ldflags", home);
+    size_t len = 0;
+    char *flags = read_file(flags_path, &len);
+    if (!flags)
+        ICE("cannot read %s though it was found", flags_path);
+    char *lib = xasprintf("%s/lib/pacic/libpacirt_cuda.a", home);
+    argv_push(cmd, lib);
+    argv_push_words(cmd, flags);
+    free(lib);
+    free(flags);
+    free(flags_path);
+}
+
 bool build_executable(const char *argv0, const char *dir, const char *out)
 {
     char *home = runtime_home(argv0);
@@ -139,6 +167,9 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
         goto done;
     }
     n_sources = list_sources(dir, &sources);
+    char *images = xasprintf("%s/cuda_images.c", dir);
+    bool cuda = is_file(images); /* codegen wrote the GPU path */
+    free(images);
     if (n_sources <= 0)
         ICE("no generated sources in %s", dir);
 
@@ -151,6 +182,8 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
     argv_push(&cmd, include);
     for (int i = 0; i < n_sources; i++)
         argv_push(&cmd, sources[i]);
+    if (cuda)
+        push_cuda_link(&cmd, home);
     argv_push(&cmd, lib);
     argv_push_words(&cmd, "-lopenblas -lpthread -lm -o");
     argv_push(&cmd, tmp);

@@ -368,6 +368,39 @@ static bool write_source(const char *dir, const char *name, const StrBuf *sb)
     return ok;
 }
 
+/* The GPU path's device half: every stage launches kernels of the same unit (it holds every
+ * kernel at the model's shapes), so it is compiled once per architecture; the images go to
+ * cuda_images.c, ptxas's report to cuda_resources.txt. An NVRTC error is a pacic bug: the
+ * unit stays in dir for inspection and pacic exits 2. */
+static bool cuda_write(const Config *cfg, const Plan *plan, const char *dir)
+{
+    StrBuf unit = {0}, report = {0}, images_c = {0};
+    emit_cuda_stage(&unit, cfg, plan, 0);
+    bool ok = write_source(dir, "stages.cu", &unit);
+    CudaImage images[8];
+    int n = 0, spilling = 0;
+    for (int i = 0; i < cuda_arch_count && ok; i++, n++) {
+        if (!cuda_compile(unit.data, "stages.cu", cuda_archs[i], &images[n])) {
+            fprintf(stderr, "pacic: internal error: NVRTC cannot compile the generated CUDA for %s; "
+                            "the unit is kept in %s/stages.cu\n%s\nThis is a bug in pacic; please "
+                            "report it with the input file.\n", cuda_archs[i], dir, images[n].log);
+            exit(EXIT_INTERNAL);
+        }
+        spilling += cuda_resource_report(&report, &images[n]);
+    }
+    if (ok) {
+        sb_printf(&report, "kernels with spills: %d\n", spilling);
+        emit_cuda_images(&images_c, cfg, images, n);
+        ok = write_source(dir, "cuda_resources.txt", &report) && write_source(dir, "cuda_images.c", &images_c);
+    }
+    for (int i = 0; i < n; i++)
+        cuda_image_free(&images[i]);
+    sb_free(&unit);
+    sb_free(&report);
+    sb_free(&images_c);
+    return ok;
+}
+
 /* One stage_S.c per stage and program.c; the folder is created if missing. */
 bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir)
 {
@@ -377,10 +410,12 @@ bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, con
     }
     ModelOps ops;
     model_ops_build(cfg, &ops);
-    bool ok = true;
+    bool ok = !cfg->cuda || cuda_write(cfg, plan, dir);
     for (int s = 0; s < plan->stages && ok; s++) {
         StrBuf sb = {0};
         emit_c_stage(&sb, cfg, plan, s, &ops);
+        if (cfg->cuda)
+            emit_cuda_host(&sb, cfg, plan, s, &ops);
         char *name = xasprintf("stage_%d.c", s);
         ok = write_source(dir, name, &sb);
         free(name);

@@ -474,6 +474,11 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         emit_line(sb, "void pr_stage_%d_forward(const pr_fwd_args *args);", s);
         emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args);", s);
         emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args);", s);
+        if (cfg->cuda) {
+            emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args);", s);
+            emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args);", s);
+            emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args);", s);
+        }
     }
     blank_line(sb);
     emit_schedule(sb, t);
@@ -503,6 +508,20 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, "};");
     blank_line(sb);
 
+    if (cfg->cuda) {
+        emit_line(sb, "/* The GPU path: images in cuda_images.c, launch sequences in the stage files. */");
+        emit_line(sb, "extern const pr_cuda_image pr_cuda_images[%d];", cuda_arch_count);
+        emit_line(sb, "extern const char *const pr_cuda_kernel_names[%d];", kernel_desc_count);
+        emit_line(sb, "static const pr_cuda_stage cuda_stages[%d] = {", plan->stages);
+        sb->indent++;
+        for (int s = 0; s < plan->stages; s++)
+            emit_line(sb, "{%d, pr_cuda_images, %d, pr_cuda_kernel_names, pr_stage_%d_cuda_forward, "
+                          "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw},", cuda_arch_count,
+                      kernel_desc_count, s, s, s);
+        sb->indent--;
+        emit_line(sb, "};");
+        blank_line(sb);
+    }
     emit_line(sb, "const pr_program pr_generated_program = {");
     sb->indent++;
     emit_string_field(sb, "source", cfg->src ? cfg->src->path : NULL);
@@ -529,6 +548,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, ".stages = %d,", plan->stages);
     emit_line(sb, ".stage = stages,");
     emit_line(sb, ".schedule = &schedule,");
+    if (cfg->cuda)
+        emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda,");
     sb->indent--;
     emit_line(sb, "};");
 }

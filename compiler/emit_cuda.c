@@ -1,11 +1,14 @@
-/* emit_cuda.c: renders the same kernel descriptions as CUDA C, one __global__ function per
- * description with one thread per index of its iteration space.
+/* emit_cuda.c: the GPU path of a stage, in two halves.
  *
- * This is the device half of a stage's CUDA translation unit: NVRTC compiles it (see
- * tests/e2e/nvrtc.sh); the host half (launches in op-list order, GEMMs through cuBLASLt)
- * renders the same op lists and belongs to the CUDA runtime.
+ * Device half: the same kernel descriptions as CUDA C, one __global__ function per
+ * description with one thread per index of its iteration space; NVRTC compiles it when
+ * pacic runs (nvrtc.c) and the images are embedded in `run` (cuda_images.c).
+ * Host half: the same op lists as the C emitter, rendered as launches through the runtime's
+ * CUDA layer (pr_cuda_launch with the grid from the shapes, pr_cuda_gemm on cuBLASLt),
+ * appended to the stage's C file so it shares the layout constants.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pacic.h"
 
@@ -46,4 +49,239 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     sb_puts(sb, "\n");
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, &kernel_descs[i]);
+}
+
+const char *const cuda_archs[] = {"sm_80", "sm_90", "compute_90"};
+const int cuda_arch_count = (int)(sizeof cuda_archs / sizeof cuda_archs[0]);
+
+/* A "{" on its own line, indenting what follows. */
+static void open_brace(StrBuf *sb)
+{
+    emit_line(sb, "{");
+    sb->indent++;
+}
+
+/* Splits a top-level comma-separated list (parameters or arguments; none nests commas). */
+static int split_list(const char *text, char items[][128], int max)
+{
+    int n = 0;
+    const char *p = text;
+    while (*p && n < max) {
+        while (*p == ' ')
+            p++;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= 128)
+            ICE("kernel parameter or argument too long: %.*s", (int)len, p);
+        memcpy(items[n], p, len);
+        items[n][len] = '\0';
+        n++;
+        p += len + (end ? 1 : 0);
+    }
+    return n;
+}
+
+/* "const float *RESTRICT wte" -> type "const float *" and name "wte". */
+static void param_type_name(const char *param, char *type, char *name)
+{
+    const char *last = param + strlen(param);
+    while (last > param && (last[-1] == '_' || (last[-1] >= 'a' && last[-1] <= 'z') ||
+                            (last[-1] >= 'A' && last[-1] <= 'Z') || (last[-1] >= '0' && last[-1] <= '9')))
+        last--;
+    strcpy(name, last);
+    size_t len = (size_t)(last - param);
+    memcpy(type, param, len);
+    type[len] = '\0';
+    char *restrict_word = strstr(type, "RESTRICT");
+    if (restrict_word)
+        memmove(restrict_word, restrict_word + 8, strlen(restrict_word + 8) + 1);
+}
+
+/* A kernel launch: each argument in a variable of the parameter's type (cuLaunchKernel
+ * takes their addresses), the grid covering the extent, which is a shape expression or
+ * one of the parameters. */
+static void emit_cuda_launch(StrBuf *sb, const Op *op)
+{
+    const KernelDesc *k = op->kernel;
+    char params[16][128], args[16][128];
+    int n_params = split_list(k->params, params, 16), n_args = split_list(op->args, args, 16);
+    if (n_params != n_args)
+        ICE("kernel %s takes %d arguments, the op gives %d", k->name, n_params, n_args);
+    open_brace(sb);
+    const char *extent = k->extent;
+    char extent_var[16] = "";
+    for (int i = 0; i < n_params; i++) {
+        char type[128], name[128];
+        param_type_name(params[i], type, name);
+        emit_line(sb, "%sarg%d = %s; /* %s */", type, i, args[i], name);
+        if (strcmp(name, k->extent) == 0)
+            snprintf(extent_var, sizeof extent_var, "arg%d", i);
+    }
+    if (extent_var[0])
+        extent = extent_var;
+    StrBuf list = {0};
+    for (int i = 0; i < n_params; i++)
+        sb_printf(&list, "%s&arg%d", i ? ", " : "", i);
+    emit_line(sb, "void *args[] = {%s};", list.data);
+    sb_free(&list);
+    emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s), CUDA_BLOCK, args);", k->name, extent);
+    emit_close(sb, "");
+}
+
+static void emit_cuda_op(StrBuf *sb, const Op *op)
+{
+    emit_line(sb, "/* %s */", op->comment);
+    switch (op->kind) {
+    case OP_KERNEL:
+        emit_cuda_launch(sb, op);
+        break;
+    case OP_GEMM:
+        emit_line(sb, "pr_cuda_gemm(CUDA_STAGE, CUDA_BF16, %s);", op->args);
+        break;
+    case OP_ZERO:
+        emit_line(sb, "pr_cuda_zero(CUDA_STAGE, %s);", op->args);
+        break;
+    case OP_COPY:
+        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, %s);", op->args);
+        break;
+    case OP_LOOP: {
+        /* "var, extent": the host loops, queueing one launch per iteration */
+        const char *comma = strchr(op->args, ',');
+        int len = (int)(comma - op->args);
+        emit_open(sb, "for (int %.*s = 0; %.*s < %s; %.*s++)", len, op->args, len, op->args, comma + 2,
+                  len, op->args);
+        break;
+    }
+    case OP_END:
+        emit_close(sb, "");
+        break;
+    }
+}
+
+static void emit_cuda_section(StrBuf *sb, const char *signature, const OpList *l)
+{
+    emit_line(sb, "static void %s", signature);
+    open_brace(sb);
+    for (int i = 0; i < l->n; i++)
+        emit_cuda_op(sb, &l->ops[i]);
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+}
+
+void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
+{
+    const StagePlan *sp = &plan->stage[s];
+    sb_puts(sb, "/* ---- The GPU path: the same sections as launches on the stage's compute stream; every\n"
+                " * pointer is device memory. Kernels are indexed in the module's list (cuda_images.c). */\n\n");
+    emit_line(sb, "enum { CUDA_STAGE = %d, CUDA_BLOCK = %d, CUDA_BF16 = %d };", s, CUDA_BLOCK,
+              cfg->precision == PREC_BF16);
+    StrBuf names = {0};
+    for (int i = 0; i < kernel_desc_count; i++)
+        sb_printf(&names, "%sK_%s", i ? ", " : "", kernel_descs[i].name);
+    emit_line(sb, "enum { %s };", names.data);
+    sb_free(&names);
+    sb_puts(sb, "\n");
+    if (sp->has_embed)
+        emit_cuda_section(sb, "cuda_embed_forward(const float *params, float *acts, const int *tokens)",
+                          &ops->embed_fwd);
+    emit_cuda_section(sb, "cuda_block_forward(const float *p, float *a, const float *x)", &ops->block_fwd);
+    if (sp->has_head) {
+        emit_cuda_section(sb, "cuda_head_forward(const float *params, float *acts, const float *x, "
+                              "const int *targets, float *losses)", &ops->head_fwd);
+        emit_cuda_section(sb, "cuda_head_backward(const float *params, float *grads, float *acts, "
+                              "const float *x, float *scratch, const int *targets, float dloss)",
+                          &ops->head_bwd);
+    }
+    emit_cuda_section(sb, "cuda_block_backward(const float *p, float *g, const float *a, const float *x, "
+                          "float *s)", &ops->block_bwd);
+    if (sp->has_embed)
+        emit_cuda_section(sb, "cuda_embed_backward(float *grads, const float *scratch, const int *tokens)",
+                          &ops->embed_bwd);
+
+    emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
+    open_brace(sb);
+    if (sp->has_embed)
+        emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
+    emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
+    emit_line(sb, "cuda_block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
+                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));");
+    emit_close(sb, "");
+    if (sp->has_head)
+        emit_line(sb, "cuda_head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, "
+                      "args->losses);");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+
+    emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
+    open_brace(sb);
+    if (sp->has_head)
+        emit_line(sb, "cuda_head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->loss_scale / (float)BT);");
+    else
+        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
+    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
+    emit_line(sb, "cuda_block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
+                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,");
+    emit_line(sb, "                    args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
+                  "args->scratch);");
+    emit_close(sb, "");
+    if (sp->has_embed)
+        emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
+    else
+        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+
+    emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments (see docs/gpu.md). */");
+    emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
+    open_brace(sb);
+    // The same doubles as the CPU AdamW, so both paths use the same corrections.
+    emit_line(sb, "float beta1_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta1);
+    emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta2);
+    emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
+    emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
+    emit_line(sb, "float *param = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;");
+    emit_line(sb, "const float *grad = args->grads + t->offset;");
+    emit_line(sb, "long n = (long)t->size;");
+    emit_line(sb, "float lr = args->lr, weight_decay = t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, "
+                  "grad_scale = args->grad_scale;");
+    emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
+                  "&beta1_correction, &beta2_correction};");
+    emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
+    emit_close(sb, "");
+    emit_close(sb, "");
+}
+
+/* A byte array as C, 16 bytes a line. */
+static void emit_bytes(StrBuf *sb, const char *name, const unsigned char *data, size_t size)
+{
+    sb_printf(sb, "static const unsigned char %s[%zu] = {\n", name, size);
+    for (size_t i = 0; i < size; i += 16) {
+        sb_puts(sb, "   ");
+        for (size_t j = i; j < size && j < i + 16; j++)
+            sb_printf(sb, " %u,", data[j]);
+        sb_puts(sb, "\n");
+    }
+    sb_puts(sb, "};\n");
+}
+
+void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, int n)
+{
+    emit_banner(sb, cfg, "The stages' CUDA kernels compiled by NVRTC: one image per architecture "
+                         "(cubins, and PTX the driver compiles for newer GPUs), and the kernel names "
+                         "every stage's launches index.");
+    sb_puts(sb, "#include \"pacirt.h\"\n\n");
+    for (int i = 0; i < n; i++) {
+        char *name = xasprintf("image_%s", images[i].arch);
+        emit_bytes(sb, name, images[i].data, images[i].size);
+        free(name);
+    }
+    sb_printf(sb, "\nconst pr_cuda_image pr_cuda_images[%d] = {\n", n);
+    for (int i = 0; i < n; i++)
+        sb_printf(sb, "    {\"%s\", image_%s, %zu},\n", images[i].arch, images[i].arch, images[i].size);
+    sb_puts(sb, "};\n\n");
+    sb_printf(sb, "const char *const pr_cuda_kernel_names[%d] = {\n", kernel_desc_count);
+    for (int i = 0; i < kernel_desc_count; i++)
+        sb_printf(sb, "    \"%s\",\n", kernel_descs[i].name);
+    sb_puts(sb, "};\n");
 }

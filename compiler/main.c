@@ -303,6 +303,9 @@ int main(int argc, char **argv)
             report.error);
 
     int status = 0;
+    /* The GPU path is generated when NVRTC loads and the runtime was built with CUDA. */
+    cfg.cuda = (opt.mode == MODE_BUILD || opt.mode == MODE_EMIT) && cuda_nvrtc_available() &&
+               runtime_has_cuda(argv[0]);
     if (opt.mode == MODE_BUILD || (opt.mode == MODE_EMIT && opt.emit == EMIT_C)) {
         if (opt.mode == MODE_EMIT) {
             if (make_dir(opt.output) != 0)

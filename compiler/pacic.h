@@ -200,6 +200,8 @@ typedef struct Config {
     double device_memory;   /* bytes per device */
     /* where things were written, for checks made by later phases */
     Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
+    /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
+    bool cuda;
 } Config;
 
 /* Checks ast and fills cfg; prints every error found; returns false if any. When
@@ -433,11 +435,41 @@ void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
 /* Writes the generated sources for cfg into dir (stage_N.c, program.c). */
 bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
 
+/* ---- nvrtc.c, emit_cuda.c: the GPU path ----------------------------------------------- */
+
+/* One compiled image of a CUDA unit: a cubin for "sm_XY", PTX for "compute_XY". */
+typedef struct CudaImage {
+    const char *arch;
+    unsigned char *data;
+    size_t size;
+    char *log;          /* NVRTC's log, with ptxas's resource report for a cubin */
+} CudaImage;
+
+/* Architectures every unit is compiled for: cubins, then PTX for newer GPUs. */
+extern const char *const cuda_archs[];
+extern const int cuda_arch_count;
+
+/* NVRTC loads (dlopen; $PACIC_NO_CUDA set to anything turns the GPU path off). */
+bool cuda_nvrtc_available(void);
+/* Compiles `source` (cached by content, arch and NVRTC version); false with img->log. */
+bool cuda_compile(const char *source, const char *unit_name, const char *arch, CudaImage *img);
+void cuda_image_free(CudaImage *img);
+/* Appends "kernel arch registers / spills" lines from the log; returns kernels that spill. */
+int cuda_resource_report(StrBuf *out, const CudaImage *img);
+/* The host half of stage s's GPU path, appended to its C file after emit_c_stage: the same
+ * op lists as launches (pr_cuda_launch, pr_cuda_gemm) on the stage's stream. */
+void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
+/* cuda_images.c: the images as byte arrays and the kernel names they hold. */
+void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, int n);
+
 /* ---- build.c: compile generated sources and link the runtime ------------------------ */
 
 /* Finds the runtime (next to the executable, or $PACIC_HOME), compiles dir's sources and
  * links `out`. */
 bool build_executable(const char *argv0, const char *dir, const char *out);
+/* The runtime found from argv0 has the GPU path: lib/pacic/libpacirt_cuda.a and the link
+ * flags it needs (lib/pacic/cuda_ldflags, one line, written by the Makefile). */
+bool runtime_has_cuda(const char *argv0);
 
 /* ---- tokenize.c: text -> llm.c token files (byte-level, vocabulary 256) -------------- */
 

@@ -98,6 +98,10 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     if (check_table(prog, tab, err) || pr_check_layout(prog, err))
         return -1;
     run->prog = prog;
+    // The device is chosen before run->prog is set: on failure pr_run_free has nothing to free.
+    const pr_device *dev;
+    if (pr_device_select(prog, opt ? opt->device : NULL, opt ? opt->quiet : 0, &dev, err) != 0)
+        return -1;
     run->tab = tab;
     if (opt)
         run->opt = *opt;
@@ -108,9 +112,6 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     run->K = tab->window;
     run->V = prog->vocab;
     int64_t BT = run->B * run->T, BTC = BT * run->C;
-    const pr_device *dev;
-    if (pr_device_select(prog, run->opt.device, run->opt.quiet, &dev, err) != 0)
-        return -1;
     // Everything a stage keeps on its device, checked against free memory before any of it
     // is allocated, so a plan that does not fit stops with the stage named.
     int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES];
@@ -187,7 +188,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
 
 void pr_run_free(pr_run *run)
 {
-    if (!run->prog)
+    if (!run->prog || !run->dev) /* nothing was allocated before the device was set */
         return;
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];

@@ -21,6 +21,7 @@ static const char usage[] =
     "  --trace FILE     Chrome trace of the measured instructions\n"
     "  --profile-out FILE  measured per-stage costs (mean thread CPU seconds per\n"
     "                   instruction), the file `pacic --profile` reads\n"
+    "  --device D       cpu or cuda (default: cuda when built with it and a GPU answers)\n"
     "  --threads N      cores to use (default: all)\n"
     "  --quiet          print errors only\n"
     "  --help           this text\n";
@@ -311,6 +312,13 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
             return pr_fail(err, "%s: no checkpoint to resume from (no 'latest' file)", run->opt.ckpt_dir);
     }
     if (run->opt.init_path)
+        } else if (strcmp(a, "--device") == 0) {
+            if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
+                fprintf(stderr, "run: error: --device needs cpu or cuda\n");
+                return -1;
+            }
+            opt->device = value;
+            i++;
         return pr_load_llmc(run, run->opt.init_path, err);
     int64_t offsets[PR_CKPT_COUNT];
     float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * sizeof(float));

@@ -1,0 +1,354 @@
+/* cuda/device.c: the CUDA device layer (libpacirt_cuda.a, built only with a CUDA toolkit).
+ *
+ * Driver API loaded with dlopen, so `run` starts on a machine without a driver and trains on
+ * the CPU there. Stage s runs on GPU s mod (GPUs): its device's primary context, one compute
+ * stream (kernels, GEMMs) and one communication stream (uploads, downloads, copies), ordered
+ * by an event recorded on the compute stream that the communication stream waits for.
+ * Modules come from the images pacic embedded: the cubin of the GPU's architecture, else PTX.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../prt.h"
+#include "cuda_layer.h"
+
+#define NAME_OF2(symbol) #symbol
+#define NAME_OF(symbol) NAME_OF2(symbol) /* after cuda.h's renames: "cuMemAlloc_v2" */
+
+/* The driver entry points used, typed by cuda.h. */
+#define DRIVER_FUNCTIONS(X)                                                                   \
+    X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetName)  \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)              \
+    X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyAsync) X(cuMemsetD8Async)            \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent)         \
+    X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy) X(cuModuleLoadData)                  \
+    X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGetErrorString)
+
+static struct {
+#define DRIVER_FIELD(symbol) __typeof__(symbol) *symbol;
+    DRIVER_FUNCTIONS(DRIVER_FIELD)
+#undef DRIVER_FIELD
+} drv;
+
+typedef struct cuda_stage {
+    int open, gpu;
+    CUcontext ctx;
+    CUstream compute, comm;
+    CUevent compute_done;
+    CUmodule module;
+    CUfunction *kernels;
+    int n_kernels;
+} cuda_stage;
+
+static cuda_stage stages[PACI_MAX_STAGES];
+static int gpu_count = -1;
+
+/* A driver error mid-run is fatal: name the stage, the call and the driver's words. */
+void pr_cuda_check(int stage, CUresult res, const char *call)
+{
+    if (res == CUDA_SUCCESS)
+        return;
+    const char *text = NULL;
+    if (drv.cuGetErrorString)
+        drv.cuGetErrorString(res, &text);
+    pr_internal("stage %d: %s failed: %s (CUDA error %d)", stage, call, text ? text : "unknown", (int)res);
+}
+
+/* Loads libcuda and initialises it once; the number of GPUs, or 0 with the reason. */
+static int cuda_probe(char *err)
+{
+    static char reason[PR_ERR_LEN];
+    if (gpu_count >= 0) {
+        if (gpu_count == 0)
+            snprintf(err, PR_ERR_LEN, "%s", reason);
+        return gpu_count;
+    }
+    gpu_count = 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(reason, sizeof reason, "no CUDA driver (libcuda.so.1 does not load)");
+        snprintf(err, PR_ERR_LEN, "%s", reason);
+        return 0;
+    }
+#define DRIVER_LOAD(symbol)                                                                   \
+    if (!(*(void **)&drv.symbol = dlsym(lib, NAME_OF(symbol)))) {                             \
+        snprintf(reason, sizeof reason, "the CUDA driver lacks %s (too old?)", NAME_OF(symbol)); \
+        snprintf(err, PR_ERR_LEN, "%s", reason);                                              \
+        return 0;                                                                             \
+    }
+    DRIVER_FUNCTIONS(DRIVER_LOAD)
+#undef DRIVER_LOAD
+    int count = 0;
+    CUresult res = drv.cuInit(0);
+    if (res == CUDA_SUCCESS)
+        res = drv.cuDeviceGetCount(&count);
+    if (res != CUDA_SUCCESS || count < 1) {
+        const char *text = NULL;
+        drv.cuGetErrorString(res, &text);
+        snprintf(reason, sizeof reason, "%s", res != CUDA_SUCCESS ? (text ? text : "cuInit failed")
+                                                                  : "the driver reports no GPU");
+        snprintf(err, PR_ERR_LEN, "%s", reason);
+        return 0;
+    }
+    gpu_count = count;
+    return count;
+}
+
+int pr_cuda_gpu_of(int stage)
+{
+    return stage % (gpu_count > 0 ? gpu_count : 1);
+}
+
+/* Makes the stage's context current on the calling thread (stage threads come and go). */
+static cuda_stage *enter(int stage)
+{
+    cuda_stage *cs = &stages[stage];
+    if (!cs->open)
+        pr_internal("stage %d: CUDA call before the stage was opened", stage);
+    pr_cuda_check(stage, drv.cuCtxSetCurrent(cs->ctx), "cuCtxSetCurrent");
+    return cs;
+}
+
+/* The cubin for the GPU's architecture (same major, highest minor not above it), else PTX
+ * for an architecture not above it; NULL if neither. */
+static const pr_cuda_image *pick_image(const pr_cuda_stage *code, int major, int minor)
+{
+    const pr_cuda_image *best = NULL;
+    int best_minor = -1;
+    for (int i = 0; i < code->n_images; i++) {
+        int maj = 0, min = 0;
+        const char *arch = code->images[i].arch;
+        if (sscanf(arch, "sm_%1d%1d", &maj, &min) == 2 && maj == major && min <= minor && min > best_minor) {
+            best = &code->images[i];
+            best_minor = min;
+        }
+    }
+    if (best)
+        return best;
+    for (int i = 0; i < code->n_images; i++) {
+        int maj = 0, min = 0;
+        if (sscanf(code->images[i].arch, "compute_%1d%1d", &maj, &min) == 2 &&
+            maj * 10 + min <= major * 10 + minor)
+            best = &code->images[i];
+    }
+    return best;
+}
+
+static int cuda_open_stage(const pr_program *prog, int stage, char *err)
+{
+    if (cuda_probe(err) < 1)
+        return -1;
+    cuda_stage *cs = &stages[stage];
+    memset(cs, 0, sizeof *cs);
+    cs->gpu = pr_cuda_gpu_of(stage);
+    CUdevice dev;
+    int major = 0, minor = 0;
+    char name[128] = "";
+    if (drv.cuDeviceGet(&dev, cs->gpu) != CUDA_SUCCESS ||
+        drv.cuDevicePrimaryCtxRetain(&cs->ctx, dev) != CUDA_SUCCESS)
+        return pr_fail(err, "stage %d: cannot open GPU %d", stage, cs->gpu);
+    drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    drv.cuDeviceGetName(name, sizeof name, dev);
+    cs->open = 1;
+    enter(stage);
+    const pr_cuda_stage *code = &prog->cuda[stage];
+    const pr_cuda_image *image = pick_image(code, major, minor);
+    if (!image)
+        return pr_fail(err, "stage %d: GPU %d (%s) has compute capability %d.%d; this run holds "
+                       "code for sm_80, sm_90 and newer only", stage, cs->gpu, name, major, minor);
+    CUresult res = drv.cuModuleLoadData(&cs->module, image->data);
+    if (res != CUDA_SUCCESS) {
+        const char *text = NULL;
+        drv.cuGetErrorString(res, &text);
+        return pr_fail(err, "stage %d: GPU %d (%s) cannot load the %s kernels: %s", stage, cs->gpu,
+                       name, image->arch, text ? text : "unknown error");
+    }
+    cs->n_kernels = code->n_kernels;
+    cs->kernels = pr_alloc((size_t)code->n_kernels * sizeof(CUfunction));
+    for (int k = 0; k < code->n_kernels; k++)
+        if (drv.cuModuleGetFunction(&cs->kernels[k], cs->module, code->kernel_names[k]) != CUDA_SUCCESS)
+            return pr_fail(err, "stage %d: the %s image has no kernel %s", stage, image->arch,
+                           code->kernel_names[k]);
+    pr_cuda_check(stage, drv.cuStreamCreate(&cs->compute, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    pr_cuda_check(stage, drv.cuStreamCreate(&cs->comm, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    pr_cuda_check(stage, drv.cuEventCreate(&cs->compute_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    return pr_cuda_gemm_open(stage, err);
+}
+
+static void cuda_close_stage(int stage)
+{
+    cuda_stage *cs = &stages[stage];
+    if (!cs->open)
+        return;
+    enter(stage);
+    drv.cuStreamSynchronize(cs->compute);
+    pr_cuda_gemm_close(stage);
+    drv.cuEventDestroy(cs->compute_done);
+    drv.cuStreamDestroy(cs->compute);
+    drv.cuStreamDestroy(cs->comm);
+    drv.cuModuleUnload(cs->module);
+    free(cs->kernels);
+    CUdevice dev;
+    drv.cuDeviceGet(&dev, cs->gpu);
+    drv.cuDevicePrimaryCtxRelease(dev);
+    memset(cs, 0, sizeof *cs);
+}
+
+/* The stages sharing a GPU add up; the first stage that does not fit is named with the
+ * shortfall, before anything is allocated. A margin is kept for cuBLASLt and the driver. */
+static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes, char *err)
+{
+    if (cuda_probe(err) < 1)
+        return -1;
+    const int64_t margin = PR_CUDA_WORKSPACE_BYTES + ((int64_t)256 << 20);
+    int64_t used[PACI_MAX_STAGES] = {0};
+    for (int s = 0; s < prog->stages; s++) {
+        int gpu = pr_cuda_gpu_of(s);
+        CUdevice dev;
+        CUcontext ctx;
+        size_t free_bytes = 0, total = 0;
+        if (drv.cuDeviceGet(&dev, gpu) != CUDA_SUCCESS || drv.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+            return pr_fail(err, "stage %d: cannot open GPU %d", s, gpu);
+        drv.cuCtxSetCurrent(ctx);
+        drv.cuMemGetInfo(&free_bytes, &total);
+        drv.cuDevicePrimaryCtxRelease(dev);
+        used[gpu] += stage_bytes[s] + margin;
+        if (used[gpu] > (int64_t)free_bytes)
+            return pr_fail(err, "stage %d on GPU %d: needs %.2f GiB (with the stages before it on "
+                           "that GPU), %.2f GiB free: short by %.2f GiB", s, gpu,
+                           (double)used[gpu] / (1 << 30), (double)free_bytes / (1 << 30),
+                           (double)(used[gpu] - (int64_t)free_bytes) / (1 << 30));
+    }
+    return 0;
+}
+
+static void *cuda_alloc(int stage, size_t bytes)
+{
+    cuda_stage *cs = enter(stage);
+    CUdeviceptr p = 0;
+    CUresult res = drv.cuMemAlloc(&p, bytes ? bytes : 1);
+    if (res != CUDA_SUCCESS)
+        pr_internal("stage %d: cannot allocate %.2f GiB on GPU %d (memory was checked before: another "
+                    "process may hold it)", stage, (double)bytes / (1 << 30), cs->gpu);
+    pr_cuda_check(stage, drv.cuMemsetD8Async(p, 0, bytes, cs->comm), "cuMemsetD8Async");
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->comm), "cuStreamSynchronize");
+    return (void *)(uintptr_t)p;
+}
+
+static void cuda_release(int stage, void *p)
+{
+    enter(stage);
+    drv.cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+/* Communication-stream work waits for everything the compute stream has queued. */
+static cuda_stage *after_compute(int stage)
+{
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuEventRecord(cs->compute_done, cs->compute), "cuEventRecord");
+    pr_cuda_check(stage, drv.cuStreamWaitEvent(cs->comm, cs->compute_done, 0), "cuStreamWaitEvent");
+    return cs;
+}
+
+/* Unified addressing: one call moves host<->device and device<->device (even across GPUs). */
+static void cuda_copy(int stage, void *dst, const void *src, size_t bytes)
+{
+    cuda_stage *cs = after_compute(stage);
+    pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
+                                           bytes, cs->comm), "cuMemcpyAsync");
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->comm), "cuStreamSynchronize");
+}
+
+static void cuda_zero(int stage, void *dst, size_t bytes)
+{
+    cuda_stage *cs = after_compute(stage);
+    pr_cuda_check(stage, drv.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, cs->comm),
+                  "cuMemsetD8Async");
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->comm), "cuStreamSynchronize");
+}
+
+/* Clipping's sums of squares are taken on the host, in the CPU's element order, from a
+ * download: exact agreement with the CPU path over speed (it runs once per step). */
+static double cuda_sumsq(int stage, const float *x, int64_t n)
+{
+    float *host = pr_alloc((size_t)n * sizeof(float));
+    cuda_copy(stage, host, x, (size_t)n * sizeof(float));
+    double sum = pr_sumsq(host, n);
+    free(host);
+    return sum;
+}
+
+/* Stage code queues its launches on the compute stream; waiting for them here keeps the
+ * executor's measured instruction times the GPU's. */
+static void cuda_forward(const pr_program *prog, int stage, const pr_fwd_args *args)
+{
+    cuda_stage *cs = enter(stage);
+    prog->cuda[stage].forward(args);
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "forward");
+}
+
+static void cuda_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
+{
+    cuda_stage *cs = enter(stage);
+    prog->cuda[stage].backward(args);
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "backward");
+}
+
+static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
+{
+    cuda_stage *cs = enter(stage);
+    prog->cuda[stage].adamw(args);
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "adamw");
+}
+
+void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args)
+{
+    cuda_stage *cs = &stages[stage];
+    if (kernel < 0 || kernel >= cs->n_kernels)
+        pr_internal("stage %d: launch of kernel %d of %d", stage, kernel, cs->n_kernels);
+    if (threads <= 0)
+        return;
+    int64_t grid = (threads + block - 1) / block;
+    pr_cuda_check(stage, drv.cuLaunchKernel(cs->kernels[kernel], (unsigned)grid, 1, 1, (unsigned)block,
+                                            1, 1, 0, cs->compute, args, NULL), "cuLaunchKernel");
+}
+
+void pr_cuda_zero(int32_t stage, float *dst, int64_t count)
+{
+    pr_cuda_check(stage, drv.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, (size_t)count * sizeof(float),
+                                             stages[stage].compute), "cuMemsetD8Async");
+}
+
+void pr_cuda_copy(int32_t stage, float *dst, const float *src, int64_t count)
+{
+    pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
+                                           (size_t)count * sizeof(float), stages[stage].compute),
+                  "cuMemcpyAsync");
+}
+
+CUstream pr_cuda_compute_stream(int stage)
+{
+    return stages[stage].compute;
+}
+
+const pr_device pr_device_cuda = {
+    .name = "cuda",
+    .host_memory = 0,
+    .probe = cuda_probe,
+    .open_stage = cuda_open_stage,
+    .check_memory = cuda_check_memory,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_copy,
+    .download = cuda_copy,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .sumsq = cuda_sumsq,
+    .forward = cuda_forward,
+    .backward = cuda_backward,
+    .adamw = cuda_adamw,
+    .close_stage = cuda_close_stage,
+};

@@ -1,0 +1,120 @@
+/* cuda/gemm.c: pr_gemm's row-major contract on cuBLASLt, per stage, on its compute stream.
+ *
+ * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the operands swap and
+ * no data moves. fp32 runs CUBLAS_COMPUTE_32F (the CPU path's arithmetic, to rounding);
+ * `precision bf16` runs CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores take bf16 inputs and
+ * accumulate in fp32, while the stored tensors stay fp32. Each shape's descriptors and the
+ * heuristic's algorithm are made once and cached.
+ */
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../prt.h"
+#include "cuda_layer.h"
+
+enum { GEMM_CACHE = 64 };
+
+typedef struct gemm_plan {
+    int used, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+typedef struct gemm_stage {
+    cublasLtHandle_t handle;
+    void *workspace;
+    gemm_plan plans[GEMM_CACHE];
+} gemm_stage;
+
+static gemm_stage gemm_stages[PACI_MAX_STAGES];
+
+static void check_lt(int stage, cublasStatus_t status, const char *call)
+{
+    if (status != CUBLAS_STATUS_SUCCESS)
+        pr_internal("stage %d: %s failed: %s (cuBLASLt status %d)", stage, call,
+                    cublasLtGetStatusString(status), (int)status);
+}
+
+int pr_cuda_gemm_open(int stage, char *err)
+{
+    gemm_stage *gs = &gemm_stages[stage];
+    memset(gs, 0, sizeof *gs);
+    if (cublasLtCreate(&gs->handle) != CUBLAS_STATUS_SUCCESS)
+        return pr_fail(err, "stage %d: cuBLASLt does not initialise on GPU %d", stage, pr_cuda_gpu_of(stage));
+    gs->workspace = pr_device_cuda.alloc(stage, (size_t)PR_CUDA_WORKSPACE_BYTES);
+    return 0;
+}
+
+void pr_cuda_gemm_close(int stage)
+{
+    gemm_stage *gs = &gemm_stages[stage];
+    for (int i = 0; i < GEMM_CACHE && gs->plans[i].used; i++) {
+        gemm_plan *p = &gs->plans[i];
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->c);
+        cublasLtMatmulDescDestroy(p->desc);
+    }
+    if (gs->workspace)
+        pr_device_cuda.release(stage, gs->workspace);
+    if (gs->handle)
+        cublasLtDestroy(gs->handle);
+    memset(gs, 0, sizeof *gs);
+}
+
+/* The cached plan of this shape, made on first use (column-major view, operands swapped). */
+static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc)
+{
+    gemm_stage *gs = &gemm_stages[stage];
+    int i = 0;
+    for (; i < GEMM_CACHE && gs->plans[i].used; i++) {
+        gemm_plan *p = &gs->plans[i];
+        if (p->bf16 == bf16 && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
+            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc)
+            return p;
+    }
+    if (i == GEMM_CACHE)
+        pr_internal("stage %d: more than %d matrix shapes", stage, GEMM_CACHE);
+    gemm_plan *p = &gs->plans[i];
+    *p = (gemm_plan){.used = 1, .bf16 = bf16, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                     .lda = lda, .ldb = ldb, .ldc = ldc};
+    cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                   sizeof op_first), "set TRANSA");
+    check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                   sizeof op_second), "set TRANSB");
+    // First operand: row-major B seen column-major; second: row-major A; result n x m.
+    check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb), "layout B");
+    check_lt(stage, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda), "layout A");
+    check_lt(stage, cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, n, m, ldc), "layout C");
+    cublasLtMatmulPreference_t pref;
+    check_lt(stage, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    uint64_t workspace = (uint64_t)PR_CUDA_WORKSPACE_BYTES;
+    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace, sizeof workspace), "set workspace");
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    check_lt(stage, cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                                   &result, &found), "cublasLtMatmulAlgoGetHeuristic");
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1)
+        pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d)", stage,
+                    bf16 ? "bf16 " : "", m, n, k, ta, tb);
+    p->algo = result.algo;
+    return p;
+}
+
+void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                  float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                  float *c, int ldc)
+{
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    gemm_stage *gs = &gemm_stages[stage];
+    check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
+                                   &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
+                                   (cudaStream_t)pr_cuda_compute_stream(stage)), "cublasLtMatmul");
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU path without a GPU: every example's generated CUDA compiles with NVRTC for sm_80,
+# sm_90 and PTX with no kernel spilling registers; `run` links the CUDA layer and still
+# trains with --device cpu; --device cuda without a usable GPU is one clear line and exit 1.
+# Skips (passes) when the build found no CUDA toolkit (no libpacirt_cuda.a).
+source tests/e2e/lib.sh
+if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
+    echo "skipped: built without a CUDA toolkit"
+    exit 0
+fi
+export PACIC_CACHE=$work/cache
+
+for example in examples/*.paci; do
+    name=$(basename "$example" .paci)
+    # The examples' own data files may be absent here; NVRTC needs only the shapes.
+    sed -E "s|^([[:space:]]*)(data\|val)([[:space:]]+)\"[^\"]*\"|\1\2\3\"$data/tiny_train.bin\"|" \
+        "$example" > "$work/$name.paci"
+    "$pacic" "$work/$name.paci" --emit c -o "$work/$name.gen" || fail "$name: pacic --emit c"
+    report=$work/$name.gen/cuda_resources.txt
+    [ -f "$report" ] && [ -f "$work/$name.gen/cuda_images.c" ] || fail "$name: no CUDA images or report"
+    for arch in sm_80 sm_90; do
+        kernels=$(grep -c " $arch " "$report" || true)
+        [ "$kernels" -ge 10 ] || fail "$name: only $kernels kernels reported for $arch"
+    done
+    spilling=$(grep -v "spill stores 0, spill loads 0" "$report" | grep -c "registers" || true)
+    [ "$spilling" -eq 0 ] || { grep -v "spill stores 0, spill loads 0" "$report" >&2; fail "$name: kernels spill"; }
+    grep -q '"compute_90"' "$work/$name.gen/cuda_images.c" || fail "$name: no PTX image"
+    echo "$name: $(grep -c registers "$report") kernel images, no spills"
+done
+
+small_model gpu 2 paci 2 20
+mkdir -p "$work/gpu"
+"$pacic" "$work/gpu.paci" -o "$work/gpu/run"
+[ "$(nm "$work/gpu/run" | grep -c " pr_device_cuda$")" -eq 1 ] || fail "run does not hold the CUDA layer"
+(cd "$work/gpu" && ./run --device cpu --quiet --metrics metrics.jsonl) || fail "--device cpu did not train"
+[ "$(losses gpu | wc -l)" -eq 20 ] || fail "--device cpu logged $(losses gpu | wc -l) steps, expected 20"
+losses gpu | awk '{ if (!($1 > 0 && $1 < 10)) exit 1 }' || fail "--device cpu losses not finite"
+set +e
+(cd "$work/gpu" && ./run --device cuda > out.txt 2> err.txt)
+status=$?
+set -e
+if [ "$status" -ne 0 ]; then
+    [ "$status" -eq 1 ] || fail "--device cuda without a GPU exited $status, expected 1"
+    [ "$(wc -l < "$work/gpu/err.txt")" -eq 1 ] && grep -q "^run: error: --device cuda: no usable GPU: " \
+        "$work/gpu/err.txt" || { cat "$work/gpu/err.txt" >&2; fail "--device cuda: message"; }
+    (cd "$work/gpu" && ./run > /dev/null 2> err.txt) || fail "default device did not train"
+    grep -q "^run: note: no GPU (.*); training on the CPU$" "$work/gpu/err.txt" || fail "no CPU notice"
+    echo "no GPU here: --device cuda exits 1 with: $(cat "$work/gpu/err.txt")"
+else
+    echo "a GPU answered: --device cuda trained"
+fi
+echo "run links the CUDA layer; --device cpu trains 20 steps"
