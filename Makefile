@@ -119,6 +119,7 @@ install: all
 	install -d $(PREFIX)/bin $(PREFIX)/lib/pacic $(PREFIX)/include/pacic
 	install -m 755 $(PACIC) $(PREFIX)/bin/pacic
 	install -m 644 $(LIBRT) $(PREFIX)/lib/pacic/
+	$(if $(LIBRT_CUDA),install -m 644 $(LIBRT_CUDA) $(PREFIX)/lib/pacic/)
 	install -m 644 $(HEADERS) $(PREFIX)/include/pacic/
 
 clean:
@@ -132,4 +133,3 @@ train: all
 .PHONY: all data test study bench golden install clean train
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
-	$(if $(LIBRT_CUDA),install -m 644 $(LIBRT_CUDA) $(PREFIX)/lib/pacic/)
