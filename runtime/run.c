@@ -270,6 +270,13 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             else
                 opt->threads = (int)n;
             i++;
+        } else if (strcmp(a, "--device") == 0) {
+            if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
+                fprintf(stderr, "run: error: --device needs cpu or cuda\n");
+                return -1;
+            }
+            opt->device = value;
+            i++;
         } else if (strcmp(a, "--init") == 0 || strcmp(a, "--trace") == 0 ||
                    strcmp(a, "--data") == 0 || strcmp(a, "--val") == 0 ||
                    strcmp(a, "--ckpt-dir") == 0 || strcmp(a, "--metrics") == 0 ||
@@ -312,13 +319,6 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
             return pr_fail(err, "%s: no checkpoint to resume from (no 'latest' file)", run->opt.ckpt_dir);
     }
     if (run->opt.init_path)
-        } else if (strcmp(a, "--device") == 0) {
-            if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
-                fprintf(stderr, "run: error: --device needs cpu or cuda\n");
-                return -1;
-            }
-            opt->device = value;
-            i++;
         return pr_load_llmc(run, run->opt.init_path, err);
     int64_t offsets[PR_CKPT_COUNT];
     float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * sizeof(float));
