@@ -1,0 +1,65 @@
+/* matmul_rate: the measured bf16 matrix-product rate of GPU 0 through cuBLASLt (bf16 inputs
+ * and output, fp32 accumulation), the denominator of tests/gpu/check.sh's "share of the
+ * measured matmul rate". Prints "bf16_matmul_tflops X". Exit 1 on any CUDA error.
+ *
+ *   matmul_rate [N]   N x N x N products, default 8192
+ */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(call)                                                                          \
+    do {                                                                                     \
+        if ((call) != 0) {                                                                   \
+            fprintf(stderr, "matmul_rate: %s failed at line %d\n", #call, __LINE__);         \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 8192;
+    size_t bytes = (size_t)n * n * 2, workspace_bytes = 32u << 20;
+    void *a, *b, *c, *workspace;
+    CHECK(cudaMalloc(&a, bytes));
+    CHECK(cudaMalloc(&b, bytes));
+    CHECK(cudaMalloc(&c, bytes));
+    CHECK(cudaMalloc(&workspace, workspace_bytes));
+    CHECK(cudaMemset(a, 0, bytes));
+    CHECK(cudaMemset(b, 0, bytes));
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t layout;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    CHECK(cublasLtCreate(&lt));
+    CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, n, n, n));
+    CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &workspace_bytes, sizeof workspace_bytes));
+    CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, layout, layout, layout, layout, pref, 1, &result, &found));
+    if (found < 1) {
+        fprintf(stderr, "matmul_rate: no cuBLASLt algorithm for bf16 %d^3\n", n);
+        return 1;
+    }
+    float alpha = 1.0f, beta = 0.0f;
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    int reps = 20;
+    for (int pass = 0; pass < 2; pass++) { /* the first pass warms up */
+        CHECK(cudaEventRecord(start, 0));
+        for (int i = 0; i < reps; i++)
+            CHECK(cublasLtMatmul(lt, desc, &alpha, a, layout, b, layout, &beta, c, layout, c, layout,
+                                 &result.algo, workspace, workspace_bytes, 0));
+        CHECK(cudaEventRecord(stop, 0));
+        CHECK(cudaEventSynchronize(stop));
+    }
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    printf("bf16_matmul_tflops %.1f\n", 2.0 * n * (double)n * n * reps / (ms * 1e-3) / 1e12);
+    return 0;
+}
