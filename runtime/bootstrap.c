@@ -29,6 +29,7 @@
 #define BLOCK_MAGIC 0x5041434Bu /* "PACK" */
 #define HELLO_WORDS 5
 #define MAX_ABORT_TEXT 400
+#define REPLY_GRACE 5.0 /* seconds a connected rank waits past its deadline for rank 0 */
 
 enum { STATUS_OK = 0, STATUS_ABORT = 1 };
 
@@ -353,8 +354,11 @@ static int ask(const pr_launch *l, int fd, uint16_t listen_port, double deadline
     put32(hello + 8, (uint32_t)l->world);
     put32(hello + 12, (uint32_t)l->rank);
     put32(hello + 16, listen_port);
+    // Rank 0 keeps the common deadline and explains a timeout to every connected rank, so
+    // a connected rank waits a little longer than its own deadline to hear why.
+    double reply_deadline = deadline + REPLY_GRACE;
     if (pr_sock_write(fd, hello, sizeof hello, deadline) != 0 ||
-        pr_sock_read(fd, head, sizeof head, deadline) != 0) {
+        pr_sock_read(fd, head, sizeof head, reply_deadline) != 0) {
         if (errno == EPIPE)
             return 1;
         return pr_fail(err, "rank %d: rank 0 at %s:%d took the connection but sent no id within "
@@ -366,17 +370,17 @@ static int ask(const pr_launch *l, int fd, uint16_t listen_port, double deadline
     if (get32(head + 8) == STATUS_ABORT) {
         unsigned char len_bytes[4];
         char text[MAX_ABORT_TEXT + 1] = "";
-        if (pr_sock_read(fd, len_bytes, 4, deadline) == 0) {
+        if (pr_sock_read(fd, len_bytes, 4, reply_deadline) == 0) {
             uint32_t len = get32(len_bytes);
             len = len > MAX_ABORT_TEXT ? MAX_ABORT_TEXT : len;
-            if (pr_sock_read(fd, text, len, deadline) == 0)
+            if (pr_sock_read(fd, text, len, reply_deadline) == 0)
                 text[len] = '\0';
         }
         return pr_fail(err, "rank %d: rank 0 gave up: %s", l->rank, text);
     }
     unsigned char table[8 * PACI_MAX_STAGES];
-    if (pr_sock_read(fd, b->id, PR_BOOT_ID_BYTES, deadline) != 0 ||
-        pr_sock_read(fd, table, 8 * (size_t)l->world, deadline) != 0)
+    if (pr_sock_read(fd, b->id, PR_BOOT_ID_BYTES, reply_deadline) != 0 ||
+        pr_sock_read(fd, table, 8 * (size_t)l->world, reply_deadline) != 0)
         return pr_fail(err, "rank %d: rank 0 closed the connection in the middle of the id",
                        l->rank);
     for (int r = 0; r < l->world; r++) {
@@ -464,14 +468,16 @@ static int recv_block(const pr_bootstrap *b, int peer, void *data, size_t bytes,
     unsigned char head[8];
     int fd = b->rank == 0 ? b->fd[peer] : b->fd[0];
     double deadline = pr_now() + b->timeout;
-    if (pr_sock_read(fd, head, 8, deadline) != 0)
-        return pr_fail(err, "rank %d: %s rank %d", b->rank, errno == ETIMEDOUT ?
-                       "timed out waiting for" : "lost the connection to", peer);
+    if (pr_sock_read(fd, head, 8, deadline) != 0 ||
+        (get32(head) == BLOCK_MAGIC && get32(head + 4) == bytes &&
+         pr_sock_read(fd, data, bytes, deadline) != 0)) {
+        if (errno == ETIMEDOUT)
+            return pr_fail(err, "no message from rank %d for %g s", peer, b->timeout);
+        return pr_fail(err, "rank %d closed the connection", peer);
+    }
     if (get32(head) != BLOCK_MAGIC || get32(head + 4) != bytes)
-        return pr_fail(err, "rank %d: rank %d sent a block of %u bytes, %zu expected", b->rank,
-                       peer, get32(head + 4), bytes);
-    if (pr_sock_read(fd, data, bytes, deadline) != 0)
-        return pr_fail(err, "rank %d: lost the connection to rank %d", b->rank, peer);
+        return pr_fail(err, "rank %d sent a block of %u bytes, %zu expected", peer,
+                       get32(head + 4), bytes);
     return 0;
 }
 
@@ -483,7 +489,7 @@ int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void
         return 0;
     if (b->rank > 0) {
         if (send_block(b, b->fd[0], mine, bytes) != 0)
-            return pr_fail(err, "rank %d: lost the connection to rank 0", b->rank);
+            return pr_fail(err, "rank 0 closed the connection");
         return recv_block(b, 0, all, bytes * (size_t)b->world, err);
     }
     for (int r = 1; r < b->world; r++)
@@ -491,7 +497,7 @@ int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void
             return -1;
     for (int r = 1; r < b->world; r++)
         if (send_block(b, b->fd[r], all, bytes * (size_t)b->world) != 0)
-            return pr_fail(err, "rank 0: lost the connection to rank %d", r);
+            return pr_fail(err, "rank %d closed the connection", r);
     return 0;
 }
 
@@ -500,7 +506,7 @@ int pr_bootstrap_gather(pr_bootstrap *b, const void *data, size_t bytes, void *c
 {
     if (b->rank > 0)
         return send_block(b, b->fd[0], data, bytes) == 0 ? 0
-               : pr_fail(err, "rank %d: lost the connection to rank 0", b->rank);
+               : pr_fail(err, "rank 0 closed the connection");
     for (int r = 1; r < b->world; r++)
         if (recv_block(b, r, dst[r], dst_bytes[r], err) != 0)
             return -1;

@@ -251,7 +251,8 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     if (pr_bootstrap_allgather(run->opt.boot, st->tensor_sumsq[parity], (size_t)most * sizeof(double),
                                all, err) != 0) {
         fflush(stdout);
-        fprintf(stderr, "run: error: stage %d: gradient-norm exchange: %s\n", st->index, err);
+        fprintf(stderr, "run: error: stage %d (rank %d): %s (gradient-norm sums of step %lld)\n",
+                st->index, run->opt.rank, err, (long long)st->t + 1);
         exit(1);
     }
     for (int s = 0; s < run->p; s++)

@@ -8,8 +8,13 @@
  * and runs every stage. The rank-0 host comes from MASTER_ADDR first, then the launcher.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "prt.h"
 
@@ -170,5 +175,125 @@ int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch
         return -1;
     if (!l->master_addr[0])
         return pr_fail(err, "%s=%d needs the rank-0 host: set MASTER_ADDR", world_var, l->world);
+    return 0;
+}
+
+/* ---- joining a run of one process per stage (CPU device) ------------------------------- */
+
+#define LINK_MAGIC 0x5041434Cu /* "PACL" */
+
+/* A neighbour link's hello: magic, the connecting rank, which link (0 act, 1 grad), and
+ * the run's id, so a connection from another run or program is refused. */
+typedef struct link_hello {
+    uint32_t magic, rank, link;
+    unsigned char id[16];
+} link_hello;
+
+/* Rank r accepts rank r+1's two links (its act sender and grad receiver). */
+static int accept_links(pr_run *run, const pr_bootstrap *b, int listener, double deadline,
+                        char *err)
+{
+    int r = b->rank, linked[2] = {0, 0};
+    while (!linked[0] || !linked[1]) {
+        struct pollfd p = {listener, POLLIN, 0};
+        int left = (int)((deadline - pr_now()) * 1000.0);
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            return pr_fail(err, "rank %d: stage %d did not connect within the connect timeout",
+                           r, r + 1);
+        int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+        link_hello h;
+        if (fd < 0)
+            continue;
+        if (pr_sock_read(fd, &h, sizeof h, pr_now() + 5.0) != 0 || h.magic != LINK_MAGIC ||
+            h.rank != (uint32_t)r + 1 || h.link > 1 || linked[h.link] ||
+            memcmp(h.id, b->id, sizeof h.id) != 0) {
+            fprintf(stderr, "run: notice: rank %d: refused a connection that is not stage %d's "
+                    "link of this run\n", r, r + 1);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        pr_channel_attach_socket(h.link == 0 ? &run->act[r] : &run->grad[r], fd);
+        linked[h.link] = 1;
+    }
+    return 0;
+}
+
+/* Rank r connects its two links to rank r-1, where the bootstrap table says it listens. */
+static int connect_links(pr_run *run, const pr_bootstrap *b, double deadline, char *err)
+{
+    int r = b->rank;
+    for (uint32_t link = 0; link < 2; link++) {
+        char why[PR_ERR_LEN] = "no attempt finished";
+        int fd = -1;
+        while (fd < 0 && pr_now() < deadline) {
+            fd = pr_sock_connect(b->addr[r - 1], b->port[r - 1], deadline, why);
+            if (fd < 0)
+                usleep(100000);
+        }
+        link_hello h = {LINK_MAGIC, (uint32_t)r, link, {0}};
+        memcpy(h.id, b->id, sizeof h.id);
+        if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
+            if (fd >= 0)
+                close(fd);
+            return pr_fail(err, "rank %d: cannot link to stage %d: %s", r, r - 1, why);
+        }
+        pr_channel_attach_socket(link == 0 ? &run->act[r - 1] : &run->grad[r - 1], fd);
+    }
+    return 0;
+}
+
+int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_bootstrap *b,
+                   char *err)
+{
+    if (!run->dev->host_memory)
+        return pr_fail(err, "rank %d: one process per stage runs on the CPU device only in this "
+                       "build (the NCCL transport is not wired into the executor yet)", l->rank);
+    double deadline = pr_now() + connect_timeout;
+    uint16_t port = 0;
+    int listener = -1;
+    char why[PR_ERR_LEN];
+    if (l->rank + 1 < l->world && (listener = pr_sock_listen(0, 4, &port, why)) < 0)
+        return pr_fail(err, "rank %d: %s", l->rank, why);
+    if (l->rank == 0) {
+        // The id names this run, so neighbour links from another run are refused.
+        pr_rng rng = {(uint64_t)getpid() ^ (uint64_t)(pr_now() * 1e9)};
+        for (int i = 0; i < PR_BOOT_ID_BYTES; i += 8) {
+            uint64_t bits = pr_rng_next(&rng);
+            memcpy(b->id + i, &bits, 8);
+        }
+    }
+    int rc = pr_bootstrap_tcp(l, connect_timeout, port, b, err);
+    if (rc == 0 && l->rank > 0)
+        rc = connect_links(run, b, deadline, err);
+    if (rc == 0 && listener >= 0)
+        rc = accept_links(run, b, listener, deadline, err);
+    if (listener >= 0)
+        close(listener);
+    // From here on rank 0 is a peer like the neighbours: the same patience applies.
+    b->timeout = run->opt.peer_timeout > 0 ? run->opt.peer_timeout : 1e9;
+    run->opt.boot = b;
+    return rc;
+}
+
+/* Rank 0 receives every other stage's parameters (and moments, for a checkpoint), so its
+ * copy of the whole model is current for evaluation and saving. */
+int pr_gather_stages(pr_run *run, int with_moments, char *err)
+{
+    pr_bootstrap *b = run->opt.boot;
+    for (int which = 0; which < (with_moments ? 3 : 1); which++) {
+        void *dst[PACI_MAX_STAGES] = {0};
+        size_t bytes[PACI_MAX_STAGES] = {0};
+        for (int s = 0; s < run->p; s++) {
+            pr_stage_rt *st = &run->stage[s];
+            dst[s] = which == 0 ? st->params : which == 1 ? st->m : st->v;
+            bytes[s] = (size_t)st->code->n_params * sizeof(float);
+        }
+        char why[PR_ERR_LEN];
+        if (pr_bootstrap_gather(b, dst[b->rank], bytes[b->rank], dst, bytes, why) != 0)
+            return pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)",
+                           b->rank, b->rank, why, (long long)run->step);
+    }
     return 0;
 }

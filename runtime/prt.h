@@ -193,6 +193,8 @@ typedef struct pr_options {
      * is its line to rank 0 (gradient-norm sums, checkpoint gathers) */
     int rank, world;
     struct pr_bootstrap *boot;
+    double connect_timeout; /* --connect-timeout: seconds to find rank 0 and the neighbours */
+    int master_port;        /* --master-port; 0: MASTER_PORT or the default */
 } pr_options;
 
 typedef struct pr_run {
@@ -303,7 +305,8 @@ typedef struct pr_bootstrap {
 int pr_bootstrap_tcp(const pr_launch *l, double timeout_s, uint16_t listen_port, pr_bootstrap *b,
                      char *err);
 void pr_bootstrap_close(pr_bootstrap *b);
-/* Every rank contributes `bytes` and receives all ranks' contributions in rank order. */
+/* Every rank contributes `bytes` and receives all ranks' contributions in rank order.
+ * The collectives wait b->timeout seconds for a peer; err says which peer failed and how. */
 int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void *all, char *err);
 /* Rank r > 0 sends `bytes` from `data`; rank 0 receives them into dst[r] (dst[0] unused). */
 int pr_bootstrap_gather(pr_bootstrap *b, const void *data, size_t bytes, void *const *dst,
@@ -316,5 +319,14 @@ int pr_sock_resolve(const char *host, uint32_t *addr, char *err);
 /* 0 when all bytes moved; -1 with errno (ETIMEDOUT at the deadline, EPIPE on a closed peer). */
 int pr_sock_read(int fd, void *buf, size_t bytes, double deadline);
 int pr_sock_write(int fd, const void *buf, size_t bytes, double deadline);
+
+/* ---- launch.c (continued): one process per stage --------------------------------------- */
+
+/* world > 1: bootstraps with rank 0 and links this stage's channels to its neighbours'
+ * processes over TCP; sets run->opt.boot = b. */
+int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_bootstrap *b,
+                   char *err);
+/* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0. */
+int pr_gather_stages(pr_run *run, int with_moments, char *err);
 
 #endif

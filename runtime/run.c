@@ -23,6 +23,11 @@ static const char usage[] =
     "                   instruction), the file `pacic --profile` reads\n"
     "  --device D       cpu or cuda (default: cuda when built with it and a GPU answers)\n"
     "  --threads N      cores to use (default: all)\n"
+    "  --peer-timeout S seconds a stage waits for a neighbour before giving up (default 600;\n"
+    "                   0: forever)\n"
+    "  --connect-timeout S  seconds to find rank 0 and the neighbours when one process runs\n"
+    "                   each stage (default 120)\n"
+    "  --master-port P  rank 0's bootstrap port (default: MASTER_PORT, else 29500)\n"
     "  --quiet          print errors only\n"
     "  --help           this text\n";
 
@@ -98,7 +103,16 @@ int pr_train(pr_run *run, char *err)
     while (run->step < run->opt.steps) {
         pr_run_segment(run, seg++);
         int at_end = run->step == run->opt.steps;
-        if (run->val.tokens && ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end)) {
+        int want_eval = run->val.tokens && ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
+        int want_ckpt = (prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end;
+        // One process per stage: rank 0 evaluates and saves, with every stage's state.
+        if (run->opt.world > 1 && (want_eval || want_ckpt)) {
+            if (pr_gather_stages(run, want_ckpt, err) != 0)
+                return -1;
+            if (run->opt.rank != 0)
+                continue;
+        }
+        if (want_eval) {
             val_loss = pr_eval(run, &run->val, prog->eval_batches > 0 ? prog->eval_batches : 1);
             if (lg && lg->metrics)
                 fprintf(lg->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)run->step,
@@ -107,11 +121,12 @@ int pr_train(pr_run *run, char *err)
                 printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "",
                        (long long)run->step, val_loss);
         }
-        if ((prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end)
+        if (want_ckpt)
             if (pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
                 return -1;
     }
-    if (lg && !run->opt.quiet) {
+    // The summary comes from the process that runs the last stage (it has the losses).
+    if (lg && !run->opt.quiet && (run->opt.world <= 1 || run->opt.rank == run->p - 1)) {
         double wall = pr_now() - lg->begin;
         if (lg->tty)
             printf("\n");
@@ -233,6 +248,20 @@ static void sample(pr_run *run, int64_t n)
     free(text);
 }
 
+/* Seconds >= 0, fractions allowed. */
+static int parse_seconds(const char *flag, const char *value, double *out)
+{
+    char *end;
+    errno = 0;
+    double s = value ? strtod(value, &end) : -1;
+    if (!value || errno || *end || end == value || !(s >= 0) || s > 1e9) {
+        fprintf(stderr, "run: error: %s needs a number of seconds >= 0\n", flag);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
 static int parse_count(const char *flag, const char *value, int64_t min, int64_t *out)
 {
     char *end;
@@ -255,6 +284,19 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             return 1;
+        } else if (strcmp(a, "--peer-timeout") == 0 || strcmp(a, "--connect-timeout") == 0) {
+            if (parse_seconds(a, value, a[2] == 'p' ? &opt->peer_timeout : &opt->connect_timeout))
+                return -1;
+            i++;
+        } else if (strcmp(a, "--master-port") == 0) {
+            if (parse_count(a, value, 1, &n) != 0)
+                return -1;
+            if (n > 65535) {
+                fprintf(stderr, "run: error: --master-port needs a port in [1, 65535]\n");
+                return -1;
+            }
+            opt->master_port = (int)n;
+            i++;
         } else if (strcmp(a, "--resume") == 0) {
             opt->resume = 1;
         } else if (strcmp(a, "--quiet") == 0) {
@@ -330,11 +372,24 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
 
 int pr_main(int argc, char **argv, const pr_program *prog)
 {
-    pr_options opt = {0};
+    pr_options opt = {.peer_timeout = 600, .connect_timeout = PR_DEFAULT_CONNECT_TIMEOUT};
     int rc = parse_flags(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 1 : 0;
     char err[PR_ERR_LEN];
+    pr_launch launch;
+    if (pr_launch_parse((const char *const *)environ, prog->stages, opt.master_port, &launch,
+                        err) != 0) {
+        fprintf(stderr, "run: error: %s\n", err);
+        return 1;
+    }
+    opt.rank = launch.rank;
+    opt.world = launch.world;
+    if (opt.world > 1 && opt.sample > 0) {
+        fprintf(stderr, "run: error: rank %d: --sample runs in one process, not under %s\n",
+                launch.rank, pr_launcher_name(launch.launcher));
+        return 1;
+    }
     const paci_table *tab = prog->schedule;
     if (!opt.data)
         opt.data = prog->train_data;
@@ -354,8 +409,13 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     opt.trace = opt.trace_path != NULL;
     pr_blas_threads(opt.threads, prog->stages);
     pr_run run;
+    pr_bootstrap boot = {0};
     if (pr_run_init(&run, prog, &opt, err) != 0)
         return fail_main(&run, err);
+    if (opt.world > 1 && pr_launch_join(&run, &launch, opt.connect_timeout, &boot, err) != 0) {
+        pr_bootstrap_close(&boot);
+        return fail_main(&run, err);
+    }
     if (opt.sample > 0) {
         if (load_weights(&run, 1, err) != 0)
             return fail_main(&run, err);
@@ -394,6 +454,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         rc = write_profile(&run, opt.profile_out, err);
     if (rc != 0)
         return fail_main(&run, err);
+    pr_bootstrap_close(&boot);
     pr_run_free(&run);
     return 0;
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One process per stage on loopback (torchrun-style variables, TCP bootstrap and TCP links)
+# trains bit-identically to the threaded run: 1f1b at p = 2 and paci at p = 3, same losses,
+# weights and optimizer state. A peer that stops answering or dies ends the other process
+# with the stages named; a bad launch is refused with the variable named.
+source tests/e2e/lib.sh
+
+port=$((20000 + RANDOM % 20000))
+
+# ranks NAME P [run flags...]: runs NAME's program as P processes in $work/NAME-mp/rankR.
+ranks() {
+    local name=$1 p=$2 pids=() rc=0
+    shift 2
+    port=$((port + 1))
+    for ((r = 0; r < p; r++)); do
+        mkdir -p "$work/$name-mp/rank$r"
+        (cd "$work/$name-mp/rank$r" && RANK=$r WORLD_SIZE=$p MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            "$work/$name/run" --quiet --metrics metrics.jsonl --connect-timeout 60 "$@") &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    return $rc
+}
+
+for case in "1f1b 2" "paci 3"; do
+    set -- $case
+    name=$1-$2
+    small_model "$name" "$2" "$1" 4 20 10
+    train "$name"
+    ranks "$name" "$2" || fail "$name: a rank failed"
+    last=$(($2 - 1))
+    [ "$(losses "$name" | wc -l)" = 20 ] || fail "$name: expected 20 logged steps"
+    [ "$(losses "$name")" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$name-mp/rank$last/metrics.jsonl")" ] \
+        || fail "$name: the last rank's losses differ from the threaded run's"
+    for f in model.bin state.bin; do
+        cmp "$work/$name/ckpt/step_00000020/$f" "$work/$name-mp/rank0/ckpt/step_00000020/$f" \
+            || fail "$name: $f differs from the threaded run's"
+    done
+    [ "$(grep val_loss "$work/$name/metrics.jsonl")" = "$(grep val_loss "$work/$name-mp/rank0/metrics.jsonl")" ] \
+        || fail "$name: validation losses differ"
+done
+# The comparison must be able to fail: another schedule at the same p trains differently.
+cmp -s "$work/1f1b-2/ckpt/step_00000020/model.bin" "$work/paci-3-mp/rank0/ckpt/step_00000020/model.bin" \
+    && fail "1f1b at p = 2 and paci at p = 3 gave the same weights: the comparison is blind"
+
+# A bad launch names the variable.
+small_model bad 2 1f1b 4 20
+mkdir -p "$work/bad"
+"$pacic" "$work/bad.paci" -o "$work/bad/run"
+out=$(cd "$work/bad" && RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 ./run 2>&1) && fail "world 3 for 2 stages ran"
+[ "$out" = "run: error: WORLD_SIZE=3, but the program has 2 stages: start one process per stage (2), or one process for all" ] \
+    || fail "unexpected message: $out"
+out=$(cd "$work/bad" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 100)) ./run --quiet --connect-timeout 1 2>&1) \
+    && fail "rank 1 ran without rank 0"
+case "$out" in
+    "run: error: rank 1: cannot reach rank 0 at 127.0.0.1:$((port + 100)) within 1 s"*) ;;
+    *) fail "unexpected message: $out" ;;
+esac
+
+# stuck_peer SIGNAL PATTERN: starts a long 2-process run, sends SIGNAL to rank 0 once
+# rank 1 has logged a step, and expects rank 1 to exit 1 with a line matching PATTERN.
+stuck_peer() {
+    local signal=$1 pattern=$2
+    small_model long 2 1f1b 4 4000
+    "$pacic" "$work/long.paci" -o "$work/long.run"
+    port=$((port + 1))
+    mkdir -p "$work/long0" "$work/long1"
+    (cd "$work/long0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$work/long.run" --quiet --peer-timeout 2) &
+    local rank0=$!
+    (cd "$work/long1" && exec env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$work/long.run" --peer-timeout 2 >out.txt 2>err.txt) &
+    local rank1=$!
+    for ((i = 0; i < 600; i++)); do
+        grep -q '^step ' "$work/long1/out.txt" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q '^step ' "$work/long1/out.txt" || fail "rank 1 logged no step"
+    kill -"$signal" $rank0
+    local rc=0
+    wait $rank1 || rc=$?
+    kill -KILL $rank0 2>/dev/null || true
+    wait $rank0 2>/dev/null || true
+    [ $rc = 1 ] || fail "rank 1 exited with $rc after SIG$signal to rank 0"
+    grep -Eq "$pattern" "$work/long1/err.txt" || fail "unexpected message: $(cat "$work/long1/err.txt")"
+}
+# Rank 1 may be waiting on an activation, a credit for a gradient, or rank 0's gradient-norm
+# sums (1f1b clips by the global norm) when rank 0 stops: each names the peer and the cause.
+what='\(((waiting for|sending) micro-batch|gradient-norm sums of step) [0-9]+\)'
+stuck_peer STOP "^run: error: stage 1 \\(rank 1\\): (no message from (stage|rank) 0|stage 0 took no message) for 2 s $what\$"
+stuck_peer KILL "^run: error: stage 1 \\(rank 1\\): (stage|rank) 0 closed the connection $what\$"
+
+echo "one process per stage: 1f1b p = 2 and paci p = 3 identical to threads; stuck and dead peers end rank 1"
