@@ -48,6 +48,8 @@ run_model() {
 echo "pacic CPU benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: nproc $(nproc), $(lscpu | sed -n 's/^Model name: *//p' | head -1), load average" \
      "$(cut -d' ' -f1-3 /proc/loadavg) at start (the cores may be shared)"
+echo "OpenBLAS kernels: ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=}${OPENBLAS_CORETYPE:-chosen by the library}" \
+     "(the same for run, PyTorch and sgemm_rate)"
 echo
 
 # (a)
@@ -115,3 +117,6 @@ awk -v L="$L" -v C="$C" -v T="$T" -v V="$V" -v B="$B" -v pt="$pacic_tps" -v tt="
     if (ps > 0)
         printf "| 1F1B-flush / PACI time per step | %.2fx (theory 1.50x) |\n", fs / ps
 }'
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (above nproc, other processes take" \
+     "CPU from the stage threads, and an idle stage's core is no longer free time: the p = 2 ratio" \
+     "then falls towards 1)"
