@@ -4,6 +4,7 @@
 #   make test       every test (unit, golden, end-to-end)
 #   make study      the schedule study (docs/study.md): 16 training runs, about 15 minutes
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
+#   make sanitize   the tests under ASan+UBSan (build/asan) and the threads under TSan (build/tsan)
 #   make golden     regenerate the golden files after an intended change (review the diff)
 #   make install PREFIX=/usr/local
 #
@@ -17,7 +18,7 @@ LDLIBS  += -lm
 FLEX    ?= flex
 BISON   ?= bison
 PREFIX  ?= /usr/local
-B       := build
+B       ?= build
 
 COMPILER_SRC := $(wildcard compiler/*.c)
 COMPILER_OBJ := $(COMPILER_SRC:%.c=$(B)/obj/%.o) $(B)/obj/grammar/lexer.o $(B)/obj/grammar/parser.o
@@ -112,6 +113,27 @@ study: all
 bench: all
 	bench/cpu.sh
 
+# ---- sanitizers ---------------------------------------------------------------------
+# The whole suite (unit, golden, end-to-end, and the programs pacic generates in them,
+# through $$CC and $$PACIC_CFLAGS) under AddressSanitizer + UndefinedBehaviorSanitizer in
+# build/asan; then the threaded runtime (test_runtime, test_checkpoint and the e2e scripts
+# in TSAN_E2E) under ThreadSanitizer in build/tsan. ASAN_E2E limits the e2e scripts run
+# under ASan (names without .sh; empty: all). The fuzzers carry their own sanitizers.
+ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+TSAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+ASAN_E2E   ?=
+TSAN_E2E   ?= signals
+unit: $(UNIT_BIN)
+
+sanitize:
+	CC=clang CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" B=build/asan $(MAKE) --no-print-directory all unit
+	CC=clang PACIC_CFLAGS="$(ASAN_FLAGS)" PACI_BUILD=build/asan PACI_E2E="$(ASAN_E2E)" \
+	    PACI_FUZZ_SECONDS=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp tests/run.sh
+	CC=clang CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" B=build/tsan $(MAKE) --no-print-directory all unit
+	CC=clang PACIC_CFLAGS="$(TSAN_FLAGS)" PACI_BUILD=build/tsan PACI_UNIT="test_runtime test_checkpoint" \
+	    PACI_GOLDEN=0 PACI_E2E="$(TSAN_E2E)" OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh
+
 golden: all
 	tests/golden.sh --regenerate
 
@@ -130,6 +152,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study bench golden install clean train
+.PHONY: all data test study bench golden install clean train sanitize unit
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -5,6 +5,7 @@
  * check that the micro-batch that arrives is the one the table expects.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,11 +98,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     const paci_table *tab = prog->schedule;
     if (check_table(prog, tab, err) || pr_check_layout(prog, err))
         return -1;
-    run->prog = prog;
     // The device is chosen before run->prog is set: on failure pr_run_free has nothing to free.
     const pr_device *dev;
     if (pr_device_select(prog, opt ? opt->device : NULL, opt ? opt->quiet : 0, &dev, err) != 0)
         return -1;
+    run->prog = prog;
     run->tab = tab;
     if (opt)
         run->opt = *opt;
@@ -183,6 +184,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
     pthread_mutex_init(&run->stats_mu, NULL);
     run->start_time = pr_now();
+    run->stop_at = PR_NO_STOP;
     return 0;
 }
 
@@ -290,14 +292,20 @@ static float clip_scale(pr_run *run, pr_stage_rt *st)
     return pr_clip_scale(sqrt(total), prog->grad_clip);
 }
 
+/* PipeDream: the live weights go to stash slot aux-1 before a step changes them. */
+static void stash_live_weights(pr_run *run, pr_stage_rt *st, int aux)
+{
+    size_t n = (size_t)st->code->n_params;
+    run->dev->copy(st->index, st->stash + (size_t)(aux - 1) * n, st->params, n * sizeof(float));
+}
+
 static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
     const pr_program *prog = run->prog;
     const pr_device *dev = run->dev;
     if (in->aux > 0)
-        dev->copy(st->index, st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params, st->params,
-                  (size_t)sc->n_params * sizeof(float));
+        stash_live_weights(run, st, in->aux);
     float scale = clip_scale(run, st);
     double lr = pr_lr(prog, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1};
@@ -379,6 +387,76 @@ static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, 
         link_failed(run, st, peer, mb, rc, 1);
 }
 
+/* ---- early stops ---------------------------------------------------------------------- */
+
+static atomic_int stop_signal;
+
+void pr_request_stop(int signal_number)
+{
+    atomic_store(&stop_signal, signal_number);
+}
+
+int pr_stop_signal(void)
+{
+    return atomic_load(&stop_signal);
+}
+
+/* A stop travels down the pipeline in place of the first activation it cuts: the message
+ * carries STOP_MARK(step) as its micro-batch, never a real (non-negative) one. */
+#define STOP_MARK(step) (-2 - (int64_t)(step))
+
+/* Stage s > 0 learns the stop where the table has it receive the first cut micro-batch. */
+static void accept_stop(const pr_run *run, pr_stage_rt *st, int64_t mb, int64_t mark)
+{
+    int64_t stop = STOP_MARK(0) - mark;
+    if (stop * run->K != mb)
+        pr_internal("stage %d: a stop after step %lld arrived in place of micro-batch %lld",
+                    st->index, (long long)stop, (long long)mb);
+    st->cut_stop = stop;
+}
+
+/* Stage 0 decides the stop before its forward of mb: the step run->stop_at asks for, else,
+ * once a signal came, the step mb belongs to (finishing it, never starting the next). A
+ * stop at or past the segment's end is no stop: the segment drains there anyway. */
+static void decide_stop(const pr_run *run, pr_stage_rt *st, int64_t mb, int64_t segment_end)
+{
+    int64_t stop = run->stop_at;
+    if (stop == PR_NO_STOP && pr_stop_signal())
+        stop = (mb + run->K - 1) / run->K;
+    if (stop < segment_end)
+        st->cut_stop = stop;
+}
+
+/* The cut of a segment keeps exactly the instructions on micro-batches in
+ * [cut_from*K, cut_stop*K) and the steps numbered (cut_from, cut_stop]. It is the table's
+ * list restricted to a set of micro-batches, so it keeps the table's order, its link
+ * pairing and its freedom from deadlock, and every kept instruction sees the state it sees
+ * in the uninterrupted run. Returns whether `in` runs; sends the stop mark in place of the
+ * first cut activation. */
+static int keep(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb, int64_t segment_end)
+{
+    if (in->op == PACI_OP_STEP) {
+        int64_t step = ++st->steps_met;
+        // Starting mid-way, the forwards kept so far ran at the live weights (version
+        // cut_from); a stash the table fills at a step already done must hold them.
+        if (step <= st->cut_from && in->aux > 0)
+            stash_live_weights(run, st, in->aux);
+        return step > st->cut_from && step <= st->cut_stop;
+    }
+    if (mb < st->cut_from * run->K)
+        return 0;
+    if (st->index == 0 && in->op == PACI_OP_FWD && st->cut_stop == PR_NO_STOP)
+        decide_stop(run, st, mb, segment_end);
+    if (st->cut_stop == PR_NO_STOP || mb < st->cut_stop * run->K)
+        return 1;
+    if (in->op == PACI_OP_SEND_ACT && mb == st->cut_stop * run->K) {
+        const float *out = st->slots + (size_t)in->slot * (size_t)st->code->act_floats +
+                           st->code->out_offset;
+        link_send(run, st, &run->act[st->index], st->index + 1, STOP_MARK(st->cut_stop), out);
+    }
+    return 0;
+}
+
 /* One instruction, with mb already made absolute. */
 static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
 {
@@ -391,10 +469,16 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     int32_t *dev_tokens = st->dev_tokens + in->slot * BT, *dev_targets = st->dev_targets + in->slot * BT;
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
-    case PACI_OP_RECV_ACT:
-        expect_mb(st, in->op, mb, link_recv(run, st, &run->act[s - 1], s - 1, mb, slot + sc->in_offset), "the link");
+    case PACI_OP_RECV_ACT: {
+        int64_t got = link_recv(run, st, &run->act[s - 1], s - 1, mb, slot + sc->in_offset);
+        if (got <= STOP_MARK(0)) {
+            accept_stop(run, st, mb, got);
+            break;
+        }
+        expect_mb(st, in->op, mb, got, "the link");
         st->slot_mb[in->slot] = mb;
         break;
+    }
     case PACI_OP_FWD: {
         if (s > 0)
             expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
@@ -471,13 +555,15 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
 /* Runs instructions [first, first + n); rep >= 0 marks body repetition rep, whose
  * micro-batches, slots and stash slots shift as paci_body_instr says. */
 static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n, int64_t first_mb,
-                         int32_t rep)
+                         int32_t rep, int64_t segment_end)
 {
     for (int32_t i = first; i < first + n; i++) {
         paci_instr in = run->tab->instrs[i];
         if (rep >= 0)
             in = paci_body_instr(run->tab, st->index, in, rep);
-        execute(run, st, &in, in.op == PACI_OP_STEP ? -1 : first_mb + in.mb);
+        int64_t mb = in.op == PACI_OP_STEP ? -1 : first_mb + in.mb;
+        if (keep(run, st, &in, mb, segment_end))
+            execute(run, st, &in, mb);
     }
 }
 
@@ -495,11 +581,15 @@ static void *stage_thread(void *arg)
     pr_stage_rt *st = &run->stage[job->stage];
     const paci_program *pg = paci_segment_program(run->tab, job->seg);
     const paci_stage_program *sp = &pg->stage[job->stage];
-    int64_t first_mb = (int64_t)job->seg * run->tab->segment_steps * run->K;
-    execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1);
+    int64_t first_step = (int64_t)job->seg * run->tab->segment_steps;
+    int64_t first_mb = first_step * run->K, end = first_step + pg->steps;
+    st->cut_from = run->step;
+    st->cut_stop = PR_NO_STOP;
+    st->steps_met = first_step;
+    execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1, end);
     for (int32_t r = 0; r < pg->body_reps; r++)
-        execute_list(run, st, sp->body, sp->n_body, first_mb, r);
-    execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1);
+        execute_list(run, st, sp->body, sp->n_body, first_mb, r, end);
+    execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
     return NULL;
 }
 
@@ -519,8 +609,10 @@ void pr_run_segment(pr_run *run, int32_t seg)
     for (int s = first; s <= last; s++)
         pthread_join(threads[s], NULL);
     const paci_program *pg = paci_segment_program(run->tab, seg);
-    run->step += pg->steps;
-    run->steps_this_process += pg->steps;
+    int64_t end = (int64_t)seg * run->tab->segment_steps + pg->steps;
+    int64_t expected = run->stage[first].cut_stop < end ? run->stage[first].cut_stop : end;
+    run->steps_this_process += expected - run->step;
+    run->step = expected;
     run->train_time += pr_now() - start;
     for (int s = first; s <= last; s++)
         if (run->stage[s].t != run->step)

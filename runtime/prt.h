@@ -179,6 +179,10 @@ typedef struct pr_stage_rt {
     int64_t drift_max, drift_effective_max, drifting, backwards;
     pr_trace_event *trace;
     int64_t n_trace, cap_trace;
+    /* the cut of the running segment (see pr_run_segment): micro-batches from cut_from*K,
+     * steps after cut_from up to cut_stop (PR_NO_STOP until one is known); steps_met: the
+     * number of the last STEP instruction met (from the segment's first step) */
+    int64_t cut_from, cut_stop, steps_met;
 } pr_stage_rt;
 
 typedef struct pr_options {
@@ -218,6 +222,7 @@ typedef struct pr_run {
     /* called by the last stage after each step (logging); may be NULL */
     void (*on_step)(struct pr_run *run, int64_t step, double loss, double lr);
     void *user;
+    int64_t stop_at;                  /* pr_train: end the next segment after this step, or PR_NO_STOP */
 } pr_run;
 
 /* Validates program and table, lays out arenas and channels. Parameters are zero. */
@@ -225,6 +230,14 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
 void pr_run_free(pr_run *run);
 /* Runs segment seg (all stage threads, joined at the end); run->step advances. */
 void pr_run_segment(pr_run *run, int32_t seg);
+/* Early stops. A segment ends after step run->stop_at when that is set, or, once a stop
+ * was requested (SIGINT/SIGTERM), after the optimizer step stage 0 is feeding: stage 0
+ * stops issuing forwards there and every stage drains what is in flight, so the state
+ * is that of the uninterrupted run after that step. pr_run_segment also starts mid-way
+ * when run->step is inside the segment (resume after an early stop). */
+#define PR_NO_STOP INT64_MAX
+void pr_request_stop(int signal_number); /* async-signal-safe */
+int pr_stop_signal(void);                /* the signal that asked for the stop, or 0 */
 /* Mean loss of eval_batches micro-batches of `d`, forward through all stages (slot 0). */
 double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches);
 /* Full-model forward of B*T tokens; returns the last stage's B*T*V probabilities. */

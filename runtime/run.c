@@ -1,6 +1,7 @@
 /* run.c: the `run` command: flags, the training loop with evaluation and checkpoints at
  * drain boundaries, logging and metrics, sampling, and the measured trace. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,22 +90,26 @@ static void log_step(pr_run *run, int64_t step, double loss, double lr)
 }
 
 /* Evaluation and checkpoints happen only between segments, where every stage has drained:
- * that is what makes a resumed run continue bit-identically. */
+ * that is what makes a resumed run continue bit-identically. A stop requested by a signal
+ * cuts the segment after the step in progress (pr_run_segment drains it), saves a
+ * checkpoint there and returns 1. */
 int pr_train(pr_run *run, char *err)
 {
     const paci_table *tab = run->tab;
     const pr_program *prog = run->prog;
     logger *lg = run->user;
-    if (run->step % tab->segment_steps != 0 && run->step != tab->total_steps)
-        return pr_fail(err, "checkpoint at step %lld is not at a drain boundary of this schedule "
-                       "(every %d steps)", (long long)run->step, tab->segment_steps);
     int32_t seg = (int32_t)(run->step / tab->segment_steps);
     double val_loss = -1.0;
-    while (run->step < run->opt.steps) {
+    int stopped = 0;
+    while (run->step < run->opt.steps && !stopped) {
+        int64_t segment_end = (int64_t)seg * tab->segment_steps + paci_segment_program(tab, seg)->steps;
+        run->stop_at = run->opt.steps < segment_end ? run->opt.steps : PR_NO_STOP;
         pr_run_segment(run, seg++);
         int at_end = run->step == run->opt.steps;
-        int want_eval = run->val.tokens && ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
-        int want_ckpt = (prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end;
+        stopped = !at_end && run->step < segment_end;
+        int want_eval = !stopped && run->val.tokens &&
+                        ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
+        int want_ckpt = (prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end || stopped;
         // One process per stage: rank 0 evaluates and saves, with every stage's state.
         if (run->opt.world > 1 && (want_eval || want_ckpt)) {
             if (pr_gather_stages(run, want_ckpt, err) != 0)
@@ -124,6 +129,16 @@ int pr_train(pr_run *run, char *err)
         if (want_ckpt)
             if (pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
                 return -1;
+    }
+    if (stopped) {
+        if (run->opt.world <= 1 || run->opt.rank == 0) {
+            fflush(stdout);
+            fprintf(stderr, "%srun: stopped by %s after step %lld; checkpoint %s/step_%08lld "
+                    "(continue with --resume)\n", lg && lg->tty ? "\n" : "",
+                    pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM", (long long)run->step,
+                    run->opt.ckpt_dir, (long long)run->step);
+        }
+        return 1;
     }
     // The summary comes from the process that runs the last stage (it has the losses).
     if (lg && !run->opt.quiet && (run->opt.world <= 1 || run->opt.rank == run->p - 1)) {
@@ -275,6 +290,29 @@ static int parse_count(const char *flag, const char *value, int64_t min, int64_t
     return 0;
 }
 
+/* SIGINT and SIGTERM ask for a stop after the current step (pr_train saves a checkpoint
+ * there); the handler only records it. A second one acts as if unhandled: it ends the
+ * process at once, and the checkpoints on disk are as crash-safe as ever. */
+static void on_stop_signal(int signal_number)
+{
+    static const char note[] = "\nrun: stopping: finishing the current step, then saving a "
+                               "checkpoint (signal again to stop at once)\n";
+    pr_request_stop(signal_number);
+    ssize_t ignored = write(STDERR_FILENO, note, sizeof note - 1);
+    (void)ignored;
+}
+
+static void install_stop_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* Flags; returns 0 to go on, 1 after --help, -1 on a bad flag. */
 static int parse_flags(int argc, char **argv, pr_options *opt)
 {
@@ -399,11 +437,9 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         opt.ckpt_dir = prog->ckpt_dir ? prog->ckpt_dir : "checkpoints";
     if (tab && opt.steps == 0)
         opt.steps = tab->total_steps;
-    if (tab && (opt.steps > tab->total_steps ||
-                (opt.steps % tab->segment_steps != 0 && opt.steps != tab->total_steps))) {
-        fprintf(stderr, "run: error: --steps %lld: must be at most %d (the compiled total) and a "
-                "multiple of %d (where the schedule drains)\n", (long long)opt.steps,
-                tab->total_steps, tab->segment_steps);
+    if (tab && opt.steps > tab->total_steps) {
+        fprintf(stderr, "run: error: --steps %lld: must be at most %d (the compiled total)\n",
+                (long long)opt.steps, tab->total_steps);
         return 1;
     }
     opt.trace = opt.trace_path != NULL;
@@ -445,7 +481,10 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     }
     run.user = &lg;
     run.on_step = log_step;
+    install_stop_handlers();
     rc = pr_train(&run, err);
+    if (rc > 0)
+        rc = 0; // stopped by a signal, at a checkpoint
     if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
         rc = pr_fail(err, "%s: cannot write metrics", opt.metrics_path);
     if (rc == 0 && opt.trace_path)

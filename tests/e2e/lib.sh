@@ -2,7 +2,7 @@
 # compile-and-train helper. Sourced, not run.
 set -euo pipefail
 root=$(pwd)
-pacic=$root/build/bin/pacic
+pacic=$root/${PACI_BUILD:-build}/bin/pacic
 data=$root/examples/data
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
