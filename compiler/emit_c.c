@@ -207,10 +207,10 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "enum { FIRST_LAYER = %d, N_LAYERS = %d };", sp->first_layer, sp->n_layers);
     blank_line(sb);
     emit_line(sb, "/* AdamW hyperparameters (the learning rate and step come with each call). */");
-    emit_line(sb, "#define ADAMW_BETA1 %.9gf", cfg->beta1);
-    emit_line(sb, "#define ADAMW_BETA2 %.9gf", cfg->beta2);
-    emit_line(sb, "#define ADAMW_EPS %.9gf", cfg->eps);
-    emit_line(sb, "#define ADAMW_WEIGHT_DECAY %.9gf", cfg->weight_decay);
+    emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", cfg->beta1);
+    emit_line(sb, "#define ADAMW_BETA2 ((float)%.9g)", cfg->beta2);
+    emit_line(sb, "#define ADAMW_EPS ((float)%.9g)", cfg->eps);
+    emit_line(sb, "#define ADAMW_WEIGHT_DECAY ((float)%.9g)", cfg->weight_decay);
     blank_line(sb);
     emit_line(sb, "/* Kernels run their indices in order here: accumulation is a plain add. */");
     emit_line(sb, "#define RESTRICT restrict");
@@ -542,6 +542,7 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, ".eval_every = %ld, .eval_batches = %ld, .ckpt_every = %ld,", cfg->eval_every,
               cfg->eval_batches, cfg->ckpt_every);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);
+    emit_line(sb, ".on_nan = %d, /* 0: stop, 1: skip the step */", cfg->on_nan);
     emit_data_path(sb, "train_data", cfg->train_data);
     emit_data_path(sb, "val_data", cfg->val_data);
     emit_string_field(sb, "ckpt_dir", cfg->ckpt_dir);

@@ -40,9 +40,9 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     free(what);
     emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, BT = B * T };", cfg->micro,
               cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab);
-    emit_line(sb, "#define ADAMW_BETA1 %.9gf", cfg->beta1);
-    emit_line(sb, "#define ADAMW_BETA2 %.9gf", cfg->beta2);
-    emit_line(sb, "#define ADAMW_EPS %.9gf", cfg->eps);
+    emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", cfg->beta1);
+    emit_line(sb, "#define ADAMW_BETA2 ((float)%.9g)", cfg->beta2);
+    emit_line(sb, "#define ADAMW_EPS ((float)%.9g)", cfg->eps);
     emit_line(sb, "/* Indices run concurrently: accumulation shared between them is atomic. */");
     emit_line(sb, "#define RESTRICT __restrict__");
     emit_line(sb, "#define ATOMIC_ADD(ptr, value) atomicAdd((ptr), (value))");
