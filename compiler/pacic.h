@@ -193,6 +193,7 @@ typedef struct Config {
     char *ckpt_dir;         /* as written: relative to the folder `run` runs in */
     uint64_t seed;
     Precision precision;
+    int on_nan;             /* enum pr_on_nan: a non-finite loss or gradient stops or skips */
     /* hardware the cost model assumes */
     double device_flops;    /* FLOP/s per device for the chosen precision */
     double link_bandwidth;  /* bytes/s between neighbouring stages */

@@ -72,6 +72,7 @@ struct Sema {
 
 static const char *const bool_words[] = {"false", "true", NULL};
 static const char *const precision_words[] = {[PREC_FP32] = "fp32", [PREC_BF16] = "bf16", NULL};
+static const char *const on_nan_words[] = {[PR_ON_NAN_STOP] = "stop", [PR_ON_NAN_SKIP] = "skip", NULL};
 static const char *const decay_words[] = {
     [PR_DECAY_COSINE] = "cosine", [PR_DECAY_LINEAR] = "linear", [PR_DECAY_CONSTANT] = "constant",
     NULL};
@@ -179,6 +180,7 @@ static const KeyDef train_keys[] = {
     {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = 1e12, .required = true, .field = AT(steps)},
     {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = MAX_EXACT, .fallback = 1337, .field = AT(seed)},
     CHOICE_KEY("precision", precision, precision_words, PREC_FP32),
+    CHOICE_KEY("on_nan", on_nan, on_nan_words, PR_ON_NAN_STOP),
     BLOCK_KEY("optimizer", optimizer_block),
     BLOCK_KEY("lr_schedule", lr_schedule_block),
     BLOCK_KEY("eval", eval_block),

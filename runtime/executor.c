@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "prt.h"
 
@@ -241,6 +242,16 @@ static void expect_mb(const pr_stage_rt *st, int op, int64_t expected, int64_t g
                     op_name(op), (long long)expected, what, (long long)got);
 }
 
+/* Claims the right to end the process from a stage thread: exit() must run once, so a
+ * second stage failing at the same time waits, silent, for the first one's exit. */
+static void claim_exit(void)
+{
+    static atomic_flag exiting = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&exiting))
+        for (;;)
+            pause();
+}
+
 /* One process per stage: every rank publishes its stage's per-tensor sums and takes the
  * others', so the fold below sees every stage as the threaded run does. */
 static void exchange_sums(pr_run *run, pr_stage_rt *st)
@@ -273,9 +284,7 @@ static float clip_scale(pr_run *run, pr_stage_rt *st)
     if (prog->grad_clip <= 0.0)
         return 1.0f;
     const pr_stage_code *sc = st->code;
-    double *sums = st->tensor_sumsq[st->t & 1];
-    for (int i = 0; i < sc->n_tensors; i++)
-        sums[i] = run->dev->sumsq(st->index, st->grads + sc->tensors[i].offset, sc->tensors[i].size);
+    const double *sums = st->tensor_sumsq[st->t & 1];
     if (!prog->global_clip || run->p == 1)
         return pr_clip_scale(pr_fold_norm(sums, sc->n_tensors), prog->grad_clip);
     pthread_barrier_wait(&run->barrier);
@@ -299,6 +308,47 @@ static void stash_live_weights(pr_run *run, pr_stage_rt *st, int aux)
     run->dev->copy(st->index, st->stash + (size_t)(aux - 1) * n, st->params, n * sizeof(float));
 }
 
+/* A non-finite loss (read by the last stage) or gradient is caught at the optimizer step
+ * of the step it appears in, before any weight changes: one line names the step, the stage
+ * and the tensor. on_nan stop ends the process there, so no checkpoint after the fault is
+ * ever written; on_nan skip drops this stage's update (m, v and weights stay as they were)
+ * and goes on. The per-tensor sums of squares are finite exactly when every gradient is.
+ * Returns whether the update is to be skipped. */
+static int non_finite_step(pr_run *run, pr_stage_rt *st)
+{
+    const pr_stage_code *sc = st->code;
+    const double *sums = st->tensor_sumsq[st->t & 1];
+    char what[160] = "";
+    double loss = run->step_loss[st->t];
+    if (sc->has_head && !isfinite(loss))
+        snprintf(what, sizeof what, "the loss is not finite (%g)", loss);
+    for (int i = 0; i < sc->n_tensors && !what[0]; i++)
+        if (!isfinite(sums[i]))
+            snprintf(what, sizeof what, "the gradient of %s is not finite (sum of squares %g)",
+                     sc->tensors[i].name, sums[i]);
+    // Clipping by the global norm makes the decision global: every stage sees the sums.
+    int global = run->prog->global_clip && run->prog->grad_clip > 0.0 && run->p > 1;
+    for (int s = 0; global && s < run->p && !what[0]; s++)
+        for (int i = 0; i < run->stage[s].code->n_tensors && !what[0]; i++)
+            if (!isfinite(run->stage[s].tensor_sumsq[st->t & 1][i]))
+                snprintf(what, sizeof what, "stage %d's gradient of %s is not finite (the "
+                         "clipping norm is global)", s, run->stage[s].code->tensors[i].name);
+    if (!what[0])
+        return 0;
+    if (run->prog->on_nan != PR_ON_NAN_SKIP)
+        claim_exit();
+    fflush(stdout);
+    if (run->prog->on_nan == PR_ON_NAN_SKIP) {
+        fprintf(stderr, "run: warning: step %lld, stage %d: %s; the step is skipped "
+                "(on_nan skip)\n", (long long)st->t + 1, st->index, what);
+        return 1;
+    }
+    fprintf(stderr, "run: error: step %lld, stage %d: %s; stopping before the update, no "
+            "checkpoint written (on_nan skip would drop the step instead)\n",
+            (long long)st->t + 1, st->index, what);
+    exit(1);
+}
+
 static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
@@ -306,7 +356,17 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     const pr_device *dev = run->dev;
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
+    double *sums = st->tensor_sumsq[st->t & 1];
+    for (int i = 0; i < sc->n_tensors; i++)
+        sums[i] = dev->sumsq(st->index, st->grads + sc->tensors[i].offset, sc->tensors[i].size);
     float scale = clip_scale(run, st);
+    if (non_finite_step(run, st)) {
+        dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
+        st->t++;
+        if (sc->has_head && run->on_step)
+            run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, pr_lr(prog, st->t));
+        return;
+    }
     double lr = pr_lr(prog, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1};
     dev->adamw(prog, st->index, &args);
@@ -341,6 +401,7 @@ static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double star
 static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int64_t mb, int rc,
                         int sending)
 {
+    claim_exit();
     fflush(stdout);
     if (rc == PR_LINK_TIMEOUT && !sending)
         fprintf(stderr, "run: error: stage %d (rank %d): no message from stage %d for %g s "

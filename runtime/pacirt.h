@@ -113,6 +113,7 @@ typedef struct pr_stage_code {
 } pr_stage_code;
 
 enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };
+enum pr_on_nan { PR_ON_NAN_STOP, PR_ON_NAN_SKIP };
 
 typedef struct pr_program {
     const char *source;      /* the DSL file this was compiled from */
@@ -139,6 +140,8 @@ typedef struct pr_program {
     /* the GPU path, generated when pacic found a CUDA toolkit; NULL without one */
     const struct pr_cuda_stage *cuda;          /* per stage */
     const struct pr_device *cuda_device;       /* the CUDA device layer (libpacirt_cuda.a) */
+    /* a non-finite loss or gradient: stop the run (no checkpoint) or skip that step */
+    int32_t on_nan;                            /* enum pr_on_nan */
 } pr_program;
 
 /* ---- the GPU path (runtime/cuda/, libpacirt_cuda.a): what generated CUDA host code calls -- */

@@ -126,6 +126,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.cfg.ckpt_dir, "checkpoints");
     assert_int_equal(c.cfg.seed, 1337);
     assert_int_equal(c.cfg.precision, PREC_FP32);
+    assert_int_equal(c.cfg.on_nan, PR_ON_NAN_STOP);
     assert_true(c.cfg.device_flops == 494e12);
     assert_true(c.cfg.link_bandwidth == 450e9);
     assert_true(c.cfg.link_latency == 5e-6);
@@ -238,6 +239,19 @@ static void test_bf16_flops_and_precision(void **state)
     assert_true(c.ok);
     assert_int_equal(c.cfg.precision, PREC_BF16);
     assert_true(c.cfg.device_flops == 989e12);
+    done(&c);
+}
+
+/* on_nan skip sets the runtime's enum; any other word is an error listing the two. */
+static void test_on_nan(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; on_nan skip }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.on_nan, PR_ON_NAN_SKIP);
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 5; on_nan ignore }\n");
+    assert_false(c.ok);
     done(&c);
 }
 
@@ -706,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_warmup_percentage_rounds_and_keeps_one),
         cmocka_unit_test(test_global_sets_window),
         cmocka_unit_test(test_bf16_flops_and_precision),
+        cmocka_unit_test(test_on_nan),
         cmocka_unit_test(test_schedules_by_name),
         cmocka_unit_test(test_split_and_spans),
         cmocka_unit_test(test_data_paths_resolve_against_the_file),
