@@ -482,6 +482,9 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     run.user = &lg;
     run.on_step = log_step;
     install_stop_handlers();
+    // A file-size limit then fails a checkpoint write with EFBIG, reported like a full disk,
+    // instead of killing the process.
+    signal(SIGXFSZ, SIG_IGN);
     rc = pr_train(&run, err);
     if (rc > 0)
         rc = 0; // stopped by a signal, at a checkpoint

@@ -58,3 +58,20 @@ for case in "1f1b 1" "paci 3"; do
     echo "$schedule (checkpoint every $every): $kills SIGKILLs, $in_save during a save," \
          "$done_early finished first; every checkpoint loaded; final state bit-identical"
 done
+
+# A disk that fills up during a save (a file-size limit: EFBIG, as ENOSPC would be): one
+# error line naming the file, exit 1, no half-written folder, the previous checkpoint still
+# `latest`; once there is room, --resume goes on from it to the same final state.
+small_model full 2 1f1b 2 8 0 2
+train full --steps 4
+(ulimit -f 16 && cd "$work/full" && ./run --quiet --resume 2> err.txt) && fail "disk full: the run did not fail"
+grep -Eq "^run: error: ckpt/step_00000006.tmp/model.bin: write failed: File too large$" "$work/full/err.txt" \
+    || fail "disk full: unexpected message: $(cat "$work/full/err.txt")"
+[ "$(cat "$work/full/ckpt/latest")" = step_00000004 ] || fail "disk full: latest moved"
+compgen -G "$work/full/ckpt/*.tmp" > /dev/null && fail "disk full: a half-written folder is left"
+(cd "$work/full" && ./run --quiet --resume) || fail "disk full: resume after the failure"
+small_model straight 2 1f1b 2 8 0 2
+train straight
+cmp -s "$work/full/ckpt/step_00000008/model.bin" "$work/straight/ckpt/step_00000008/model.bin" \
+    || fail "disk full: the resumed run differs from the uninterrupted one"
+echo "disk full during a save: $(cat "$work/full/err.txt"); step 4 kept; resumed to the same state"

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "toy_model.h"
@@ -207,6 +209,180 @@ static void test_shape_mismatch(void **state)
     pr_run_free(&run);
 }
 
+/* ---- malformed checkpoints: every reader error path, one case each ------------------- */
+
+static unsigned char *pristine[2];
+static long pristine_size[2];
+static const char *const ckpt_files[2] = {"model.bin", "state.bin"};
+
+static void file_path(char *out, size_t size, int which)
+{
+    snprintf(out, size, "%s/step_00000007/%s", ckpt, ckpt_files[which]);
+}
+
+static unsigned char *slurp(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *data = malloc((size_t)*size);
+    assert_int_equal(fread(data, 1, (size_t)*size, f), (size_t)*size);
+    fclose(f);
+    return data;
+}
+
+/* Writes file `which` as the pristine bytes, cut to `size` (or grown with zeros), with
+ * `bytes` bytes of `value` (little-endian) at `offset` when bytes > 0. */
+static void write_variant(int which, long size, long offset, int64_t value, int bytes)
+{
+    char path[800];
+    file_path(path, sizeof path, which);
+    FILE *f = fopen(path, "wb");
+    for (long i = 0; i < size; i++) {
+        unsigned char byte = i < pristine_size[which] ? pristine[which][i] : 0;
+        if (bytes > 0 && i >= offset && i < offset + bytes)
+            byte = (unsigned char)((uint64_t)value >> (8 * (i - offset)));
+        fputc(byte, f);
+    }
+    fclose(f);
+}
+
+static void restore(void)
+{
+    for (int which = 0; which < 2; which++)
+        write_variant(which, pristine_size[which], 0, 0, 0);
+}
+
+/* The load fails with one line that names a file of the checkpoint folder and says `what`,
+ * and leaves the run as it was. */
+static void expect_load_error(pr_run *run, const char *what)
+{
+    char err[PR_ERR_LEN];
+    run->step = 3;
+    assert_int_equal(pr_ckpt_load_latest(run, ckpt, err), -1);
+    if (!strstr(err, ckpt) || !strstr(err, what))
+        fail_msg("error '%s' does not name %s and say '%s'", err, ckpt, what);
+    assert_null(strchr(err, '\n'));
+    assert_int_equal(run->step, 3);
+    restore();
+}
+
+static void write_latest(const char *text)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/latest", ckpt);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_malformed_checkpoints(void **state)
+{
+    char err[PR_ERR_LEN], path[800];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    run.step = 7;
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), 0);
+    for (int which = 0; which < 2; which++) {
+        file_path(path, sizeof path, which);
+        pristine[which] = slurp(path, &pristine_size[which]);
+    }
+    long model = pristine_size[0], state_bytes = pristine_size[1];
+    enum { MODEL, STATE };
+    // model.bin
+    write_variant(MODEL, 0, 0, 0, 0);
+    expect_load_error(&run, "model.bin: truncated header");
+    write_variant(MODEL, 1000, 0, 0, 0);
+    expect_load_error(&run, "model.bin: truncated header");
+    write_variant(MODEL, model, 0, 1234, 4);
+    expect_load_error(&run, "model.bin: magic is 1234");
+    write_variant(MODEL, model, 4, 2, 4);
+    expect_load_error(&run, "model.bin: version is 2");
+    write_variant(MODEL, model, 28, 20, 4); // a padded vocabulary: llm.c init only
+    expect_load_error(&run, "model.bin: padded vocab is 20");
+    write_variant(MODEL, model - 4, 0, 0, 0);
+    expect_load_error(&run, "the shape needs");
+    write_variant(MODEL, model + 4, 0, 0, 0);
+    expect_load_error(&run, "the shape needs");
+    file_path(path, sizeof path, MODEL);
+    unlink(path);
+    expect_load_error(&run, "model.bin: cannot open checkpoint");
+    // state.bin: 16 int64 header fields, then m, v, lm_head
+    write_variant(STATE, 0, 0, 0, 0);
+    expect_load_error(&run, "state.bin: truncated header");
+    write_variant(STATE, 100, 0, 0, 0);
+    expect_load_error(&run, "state.bin: truncated header");
+    write_variant(STATE, state_bytes, 0, 7, 8);
+    expect_load_error(&run, "state.bin: magic is 7");
+    write_variant(STATE, state_bytes, 8, 9, 8);
+    expect_load_error(&run, "state.bin: version is 9");
+    write_variant(STATE, state_bytes, 56, 1, 8);
+    expect_load_error(&run, "state.bin: tied is 1");
+    write_variant(STATE, state_bytes, 80, 1000000000000, 8);
+    expect_load_error(&run, "step 1000000000000");
+    write_variant(STATE, state_bytes, 80, -1, 8);
+    expect_load_error(&run, "step -1");
+    write_variant(STATE, state_bytes, 88, (int64_t)1 << 40, 8);
+    expect_load_error(&run, "size 1099511627776 does not fit");
+    write_variant(STATE, state_bytes - 4, 0, 0, 0);
+    expect_load_error(&run, "state.bin: truncated or oversized state");
+    write_variant(STATE, state_bytes + 1, 0, 0, 0);
+    expect_load_error(&run, "state.bin: truncated or oversized state");
+    file_path(path, sizeof path, STATE);
+    unlink(path);
+    expect_load_error(&run, "state.bin: cannot open checkpoint state");
+    // latest
+    write_latest("../elsewhere\n");
+    expect_load_error(&run, "not a checkpoint folder");
+    write_latest("step_00000099\n");
+    expect_load_error(&run, "step_00000099/model.bin: cannot open checkpoint");
+    write_latest("");
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 1); // an empty name: none yet
+    write_latest("step_00000007\n");
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
+    free(pristine[0]);
+    free(pristine[1]);
+    pr_run_free(&run);
+}
+
+/* A disk that fills up (here: a file-size limit, EFBIG, as ENOSPC would) during a save:
+ * one error naming the file, no half-written folder left, the previous checkpoint still
+ * `latest` and loadable. */
+static void test_disk_full_during_save(void **state)
+{
+    char err[PR_ERR_LEN], path[800];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    assert_int_equal(pr_ckpt_save(&run, ckpt, err), 0);
+    run.step = 7;
+    struct rlimit saved, small;
+    getrlimit(RLIMIT_FSIZE, &saved);
+    small = saved;
+    small.rlim_cur = 2000; // model.bin of the toy model is 5 KB
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = pr_ckpt_save(&run, ckpt, err);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, SIG_DFL);
+    assert_int_equal(rc, -1);
+    if (!strstr(err, "step_00000007.tmp/model.bin: write failed: File too large"))
+        fail_msg("unexpected error '%s'", err);
+    snprintf(path, sizeof path, "%s/step_00000007.tmp", ckpt);
+    struct stat st;
+    assert_int_not_equal(stat(path, &st), 0);
+    pr_run_free(&run);
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    run.step = 5;
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 0);
+    pr_run_free(&run);
+}
+
 /* llm.c pads the vocabulary: only the first V rows of wte are ours; lm_head copies wte. */
 static void test_llmc_init_padded(void **state)
 {
@@ -272,6 +448,8 @@ int main(void)
         cmocka_unit_test(test_unwritable_folder),
         cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_llmc_init_padded),
+        cmocka_unit_test(test_malformed_checkpoints),
+        cmocka_unit_test(test_disk_full_during_save),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

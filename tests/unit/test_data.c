@@ -102,6 +102,28 @@ static void test_too_few_tokens(void **state)
     free(t);
 }
 
+/* A token part of odd length, a negative or INT32_MAX count, and a folder in place of the
+ * file: each is an error naming the file, and nothing is allocated for a huge count. */
+static void test_odd_size_huge_count_and_folder(void **state)
+{
+    uint16_t *t = counting(100, 256);
+    write_token_file(PR_TOKENS_MAGIC, 1, 100, t, 100, 1024);
+    FILE *f = fopen(path, "ab");
+    fputc(7, f); // half a token
+    fclose(f);
+    expect_error("header declares 100 tokens but the file holds 201 bytes of tokens");
+    write_token_file(PR_TOKENS_MAGIC, 1, -5, t, 100, 1024);
+    expect_error("declares -5 tokens");
+    write_token_file(PR_TOKENS_MAGIC, 1, 2147483647, t, 100, 1024);
+    expect_error("header declares 2147483647 tokens");
+    free(t);
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", path);
+    snprintf(path, sizeof path, "%s", dir);
+    expect_error("not a regular file");
+    snprintf(path, sizeof path, "%s", saved);
+}
+
 /* Micro-batch g reads chunks (g*B + b) mod chunks; targets are inputs shifted by one. */
 static void test_batch_positions(void **state)
 {
@@ -180,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_missing),
         cmocka_unit_test(test_empty_and_truncated_header),
         cmocka_unit_test(test_wrong_magic_and_version),
+        cmocka_unit_test(test_odd_size_huge_count_and_folder),
         cmocka_unit_test(test_declared_count),
         cmocka_unit_test(test_token_out_of_range),
         cmocka_unit_test(test_too_few_tokens),
