@@ -76,6 +76,7 @@ char *read_file(const char *path, size_t *len)
         return NULL;
     size_t cap = 4096, n = 0;
     char *buf = xmalloc(cap);
+    errno = 0;
     for (;;) {
         if (n + 1 >= cap)
             buf = xrealloc(buf, cap *= 2);
@@ -84,11 +85,11 @@ char *read_file(const char *path, size_t *len)
         if (got == 0)
             break;
     }
-    int failed = ferror(f);
+    int failed = ferror(f), reason = errno; // fread's own reason, e.g. EISDIR for a folder
     fclose(f);
     if (failed) {
         free(buf);
-        errno = EIO;
+        errno = reason ? reason : EIO;
         return NULL;
     }
     buf[n] = '\0';
