@@ -123,6 +123,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         floats_of[s] = 4 * n + slots * sc->act_floats + tab->stash[s] * n + sc->scratch_floats + 2 * BTC;
         bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) + slots * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
     }
+    // One process per stage: this process's stages go on its launcher-given GPU.
+    if (opt && opt->world > 1 && dev->pin && dev->pin(opt->local_rank, err) != 0)
+        return -1;
     if (dev->check_memory(prog, bytes_of, err) != 0)
         return -1;
     for (int s = 0; s < run->p; s++)
@@ -186,6 +189,10 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     pthread_mutex_init(&run->stats_mu, NULL);
     run->start_time = pr_now();
     run->stop_at = PR_NO_STOP;
+    // One process: links between stages on different GPUs go native where the device has a
+    // transport; between processes pr_launch_join opens them once the ranks have met.
+    if (run->opt.world <= 1 && dev->links && dev->links->open_local(run, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -193,6 +200,8 @@ void pr_run_free(pr_run *run)
 {
     if (!run->prog || !run->dev) /* nothing was allocated before the device was set */
         return;
+    if (run->links)
+        run->links->close(run);
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         run->dev->release(s, st->arena);
@@ -399,11 +408,15 @@ static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double star
 /* A peer that stops answering or goes away ends this process with the stages named; the
  * peer's own neighbours then see this one go, so every process of the run exits. */
 static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int64_t mb, int rc,
-                        int sending)
+                        int sending, const char *why)
 {
     claim_exit();
     fflush(stdout);
-    if (rc == PR_LINK_TIMEOUT && !sending)
+    if (rc == PR_LINK_ERROR)
+        fprintf(stderr, "run: error: stage %d (rank %d): the %s link with stage %d failed: %s (%s "
+                "micro-batch %lld)\n", st->index, run->opt.rank, run->links ? run->links->name : "?",
+                peer, why, sending ? "sending" : "waiting for", (long long)mb);
+    else if (rc == PR_LINK_TIMEOUT && !sending)
         fprintf(stderr, "run: error: stage %d (rank %d): no message from stage %d for %g s "
                 "(waiting for micro-batch %lld)\n", st->index, run->opt.rank, peer,
                 run->opt.peer_timeout, (long long)mb);
@@ -418,17 +431,41 @@ static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int6
     exit(1);
 }
 
-/* Receives micro-batch mb from stage `peer` into device memory at dst: directly on a
- * host-memory device, else through the stage's host staging buffer. Returns the micro-batch
- * that arrived. */
+/* The link `link` points at (an element of run->act or run->grad) as the native transport
+ * sees it from stage st; 0 when the channel carries it. */
+static int native_use(const pr_run *run, const pr_stage_rt *st, const pr_channel *link, int sending,
+                      pr_link_use *u)
+{
+    int grad = link >= run->grad && link < run->grad + PACI_MAX_STAGES;
+    int index = (int)(link - (grad ? run->grad : run->act));
+    if (!run->native[grad][index])
+        return 0;
+    int op = grad ? (sending ? PACI_OP_SEND_GRAD : PACI_OP_RECV_GRAD)
+                  : (sending ? PACI_OP_SEND_ACT : PACI_OP_RECV_ACT);
+    if (pr_link_of(op, st->index, run->p, u) != 0 || u->index != index)
+        pr_internal("stage %d: link %d is not one of its own", st->index, index);
+    return 1;
+}
+
+/* Receives micro-batch mb from stage `peer` into device memory at dst: over the native
+ * transport where it carries the link, directly on a host-memory device, else through the
+ * stage's host staging buffer. Returns the micro-batch that arrived. */
 static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
                          float *dst)
 {
     int64_t got = -1;
+    pr_link_use u;
+    if (native_use(run, st, link, 0, &u)) {
+        char why[PR_ERR_LEN] = "";
+        int rc = run->links->recv(run, st->index, &u, dst, &got, why);
+        if (rc != PR_LINK_OK)
+            link_failed(run, st, peer, mb, rc, 0, why);
+        return got;
+    }
     float *into = run->dev->host_memory ? dst : st->staging;
     int rc = pr_channel_recv_timed(link, into, &got);
     if (rc != PR_LINK_OK)
-        link_failed(run, st, peer, mb, rc, 0);
+        link_failed(run, st, peer, mb, rc, 0, "");
     if (!run->dev->host_memory)
         run->dev->upload(st->index, dst, st->staging, (size_t)link->floats * sizeof(float));
     return got;
@@ -439,13 +476,21 @@ static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
 static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
                       const float *src)
 {
+    pr_link_use u;
+    if (native_use(run, st, link, 1, &u)) {
+        char why[PR_ERR_LEN] = "";
+        int rc = run->links->send(run, st->index, &u, mb, src, why);
+        if (rc != PR_LINK_OK)
+            link_failed(run, st, peer, mb, rc, 1, why);
+        return;
+    }
     if (!run->dev->host_memory) {
         run->dev->download(st->index, st->staging, src, (size_t)link->floats * sizeof(float));
         src = st->staging;
     }
     int rc = pr_channel_send_timed(link, mb, src);
     if (rc != PR_LINK_OK)
-        link_failed(run, st, peer, mb, rc, 1);
+        link_failed(run, st, peer, mb, rc, 1, "");
 }
 
 /* ---- early stops ---------------------------------------------------------------------- */

@@ -247,14 +247,16 @@ static int connect_links(pr_run *run, const pr_bootstrap *b, double deadline, ch
 int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_bootstrap *b,
                    char *err)
 {
-    if (!run->dev->host_memory)
-        return pr_fail(err, "rank %d: one process per stage runs on the CPU device only in this "
-                       "build (the NCCL transport is not wired into the executor yet)", l->rank);
+    // Stage memory off the host can only travel over the device's own transport (NCCL).
+    int native = !run->dev->host_memory;
+    if (native && !run->dev->links)
+        return pr_fail(err, "rank %d: one process per stage on the %s device needs a transport "
+                       "between its memories, and this build has none", l->rank, run->dev->name);
     double deadline = pr_now() + connect_timeout;
     uint16_t port = 0;
     int listener = -1;
     char why[PR_ERR_LEN];
-    if (l->rank + 1 < l->world && (listener = pr_sock_listen(0, 4, &port, why)) < 0)
+    if (!native && l->rank + 1 < l->world && (listener = pr_sock_listen(0, 4, &port, why)) < 0)
         return pr_fail(err, "rank %d: %s", l->rank, why);
     if (l->rank == 0) {
         // The id names this run, so neighbour links from another run are refused.
@@ -265,7 +267,9 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
         }
     }
     int rc = pr_bootstrap_tcp(l, connect_timeout, port, b, err);
-    if (rc == 0 && l->rank > 0)
+    if (rc == 0 && native)
+        rc = run->dev->links->open_ranks(run, b, err);
+    else if (rc == 0 && l->rank > 0)
         rc = connect_links(run, b, deadline, err);
     if (rc == 0 && listener >= 0)
         rc = accept_links(run, b, listener, deadline, err);
@@ -278,22 +282,33 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
 }
 
 /* Rank 0 receives every other stage's parameters (and moments, for a checkpoint), so its
- * copy of the whole model is current for evaluation and saving. */
+ * copy of the whole model is current for evaluation and saving. Stage memory off the host
+ * (GPU) travels through host buffers: downloaded before sending, uploaded after receiving. */
 int pr_gather_stages(pr_run *run, int with_moments, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
-    for (int which = 0; which < (with_moments ? 3 : 1); which++) {
-        void *dst[PACI_MAX_STAGES] = {0};
+    const pr_device *dev = run->dev;
+    int rc = 0;
+    for (int which = 0; which < (with_moments ? 3 : 1) && rc == 0; which++) {
+        void *dst[PACI_MAX_STAGES] = {0}, *stage_mem[PACI_MAX_STAGES] = {0};
         size_t bytes[PACI_MAX_STAGES] = {0};
         for (int s = 0; s < run->p; s++) {
             pr_stage_rt *st = &run->stage[s];
-            dst[s] = which == 0 ? st->params : which == 1 ? st->m : st->v;
+            stage_mem[s] = which == 0 ? st->params : which == 1 ? st->m : st->v;
             bytes[s] = (size_t)st->code->n_params * sizeof(float);
+            dst[s] = dev->host_memory ? stage_mem[s] : pr_alloc(bytes[s]);
         }
+        if (!dev->host_memory && b->rank > 0)
+            dev->download(b->rank, dst[b->rank], stage_mem[b->rank], bytes[b->rank]);
         char why[PR_ERR_LEN];
-        if (pr_bootstrap_gather(b, dst[b->rank], bytes[b->rank], dst, bytes, why) != 0)
-            return pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)",
-                           b->rank, b->rank, why, (long long)run->step);
+        rc = pr_bootstrap_gather(b, dst[b->rank], bytes[b->rank], dst, bytes, why);
+        if (rc != 0)
+            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)", b->rank,
+                    b->rank, why, (long long)run->step);
+        for (int s = 1; s < run->p && !dev->host_memory && rc == 0 && b->rank == 0; s++)
+            dev->upload(s, stage_mem[s], dst[s], bytes[s]);
+        for (int s = 0; s < run->p && !dev->host_memory; s++)
+            free(dst[s]);
     }
-    return 0;
+    return rc;
 }

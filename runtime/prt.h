@@ -72,7 +72,8 @@ typedef struct pr_channel {
     int in_flight;   /* socket messages sent and not yet acknowledged */
 } pr_channel;
 
-enum { PR_LINK_OK = 0, PR_LINK_TIMEOUT = -1, PR_LINK_CLOSED = -2 };
+/* PR_LINK_ERROR: a native transport failed (its words are in the caller's err). */
+enum { PR_LINK_OK = 0, PR_LINK_TIMEOUT = -1, PR_LINK_CLOSED = -2, PR_LINK_ERROR = -3 };
 
 void pr_channel_init(pr_channel *c, int capacity, int64_t floats);
 void pr_channel_destroy(pr_channel *c);
@@ -87,7 +88,54 @@ int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb);
 /* Makes the channel one end of a link to another process (it closes fd when destroyed). */
 void pr_channel_attach_socket(pr_channel *c, int fd);
 
+/* ---- links.c: the links between neighbouring stages, as the instructions use them -------- */
+
+/* The pair (i, i+1) has two directed links: act[i] carries activations i -> i+1, grad[i]
+ * carries gradients i+1 -> i. A native transport gives each directed link a communicator of
+ * its own with two ranks, the sender 0 and the receiver 1, so the link's messages are that
+ * communicator's messages in order. The order of the kinds is the layout of the id exchange. */
+enum { PR_LINK_ACT = 0, PR_LINK_GRAD = 1, PR_LINK_KINDS };
+
+typedef struct pr_link_use {
+    int kind;                 /* PR_LINK_ACT or PR_LINK_GRAD */
+    int index;                /* the pair (index, index + 1) */
+    int sending;              /* 1: the stage sends on the link, 0: it receives */
+    int peer;                 /* the stage at the other end */
+    int self_rank, peer_rank; /* in the link's communicator: sender 0, receiver 1 */
+} pr_link_use;
+
+/* The link that op (RECV_ACT, SEND_ACT, RECV_GRAD, SEND_GRAD) of `stage` uses, of a pipeline
+ * of `stages`; -1 for other ops and for a peer outside the pipeline. */
+int pr_link_of(int op, int stage, int stages, pr_link_use *out);
+/* Whether the link between stages on GPUs gpu_lo and gpu_hi needs the native transport:
+ * always between processes (world > 1), else only when the two GPUs differ (stages sharing
+ * a GPU keep the in-process channel). */
+int pr_link_native(int world, int gpu_lo, int gpu_hi);
+
 /* ---- device.c: where a stage's state lives and its code runs (cpu | cuda) -------------- */
+
+struct pr_run;
+struct pr_bootstrap;
+
+/* A device's native transport between stages (CUDA: NCCL, runtime/cuda/nccl_transport.c).
+ * It carries the links marked in run->native; the others stay in-process channels. Sends
+ * and receives keep the channel's contract: a send returns once the message is taken from
+ * `src` and blocks only while `channel_capacity` earlier messages on the link are
+ * unreceived; a receive blocks until the next message is in `dst`. Both wait at most the
+ * peer timeout, then return PR_LINK_TIMEOUT (PR_LINK_ERROR with err on a transport error). */
+typedef struct pr_link_ops {
+    const char *name;
+    /* One process: carries the links between stages on different GPUs. 0 also when it
+     * carries none (library missing: a notice, and the host channels carry them). */
+    int (*open_local)(struct pr_run *run, char *err);
+    /* One process per stage: this rank's links, set up through the bootstrap's line. */
+    int (*open_ranks)(struct pr_run *run, struct pr_bootstrap *b, char *err);
+    int (*send)(struct pr_run *run, int stage, const pr_link_use *u, int64_t mb, const float *src,
+                char *err);
+    int (*recv)(struct pr_run *run, int stage, const pr_link_use *u, float *dst, int64_t *mb,
+                char *err);
+    void (*close)(struct pr_run *run);
+} pr_link_ops;
 
 /* A device layer. The executor reaches stage memory and stage code only through this table,
  * so one executor drives the CPU and the GPU, and a transport moves a stage's buffers with
@@ -114,6 +162,10 @@ typedef struct pr_device {
     void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
     void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
     void (*close_stage)(int stage);
+    /* One process per stage: every stage of this process goes on GPU `gpu` (the local
+     * rank); -1 with err when there is no such GPU. NULL: nothing to choose. */
+    int (*pin)(int gpu, char *err);
+    const pr_link_ops *links; /* the native transport, NULL: in-process channels only */
 } pr_device;
 
 extern const pr_device pr_device_cpu;
@@ -196,6 +248,7 @@ typedef struct pr_options {
     /* one process per stage (world > 1): this process runs stage `rank` only, and `boot`
      * is its line to rank 0 (gradient-norm sums, checkpoint gathers) */
     int rank, world;
+    int local_rank;         /* the launcher's local rank: the GPU of this process */
     struct pr_bootstrap *boot;
     double connect_timeout; /* --connect-timeout: seconds to find rank 0 and the neighbours */
     int master_port;        /* --master-port; 0: MASTER_PORT or the default */
@@ -211,6 +264,9 @@ typedef struct pr_run {
     pr_stage_rt stage[PACI_MAX_STAGES];
     pr_channel act[PACI_MAX_STAGES];  /* act[s]: stage s -> s+1 */
     pr_channel grad[PACI_MAX_STAGES]; /* grad[s]: stage s+1 -> s */
+    /* native[kind][i]: the link is carried by dev->links instead of the channel */
+    uint8_t native[PR_LINK_KINDS][PACI_MAX_STAGES];
+    const pr_link_ops *links;         /* set once the native transport carries a link */
     pr_tokens train, val;
     int64_t step;                     /* optimizer steps done (all stages, at a drain) */
     double *step_loss;                /* per global step: sum of its micro-batch mean losses */

@@ -423,6 +423,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     }
     opt.rank = launch.rank;
     opt.world = launch.world;
+    opt.local_rank = launch.local_rank;
     if (opt.world > 1 && opt.sample > 0) {
         fprintf(stderr, "run: error: rank %d: --sample runs in one process, not under %s\n",
                 launch.rank, pr_launcher_name(launch.launcher));

@@ -44,6 +44,7 @@ typedef struct cuda_stage {
 
 static cuda_stage stages[PACI_MAX_STAGES];
 static int gpu_count = -1;
+static int pinned_gpu = -1; /* >= 0: every stage of this process runs there */
 
 /* A driver error mid-run is fatal: name the stage, the call and the driver's words. */
 void pr_cuda_check(int stage, CUresult res, const char *call)
@@ -98,7 +99,24 @@ static int cuda_probe(char *err)
 
 int pr_cuda_gpu_of(int stage)
 {
+    if (pinned_gpu >= 0)
+        return pinned_gpu;
     return stage % (gpu_count > 0 ? gpu_count : 1);
+}
+
+/* One process per stage: the launcher's local rank names the GPU, which must exist here. */
+static int cuda_pin(int gpu, char *err)
+{
+    char why[PR_ERR_LEN];
+    int count = cuda_probe(why);
+    if (count < 1)
+        return pr_fail(err, "local rank %d: no usable GPU: %s", gpu, why);
+    if (gpu < 0 || gpu >= count)
+        return pr_fail(err, "local rank %d: this machine has %d GPU%s (the local rank picks the "
+                       "GPU: start at most %d processes per machine)", gpu, count,
+                       count == 1 ? "" : "s", count);
+    pinned_gpu = gpu;
+    return 0;
 }
 
 /* Makes the stage's context current on the calling thread (stage threads come and go). */
@@ -109,6 +127,11 @@ static cuda_stage *enter(int stage)
         pr_internal("stage %d: CUDA call before the stage was opened", stage);
     pr_cuda_check(stage, drv.cuCtxSetCurrent(cs->ctx), "cuCtxSetCurrent");
     return cs;
+}
+
+void pr_cuda_enter(int stage)
+{
+    enter(stage);
 }
 
 /* The cubin for the GPU's architecture (same major, highest minor not above it), else PTX
@@ -351,4 +374,6 @@ const pr_device pr_device_cuda = {
     .backward = cuda_backward,
     .adamw = cuda_adamw,
     .close_stage = cuda_close_stage,
+    .pin = cuda_pin,
+    .links = &pr_nccl_links,
 };

@@ -1,0 +1,532 @@
+/* cuda/nccl_transport.c: the links between stages on different GPUs, over NCCL point to
+ * point (libpacirt_cuda.a). NEVER RUN ON A GPU: written and compiled against NCCL 2.28's
+ * header on a machine without one; see docs/gpu.md.
+ *
+ * NCCL is loaded with dlopen ("libnccl.so.2"), so `run` starts where it is missing; only a
+ * run that needs it (one process per stage on GPUs) stops, saying so. One process with
+ * stages on several GPUs falls back to the host channels with a notice.
+ *
+ * Shape. Every directed link (act[i]: i -> i+1, grad[i]: i+1 -> i) has a communicator of
+ * its own with two ranks, sender 0 and receiver 1 (pr_link_of), and each end has a stream
+ * of its own. NCCL matches the k-th send with the k-th receive of a communicator and runs a
+ * communicator's operations one after another, so the link's messages keep the table's
+ * order, and no link's pending operation ever waits behind another link's: a send to s+1
+ * still waiting for its receive cannot hold up the receive from s+1 (one stream or one
+ * communicator for both would). Each message is a group of two sends (or two receives):
+ * the floats, then the micro-batch as one int64, which carries the stop mark too.
+ *
+ * Capacity. An NCCL send completes only once the peer has posted the matching receive, so
+ * a send that waited for completion would be a channel of capacity 0, which the verifier
+ * never checked (1F1B's steady state deadlocks on it). The sender therefore owns a ring of
+ * channel_capacity device buffers per link: a send copies the message into the next slot
+ * (on the link's stream, after the compute stream's work), posts the NCCL send from it and
+ * returns; it blocks only when that slot's previous send, `capacity` messages ago, has not
+ * completed, i.e. while `capacity` messages are unreceived. That is the in-process
+ * channel's contract, which the verifier proved deadlock-free for the table's order. The
+ * compute stream waits for the copy, so later kernels may overwrite the source at once.
+ * A receive posts the NCCL receive straight into its destination and waits for it.
+ *
+ * Waits. Every wait polls the operation's event and ncclCommGetAsyncError (communicators
+ * are non-blocking, config.blocking = 0) until the peer timeout; on expiry or an NCCL error
+ * the communicator is aborted (ncclCommAbort) and the executor prints the stage, rank, peer
+ * and micro-batch and exits. Connections are made at start: one warm-up message per link in
+ * one group, so a link's first real message never waits on NCCL's lazy connection set-up.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../prt.h"
+#include "cuda_layer.h"
+
+_Static_assert(sizeof(ncclUniqueId) == PR_BOOT_ID_BYTES, "an NCCL id is the bootstrap's blob");
+
+#define NAME_OF2(symbol) #symbol
+#define NAME_OF(symbol) NAME_OF2(symbol) /* after cuda.h's renames: "cuMemcpyDtoH_v2" */
+#define NCCL_NEEDED 21800                /* 2.18: non-blocking communicators, finalize */
+
+/* The NCCL and driver entry points used, typed by their headers. */
+#define NCCL_FUNCTIONS(X)                                                                     \
+    X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError)   \
+    X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclSend) X(ncclRecv)           \
+    X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetErrorString) X(ncclGetLastError)
+#define DRIVER_FUNCTIONS(X)                                                                   \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamWaitEvent) X(cuEventCreate)                \
+    X(cuEventRecord) X(cuEventQuery) X(cuEventDestroy) X(cuMemcpyAsync) X(cuMemcpyDtoH)       \
+    X(cuMemsetD32Async)
+
+static struct {
+#define API_FIELD(symbol) __typeof__(symbol) *symbol;
+    NCCL_FUNCTIONS(API_FIELD)
+    DRIVER_FUNCTIONS(API_FIELD)
+#undef API_FIELD
+} api;
+
+static int nccl_version;  /* > 0 once NCCL is loaded */
+static int driver_loaded;
+
+/* One stage's end of one directed link. */
+typedef struct nccl_end {
+    int open, sending, stage, peer, self_rank, peer_rank;
+    ncclComm_t comm;          /* NULL after an abort */
+    CUstream stream;          /* this end's own stream */
+    CUevent ordered;          /* on the compute stream: the link's stream waits for it */
+    CUevent copied;           /* sender: the copy into the ring; the compute stream waits */
+    CUevent *done;            /* per ring slot (receiver: one), after its NCCL operation */
+    int capacity;             /* ring slots: the table's channel capacity (receiver: 1) */
+    size_t floats;            /* per message */
+    float *ring;              /* sender: capacity messages, device memory */
+    int64_t *mbs;             /* their micro-batches (receiver: the one arriving), device */
+    int64_t count;            /* messages through this end */
+} nccl_end;
+
+/* [kind][pair][sending]: in one process both ends of a link live here. */
+static nccl_end ends[PR_LINK_KINDS][PACI_MAX_STAGES][2];
+
+int pr_nccl_load(const char *library, char *err)
+{
+    if (nccl_version > 0)
+        return nccl_version;
+    const char *name = library ? library : "libnccl.so.2";
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return pr_fail(err, "NCCL is needed between stages on different GPUs, and %s does not load "
+                       "(%s)", name, dlerror());
+#define NCCL_LOAD(symbol)                                                                      \
+    if (!(*(void **)&api.symbol = dlsym(lib, NAME_OF(symbol))))                                 \
+        return pr_fail(err, "%s lacks %s: NCCL 2.18 or newer is needed", name, NAME_OF(symbol));
+    NCCL_FUNCTIONS(NCCL_LOAD)
+#undef NCCL_LOAD
+    int version = 0;
+    if (api.ncclGetVersion(&version) != ncclSuccess || version < NCCL_NEEDED)
+        return pr_fail(err, "%s is NCCL version code %d: 2.18 (21800) or newer is needed", name,
+                       version);
+    nccl_version = version;
+    return version;
+}
+
+/* The driver calls of this file, from the libcuda the device layer already loaded. */
+static int load_driver(char *err)
+{
+    if (driver_loaded)
+        return 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return pr_fail(err, "no CUDA driver (libcuda.so.1 does not load)");
+#define DRIVER_LOAD(symbol)                                                                    \
+    if (!(*(void **)&api.symbol = dlsym(lib, NAME_OF(symbol))))                                 \
+        return pr_fail(err, "the CUDA driver lacks %s (too old?)", NAME_OF(symbol));
+    DRIVER_FUNCTIONS(DRIVER_LOAD)
+#undef DRIVER_LOAD
+    driver_loaded = 1;
+    return 0;
+}
+
+/* Sleeps a little longer each time, up to 200 us: short waits stay short, long ones idle. */
+static void nap(double *pause)
+{
+    struct timespec ts = {0, (long)(*pause * 1e9)};
+    nanosleep(&ts, NULL);
+    *pause = *pause * 2 < 200e-6 ? *pause * 2 : 200e-6;
+}
+
+static double deadline_after(double seconds)
+{
+    return seconds > 0 ? pr_now() + seconds : 0;
+}
+
+/* NCCL's words for a failure: the code's name and the library's last message. */
+static void describe(ncclComm_t comm, ncclResult_t rc, char *err)
+{
+    const char *last = comm ? api.ncclGetLastError(comm) : NULL;
+    pr_fail(err, "NCCL: %s%s%s", api.ncclGetErrorString(rc), last && last[0] ? ": " : "",
+            last ? last : "");
+}
+
+/* Nothing of an aborted communicator stays queued on the GPU; the end keeps no handle. */
+static void abort_end(nccl_end *e)
+{
+    if (e->comm)
+        api.ncclCommAbort(e->comm);
+    e->comm = NULL;
+}
+
+/* A non-blocking call that returned ncclInProgress is issued once ncclCommGetAsyncError
+ * says so; waits up to the deadline (0: none) and returns the final result, ncclInProgress
+ * when the deadline passed first. */
+static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double deadline)
+{
+    double pause = 1e-6;
+    while (rc == ncclInProgress) {
+        if (deadline > 0 && pr_now() > deadline)
+            return ncclInProgress;
+        nap(&pause);
+        if (api.ncclCommGetAsyncError(comm, &rc) != ncclSuccess)
+            return ncclInternalError;
+    }
+    return rc;
+}
+
+/* Waits for ev (recorded after the end's last operation) until the deadline, watching the
+ * communicator's asynchronous error; a timeout or an error aborts the communicator. */
+static int wait_done(nccl_end *e, CUevent ev, double deadline, char *err)
+{
+    double pause = 1e-6;
+    for (;;) {
+        CUresult q = api.cuEventQuery(ev);
+        if (q == CUDA_SUCCESS)
+            return PR_LINK_OK;
+        if (q != CUDA_ERROR_NOT_READY)
+            pr_cuda_check(e->stage, q, "cuEventQuery on an NCCL link");
+        ncclResult_t async = ncclSuccess;
+        if (api.ncclCommGetAsyncError(e->comm, &async) != ncclSuccess)
+            async = ncclInternalError;
+        if (async != ncclSuccess && async != ncclInProgress) {
+            describe(e->comm, async, err);
+            abort_end(e);
+            return PR_LINK_ERROR;
+        }
+        if (deadline > 0 && pr_now() > deadline) {
+            abort_end(e);
+            return PR_LINK_TIMEOUT;
+        }
+        nap(&pause);
+    }
+}
+
+/* The link's stream waits for everything the stage's compute stream has queued. */
+static void after_compute(nccl_end *e)
+{
+    pr_cuda_check(e->stage, api.cuEventRecord(e->ordered, pr_cuda_compute_stream(e->stage)),
+                  "cuEventRecord");
+    pr_cuda_check(e->stage, api.cuStreamWaitEvent(e->stream, e->ordered, 0), "cuStreamWaitEvent");
+}
+
+/* One message as a group of two operations to the peer (same-peer operations in a group run
+ * in order): `count` floats at data, then the int64 at mb. Then records done_ev. */
+static int post(nccl_end *e, void *data, size_t count, int64_t *mb, CUevent done_ev,
+                double deadline, char *err)
+{
+    cudaStream_t stream = (cudaStream_t)e->stream;
+    ncclResult_t first = api.ncclGroupStart(), rc;
+    if (first == ncclSuccess) {
+        if (e->sending) {
+            if (count > 0)
+                first = api.ncclSend(data, count, ncclFloat32, e->peer_rank, e->comm, stream);
+            rc = api.ncclSend(mb, 1, ncclInt64, e->peer_rank, e->comm, stream);
+        } else {
+            if (count > 0)
+                first = api.ncclRecv(data, count, ncclFloat32, e->peer_rank, e->comm, stream);
+            rc = api.ncclRecv(mb, 1, ncclInt64, e->peer_rank, e->comm, stream);
+        }
+        first = first != ncclSuccess && first != ncclInProgress ? first : rc;
+        rc = api.ncclGroupEnd();
+        if (first == ncclSuccess || first == ncclInProgress)
+            first = rc;
+    }
+    rc = settle(e->comm, first, deadline);
+    if (rc == ncclInProgress) {
+        abort_end(e);
+        return PR_LINK_TIMEOUT;
+    }
+    if (rc != ncclSuccess) {
+        describe(e->comm, rc, err);
+        abort_end(e);
+        return PR_LINK_ERROR;
+    }
+    pr_cuda_check(e->stage, api.cuEventRecord(done_ev, e->stream), "cuEventRecord");
+    return PR_LINK_OK;
+}
+
+static nccl_end *end_of(const pr_link_use *u, int stage)
+{
+    nccl_end *e = &ends[u->kind][u->index][u->sending];
+    if (!e->open || e->stage != stage)
+        pr_internal("stage %d: no NCCL end for link %d (%s)", stage, u->index,
+                    u->kind == PR_LINK_ACT ? "act" : "grad");
+    return e;
+}
+
+static int nccl_send(pr_run *run, int stage, const pr_link_use *u, int64_t mb, const float *src,
+                     char *err)
+{
+    nccl_end *e = end_of(u, stage);
+    pr_cuda_enter(stage);
+    int k = (int)(e->count % e->capacity);
+    // Slot k is free once the send made from it `capacity` messages ago was received.
+    if (e->count >= e->capacity) {
+        int rc = wait_done(e, e->done[k], deadline_after(run->opt.peer_timeout), err);
+        if (rc != PR_LINK_OK)
+            return rc;
+    }
+    float *slot = e->ring + (size_t)k * e->floats;
+    after_compute(e);
+    pr_cuda_check(stage, api.cuMemcpyAsync((CUdeviceptr)(uintptr_t)slot, (CUdeviceptr)(uintptr_t)src,
+                                           e->floats * sizeof(float), e->stream), "cuMemcpyAsync");
+    // The micro-batch goes in as two 32-bit words, low first (the GPUs are little-endian).
+    uint64_t bits = (uint64_t)mb;
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)&e->mbs[k];
+    pr_cuda_check(stage, api.cuMemsetD32Async(at, (unsigned)(bits & 0xffffffffu), 1, e->stream),
+                  "cuMemsetD32Async");
+    pr_cuda_check(stage, api.cuMemsetD32Async(at + 4, (unsigned)(bits >> 32), 1, e->stream),
+                  "cuMemsetD32Async");
+    pr_cuda_check(stage, api.cuEventRecord(e->copied, e->stream), "cuEventRecord");
+    pr_cuda_check(stage, api.cuStreamWaitEvent(pr_cuda_compute_stream(stage), e->copied, 0),
+                  "cuStreamWaitEvent");
+    int rc = post(e, slot, e->floats, &e->mbs[k], e->done[k], deadline_after(run->opt.peer_timeout), err);
+    if (rc == PR_LINK_OK)
+        e->count++;
+    return rc;
+}
+
+static int nccl_recv(pr_run *run, int stage, const pr_link_use *u, float *dst, int64_t *mb,
+                     char *err)
+{
+    nccl_end *e = end_of(u, stage);
+    pr_cuda_enter(stage);
+    after_compute(e);
+    double deadline = deadline_after(run->opt.peer_timeout);
+    int rc = post(e, dst, e->floats, e->mbs, e->done[0], deadline, err);
+    if (rc == PR_LINK_OK)
+        rc = wait_done(e, e->done[0], deadline, err);
+    if (rc != PR_LINK_OK)
+        return rc;
+    pr_cuda_check(stage, api.cuMemcpyDtoH(mb, (CUdeviceptr)(uintptr_t)e->mbs, sizeof *mb),
+                  "cuMemcpyDtoH");
+    e->count++;
+    return PR_LINK_OK;
+}
+
+/* The use of link (kind, index) by `stage`, which must be one of its two ends. */
+static void use_at(int stage, int kind, int index, int stages, pr_link_use *u)
+{
+    int op = kind == PR_LINK_ACT ? (index == stage ? PACI_OP_SEND_ACT : PACI_OP_RECV_ACT)
+                                 : (index == stage ? PACI_OP_RECV_GRAD : PACI_OP_SEND_GRAD);
+    if (pr_link_of(op, stage, stages, u) != 0 || u->index != index)
+        pr_internal("stage %d is not an end of link %d", stage, index);
+}
+
+/* Streams, events and device buffers of one end; run->native marks the link. */
+static nccl_end *open_end(pr_run *run, int stage, int kind, int index)
+{
+    pr_link_use u;
+    use_at(stage, kind, index, run->p, &u);
+    nccl_end *e = &ends[kind][index][u.sending];
+    memset(e, 0, sizeof *e);
+    e->open = 1;
+    e->sending = u.sending;
+    e->stage = stage;
+    e->peer = u.peer;
+    e->self_rank = u.self_rank;
+    e->peer_rank = u.peer_rank;
+    e->capacity = u.sending ? run->tab->channel_capacity : 1;
+    e->floats = (size_t)(run->B * run->T * run->C);
+    pr_cuda_enter(stage);
+    pr_cuda_check(stage, api.cuStreamCreate(&e->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    pr_cuda_check(stage, api.cuEventCreate(&e->ordered, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    pr_cuda_check(stage, api.cuEventCreate(&e->copied, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    e->done = pr_alloc((size_t)e->capacity * sizeof(CUevent));
+    for (int k = 0; k < e->capacity; k++)
+        pr_cuda_check(stage, api.cuEventCreate(&e->done[k], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    if (u.sending)
+        e->ring = pr_device_cuda.alloc(stage, (size_t)e->capacity * e->floats * sizeof(float));
+    e->mbs = pr_device_cuda.alloc(stage, (size_t)e->capacity * sizeof(int64_t));
+    run->native[kind][index] = 1;
+    run->links = &pr_nccl_links;
+    return e;
+}
+
+/* Aborts the communicators of the n ends (after a failed set-up: none stays half made). */
+static void abort_all(nccl_end **list, int n)
+{
+    for (int i = 0; i < n; i++)
+        abort_end(list[i]);
+}
+
+/* Creates the communicators of the n ends (ids[i] for end i) in one group, then moves one
+ * warm-up message over each, also in one group, so every connection exists before the table
+ * runs. Waits up to the connect timeout; errors name the stage, rank and peer. */
+static int connect_ends(pr_run *run, nccl_end **list, const ncclUniqueId *ids, int n, char *err)
+{
+    double deadline = deadline_after(run->opt.connect_timeout);
+    char why[PR_ERR_LEN] = "";
+    ncclResult_t rc = api.ncclGroupStart();
+    for (int i = 0; i < n && rc == ncclSuccess; i++) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        pr_cuda_enter(list[i]->stage);
+        rc = api.ncclCommInitRankConfig(&list[i]->comm, 2, ids[i], list[i]->self_rank, &config);
+        rc = rc == ncclInProgress ? ncclSuccess : rc;
+    }
+    ncclResult_t end = api.ncclGroupEnd();
+    rc = rc == ncclSuccess ? end : rc;
+    for (int i = 0; i < n; i++) {
+        nccl_end *e = list[i];
+        ncclResult_t mine = e->comm ? settle(e->comm, rc, deadline) : rc;
+        if (mine == ncclSuccess)
+            continue;
+        if (mine != ncclInProgress)
+            describe(e->comm, mine, why);
+        abort_all(list, n);
+        return mine == ncclInProgress
+            ? pr_fail(err, "stage %d (rank %d): the NCCL link with stage %d was not set up within "
+                      "%g s", e->stage, run->opt.rank, e->peer, run->opt.connect_timeout)
+            : pr_fail(err, "stage %d (rank %d): cannot set up the NCCL link with stage %d: %s",
+                      e->stage, run->opt.rank, e->peer, why);
+    }
+    rc = api.ncclGroupStart();
+    for (int i = 0; i < n && rc == ncclSuccess; i++) {
+        nccl_end *e = list[i];
+        cudaStream_t stream = (cudaStream_t)e->stream;
+        pr_cuda_enter(e->stage);
+        after_compute(e);
+        rc = e->sending ? api.ncclSend(e->mbs, 1, ncclInt64, e->peer_rank, e->comm, stream)
+                        : api.ncclRecv(e->mbs, 1, ncclInt64, e->peer_rank, e->comm, stream);
+        rc = rc == ncclInProgress ? ncclSuccess : rc;
+    }
+    end = api.ncclGroupEnd();
+    rc = rc == ncclSuccess ? end : rc;
+    for (int i = 0; i < n; i++) {
+        nccl_end *e = list[i];
+        ncclResult_t mine = settle(e->comm, rc, deadline);
+        int link_rc = mine == ncclSuccess ? PR_LINK_OK : mine == ncclInProgress ? PR_LINK_TIMEOUT
+                                                                                : PR_LINK_ERROR;
+        if (mine != ncclSuccess && mine != ncclInProgress)
+            describe(e->comm, mine, why);
+        if (link_rc == PR_LINK_OK) {
+            pr_cuda_enter(e->stage);
+            pr_cuda_check(e->stage, api.cuEventRecord(e->done[0], e->stream), "cuEventRecord");
+            link_rc = wait_done(e, e->done[0], deadline, why);
+        }
+        if (link_rc == PR_LINK_OK)
+            continue;
+        abort_all(list, n);
+        return link_rc == PR_LINK_TIMEOUT
+            ? pr_fail(err, "stage %d (rank %d): the NCCL link with stage %d did not connect within "
+                      "%g s", e->stage, run->opt.rank, e->peer, run->opt.connect_timeout)
+            : pr_fail(err, "stage %d (rank %d): the NCCL link with stage %d failed while "
+                      "connecting: %s", e->stage, run->opt.rank, e->peer, why);
+    }
+    return 0;
+}
+
+/* One process: a communicator per directed link whose two stages sit on different GPUs. */
+static int nccl_open_local(pr_run *run, char *err)
+{
+    int wanted = 0;
+    for (int i = 0; i + 1 < run->p; i++)
+        wanted += pr_link_native(1, pr_cuda_gpu_of(i), pr_cuda_gpu_of(i + 1));
+    if (!wanted)
+        return 0;
+    char why[PR_ERR_LEN];
+    if (pr_nccl_load(NULL, why) < 0 || load_driver(why) != 0) {
+        if (!run->opt.quiet)
+            fprintf(stderr, "run: note: %s; those stages exchange messages through host memory\n",
+                    why);
+        return 0;
+    }
+    nccl_end *list[2 * PR_LINK_KINDS * PACI_MAX_STAGES];
+    ncclUniqueId ids[2 * PR_LINK_KINDS * PACI_MAX_STAGES];
+    int n = 0;
+    for (int i = 0; i + 1 < run->p; i++) {
+        if (!pr_link_native(1, pr_cuda_gpu_of(i), pr_cuda_gpu_of(i + 1)))
+            continue;
+        for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
+            ncclUniqueId id;
+            ncclResult_t rc = api.ncclGetUniqueId(&id);
+            if (rc != ncclSuccess) {
+                describe(NULL, rc, why);
+                return pr_fail(err, "stage %d: no NCCL id for the link with stage %d: %s", i, i + 1, why);
+            }
+            for (int stage = i; stage <= i + 1; stage++) {
+                ids[n] = id;
+                list[n++] = open_end(run, stage, kind, i);
+            }
+        }
+    }
+    return connect_ends(run, list, ids, n, err);
+}
+
+/* One process per stage: rank r makes the ids of its links to r+1 (act[r], grad[r]); one
+ * allgather over the bootstrap gives every rank the ids of its links to r-1 as well. */
+static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
+{
+    int r = b->rank;
+    char why[PR_ERR_LEN];
+    if (pr_nccl_load(NULL, why) < 0 || load_driver(why) != 0)
+        return pr_fail(err, "stage %d (rank %d): one process per stage on GPUs needs NCCL: %s", r, r,
+                       why);
+    ncclUniqueId mine[PR_LINK_KINDS];
+    memset(mine, 0, sizeof mine);
+    for (int kind = 0; kind < PR_LINK_KINDS && r + 1 < b->world; kind++) {
+        ncclResult_t rc = api.ncclGetUniqueId(&mine[kind]);
+        if (rc != ncclSuccess) {
+            describe(NULL, rc, why);
+            return pr_fail(err, "stage %d (rank %d): no NCCL id for the link with stage %d: %s", r, r,
+                           r + 1, why);
+        }
+    }
+    ncclUniqueId *all = pr_alloc((size_t)b->world * sizeof mine);
+    if (pr_bootstrap_allgather(b, mine, sizeof mine, all, why) != 0) {
+        free(all);
+        return pr_fail(err, "stage %d (rank %d): %s (exchanging the NCCL ids)", r, r, why);
+    }
+    nccl_end *list[2 * PR_LINK_KINDS];
+    ncclUniqueId ids[2 * PR_LINK_KINDS];
+    int n = 0;
+    for (int index = r - 1; index <= r; index++) {
+        if (index < 0 || index + 1 >= b->world)
+            continue;
+        for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
+            ids[n] = all[(size_t)index * PR_LINK_KINDS + (size_t)kind];
+            list[n++] = open_end(run, r, kind, index);
+        }
+    }
+    free(all);
+    return connect_ends(run, list, ids, n, err);
+}
+
+/* Flushes and frees every end; a communicator still busy at the peer timeout is aborted. */
+static void nccl_close(pr_run *run)
+{
+    for (int kind = 0; kind < PR_LINK_KINDS; kind++)
+        for (int i = 0; i < PACI_MAX_STAGES; i++)
+            for (int side = 0; side < 2; side++) {
+                nccl_end *e = &ends[kind][i][side];
+                if (!e->open)
+                    continue;
+                pr_cuda_enter(e->stage);
+                if (e->comm) {
+                    ncclResult_t rc = settle(e->comm, api.ncclCommFinalize(e->comm),
+                                             deadline_after(run->opt.peer_timeout));
+                    if (rc == ncclSuccess)
+                        api.ncclCommDestroy(e->comm);
+                    else
+                        abort_end(e);
+                }
+                for (int k = 0; k < e->capacity; k++)
+                    api.cuEventDestroy(e->done[k]);
+                free(e->done);
+                api.cuEventDestroy(e->ordered);
+                api.cuEventDestroy(e->copied);
+                api.cuStreamDestroy(e->stream);
+                if (e->ring)
+                    pr_device_cuda.release(e->stage, e->ring);
+                pr_device_cuda.release(e->stage, e->mbs);
+                memset(e, 0, sizeof *e);
+            }
+    memset(run->native, 0, sizeof run->native);
+    run->links = NULL;
+}
+
+const pr_link_ops pr_nccl_links = {
+    .name = "NCCL",
+    .open_local = nccl_open_local,
+    .open_ranks = nccl_open_ranks,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .close = nccl_close,
+};
