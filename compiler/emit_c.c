@@ -151,18 +151,20 @@ static void emit_c_op(StrBuf *sb, const Op *op)
                   op->args, last + 2);
         break;
     }
-    case OP_LOOP: {
-        /* "var, extent" */
-        const char *comma = strchr(op->args, ',');
-        int len = (int)(comma - op->args);
-        emit_open(sb, "for (int %.*s = 0; %.*s < %s; %.*s++)", len, op->args, len, op->args, comma + 2,
-                  len, op->args);
+    case OP_LOOP:
+        emit_op_loop(sb, op->args);
         break;
-    }
     case OP_END:
         emit_close(sb, "");
         break;
     }
+}
+
+void emit_op_loop(StrBuf *sb, const char *args)
+{
+    const char *comma = strchr(args, ',');
+    int len = (int)(comma - args);
+    emit_open(sb, "for (int %.*s = 0; %.*s < %s; %.*s++)", len, args, len, args, comma + 2, len, args);
 }
 
 static void emit_c_section(StrBuf *sb, const char *doc, const char *signature, const OpList *l)

@@ -144,14 +144,9 @@ static void emit_cuda_op(StrBuf *sb, const Op *op)
     case OP_COPY:
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, %s);", op->args);
         break;
-    case OP_LOOP: {
-        /* "var, extent": the host loops, queueing one launch per iteration */
-        const char *comma = strchr(op->args, ',');
-        int len = (int)(comma - op->args);
-        emit_open(sb, "for (int %.*s = 0; %.*s < %s; %.*s++)", len, op->args, len, op->args, comma + 2,
-                  len, op->args);
+    case OP_LOOP: /* the host loops, queueing one launch per iteration */
+        emit_op_loop(sb, op->args);
         break;
-    }
     case OP_END:
         emit_close(sb, "");
         break;
