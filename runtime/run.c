@@ -30,7 +30,9 @@ static const char usage[] =
     "                   each stage (default 120)\n"
     "  --master-port P  rank 0's bootstrap port (default: MASTER_PORT, else 29500)\n"
     "  --quiet          print errors only\n"
-    "  --help           this text\n";
+    "  --help           this text\n"
+    "SIGINT or SIGTERM: finish the optimizer step in progress, save a checkpoint there, exit 0\n"
+    "(a second one stops at once); --resume continues from it.\n";
 
 /* Live state of the log, touched by the last stage's thread during a segment and by the
  * main thread between segments. */
