@@ -449,8 +449,15 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     pr_blas_threads(opt.threads, prog->stages);
     pr_run run;
     pr_bootstrap boot = {0};
-    if (pr_run_init(&run, prog, &opt, err) != 0)
+    if (pr_run_init(&run, prog, &opt, err) != 0) {
+        // One process of several: say which (the device errors do not know the rank).
+        if (opt.world > 1 && strncmp(err, "rank ", 5) != 0 && strncmp(err, "stage ", 6) != 0) {
+            char ranked[PR_ERR_LEN + 32];
+            snprintf(ranked, sizeof ranked, "rank %d: %s", opt.rank, err);
+            return fail_main(&run, ranked);
+        }
         return fail_main(&run, err);
+    }
     if (opt.world > 1 && pr_launch_join(&run, &launch, opt.connect_timeout, &boot, err) != 0) {
         pr_bootstrap_close(&boot);
         return fail_main(&run, err);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU path without a GPU: every example's generated CUDA compiles with NVRTC for sm_80,
 # sm_90 and PTX with no kernel spilling registers; `run` links the CUDA layer and still
-# trains with --device cpu; --device cuda without a usable GPU is one clear line and exit 1.
+# trains with --device cpu; --device cuda without a usable GPU is one clear line and exit 1,
+# alone or as one rank of several; run holds the NCCL transport, which loads NCCL by dlopen
+# (a missing library is one line naming it).
 # Skips (passes) when the build found no CUDA toolkit (no libpacirt_cuda.a).
 source tests/e2e/lib.sh
 if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
@@ -50,3 +52,38 @@ else
     echo "a GPU answered: --device cuda trained"
 fi
 echo "run links the CUDA layer; --device cpu trains 20 steps"
+
+# The NCCL transport is in run, and NCCL is loaded with dlopen: a missing library is one
+# line naming it, the toolkit's own loads with every symbol the transport calls.
+[ "$(nm "$work/gpu/run" | grep -c " pr_nccl_links$")" -eq 1 ] || fail "run does not hold the NCCL transport"
+nm "$work/gpu/run" | grep -q " U ncclSend" && fail "run links NCCL directly (it must dlopen it)"
+"${CC:-cc}" -std=c11 -D_GNU_SOURCE -Iruntime -I"${CUDA_HOME:-/usr/local/cuda}/include" tests/e2e/nccl_load.c \
+    build/lib/pacic/libpacirt_cuda.a build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) \
+    -lopenblas -lpthread -lm -o "$work/nccl_load" || fail "nccl_load does not build against libpacirt_cuda.a"
+set +e
+missing=$("$work/nccl_load" libnccl-absent.so.2)
+status=$?
+set -e
+[ "$status" -eq 1 ] || fail "a missing NCCL loaded?"
+[[ "$missing" == "error: NCCL is needed between stages on different GPUs, and libnccl-absent.so.2 does not load ("*")" ]] \
+    || fail "missing NCCL: $missing"
+echo "missing NCCL: $missing"
+if LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$work/nccl_load" - > "$work/nccl.txt"; then
+    echo "NCCL found: $(cat "$work/nccl.txt")"
+else
+    echo "no usable NCCL here: $(cat "$work/nccl.txt")"
+fi
+
+# One process per stage asking for a GPU where none answers: one line, exit 1, no bootstrap.
+set +e
+(cd "$work/gpu" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 ./run --device cuda \
+    --connect-timeout 1 > out.txt 2> err.txt)
+status=$?
+set -e
+if [ "$status" -ne 0 ]; then
+    [ "$status" -eq 1 ] || fail "rank 1 --device cuda without a GPU exited $status, expected 1"
+    [ "$(wc -l < "$work/gpu/err.txt")" -eq 1 ] && grep -q "^run: error: rank 1: --device cuda: no usable GPU: " \
+        "$work/gpu/err.txt" || { cat "$work/gpu/err.txt" >&2; fail "rank 1 --device cuda: message"; }
+    echo "rank 1 of 2 without a GPU: $(cat "$work/gpu/err.txt")"
+fi
