@@ -83,3 +83,35 @@ for schedule in ${PACI_SIGNAL_SCHEDULES:-pipedream paci}; do
     done
     echo "$schedule: stop at 20 + resume == the schedule with a drain at 20, bit for bit"
 done
+
+# One process per stage (the launcher's variables): SIGTERM to rank 0 stops both ranks
+# after the same step (the stop travels down the links), both exit 0, and rank 0's
+# checkpoint is bit-identical to the threaded `run --steps N`.
+if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
+    small_model mp 2 1f1b 2 400
+    mkdir -p "$work/mp0" "$work/mp1" "$work/mp-threads"
+    "$pacic" "$work/mp.paci" -o "$work/mp.run"
+    port=$((20000 + RANDOM % 20000))
+    (cd "$work/mp0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$work/mp.run" --quiet > out.txt 2> err.txt) &
+    rank0=$!
+    (cd "$work/mp1" && exec env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$work/mp.run" > out.txt 2> err.txt) &
+    rank1=$!
+    until grep -q '^step ' "$work/mp1/out.txt" 2>/dev/null; do
+        kill -0 $rank1 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -TERM $rank0 2>/dev/null || true
+    wait $rank0 || fail "processes: rank 0 exited with $?: $(cat "$work/mp0/err.txt")"
+    wait $rank1 || fail "processes: rank 1 exited with $?: $(cat "$work/mp1/err.txt")"
+    n=$(sed -n 's|^run: stopped by SIGTERM after step \([0-9]*\); .*|\1|p' "$work/mp0/err.txt")
+    [ -n "$n" ] && [ "$n" -lt 400 ] || fail "processes: no stop before the end: $(cat "$work/mp0/err.txt")"
+    cp "$work/mp.run" "$work/mp-threads/run"
+    (cd "$work/mp-threads" && ./run --quiet --steps "$n")
+    for f in model.bin state.bin; do
+        cmp -s "$work/mp0/ckpt/step_$(printf %08d "$n")/$f" "$work/mp-threads/ckpt/step_$(printf %08d "$n")/$f" \
+            || fail "processes: $f at the stop differs from the threaded --steps $n"
+    done
+    echo "one process per stage: SIGTERM to rank 0 stopped both after step $n, exit 0; checkpoint == threads --steps $n"
+fi
