@@ -111,6 +111,75 @@ static void test_resume_bit_identical(void **state)
     check_resume(TOY_PACI, 4); // checkpoints sit at drains, so PACI resumes exactly too
 }
 
+/* Params, m and v of a run, one buffer (for whole-state comparisons). */
+static float *gather_state(pr_run *run, int64_t *n)
+{
+    int64_t one;
+    float *all = NULL;
+    for (int which = 0; which < 3; which++) {
+        float *part = gather(run, which, &one);
+        all = realloc(all, (size_t)(3 * one) * sizeof(float));
+        memcpy(all + which * one, part, (size_t)one * sizeof(float));
+        free(part);
+    }
+    *n = 3 * one;
+    return all;
+}
+
+/* A stop inside a segment (--steps 5 of a 7-step segment) drains there: synchronous
+ * schedules then resume mid-way to exactly the uninterrupted state; PACI's state at the stop
+ * is exactly that of a schedule compiled to drain at step 5. */
+static void test_stop_mid_segment(void **state)
+{
+    char err[PR_ERR_LEN];
+    int64_t n, m;
+    pr_run run;
+    const enum toy_kind sync_kinds[] = {TOY_GPIPE, TOY_1F1B};
+    for (int k = 0; k < 2; k++) {
+        clean_ckpt();
+        toy_run(&run, sync_kinds[k], 3, 14);
+        assert_int_equal(pr_train(&run, err), 0);
+        float *straight = gather_state(&run, &n);
+        pr_run_free(&run);
+        clean_ckpt();
+        toy_run(&run, sync_kinds[k], 3, 5);
+        assert_int_equal(pr_train(&run, err), 0);
+        assert_int_equal(run.step, 5);
+        pr_run_free(&run);
+        toy_run(&run, sync_kinds[k], 3, 14);
+        assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+        assert_int_equal(run.step, 5);
+        assert_int_equal(pr_train(&run, err), 0);
+        float *resumed = gather_state(&run, &m);
+        assert_int_equal(m, n);
+        assert_memory_equal(resumed, straight, (size_t)n * sizeof(float));
+        pr_run_free(&run);
+        free(straight);
+        free(resumed);
+    }
+    clean_ckpt();
+    toy_run(&run, TOY_PACI, 3, 5);
+    assert_int_equal(pr_train(&run, err), 0);
+    float *cut = gather_state(&run, &n);
+    pr_run_free(&run);
+    toy_build_table(&table, TOY_PACI, 3, 2, 14, 5); // drains at 5, 10, 14
+    prog = toy_program(&table.t, 14);
+    pr_options opt = {.steps = 5, .ckpt_dir = ckpt, .quiet = 1};
+    assert_int_equal(pr_run_init(&run, &prog, &opt, err), 0);
+    assert_int_equal(pr_tokens_load(&run.train, tokens, TOY_V, TOY_B, TOY_T, err), 0);
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0}) * 4);
+    pr_init_params(&prog, flat);
+    pr_scatter(&run, 0, flat);
+    free(flat);
+    assert_int_equal(pr_train(&run, err), 0);
+    float *drained = gather_state(&run, &m);
+    assert_int_equal(m, n);
+    assert_memory_equal(cut, drained, (size_t)n * sizeof(float));
+    pr_run_free(&run);
+    free(cut);
+    free(drained);
+}
+
 static int count_step_dirs(void)
 {
     char cmd[700];
@@ -444,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_across_p),
         cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_stop_mid_segment),
         cmocka_unit_test(test_atomic_layout),
         cmocka_unit_test(test_unwritable_folder),
         cmocka_unit_test(test_shape_mismatch),
