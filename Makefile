@@ -109,6 +109,8 @@ test: all $(UNIT_BIN)
 # STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--stages 4 --out /tmp/s4".
 study: all
 	study/run.sh $(STUDY_ARGS)
+	study/run.sh --lr 5e-4 --windows "8 16" --schedules "1f1b paci" --wallclock-stages 0 \
+	    --target 3.4 --out docs/study/lr-5e-4
 
 bench: all
 	bench/cpu.sh

@@ -6,7 +6,7 @@
 #
 #   study/run.sh [--stages P] [--windows "1 4 8 16"] [--schedules "gpipe 1f1b pipedream paci"]
 #                [--micro-batches M] [--evals N] [--target LOSS] [--wallclock-stages P2]
-#                [--model-args "layers 8; width 64; heads 4"] [--out DIR]
+#                [--model-args "layers 8; width 64; heads 4"] [--lr PEAK] [--out DIR]
 #
 # Every run sees M micro-batches (M / K optimizer steps at window K) and N validation passes
 # at the same token counts. --wallclock-stages 0 skips the real wall-clock check.
@@ -27,6 +27,7 @@ evals=8
 target=2.6
 wallclock_stages=2
 model_args="layers 8; width 64; heads 4"
+lr=2e-3  # peak at global batch 32, scaled by sqrt(global batch / 32)
 out=$root/docs/study
 
 while [ $# -gt 0 ]; do
@@ -39,6 +40,7 @@ while [ $# -gt 0 ]; do
     --target) target=$2 ;;
     --wallclock-stages) wallclock_stages=$2 ;;
     --model-args) model_args=$2 ;;
+    --lr) lr=$2 ;;
     --out) out=$2 ;;
     *) echo "study: unknown option '$1' (see the head of $0)" >&2; exit 2 ;;
     esac
@@ -54,7 +56,7 @@ for k in $windows; do
 done
 
 mkdir -p "$out/runs"
-command_line="study/run.sh --stages $stages --windows \"$windows\" --schedules \"$schedules\" --micro-batches $micro_batches --evals $evals --target $target --wallclock-stages $wallclock_stages"
+command_line="study/run.sh --stages $stages --windows \"$windows\" --schedules \"$schedules\" --micro-batches $micro_batches --evals $evals --target $target --wallclock-stages $wallclock_stages --lr $lr"
 
 # one_run NAME STAGES SCHEDULE WINDOW [replay]: compile, train, replay into $out/runs/NAME/.
 one_run() {
@@ -62,7 +64,7 @@ one_run() {
     local steps=$((micro_batches / k)) every=$((micro_batches / evals / k))
     rm -rf "$dir" && mkdir -p "$dir"
     sed -e "s|@STAGES@|$p|; s|@SCHEDULE@|$schedule|; s|@WINDOW@|$k|; s|@STEPS@|$steps|" \
-        -e "s|@EVAL@|$every|; s|@DATA@|$root/examples/data|; s|@MODEL@|$model_args|" \
+        -e "s|@EVAL@|$every|; s|@DATA@|$root/examples/data|; s|@MODEL@|$model_args|; s|@LR@|$lr|" \
         "$root/study/study.paci.in" > "$dir/model.paci"
     "$pacic" "$dir/model.paci" -o "$dir/run" 2> "$dir/compile.log" || { cat "$dir/compile.log" >&2; exit 1; }
     local start end
