@@ -177,7 +177,8 @@ static const BlockDef checkpoint_block = {"checkpoint", checkpoint_keys, NULL, f
 static const KeyDef train_keys[] = {
     CUSTOM_KEY("data", set_data),
     CUSTOM_KEY("val", set_val),
-    {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = 1e12, .required = true, .field = AT(steps)},
+    /* the schedule table counts steps in int32 (paci_table.total_steps) */
+    {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = INT32_MAX, .required = true, .field = AT(steps)},
     {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = MAX_EXACT, .fallback = 1337, .field = AT(seed)},
     CHOICE_KEY("precision", precision, precision_words, PREC_FP32),
     CHOICE_KEY("on_nan", on_nan, on_nan_words, PR_ON_NAN_STOP),
@@ -297,13 +298,14 @@ static bool expect_count(Sema *s, const Entry *e, int count, const char *what)
     return false;
 }
 
-/* Writes a range for messages: "1..1024", "> 0", ">= 0". */
+/* Writes a range for messages: "1..1024", "> 0", ">= 0"; a large integer bound is named
+ * only to a value above it. */
 static void describe_range(char *buf, size_t size, double min, double max, bool min_exclusive,
-                           bool integer)
+                           bool integer, bool above)
 {
     if (max >= 1e12 && !integer)
         snprintf(buf, size, "%s %g", min_exclusive ? ">" : ">=", min);
-    else if (max >= 1e6 && integer)
+    else if (max >= 1e6 && integer && !above)
         snprintf(buf, size, ">= %.0f", min);
     else if (integer)
         snprintf(buf, size, "in %.0f..%.0f", min, max);
@@ -326,7 +328,7 @@ static bool check_number(Sema *s, const char *key, const Value *v, double min, d
     }
     if (v->number < min || v->number > max || (min_exclusive && v->number == min)) {
         char range[64];
-        describe_range(range, sizeof range, min, max, min_exclusive, integer);
+        describe_range(range, sizeof range, min, max, min_exclusive, integer, v->number > max);
         error_at(s->src, v->span, "'%s' %s is out of range: it must be %s", key, v->text, range);
         return false;
     }

@@ -379,6 +379,9 @@ static void test_value_kind_count_integer_range(void **state)
                          "t.paci:2:19: error: 'stages' must be an integer, not 2.5");
     assert_first_message(MODEL "pipeline { stages 65 }\n" BATCH TRAIN,
                          "t.paci:2:19: error: 'stages' 65 is out of range: it must be in 1..64");
+    // The schedule table counts steps in 32 bits: more used to wrap silently (2^32 + 2 ran 2).
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 4294967298 }\n",
+                         "t.paci:4:15: error: 'steps' 4294967298 is out of range: it must be in 1..2147483647");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { eps 0 } }\n",
                          "t.paci:4:40: error: 'eps' 0 is out of range: it must be > 0");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { betas 0.9 } }\n",
