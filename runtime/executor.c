@@ -497,11 +497,13 @@ static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, 
 
 static atomic_int stop_signal;
 
+/* Records the signal that asks for a stop; a lock-free atomic store, safe in a handler. */
 void pr_request_stop(int signal_number)
 {
     atomic_store(&stop_signal, signal_number);
 }
 
+/* The signal that asked for a stop, or 0: read by stage 0 before each forward. */
 int pr_stop_signal(void)
 {
     return atomic_load(&stop_signal);
@@ -536,9 +538,9 @@ static void decide_stop(const pr_run *run, pr_stage_rt *st, int64_t mb, int64_t 
 /* The cut of a segment keeps exactly the instructions on micro-batches in
  * [cut_from*K, cut_stop*K) and the steps numbered (cut_from, cut_stop]. It is the table's
  * list restricted to a set of micro-batches, so it keeps the table's order, its link
- * pairing and its freedom from deadlock, and every kept instruction sees the state it sees
- * in the uninterrupted run. Returns whether `in` runs; sends the stop mark in place of the
- * first cut activation. */
+ * pairing and its freedom from deadlock. Cut at the end only, every kept instruction sees
+ * the state it sees in the uninterrupted run; a mid-way start continues as after a drain.
+ * Returns whether `in` runs; sends the stop mark in place of the first cut activation. */
 static int keep(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb, int64_t segment_end)
 {
     if (in->op == PACI_OP_STEP) {
