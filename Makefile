@@ -73,7 +73,6 @@ $(B)/include/pacic/%.h: runtime/%.h
 	@mkdir -p $(@D)
 	cp $< $@
 
-# ---- tests --------------------------------------------------------------------------
 # ---- the GPU path: libpacirt_cuda.a, only where a CUDA toolkit is found ----------------
 # libpacirt.a never depends on CUDA. The archive loads the driver with dlopen (so `run`
 # starts without one and trains on the CPU) and links cuBLASLt; cuda_ldflags tells pacic how.
@@ -97,6 +96,7 @@ $(B)/lib/pacic/cuda_ldflags: Makefile
 	echo '$(CUDA_LIBS)' > $@
 endif
 
+# ---- tests --------------------------------------------------------------------------
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 $(B)/tests/%: tests/unit/%.c $(LIBPACIC) $(LIBRT)
