@@ -262,6 +262,15 @@ static void lower_order(const ComputeList *cl, int stages, int stage, int slots,
     free(fwd_version);
 }
 
+/* Steps generated for a segment: fill and drain span at most ceil((p-1)/K) + 1 <= p steps
+ * each, so 4(p+2) steps leave a steady state of at least 2p+4 repetitions, longer than any
+ * periodic run inside fill or drain; slots (min(p-s, steps*K)) and stash counts are reached
+ * there too. Longer segments only repeat the body more often (see schedule_build). */
+static long generated_steps(int stages, long steps)
+{
+    return min_long(steps, 4L * (stages + 2));
+}
+
 /* PipeDream keeps one weight copy per older version an in-flight micro-batch still needs.
  * In a long segment p-s-1 backwards separate a forward from its backward and cross at most
  * ceil((p-s-1)/K) steps; a short segment may need fewer, so the count comes from the
@@ -271,8 +280,9 @@ int schedule_stash(int kind, int stages, int stage, int window, long segment_ste
     if (kind != PACI_SCHED_PIPEDREAM)
         return 0;
     ComputeList order = {0};
-    build_order(&order, kind, stages, stage, window, segment_steps);
-    int stash = stash_needed(&order, segment_steps * window);
+    long steps = generated_steps(stages, segment_steps); /* the pattern repeats beyond */
+    build_order(&order, kind, stages, stage, window, steps);
+    int stash = stash_needed(&order, steps * window);
     free(order.items);
     return stash;
 }
@@ -383,7 +393,23 @@ static void compress_program(TableBuilder *tb, const SegmentLists *sl, long step
     }
 }
 
-/* Builds the table: one program for full segments and one for a shorter last segment. */
+/* Stretches a program compressed from `gen` steps to `steps`: the extra steps are extra body
+ * repetitions, and the epilogue moves by as many repetitions (paci_body_instr's shift). */
+static void extend_program(TableBuilder *tb, int stages, long gen, long steps, paci_program *prog)
+{
+    long extra = steps - gen;
+    prog->steps = (int32_t)steps;
+    prog->body_reps += (int32_t)extra;
+    for (int s = 0; s < stages; s++) {
+        paci_stage_program *sp = &prog->stage[s];
+        paci_instr *epi = tb->all.items + sp->epilogue;
+        for (long i = 0; i < sp->n_epilogue; i++)
+            epi[i] = paci_body_instr(tb->t, s, epi[i], (int32_t)extra);
+    }
+}
+
+/* Builds the table: one program for full segments and one for a shorter last segment. Each
+ * is generated for at most generated_steps() steps and then extended to its length. */
 paci_table *schedule_build(const Config *cfg, const Plan *plan)
 {
     paci_table *t = xcalloc(1, sizeof *t);
@@ -400,16 +426,27 @@ paci_table *schedule_build(const Config *cfg, const Plan *plan)
     TableBuilder tb = {.t = t};
     for (int p = 0; p < t->n_programs; p++) {
         long steps = p == 0 ? segment : total % segment;
+        long gen = generated_steps(cfg->stages, steps);
+        long mark = tb.all.n;
         SegmentLists sl;
-        schedule_generate(cfg->schedule, cfg->stages, cfg->window, steps, &sl);
+        schedule_generate(cfg->schedule, cfg->stages, cfg->window, gen, &sl);
         if (p == 0) {
             /* The longer program needs the most slots; the shorter one's mb mod slots
              * agrees because it never holds more micro-batches than it has. */
             memcpy(t->slots, sl.slots, sizeof t->slots);
             memcpy(t->stash, sl.stash, sizeof t->stash);
         }
-        compress_program(&tb, &sl, steps, &t->program[p]);
+        compress_program(&tb, &sl, gen, &t->program[p]);
         segment_lists_free(&sl);
+        if (gen < steps && t->program[p].body_reps < 2) {
+            /* No body to repeat (not expected past generated_steps): generate it all. */
+            tb.all.n = mark;
+            schedule_generate(cfg->schedule, cfg->stages, cfg->window, steps, &sl);
+            compress_program(&tb, &sl, steps, &t->program[p]);
+            segment_lists_free(&sl);
+        } else if (gen < steps) {
+            extend_program(&tb, cfg->stages, gen, steps, &t->program[p]);
+        }
     }
     (void)plan; /* slots and stash are checked against the plan by verify_schedule */
     t->n_instrs = (int32_t)tb.all.n;

@@ -34,6 +34,8 @@ typedef struct Verifier {
     const Plan *plan;
     VerifyReport *rep;
     int prog;
+    long reps;  /* body repetitions simulated */
+    long steps; /* optimizer steps of the simulated segment */
     long mbs;
     StageRun st[PACI_MAX_STAGES];
     Channel act[PACI_MAX_STAGES];  /* act[s]: stage s -> s+1 */
@@ -247,10 +249,48 @@ static enum Progress step_stage(Verifier *v, int s)
     return pr;
 }
 
+/* The instruction moved by `rep` body repetitions, rep of either sign (paci_body_instr's
+ * rule with the remainders taken non-negative). */
+static paci_instr shift_instr(const paci_table *t, int s, paci_instr in, long rep)
+{
+    if (in.op != PACI_OP_STEP) {
+        long slots = t->slots[s];
+        in.mb = (int32_t)(in.mb + rep * t->window);
+        in.slot = (uint8_t)((((long)in.slot + rep * t->window) % slots + slots) % slots);
+    }
+    if (in.aux > 0) {
+        long stash = t->stash[s];
+        in.aux = (uint16_t)((((long)in.aux - 1 + rep) % stash + stash) % stash + 1);
+    }
+    return in;
+}
+
+/* Stage s's list with v->reps body repetitions: the epilogue moves back by the ones left out. */
+static long expand_simulated(Verifier *v, int s, paci_instr **out)
+{
+    const paci_program *pg = &v->t->program[v->prog];
+    const paci_stage_program *sp = &pg->stage[s];
+    long cut = pg->body_reps - v->reps;
+    if (cut == 0)
+        return schedule_expand(v->t, v->prog, s, out);
+    long n = sp->n_prologue + (long)sp->n_body * v->reps + sp->n_epilogue;
+    paci_instr *list = xmalloc((size_t)n * sizeof *list);
+    long k = 0;
+    for (long i = 0; i < sp->n_prologue; i++)
+        list[k++] = v->t->instrs[sp->prologue + i];
+    for (long r = 0; r < v->reps; r++)
+        for (long i = 0; i < sp->n_body; i++)
+            list[k++] = shift_instr(v->t, s, v->t->instrs[sp->body + i], r);
+    for (long i = 0; i < sp->n_epilogue; i++)
+        list[k++] = shift_instr(v->t, s, v->t->instrs[sp->epilogue + i], -cut);
+    *out = list;
+    return n;
+}
+
 static void stage_init(Verifier *v, int s)
 {
     StageRun *sr = &v->st[s];
-    sr->n = schedule_expand(v->t, v->prog, s, &sr->list);
+    sr->n = expand_simulated(v, s, &sr->list);
     sr->slot_owner = xmalloc((size_t)v->t->slots[s] * sizeof *sr->slot_owner);
     memset(sr->slot_owner, 0xff, (size_t)v->t->slots[s] * sizeof *sr->slot_owner);
     int stash = v->t->stash[s] > 0 ? v->t->stash[s] : 1;
@@ -308,9 +348,9 @@ static void check_complete(Verifier *v)
                      s, mb, sr->fwd_count[mb], sr->bwd_count[mb]);
                 return;
             }
-        if (sr->version != t->program[v->prog].steps)
-            fail(v, "stage %d takes %ld optimizer steps in a segment of %d", s, sr->version,
-                 t->program[v->prog].steps);
+        if (sr->version != v->steps)
+            fail(v, "stage %d takes %ld optimizer steps in a segment of %ld", s, sr->version,
+                 v->steps);
         else if (sr->live_slots != 0)
             fail(v, "stage %d ends the segment with %d live slots", s, sr->live_slots);
         else if (v->act[s].count || v->grad[s].count)
@@ -318,11 +358,14 @@ static void check_complete(Verifier *v)
     }
 }
 
-static void verify_program(Verifier *v, int prog)
+/* Simulates program `prog` with `reps` of its body repetitions (and that many fewer steps). */
+static void simulate_program(Verifier *v, int prog, long reps)
 {
     const paci_table *t = v->t;
     v->prog = prog;
-    v->mbs = (long)t->program[prog].steps * t->window;
+    v->reps = reps;
+    v->steps = t->program[prog].steps - (t->program[prog].body_reps - reps);
+    v->mbs = v->steps * t->window;
     memset(v->st, 0, sizeof v->st);
     memset(v->act, 0, sizeof v->act);
     memset(v->grad, 0, sizeof v->grad);
@@ -346,6 +389,33 @@ static void verify_program(Verifier *v, int prog)
         check_complete(v);
     for (int s = 0; s < t->stages; s++)
         stage_free(&v->st[s], &v->act[s], &v->grad[s]);
+}
+
+/* Simulates at most 2(p+2)+1 body repetitions: a stage's slots, versions and stash depend on
+ * the micro-batches of the last ceil((p-1)/K)+1 <= p steps only and a message crosses the
+ * pipeline within p repetitions, so from then on each repetition replays the previous one
+ * shifted; the extrema are reached, and the drifted count grows by the same amount per
+ * repetition, which the last simulated one measures. */
+static void verify_program(Verifier *v, int prog)
+{
+    const paci_table *t = v->t;
+    long reps = t->program[prog].body_reps, cap = 2L * (t->stages + 2);
+    if (reps <= cap + 1) {
+        simulate_program(v, prog, reps);
+        return;
+    }
+    long before[PACI_MAX_STAGES], once[PACI_MAX_STAGES];
+    memcpy(before, v->drifted, sizeof before);
+    simulate_program(v, prog, cap);
+    for (int s = 0; s < t->stages; s++)
+        once[s] = v->drifted[s] - before[s];
+    memcpy(v->drifted, before, sizeof before);
+    if (v->rep->ok)
+        simulate_program(v, prog, cap + 1);
+    for (int s = 0; s < t->stages; s++) {
+        long per_rep = v->drifted[s] - before[s] - once[s];
+        v->drifted[s] += per_rep * (reps - cap - 1);
+    }
 }
 
 /* ceil((p-s-1)/K) for PACI: the updates a stage crosses between a forward and its backward. */

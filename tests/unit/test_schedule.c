@@ -71,6 +71,37 @@ static void check_structure(const paci_table *t, const paci_instr *list, long n,
     }
 }
 
+/* Drift and slots measured on one stage's own list (they depend on nothing else): the
+ * backwards whose weights moved since their forward, the largest move, the peak of live slots. */
+static void stage_measure(const paci_instr *list, long n, int s, long *drifted, int *max_drift,
+                          int *peak)
+{
+    long version = 0, mbs = 0;
+    for (long i = 0; i < n; i++)
+        if (list[i].op == PACI_OP_FWD)
+            mbs++;
+    long *fwd_version = calloc((size_t)mbs + 1, sizeof *fwd_version);
+    int live = 0;
+    for (long i = 0; i < n; i++) {
+        paci_instr in = list[i];
+        if (in.op == PACI_OP_FWD)
+            fwd_version[in.mb] = version;
+        else if (in.op == PACI_OP_STEP)
+            version++;
+        else if (in.op == PACI_OP_BWD) {
+            long d = version - fwd_version[in.mb];
+            *drifted += d > 0;
+            if (d > *max_drift)
+                *max_drift = (int)d;
+        }
+        if (in.op == (s == 0 ? PACI_OP_FWD : PACI_OP_RECV_ACT) && ++live > *peak)
+            *peak = live;
+        if (in.op == (s == 0 ? PACI_OP_BWD : PACI_OP_SEND_GRAD))
+            live--;
+    }
+    free(fwd_version);
+}
+
 /* Builds, verifies and cross-checks one configuration. */
 static void check_config(int kind, int p, int K, long steps, long eval_every)
 {
@@ -83,18 +114,32 @@ static void check_config(int kind, int p, int K, long steps, long eval_every)
     if (!ok)
         fail_msg("%s p=%d K=%d steps=%ld: %s", paci_schedule_name(kind), p, K, steps, rep.error);
     assert_int_equal(t->channel_capacity, 1);
+    long drifted[PACI_MAX_STAGES] = {0}, mbs_total = 0;
+    int max_drift[PACI_MAX_STAGES] = {0}, peak[PACI_MAX_STAGES] = {0};
     for (int prog = 0; prog < t->n_programs; prog++) {
         SegmentLists sl;
         schedule_generate(kind, p, K, t->program[prog].steps, &sl);
+        mbs_total += (long)t->program[prog].steps * K;
         for (int s = 0; s < p; s++) {
+            if (prog == 0) {
+                assert_int_equal(t->slots[s], sl.slots[s]);
+                assert_int_equal(t->stash[s], sl.stash[s]);
+            }
             paci_instr *list;
             long n = schedule_expand(t, prog, s, &list);
             assert_int_equal(n, sl.count[s]);
             assert_memory_equal(list, sl.instrs[s], (size_t)n * sizeof *list);
             check_structure(t, list, n, s);
+            stage_measure(list, n, s, &drifted[s], &max_drift[s], &peak[s]);
             free(list);
         }
         segment_lists_free(&sl);
+    }
+    for (int s = 0; s < p; s++) {
+        /* the verifier's (possibly shortened) simulation reports the full segment's figures */
+        assert_int_equal(rep.max_drift[s], max_drift[s]);
+        assert_int_equal(rep.peak_slots[s], peak[s]);
+        assert_true(rep.drift_share[s] == (double)drifted[s] / (double)mbs_total);
     }
     long mbs = (long)t->segment_steps * K;
     for (int s = 0; s < p; s++) {
@@ -250,6 +295,55 @@ static void test_long_run_is_compact(void **state)
     schedule_free(t);
 }
 
+/* Segments longer than the generated steps (extended by body repetitions) equal the full
+ * generator's output, with and without a shorter last segment. */
+static void test_capped_generation(void **state)
+{
+    (void)state;
+    static const int windows[] = {1, 2, 3, 8, 17};
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++)
+        for (int p = 1; p <= 16; p += (p < 4 ? 1 : 3))
+            for (size_t k = 0; k < sizeof windows / sizeof *windows; k++) {
+                check_config(kind, p, windows[k], 4L * (p + 2) + 37, 0);
+                check_config(kind, p, windows[k], 2 * (4L * (p + 2) + 5) + 3, 4L * (p + 2) + 5);
+            }
+    check_config(PACI_SCHED_PACI, 3, 2, 2000, 0);
+    check_config(PACI_SCHED_PIPEDREAM, 5, 3, 2000, 0);
+}
+
+/* One segment of 1,000,000 steps: a table no larger than 100 steps', which verifies and
+ * whose expansion starts and ends as the full generator's output does. */
+static void test_million_steps(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 2, 1, 100, 0, 0);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *small = schedule_build(&cfg, &plan);
+    cfg.steps = 1000000;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    assert_int_equal(t->n_programs, 1);
+    assert_int_equal(t->program[0].steps, 1000000);
+    assert_true(t->n_instrs <= small->n_instrs);
+    VerifyReport rep;
+    assert_true(verify_schedule(t, &plan, &rep));
+    SegmentLists sl;
+    schedule_generate(PACI_SCHED_PACI, 2, 1, 1000000, &sl);
+    for (int s = 0; s < 2; s++) {
+        paci_instr *list;
+        long n = schedule_expand(t, 0, s, &list);
+        assert_int_equal(n, sl.count[s]);
+        long ends = 200; /* the prologue, the first and last bodies and the epilogue */
+        assert_memory_equal(list, sl.instrs[s], (size_t)ends * sizeof *list);
+        assert_memory_equal(list + n - ends, sl.instrs[s] + n - ends, (size_t)ends * sizeof *list);
+        free(list);
+    }
+    segment_lists_free(&sl);
+    schedule_free(small);
+    schedule_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +353,8 @@ int main(void)
         cmocka_unit_test(test_slots_and_stash),
         cmocka_unit_test(test_verify_catches_errors),
         cmocka_unit_test(test_long_run_is_compact),
+        cmocka_unit_test(test_capped_generation),
+        cmocka_unit_test(test_million_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
