@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "pacic.h"
+#include "pipeline_config.h"
 #include "prt.h"
 
 static void test_each_op_names_its_link_and_ranks(void **state)
@@ -50,23 +51,7 @@ static void test_native_between_processes_or_gpus(void **state)
 
 static Config make_config(int kind, int stages, int window, long steps)
 {
-    Config cfg = {0};
-    cfg.layers = 16;
-    cfg.width = 64;
-    cfg.heads = 4;
-    cfg.context = 32;
-    cfg.vocab = 256;
-    cfg.stages = stages;
-    cfg.schedule = kind;
-    cfg.window = window;
-    cfg.micro = 2;
-    cfg.global_batch = 2L * window;
-    cfg.steps = steps;
-    cfg.precision = PREC_FP32;
-    cfg.device_flops = 1e12;
-    cfg.link_bandwidth = 1e9;
-    cfg.device_memory = 1e15;
-    return cfg;
+    return pipeline_config(kind, stages, window, steps, 16);
 }
 
 typedef struct lists {

@@ -10,27 +10,14 @@
 
 #include "pacic.h"
 
+#include "pipeline_config.h"
+
 /* A config with a small model: only the pipeline's numbers matter to the schedules. */
 static Config make_config(int kind, int stages, int window, long steps, long eval_every, long ckpt_every)
 {
-    Config cfg = {0};
-    cfg.layers = 64;
-    cfg.width = 64;
-    cfg.heads = 4;
-    cfg.context = 32;
-    cfg.vocab = 256;
-    cfg.stages = stages;
-    cfg.schedule = kind;
-    cfg.window = window;
-    cfg.micro = 2;
-    cfg.global_batch = 2L * window;
-    cfg.steps = steps;
+    Config cfg = pipeline_config(kind, stages, window, steps, 64);
     cfg.eval_every = eval_every;
     cfg.ckpt_every = ckpt_every;
-    cfg.precision = PREC_FP32;
-    cfg.device_flops = 1e12;
-    cfg.link_bandwidth = 1e9;
-    cfg.device_memory = 1e15;
     return cfg;
 }
 

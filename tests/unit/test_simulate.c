@@ -13,26 +13,12 @@
 #include <unistd.h>
 
 #include "pacic.h"
+#include "pipeline_config.h"
 
 static Config make_config(int kind, int stages, int window, long steps)
 {
-    Config cfg = {0};
-    cfg.layers = 32;
-    cfg.width = 64;
-    cfg.heads = 4;
-    cfg.context = 32;
-    cfg.vocab = 256;
-    cfg.stages = stages;
-    cfg.schedule = kind;
-    cfg.window = window;
-    cfg.micro = 2;
-    cfg.global_batch = 2L * window;
-    cfg.steps = steps;
-    cfg.precision = PREC_FP32;
-    cfg.device_flops = 1e12;
-    cfg.link_bandwidth = 1e9;
+    Config cfg = pipeline_config(kind, stages, window, steps, 32);
     cfg.link_latency = 1e-6;
-    cfg.device_memory = 1e15;
     return cfg;
 }
 
