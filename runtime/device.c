@@ -97,6 +97,7 @@ const pr_device pr_device_cpu = {
     .backward = cpu_backward,
     .adamw = cpu_adamw,
     .close_stage = cpu_close_stage,
+    .op_timer = &pr_cpu_op_timer,
 };
 
 /* cuda when asked for or (by default) when the program has the GPU path and a GPU answers;

@@ -178,6 +178,8 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         st->grad_in_mb = st->grad_out_mb = -1;
         for (int k = 0; k < 2; k++)
             st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
+        if (run->opt.profile_out)
+            pr_op_stats_open(s, sc->n_ops);
         if (s + 1 < run->p) {
             pr_channel_init(&run->act[s], tab->channel_capacity, BTC);
             pr_channel_init(&run->grad[s], tab->channel_capacity, BTC);
@@ -220,6 +222,7 @@ void pr_run_free(pr_run *run)
         free(st->tensor_sumsq[0]);
         free(st->tensor_sumsq[1]);
         free(st->trace);
+        pr_op_stats_close(s);
         if (s + 1 < run->p) {
             pr_channel_destroy(&run->act[s]);
             pr_channel_destroy(&run->grad[s]);
@@ -694,10 +697,17 @@ static void *stage_thread(void *arg)
     st->cut_from = run->step;
     st->cut_stop = PR_NO_STOP;
     st->steps_met = first_step;
+    // Per-op timing covers the schedule's instructions only, not evaluation or sampling,
+    // which run the same stage code from the main thread between segments.
+    const pr_op_timer **timer = st->code->op_timer;
+    if (run->opt.profile_out && timer)
+        *timer = run->dev->op_timer;
     execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1, end);
     for (int32_t r = 0; r < pg->body_reps; r++)
         execute_list(run, st, sp->body, sp->n_body, first_mb, r, end);
     execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
+    if (timer)
+        *timer = NULL;
     return NULL;
 }
 

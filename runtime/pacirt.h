@@ -93,6 +93,22 @@ typedef struct pr_adamw_args {
     int64_t t;              /* this stage's step number, from 1, for bias correction */
 } pr_adamw_args;
 
+/* One op of a stage's generated sections, as the per-op profile (run --profile-out) names
+ * it; pr_stage_code.ops lists them in the order the stage file numbers them. */
+typedef struct pr_op_info {
+    const char *section;  /* "block_forward", ..., "adamw" */
+    const char *name;     /* the kernel, or "gemm", "zero", "copy" */
+    const char *what;     /* what it computes (the op's comment) */
+} pr_op_info;
+
+/* Per-op timing hooks: generated code calls begin and end around op `op` of the stage's
+ * list while the stage's timer pointer is set (the runtime sets it only when profiling, so
+ * otherwise each op costs one test of a pointer). The device layer measures. */
+typedef struct pr_op_timer {
+    void (*begin)(int32_t stage, int32_t op);
+    void (*end)(int32_t stage, int32_t op);
+} pr_op_timer;
+
 typedef struct pr_stage_code {
     int32_t index;
     int32_t first_layer;
@@ -110,6 +126,9 @@ typedef struct pr_stage_code {
     void (*forward)(const pr_fwd_args *);
     void (*backward)(const pr_bwd_args *);
     void (*adamw)(const pr_adamw_args *);
+    int32_t n_ops;                   /* the per-op profile's ops of this stage */
+    const pr_op_info *ops;
+    const pr_op_timer **op_timer;    /* the stage file's timer pointer, NULL between profiles */
 } pr_stage_code;
 
 enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };

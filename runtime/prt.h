@@ -166,6 +166,7 @@ typedef struct pr_device {
      * rank); -1 with err when there is no such GPU. NULL: nothing to choose. */
     int (*pin)(int gpu, char *err);
     const pr_link_ops *links; /* the native transport, NULL: in-process channels only */
+    const pr_op_timer *op_timer; /* per-op timing for run --profile-out */
 } pr_device;
 
 extern const pr_device pr_device_cpu;
@@ -175,6 +176,25 @@ extern const pr_device pr_device_cpu;
  * was asked for and cannot be had, or the name is unknown. */
 int pr_device_select(const pr_program *prog, const char *requested, int quiet,
                      const pr_device **out, char *err);
+
+/* ---- profile.c: per-op times of the generated code (run --profile-out) ----------------- */
+
+/* What each op of a stage took: calls and seconds, added by the device's timer on the
+ * stage's own thread only (read after the stage threads are joined). */
+typedef struct pr_op_stats {
+    int32_t n_ops;
+    int64_t *calls;
+    double *seconds;
+    double started; /* the CPU timer: pr_now() at the begin of the op in progress */
+} pr_op_stats;
+
+extern pr_op_stats pr_op_stats_of[PACI_MAX_STAGES];
+void pr_op_stats_open(int stage, int32_t n_ops);
+void pr_op_stats_close(int stage);
+/* One call of op `op` that took `seconds`; an op outside the stage's list is a bug. */
+void pr_op_stats_add(int stage, int32_t op, double seconds);
+/* Monotonic clock around each op: ops run on the stage's thread, one at a time. */
+extern const pr_op_timer pr_cpu_op_timer;
 
 /* ---- optim.c: learning rate and clipping ----------------------------------------------- */
 

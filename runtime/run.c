@@ -20,8 +20,9 @@ static const char usage[] =
     "  --ckpt-dir DIR   checkpoint folder\n"
     "  --metrics FILE   one JSON line per step\n"
     "  --trace FILE     Chrome trace of the measured instructions\n"
-    "  --profile-out FILE  measured per-stage costs (mean thread CPU seconds per\n"
-    "                   instruction), the file `pacic --profile` reads\n"
+    "  --profile-out FILE  measured costs, the file `pacic --profile` reads: per stage\n"
+    "                   the mean thread CPU seconds per instruction, per link per message,\n"
+    "                   and per op of the generated code its calls and seconds\n"
     "  --device D       cpu or cuda (default: cuda when built with it and a GPU answers)\n"
     "  --threads N      cores to use (default: all)\n"
     "  --peer-timeout S seconds a stage waits for a neighbour before giving up (default 600;\n"
@@ -177,25 +178,59 @@ static double mean_cpu(const pr_stage_rt *st, int op)
     return st->ops[op] ? st->cpu[op] / (double)st->ops[op] : 0.0;
 }
 
-/* The measured costs as a profile: a stage's compute ops, and a link's message cost as the
- * copy in plus the copy out, averaged over the two directions. */
+/* An op's description as the profile quotes it: no quote, backslash or control character. */
+static void write_quoted(FILE *f, const char *text)
+{
+    fputc('"', f);
+    for (const char *c = text ? text : ""; *c; c++)
+        fputc(*c == '"' || *c == '\\' ? '\'' : (unsigned char)*c < 0x20 ? ' ' : *c, f);
+    fputc('"', f);
+}
+
+/* The measured costs as a profile (format version 2, compiler/simulate.c): a stage's compute
+ * ops, and a link's message cost as the copy in plus the copy out, averaged over the two
+ * directions; then each stage's compute wall time and its generated code's per-op times. */
 static int write_profile(const pr_run *run, const char *path, char *err)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return pr_fail(err, "%s: cannot write profile: %s", path, strerror(errno));
-    fprintf(f, "# measured by run (%s): mean thread CPU seconds per instruction over %lld steps\n",
-            run->prog->source, (long long)run->steps_this_process);
+    fprintf(f, "# measured by run (%s) on the %s over %lld steps\n", run->prog->source,
+            run->dev->host_memory ? "CPU" : "GPU", (long long)run->steps_this_process);
+    fprintf(f, "version 2\n");
+    fprintf(f, "# stage S fwd F bwd B step P: mean thread CPU seconds per instruction\n");
     for (int s = 0; s < run->p; s++) {
         const pr_stage_rt *st = &run->stage[s];
         fprintf(f, "stage %d fwd %.9g bwd %.9g step %.9g\n", s, mean_cpu(st, PACI_OP_FWD),
                 mean_cpu(st, PACI_OP_BWD), mean_cpu(st, PACI_OP_STEP));
     }
+    fprintf(f, "# link L SECONDS: mean seconds per message between stages L and L+1\n");
     for (int s = 0; s + 1 < run->p; s++) {
         const pr_stage_rt *from = &run->stage[s], *to = &run->stage[s + 1];
         double act = mean_cpu(from, PACI_OP_SEND_ACT) + mean_cpu(to, PACI_OP_RECV_ACT);
         double grad = mean_cpu(to, PACI_OP_SEND_GRAD) + mean_cpu(from, PACI_OP_RECV_GRAD);
         fprintf(f, "link %d %.9g\n", s, (act + grad) / 2);
+    }
+    fprintf(f, "# compute S SECONDS: wall seconds stage S spent in its fwd, bwd and step instructions\n");
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_rt *st = &run->stage[s];
+        fprintf(f, "compute %d %.9g\n", s,
+                st->busy[PACI_OP_FWD] + st->busy[PACI_OP_BWD] + st->busy[PACI_OP_STEP]);
+    }
+    fprintf(f, "# op S I SECTION NAME calls N total SECONDS mean SECONDS \"WHAT\": op I of stage S's "
+               "generated code, summed over its calls (%s)\n",
+            run->dev->host_memory ? "monotonic clock" : "CUDA events on the compute stream");
+    for (int s = 0; s < run->p; s++) {
+        const pr_op_stats *ps = &pr_op_stats_of[s];
+        const pr_stage_code *sc = &run->prog->stage[s];
+        for (int32_t i = 0; i < ps->n_ops && i < sc->n_ops; i++) {
+            const pr_op_info *op = &sc->ops[i];
+            double mean = ps->calls[i] ? ps->seconds[i] / (double)ps->calls[i] : 0.0;
+            fprintf(f, "op %d %d %s %s calls %lld total %.9g mean %.9g ", s, i, op->section, op->name,
+                    (long long)ps->calls[i], ps->seconds[i], mean);
+            write_quoted(f, op->what);
+            fputc('\n', f);
+        }
     }
     if (fclose(f) != 0)
         return pr_fail(err, "%s: cannot write profile: %s", path, strerror(errno));

@@ -23,14 +23,21 @@
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)              \
     X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyAsync) X(cuMemsetD8Async)            \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent)         \
-    X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy) X(cuModuleLoadData)                  \
-    X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuGetErrorString)
+    X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy) X(cuEventElapsedTime)                \
+    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)           \
+    X(cuGetErrorString)
 
 static struct {
 #define DRIVER_FIELD(symbol) __typeof__(symbol) *symbol;
     DRIVER_FUNCTIONS(DRIVER_FIELD)
 #undef DRIVER_FIELD
 } drv;
+
+/* One timed op on the compute stream: events recorded before and after it. */
+typedef struct op_events {
+    CUevent start, stop;
+    int32_t op;
+} op_events;
 
 typedef struct cuda_stage {
     int open, gpu;
@@ -40,6 +47,10 @@ typedef struct cuda_stage {
     CUmodule module;
     CUfunction *kernels;
     int n_kernels;
+    /* per-op timing (run --profile-out): pairs recorded since the last resolve, from a pool
+     * of created pairs that grows to the most ops one forward, backward or step queues */
+    op_events *timed;
+    int n_timed, n_created;
 } cuda_stage;
 
 static cuda_stage stages[PACI_MAX_STAGES];
@@ -208,6 +219,11 @@ static void cuda_close_stage(int stage)
         return;
     enter(stage);
     drv.cuStreamSynchronize(cs->compute);
+    for (int i = 0; i < cs->n_created; i++) {
+        drv.cuEventDestroy(cs->timed[i].start);
+        drv.cuEventDestroy(cs->timed[i].stop);
+    }
+    free(cs->timed);
     pr_cuda_gemm_close(stage);
     drv.cuEventDestroy(cs->compute_done);
     drv.cuStreamDestroy(cs->compute);
@@ -304,6 +320,53 @@ static double cuda_sumsq(int stage, const float *x, int64_t n)
     return sum;
 }
 
+/* Per-op timing: an event before and one after each op on the compute stream. Recording
+ * does not wait; the times are read once the stage's work has synchronised (resolve_ops),
+ * so profiling adds no synchronisation of its own. Called with the stage's context current
+ * (from its forward, backward or step). */
+static void cuda_op_begin(int32_t stage, int32_t op)
+{
+    cuda_stage *cs = &stages[stage];
+    if (cs->n_timed == cs->n_created) {
+        int grown = cs->n_created ? 2 * cs->n_created : 256;
+        cs->timed = realloc(cs->timed, (size_t)grown * sizeof *cs->timed);
+        if (!cs->timed)
+            pr_internal("stage %d: out of memory for %d op timings", stage, grown);
+        for (int i = cs->n_created; i < grown; i++) {
+            pr_cuda_check(stage, drv.cuEventCreate(&cs->timed[i].start, CU_EVENT_DEFAULT), "cuEventCreate");
+            pr_cuda_check(stage, drv.cuEventCreate(&cs->timed[i].stop, CU_EVENT_DEFAULT), "cuEventCreate");
+        }
+        cs->n_created = grown;
+    }
+    op_events *e = &cs->timed[cs->n_timed++];
+    e->op = op;
+    pr_cuda_check(stage, drv.cuEventRecord(e->start, cs->compute), "cuEventRecord");
+}
+
+static void cuda_op_end(int32_t stage, int32_t op)
+{
+    cuda_stage *cs = &stages[stage];
+    if (cs->n_timed == 0 || cs->timed[cs->n_timed - 1].op != op)
+        pr_internal("stage %d: op %d ends without its begin", stage, op);
+    pr_cuda_check(stage, drv.cuEventRecord(cs->timed[cs->n_timed - 1].stop, cs->compute), "cuEventRecord");
+}
+
+static const pr_op_timer cuda_op_timer = {cuda_op_begin, cuda_op_end};
+
+/* After the compute stream has synchronised every recorded event is complete: add the
+ * times (milliseconds from the driver) to the op profile and reuse the pairs. */
+static void resolve_ops(int stage)
+{
+    cuda_stage *cs = &stages[stage];
+    for (int i = 0; i < cs->n_timed; i++) {
+        float ms = 0.0f;
+        pr_cuda_check(stage, drv.cuEventElapsedTime(&ms, cs->timed[i].start, cs->timed[i].stop),
+                      "cuEventElapsedTime");
+        pr_op_stats_add(stage, cs->timed[i].op, 1e-3 * (double)ms);
+    }
+    cs->n_timed = 0;
+}
+
 /* Stage code queues its launches on the compute stream; waiting for them here keeps the
  * executor's measured instruction times the GPU's. */
 static void cuda_forward(const pr_program *prog, int stage, const pr_fwd_args *args)
@@ -311,6 +374,7 @@ static void cuda_forward(const pr_program *prog, int stage, const pr_fwd_args *a
     cuda_stage *cs = enter(stage);
     prog->cuda[stage].forward(args);
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "forward");
+    resolve_ops(stage);
 }
 
 static void cuda_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
@@ -318,6 +382,7 @@ static void cuda_backward(const pr_program *prog, int stage, const pr_bwd_args *
     cuda_stage *cs = enter(stage);
     prog->cuda[stage].backward(args);
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "backward");
+    resolve_ops(stage);
 }
 
 static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
@@ -325,6 +390,7 @@ static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *a
     cuda_stage *cs = enter(stage);
     prog->cuda[stage].adamw(args);
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "adamw");
+    resolve_ops(stage);
 }
 
 void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args)
@@ -376,4 +442,5 @@ const pr_device pr_device_cuda = {
     .close_stage = cuda_close_stage,
     .pin = cuda_pin,
     .links = &pr_nccl_links,
+    .op_timer = &cuda_op_timer,
 };
