@@ -126,10 +126,37 @@ static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
     blank_line(sb);
 }
 
-static void emit_c_op(StrBuf *sb, const Op *op)
+bool op_is_timed(const Op *op)
+{
+    return op->kind != OP_LOOP && op->kind != OP_END;
+}
+
+/* An op's name in the profile: its kernel, or what the op does. */
+static const char *op_profile_name(const Op *op)
+{
+    switch (op->kind) {
+    case OP_KERNEL:
+        return op->kernel->name;
+    case OP_GEMM:
+        return "gemm";
+    case OP_ZERO:
+        return "zero";
+    case OP_COPY:
+        return "copy";
+    case OP_LOOP:
+    case OP_END:
+        break;
+    }
+    unreachable();
+}
+
+/* One op; a timed op (number `index` in the section) is wrapped in OP_BEGIN/OP_END. */
+static void emit_c_op(StrBuf *sb, const Op *op, const char *section, int index)
 {
     if (op->kind != OP_END)
         emit_line(sb, "/* %s */", op->comment);
+    if (op_is_timed(op))
+        emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
     switch (op->kind) {
     case OP_KERNEL:
         emit_line(sb, "%s(%s);", op->kernel->name, op->args);
@@ -158,6 +185,8 @@ static void emit_c_op(StrBuf *sb, const Op *op)
         emit_close(sb, "");
         break;
     }
+    if (op_is_timed(op))
+        emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
 }
 
 void emit_op_loop(StrBuf *sb, const char *args)
@@ -167,14 +196,100 @@ void emit_op_loop(StrBuf *sb, const char *args)
     emit_open(sb, "for (int %.*s = 0; %.*s < %s; %.*s++)", len, args, len, args, comma + 2, len, args);
 }
 
-static void emit_c_section(StrBuf *sb, const char *doc, const char *signature, const OpList *l)
+/* A section as `static void name(params)`; its ops are numbered from OPS_name. */
+static void emit_c_section(StrBuf *sb, const char *doc, const char *name, const char *params,
+                           const OpList *l)
 {
     emit_line(sb, "/* %s */", doc);
-    emit_line(sb, "static void %s", signature);
+    emit_line(sb, "static void %s(%s)", name, params);
     open_block(sb);
-    for (int i = 0; i < l->n; i++)
-        emit_c_op(sb, &l->ops[i]);
+    for (int i = 0, timed = 0; i < l->n; i++) {
+        emit_c_op(sb, &l->ops[i], name, timed);
+        timed += op_is_timed(&l->ops[i]);
+    }
     emit_close(sb, "");
+    blank_line(sb);
+}
+
+/* The sections a stage is made of, in the order the per-op profile numbers their ops (the
+ * stage's AdamW last, one op: it has no op list). */
+typedef struct StageSection {
+    const char *name;
+    const OpList *ops; /* NULL for adamw */
+} StageSection;
+
+static int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[7])
+{
+    int n = 0;
+    if (sp->has_embed)
+        out[n++] = (StageSection){"embed_forward", &ops->embed_fwd};
+    out[n++] = (StageSection){"block_forward", &ops->block_fwd};
+    if (sp->has_head) {
+        out[n++] = (StageSection){"head_forward", &ops->head_fwd};
+        out[n++] = (StageSection){"head_backward", &ops->head_bwd};
+    }
+    out[n++] = (StageSection){"block_backward", &ops->block_bwd};
+    if (sp->has_embed)
+        out[n++] = (StageSection){"embed_backward", &ops->embed_bwd};
+    out[n++] = (StageSection){"adamw", NULL};
+    return n;
+}
+
+static int timed_ops(const StageSection *section)
+{
+    if (!section->ops)
+        return 1;
+    int n = 0;
+    for (int i = 0; i < section->ops->n; i++)
+        n += op_is_timed(&section->ops->ops[i]);
+    return n;
+}
+
+/* The numbering of the timed ops, the stage's timer pointer and the hooks around each op. */
+static void emit_op_profile_hooks(StrBuf *sb, int s, const StageSection *sections, int n_sections)
+{
+    emit_line(sb, "/* Per-op profile (run --profile-out): each section's ops are numbered from its OPS_");
+    emit_line(sb, " * constant, as pr_stage_%d_ops names them. The runtime sets the timer only while it", s);
+    emit_line(sb, " * profiles a training run; otherwise an op costs the test of a pointer. */");
+    StrBuf bases = {0};
+    int total = 0;
+    for (int i = 0; i < n_sections; i++) {
+        sb_printf(&bases, "OPS_%s = %d, ", sections[i].name, total);
+        total += timed_ops(&sections[i]);
+    }
+    emit_line(sb, "enum { %sN_OPS = %d };", bases.data, total);
+    sb_free(&bases);
+    emit_line(sb, "const pr_op_timer *pr_stage_%d_op_timer;", s);
+    emit_line(sb, "#define OP_BEGIN(op) do { if (pr_stage_%d_op_timer) pr_stage_%d_op_timer->begin(STAGE, op); } while (0)",
+              s, s);
+    emit_line(sb, "#define OP_END(op) do { if (pr_stage_%d_op_timer) pr_stage_%d_op_timer->end(STAGE, op); } while (0)",
+              s, s);
+    blank_line(sb);
+}
+
+/* pr_stage_S_ops: section, name and comment of every timed op, in number order. */
+static void emit_op_table(StrBuf *sb, int s, const StageSection *sections, int n_sections)
+{
+    emit_line(sb, "/* The ops as the profile names them: section, kernel (or gemm, zero, copy), what it computes. */");
+    emit_line(sb, "const pr_op_info pr_stage_%d_ops[N_OPS] = {", s);
+    sb->indent++;
+    for (int i = 0; i < n_sections; i++) {
+        const OpList *l = sections[i].ops;
+        if (!l) {
+            emit_line(sb, "{\"%s\", \"adamw\", \"AdamW update of one tensor\"},", sections[i].name);
+            continue;
+        }
+        for (int k = 0; k < l->n; k++) {
+            if (!op_is_timed(&l->ops[k]))
+                continue;
+            StrBuf what = {0};
+            emit_c_string(&what, l->ops[k].comment);
+            emit_line(sb, "{\"%s\", \"%s\", %s},", sections[i].name, op_profile_name(&l->ops[k]), what.data);
+            sb_free(&what);
+        }
+    }
+    sb->indent--;
+    emit_line(sb, "};");
     blank_line(sb);
 }
 
@@ -206,7 +321,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "/* Shapes: micro-batch, context, width, heads, head size, vocabulary; BT rows. */");
     emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, BT = B * T };", cfg->micro,
               cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab);
-    emit_line(sb, "enum { FIRST_LAYER = %d, N_LAYERS = %d };", sp->first_layer, sp->n_layers);
+    emit_line(sb, "enum { STAGE = %d, FIRST_LAYER = %d, N_LAYERS = %d };", s, sp->first_layer, sp->n_layers);
     blank_line(sb);
     emit_line(sb, "/* AdamW hyperparameters (the learning rate and step come with each call). */");
     emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", cfg->beta1);
@@ -217,6 +332,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "/* Kernels run their indices in order here: accumulation is a plain add. */");
     emit_line(sb, "#define RESTRICT restrict");
     emit_line(sb, "#define ATOMIC_ADD(ptr, value) (*(ptr) += (value))");
+    emit_line(sb, "#define UNROLL /* the C compiler chooses */");
     blank_line(sb);
     emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER. */");
     emit_layout(sb, &lay.layer_params);
@@ -253,26 +369,30 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
 
+    StageSection sections[7];
+    int n_sections = stage_sections(sp, ops, sections);
+    emit_op_profile_hooks(sb, s, sections, n_sections);
+
     if (sp->has_embed)
-        emit_c_section(sb, "Embedding forward.",
-                       "embed_forward(const float *params, float *acts, const int *tokens)", &ops->embed_fwd);
+        emit_c_section(sb, "Embedding forward.", "embed_forward",
+                       "const float *params, float *acts, const int *tokens", &ops->embed_fwd);
     emit_c_section(sb, "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
-                   "block_forward(const float *p, float *a, const float *x)", &ops->block_fwd);
+                   "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd);
     if (sp->has_head) {
         emit_c_section(sb, "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
-                       "head_forward(const float *params, float *acts, const float *x, const int *targets, float *losses)",
+                       "head_forward", "const float *params, float *acts, const float *x, const int *targets, float *losses",
                        &ops->head_fwd);
         emit_c_section(sb, "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
-                       "head_backward(const float *params, float *grads, float *acts, const float *x, float *scratch, "
-                       "const int *targets, float dloss)",
+                       "head_backward", "const float *params, float *grads, float *acts, const float *x, float *scratch, "
+                       "const int *targets, float dloss",
                        &ops->head_bwd);
     }
     emit_c_section(sb, "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
-                   "block_backward(const float *p, float *g, const float *a, const float *x, float *s)",
+                   "block_backward", "const float *p, float *g, const float *a, const float *x, float *s",
                    &ops->block_bwd);
     if (sp->has_embed)
-        emit_c_section(sb, "Embedding backward from S_DRES.",
-                       "embed_backward(float *grads, const float *scratch, const int *tokens)", &ops->embed_bwd);
+        emit_c_section(sb, "Embedding backward from S_DRES.", "embed_backward",
+                       "float *grads, const float *scratch, const int *tokens", &ops->embed_bwd);
 
     emit_line(sb, "/* The input of layer l: the stage's input or the previous layer's output. */");
     emit_line(sb, "static float *layer_input(float *acts, int l)");
@@ -328,6 +448,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "};");
     blank_line(sb);
     free(tensors);
+    emit_op_table(sb, s, sections, n_sections);
 
     emit_line(sb, "/* AdamW on every tensor of the stage; weight decay where the table says so. */");
     emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args)", s);
@@ -336,12 +457,27 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%s, (double)args->t));", exact_double(cfg->beta2));
     emit_open(sb, "for (int i = 0; i < %d; i++)", n);
     emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
+    emit_line(sb, "OP_BEGIN(OPS_adamw);");
     emit_line(sb, "adamw(args->params + t->offset, args->grads + t->offset, args->m + t->offset, "
                   "args->v + t->offset, t->size,");
     emit_line(sb, "      args->lr, t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, args->grad_scale, "
                   "beta1_correction, beta2_correction);");
+    emit_line(sb, "OP_END(OPS_adamw);");
     emit_close(sb, "");
     emit_close(sb, "");
+}
+
+/* The stage's timed ops (program.c states the tables' lengths). */
+static int stage_op_count(const Config *cfg, const StagePlan *sp)
+{
+    ModelOps ops;
+    model_ops_build(cfg, &ops);
+    StageSection sections[7];
+    int n_sections = stage_sections(sp, &ops, sections), total = 0;
+    for (int i = 0; i < n_sections; i++)
+        total += timed_ops(&sections[i]);
+    model_ops_free(&ops);
+    return total;
 }
 
 static const char *const op_enum_names[] = {
@@ -476,6 +612,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         emit_line(sb, "void pr_stage_%d_forward(const pr_fwd_args *args);", s);
         emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args);", s);
         emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args);", s);
+        emit_line(sb, "extern const pr_op_info pr_stage_%d_ops[%d];", s, stage_op_count(cfg, &plan->stage[s]));
+        emit_line(sb, "extern const pr_op_timer *pr_stage_%d_op_timer;", s);
         if (cfg->cuda) {
             emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args);", s);
             emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args);", s);
@@ -504,6 +642,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         emit_line(sb, ".n_tensors = %d, .tensors = pr_stage_%d_tensors,", n, s);
         emit_line(sb, ".forward = pr_stage_%d_forward, .backward = pr_stage_%d_backward, .adamw = pr_stage_%d_adamw,",
                   s, s, s);
+        emit_line(sb, ".n_ops = %d, .ops = pr_stage_%d_ops, .op_timer = &pr_stage_%d_op_timer,",
+                  stage_op_count(cfg, sp), s, s);
         emit_close(sb, ",");
     }
     sb->indent--;

@@ -46,6 +46,8 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "/* Indices run concurrently: accumulation shared between them is atomic. */");
     emit_line(sb, "#define RESTRICT __restrict__");
     emit_line(sb, "#define ATOMIC_ADD(ptr, value) atomicAdd((ptr), (value))");
+    emit_line(sb, "/* Loops over a thread's local arrays unroll fully, so the arrays live in registers. */");
+    emit_line(sb, "#define UNROLL _Pragma(\"unroll\")");
     sb_puts(sb, "\n");
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, &kernel_descs[i]);
@@ -128,9 +130,13 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
     emit_close(sb, "");
 }
 
-static void emit_cuda_op(StrBuf *sb, const Op *op)
+/* One op; a timed op (number `index` of the section, as in the CPU half) is wrapped in
+ * OP_BEGIN/OP_END, which record CUDA events on the compute stream while profiling. */
+static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int index)
 {
     emit_line(sb, "/* %s */", op->comment);
+    if (op_is_timed(op))
+        emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
     switch (op->kind) {
     case OP_KERNEL:
         emit_cuda_launch(sb, op);
@@ -151,14 +157,20 @@ static void emit_cuda_op(StrBuf *sb, const Op *op)
         emit_close(sb, "");
         break;
     }
+    if (op_is_timed(op))
+        emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
 }
 
-static void emit_cuda_section(StrBuf *sb, const char *signature, const OpList *l)
+/* Section `name` of the CPU half as `static void cuda_name(params)`, the same ops numbered
+ * the same way. */
+static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, const OpList *l)
 {
-    emit_line(sb, "static void %s", signature);
+    emit_line(sb, "static void cuda_%s(%s)", name, params);
     open_brace(sb);
-    for (int i = 0; i < l->n; i++)
-        emit_cuda_op(sb, &l->ops[i]);
+    for (int i = 0, timed = 0; i < l->n; i++) {
+        emit_cuda_op(sb, &l->ops[i], name, timed);
+        timed += op_is_timed(&l->ops[i]);
+    }
     emit_close(sb, "");
     sb_puts(sb, "\n");
 }
@@ -177,20 +189,20 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     sb_free(&names);
     sb_puts(sb, "\n");
     if (sp->has_embed)
-        emit_cuda_section(sb, "cuda_embed_forward(const float *params, float *acts, const int *tokens)",
+        emit_cuda_section(sb, "embed_forward", "const float *params, float *acts, const int *tokens",
                           &ops->embed_fwd);
-    emit_cuda_section(sb, "cuda_block_forward(const float *p, float *a, const float *x)", &ops->block_fwd);
+    emit_cuda_section(sb, "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd);
     if (sp->has_head) {
-        emit_cuda_section(sb, "cuda_head_forward(const float *params, float *acts, const float *x, "
-                              "const int *targets, float *losses)", &ops->head_fwd);
-        emit_cuda_section(sb, "cuda_head_backward(const float *params, float *grads, float *acts, "
-                              "const float *x, float *scratch, const int *targets, float dloss)",
+        emit_cuda_section(sb, "head_forward", "const float *params, float *acts, const float *x, "
+                                              "const int *targets, float *losses", &ops->head_fwd);
+        emit_cuda_section(sb, "head_backward", "const float *params, float *grads, float *acts, "
+                                               "const float *x, float *scratch, const int *targets, float dloss",
                           &ops->head_bwd);
     }
-    emit_cuda_section(sb, "cuda_block_backward(const float *p, float *g, const float *a, const float *x, "
-                          "float *s)", &ops->block_bwd);
+    emit_cuda_section(sb, "block_backward", "const float *p, float *g, const float *a, const float *x, float *s",
+                      &ops->block_bwd);
     if (sp->has_embed)
-        emit_cuda_section(sb, "cuda_embed_backward(float *grads, const float *scratch, const int *tokens)",
+        emit_cuda_section(sb, "embed_backward", "float *grads, const float *scratch, const int *tokens",
                           &ops->embed_bwd);
 
     emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
@@ -242,7 +254,9 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
                   "grad_scale = args->grad_scale;");
     emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
                   "&beta1_correction, &beta2_correction};");
+    emit_line(sb, "OP_BEGIN(OPS_adamw);");
     emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
+    emit_line(sb, "OP_END(OPS_adamw);");
     emit_close(sb, "");
     emit_close(sb, "");
 }

@@ -429,6 +429,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
 void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
 /* A description's statements, one line at a time, at the current indentation. */
 void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
+/* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
+bool op_is_timed(const Op *op);
 /* OP_LOOP's "var, extent" as an opening for-loop; the same on the host of every backend. */
 void emit_op_loop(StrBuf *sb, const char *args);
 /* The banner every generated file starts with. */
