@@ -167,6 +167,52 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
 #undef MEM
 }
 
+enum { EXPLAIN_TOP_OPS = 5 }; /* ops shown per stage */
+
+/* Larger total first; the op's number breaks ties, so the table is stable. */
+static int by_total_descending(const void *a, const void *b)
+{
+    const ProfileOp *x = *(const ProfileOp *const *)a, *y = *(const ProfileOp *const *)b;
+    if (x->total != y->total)
+        return x->total < y->total ? 1 : -1;
+    return x->index - y->index;
+}
+
+void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const char *path)
+{
+    if (!ops || ops->n_ops == 0)
+        return;
+    fprintf(out, "\nmeasured ops (%s): the %d most expensive of each stage, as shares of the stage's "
+                 "compute time\n(the wall time of its fwd, bwd and step instructions)\n", path, EXPLAIN_TOP_OPS);
+    const ProfileOp **sorted = xmalloc((size_t)ops->n_ops * sizeof *sorted);
+    for (int s = 0; s < plan->stages; s++) {
+        int n = 0;
+        double timed = 0;
+        for (int i = 0; i < ops->n_ops; i++)
+            if (ops->ops[i].stage == s) {
+                sorted[n++] = &ops->ops[i];
+                timed += ops->ops[i].total;
+            }
+        if (n == 0) {
+            fprintf(out, "  stage %d: no op lines\n", s);
+            continue;
+        }
+        qsort(sorted, (size_t)n, sizeof *sorted, by_total_descending);
+        // Without a compute line the shares are of the ops' own sum.
+        double compute = ops->compute[s] > 0 ? ops->compute[s] : timed;
+        fprintf(out, "  stage %d: %d ops, %.4g s of compute%s; the ops account for %.1f%% of it\n", s, n,
+                compute, ops->compute[s] > 0 ? "" : " (no compute line: the ops' sum)",
+                compute > 0 ? 100 * timed / compute : 0.0);
+        fprintf(out, "     share     seconds      calls  op\n");
+        for (int k = 0; k < n && k < EXPLAIN_TOP_OPS; k++) {
+            const ProfileOp *op = sorted[k];
+            fprintf(out, "    %5.1f%%  %10.4g  %9ld  %s %s: %s\n", compute > 0 ? 100 * op->total / compute : 0.0,
+                    op->total, op->calls, op->section, op->name, op->what);
+        }
+    }
+    free(sorted);
+}
+
 /* ---- --emit schedule ------------------------------------------------------------------- */
 
 /* One instruction as a short token: F3/B3 compute, ra3/sa3 activations in and out,

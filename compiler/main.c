@@ -67,7 +67,8 @@ static void usage(FILE *out)
     fprintf(out,
             "  --steps N        override the number of training steps\n"
             "  --show-steps N   optimizer steps drawn by timeline, svg, trace (default 3)\n"
-            "  --profile FILE   measured per-stage costs for the cost model\n"
+            "  --profile FILE   measured costs for the cost model (run --profile-out); with\n"
+            "                   --explain, also the most expensive ops of each stage\n"
             "  --keep DIR       keep the generated sources of the build in DIR\n"
             "  --dump KIND      print an intermediate form: tokens, ast, config, plan\n"
             "  --version        print the version\n");
@@ -316,8 +317,9 @@ int main(int argc, char **argv)
         }
     } else {
         CostModel cm;
+        OpProfile op_profile = {0};
         cost_model_from_plan(&cfg, &plan, &cm);
-        if (opt.profile && !cost_model_load_profile(opt.profile, &plan, &cm))
+        if (opt.profile && !profile_load(opt.profile, &plan, &cm, &op_profile))
             return EXIT_USER;
         SimResult sim;
         /* Enough steps for the steady state to dominate, few enough to stay instant. */
@@ -326,9 +328,10 @@ int main(int argc, char **argv)
             shown = cfg.steps;
         simulate(&cfg, table, &cm, shown, &sim);
         FILE *out = open_output(opt.output);
-        if (opt.mode == MODE_EXPLAIN)
+        if (opt.mode == MODE_EXPLAIN) {
             inspect_explain(out, &cfg, &plan, table, &report, &sim);
-        else if (opt.emit == EMIT_SCHEDULE)
+            inspect_op_profile(out, &plan, &op_profile, opt.profile);
+        } else if (opt.emit == EMIT_SCHEDULE)
             inspect_listing(out, &cfg, table);
         else if (opt.emit == EMIT_TIMELINE)
             inspect_timeline(out, &cfg, &sim);
@@ -340,6 +343,7 @@ int main(int argc, char **argv)
             unreachable();
         close_output(out, opt.output);
         sim_result_free(&sim);
+        op_profile_free(&op_profile);
     }
     schedule_free(table);
     config_free(&cfg);

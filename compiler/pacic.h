@@ -315,6 +315,27 @@ typedef struct SimResult {
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
 /* Replaces costs with measured ones; false + message on a bad file. */
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm);
+
+/* One `op` line of a version 2 profile: op `index` of stage's generated code. */
+typedef struct ProfileOp {
+    int stage, index;
+    char *section, *name, *what;
+    long calls;
+    double total, mean;   /* seconds: over all calls, per call */
+} ProfileOp;
+
+/* The per-op part of a profile (run --profile-out), for --explain. */
+typedef struct OpProfile {
+    int version;          /* of the file's format: 1 when it has no version line */
+    double compute[PACI_MAX_STAGES]; /* wall seconds in fwd, bwd and step; < 0: not given */
+    ProfileOp *ops;
+    int n_ops;
+} OpProfile;
+
+/* cost_model_load_profile that also returns the op lines in *ops (free with
+ * op_profile_free); on a bad file nothing changes. */
+bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *ops);
+void op_profile_free(OpProfile *ops);
 /* Simulates `steps` optimizer steps (0: the whole run) of the table. */
 void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res);
 void sim_result_free(SimResult *res);
@@ -327,6 +348,9 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t);
 void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim);
 void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim);
 void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim);
+/* The most expensive ops of each stage in a profile with op lines, with their share of the
+ * stage's measured compute time (--explain --profile). */
+void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const char *path);
 
 /* ---- kernels.c: fused kernels, described once for every backend ---------------------- */
 

@@ -16,8 +16,21 @@
  *     link 0 0.0004                               # seconds per message from stage 0 to 1
  *
  * Each `stage` line names all three costs; stages or links not mentioned keep the model's.
+ * That is version 1 of the format. Version 2 (what `run --profile-out` writes) starts with
+ * a `version 2` line, which version 1 readers reject at once, and adds per-op times:
+ *
+ *     version 2                                   # first line that is not a comment
+ *     compute 0 3.25          # wall seconds stage 0 spent in its fwd, bwd and step instructions
+ *     op 0 1 block_forward gemm calls 240 total 0.512 mean 0.00213 "qkv = ln1 qkvw^T"
+ *
+ * An `op` line is op 1 of stage 0's generated code (its number in pr_stage_0_ops): its
+ * section, kernel (or gemm, zero, copy, adamw), how often it ran, its seconds in all and per
+ * call, and its comment in double quotes. The cost model keeps using the stage and link
+ * lines; the op lines feed --explain. A version above 2 is an error, not a guess.
  */
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +66,15 @@ static bool read_seconds(char **p, double *out)
     return true;
 }
 
-static bool read_word(char **p, const char *word)
+static void skip_blanks(char **p)
 {
     while (**p == ' ' || **p == '\t')
         (*p)++;
+}
+
+static bool read_word(char **p, const char *word)
+{
+    skip_blanks(p);
     size_t n = strlen(word);
     if (strncmp(*p, word, n) != 0 || !(isspace((unsigned char)(*p)[n]) || (*p)[n] == '\0'))
         return false;
@@ -64,60 +82,210 @@ static bool read_word(char **p, const char *word)
     return true;
 }
 
-static bool read_index(char **p, int limit, int *out)
+/* A decimal integer in [0, limit). */
+static bool read_index(char **p, long limit, long *out)
 {
+    skip_blanks(p);
+    if (!isdigit((unsigned char)**p))
+        return false;
     char *end;
+    errno = 0;
     long v = strtol(*p, &end, 10);
-    if (end == *p || v < 0 || v >= limit)
+    if (errno || v >= limit || !(isspace((unsigned char)*end) || *end == '\0'))
         return false;
     *p = end;
+    *out = v;
+    return true;
+}
+
+static bool read_stage(char **p, int stages, int *out)
+{
+    long v;
+    if (!read_index(p, stages, &v))
+        return false;
     *out = (int)v;
     return true;
 }
 
-/* One profile line into cm; an error names what was expected. */
-static const char *profile_line(char *line, const Plan *plan, CostModel *cm)
+/* A C identifier (sections and kernel names), copied. */
+static bool read_identifier(char **p, char **out)
+{
+    skip_blanks(p);
+    char *begin = *p;
+    if (!(isalpha((unsigned char)*begin) || *begin == '_'))
+        return false;
+    char *end = begin;
+    while (isalnum((unsigned char)*end) || *end == '_')
+        end++;
+    if (!(isspace((unsigned char)*end) || *end == '\0'))
+        return false;
+    *out = xasprintf("%.*s", (int)(end - begin), begin);
+    *p = end;
+    return true;
+}
+
+/* "text" with no quote inside, copied. */
+static bool read_quoted(char **p, char **out)
+{
+    skip_blanks(p);
+    if (**p != '"')
+        return false;
+    char *close = strchr(*p + 1, '"');
+    if (!close)
+        return false;
+    *out = xasprintf("%.*s", (int)(close - *p - 1), *p + 1);
+    *p = close + 1;
+    return true;
+}
+
+enum { PROFILE_VERSION = 2 }; /* the newest format this pacic reads */
+
+typedef struct ProfileReader {
+    const Plan *plan;
+    CostModel cm;
+    OpProfile ops;
+    int version;         /* 1 until a version line says otherwise */
+    bool saw_content;    /* a line other than comments has been read */
+} ProfileReader;
+
+static void op_add(OpProfile *ops, ProfileOp op)
+{
+    ops->ops = xrealloc(ops->ops, (size_t)(ops->n_ops + 1) * sizeof *ops->ops);
+    ops->ops[ops->n_ops++] = op;
+}
+
+/* `op S I SECTION NAME calls N total SECONDS mean SECONDS "WHAT"` (version 2). */
+static const char *profile_op_line(char **p, ProfileReader *r)
+{
+    ProfileOp op = {0};
+    long index, calls;
+    const char *err = NULL;
+    if (!read_stage(p, r->plan->stages, &op.stage))
+        err = "expected a stage number of this plan after 'op'";
+    else if (!read_index(p, 1L << 30, &index))
+        err = "expected the op's number after the stage";
+    else if (!read_identifier(p, &op.section))
+        err = "expected the op's section (a name such as block_forward)";
+    else if (!read_identifier(p, &op.name))
+        err = "expected the op's name (a kernel, gemm, zero, copy or adamw)";
+    else if (!read_word(p, "calls") || !read_index(p, LONG_MAX, &calls))
+        err = "expected 'calls N'";
+    else if (!read_word(p, "total") || (skip_blanks(p), !read_seconds(p, &op.total)))
+        err = "expected 'total SECONDS'";
+    else if (!read_word(p, "mean") || (skip_blanks(p), !read_seconds(p, &op.mean)))
+        err = "expected 'mean SECONDS'";
+    else if (!read_quoted(p, &op.what))
+        err = "expected the op's description in double quotes";
+    else if (fabs(op.mean * (double)calls - op.total) > 1e-6 * op.total + 1e-12)
+        err = "the mean is not the total over the calls";
+    op.index = (int)index;
+    op.calls = calls;
+    for (int i = 0; !err && i < r->ops.n_ops; i++)
+        if (r->ops.ops[i].stage == op.stage && r->ops.ops[i].index == op.index)
+            err = "a second line for the same stage and op";
+    if (err) {
+        free(op.section);
+        free(op.name);
+        free(op.what);
+        return err;
+    }
+    op_add(&r->ops, op);
+    return NULL;
+}
+
+/* One profile line (comment removed, not blank); an error names what was expected. */
+static const char *profile_line(char *line, ProfileReader *r)
 {
     char *p = line;
     int s;
-    if (read_word(&p, "stage")) {
+    bool first = !r->saw_content;
+    r->saw_content = true;
+    CostModel *cm = &r->cm;
+    if (read_word(&p, "version")) {
+        long v;
+        if (!first)
+            return "'version' must come before every other line";
+        if (!read_index(&p, 1000, &v) || v < 1)
+            return "expected a version number after 'version'";
+        if (v > PROFILE_VERSION)
+            return "a newer profile format than this pacic reads (versions 1 and 2)";
+        r->version = (int)v;
+    } else if (read_word(&p, "stage")) {
         double f, b, st;
-        if (!read_index(&p, plan->stages, &s))
+        if (!read_stage(&p, r->plan->stages, &s))
             return "expected a stage number of this plan after 'stage'";
-        if (!read_word(&p, "fwd") || !read_seconds(&p, &f))
+        if (!read_word(&p, "fwd") || (skip_blanks(&p), !read_seconds(&p, &f)))
             return "expected 'fwd SECONDS'";
-        if (!read_word(&p, "bwd") || !read_seconds(&p, &b))
+        if (!read_word(&p, "bwd") || (skip_blanks(&p), !read_seconds(&p, &b)))
             return "expected 'bwd SECONDS'";
-        if (!read_word(&p, "step") || !read_seconds(&p, &st))
+        if (!read_word(&p, "step") || (skip_blanks(&p), !read_seconds(&p, &st)))
             return "expected 'step SECONDS'";
         cm->fwd[s] = f;
         cm->bwd[s] = b;
         cm->step[s] = st;
     } else if (read_word(&p, "link")) {
         double m;
-        if (!read_index(&p, plan->stages - 1, &s))
+        if (!read_stage(&p, r->plan->stages - 1, &s))
             return "expected a link number (0 .. stages-2) after 'link'";
-        while (*p == ' ' || *p == '\t')
-            p++;
+        skip_blanks(&p);
         if (!read_seconds(&p, &m))
             return "expected SECONDS after the link number";
         cm->msg[s] = m;
+    } else if (r->version >= 2 && read_word(&p, "compute")) {
+        if (!read_stage(&p, r->plan->stages, &s))
+            return "expected a stage number of this plan after 'compute'";
+        skip_blanks(&p);
+        if (!read_seconds(&p, &r->ops.compute[s]))
+            return "expected SECONDS after the stage number";
+    } else if (r->version >= 2 && read_word(&p, "op")) {
+        const char *err = profile_op_line(&p, r);
+        if (err)
+            return err;
+    } else if (r->version == 1 && (read_word(&p, "op") || read_word(&p, "compute"))) {
+        return "'op' and 'compute' lines need 'version 2' as the file's first line";
     } else {
-        return "expected 'stage' or 'link'";
+        return r->version >= 2 ? "expected 'stage', 'link', 'compute' or 'op'" : "expected 'stage' or 'link'";
     }
     while (isspace((unsigned char)*p))
         p++;
     return *p ? "unexpected text at the end of the line" : NULL;
 }
 
-bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm)
+/* A '#' outside double quotes starts a comment. */
+static void strip_comment(char *line)
+{
+    bool quoted = false;
+    for (char *c = line; *c; c++) {
+        if (*c == '"')
+            quoted = !quoted;
+        else if (*c == '#' && !quoted) {
+            *c = '\0';
+            return;
+        }
+    }
+}
+
+void op_profile_free(OpProfile *ops)
+{
+    for (int i = 0; i < ops->n_ops; i++) {
+        free(ops->ops[i].section);
+        free(ops->ops[i].name);
+        free(ops->ops[i].what);
+    }
+    free(ops->ops);
+    *ops = (OpProfile){0};
+}
+
+bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *ops)
 {
     char *text = read_file(path, NULL);
     if (!text) {
         diag_plain(DIAG_ERROR, "cannot read the profile %s", path);
         return false;
     }
-    CostModel loaded = *cm;
+    ProfileReader r = {.plan = plan, .cm = *cm, .version = 1};
+    for (int s = 0; s < PACI_MAX_STAGES; s++)
+        r.ops.compute[s] = -1;
     bool ok = true;
     int line_no = 0;
     for (char *line = text; line && ok;) {
@@ -125,25 +293,41 @@ bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm)
         if (next)
             *next++ = '\0';
         line_no++;
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
+        strip_comment(line);
         char *p = line;
         while (isspace((unsigned char)*p))
             p++;
+        size_t len = strlen(p);
+        while (len > 0 && isspace((unsigned char)p[len - 1]))
+            p[--len] = '\0';
         if (*p) {
-            const char *err = profile_line(p, plan, &loaded);
+            char *shown = xstrdup(p); /* the line as written, for the message */
+            const char *err = profile_line(p, &r);
             if (err) {
-                diag_plain(DIAG_ERROR, "%s:%d: %s", path, line_no, err);
+                diag_plain(DIAG_ERROR, "%s:%d: %s, in '%.200s'", path, line_no, err, shown);
                 ok = false;
             }
+            free(shown);
         }
         line = next;
     }
     free(text);
-    if (ok)
-        *cm = loaded;
+    r.ops.version = r.version;
+    if (ok) {
+        *cm = r.cm;
+        if (ops)
+            *ops = r.ops;
+        else
+            op_profile_free(&r.ops);
+    } else {
+        op_profile_free(&r.ops);
+    }
     return ok;
+}
+
+bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm)
+{
+    return profile_load(path, plan, cm, NULL);
 }
 
 /* ---- event simulation ----------------------------------------------------------------- */

@@ -198,6 +198,74 @@ static void test_profile(void **state)
     diag_reset();
 }
 
+/* Version 2: the op and compute lines are read into an OpProfile; stage lines still set the
+ * costs; a malformed op line or an unknown version is an error naming file and line. */
+static void test_profile_ops(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 2, 2, 4);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    CostModel cm;
+    cost_model_from_plan(&cfg, &plan, &cm);
+    char *good = write_temp("# run\nversion 2\nstage 1 fwd 0.5 bwd 1 step 0.25\ncompute 1 2.5\n"
+                            "op 1 0 block_forward gemm calls 4 total 2 mean 0.5 \"qkv # = ln1\"  # note\n"
+                            "op 1 3 adamw adamw calls 0 total 0 mean 0 \"AdamW\"\n");
+    OpProfile ops;
+    assert_true(profile_load(good, &plan, &cm, &ops));
+    assert_true(cm.fwd[1] == 0.5 && cm.bwd[1] == 1 && cm.step[1] == 0.25);
+    assert_int_equal(ops.version, 2);
+    assert_int_equal(ops.n_ops, 2);
+    assert_true(ops.compute[1] == 2.5 && ops.compute[0] < 0);
+    assert_int_equal(ops.ops[0].stage, 1);
+    assert_int_equal(ops.ops[0].index, 0);
+    assert_string_equal(ops.ops[0].section, "block_forward");
+    assert_string_equal(ops.ops[0].name, "gemm");
+    assert_string_equal(ops.ops[0].what, "qkv # = ln1");
+    assert_int_equal(ops.ops[0].calls, 4);
+    assert_true(ops.ops[0].total == 2 && ops.ops[0].mean == 0.5);
+    op_profile_free(&ops);
+
+    static const char *const bad[][2] = {
+        {"op 0 0 block_forward gemm calls 1 total 1 mean 1 \"x\"\n", ":1: 'op' and 'compute' lines need 'version 2'"},
+        {"version 3\n", ":1: a newer profile format"},
+        {"stage 0 fwd 1 bwd 1 step 1\nversion 2\n", ":2: 'version' must come before"},
+        {"version 2\nop 0 0 block_forward gemm calls x total 1 mean 1 \"x\"\n", ":2: expected 'calls N', in 'op 0 0"},
+        {"version 2\nop 0 0 block_forward gemm calls 2 total 1 mean 1 \"x\"\n", ":2: the mean is not the total"},
+        {"version 2\nop 0 0 block_forward gemm calls 1 total 1 mean 1 x\n", ":2: expected the op's description"},
+        {"version 2\nop 0 0 block_forward gemm calls 1 total 1 mean 1 \"x\"\n"
+         "op 0 0 block_forward gemm calls 1 total 1 mean 1 \"x\"\n", ":3: a second line for the same stage"},
+        {"version 2\nop 2 0 block_forward gemm calls 1 total 1 mean 1 \"x\"\n", ":2: expected a stage number"},
+        {"version 2\ncompute 0 -1\n", ":2: expected SECONDS"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char out_path[] = "/tmp/pacic_diag_XXXXXX";
+        FILE *diag = fdopen(mkstemp(out_path), "w+");
+        diag_set_stream(diag);
+        char *path = write_temp(bad[i][0]);
+        CostModel before = cm;
+        OpProfile none = {0};
+        assert_false(profile_load(path, &plan, &cm, &none));
+        assert_memory_equal(&before, &cm, sizeof cm);
+        assert_int_equal(none.n_ops, 0);
+        diag_set_stream(stderr);
+        rewind(diag);
+        char text[1024] = {0};
+        assert_true(fread(text, 1, sizeof text - 1, diag) > 0);
+        char *where = xasprintf("%s%s", path, bad[i][1]);
+        if (!strstr(text, where))
+            fail_msg("case %zu: '%s' lacks '%s'", i, text, where);
+        free(where);
+        fclose(diag);
+        unlink(out_path);
+        unlink(path);
+        free(path);
+    }
+    unlink(good);
+    free(good);
+    diag_reset();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_costs_from_plan),
         cmocka_unit_test(test_partial_segment),
         cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_profile_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
