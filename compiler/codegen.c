@@ -87,7 +87,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(la, "A_QKV", BT * 3 * C, "q | k | v per row");
     layout_add(la, "A_ATTY", BT * C, "attention output, heads side by side");
     layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
-    layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
+    if (cfg->attention == ATTN_MATMUL)
+        layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
     layout_add(la, "A_RESID2", BT * C, "residual after attention");
     layout_add(la, "A_LN2", BT * C, "LayerNorm 2 output");
     layout_add(la, "A_LN2_MEAN", BT, "its row means");
@@ -125,8 +126,12 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(s, "S_DQKV", BT * 3 * C, "d(loss)/d(qkv)");
     layout_add(s, "S_DATTY", BT * C, "d(loss)/d(attention output)");
     layout_add(s, "S_DFC", BT * 4 * C, "d(loss)/d(GELU output), then d(pre-activation)");
-    layout_add(s, "S_ATT_P", T * T, "attention probabilities of one (batch, head), recomputed");
-    layout_add(s, "S_ATT_DP", T * T, "their gradient, then the scores' gradient");
+    if (cfg->attention == ATTN_MATMUL) {
+        layout_add(s, "S_ATT_P", T * T, "attention probabilities of one (batch, head), recomputed");
+        layout_add(s, "S_ATT_DP", T * T, "their gradient, then the scores' gradient");
+    } else {
+        layout_add(s, "S_ATT_DELTA", B * NH * T, "d(attention output) . attention output, per row");
+    }
 
     lay->in_offset = layout_offset(a, "ACT_INPUT");
     lay->out_offset = sp->n_layers > 0
@@ -228,8 +233,7 @@ static void PRINTF_LIKE(4, 5) plain_op(OpList *l, OpKind kind, const char *comme
 #define LSE_HEAD "((long)(b * NH + h) * T)"
 #define SCORE_SCALE "1.0f / sqrtf((float)HS)"
 
-/* Attention runs per (sequence, head) as matrix products on T x T scores; the causal
- * softmax is the only elementwise part. */
+/* The loops over every (sequence, head) of the matmul attention. */
 static void heads_loop(OpList *l)
 {
     plain_op(l, OP_LOOP, "every sequence of the micro-batch", "b, B");
@@ -242,12 +246,53 @@ static void heads_end(OpList *l)
     plain_op(l, OP_END, "end of the loop", "%s", "");
 }
 
+/* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
+ * softmax is the only elementwise part. */
+static void matmul_attention_forward(OpList *l)
+{
+    heads_loop(l);
+    GEMM(l, "scores = q k^T / sqrt(HS)",
+         "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
+         "0.0f, a + A_ATT_WORK, T");
+    kernel_op(l, "attention_softmax_forward", "causal softmax of the scores",
+              "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
+    GEMM(l, "atty = probabilities v",
+         "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+         "0.0f, a + A_ATTY + " ROW_HEAD ", C");
+    heads_end(l);
+}
+
+/* Its backward: probabilities recomputed from the saved log-sum-exp into a T x T buffer. */
+static void matmul_attention_backward(OpList *l)
+{
+    heads_loop(l);
+    GEMM(l, "scores = q k^T / sqrt(HS), again",
+         "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
+         "0.0f, s + S_ATT_P, T");
+    kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
+              "s + S_ATT_P, a + A_ATT_LSE + " LSE_HEAD ", T");
+    GEMM(l, "d v = probabilities^T d atty",
+         "1, 0, T, HS, T, 1.0f, s + S_ATT_P, T, s + S_DATTY + " ROW_HEAD ", C, "
+         "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C");
+    GEMM(l, "d probabilities = d atty v^T",
+         "0, 1, T, T, HS, 1.0f, s + S_DATTY + " ROW_HEAD ", C, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+         "0.0f, s + S_ATT_DP, T");
+    kernel_op(l, "attention_softmax_backward", "d scores, in place", "s + S_ATT_DP, s + S_ATT_P, T");
+    GEMM(l, "d q = d scores k",
+         "0, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
+         "0.0f, s + S_DQKV + " QKV_HEAD ", 3 * C");
+    GEMM(l, "d k = d scores^T q",
+         "1, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD ", 3 * C, "
+         "0.0f, s + S_DQKV + " QKV_HEAD " + C, 3 * C");
+    heads_end(l);
+}
+
 /* Section bases (the generated functions' parameters): embedding and head sections see the
  * stage's `params`, `grads`, `acts`, `scratch`; a block sees its layer's `p`, `g`, `a`,
  * its input `x` and the stage's scratch `s`. The head reads its input as `x`. */
 void model_ops_build(const Config *cfg, ModelOps *ops)
 {
-    (void)cfg; /* shapes are the generated constants; the op lists do not depend on them */
+    /* shapes are the generated constants; only the attention's form depends on cfg */
     *ops = (ModelOps){0};
 
     OpList *l = &ops->embed_fwd;
@@ -259,16 +304,11 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, p + P_LN1B");
     GEMM(l, "qkv = ln1 qkvw^T", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C");
     kernel_op(l, "bias_forward", "qkv += qkvb", "a + A_QKV, p + P_QKVB, 3 * C");
-    heads_loop(l);
-    GEMM(l, "scores = q k^T / sqrt(HS)",
-         "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
-         "0.0f, a + A_ATT_WORK, T");
-    kernel_op(l, "attention_softmax_forward", "causal softmax of the scores",
-              "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
-    GEMM(l, "atty = probabilities v",
-         "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
-         "0.0f, a + A_ATTY + " ROW_HEAD ", C");
-    heads_end(l);
+    if (cfg->attention == ATTN_FLASH)
+        kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
+                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV");
+    else
+        matmul_attention_forward(l);
     GEMM(l, "attention projection, into resid2 before the residual add",
          "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C");
     kernel_op(l, "residual_layernorm_forward", "resid2 = x + proj + attprojb; ln2 = LayerNorm(resid2)",
@@ -309,26 +349,14 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
     GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
     GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
-    heads_loop(l);
-    GEMM(l, "scores = q k^T / sqrt(HS), again",
-         "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
-         "0.0f, s + S_ATT_P, T");
-    kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
-              "s + S_ATT_P, a + A_ATT_LSE + " LSE_HEAD ", T");
-    GEMM(l, "d v = probabilities^T d atty",
-         "1, 0, T, HS, T, 1.0f, s + S_ATT_P, T, s + S_DATTY + " ROW_HEAD ", C, "
-         "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C");
-    GEMM(l, "d probabilities = d atty v^T",
-         "0, 1, T, T, HS, 1.0f, s + S_DATTY + " ROW_HEAD ", C, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
-         "0.0f, s + S_ATT_DP, T");
-    kernel_op(l, "attention_softmax_backward", "d scores, in place", "s + S_ATT_DP, s + S_ATT_P, T");
-    GEMM(l, "d q = d scores k",
-         "0, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
-         "0.0f, s + S_DQKV + " QKV_HEAD ", 3 * C");
-    GEMM(l, "d k = d scores^T q",
-         "1, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD ", 3 * C, "
-         "0.0f, s + S_DQKV + " QKV_HEAD " + C, 3 * C");
-    heads_end(l);
+    if (cfg->attention == ATTN_FLASH) {
+        kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE");
+        kernel_op(l, "attention_backward_key", "d k, d v",
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE");
+    } else {
+        matmul_attention_backward(l);
+    }
     kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
     GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
     GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");

@@ -3,9 +3,10 @@
  * Each description is a body for one index of a 1-D iteration space. The C emitter wraps
  * it in a loop; the CUDA emitter in a __global__ function with one thread per index. So
  * bodies keep to the common subset of C and CUDA C (see KernelDesc in pacic.h): no
- * library calls but float math, no local arrays, ATOMIC_ADD where indices running at the
+ * library calls but float math, ATOMIC_ADD where indices running at the
  * same time may add to the same element (plain += in C, where indices run in order, so the
- * C result is deterministic).
+ * C result is deterministic). Local arrays have a constant size (HS), and loops over them are
+ * marked UNROLL so that the CUDA compiler keeps them in registers.
  *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,
  * BT = B * T rows. Activations are row-major [BT, width]; qkv rows hold q | k | v.
@@ -251,6 +252,119 @@ const KernelDesc kernel_descs[] = {
                 "    d[t2] = p[t2] * (d[t2] - dot) * scale;\n"
                 "for (int t2 = t + 1; t2 < T; t2++)\n"
                 "    d[t2] = 0.0f;",
+    },
+    {
+        .name = "attention_forward",
+        .doc = "causal attention of one query row (r = (b * NH + h) * T + t) in one pass over its "
+               "keys: online softmax, rescaling the output accumulated so far whenever the running "
+               "maximum grows, so the T x T scores never exist; saves the row's log-sum-exp",
+        .params = "float *RESTRICT out, float *RESTRICT lse, const float *RESTRICT qkv",
+        .index = "r",
+        .extent = "B * NH * T",
+        .body = "int t = r % T, h = (r / T) % NH, b = r / (T * NH);\n"
+                "const float *q = qkv + ((long)b * T + t) * 3 * C + h * HS;\n"
+                "const float *keys = qkv + (long)b * T * 3 * C + C + h * HS;\n"
+                "float *o = out + ((long)b * T + t) * C + h * HS;\n"
+                "const float scale = 1.0f / sqrtf((float)HS);\n"
+                "float qs[HS], acc[HS];\n"
+                "UNROLL for (int d = 0; d < HS; d++) {\n"
+                "    qs[d] = q[d] * scale;\n"
+                "    acc[d] = 0.0f;\n"
+                "}\n"
+                "float mx = -3.0e38f, sum = 0.0f;\n"
+                "for (int t2 = 0; t2 <= t; t2++) {\n"
+                "    const float *k = keys + (long)t2 * 3 * C, *v = k + C;\n"
+                "    float score = 0.0f;\n"
+                "    UNROLL for (int d = 0; d < HS; d++)\n"
+                "        score += qs[d] * k[d];\n"
+                "    if (score > mx) {\n"
+                "        float shrink = expf(mx - score);\n"
+                "        sum *= shrink;\n"
+                "        UNROLL for (int d = 0; d < HS; d++)\n"
+                "            acc[d] *= shrink;\n"
+                "        mx = score;\n"
+                "    }\n"
+                "    float e = expf(score - mx);\n"
+                "    sum += e;\n"
+                "    UNROLL for (int d = 0; d < HS; d++)\n"
+                "        acc[d] += e * v[d];\n"
+                "}\n"
+                "float inv = 1.0f / sum;\n"
+                "UNROLL for (int d = 0; d < HS; d++)\n"
+                "    o[d] = acc[d] * inv;\n"
+                "lse[r] = mx + logf(sum);",
+    },
+    {
+        .name = "attention_backward_query",
+        .doc = "attention backward for one query row: delta = dout . out (saved for the key "
+               "side), then dq = sum over keys of p * (dout . v - delta) * k / sqrt(HS), p "
+               "recomputed from the saved log-sum-exp; dq accumulates in place, since registers "
+               "for it next to the row's q and dout would spill",
+        .params = "float *RESTRICT dqkv, float *RESTRICT delta, const float *RESTRICT dout, "
+                  "const float *RESTRICT out, const float *RESTRICT qkv, const float *RESTRICT lse",
+        .index = "r",
+        .extent = "B * NH * T",
+        .body = "int t = r % T, h = (r / T) % NH, b = r / (T * NH);\n"
+                "long row = (long)b * T + t;\n"
+                "const float *q = qkv + row * 3 * C + h * HS;\n"
+                "const float *keys = qkv + (long)b * T * 3 * C + C + h * HS;\n"
+                "const float *dor = dout + row * C + h * HS, *o = out + row * C + h * HS;\n"
+                "float *dq = dqkv + row * 3 * C + h * HS;\n"
+                "const float scale = 1.0f / sqrtf((float)HS);\n"
+                "float dsum = 0.0f;\n"
+                "for (int d = 0; d < HS; d++) {\n"
+                "    dsum += dor[d] * o[d];\n"
+                "    dq[d] = 0.0f;\n"
+                "}\n"
+                "delta[r] = dsum;\n"
+                "float l = lse[r];\n"
+                "for (int t2 = 0; t2 <= t; t2++) {\n"
+                "    const float *k = keys + (long)t2 * 3 * C, *v = k + C;\n"
+                "    float score = 0.0f, dp = 0.0f;\n"
+                "    for (int d = 0; d < HS; d++) {\n"
+                "        score += q[d] * k[d];\n"
+                "        dp += dor[d] * v[d];\n"
+                "    }\n"
+                "    float ds = expf(score * scale - l) * (dp - dsum) * scale;\n"
+                "    for (int d = 0; d < HS; d++)\n"
+                "        dq[d] += ds * k[d];\n"
+                "}",
+    },
+    {
+        .name = "attention_backward_key",
+        .doc = "attention backward for one key row (r = (b * NH + h) * T + j), after the query "
+               "side saved delta: dk = sum over later queries of p * (dout . v - delta) * q / "
+               "sqrt(HS), dv = sum of p * dout; no atomics, so the result is deterministic; dk "
+               "and dv accumulate in place (registers for them would spill)",
+        .params = "float *RESTRICT dqkv, const float *RESTRICT delta, const float *RESTRICT dout, "
+                  "const float *RESTRICT qkv, const float *RESTRICT lse",
+        .index = "r",
+        .extent = "B * NH * T",
+        .body = "int j = r % T, h = (r / T) % NH, b = r / (T * NH);\n"
+                "long row = (long)b * T + j;\n"
+                "const float *k = qkv + row * 3 * C + C + h * HS, *v = k + C;\n"
+                "float *dk = dqkv + row * 3 * C + C + h * HS, *dv = dk + C;\n"
+                "const float scale = 1.0f / sqrtf((float)HS);\n"
+                "long head_rows = (long)(b * NH + h) * T;\n"
+                "for (int d = 0; d < HS; d++) {\n"
+                "    dk[d] = 0.0f;\n"
+                "    dv[d] = 0.0f;\n"
+                "}\n"
+                "for (int t = j; t < T; t++) {\n"
+                "    const float *q = qkv + ((long)b * T + t) * 3 * C + h * HS;\n"
+                "    const float *dor = dout + ((long)b * T + t) * C + h * HS;\n"
+                "    float score = 0.0f, dp = 0.0f;\n"
+                "    for (int d = 0; d < HS; d++) {\n"
+                "        score += q[d] * k[d];\n"
+                "        dp += dor[d] * v[d];\n"
+                "    }\n"
+                "    float p = expf(score * scale - lse[head_rows + t]);\n"
+                "    float ds = p * (dp - delta[head_rows + t]) * scale;\n"
+                "    for (int d = 0; d < HS; d++) {\n"
+                "        dk[d] += ds * q[d];\n"
+                "        dv[d] += p * dor[d];\n"
+                "    }\n"
+                "}",
     },
     {
         .name = "softmax_xent_forward",

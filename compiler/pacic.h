@@ -163,6 +163,9 @@ void lex_dump(FILE *out, const Source *src);
 
 typedef enum { LR_SCALE_NONE, LR_SCALE_LINEAR, LR_SCALE_SQRT } LrScale;
 typedef enum { PREC_FP32, PREC_BF16 } Precision;
+/* How attention runs: an online softmax over each query row's keys that never stores T x T
+ * scores, or per-head matrix products over a T x T workspace (BLAS-friendly on the CPU). */
+typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 
 /* Validated numbers only: nothing downstream interprets a string of the DSL. */
 typedef struct Config {
@@ -193,6 +196,7 @@ typedef struct Config {
     char *ckpt_dir;         /* as written: relative to the folder `run` runs in */
     uint64_t seed;
     Precision precision;
+    AttentionImpl attention;
     int on_nan;             /* enum pr_on_nan: a non-finite loss or gradient stops or skips */
     /* hardware the cost model assumes */
     double device_flops;    /* FLOP/s per device for the chosen precision */
@@ -357,7 +361,8 @@ void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const
 /* One fused kernel: a body run once per index of a 1-D iteration space. The body is written
  * in the common subset of C and CUDA C: shape constants (B, T, C, NH, HS, V, BT), float
  * math (expf, logf, sqrtf, tanhf, fmaxf), ATOMIC_ADD(ptr, value) for accumulation that
- * several indices may do at once, RESTRICT on pointers that alias nothing else. */
+ * several indices may do at once, RESTRICT on pointers that alias nothing else, UNROLL
+ * before a loop over a local array of constant size (CUDA unrolls it fully). */
 typedef struct KernelDesc {
     const char *name;
     const char *doc;    /* one line: what it computes */

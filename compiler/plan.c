@@ -45,7 +45,8 @@ static ModelCounts model_counts(const Config *cfg)
     m.layer_fwd = 2 * 12 * C * C * tokens + 2 * B * T * T * C;
     m.embed_fwd = 0;
     m.head_fwd = 2 * V * C * tokens;
-    m.layer_acts = tokens * (18 * C + 4) + B * NH * T * T;
+    /* what stage_layout gives a layer: the matmul attention adds its T x T workspace */
+    m.layer_acts = tokens * (16 * C + 4 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.input_acts = tokens * C;
     m.head_acts = tokens * (C + 2) + tokens * V + tokens;
     m.act_bytes = cfg->precision == PREC_BF16 ? 2 : 4;

@@ -72,6 +72,7 @@ struct Sema {
 
 static const char *const bool_words[] = {"false", "true", NULL};
 static const char *const precision_words[] = {[PREC_FP32] = "fp32", [PREC_BF16] = "bf16", NULL};
+static const char *const attention_words[] = {[ATTN_FLASH] = "flash", [ATTN_MATMUL] = "matmul", NULL};
 static const char *const on_nan_words[] = {[PR_ON_NAN_STOP] = "stop", [PR_ON_NAN_SKIP] = "skip", NULL};
 static const char *const decay_words[] = {
     [PR_DECAY_COSINE] = "cosine", [PR_DECAY_LINEAR] = "linear", [PR_DECAY_CONSTANT] = "constant",
@@ -181,6 +182,7 @@ static const KeyDef train_keys[] = {
     {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = INT32_MAX, .required = true, .field = AT(steps)},
     {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = MAX_EXACT, .fallback = 1337, .field = AT(seed)},
     CHOICE_KEY("precision", precision, precision_words, PREC_FP32),
+    CHOICE_KEY("attention", attention, attention_words, ATTN_FLASH),
     CHOICE_KEY("on_nan", on_nan, on_nan_words, PR_ON_NAN_STOP),
     BLOCK_KEY("optimizer", optimizer_block),
     BLOCK_KEY("lr_schedule", lr_schedule_block),
@@ -1042,9 +1044,10 @@ void config_dump(FILE *out, const Config *cfg)
         fprintf(out, "automatic\n");
     }
     fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
-    fprintf(out, "train\n  data %s\n  val %s\n  steps %ld\n  seed %llu\n  precision %s\n",
+    fprintf(out, "train\n  data %s\n  val %s\n  steps %ld\n  seed %llu\n  precision %s\n  attention %s\n",
             cfg->train_data ? cfg->train_data : "(none)", cfg->val_data ? cfg->val_data : "(none)",
-            cfg->steps, (unsigned long long)cfg->seed, precision_words[cfg->precision]);
+            cfg->steps, (unsigned long long)cfg->seed, precision_words[cfg->precision],
+            attention_words[cfg->attention]);
     fprintf(out, "  lr %g (base %g at global batch %ld, scale %s)\n", cfg->lr, cfg->lr_base,
             cfg->lr_base_batch, scale_words[cfg->lr_scale]);
     fprintf(out, "  betas %g %g\n  eps %g\n  weight_decay %g\n  clip %g\n", cfg->beta1, cfg->beta2,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The generated code of a tiny GPT-2 (p = 1, untied and tied) against the same model in
-# PyTorch (float64): loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
+# PyTorch (float64), with both attention forms: loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
 set -eu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -13,7 +13,7 @@ done
 [ -f build/obj/libpacic.a ] || { echo "build/obj/libpacic.a missing: run make first" >&2; exit 1; }
 $cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler tests/numeric/gen_stages.c build/obj/libpacic.a -lm \
     -o "$work/gen_stages"
-for case in "untied 2 16 2 8 32 2 1 0" "tied 2 16 2 8 32 2 1 1"; do
+for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "tied 2 16 2 8 32 2 1 1 flash"; do
     # shellcheck disable=SC2086
     set -- $case
     name=$1

@@ -127,6 +127,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.cfg.seed, 1337);
     assert_int_equal(c.cfg.precision, PREC_FP32);
     assert_int_equal(c.cfg.on_nan, PR_ON_NAN_STOP);
+    assert_int_equal(c.cfg.attention, ATTN_FLASH);
     assert_true(c.cfg.device_flops == 494e12);
     assert_true(c.cfg.link_bandwidth == 450e9);
     assert_true(c.cfg.link_latency == 5e-6);
@@ -251,6 +252,19 @@ static void test_on_nan(void **state)
     assert_int_equal(c.cfg.on_nan, PR_ON_NAN_SKIP);
     done(&c);
     c = check(MODEL PIPELINE BATCH "train { steps 5; on_nan ignore }\n");
+    assert_false(c.ok);
+    done(&c);
+}
+
+/* attention chooses the form of the attention kernels; an unknown word is an error. */
+static void test_attention(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; attention matmul }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.attention, ATTN_MATMUL);
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 5; attention sdpa }\n");
     assert_false(c.ok);
     done(&c);
 }
@@ -724,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_global_sets_window),
         cmocka_unit_test(test_bf16_flops_and_precision),
         cmocka_unit_test(test_on_nan),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_schedules_by_name),
         cmocka_unit_test(test_split_and_spans),
         cmocka_unit_test(test_data_paths_resolve_against_the_file),
