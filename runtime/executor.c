@@ -93,6 +93,18 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
     return 0;
 }
 
+/* What a process keeps of stage s. Alone it runs every stage. One process per stage keeps
+ * its own stage in full; rank 0 also keeps every other stage's weights and moments and one
+ * activation slot (the gathers for evaluation and checkpoints land there), and other ranks
+ * keep nothing of the stages they do not run. */
+enum { HOLD_NONE, HOLD_COPY, HOLD_FULL };
+static int stage_holding(const pr_run *run, int s)
+{
+    if (run->opt.world <= 1 || s == run->opt.rank)
+        return HOLD_FULL;
+    return run->opt.rank == 0 ? HOLD_COPY : HOLD_NONE;
+}
+
 int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err)
 {
     memset(run, 0, sizeof *run);
@@ -116,12 +128,18 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     int64_t BT = run->B * run->T, BTC = BT * run->C;
     // Everything a stage keeps on its device, checked against free memory before any of it
     // is allocated, so a plan that does not fit stops with the stage named.
-    int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES];
+    int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = &prog->stage[s];
-        int64_t n = sc->n_params, slots = tab->slots[s];
-        floats_of[s] = 4 * n + slots * sc->act_floats + tab->stash[s] * n + sc->scratch_floats + 2 * BTC;
-        bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) + slots * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
+        int64_t n = sc->n_params;
+        int hold = stage_holding(run, s);
+        slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
+        floats_of[s] = hold == HOLD_FULL ? 4 * n + slots_of[s] * sc->act_floats + tab->stash[s] * n +
+                                               sc->scratch_floats + 2 * BTC
+                       : hold == HOLD_COPY ? 3 * n + sc->act_floats
+                       : 0;
+        bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) +
+                      slots_of[s] * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
     }
     // One process per stage: this process's stages go on its launcher-given GPU.
     if (opt && opt->world > 1 && dev->pin && dev->pin(opt->local_rank, err) != 0)
@@ -138,26 +156,37 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         const pr_stage_code *sc = &prog->stage[s];
-        int64_t n = sc->n_params, slots = tab->slots[s];
+        int64_t n = sc->n_params, slots = slots_of[s];
+        int hold = stage_holding(run, s);
         st->index = s;
         st->code = sc;
         int64_t floats = floats_of[s];
-        st->arena = dev->alloc(s, (size_t)floats * sizeof(float));
+        st->arena = floats > 0 ? dev->alloc(s, (size_t)floats * sizeof(float)) : NULL;
         // What this stage holds: its arena, per-slot batch buffers, the links it sends on.
         st->arena_bytes = floats_of[s] * (int64_t)sizeof(float) +
                           slots * BT * (int64_t)(2 * sizeof(int32_t) + sizeof(float)) +
-                          ((s + 1 < run->p) + (s > 0)) * (int64_t)tab->channel_capacity * BTC *
-                              (int64_t)sizeof(float);
+                          (hold == HOLD_FULL ? ((s + 1 < run->p) + (s > 0)) * (int64_t)tab->channel_capacity *
+                                                   BTC * (int64_t)sizeof(float)
+                                             : 0);
         float *at = st->arena;
-        st->params = at, at += n;
-        st->grads = at, at += n;
-        st->m = at, at += n;
-        st->v = at, at += n;
-        st->slots = at, at += slots * sc->act_floats;
-        st->stash = at, at += tab->stash[s] * n;
-        st->scratch = at, at += sc->scratch_floats;
-        st->grad_in = at, at += BTC;
-        st->grad_out = at;
+        if (hold == HOLD_FULL) {
+            st->params = at, at += n;
+            st->grads = at, at += n;
+            st->m = at, at += n;
+            st->v = at, at += n;
+            st->slots = at, at += slots * sc->act_floats;
+            st->stash = at, at += tab->stash[s] * n;
+            st->scratch = at, at += sc->scratch_floats;
+            st->grad_in = at, at += BTC;
+            st->grad_out = at;
+        } else if (hold == HOLD_COPY) { // weights, moments and the evaluation's slot
+            st->params = at, at += n;
+            st->m = at, at += n;
+            st->v = at, at += n;
+            st->slots = at;
+        }
+        if (slots == 0)
+            slots = 1; // host bookkeeping stays uniform; it is a few bytes
         st->slot_tokens = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
         st->slot_targets = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
         st->slot_losses = pr_alloc((size_t)(slots * BT) * sizeof(float));
@@ -167,7 +196,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->dev_tokens = st->slot_tokens;
             st->dev_targets = st->slot_targets;
             st->dev_losses = st->slot_losses;
-        } else {
+        } else if (hold != HOLD_NONE) {
             st->dev_tokens = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
             st->dev_targets = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
             st->dev_losses = dev->alloc(s, (size_t)(slots * BT) * sizeof(float));
@@ -206,8 +235,9 @@ void pr_run_free(pr_run *run)
         run->links->close(run);
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
-        run->dev->release(s, st->arena);
-        if (!run->dev->host_memory) {
+        if (st->arena)
+            run->dev->release(s, st->arena);
+        if (!run->dev->host_memory && st->dev_tokens) {
             run->dev->release(s, st->dev_tokens);
             run->dev->release(s, st->dev_targets);
             run->dev->release(s, st->dev_losses);
@@ -813,6 +843,8 @@ void pr_gather(const pr_run *run, int which, float *flat)
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = run->stage[s].code;
         const float *block = block_of(&run->stage[s], which);
+        if (!block) // a stage another process runs (stage_holding)
+            continue;
         for (int i = 0; i < sc->n_tensors; i++) {
             const pr_tensor *t = &sc->tensors[i];
             run->dev->download(s, flat + offsets[t->ckpt_tensor] + t->ckpt_offset, block + t->offset,
@@ -828,6 +860,8 @@ void pr_scatter(pr_run *run, int which, const float *flat)
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = run->stage[s].code;
         float *block = block_of(&run->stage[s], which);
+        if (!block)
+            continue;
         for (int i = 0; i < sc->n_tensors; i++) {
             const pr_tensor *t = &sc->tensors[i];
             run->dev->upload(s, block + t->offset, flat + offsets[t->ckpt_tensor] + t->ckpt_offset,

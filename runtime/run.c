@@ -166,9 +166,17 @@ int pr_train(pr_run *run, char *err)
                 printf(" effective %lld (stashed weights)", (long long)st->drift_effective_max);
         }
         printf("\nmemory:");
-        for (int s = 0; s < run->p; s++)
-            printf("%s stage %d %.2f MiB", s ? "," : "", s, (double)run->stage[s].arena_bytes / (1 << 20));
-        printf(" (allocated by the runtime)\n");
+        int64_t held = 0;
+        for (int s = 0, shown = 0; s < run->p; s++) {
+            held += run->stage[s].arena_bytes;
+            if (run->opt.world <= 1 || s == run->opt.rank)
+                printf("%s stage %d %.2f MiB", shown++ ? "," : "", s,
+                       (double)run->stage[s].arena_bytes / (1 << 20));
+        }
+        if (run->opt.world > 1) // what the process holds of the stages it does not run too
+            printf(" (this process: %.2f MiB)\n", (double)held / (1 << 20));
+        else
+            printf(" (allocated by the runtime)\n");
     }
     return 0;
 }

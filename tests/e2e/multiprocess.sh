@@ -15,7 +15,7 @@ ranks() {
     for ((r = 0; r < p; r++)); do
         mkdir -p "$work/$name-mp/rank$r"
         (cd "$work/$name-mp/rank$r" && RANK=$r WORLD_SIZE=$p MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            "$work/$name/run" --quiet --metrics metrics.jsonl --connect-timeout 60 "$@") &
+            "$work/$name/run" --metrics metrics.jsonl --connect-timeout 60 "$@" >out.txt) &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
@@ -26,7 +26,8 @@ for case in "1f1b 2" "paci 3"; do
     set -- $case
     name=$1-$2
     small_model "$name" "$2" "$1" 4 20 10
-    train "$name"
+    train "$name" # (quiet) builds $work/NAME/run; run again for the summary's memory line
+    (cd "$work/$name" && ./run --steps 1 --ckpt-dir once >out.txt)
     ranks "$name" "$2" || fail "$name: a rank failed"
     last=$(($2 - 1))
     [ "$(losses "$name" | wc -l)" = 20 ] || fail "$name: expected 20 logged steps"
@@ -38,6 +39,11 @@ for case in "1f1b 2" "paci 3"; do
     done
     [ "$(grep val_loss "$work/$name/metrics.jsonl")" = "$(grep val_loss "$work/$name-mp/rank0/metrics.jsonl")" ] \
         || fail "$name: validation losses differ"
+    # The last rank holds its own stage exactly as the threaded run does, and nothing else.
+    mine=$(sed -n "s/^memory:.* stage $last \([0-9.]*\) MiB.*/\1/p" "$work/$name/out.txt")
+    [ -n "$mine" ] || fail "$name: no memory line in the threaded run's summary"
+    [ "$(grep '^memory:' "$work/$name-mp/rank$last/out.txt")" = "memory: stage $last $mine MiB (this process: $mine MiB)" ] \
+        || fail "$name: rank $last holds more than its stage: $(grep '^memory:' "$work/$name-mp/rank$last/out.txt")"
 done
 # The comparison must be able to fail: another schedule at the same p trains differently.
 cmp -s "$work/1f1b-2/ckpt/step_00000020/model.bin" "$work/paci-3-mp/rank0/ckpt/step_00000020/model.bin" \
