@@ -10,7 +10,8 @@
 #   3. GPT-2 Small (124M) at context 1024 as one stage: tokens/s and its share of the
 #      measured bf16 matmul rate (tests/gpu/matmul_rate.c, cuBLASLt)
 #   4. the 8-stage GPT-2 Medium example on the one GPU, a few steps under paci and 1f1b
-#   5. measured per-stage instruction times written as a `pacic --profile` file, read back
+#   5. measured per-stage instruction times and per-kernel times (CUDA events) written as a
+#      `pacic --profile` file, read back; the kernels' share of each stage's compute printed
 #
 # Written and reviewed without a GPU (none was available to this work): see docs/gpu.md.
 set -euo pipefail
@@ -107,6 +108,8 @@ for schedule in paci 1f1b; do
     # ---- 5. the profile reads back into the cost model
     timed "$pacic" "$dir/m.paci" --profile "$dir/medium.profile" --explain > "$dir/explain.txt" ||
         fail "pacic --profile cannot read the measured profile"
+    grep -q "^measured ops" "$dir/explain.txt" || fail "the GPU profile has no per-kernel times"
+    sed -n '/^measured ops/,$p' "$dir/explain.txt"
     cp "$dir/medium.profile" "$results/medium_$schedule.profile"
     cp "$dir/explain.txt" "$results/explain_$schedule.txt"
 done
