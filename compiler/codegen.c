@@ -23,12 +23,17 @@
 #define INIT_ONES "PR_INIT_ONES"
 
 /* Appends a named range; ranges follow each other with no gaps. */
+/* Every entry starts on 256 bytes and every block is a multiple of them, so any pointer a
+ * generated op forms from the arena's start is as aligned as cuBLASLt's algorithms assume
+ * unless told otherwise (and vector loads want). */
+enum { LAYOUT_ALIGN_FLOATS = 64 };
+
 static void layout_add(Layout *l, const char *name, long size, const char *doc)
 {
     if (l->n == (int)(sizeof l->entry / sizeof l->entry[0]))
         ICE("layout overflow at %s", name);
     l->entry[l->n++] = (LayoutEntry){name, l->total, size, doc};
-    l->total += size;
+    l->total += (size + LAYOUT_ALIGN_FLOATS - 1) / LAYOUT_ALIGN_FLOATS * LAYOUT_ALIGN_FLOATS;
 }
 
 long layout_offset(const Layout *l, const char *name)
@@ -226,6 +231,13 @@ static void PRINTF_LIKE(4, 5) plain_op(OpList *l, OpKind kind, const char *comme
 
 #define GEMM(list, comment, ...) plain_op(list, OP_GEMM, comment, __VA_ARGS__)
 
+/* A matrix product whose rows then get `bias` added: beta must be 0. */
+static void gemm_bias(OpList *l, const char *comment, const char *args, const char *bias)
+{
+    plain_op(l, OP_GEMM, comment, "%s", args);
+    l->ops[l->n - 1].bias = xstrdup(bias);
+}
+
 /* Offsets of head h of sequence b, inside the loops over (b, h): in qkv rows (its q; k and
  * v are C and 2 C further), in rows of width C, and in the log-sum-exp of the rows. */
 #define QKV_HEAD "((long)b * T * 3 * C + h * HS)"
@@ -302,22 +314,24 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     l = &ops->block_fwd;
     kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)",
               "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, p + P_LN1B");
-    GEMM(l, "qkv = ln1 qkvw^T", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C");
-    kernel_op(l, "bias_forward", "qkv += qkvb", "a + A_QKV, p + P_QKVB, 3 * C");
+    gemm_bias(l, "qkv = ln1 qkvw^T + qkvb", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C",
+              "p + P_QKVB");
     if (cfg->attention == ATTN_FLASH)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
                   "a + A_ATTY, a + A_ATT_LSE, a + A_QKV");
     else
         matmul_attention_forward(l);
-    GEMM(l, "attention projection, into resid2 before the residual add",
-         "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C");
-    kernel_op(l, "residual_layernorm_forward", "resid2 = x + proj + attprojb; ln2 = LayerNorm(resid2)",
-              "a + A_RESID2, x, p + P_ATTPROJB, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B");
-    GEMM(l, "fc = ln2 fcw^T", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C");
-    kernel_op(l, "bias_gelu_forward", "fc += fcb; gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, p + P_FCB");
-    GEMM(l, "MLP projection, into resid3 before the residual add",
-         "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C");
-    kernel_op(l, "residual_forward", "resid3 = resid2 + proj + fcprojb", "a + A_RESID3, a + A_RESID2, p + P_FCPROJB");
+    gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
+              "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C", "p + P_ATTPROJB");
+    kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
+              "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B");
+    gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
+              "p + P_FCB");
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU");
+    gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
+              "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
+              "p + P_FCPROJB");
+    kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "a + A_RESID3, a + A_RESID2");
 
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
@@ -371,6 +385,7 @@ static void op_list_free(OpList *l)
 {
     for (int i = 0; i < l->n; i++) {
         free(l->ops[i].args);
+        free(l->ops[i].bias);
         free(l->ops[i].comment);
     }
     free(l->ops);

@@ -162,7 +162,10 @@ static void emit_c_op(StrBuf *sb, const Op *op, const char *section, int index)
         emit_line(sb, "%s(%s);", op->kernel->name, op->args);
         break;
     case OP_GEMM:
-        emit_line(sb, "pr_gemm(%s);", op->args);
+        if (op->bias)
+            emit_line(sb, "pr_gemm_bias(%s, %s);", op->args, op->bias);
+        else
+            emit_line(sb, "pr_gemm(%s);", op->args);
         break;
     case OP_ZERO: {
         /* "dst, count" */

@@ -142,7 +142,10 @@ static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int inde
         emit_cuda_launch(sb, op);
         break;
     case OP_GEMM:
-        emit_line(sb, "pr_cuda_gemm(CUDA_STAGE, CUDA_BF16, %s);", op->args);
+        if (op->bias)
+            emit_line(sb, "pr_cuda_gemm_bias(CUDA_STAGE, CUDA_BF16, %s, %s);", op->args, op->bias);
+        else
+            emit_line(sb, "pr_cuda_gemm(CUDA_STAGE, CUDA_BF16, %s);", op->args);
         break;
     case OP_ZERO:
         emit_line(sb, "pr_cuda_zero(CUDA_STAGE, %s);", op->args);

@@ -70,9 +70,9 @@ const KernelDesc kernel_descs[] = {
     },
     {
         .name = "residual_layernorm_forward",
-        .doc = "resid = x + (resid + proj_bias), the residual add of a projection; then "
-               "out = LayerNorm(resid), saving mean and rstd",
-        .params = "float *RESTRICT resid, const float *RESTRICT x, const float *RESTRICT proj_bias, "
+        .doc = "resid = x + resid, the residual add of a projection (its bias already added by "
+               "the matrix product); then out = LayerNorm(resid), saving mean and rstd",
+        .params = "float *RESTRICT resid, const float *RESTRICT x, "
                   "float *RESTRICT out, float *RESTRICT mean, float *RESTRICT rstd, "
                   "const float *RESTRICT weight, const float *RESTRICT bias",
         .index = "row",
@@ -82,7 +82,7 @@ const KernelDesc kernel_descs[] = {
                 "float *o = out + (long)row * C;\n"
                 "float m = 0.0f;\n"
                 "for (int c = 0; c < C; c++) {\n"
-                "    r[c] = xr[c] + (r[c] + proj_bias[c]);\n"
+                "    r[c] = xr[c] + r[c];\n"
                 "    m += r[c];\n"
                 "}\n"
                 "m = m / C;\n"
@@ -100,37 +100,27 @@ const KernelDesc kernel_descs[] = {
     },
     {
         .name = "residual_forward",
-        .doc = "resid = x + (resid + proj_bias): the residual add of a projection",
-        .params = "float *RESTRICT resid, const float *RESTRICT x, const float *RESTRICT proj_bias",
+        .doc = "resid = x + resid: the residual add of a projection (bias included)",
+        .params = "float *RESTRICT resid, const float *RESTRICT x",
         .index = "row",
         .extent = "BT",
         .body = "float *r = resid + (long)row * C;\n"
                 "const float *xr = x + (long)row * C;\n"
                 "for (int c = 0; c < C; c++)\n"
-                "    r[c] = xr[c] + (r[c] + proj_bias[c]);",
+                "    r[c] = xr[c] + r[c];",
     },
     {
-        .name = "bias_forward",
-        .doc = "out[row,:] += bias for rows of width OC",
-        .params = "float *RESTRICT out, const float *RESTRICT bias, int OC",
+        .name = "gelu_forward",
+        .doc = "act = GELU(pre) (pre has its bias from the matrix product, and is kept for the "
+               "backward), tanh approximation, written x * sigmoid(2u) = 0.5 x (1 + tanh(u)) so "
+               "that it costs one expf; rows of 4C",
+        .params = "const float *RESTRICT pre, float *RESTRICT act",
         .index = "row",
         .extent = "BT",
-        .body = "float *o = out + (long)row * OC;\n"
-                "for (int j = 0; j < OC; j++)\n"
-                "    o[j] += bias[j];",
-    },
-    {
-        .name = "bias_gelu_forward",
-        .doc = "pre += bias (saved for the backward); act = GELU(pre), tanh approximation, written "
-               "x * sigmoid(2u) = 0.5 x (1 + tanh(u)) so that it costs one expf; rows of 4C",
-        .params = "float *RESTRICT pre, float *RESTRICT act, const float *RESTRICT bias",
-        .index = "row",
-        .extent = "BT",
-        .body = "float *h = pre + (long)row * 4 * C;\n"
+        .body = "const float *h = pre + (long)row * 4 * C;\n"
                 "float *a = act + (long)row * 4 * C;\n"
                 "for (int j = 0; j < 4 * C; j++) {\n"
-                "    float x = h[j] + bias[j];\n"
-                "    h[j] = x;\n"
+                "    float x = h[j];\n"
                 "    float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
                 "    a[j] = x / (1.0f + expf(-2.0f * u));\n"
                 "}",

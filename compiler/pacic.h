@@ -383,7 +383,7 @@ const KernelDesc *kernel_find(const char *name);
  * bases and the generated offset constants, valid C and CUDA host code alike. */
 typedef enum {
     OP_KERNEL, /* launch `kernel` over its iteration space with `args` */
-    OP_GEMM,   /* pr_gemm(args): row-major, cblas-like */
+    OP_GEMM,   /* pr_gemm(args): row-major, cblas-like; with `bias`, pr_gemm_bias */
     OP_ZERO,   /* args: "dst, count" floats */
     OP_COPY,   /* args: "dst, src, count" floats */
     OP_LOOP,   /* args: "var, extent": the ops up to the matching OP_END run for var in
@@ -395,6 +395,8 @@ typedef struct Op {
     OpKind kind;
     const KernelDesc *kernel; /* OP_KERNEL */
     char *args;
+    char *bias;               /* OP_GEMM: a vector added to every row of the product (the
+                                 GPU fuses it into cuBLASLt's epilogue), or NULL */
     char *comment;            /* what this step computes, for the generated code */
 } Op;
 

@@ -195,6 +195,10 @@ void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t bloc
 void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
                   float alpha, const float *a, int lda, const float *b, int ldb, float beta,
                   float *c, int ldc);
+/* The same plus `bias` (n floats) added to every row, in cuBLASLt's epilogue. */
+void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                       float *c, int ldc, const float *bias);
 /* dst[0..count) = 0, and dst = src, on the stage's compute stream. */
 void pr_cuda_zero(int32_t stage, float *dst, int64_t count);
 void pr_cuda_copy(int32_t stage, float *dst, const float *src, int64_t count);
@@ -206,6 +210,9 @@ extern const pr_program pr_generated_program;
  * the runtime's business). */
 void pr_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
              const float *b, int ldb, float beta, float *c, int ldc);
+/* The same with beta = 0 and bias[0..n) added to every row of C. */
+void pr_gemm_bias(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc, const float *bias);
 
 /* Entry point: main() in runtime/main.c calls it with the generated program. */
 int pr_main(int argc, char **argv, const pr_program *prog);

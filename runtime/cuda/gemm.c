@@ -4,7 +4,8 @@
  * no data moves. fp32 runs CUBLAS_COMPUTE_32F (the CPU path's arithmetic, to rounding);
  * `precision bf16` runs CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores take bf16 inputs and
  * accumulate in fp32, while the stored tensors stay fp32. Each shape's descriptors and the
- * heuristic's algorithm are made once and cached.
+ * heuristic's algorithm are made once and cached, per operand alignment. A product with a
+ * bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS).
  */
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -17,6 +18,8 @@ enum { GEMM_CACHE = 64 };
 
 typedef struct gemm_plan {
     int used, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    int bias;                   /* CUBLASLT_EPILOGUE_BIAS, the pointer set per call */
+    int align_a, align_b, align_c; /* bytes each pointer is aligned to, up to 256 */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -64,22 +67,36 @@ void pr_cuda_gemm_close(int stage)
     memset(gs, 0, sizeof *gs);
 }
 
+/* The largest power of two up to 256 that divides the address: cuBLASLt's heuristic assumes
+ * 256-byte operands unless told less, and an algorithm chosen so fails on a pointer that is
+ * not (the per-head products of matmul attention start at h * HS floats). */
+static int alignment(const void *p)
+{
+    int bytes = 1;
+    while (bytes < 256 && (uintptr_t)p % (uintptr_t)(2 * bytes) == 0)
+        bytes *= 2;
+    return bytes;
+}
+
 /* The cached plan of this shape, made on first use (column-major view, operands swapped). */
-static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc)
+static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
+                           int bias, int align_a, int align_b, int align_c)
 {
     gemm_stage *gs = &gemm_stages[stage];
     int i = 0;
     for (; i < GEMM_CACHE && gs->plans[i].used; i++) {
         gemm_plan *p = &gs->plans[i];
         if (p->bf16 == bf16 && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
-            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc)
+            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->bias == bias &&
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c)
             return p;
     }
     if (i == GEMM_CACHE)
         pr_internal("stage %d: more than %d matrix shapes", stage, GEMM_CACHE);
     gemm_plan *p = &gs->plans[i];
     *p = (gemm_plan){.used = 1, .bf16 = bf16, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                     .lda = lda, .ldb = ldb, .ldc = ldc};
+                     .lda = lda, .ldb = ldb, .ldc = ldc, .bias = bias, .align_a = align_a,
+                     .align_b = align_b, .align_c = align_c};
     cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -87,6 +104,12 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
                                                    sizeof op_first), "set TRANSA");
     check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                    sizeof op_second), "set TRANSB");
+    if (bias) {
+        // Column-major D is n x m, so a vector over D's rows is one value per output feature.
+        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                       sizeof epilogue), "set EPILOGUE");
+    }
     // First operand: row-major B seen column-major; second: row-major A; result n x m.
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb), "layout B");
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda), "layout A");
@@ -96,14 +119,25 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
     uint64_t workspace = (uint64_t)PR_CUDA_WORKSPACE_BYTES;
     check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspace, sizeof workspace), "set workspace");
+    // cuBLASLt's A is our B and its B our A (the swap above); C and D are the same matrix.
+    uint32_t first = (uint32_t)align_b, second = (uint32_t)align_a, out = (uint32_t)align_c;
+    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                         &first, sizeof first), "set A alignment");
+    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         &second, sizeof second), "set B alignment");
+    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                         &out, sizeof out), "set C alignment");
+    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                         &out, sizeof out), "set D alignment");
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     check_lt(stage, cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
                                                    &result, &found), "cublasLtMatmulAlgoGetHeuristic");
     cublasLtMatmulPreferenceDestroy(pref);
     if (found < 1)
-        pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d)", stage,
-                    bf16 ? "bf16 " : "", m, n, k, ta, tb);
+        pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d%s, alignment %d %d %d)",
+                    stage, bf16 ? "bf16 " : "", m, n, k, ta, tb, bias ? ", bias" : "", align_a, align_b,
+                    align_c);
     p->algo = result.algo;
     return p;
 }
@@ -112,9 +146,27 @@ void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, 
                   float alpha, const float *a, int lda, const float *b, int ldb, float beta,
                   float *c, int ldc)
 {
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, alignment(a),
+                            alignment(b), alignment(c));
     gemm_stage *gs = &gemm_stages[stage];
     check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
                                    &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
                                    (cudaStream_t)pr_cuda_compute_stream(stage)), "cublasLtMatmul");
+}
+
+void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                       float *c, int ldc, const float *bias)
+{
+    if (beta != 0.0f)
+        pr_internal("pr_cuda_gemm_bias takes beta 0, not %g", (double)beta);
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, 1, alignment(a),
+                            alignment(b), alignment(c));
+    gemm_stage *gs = &gemm_stages[stage];
+    // The bias pointer is an attribute of the cached descriptor; one thread drives a stage.
+    check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof bias), "set BIAS_POINTER");
+    check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
+                                   &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
+                                   (cudaStream_t)pr_cuda_compute_stream(stage)), "cublasLtMatmul (bias)");
 }

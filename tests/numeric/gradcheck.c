@@ -1,7 +1,7 @@
 /* gradcheck: checks the generated stage code of a tiny GPT-2 against finite differences.
  *
  * Linked with the generated stage_*.c and program.c; runs the stages in order itself (no
- * runtime, no schedule), with pr_gemm on cblas.
+ * runtime, no schedule), with pr_gemm and pr_gemm_bias on cblas.
  *
  *   gradcheck              every parameter tensor of every stage and the input gradient
  *                          (dx_in) of every stage but the first, on sampled coordinates
@@ -31,6 +31,16 @@ void pr_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const f
 {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* The product, then the bias added row by row. */
+void pr_gemm_bias(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc, const float *bias)
+{
+    pr_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++)
+            c[(size_t)i * (size_t)ldc + (size_t)j] += bias[j];
 }
 
 typedef struct StageState {
