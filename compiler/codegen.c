@@ -423,7 +423,7 @@ static bool cuda_write(const Config *cfg, const Plan *plan, const char *dir)
     CudaImage images[8];
     int n = 0, spilling = 0;
     for (int i = 0; i < cuda_arch_count && ok; i++, n++) {
-        if (!cuda_compile(unit.data, "stages.cu", cuda_archs[i], &images[n])) {
+        if (!cuda_compile(unit.data, "stages.cu", cuda_archs[i], cfg->precision == PREC_BF16, &images[n])) {
             fprintf(stderr, "pacic: internal error: NVRTC cannot compile the generated CUDA for %s; "
                             "the unit is kept in %s/stages.cu\n%s\nThis is a bug in pacic; please "
                             "report it with the input file.\n", cuda_archs[i], dir, images[n].log);

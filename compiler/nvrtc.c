@@ -142,8 +142,10 @@ static void cache_store(const char *base, const CudaImage *img)
     free(log_path);
 }
 
-/* A cubin for "sm_XY", PTX for "compute_XY"; false with the log in img->log on an error. */
-bool cuda_compile(const char *source, const char *unit_name, const char *arch, CudaImage *img)
+/* A cubin for "sm_XY", PTX for "compute_XY"; false with the log in img->log on an error.
+ * fast_math trades IEEE exp, log, division and denormals for speed: for bf16 only, since
+ * fp32 training is checked against the CPU to 1e-5. */
+bool cuda_compile(const char *source, const char *unit_name, const char *arch, bool fast_math, CudaImage *img)
 {
     *img = (CudaImage){.arch = arch};
     if (!cuda_nvrtc_available())
@@ -155,6 +157,7 @@ bool cuda_compile(const char *source, const char *unit_name, const char *arch, C
     if (dir) {
         uint64_t h = fnv1a(0xcbf29ce484222325ULL, source, strlen(source));
         h = fnv1a(h, arch, strlen(arch));
+        h = fnv1a(h, &fast_math, sizeof fast_math);
         int version[2] = {major, minor};
         h = fnv1a(h, version, sizeof version);
         base = xasprintf("%s/%016llx-%s", dir, (unsigned long long)h, arch);
@@ -169,9 +172,14 @@ bool cuda_compile(const char *source, const char *unit_name, const char *arch, C
     if (nvrtc.create(&prog, source, unit_name, 0, NULL, NULL) != 0)
         ICE("nvrtcCreateProgram failed for %s", unit_name);
     char *arch_opt = xasprintf("--gpu-architecture=%s", arch);
-    const char *opts[] = {arch_opt, "--std=c++17", "--use_fast_math", "--ptxas-options=--verbose"};
+    const char *opts[4] = {arch_opt, "--std=c++17"};
+    int n_opts = 2;
+    if (fast_math)
+        opts[n_opts++] = "--use_fast_math";
     // ptxas (and so its report) runs only for a real architecture.
-    int res = nvrtc.compile(prog, ptx ? 3 : 4, opts);
+    if (!ptx)
+        opts[n_opts++] = "--ptxas-options=--verbose";
+    int res = nvrtc.compile(prog, n_opts, opts);
     size_t log_size = 0;
     nvrtc.log_size(prog, &log_size);
     img->log = xmalloc(log_size + 1);

@@ -488,7 +488,7 @@ extern const int cuda_arch_count;
 /* NVRTC loads (dlopen; $PACIC_NO_CUDA set to anything turns the GPU path off). */
 bool cuda_nvrtc_available(void);
 /* Compiles `source` (cached by content, arch and NVRTC version); false with img->log. */
-bool cuda_compile(const char *source, const char *unit_name, const char *arch, CudaImage *img);
+bool cuda_compile(const char *source, const char *unit_name, const char *arch, bool fast_math, CudaImage *img);
 void cuda_image_free(CudaImage *img);
 /* Appends "kernel arch registers / spills" lines from the log; returns kernels that spill. */
 int cuda_resource_report(StrBuf *out, const CudaImage *img);
