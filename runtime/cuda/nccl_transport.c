@@ -74,7 +74,7 @@ typedef struct nccl_end {
     ncclComm_t comm;          /* NULL after an abort */
     CUstream stream;          /* this end's own stream */
     CUevent ordered;          /* on the compute stream: the link's stream waits for it */
-    CUevent copied;           /* sender: the copy into the ring; the compute stream waits */
+    CUevent copied;           /* sender: the copy into the ring, on the compute stream */
     CUevent *done;            /* per ring slot (receiver: one), after its NCCL operation */
     int capacity;             /* ring slots: the table's channel capacity (receiver: 1) */
     size_t floats;            /* per message */
@@ -263,19 +263,22 @@ static int nccl_send(pr_run *run, int stage, const pr_link_use *u, int64_t mb, c
             return rc;
     }
     float *slot = e->ring + (size_t)k * e->floats;
-    after_compute(e);
+    // The copy into the slot goes on the compute stream, after the work that wrote src and
+    // before any that overwrites it; on the link's stream it would queue behind the previous
+    // send, which completes only when the peer receives it, and so hold up the compute
+    // stream whenever two messages were unreceived.
+    CUstream compute = pr_cuda_compute_stream(stage);
     pr_cuda_check(stage, api.cuMemcpyAsync((CUdeviceptr)(uintptr_t)slot, (CUdeviceptr)(uintptr_t)src,
-                                           e->floats * sizeof(float), e->stream), "cuMemcpyAsync");
+                                           e->floats * sizeof(float), compute), "cuMemcpyAsync");
     // The micro-batch goes in as two 32-bit words, low first (the GPUs are little-endian).
     uint64_t bits = (uint64_t)mb;
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)&e->mbs[k];
-    pr_cuda_check(stage, api.cuMemsetD32Async(at, (unsigned)(bits & 0xffffffffu), 1, e->stream),
+    pr_cuda_check(stage, api.cuMemsetD32Async(at, (unsigned)(bits & 0xffffffffu), 1, compute),
                   "cuMemsetD32Async");
-    pr_cuda_check(stage, api.cuMemsetD32Async(at + 4, (unsigned)(bits >> 32), 1, e->stream),
+    pr_cuda_check(stage, api.cuMemsetD32Async(at + 4, (unsigned)(bits >> 32), 1, compute),
                   "cuMemsetD32Async");
-    pr_cuda_check(stage, api.cuEventRecord(e->copied, e->stream), "cuEventRecord");
-    pr_cuda_check(stage, api.cuStreamWaitEvent(pr_cuda_compute_stream(stage), e->copied, 0),
-                  "cuStreamWaitEvent");
+    pr_cuda_check(stage, api.cuEventRecord(e->copied, compute), "cuEventRecord");
+    pr_cuda_check(stage, api.cuStreamWaitEvent(e->stream, e->copied, 0), "cuStreamWaitEvent");
     int rc = post(e, slot, e->floats, &e->mbs[k], e->done[k], deadline_after(run->opt.peer_timeout), err);
     if (rc == PR_LINK_OK)
         e->count++;
@@ -489,9 +492,23 @@ static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
     return connect_ends(run, list, ids, n, err);
 }
 
-/* Flushes and frees every end; a communicator still busy at the peer timeout is aborted. */
+/* Flushes and frees every end; a communicator still busy at the peer timeout is aborted.
+ * Finalizing completes only when both ranks of a communicator finalize, and in one process
+ * both ends are here: so every end starts its finalize before any end waits for one. */
 static void nccl_close(pr_run *run)
 {
+    ncclResult_t started[PR_LINK_KINDS][PACI_MAX_STAGES][2];
+    for (int kind = 0; kind < PR_LINK_KINDS; kind++)
+        for (int i = 0; i < PACI_MAX_STAGES; i++)
+            for (int side = 0; side < 2; side++) {
+                nccl_end *e = &ends[kind][i][side];
+                started[kind][i][side] = ncclSuccess;
+                if (e->open && e->comm) {
+                    pr_cuda_enter(e->stage);
+                    started[kind][i][side] = api.ncclCommFinalize(e->comm);
+                }
+            }
+    double deadline = deadline_after(run->opt.peer_timeout);
     for (int kind = 0; kind < PR_LINK_KINDS; kind++)
         for (int i = 0; i < PACI_MAX_STAGES; i++)
             for (int side = 0; side < 2; side++) {
@@ -500,8 +517,7 @@ static void nccl_close(pr_run *run)
                     continue;
                 pr_cuda_enter(e->stage);
                 if (e->comm) {
-                    ncclResult_t rc = settle(e->comm, api.ncclCommFinalize(e->comm),
-                                             deadline_after(run->opt.peer_timeout));
+                    ncclResult_t rc = settle(e->comm, started[kind][i][side], deadline);
                     if (rc == ncclSuccess)
                         api.ncclCommDestroy(e->comm);
                     else
