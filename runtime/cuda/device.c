@@ -244,16 +244,24 @@ static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes,
         return -1;
     const int64_t margin = PR_CUDA_WORKSPACE_BYTES + ((int64_t)256 << 20);
     int64_t used[PACI_MAX_STAGES] = {0};
+    // Free memory is read once per GPU: retaining and releasing a primary context per stage
+    // would create and destroy it each time (8 times for 8 stages on one GPU).
+    size_t free_of[PACI_MAX_STAGES] = {0};
+    int known[PACI_MAX_STAGES] = {0};
     for (int s = 0; s < prog->stages; s++) {
         int gpu = pr_cuda_gpu_of(s);
-        CUdevice dev;
-        CUcontext ctx;
-        size_t free_bytes = 0, total = 0;
-        if (drv.cuDeviceGet(&dev, gpu) != CUDA_SUCCESS || drv.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
-            return pr_fail(err, "stage %d: cannot open GPU %d", s, gpu);
-        drv.cuCtxSetCurrent(ctx);
-        drv.cuMemGetInfo(&free_bytes, &total);
-        drv.cuDevicePrimaryCtxRelease(dev);
+        if (!known[gpu]) {
+            CUdevice dev;
+            CUcontext ctx;
+            size_t total = 0;
+            if (drv.cuDeviceGet(&dev, gpu) != CUDA_SUCCESS || drv.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+                return pr_fail(err, "stage %d: cannot open GPU %d", s, gpu);
+            drv.cuCtxSetCurrent(ctx);
+            drv.cuMemGetInfo(&free_of[gpu], &total);
+            drv.cuDevicePrimaryCtxRelease(dev);
+            known[gpu] = 1;
+        }
+        size_t free_bytes = free_of[gpu];
         used[gpu] += stage_bytes[s] + margin;
         if (used[gpu] > (int64_t)free_bytes)
             return pr_fail(err, "stage %d on GPU %d: needs %.2f GiB (with the stages before it on "
