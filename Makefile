@@ -96,6 +96,25 @@ $(B)/lib/pacic/cuda_ldflags: Makefile
 	echo '$(CUDA_LIBS)' > $@
 endif
 
+# ---- MPI: libpacirt_mpi.a, only where an Open MPI compiler wrapper is found -------------
+# Under mpirun, a `run` linked with it starts MPI, takes rank 0's host from an MPI broadcast
+# and runs its small collectives (NCCL ids among them) through MPI (runtime/mpi/).
+MPICC ?= mpicc
+HAVE_MPI := $(shell $(MPICC) --showme:link >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_MPI),1)
+LIBRT_MPI := $(B)/lib/pacic/libpacirt_mpi.a $(B)/lib/pacic/mpi_ldflags
+all: $(LIBRT_MPI)
+$(B)/obj/runtime/mpi/%.o: runtime/mpi/%.c runtime/prt.h
+	@mkdir -p $(@D)
+	$(MPICC) $(CFLAGS) -O3 -Iruntime -c $< -o $@
+$(B)/lib/pacic/libpacirt_mpi.a: $(patsubst %.c,$(B)/obj/%.o,$(wildcard runtime/mpi/*.c))
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+$(B)/lib/pacic/mpi_ldflags: Makefile
+	@mkdir -p $(@D)
+	echo '$(shell $(MPICC) --showme:link)' > $@
+endif
+
 # ---- tests --------------------------------------------------------------------------
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -128,11 +147,11 @@ TSAN_E2E   ?= signals
 unit: $(UNIT_BIN)
 
 sanitize:
-	CC=clang CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" B=build/asan $(MAKE) --no-print-directory all unit
+	CC=clang CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" B=build/asan $(MAKE) --no-print-directory HAVE_MPI=0 all unit
 	CC=clang PACIC_CFLAGS="$(ASAN_FLAGS)" PACI_BUILD=build/asan PACI_E2E="$(ASAN_E2E)" \
 	    PACI_FUZZ_SECONDS=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 tests/run.sh
-	CC=clang CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" B=build/tsan $(MAKE) --no-print-directory all unit
+	CC=clang CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" B=build/tsan $(MAKE) --no-print-directory HAVE_MPI=0 all unit
 	CC=clang PACIC_CFLAGS="$(TSAN_FLAGS)" PACI_BUILD=build/tsan PACI_UNIT="test_runtime test_checkpoint" \
 	    PACI_GOLDEN=0 PACI_E2E="$(TSAN_E2E)" OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh
 
@@ -144,6 +163,7 @@ install: all
 	install -m 755 $(PACIC) $(PREFIX)/bin/pacic
 	install -m 644 $(LIBRT) $(PREFIX)/lib/pacic/
 	$(if $(LIBRT_CUDA),install -m 644 $(LIBRT_CUDA) $(PREFIX)/lib/pacic/)
+	$(if $(LIBRT_MPI),install -m 644 $(LIBRT_MPI) $(PREFIX)/lib/pacic/)
 	install -m 644 $(HEADERS) $(PREFIX)/include/pacic/
 
 clean:

@@ -148,6 +148,24 @@ static void push_cuda_link(Argv *cmd, const char *home)
     free(flags_path);
 }
 
+/* The MPI archive, when the build made one: `run` then starts MPI under mpirun. The symbol
+ * is named so the linker takes the archive's member (the runtime refers to it weakly). */
+static void push_mpi_link(Argv *cmd, const char *home)
+{
+    char *lib = xasprintf("%s/lib/pacic/libpacirt_mpi.a", home);
+    char *flags_path = xasprintf("%s/lib/pacic/mpi_ldflags", home);
+    size_t len = 0;
+    char *flags = is_file(lib) ? read_file(flags_path, &len) : NULL;
+    if (flags) {
+        argv_push(cmd, "-Wl,--undefined=pr_mpi_impl");
+        argv_push(cmd, lib);
+        argv_push_words(cmd, flags);
+    }
+    free(lib);
+    free(flags);
+    free(flags_path);
+}
+
 bool build_executable(const char *argv0, const char *dir, const char *out)
 {
     char *home = runtime_home(argv0);
@@ -184,6 +202,7 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
         argv_push(&cmd, sources[i]);
     if (cuda)
         push_cuda_link(&cmd, home);
+    push_mpi_link(&cmd, home);
     argv_push(&cmd, lib);
     argv_push_words(&cmd, "-lopenblas -lpthread -lm -o");
     argv_push(&cmd, tmp);

@@ -483,6 +483,8 @@ static int recv_block(const pr_bootstrap *b, int peer, void *data, size_t bytes,
 
 int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void *all, char *err)
 {
+    if (b->mpi && b->world > 1)
+        return b->mpi->allgather(mine, bytes, all, err);
     char *out = all;
     memcpy(out + (size_t)b->rank * bytes, mine, bytes);
     if (b->world == 1)

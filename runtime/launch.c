@@ -123,6 +123,15 @@ static int master_address(const char *const *env, pr_launch *l, int local_world,
     return 0;
 }
 
+/* Defined by libpacirt_mpi.a, which pacic links (naming the symbol, so the archive member is
+ * pulled) only where the build found MPI; weak, so without it the address is NULL. */
+extern const pr_mpi_ops pr_mpi_impl __attribute__((weak));
+
+const pr_mpi_ops *pr_mpi(void)
+{
+    return &pr_mpi_impl ? &pr_mpi_impl : NULL;
+}
+
 /* Launcher variables -> rank, world, local rank, rank-0 host and port; checks world
  * against the program's stages (one process per stage, or one for all). */
 int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch *l, char *err)
@@ -173,7 +182,8 @@ int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch
         return 0;
     if (master_address(env, l, local_world, err) != 0)
         return -1;
-    if (!l->master_addr[0])
+    // Under mpirun a binary with MPI learns it from rank 0 by broadcast (pr_mpi()->start).
+    if (!l->master_addr[0] && !(l->launcher == PR_LAUNCH_OPEN_MPI && pr_mpi()))
         return pr_fail(err, "%s=%d needs the rank-0 host: set MASTER_ADDR", world_var, l->world);
     return 0;
 }
@@ -267,6 +277,7 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
         }
     }
     int rc = pr_bootstrap_tcp(l, connect_timeout, port, b, err);
+    b->mpi = l->mpi ? pr_mpi() : NULL;
     if (rc == 0 && native)
         rc = run->dev->links->open_ranks(run, b, err);
     else if (rc == 0 && l->rank > 0)

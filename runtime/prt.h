@@ -358,6 +358,7 @@ typedef struct pr_launch {
     char master_addr[PR_HOST_LEN]; /* rank 0's host when world > 1 */
     const char *addr_from;         /* the variable it came from */
     int master_port;               /* --master-port, else MASTER_PORT, else the default */
+    int mpi;                       /* MPI was started (pr_mpi()->start) */
 } pr_launch;
 
 /* From a NULL-terminated "NAME=value" array (environ); port_flag > 0 overrides MASTER_PORT.
@@ -373,8 +374,20 @@ int pr_slurm_first_host(const char *list, char *host, size_t size);
 #define PR_BOOT_ID_BYTES 128          /* sizeof(ncclUniqueId) */
 #define PR_DEFAULT_CONNECT_TIMEOUT 120 /* seconds */
 
+/* MPI, in `run` only when pacic linked libpacirt_mpi.a (runtime/mpi/): pr_mpi() is then
+ * its table, else NULL. start runs MPI_Init and, unless MASTER_ADDR was given, sets rank
+ * 0's host from an MPI broadcast; allgather replaces the TCP star's. */
+typedef struct pr_mpi_ops {
+    const char *name;
+    int (*start)(pr_launch *l, char *err);
+    int (*allgather)(const void *mine, size_t bytes, void *all, char *err);
+    void (*finish)(void);
+} pr_mpi_ops;
+const pr_mpi_ops *pr_mpi(void);
+
 typedef struct pr_bootstrap {
     int rank, world;
+    const pr_mpi_ops *mpi; /* set: the collectives go through MPI */
     unsigned char id[PR_BOOT_ID_BYTES]; /* rank 0's blob, the same on every rank afterwards */
     /* every rank's IPv4 address (network order) as rank 0 saw it, and the port it listens
      * on for its neighbour (0: none); rank 0's own address is the one the others reached */

@@ -466,6 +466,17 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         fprintf(stderr, "run: error: %s\n", err);
         return 1;
     }
+    if (launch.world > 1 && launch.launcher == PR_LAUNCH_OPEN_MPI && pr_mpi()) {
+        if (pr_mpi()->start(&launch, err) != 0) {
+            fprintf(stderr, "run: error: rank %d: %s\n", launch.rank, err);
+            return 1;
+        }
+        launch.mpi = 1;
+    }
+    if (launch.world > 1 && !opt.quiet)
+        printf("run: rank %d of %d (%s%s); rank 0 at %s:%d (from %s)\n", launch.rank, launch.world,
+               pr_launcher_name(launch.launcher), launch.mpi ? ", collectives over MPI" : "",
+               launch.master_addr, launch.master_port, launch.addr_from ? launch.addr_from : "?");
     opt.rank = launch.rank;
     opt.world = launch.world;
     opt.local_rank = launch.local_rank;
@@ -551,5 +562,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     pr_bootstrap_close(&boot);
     pr_run_free(&run);
+    if (launch.mpi)
+        pr_mpi()->finish();
     return 0;
 }
