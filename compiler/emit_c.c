@@ -336,6 +336,11 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "#define RESTRICT restrict");
     emit_line(sb, "#define ATOMIC_ADD(ptr, value) (*(ptr) += (value))");
     emit_line(sb, "#define UNROLL /* the C compiler chooses */");
+    emit_line(sb, "/* Row kernels: one index walks its whole row (the GPU splits it over a warp). */");
+    emit_line(sb, "#define ROW_LOOP(i, from, to) for (int i = (from); i < (to); i++)");
+    emit_line(sb, "#define ROW_SUM(x) (x)");
+    emit_line(sb, "#define ROW_MAX(x) (x)");
+    emit_line(sb, "#define LEAD 1");
     blank_line(sb);
     emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER. */");
     emit_layout(sb, &lay.layer_params);

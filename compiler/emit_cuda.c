@@ -12,7 +12,19 @@
 
 #include "pacic.h"
 
-enum { CUDA_BLOCK = 256 }; /* threads per block of every 1-D launch */
+enum { CUDA_BLOCK = 256, /* threads per block of every 1-D launch */
+       CUDA_WARP = 32 };  /* lanes of a row kernel */
+
+/* Threads per index of k on the GPU: 1, or a warp for a row kernel. */
+static int kernel_lanes(const KernelDesc *k)
+{
+    bool row_macros = strstr(k->body, "ROW_") || strstr(k->body, "LEAD");
+    if (k->lanes == CUDA_WARP)
+        return CUDA_WARP;
+    if (row_macros || k->lanes > 1)
+        ICE("kernel %s: ROW_ macros need lanes %d, it has %d", k->name, CUDA_WARP, k->lanes);
+    return 1;
+}
 
 static void emit_cuda_kernel(StrBuf *sb, const KernelDesc *k)
 {
@@ -20,7 +32,13 @@ static void emit_cuda_kernel(StrBuf *sb, const KernelDesc *k)
     emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", CUDA_BLOCK, k->name, k->params);
     emit_line(sb, "{");
     sb->indent++;
-    emit_line(sb, "long %s = (long)blockIdx.x * blockDim.x + threadIdx.x;", k->index);
+    if (kernel_lanes(k) == CUDA_WARP) {
+        // The whole warp leaves together: a block is whole warps, and the test is per warp.
+        emit_line(sb, "long %s = ((long)blockIdx.x * blockDim.x + threadIdx.x) / %d;", k->index, CUDA_WARP);
+        emit_line(sb, "int lane = threadIdx.x %% %d;", CUDA_WARP);
+    } else {
+        emit_line(sb, "long %s = (long)blockIdx.x * blockDim.x + threadIdx.x;", k->index);
+    }
     emit_line(sb, "if (%s >= %s)", k->index, k->extent);
     emit_line(sb, "    return;");
     emit_kernel_body(sb, k);
@@ -48,6 +66,24 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "#define ATOMIC_ADD(ptr, value) atomicAdd((ptr), (value))");
     emit_line(sb, "/* Loops over a thread's local arrays unroll fully, so the arrays live in registers. */");
     emit_line(sb, "#define UNROLL _Pragma(\"unroll\")");
+    emit_line(sb, "/* Row kernels: a warp per row; lane l takes elements l, l + 32, ... (adjacent lanes read");
+    emit_line(sb, " * adjacent floats), and sums and maxima combine over the warp by butterfly shuffles. */");
+    emit_line(sb, "#define ROW_LOOP(i, from, to) for (int i = (from) + lane; i < (to); i += %d)", CUDA_WARP);
+    emit_line(sb, "#define ROW_SUM(x) warp_sum(x)");
+    emit_line(sb, "#define ROW_MAX(x) warp_max(x)");
+    emit_line(sb, "#define LEAD (lane == 0)");
+    emit_line(sb, "__device__ __forceinline__ float warp_sum(float v)");
+    emit_line(sb, "{");
+    emit_line(sb, "    for (int offset = %d; offset > 0; offset /= 2)", CUDA_WARP / 2);
+    emit_line(sb, "        v += __shfl_xor_sync(0xffffffffu, v, offset);");
+    emit_line(sb, "    return v;");
+    emit_line(sb, "}");
+    emit_line(sb, "__device__ __forceinline__ float warp_max(float v)");
+    emit_line(sb, "{");
+    emit_line(sb, "    for (int offset = %d; offset > 0; offset /= 2)", CUDA_WARP / 2);
+    emit_line(sb, "        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));");
+    emit_line(sb, "    return v;");
+    emit_line(sb, "}");
     sb_puts(sb, "\n");
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, &kernel_descs[i]);
@@ -126,7 +162,11 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
         sb_printf(&list, "%s&arg%d", i ? ", " : "", i);
     emit_line(sb, "void *args[] = {%s};", list.data);
     sb_free(&list);
-    emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s), CUDA_BLOCK, args);", k->name, extent);
+    if (kernel_lanes(k) == CUDA_WARP)
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per row */",
+                  k->name, extent, CUDA_WARP);
+    else
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s), CUDA_BLOCK, args);", k->name, extent);
     emit_close(sb, "");
 }
 

@@ -23,10 +23,11 @@ const KernelDesc kernel_descs[] = {
                   "const float *RESTRICT wpe",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "const float *tok = wte + (long)tokens[row] * C;\n"
                 "const float *pos = wpe + (long)(row % T) * C;\n"
                 "float *o = out + (long)row * C;\n"
-                "for (int c = 0; c < C; c++)\n"
+                "ROW_LOOP(c, 0, C)\n"
                 "    o[c] = tok[c] + pos[c];",
     },
     {
@@ -35,10 +36,11 @@ const KernelDesc kernel_descs[] = {
         .params = "float *dwte, float *dwpe, const float *RESTRICT dout, const int *RESTRICT tokens",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "float *dtok = dwte + (long)tokens[row] * C;\n"
                 "float *dpos = dwpe + (long)(row % T) * C;\n"
                 "const float *d = dout + (long)row * C;\n"
-                "for (int c = 0; c < C; c++) {\n"
+                "ROW_LOOP(c, 0, C) {\n"
                 "    ATOMIC_ADD(&dtok[c], d[c]);\n"
                 "    ATOMIC_ADD(&dpos[c], d[c]);\n"
                 "}",
@@ -50,23 +52,26 @@ const KernelDesc kernel_descs[] = {
                   "const float *RESTRICT inp, const float *RESTRICT weight, const float *RESTRICT bias",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "const float *x = inp + (long)row * C;\n"
                 "float *o = out + (long)row * C;\n"
                 "float m = 0.0f;\n"
-                "for (int c = 0; c < C; c++)\n"
+                "ROW_LOOP(c, 0, C)\n"
                 "    m += x[c];\n"
-                "m = m / C;\n"
+                "m = ROW_SUM(m) / C;\n"
                 "float var = 0.0f;\n"
-                "for (int c = 0; c < C; c++) {\n"
+                "ROW_LOOP(c, 0, C) {\n"
                 "    float dev = x[c] - m;\n"
                 "    var += dev * dev;\n"
                 "}\n"
-                "var = var / C;\n"
+                "var = ROW_SUM(var) / C;\n"
                 "float s = 1.0f / sqrtf(var + 1e-5f);\n"
-                "for (int c = 0; c < C; c++)\n"
+                "ROW_LOOP(c, 0, C)\n"
                 "    o[c] = (x[c] - m) * s * weight[c] + bias[c];\n"
-                "mean[row] = m;\n"
-                "rstd[row] = s;",
+                "if (LEAD) {\n"
+                "    mean[row] = m;\n"
+                "    rstd[row] = s;\n"
+                "}",
     },
     {
         .name = "residual_layernorm_forward",
@@ -77,26 +82,29 @@ const KernelDesc kernel_descs[] = {
                   "const float *RESTRICT weight, const float *RESTRICT bias",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "float *r = resid + (long)row * C;\n"
                 "const float *xr = x + (long)row * C;\n"
                 "float *o = out + (long)row * C;\n"
                 "float m = 0.0f;\n"
-                "for (int c = 0; c < C; c++) {\n"
+                "ROW_LOOP(c, 0, C) {\n"
                 "    r[c] = xr[c] + r[c];\n"
                 "    m += r[c];\n"
                 "}\n"
-                "m = m / C;\n"
+                "m = ROW_SUM(m) / C;\n"
                 "float var = 0.0f;\n"
-                "for (int c = 0; c < C; c++) {\n"
+                "ROW_LOOP(c, 0, C) {\n"
                 "    float dev = r[c] - m;\n"
                 "    var += dev * dev;\n"
                 "}\n"
-                "var = var / C;\n"
+                "var = ROW_SUM(var) / C;\n"
                 "float s = 1.0f / sqrtf(var + 1e-5f);\n"
-                "for (int c = 0; c < C; c++)\n"
+                "ROW_LOOP(c, 0, C)\n"
                 "    o[c] = (r[c] - m) * s * weight[c] + bias[c];\n"
-                "mean[row] = m;\n"
-                "rstd[row] = s;",
+                "if (LEAD) {\n"
+                "    mean[row] = m;\n"
+                "    rstd[row] = s;\n"
+                "}",
     },
     {
         .name = "residual_forward",
@@ -104,9 +112,10 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT resid, const float *RESTRICT x",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "float *r = resid + (long)row * C;\n"
                 "const float *xr = x + (long)row * C;\n"
-                "for (int c = 0; c < C; c++)\n"
+                "ROW_LOOP(c, 0, C)\n"
                 "    r[c] = xr[c] + r[c];",
     },
     {
@@ -117,9 +126,10 @@ const KernelDesc kernel_descs[] = {
         .params = "const float *RESTRICT pre, float *RESTRICT act",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "const float *h = pre + (long)row * 4 * C;\n"
                 "float *a = act + (long)row * 4 * C;\n"
-                "for (int j = 0; j < 4 * C; j++) {\n"
+                "ROW_LOOP(j, 0, 4 * C) {\n"
                 "    float x = h[j];\n"
                 "    float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
                 "    a[j] = x / (1.0f + expf(-2.0f * u));\n"
@@ -132,9 +142,10 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT dact, const float *RESTRICT pre",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "float *d = dact + (long)row * 4 * C;\n"
                 "const float *h = pre + (long)row * 4 * C;\n"
-                "for (int j = 0; j < 4 * C; j++) {\n"
+                "ROW_LOOP(j, 0, 4 * C) {\n"
                 "    float x = h[j];\n"
                 "    float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
                 "    float sg = 1.0f / (1.0f + expf(-2.0f * u));\n"
@@ -161,6 +172,7 @@ const KernelDesc kernel_descs[] = {
                   "const float *RESTRICT mean, const float *RESTRICT rstd",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "const float *d = dout + (long)row * C;\n"
                 "const float *x = inp + (long)row * C;\n"
                 "float *di = dinp + (long)row * C;\n"
@@ -168,14 +180,14 @@ const KernelDesc kernel_descs[] = {
                 "float s = rstd[row];\n"
                 "float dnorm_mean = 0.0f;\n"
                 "float dnorm_norm_mean = 0.0f;\n"
-                "for (int c = 0; c < C; c++) {\n"
+                "ROW_LOOP(c, 0, C) {\n"
                 "    float dnorm = weight[c] * d[c];\n"
                 "    dnorm_mean += dnorm;\n"
                 "    dnorm_norm_mean += dnorm * (x[c] - m) * s;\n"
                 "}\n"
-                "dnorm_mean = dnorm_mean / C;\n"
-                "dnorm_norm_mean = dnorm_norm_mean / C;\n"
-                "for (int c = 0; c < C; c++) {\n"
+                "dnorm_mean = ROW_SUM(dnorm_mean) / C;\n"
+                "dnorm_norm_mean = ROW_SUM(dnorm_norm_mean) / C;\n"
+                "ROW_LOOP(c, 0, C) {\n"
                 "    float norm = (x[c] - m) * s;\n"
                 "    float dnorm = weight[c] * d[c];\n"
                 "    ATOMIC_ADD(&dbias[c], d[c]);\n"
@@ -191,23 +203,27 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT att, float *RESTRICT lse, int rows",
         .index = "r",
         .extent = "rows",
+        .lanes = 32,
         .body = "int t = r % T;\n"
                 "float *w = att + (long)r * T;\n"
                 "float mx = -3.0e38f;\n"
-                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "ROW_LOOP(t2, 0, t + 1)\n"
                 "    mx = fmaxf(mx, w[t2]);\n"
+                "mx = ROW_MAX(mx);\n"
                 "float sum = 0.0f;\n"
-                "for (int t2 = 0; t2 <= t; t2++) {\n"
+                "ROW_LOOP(t2, 0, t + 1) {\n"
                 "    float e = expf(w[t2] - mx);\n"
                 "    w[t2] = e;\n"
                 "    sum += e;\n"
                 "}\n"
+                "sum = ROW_SUM(sum);\n"
                 "float inv = 1.0f / sum;\n"
-                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "ROW_LOOP(t2, 0, t + 1)\n"
                 "    w[t2] *= inv;\n"
-                "for (int t2 = t + 1; t2 < T; t2++)\n"
+                "ROW_LOOP(t2, t + 1, T)\n"
                 "    w[t2] = 0.0f;\n"
-                "lse[r] = mx + logf(sum);",
+                "if (LEAD)\n"
+                "    lse[r] = mx + logf(sum);",
     },
     {
         .name = "attention_probs",
@@ -216,12 +232,13 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT att, const float *RESTRICT lse, int rows",
         .index = "r",
         .extent = "rows",
+        .lanes = 32,
         .body = "int t = r % T;\n"
                 "float *w = att + (long)r * T;\n"
                 "float l = lse[r];\n"
-                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "ROW_LOOP(t2, 0, t + 1)\n"
                 "    w[t2] = expf(w[t2] - l);\n"
-                "for (int t2 = t + 1; t2 < T; t2++)\n"
+                "ROW_LOOP(t2, t + 1, T)\n"
                 "    w[t2] = 0.0f;",
     },
     {
@@ -231,16 +248,18 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT datt, const float *RESTRICT att, int rows",
         .index = "r",
         .extent = "rows",
+        .lanes = 32,
         .body = "int t = r % T;\n"
                 "float *d = datt + (long)r * T;\n"
                 "const float *p = att + (long)r * T;\n"
                 "const float scale = 1.0f / sqrtf((float)HS);\n"
                 "float dot = 0.0f;\n"
-                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "ROW_LOOP(t2, 0, t + 1)\n"
                 "    dot += p[t2] * d[t2];\n"
-                "for (int t2 = 0; t2 <= t; t2++)\n"
+                "dot = ROW_SUM(dot);\n"
+                "ROW_LOOP(t2, 0, t + 1)\n"
                 "    d[t2] = p[t2] * (d[t2] - dot) * scale;\n"
-                "for (int t2 = t + 1; t2 < T; t2++)\n"
+                "ROW_LOOP(t2, t + 1, T)\n"
                 "    d[t2] = 0.0f;",
     },
     {
@@ -363,20 +382,24 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT probs, float *RESTRICT losses, const int *RESTRICT targets",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "float *p = probs + (long)row * V;\n"
                 "float target_logit = p[targets[row]];\n"
-                "float mx = p[0];\n"
-                "for (int v = 1; v < V; v++)\n"
+                "float mx = -3.0e38f;\n"
+                "ROW_LOOP(v, 0, V)\n"
                 "    mx = fmaxf(mx, p[v]);\n"
+                "mx = ROW_MAX(mx);\n"
                 "float sum = 0.0f;\n"
-                "for (int v = 0; v < V; v++) {\n"
+                "ROW_LOOP(v, 0, V) {\n"
                 "    p[v] = expf(p[v] - mx);\n"
                 "    sum += p[v];\n"
                 "}\n"
+                "sum = ROW_SUM(sum);\n"
                 "float inv = 1.0f / sum;\n"
-                "for (int v = 0; v < V; v++)\n"
+                "ROW_LOOP(v, 0, V)\n"
                 "    p[v] *= inv;\n"
-                "losses[row] = mx + logf(sum) - target_logit;",
+                "if (LEAD)\n"
+                "    losses[row] = mx + logf(sum) - target_logit;",
     },
     {
         .name = "softmax_xent_backward",
@@ -384,9 +407,10 @@ const KernelDesc kernel_descs[] = {
         .params = "float *RESTRICT probs, const int *RESTRICT targets, float dloss",
         .index = "row",
         .extent = "BT",
+        .lanes = 32,
         .body = "float *p = probs + (long)row * V;\n"
                 "int target = targets[row];\n"
-                "for (int v = 0; v < V; v++)\n"
+                "ROW_LOOP(v, 0, V)\n"
                 "    p[v] = (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;",
     },
     {

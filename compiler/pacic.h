@@ -362,13 +362,20 @@ void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const
  * in the common subset of C and CUDA C: shape constants (B, T, C, NH, HS, V, BT), float
  * math (expf, logf, sqrtf, tanhf, fmaxf), ATOMIC_ADD(ptr, value) for accumulation that
  * several indices may do at once, RESTRICT on pointers that alias nothing else, UNROLL
- * before a loop over a local array of constant size (CUDA unrolls it fully). */
+ * before a loop over a local array of constant size (CUDA unrolls it fully).
+ *
+ * A row kernel (lanes 32) walks its row with ROW_LOOP(i, from, to) and combines what the
+ * loop gathered with ROW_SUM(x) / ROW_MAX(x); what one index writes once is under
+ * `if (LEAD)`. In C these are a plain loop, the value itself and 1; on the GPU a warp of
+ * 32 lanes takes the row, the loop strides by lane (adjacent lanes, adjacent elements) and
+ * the combinations are warp shuffles. */
 typedef struct KernelDesc {
     const char *name;
     const char *doc;    /* one line: what it computes */
     const char *params; /* parameter list, the same text in C and CUDA */
     const char *index;  /* the loop variable */
     const char *extent; /* its extent: a shape constant expression or an int parameter */
+    int lanes;          /* GPU threads per index: 0 or 1, or 32 (a warp: a row kernel) */
     const char *body;   /* statements for one index, '\n'-separated, indented by 4 per level */
 } KernelDesc;
 
