@@ -1,0 +1,386 @@
+/* simt.h: the subset of CUDA that pacic's generated kernels use, emulated on the CPU so that
+ * stages.cu compiles as C++17 (g++ -include tests/cuda_emu/simt.h -x c++ stages.cu) and its
+ * kernels run without a GPU. Header-only; test tooling, never part of pacic or run.
+ *
+ * Execution model. A launch of G blocks of N threads runs the blocks one after another on
+ * the calling OS thread. Within a block every CUDA thread is a coroutine (ucontext) with a
+ * stack of its own (SIMT_STACK_BYTES, a guard page below it); the block's threads are
+ * resumed round-robin in threadIdx order, and a thread runs until it finishes or waits:
+ *   - __syncthreads() is a barrier of the block's live threads: a thread that has returned
+ *     no longer counts (real GPUs leave that undefined; write kernels whose threads all
+ *     reach every barrier or none).
+ *   - a warp shuffle (__shfl_xor_sync, __shfl_down_sync, __shfl_up_sync, __shfl_sync) and
+ *     __syncwarp() are warp-level exchange points. Warps are 32 consecutive threads. Every
+ *     lane of the warp must take part with mask 0xffffffff: a partial mask, a warp cut short
+ *     by blockDim, or a lane that returned before a shuffle its warp reaches is reported and
+ *     aborts. Values are double-buffered by each lane's shuffle count, so a lane that runs
+ *     ahead to its next shuffle never overwrites a value that a slower lane has still to read.
+ *   - if a whole round of the block's live threads passes with every one of them still
+ *     waiting, the block is deadlocked (threads at different barriers or shuffles): reported,
+ *     abort.
+ * The schedule is deterministic: the same launch runs the same interleaving every time, and
+ * a kernel with no barrier or shuffle runs its threads to the end in threadIdx order (so
+ * atomicAdd sums in the same order as a loop over the indices would).
+ *
+ * Memory. Every pointer is host memory. `__shared__` declares a function-local
+ * `static thread_local` variable: one copy per OS thread, correct per block because a
+ * thread's blocks run one at a time (and the pipeline's stage threads launch independently);
+ * its contents are not cleared between blocks, as on a GPU. Dynamic shared memory
+ * (`extern __shared__`) is not supported. There is no memory model to emulate: threads
+ * interleave only at barriers and shuffles, and atomicAdd is a plain read-modify-write.
+ *
+ * Launching from C: simt::trampoline<kernel> unpacks a cuLaunchKernel-style void **args
+ * (args[i] points to parameter i) into the kernel's typed parameters; the table of
+ * trampolines is generated from stages.cu by tests/cuda_emu/trampolines.sh.
+ */
+#ifndef SIMT_H
+#define SIMT_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* ---- the CUDA spellings ------------------------------------------------------------- */
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+/* __restrict__ is a g++ keyword already; _Pragma("unroll") is an unknown pragma g++
+ * ignores (compile with -Wno-unknown-pragmas). */
+
+struct simt_dim3 {
+    unsigned x, y, z;
+};
+
+enum { warpSize = 32 };
+
+#ifndef SIMT_STACK_BYTES
+#define SIMT_STACK_BYTES (64 * 1024) /* per CUDA thread: local arrays of 64 floats fit many times */
+#endif
+#define SIMT_MAX_BLOCK 1024
+
+namespace simt {
+
+[[noreturn]] inline void die(const char *what)
+{
+    fprintf(stderr, "simt: %s\n", what);
+    abort();
+}
+
+struct thread {
+    ucontext_t ctx;
+    char *stack;       /* SIMT_STACK_BYTES above a guard page */
+    int done;
+    unsigned shuffles; /* shuffles (and __syncwarp) this thread has entered */
+};
+
+struct warp {
+    uint64_t slot[2][32]; /* the value each lane offers, by the parity of its shuffle count */
+};
+
+/* One per OS thread: the block in progress and the coroutines' stacks, kept between
+ * launches. */
+struct scheduler {
+    ucontext_t main;
+    thread threads[SIMT_MAX_BLOCK];
+    warp warps[SIMT_MAX_BLOCK / 32];
+    unsigned n_stacks; /* stacks mapped so far (threads[0..n_stacks)) */
+    unsigned n, live, current;
+    unsigned barrier_arrived;
+    unsigned long barrier_generation;
+    unsigned long progress; /* bumped by every arrival and exit; a still round is a deadlock */
+    void (*body)(void *);
+    void *body_arg;
+};
+
+inline thread_local scheduler *sched;
+inline thread_local simt_dim3 thread_idx, block_idx, block_dim, grid_dim;
+
+inline scheduler &self()
+{
+    if (!sched) {
+        sched = static_cast<scheduler *>(calloc(1, sizeof(scheduler)));
+        if (!sched)
+            die("out of memory for the scheduler");
+    }
+    return *sched;
+}
+
+/* Back to the scheduler; it resumes this thread on its next round. */
+inline void yield()
+{
+    scheduler &s = *sched;
+    swapcontext(&s.threads[s.current].ctx, &s.main);
+}
+
+inline void entry()
+{
+    scheduler &s = *sched;
+    s.body(s.body_arg);
+    s.threads[s.current].done = 1;
+    s.live--;
+    s.progress++;
+    /* the barrier counts live threads: this exit may complete it */
+    if (s.barrier_arrived > 0 && s.barrier_arrived == s.live) {
+        s.barrier_arrived = 0;
+        s.barrier_generation++;
+    }
+    /* returning resumes uc_link: the scheduler */
+}
+
+inline void syncthreads()
+{
+    scheduler &s = *sched;
+    unsigned long generation = s.barrier_generation;
+    s.barrier_arrived++;
+    s.progress++;
+    if (s.barrier_arrived == s.live) {
+        s.barrier_arrived = 0;
+        s.barrier_generation++;
+        return;
+    }
+    while (s.barrier_generation == generation)
+        yield();
+}
+
+/* Lane `lane`'s warp enters its exchange number k = its shuffle count: it offers `bits`,
+ * waits until every lane of the warp has offered its k-th value, and returns the slot of
+ * that exchange (valid until the lanes reach exchange k + 2, which none can before this
+ * lane has entered k + 1). */
+inline const uint64_t *exchange(unsigned mask, uint64_t bits)
+{
+    scheduler &s = *sched;
+    if (mask != 0xffffffffu)
+        die("a warp shuffle or __syncwarp with a partial mask (only full warps are emulated)");
+    unsigned me = s.current, first = me & ~31u, lane = me & 31u;
+    if (first + 32 > s.n)
+        die("a warp shuffle in a warp cut short by blockDim (only full warps are emulated)");
+    thread *t = &s.threads[first];
+    unsigned k = t[lane].shuffles;
+    warp &w = s.warps[me / 32];
+    w.slot[k & 1][lane] = bits;
+    t[lane].shuffles = k + 1;
+    s.progress++;
+    for (;;) {
+        unsigned ready = 0;
+        for (unsigned i = 0; i < 32; i++) {
+            if (t[i].shuffles > k) {
+                ready++;
+            } else if (t[i].done) {
+                die("a warp shuffle after some lanes of the warp returned (unsupported)");
+            }
+        }
+        if (ready == 32)
+            return w.slot[k & 1];
+        yield();
+    }
+}
+
+template <typename T> inline uint64_t to_bits(T v)
+{
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffles move 8 bytes at most");
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof v);
+    return bits;
+}
+
+template <typename T> inline T from_bits(uint64_t bits)
+{
+    T v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+inline unsigned lane_id()
+{
+    return sched->current & 31u;
+}
+
+/* Runs grid blocks of `block` threads, each thread calling body(arg). */
+inline void launch(unsigned grid, unsigned block, void (*body)(void *), void *arg)
+{
+    if (block == 0 || block > SIMT_MAX_BLOCK)
+        die("a block size outside 1..1024");
+    scheduler &s = self();
+    if (s.body)
+        die("a launch from inside a kernel");
+    long page = sysconf(_SC_PAGESIZE);
+    for (; s.n_stacks < block; s.n_stacks++) {
+        size_t bytes = (size_t)SIMT_STACK_BYTES + (size_t)page;
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            die("cannot map a thread stack");
+        mprotect(p, (size_t)page, PROT_NONE); /* an overflow faults instead of corrupting */
+        s.threads[s.n_stacks].stack = static_cast<char *>(p) + page;
+    }
+    s.body = body;
+    s.body_arg = arg;
+    s.n = block;
+    grid_dim = {grid, 1, 1};
+    block_dim = {block, 1, 1};
+    for (unsigned b = 0; b < grid; b++) {
+        block_idx = {b, 0, 0};
+        s.live = block;
+        s.barrier_arrived = 0;
+        for (unsigned i = 0; i < block; i++) {
+            thread &t = s.threads[i];
+            t.done = 0;
+            t.shuffles = 0;
+            getcontext(&t.ctx);
+            t.ctx.uc_stack.ss_sp = t.stack;
+            t.ctx.uc_stack.ss_size = SIMT_STACK_BYTES;
+            t.ctx.uc_link = &s.main;
+            makecontext(&t.ctx, entry, 0);
+        }
+        while (s.live > 0) {
+            unsigned long before = s.progress;
+            for (unsigned i = 0; i < block; i++) {
+                if (s.threads[i].done)
+                    continue;
+                s.current = i;
+                thread_idx = {i, 0, 0};
+                swapcontext(&s.main, &s.threads[i].ctx);
+            }
+            if (s.live > 0 && s.progress == before) {
+                fprintf(stderr, "simt: block %u of %u deadlocked: %u live threads all wait (a barrier or "
+                        "shuffle that not every thread reaches)\n", b, grid, s.live);
+                abort();
+            }
+        }
+    }
+    s.body = nullptr;
+}
+
+template <typename... A, std::size_t... I>
+inline void launch_unpacked(void (*kernel)(A...), unsigned grid, unsigned block, void **args,
+                            std::index_sequence<I...>)
+{
+    struct call {
+        void (*kernel)(A...);
+        std::tuple<std::remove_cv_t<A>...> values;
+        static void run(void *p)
+        {
+            call *c = static_cast<call *>(p);
+            std::apply(c->kernel, c->values);
+        }
+    } c{kernel, {*static_cast<std::remove_cv_t<A> *>(args[I])...}};
+    launch(grid, block, &call::run, &c);
+}
+
+template <typename... A>
+inline void launch_packed(void (*kernel)(A...), unsigned grid, unsigned block, void **args)
+{
+    launch_unpacked(kernel, grid, block, args, std::index_sequence_for<A...>{});
+}
+
+/* A kernel launched cuLaunchKernel's way: args[i] points to the value of parameter i. */
+template <auto Kernel> void trampoline(unsigned grid, unsigned block, void **args)
+{
+    launch_packed(Kernel, grid, block, args);
+}
+
+} /* namespace simt */
+
+#define threadIdx (static_cast<const simt_dim3 &>(simt::thread_idx))
+#define blockIdx (static_cast<const simt_dim3 &>(simt::block_idx))
+#define blockDim (static_cast<const simt_dim3 &>(simt::block_dim))
+#define gridDim (static_cast<const simt_dim3 &>(simt::grid_dim))
+
+/* ---- device functions ---------------------------------------------------------------- */
+
+inline void __syncthreads()
+{
+    simt::syncthreads();
+}
+
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    simt::exchange(mask, 0);
+}
+
+/* Lane i gets lane (i ^ lane_mask)'s value. */
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32)
+{
+    if (width != 32)
+        simt::die("__shfl_xor_sync with a width other than 32");
+    const uint64_t *slot = simt::exchange(mask, simt::to_bits(value));
+    return simt::from_bits<T>(slot[(simt::lane_id() ^ (unsigned)lane_mask) & 31u]);
+}
+
+/* Lane i gets lane i + delta's value, its own where i + delta is past the warp. */
+template <typename T> inline T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32)
+{
+    if (width != 32)
+        simt::die("__shfl_down_sync with a width other than 32");
+    const uint64_t *slot = simt::exchange(mask, simt::to_bits(value));
+    unsigned src = simt::lane_id() + delta;
+    return src < 32 ? simt::from_bits<T>(slot[src]) : value;
+}
+
+/* Lane i gets lane i - delta's value, its own where i < delta. */
+template <typename T> inline T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32)
+{
+    if (width != 32)
+        simt::die("__shfl_up_sync with a width other than 32");
+    const uint64_t *slot = simt::exchange(mask, simt::to_bits(value));
+    unsigned lane = simt::lane_id();
+    return lane >= delta ? simt::from_bits<T>(slot[lane - delta]) : value;
+}
+
+/* Every lane gets lane src_lane's value. */
+template <typename T> inline T __shfl_sync(unsigned mask, T value, int src_lane, int width = 32)
+{
+    if (width != 32)
+        simt::die("__shfl_sync with a width other than 32");
+    const uint64_t *slot = simt::exchange(mask, simt::to_bits(value));
+    return simt::from_bits<T>(slot[(unsigned)src_lane & 31u]);
+}
+
+/* Threads interleave only at barriers and shuffles: a read-modify-write is atomic. */
+template <typename T> inline T atomicAdd(T *address, T value)
+{
+    T old = *address;
+    *address = old + value;
+    return old;
+}
+
+/* The float intrinsics: the IEEE functions (what fp32 kernels get without fast math). */
+inline float rsqrtf(float x)
+{
+    return 1.0f / sqrtf(x);
+}
+/* glibc declares __expf and __logf itself (the same functions as expf and logf) */
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+#define __fdividef(a, b) ((a) / (b))
+inline float __frcp_rn(float x)
+{
+    return 1.0f / x;
+}
+inline float __saturatef(float x)
+{
+    return fminf(fmaxf(x, 0.0f), 1.0f);
+}
+
+/* What the generated trampoline table holds (tests/cuda_emu/trampolines.sh). */
+extern "C" {
+typedef struct simt_kernel {
+    const char *name;
+    void (*launch)(unsigned grid, unsigned block, void **args);
+} simt_kernel;
+}
+
+#endif
