@@ -6,7 +6,8 @@
  * library calls but float math, ATOMIC_ADD where indices running at the
  * same time may add to the same element (plain += in C, where indices run in order, so the
  * C result is deterministic). Local arrays have a constant size (HS), and loops over them are
- * marked UNROLL so that the CUDA compiler keeps them in registers.
+ * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
+ * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
  *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,
  * BT = B * T rows. Activations are row-major [BT, width]; qkv rows hold q | k | v.
@@ -284,7 +285,7 @@ const KernelDesc kernel_descs[] = {
                 "for (int t2 = 0; t2 <= t; t2++) {\n"
                 "    const float *k = keys + (long)t2 * 3 * C, *v = k + C;\n"
                 "    float score = 0.0f;\n"
-                "    UNROLL for (int d = 0; d < HS; d++)\n"
+                "    UNROLL SIMD_SUM(score) for (int d = 0; d < HS; d++)\n"
                 "        score += qs[d] * k[d];\n"
                 "    if (score > mx) {\n"
                 "        float shrink = expf(mx - score);\n"
@@ -330,7 +331,7 @@ const KernelDesc kernel_descs[] = {
                 "for (int t2 = 0; t2 <= t; t2++) {\n"
                 "    const float *k = keys + (long)t2 * 3 * C, *v = k + C;\n"
                 "    float score = 0.0f, dp = 0.0f;\n"
-                "    for (int d = 0; d < HS; d++) {\n"
+                "    SIMD_SUM(score, dp) for (int d = 0; d < HS; d++) {\n"
                 "        score += q[d] * k[d];\n"
                 "        dp += dor[d] * v[d];\n"
                 "    }\n"
@@ -363,7 +364,7 @@ const KernelDesc kernel_descs[] = {
                 "    const float *q = qkv + ((long)b * T + t) * 3 * C + h * HS;\n"
                 "    const float *dor = dout + ((long)b * T + t) * C + h * HS;\n"
                 "    float score = 0.0f, dp = 0.0f;\n"
-                "    for (int d = 0; d < HS; d++) {\n"
+                "    SIMD_SUM(score, dp) for (int d = 0; d < HS; d++) {\n"
                 "        score += q[d] * k[d];\n"
                 "        dp += dor[d] * v[d];\n"
                 "    }\n"
