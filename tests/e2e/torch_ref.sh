@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The generated code of a tiny GPT-2 (p = 1, untied and tied) against the same model in
-# PyTorch (float64), with both attention forms: loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
+# PyTorch (float64), with both attention forms, built as pacic builds it (vectorised dot
+# products): loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
 set -eu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -19,7 +20,7 @@ for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "
     name=$1
     shift
     "$work/gen_stages" "$work/$name" "$@"
-    $cc -std=c11 -O2 -Iruntime tests/numeric/gradcheck.c "$work/$name"/*.c \
+    $cc -std=c11 -O2 -fopenmp-simd -DPR_OMP_SIMD -Iruntime tests/numeric/gradcheck.c "$work/$name"/*.c \
         -o "$work/$name/gradcheck" -lopenblas -lm
     echo "== $name"
     "$work/$name/gradcheck" --dump "$work/$name/dump.bin" >/dev/null
