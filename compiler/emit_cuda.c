@@ -164,7 +164,7 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
     emit_line(sb, "void *args[] = {%s};", list.data);
     sb_free(&list);
     if (kernel_lanes(k) == CUDA_WARP)
-        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per row */",
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per index */",
                   k->name, extent, CUDA_WARP);
     else
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s), CUDA_BLOCK, args);", k->name, extent);

@@ -156,14 +156,18 @@ const KernelDesc kernel_descs[] = {
     },
     {
         .name = "bias_backward",
-        .doc = "dbias[j] += sum over rows of dout[row, j], rows of width OC",
+        .doc = "dbias[j] += sum over rows of dout[row, j], rows of width OC (on the GPU a warp "
+               "sums each column, so OC x 32 threads run instead of OC)",
         .params = "float *RESTRICT dbias, const float *RESTRICT dout, int OC",
         .index = "j",
         .extent = "OC",
+        .lanes = 32,
         .body = "float sum = 0.0f;\n"
-                "for (int row = 0; row < BT; row++)\n"
+                "ROW_LOOP(row, 0, BT)\n"
                 "    sum += dout[(long)row * OC + j];\n"
-                "dbias[j] += sum;",
+                "sum = ROW_SUM(sum);\n"
+                "if (LEAD)\n"
+                "    dbias[j] += sum;",
     },
     {
         .name = "layernorm_backward",
