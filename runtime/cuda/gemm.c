@@ -28,6 +28,8 @@ typedef struct gemm_plan {
 typedef struct gemm_stage {
     cublasLtHandle_t handle;
     void *workspace;
+    float *ones;  /* a column of ones for adding a bias as a rank-1 product, when needed */
+    int ones_len;
     gemm_plan plans[GEMM_CACHE];
 } gemm_stage;
 
@@ -62,6 +64,8 @@ void pr_cuda_gemm_close(int stage)
     }
     if (gs->workspace)
         pr_device_cuda.release(stage, gs->workspace);
+    if (gs->ones)
+        pr_device_cuda.release(stage, gs->ones);
     if (gs->handle)
         cublasLtDestroy(gs->handle);
     memset(gs, 0, sizeof *gs);
@@ -78,7 +82,8 @@ static int alignment(const void *p)
     return bytes;
 }
 
-/* The cached plan of this shape, made on first use (column-major view, operands swapped). */
+/* The cached plan of this shape, made on first use (column-major view, operands swapped);
+ * NULL for a bias epilogue cuBLASLt has no algorithm for (the caller adds the bias apart). */
 static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
                            int bias, int align_a, int align_b, int align_c)
 {
@@ -89,7 +94,7 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
         if (p->bf16 == bf16 && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
             p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->bias == bias &&
             p->align_a == align_a && p->align_b == align_b && p->align_c == align_c)
-            return p;
+            return p->used == 1 ? p : NULL;
     }
     if (i == GEMM_CACHE)
         pr_internal("stage %d: more than %d matrix shapes", stage, GEMM_CACHE);
@@ -134,6 +139,10 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
     check_lt(stage, cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
                                                    &result, &found), "cublasLtMatmulAlgoGetHeuristic");
     cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1 && bias) {
+        p->used = 2; // known to have no algorithm: asked once, then skipped
+        return NULL;
+    }
     if (found < 1)
         pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d%s, alignment %d %d %d)",
                     stage, bf16 ? "bf16 " : "", m, n, k, ta, tb, bias ? ", bias" : "", align_a, align_b,
@@ -163,6 +172,24 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
     gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, 1, alignment(a),
                             alignment(b), alignment(c));
     gemm_stage *gs = &gemm_stages[stage];
+    if (!p) { // no fused algorithm: the product, then C += ones (m x 1) bias (1 x n), exact in fp32
+        pr_cuda_gemm(stage, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+        if (gs->ones_len < m) {
+            if (gs->ones)
+                pr_device_cuda.release(stage, gs->ones);
+            float *host = malloc((size_t)m * sizeof(float));
+            if (!host)
+                pr_internal("stage %d: out of host memory", stage);
+            for (int i = 0; i < m; i++)
+                host[i] = 1.0f;
+            gs->ones = pr_device_cuda.alloc(stage, (size_t)m * sizeof(float));
+            pr_device_cuda.upload(stage, gs->ones, host, (size_t)m * sizeof(float));
+            free(host);
+            gs->ones_len = m;
+        }
+        pr_cuda_gemm(stage, 0, 0, 0, m, n, 1, 1.0f, gs->ones, 1, bias, n, 1.0f, c, ldc);
+        return;
+    }
     // The bias pointer is an attribute of the cached descriptor; one thread drives a stage.
     check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                    sizeof bias), "set BIAS_POINTER");
