@@ -146,10 +146,13 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         return -1;
     if (dev->check_memory(prog, bytes_of, err) != 0)
         return -1;
+    // A stage this process holds nothing of is not opened either (on a GPU: no streams,
+    // module or cuBLASLt workspace for it).
     for (int s = 0; s < run->p; s++)
-        if (dev->open_stage(prog, s, err) != 0) {
+        if (stage_holding(run, s) != HOLD_NONE && dev->open_stage(prog, s, err) != 0) {
             for (int opened = 0; opened < s; opened++)
-                dev->close_stage(opened);
+                if (stage_holding(run, opened) != HOLD_NONE)
+                    dev->close_stage(opened);
             return -1;
         }
     run->dev = dev;
@@ -243,7 +246,8 @@ void pr_run_free(pr_run *run)
             run->dev->release(s, st->dev_losses);
             free(st->staging);
         }
-        run->dev->close_stage(s);
+        if (stage_holding(run, s) != HOLD_NONE)
+            run->dev->close_stage(s);
         free(st->slot_tokens);
         free(st->slot_targets);
         free(st->slot_losses);

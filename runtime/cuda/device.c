@@ -262,6 +262,8 @@ static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes,
             known[gpu] = 1;
         }
         size_t free_bytes = free_of[gpu];
+        if (stage_bytes[s] == 0) // a stage another process runs: nothing of it is here
+            continue;
         used[gpu] += stage_bytes[s] + margin;
         if (used[gpu] > (int64_t)free_bytes)
             return pr_fail(err, "stage %d on GPU %d: needs %.2f GiB (with the stages before it on "
