@@ -312,12 +312,14 @@ const KernelDesc kernel_descs[] = {
         .name = "attention_backward_query",
         .doc = "attention backward for one query row: delta = dout . out (saved for the key "
                "side), then dq = sum over keys of p * (dout . v - delta) * k / sqrt(HS), p "
-               "recomputed from the saved log-sum-exp; dq accumulates in place, since registers "
-               "for it next to the row's q and dout would spill",
+               "recomputed from the saved log-sum-exp; on the GPU a warp per row, whose lanes "
+               "split the head's dimensions, so dq accumulates in place with adjacent lanes on "
+               "adjacent floats",
         .params = "float *RESTRICT dqkv, float *RESTRICT delta, const float *RESTRICT dout, "
                   "const float *RESTRICT out, const float *RESTRICT qkv, const float *RESTRICT lse",
         .index = "r",
         .extent = "B * NH * T",
+        .lanes = 32,
         .body = "int t = r % T, h = (r / T) % NH, b = r / (T * NH);\n"
                 "long row = (long)b * T + t;\n"
                 "const float *q = qkv + row * 3 * C + h * HS;\n"
@@ -326,21 +328,25 @@ const KernelDesc kernel_descs[] = {
                 "float *dq = dqkv + row * 3 * C + h * HS;\n"
                 "const float scale = 1.0f / sqrtf((float)HS);\n"
                 "float dsum = 0.0f;\n"
-                "for (int d = 0; d < HS; d++) {\n"
+                "ROW_LOOP(d, 0, HS) {\n"
                 "    dsum += dor[d] * o[d];\n"
                 "    dq[d] = 0.0f;\n"
                 "}\n"
-                "delta[r] = dsum;\n"
+                "dsum = ROW_SUM(dsum);\n"
+                "if (LEAD)\n"
+                "    delta[r] = dsum;\n"
                 "float l = lse[r];\n"
                 "for (int t2 = 0; t2 <= t; t2++) {\n"
                 "    const float *k = keys + (long)t2 * 3 * C, *v = k + C;\n"
                 "    float score = 0.0f, dp = 0.0f;\n"
-                "    SIMD_SUM(score, dp) for (int d = 0; d < HS; d++) {\n"
+                "    SIMD_SUM(score, dp) ROW_LOOP(d, 0, HS) {\n"
                 "        score += q[d] * k[d];\n"
                 "        dp += dor[d] * v[d];\n"
                 "    }\n"
+                "    score = ROW_SUM(score);\n"
+                "    dp = ROW_SUM(dp);\n"
                 "    float ds = expf(score * scale - l) * (dp - dsum) * scale;\n"
-                "    for (int d = 0; d < HS; d++)\n"
+                "    ROW_LOOP(d, 0, HS)\n"
                 "        dq[d] += ds * k[d];\n"
                 "}",
     },
@@ -348,19 +354,20 @@ const KernelDesc kernel_descs[] = {
         .name = "attention_backward_key",
         .doc = "attention backward for one key row (r = (b * NH + h) * T + j), after the query "
                "side saved delta: dk = sum over later queries of p * (dout . v - delta) * q / "
-               "sqrt(HS), dv = sum of p * dout; no atomics, so the result is deterministic; dk "
-               "and dv accumulate in place (registers for them would spill)",
+               "sqrt(HS), dv = sum of p * dout; no atomics, so the result is deterministic; on "
+               "the GPU a warp per row as on the query side",
         .params = "float *RESTRICT dqkv, const float *RESTRICT delta, const float *RESTRICT dout, "
                   "const float *RESTRICT qkv, const float *RESTRICT lse",
         .index = "r",
         .extent = "B * NH * T",
+        .lanes = 32,
         .body = "int j = r % T, h = (r / T) % NH, b = r / (T * NH);\n"
                 "long row = (long)b * T + j;\n"
                 "const float *k = qkv + row * 3 * C + C + h * HS, *v = k + C;\n"
                 "float *dk = dqkv + row * 3 * C + C + h * HS, *dv = dk + C;\n"
                 "const float scale = 1.0f / sqrtf((float)HS);\n"
                 "long head_rows = (long)(b * NH + h) * T;\n"
-                "for (int d = 0; d < HS; d++) {\n"
+                "ROW_LOOP(d, 0, HS) {\n"
                 "    dk[d] = 0.0f;\n"
                 "    dv[d] = 0.0f;\n"
                 "}\n"
@@ -368,13 +375,15 @@ const KernelDesc kernel_descs[] = {
                 "    const float *q = qkv + ((long)b * T + t) * 3 * C + h * HS;\n"
                 "    const float *dor = dout + ((long)b * T + t) * C + h * HS;\n"
                 "    float score = 0.0f, dp = 0.0f;\n"
-                "    SIMD_SUM(score, dp) for (int d = 0; d < HS; d++) {\n"
+                "    SIMD_SUM(score, dp) ROW_LOOP(d, 0, HS) {\n"
                 "        score += q[d] * k[d];\n"
                 "        dp += dor[d] * v[d];\n"
                 "    }\n"
+                "    score = ROW_SUM(score);\n"
+                "    dp = ROW_SUM(dp);\n"
                 "    float p = expf(score * scale - lse[head_rows + t]);\n"
                 "    float ds = p * (dp - delta[head_rows + t]) * scale;\n"
-                "    for (int d = 0; d < HS; d++) {\n"
+                "    ROW_LOOP(d, 0, HS) {\n"
                 "        dk[d] += ds * q[d];\n"
                 "        dv[d] += p * dor[d];\n"
                 "    }\n"
