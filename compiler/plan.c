@@ -9,17 +9,16 @@
  *    counted causally (half of 4*B*T*T*C: only keys at or before the query are computed);
  *    embeddings, LayerNorm, GELU and softmax are element-wise and not counted; backward
  *    FLOPs are twice the forward's;
- *  - one activation slot keeps what the backward reads, per layer B*T*(18C + 4) + B*NH*T*T
- *    elements (ln1 C, qkv 3C, attention output C, projection C, residual C, ln2 C, MLP
- *    pre- and post-GELU 4C + 4C, projection C, residual C; two LayerNorm means and
- *    reciprocal deviations; one matrix of attention probabilities per head), plus the
+ *  - one activation slot keeps what the backward reads, per layer B*T*(16C + 4 + NH)
+ *    elements (ln1 C, qkv 3C, attention output C, residual C, ln2 C, MLP pre- and
+ *    post-GELU 4C + 4C, residual C; two LayerNorm means and reciprocal deviations; the
+ *    attention rows' log-sum-exp), with `attention matmul` a T x T workspace, plus the
  *    received input B*T*C on every stage but the first (the embedding output on the
  *    first), and on the last the final LayerNorm B*T*(C + 2), the probabilities B*T*V and
  *    the per-token losses B*T;
- *  - bytes: fp32 stores everything in 4 bytes. bf16 stores activations and a working copy
- *    of the weights in 2 bytes, and keeps fp32 master weights, gradient accumulator and the
- *    two AdamW moments (so weights cost 2 + 4 bytes, gradients 4, optimizer state 8).
- *    PipeDream's stashed versions are copies of the working weights.
+ *  - bytes: the runtime stores every tensor in 4 bytes under either precision (bf16 rounds
+ *    the inputs of the matrix products only): weights 4, gradients 4, optimizer state 8
+ *    per parameter. PipeDream's stashed versions are copies of the weights.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -49,8 +48,10 @@ static ModelCounts model_counts(const Config *cfg)
     m.layer_acts = tokens * (16 * C + 4 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.input_acts = tokens * C;
     m.head_acts = tokens * (C + 2) + tokens * V + tokens;
-    m.act_bytes = cfg->precision == PREC_BF16 ? 2 : 4;
-    m.weight_bytes = cfg->precision == PREC_BF16 ? 2 : 4;
+    // The runtime stores every tensor in fp32 on both devices: precision bf16 rounds the
+    // inputs of the matrix products on the tensor cores, and keeps no bf16 copies.
+    m.act_bytes = 4;
+    m.weight_bytes = 4;
     return m;
 }
 
@@ -141,8 +142,7 @@ void plan_layout(const Config *cfg, Plan *plan)
         sp->act_bytes = (long)(acts * m.act_bytes);
         sp->slots = schedule_slots(cfg->schedule, p, s, cfg->window, segment);
         sp->stash = schedule_stash(cfg->schedule, p, s, cfg->window, segment);
-        bool bf16 = cfg->precision == PREC_BF16;
-        sp->mem_weights = sp->params * (bf16 ? 2 + 4 : 4);
+        sp->mem_weights = sp->params * m.weight_bytes;
         sp->mem_grads = sp->params * 4;
         sp->mem_optim = sp->params * 8;
         sp->mem_acts = sp->act_bytes * sp->slots;
