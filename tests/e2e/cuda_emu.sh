@@ -51,22 +51,17 @@ done
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iruntime -c "$emu/emu_device.c" \
     -o "$work/emu_device.o" || fail "emu_device.c does not build"
 
-# build_emu NAME: $work/NAME/run from $work/NAME.paci, the emulated GPU in place of CUDA's.
+# build_emu NAME: $work/NAME/run from $work/NAME.paci, the emulated GPU in place of CUDA's
+# (tests/cuda_emu/build_run.sh).
 build_emu() {
-    local name=$1 gen=$work/$1.gen
+    local name=$1 status=0
     mkdir -p "$work/$name"
-    "$pacic" "$work/$name.paci" --emit c -o "$gen" || fail "$name: pacic --emit c"
-    if [ ! -f "$gen/stages.cu" ]; then
+    PACIC=$pacic CXX=$CXX CUDA_EMU_OBJ=$work/emu_device.o "$emu/build_run.sh" "$work/$name.paci" "$work/$name/run" || status=$?
+    if [ "$status" -eq 77 ]; then
         echo "skipped: pacic --emit c wrote no stages.cu (no NVRTC here?)"
         exit 0
     fi
-    [ -z "${CUDA_EMU_SED:-}" ] || sed -i -e "$CUDA_EMU_SED" "$gen/stages.cu"
-    "$emu/trampolines.sh" "$gen/stages.cu" > "$work/$name.kernels.cpp" || fail "$name: trampolines"
-    "$CXX" $cxxflags -c "$work/$name.kernels.cpp" -o "$work/$name.kernels.o" || fail "$name: stages.cu under simt.h"
-    # the generated C as pacic compiles it (compiler/build.c)
-    "${CC:-cc}" ${PACIC_CFLAGS:--O3 -march=native} -std=c11 -I build/include/pacic "$gen"/*.c "$work/$name.kernels.o" \
-        "$work/emu_device.o" build/lib/pacic/libpacirt.a -lstdc++ -lopenblas -lpthread -lm \
-        -o "$work/$name/run" || fail "$name: link"
+    [ "$status" -eq 0 ] || fail "$name: the emulated build"
 }
 
 # compare NAME: the emulated GPU's run against the CPU's, from $work/NAME/{cuda,cpu}.
