@@ -36,7 +36,6 @@ fi
 [ -f "$gen/stages.cu" ] || exit 77
 [ -z "${CUDA_EMU_SED:-}" ] || sed -i -e "$CUDA_EMU_SED" "$gen/stages.cu"
 "$emu/trampolines.sh" "$gen/stages.cu" > "$scratch/kernels.cpp" || die "$paci: trampolines"
-# shellcheck disable=SC2086
 "$cxx" -std=c++17 -O1 -Wall -Wno-unknown-pragmas -include "$emu/simt.h" -c "$scratch/kernels.cpp" \
     -o "$scratch/kernels.o" || die "$paci: stages.cu under simt.h"
 # the generated C as pacic compiles it (compiler/build.c)

@@ -19,18 +19,27 @@
 #   5. measured per-stage instruction times and per-kernel times (CUDA events) written as a
 #      `pacic --profile` file, read back; the kernels' share of each stage's compute printed
 #
+# GPU_CHECK_EMULATE=1 is a dry run of this script without a GPU (tests/e2e/gpu_check_dry.sh):
+# every `pacic X.paci -o run` becomes tests/cuda_emu/build_run.sh (the generated CUDA code on
+# the CPU emulator), each .paci is first shrunk (shape, micro-batch and window: see shrink;
+# the stages and every other line kept, so every edit below is exercised), and matmul_rate is
+# built but not run. About 40 s on two cores. Its figures say nothing about a GPU; they show
+# that the script's glue works.
+#
 # Written and reviewed without a GPU (none was available to this work): see docs/gpu.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 run_limit=${GPU_CHECK_RUN_LIMIT:-150} # seconds for any one training run
+emulate=${GPU_CHECK_EMULATE:-0}
 work=$(mktemp -d)
 results=$work/results
 mkdir -p "$results"
 failures=0
 finish() {
     if [ -n "${OUT:-}" ]; then
+        mkdir -p "$OUT"
         cp "$results/figures.txt" "$OUT/" 2>/dev/null
         tar czf "$OUT/gpu_check.tgz" -C "$results" . 2>/dev/null
     fi
@@ -47,14 +56,18 @@ fail() {
 figure() {
     printf '%-44s %s\n    (command: %s)\n' "$1" "$2" "$3" | tee -a "$results/figures.txt"
 }
-# timed COMMAND...: runs it under the run limit, echoing the command first.
+# timed COMMAND...: runs it under the run limit, echoing the command first (to the script's
+# stdout, fd 3, not into the file the caller redirects the command's output to).
+exec 3>&1
 timed() {
-    echo "+ $*" | tee -a "$results/commands.txt"
+    echo "+ $*" | tee -a "$results/commands.txt" >&3
     timeout "$run_limit" "$@"
 }
 start=$(date +%s)
 echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null)" |
     tee "$results/figures.txt"
+[ "$emulate" != 1 ] || echo "DRY RUN (GPU_CHECK_EMULATE=1): the CPU emulator, tiny shapes; no GPU figures" |
+    tee -a "$results/figures.txt"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
     | tee -a "$results/figures.txt"
 
@@ -62,6 +75,7 @@ command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,dr
 missing() {
     local what=()
     for tool in cc make flex bison; do command -v "$tool" > /dev/null || what+=("$tool"); done
+    [ "$emulate" != 1 ] || command -v g++ > /dev/null || command -v clang++ > /dev/null || what+=("g++")
     echo '#include <cblas.h>' | cc -E - > /dev/null 2>&1 || what+=("cblas.h")
     echo "${what[*]}"
 }
@@ -92,6 +106,27 @@ build() {
         -lcublasLt -lcudart -o "$work/matmul_rate" || fail "cannot build tests/gpu/matmul_rate.c"
 }
 
+# shrink PACI LAYERS WINDOW: the model in PACI rewritten in place to LAYERS x width 32, 2
+# heads, context 16, vocabulary 256, micro-batches of 1 and WINDOW. The dry run's shapes: the
+# emulator takes about a millisecond for a launch of a few blocks, and more for every warp
+# (the bias gradients' column sums) and every thread (AdamW) beyond.
+shrink() {
+    sed -i -E -e "/^[[:space:]]*(layers|width|heads|context|vocab)[[:space:]]/d" \
+        -e "s/^(model[^{]*\{)/\1\n    layers $2\n    width 32\n    heads 2\n    context 16\n    vocab 256\n/" \
+        -e "s/micro[[:space:]]+[0-9_]+/micro 1/" -e "s/window[[:space:]]+[0-9_]+/window $3/" "$1"
+}
+# build_run PACI RUN LAYERS WINDOW: pacic PACI -o RUN; in the dry run, PACI shrunk in place to
+# LAYERS and WINDOW first (so a later `pacic PACI --profile` reads the model that ran) and RUN
+# built with the emulated GPU.
+build_run() {
+    if [ "$emulate" != 1 ]; then
+        timed "$pacic" "$1" -o "$2"
+        return
+    fi
+    shrink "$1" "$3" "$4"
+    timed tests/cuda_emu/build_run.sh "$1" "$2"
+}
+
 # ---- 2. CPU vs GPU on the tiny example ---------------------------------------------------
 # compare_losses A B FIRST TOLERANCE: the largest relative difference of two metrics files'
 # losses over their first FIRST steps; fails beyond TOLERANCE.
@@ -108,7 +143,7 @@ tiny() {
     sed -E -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps 50|" -e "/^[[:space:]]*precision /d" \
            -e "s|^train[[:space:]]*\{|train {\n    precision $precision|" \
            -e "s|\"data/|\"$root/examples/data/|g" examples/tiny.paci > "$dir/tiny.paci"
-    timed "$pacic" "$dir/tiny.paci" -o "$dir/run" || { fail "pacic tiny ($precision)"; return; }
+    build_run "$dir/tiny.paci" "$dir/run" 4 2 || { fail "pacic tiny ($precision)"; return; }
     (cd "$dir" && timed ./run --device cpu --quiet --metrics cpu.jsonl) || { fail "tiny $precision on the CPU"; return; }
     (cd "$dir" && timed ./run --device cuda --quiet --metrics gpu.jsonl > gpu.txt 2>&1) ||
         { tail -5 "$dir/gpu.txt"; fail "tiny $precision on the GPU"; return; }
@@ -128,19 +163,24 @@ tiny() {
 # ---- 3. GPT-2 Small at context 1024, one stage -------------------------------------------
 small() {
     local rate dir=$work/small tokps share
-    rate=$("$work/matmul_rate" | sed -n 's/^bf16_matmul_tflops //p')
-    [ -n "$rate" ] || { fail "matmul_rate"; return; }
+    if [ "$emulate" = 1 ]; then
+        rate="n/a (emulated)"
+    else
+        rate=$("$work/matmul_rate" | sed -n 's/^bf16_matmul_tflops //p')
+        [ -n "$rate" ] || { fail "matmul_rate"; return; }
+    fi
     figure "measured bf16 matmul rate (TFLOP/s)" "$rate" "tests/gpu/matmul_rate 8192 (random operands)"
     mkdir -p "$dir"
     # One stage, bf16, the tiny corpus (vocabulary 50257 holds every byte token), 6 steps.
     sed -E -e "s|stages[[:space:]]+[0-9]+|stages 1|" -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps 6|" \
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-small.paci > "$dir/small.paci"
-    timed "$pacic" "$dir/small.paci" -o "$dir/run" || { fail "pacic gpt2-small"; return; }
+    build_run "$dir/small.paci" "$dir/run" 2 2 || { fail "pacic gpt2-small"; return; }
     (cd "$dir" && timed ./run --device cuda --metrics m.jsonl --profile-out small.profile > out.txt 2>&1)
     local rc=$?
     cp "$dir/out.txt" "$results/small_out.txt" 2>/dev/null
-    cp "$dir/m.jsonl" "$dir/small.profile" "$results/" 2>/dev/null
+    cp "$dir/m.jsonl" "$results/small.jsonl" 2>/dev/null
+    cp "$dir/small.profile" "$results/" 2>/dev/null
     [ $rc -eq 0 ] || { tail -5 "$dir/out.txt"; fail "GPT-2 Small on the GPU (exit $rc)"; return; }
     # tokens_per_s is cumulative from the start; the rate between steps 2 and 6 leaves out
     # the first step (module loads, cuBLASLt heuristics): t_k = k * tokens / tps_k.
@@ -149,8 +189,12 @@ small() {
              END { if (t1 > 0 && t2 > 0) printf "%.0f", 65536 * (k2 - k1) / (k2 * 65536 / t2 - k1 * 65536 / t1) }')
     [ -n "$tokps" ] || { fail "no tokens/s for steps 2..6 in GPT-2 Small's metrics"; return; }
     # 6 N FLOPs per token for N parameters, plus attention's 6 L T C (forward and backward).
-    share=$(awk -v t="$tokps" -v r="$rate" 'BEGIN { n = 124e6; f = 6 * n + 6 * 12 * 1024 * 768;
-                                                  printf "%.1f%%", 100 * t * f / (r * 1e12) }')
+    if [ "$emulate" = 1 ]; then
+        share=$rate
+    else
+        share=$(awk -v t="$tokps" -v r="$rate" 'BEGIN { n = 124e6; f = 6 * n + 6 * 12 * 1024 * 768;
+                                                      printf "%.1f%%", 100 * t * f / (r * 1e12) }')
+    fi
     figure "GPT-2 Small 1 stage tokens/s (steps 2-6)" "$tokps" "./run --device cuda (examples/gpt2-small.paci, stages 1)"
     figure "GPT-2 Small share of measured bf16 rate" "$share" "6N+6LTC FLOPs/token x tokens/s / matmul rate"
 }
@@ -158,11 +202,12 @@ small() {
 # ---- 4, 5. GPT-2 Medium, 8 stages on one GPU; its profile read back ----------------------
 medium() {
     local schedule=$1 dir=$work/medium_$1
-    mkdir -p "$dir"
+    # the example checkpoints into checkpoints/gpt2-medium-8, and run creates only the last level
+    mkdir -p "$dir/checkpoints"
     sed -E -e "s|schedule[[:space:]]+[a-z0-9]+|schedule $schedule|" -e "s|batches[[:space:]]+[0-9]+|batches 1|" \
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-medium-8.paci > "$dir/m.paci"
-    timed "$pacic" "$dir/m.paci" -o "$dir/run" || { fail "pacic gpt2-medium-8 ($schedule)"; return; }
+    build_run "$dir/m.paci" "$dir/run" 8 2 || { fail "pacic gpt2-medium-8 ($schedule)"; return; }
     (cd "$dir" && timed ./run --device cuda --steps 2 --metrics m.jsonl --profile-out medium.profile > out.txt 2>&1)
     local rc=$?
     cp "$dir/out.txt" "$results/medium_${schedule}_out.txt" 2>/dev/null
