@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU check (tests/gpu/check.sh) as a dry run on the CPU: GPU_CHECK_EMULATE=1 builds every
+# run with the emulated GPU (tests/cuda_emu/build_run.sh) and shrinks the models, so the
+# script's own glue (its edits of the example files, run flags, metrics parsing, the tokens/s
+# arithmetic, the profile read back with pacic --explain, the results archive) has run before
+# it runs on a borrowed GPU, where a bug in it wastes scarce time. About 40 s on two cores.
+# Skips exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
+# when pacic writes no stages.cu, and under the sanitizer builds.
+source tests/e2e/lib.sh
+if [ "${PACI_BUILD:-build}" != build ]; then
+    echo "skipped: not under the sanitizer builds"
+    exit 0
+fi
+if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
+    echo "skipped: built without a CUDA toolkit"
+    exit 0
+fi
+if [ -z "${CXX:-$(command -v g++ || command -v clang++ || true)}" ]; then
+    echo "skipped: no C++ compiler (g++ or clang++)"
+    exit 0
+fi
+export PACIC_CACHE=$work/cache
+small_model probe 1 paci 1 1
+"$pacic" "$work/probe.paci" --emit c -o "$work/probe" > /dev/null 2>&1 || fail "pacic --emit c"
+if [ ! -f "$work/probe/stages.cu" ]; then
+    echo "skipped: pacic --emit c wrote no stages.cu (no NVRTC here?)"
+    exit 0
+fi
+
+out=$work/out # not created: check.sh makes it
+set +e
+GPU_CHECK_EMULATE=1 OUT=$out tests/gpu/check.sh > "$work/check.txt" 2>&1
+status=$?
+set -e
+[ "$status" -eq 0 ] || { tail -40 "$work/check.txt"; fail "check.sh exited $status"; }
+grep -qx "GPU check passed" "$work/check.txt" || { tail -40 "$work/check.txt"; fail "no 'GPU check passed'"; }
+[ -f "$out/figures.txt" ] || fail "no \$OUT/figures.txt"
+[ -f "$out/gpu_check.tgz" ] || fail "no \$OUT/gpu_check.tgz"
+cat "$out/figures.txt"
+
+# every figure line, with a value of the right form
+figures=(
+    "DRY RUN \(GPU_CHECK_EMULATE=1\).*"
+    "tiny fp32 CPU vs GPU, 5 steps \(tol 1e-5\) +5 steps, max relative difference [0-9.e+-]+"
+    "tiny fp32 CPU vs GPU, 50 steps \(tol 1e-4\) +50 steps, max relative difference [0-9.e+-]+"
+    "tiny bf16 CPU vs GPU, 50 steps \(tol 2e-2\) +50 steps, max relative difference [0-9.e+-]+"
+    "measured bf16 matmul rate \(TFLOP/s\) +n/a \(emulated\)"
+    "GPT-2 Small 1 stage tokens/s \(steps 2-6\) +[0-9]+"
+    "GPT-2 Small share of measured bf16 rate +n/a \(emulated\)"
+    "GPT-2 Medium 8 stages paci +[0-9.]+ tokens/s"
+    "GPT-2 Medium 8 stages 1f1b +[0-9.]+ tokens/s"
+    "total check time \(s\) +[0-9]+"
+    "GPU check passed"
+)
+for figure in "${figures[@]}"; do
+    grep -Eqx "$figure" "$out/figures.txt" || fail "figures.txt has no line matching: $figure"
+done
+! grep -q "^FAIL" "$out/figures.txt" || fail "figures.txt records a failure"
+
+# the archive: every log, metrics file, profile and explain output
+tar tzf "$out/gpu_check.tgz" | sed 's|^\./||' | sort > "$work/listed.txt"
+for f in build.log commands.txt figures.txt \
+         tiny_fp32_cpu.jsonl tiny_fp32_gpu.jsonl tiny_bf16_cpu.jsonl tiny_bf16_gpu.jsonl \
+         small_out.txt small.jsonl small.profile \
+         medium_paci_out.txt medium_paci.jsonl medium_paci.profile explain_paci.txt \
+         medium_1f1b_out.txt medium_1f1b.jsonl medium_1f1b.profile explain_1f1b.txt; do
+    grep -qx "$f" "$work/listed.txt" || fail "gpu_check.tgz lacks $f"
+done
+mkdir "$work/archive"
+tar xzf "$out/gpu_check.tgz" -C "$work/archive"
+for schedule in paci 1f1b; do
+    grep -q "^measured ops" "$work/archive/explain_$schedule.txt" || fail "explain_$schedule.txt has no measured ops"
+    grep -q "^stage 7 fwd" "$work/archive/medium_$schedule.profile" || fail "medium_$schedule.profile lacks stage 7"
+done
+echo "the GPU check's dry run passed with every figure and file"
