@@ -112,13 +112,35 @@ static void model_header(const pr_program *prog, int32_t h[MODEL_HEADER_INTS])
     h[7] = prog->vocab;
 }
 
+int pr_ckpt_prepare(const char *ckpt_dir, char *err)
+{
+    if (strlen(ckpt_dir) > 3000)
+        return pr_fail(err, "%.60s...: checkpoint folder name too long", ckpt_dir);
+    // Every missing level, as mkdir -p does: a folder like checkpoints/gpt2-medium-8.
+    char path[3001];
+    strcpy(path, ckpt_dir);
+    for (char *slash = strchr(path + 1, '/');; slash = strchr(slash + 1, '/')) {
+        if (slash)
+            *slash = '\0';
+        if (path[0] && mkdir(path, 0755) != 0 && errno != EEXIST)
+            return pr_fail(err, "%s: cannot create checkpoint folder: %s", path, strerror(errno));
+        if (!slash)
+            break;
+        *slash = '/';
+    }
+    struct stat st;
+    if (stat(ckpt_dir, &st) != 0)
+        return pr_fail(err, "%s: cannot create checkpoint folder: %s", ckpt_dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return pr_fail(err, "%s: cannot create checkpoint folder: a file is in the way", ckpt_dir);
+    return 0;
+}
+
 int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
 {
     const pr_program *prog = run->prog;
-    if (strlen(ckpt_dir) > 3000)
-        return pr_fail(err, "%.60s...: checkpoint folder name too long", ckpt_dir);
-    if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST)
-        return pr_fail(err, "%s: cannot create checkpoint folder: %s", ckpt_dir, strerror(errno));
+    if (pr_ckpt_prepare(ckpt_dir, err) != 0)
+        return -1;
     char name[64], tmp[3900], final[3900], file[4096];
     snprintf(name, sizeof name, "step_%08lld", (long long)run->step);
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", ckpt_dir, name);

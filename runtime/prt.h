@@ -329,6 +329,9 @@ void pr_scatter(pr_run *run, int which, const float *flat);
 #define PR_STATE_MAGIC 0x50414349 /* "PACI" */
 #define PR_STATE_VERSION 1
 
+/* Creates the checkpoint folder and its missing parents; run calls it before training, so a
+ * folder that cannot be made fails at once, not at the first save hours later. */
+int pr_ckpt_prepare(const char *ckpt_dir, char *err);
 /* Writes ckpt_dir/step_NNNNNNNN/ (via a .tmp directory), then points `latest` at it and
  * keeps only it and the previous one. */
 int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err);

@@ -531,6 +531,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     if (load_weights(&run, opt.resume, err) != 0)
         return fail_main(&run, err);
+    if ((opt.world <= 1 || opt.rank == 0) && pr_ckpt_prepare(opt.ckpt_dir, err) != 0)
+        return fail_main(&run, err);
     logger lg = {.tty = isatty(STDOUT_FILENO), .first_step = run.step, .begin = pr_now()};
     lg.every = opt.steps / 20 > 0 ? opt.steps / 20 : 1;
     if (opt.metrics_path && !(lg.metrics = fopen(opt.metrics_path, opt.resume ? "a" : "w"))) {

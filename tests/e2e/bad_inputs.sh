@@ -50,4 +50,10 @@ before=$(cat ckpt/latest)
 expect_error "unwritable checkpoint folder" "plainfile" --ckpt-dir "$work/plainfile/ckpt"
 [ "$(cat ckpt/latest)" = "$before" ] || fail "the earlier checkpoint moved"
 [ -z "$(find "$work" -name "*.tmp*")" ] || fail "a temporary file was left behind"
+# ... and it is refused before the first step: metrics would show a trained step.
+./run --quiet --ckpt-dir "$work/plainfile/ckpt" --metrics "$work/early.jsonl" 2> /dev/null && fail "unwritable folder accepted"
+! grep -q '"step"' "$work/early.jsonl" 2> /dev/null || fail "an unwritable checkpoint folder was found only after training"
+# A folder whose parents are missing is made whole, as the examples' checkpoints/NAME needs.
+./run --quiet --steps 1 --ckpt-dir "$work/nested/a/b" || fail "a nested checkpoint folder was not created"
+[ -d "$work/nested/a/b/step_00000001" ] || fail "no checkpoint in the nested folder"
 echo "all bad inputs rejected cleanly"
