@@ -61,7 +61,9 @@ figure() {
 exec 3>&1
 timed() {
     echo "+ $*" | tee -a "$results/commands.txt" >&3
-    timeout "$run_limit" "$@"
+    # run takes SIGTERM as "finish the step, checkpoint, exit", which a hung stage never
+    # reaches (a peer wait lasts up to --peer-timeout, 600 s): SIGKILL 10 s later
+    timeout -k 10 "$run_limit" "$@"
 }
 start=$(date +%s)
 echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null)" |
