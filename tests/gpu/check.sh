@@ -204,8 +204,7 @@ small() {
 # ---- 4, 5. GPT-2 Medium, 8 stages on one GPU; its profile read back ----------------------
 medium() {
     local schedule=$1 dir=$work/medium_$1
-    # the example checkpoints into checkpoints/gpt2-medium-8, and run creates only the last level
-    mkdir -p "$dir/checkpoints"
+    mkdir -p "$dir"
     sed -E -e "s|schedule[[:space:]]+[a-z0-9]+|schedule $schedule|" -e "s|batches[[:space:]]+[0-9]+|batches 1|" \
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-medium-8.paci > "$dir/m.paci"
