@@ -16,19 +16,7 @@
 # writes no stages.cu, and under the sanitizer builds (the coroutines switch stacks with
 # swapcontext, which ASan does not follow; the plain build runs this test).
 source tests/e2e/lib.sh
-if [ "${PACI_BUILD:-build}" != build ]; then
-    echo "skipped: not under the sanitizer builds"
-    exit 0
-fi
-if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
-    echo "skipped: built without a CUDA toolkit"
-    exit 0
-fi
-CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
-if [ -z "$CXX" ]; then
-    echo "skipped: no C++ compiler (g++ or clang++)"
-    exit 0
-fi
+need_cuda_emu
 export PACIC_CACHE=$work/cache
 emu=$root/tests/cuda_emu
 LOSS_TOL=1e-5

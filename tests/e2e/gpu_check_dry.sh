@@ -7,18 +7,7 @@
 # Skips exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
 # when pacic writes no stages.cu, and under the sanitizer builds.
 source tests/e2e/lib.sh
-if [ "${PACI_BUILD:-build}" != build ]; then
-    echo "skipped: not under the sanitizer builds"
-    exit 0
-fi
-if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
-    echo "skipped: built without a CUDA toolkit"
-    exit 0
-fi
-if [ -z "${CXX:-$(command -v g++ || command -v clang++ || true)}" ]; then
-    echo "skipped: no C++ compiler (g++ or clang++)"
-    exit 0
-fi
+need_cuda_emu
 export PACIC_CACHE=$work/cache
 small_model probe 1 paci 1 1
 "$pacic" "$work/probe.paci" --emit c -o "$work/probe" > /dev/null 2>&1 || fail "pacic --emit c"

@@ -41,3 +41,23 @@ train() {
 losses() {
     sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$1/metrics.jsonl"
 }
+
+# need_cuda_emu: exits 0 printing "skipped: ..." where the CUDA emulator cannot run: the
+# sanitizer builds (its coroutines switch stacks, which ASan does not follow), a build
+# without a CUDA toolkit, no C++ compiler; else sets CXX (g++, or clang++).
+need_cuda_emu() {
+    if [ "${PACI_BUILD:-build}" != build ]; then
+        echo "skipped: not under the sanitizer builds"
+        exit 0
+    fi
+    if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
+        echo "skipped: built without a CUDA toolkit"
+        exit 0
+    fi
+    CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
+    if [ -z "$CXX" ]; then
+        echo "skipped: no C++ compiler (g++ or clang++)"
+        exit 0
+    fi
+    export CXX
+}
