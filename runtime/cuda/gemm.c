@@ -19,7 +19,7 @@ enum { GEMM_CACHE = 64 };
 typedef struct gemm_plan {
     int used, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc;
     int bias;                   /* CUBLASLT_EPILOGUE_BIAS, the pointer set per call */
-    int align_a, align_b, align_c; /* bytes each pointer is aligned to, up to 256 */
+    int align_a, align_b, align_c, align_bias; /* bytes each pointer is aligned to, up to 256 */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -85,23 +85,24 @@ static int alignment(const void *p)
 /* The cached plan of this shape, made on first use (column-major view, operands swapped);
  * NULL for a bias epilogue cuBLASLt has no algorithm for (the caller adds the bias apart). */
 static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
-                           int bias, int align_a, int align_b, int align_c)
+                           const float *bias, int align_a, int align_b, int align_c)
 {
+    int align_bias = bias ? alignment(bias) : 0;
     gemm_stage *gs = &gemm_stages[stage];
     int i = 0;
     for (; i < GEMM_CACHE && gs->plans[i].used; i++) {
         gemm_plan *p = &gs->plans[i];
         if (p->bf16 == bf16 && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
-            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->bias == bias &&
-            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c)
+            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->bias == (bias != NULL) &&
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias)
             return p->used == 1 ? p : NULL;
     }
     if (i == GEMM_CACHE)
         pr_internal("stage %d: more than %d matrix shapes", stage, GEMM_CACHE);
     gemm_plan *p = &gs->plans[i];
     *p = (gemm_plan){.used = 1, .bf16 = bf16, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                     .lda = lda, .ldb = ldb, .ldc = ldc, .bias = bias, .align_a = align_a,
-                     .align_b = align_b, .align_c = align_c};
+                     .lda = lda, .ldb = ldb, .ldc = ldc, .bias = bias != NULL, .align_a = align_a,
+                     .align_b = align_b, .align_c = align_c, .align_bias = align_bias};
     cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -114,6 +115,10 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
         check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                        sizeof epilogue), "set EPILOGUE");
+        // The heuristic reads the bias pointer's alignment from here (cublasLt.h), so the plan
+        // is keyed on it as on the operands'.
+        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                       sizeof bias), "set BIAS_POINTER");
     }
     // First operand: row-major B seen column-major; second: row-major A; result n x m.
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb), "layout B");
@@ -136,9 +141,16 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
                                                          &out, sizeof out), "set D alignment");
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    check_lt(stage, cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                                   &result, &found), "cublasLtMatmulAlgoGetHeuristic");
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                                           &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    // No algorithm comes back as NOT_SUPPORTED or as success with none found.
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+        found = 0;
+    else
+        check_lt(stage, status, "cublasLtMatmulAlgoGetHeuristic");
+    if (found >= 1 && result.state != CUBLAS_STATUS_SUCCESS)
+        found = 0;
     if (found < 1 && bias) {
         p->used = 2; // known to have no algorithm: asked once, then skipped
         return NULL;
@@ -155,7 +167,7 @@ void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, 
                   float alpha, const float *a, int lda, const float *b, int ldb, float beta,
                   float *c, int ldc)
 {
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, alignment(a),
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, NULL, alignment(a),
                             alignment(b), alignment(c));
     gemm_stage *gs = &gemm_stages[stage];
     check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
@@ -169,7 +181,7 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
 {
     if (beta != 0.0f)
         pr_internal("pr_cuda_gemm_bias takes beta 0, not %g", (double)beta);
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, 1, alignment(a),
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, bias, alignment(a),
                             alignment(b), alignment(c));
     gemm_stage *gs = &gemm_stages[stage];
     if (!p) { // no fused algorithm: the product, then C += ones (m x 1) bias (1 x n), exact in fp32
