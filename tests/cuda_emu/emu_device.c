@@ -20,6 +20,8 @@
 typedef struct simt_kernel {
     const char *name;
     void (*launch)(unsigned grid, unsigned block, void **args);
+    void *(*bind)(void **args); /* tests/cuda_fake's; unused here */
+    void (*run_bound)(void *bound, unsigned grid, unsigned block);
 } simt_kernel;
 extern const simt_kernel simt_kernels[];
 extern const int simt_n_kernels;

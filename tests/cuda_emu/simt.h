@@ -72,6 +72,11 @@ enum { warpSize = 32 };
 #endif
 #define SIMT_MAX_BLOCK 1024
 
+/* Maps a pointer argument (parameter `index`) of a bound launch to host memory; set by a host
+ * layer whose device addresses are not host addresses (tests/cuda_fake). NULL: kept as is.
+ * Defined in the unit trampolines.sh writes. */
+extern "C" void *(*simt_translate_pointer)(const void *p, int index);
+
 namespace simt {
 
 [[noreturn]] inline void die(const char *what)
@@ -292,6 +297,57 @@ template <auto Kernel> void trampoline(unsigned grid, unsigned block, void **arg
     launch_packed(Kernel, grid, block, args);
 }
 
+/* Launches that run later (tests/cuda_fake's streams): the argument values copied at the call,
+ * as cuLaunchKernel copies them, each pointer passed through simt_translate_pointer. */
+template <typename... A> struct bound_call {
+    void (*kernel)(A...);
+    std::tuple<std::remove_cv_t<A>...> values;
+    static void run(void *p)
+    {
+        bound_call *c = static_cast<bound_call *>(p);
+        std::apply(c->kernel, c->values);
+    }
+};
+
+template <typename T> inline T argument_value(void *arg, int index)
+{
+    T value = *static_cast<T *>(arg);
+    if constexpr (std::is_pointer_v<T>) {
+        if (simt_translate_pointer)
+            value = (T)simt_translate_pointer((const void *)value, index);
+    }
+    return value;
+}
+
+template <typename... A, std::size_t... I>
+inline void *bind_unpacked(void (*kernel)(A...), void **args, std::index_sequence<I...>)
+{
+    return new bound_call<A...>{kernel, {argument_value<std::remove_cv_t<A>>(args[I], (int)I)...}};
+}
+
+template <typename... A> inline void *bind_packed(void (*kernel)(A...), void **args)
+{
+    return bind_unpacked(kernel, args, std::index_sequence_for<A...>{});
+}
+
+template <typename... A> inline void run_bound_typed(void (*)(A...), void *p, unsigned grid, unsigned block)
+{
+    bound_call<A...> *c = static_cast<bound_call<A...> *>(p);
+    launch(grid, block, &bound_call<A...>::run, c);
+    delete c;
+}
+
+template <auto Kernel> void *bind(void **args)
+{
+    return bind_packed(Kernel, args);
+}
+
+/* Runs what bind copied, then frees it. */
+template <auto Kernel> void run_bound(void *bound, unsigned grid, unsigned block)
+{
+    run_bound_typed(Kernel, bound, grid, block);
+}
+
 } /* namespace simt */
 
 #define threadIdx (static_cast<const simt_dim3 &>(simt::thread_idx))
@@ -380,6 +436,8 @@ extern "C" {
 typedef struct simt_kernel {
     const char *name;
     void (*launch)(unsigned grid, unsigned block, void **args);
+    void *(*bind)(void **args);
+    void (*run_bound)(void *bound, unsigned grid, unsigned block);
 } simt_kernel;
 }
 

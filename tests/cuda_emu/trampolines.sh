@@ -13,7 +13,8 @@ echo "#include \"$1\""
 echo
 echo 'extern "C" const simt_kernel simt_kernels[] = {'
 for name in $names; do
-    echo "    {\"$name\", simt::trampoline<$name>},"
+    echo "    {\"$name\", simt::trampoline<$name>, simt::bind<$name>, simt::run_bound<$name>},"
 done
 echo '};'
+echo 'extern "C" { void *(*simt_translate_pointer)(const void *, int) = nullptr; }'
 echo 'extern "C" const int simt_n_kernels = (int)(sizeof simt_kernels / sizeof simt_kernels[0]);'

@@ -52,43 +52,6 @@ build_emu() {
     [ "$status" -eq 0 ] || fail "$name: the emulated build"
 }
 
-# compare NAME: the emulated GPU's run against the CPU's, from $work/NAME/{cuda,cpu}.
-compare() {
-    local name=$1
-    python3 - "$work/$name" "$LOSS_TOL" "$WEIGHT_TOL" <<'PY' || fail "$name: the emulated GPU and the CPU disagree"
-import array, json, sys, glob, os
-run, loss_tol, weight_tol = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-def losses(device):
-    out = []
-    for line in open(os.path.join(run, device, "metrics.jsonl")):
-        rec = json.loads(line)
-        for key in ("loss", "val_loss"):
-            if key in rec:
-                out.append((key, rec["step"], rec[key]))
-    return out
-gpu, cpu = losses("cuda"), losses("cpu")
-assert len(gpu) == len(cpu) and [g[:2] for g in gpu] == [c[:2] for c in cpu], "different metrics lines"
-loss_rel = max(abs(g[2] - c[2]) / abs(c[2]) for g, c in zip(gpu, cpu))
-def weights(device):
-    paths = glob.glob(os.path.join(run, device, "ckpt", "step_*", "model.bin"))
-    last = max(paths)
-    w = array.array("f")
-    with open(last, "rb") as f:
-        header = f.read(256 * 4)
-        w.frombytes(f.read())
-    return os.path.basename(os.path.dirname(last)), header, w
-gname, gheader, gw = weights("cuda")
-cname, cheader, cw = weights("cpu")
-assert gname == cname and gheader == cheader and len(gw) == len(cw), "different checkpoints"
-diff = [abs(a - b) for a, b in zip(gw, cw)]
-weight_abs = max(diff)
-differing = sum(1 for d in diff if d != 0.0)
-print(f"{os.path.basename(run)}: {len(cpu)} losses, max relative difference {loss_rel:.3g}; "
-      f"{gname}: {differing} of {len(cw)} weights differ, max {weight_abs:.3g} (max |w| {max(map(abs, cw)):.3g})")
-sys.exit(0 if loss_rel <= loss_tol and weight_abs <= weight_tol else 1)
-PY
-}
-
 for p in 1 2; do
     for attention in flash matmul; do
         name=$attention-$p
@@ -101,7 +64,7 @@ for p in 1 2; do
                 || fail "$name: --device $device did not train"
         done
         [ "$(grep -c '"loss"' "$work/$name/cuda/metrics.jsonl")" -eq 6 ] || fail "$name: expected 6 steps"
-        compare "$name"
+        compare_devices "$name" "$work/$name/cuda" "$work/$name/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
     done
 done
 echo "the generated CUDA code under the emulator matches the CPU path (flash and matmul attention, p = 1 and 2)"

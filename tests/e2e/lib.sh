@@ -61,3 +61,42 @@ need_cuda_emu() {
     fi
     export CXX
 }
+
+# compare_devices LABEL GPU_DIR CPU_DIR LOSS_TOL WEIGHT_TOL: a GPU run (emulated or faked)
+# against the CPU's from the same seed. Every loss and validation loss GPU_DIR/metrics.jsonl
+# logged must be in CPU_DIR's and agree to LOSS_TOL relative; the last checkpoints
+# (DIR/ckpt/step_*/model.bin) must be of the same step and agree to WEIGHT_TOL absolute.
+compare_devices() {
+    python3 - "$@" <<'PY' || fail "$1: the GPU run and the CPU run disagree"
+import array, glob, json, os, sys
+label, gpu_dir, cpu_dir = sys.argv[1:4]
+loss_tol, weight_tol = float(sys.argv[4]), float(sys.argv[5])
+def losses(folder):
+    out = {}
+    for line in open(os.path.join(folder, "metrics.jsonl")):
+        rec = json.loads(line)
+        for key in ("loss", "val_loss"):
+            if key in rec:
+                out[(key, rec["step"])] = rec[key]
+    return out
+gpu, cpu = losses(gpu_dir), losses(cpu_dir)
+assert gpu and set(gpu) <= set(cpu), "the GPU run logged losses the CPU run did not"
+loss_rel = max(abs(gpu[k] - cpu[k]) / abs(cpu[k]) for k in gpu)
+def weights(folder):
+    last = max(glob.glob(os.path.join(folder, "ckpt", "step_*", "model.bin")))
+    w = array.array("f")
+    with open(last, "rb") as f:
+        header = f.read(256 * 4)
+        w.frombytes(f.read())
+    return os.path.basename(os.path.dirname(last)), header, w
+gname, gheader, gw = weights(gpu_dir)
+cname, cheader, cw = weights(cpu_dir)
+assert gname == cname and gheader == cheader and len(gw) == len(cw), "different checkpoints"
+diff = [abs(a - b) for a, b in zip(gw, cw)]
+weight_abs = max(diff)
+differing = sum(1 for d in diff if d != 0.0)
+print(f"{label}: {len(gpu)} losses, max relative difference {loss_rel:.3g}; "
+      f"{gname}: {differing} of {len(cw)} weights differ, max {weight_abs:.3g} (max |w| {max(map(abs, cw)):.3g})")
+sys.exit(0 if loss_rel <= loss_tol and weight_abs <= weight_tol else 1)
+PY
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The real GPU layer, run without a GPU: `run` as pacic builds it (runtime/cuda/ linked in:
+# device.c, gemm.c, nccl_transport.c) on the fake CUDA stack of tests/cuda_fake (a driver,
+# cuBLASLt and NCCL on the CPU, with the model's kernels under tests/cuda_emu/simt.h; device
+# memory the host cannot dereference, one worker thread per stream, CUDA's rules for contexts,
+# events and launches checked). From the same seed, --device cuda must train as --device cpu
+# (losses to LOSS_TOL relative, final weights to WEIGHT_TOL absolute; tests/e2e/cuda_emu.sh says
+# why the weights differ in their last bits) in every way stages meet GPUs:
+#   - one stage on one GPU, with per-op profiling (CUDA events) and cuBLASLt without a bias
+#     epilogue (its rank-1 fallback);
+#   - two stages on one GPU (host channels between them);
+#   - three stages on three GPUs in one process (NCCL between every pair);
+#   - two processes, one stage and one GPU each (torchrun-style variables; NCCL across
+#     processes, the ids through the TCP bootstrap).
+# Then the errors: too little GPU memory, and no GPU.
+# Skips (passes) where tests/cuda_emu cannot run (need_cuda_emu) or pacic writes no stages.cu.
+source tests/e2e/lib.sh
+need_cuda_emu
+export PACIC_CACHE=$work/cache
+LOSS_TOL=1e-5
+WEIGHT_TOL=1e-4
+port=$((20000 + RANDOM % 20000))
+
+# fake_build NAME: $work/NAME/run and its fake CUDA stack in $work/NAME/lib.
+fake_build() {
+    local status=0
+    PACIC=$pacic tests/cuda_fake/build.sh "$work/$1.paci" "$work/$1" || status=$?
+    if [ "$status" -eq 77 ]; then
+        echo "skipped: pacic wrote no stages.cu (no NVRTC here?)"
+        exit 0
+    fi
+    [ "$status" -eq 0 ] || fail "$1: building the fake CUDA stack"
+}
+
+# on NAME DIR GPUS [run flags...]: runs NAME's program in $work/NAME/DIR on GPUS fake GPUs.
+on() {
+    local name=$1 dir=$2 gpus=$3
+    shift 3
+    mkdir -p "$work/$name/$dir"
+    (cd "$work/$name/$dir" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=$gpus FAKE_CUDA_REPORT=1 \
+        ../run --quiet --metrics metrics.jsonl "$@" 2> err.txt) || { cat "$work/$name/$dir/err.txt" >&2; return 1; }
+}
+
+# calls NAME DIR WHAT: how many times the fake stack counted WHAT in that run (0 if never).
+calls() {
+    sed -n "s/^fake cuda: calls:.* $3 \([0-9]*\).*/\1/p" "$work/$1/$2/err.txt" | head -n 1 | grep . || echo 0
+}
+
+# case NAME STAGES SCHEDULE ATTENTION: a 6-step model with an evaluation at step 3.
+case_model() {
+    small_model "$1" "$2" "$3" 2 6 3
+    sed -i "s/^train {/train {\n    attention $4/" "$work/$1.paci"
+    fake_build "$1"
+}
+
+# One stage on one GPU; per-op profile; cuBLASLt without a bias epilogue in a second run.
+case_model one 1 paci flash
+on one cuda 1 --device cuda --profile-out profile.txt || fail "one: --device cuda"
+on one cpu 1 --device cpu || fail "one: --device cpu"
+compare_devices "one stage, one GPU" "$work/one/cuda" "$work/one/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+[ "$(grep -c '^op 0 ' "$work/one/cuda/profile.txt")" -gt 10 ] || fail "one: no per-op times in the profile"
+"$pacic" "$work/one.paci" --profile "$work/one/cuda/profile.txt" --explain > "$work/one/explain.txt" \
+    || fail "one: pacic does not read the profile"
+FAKE_CUBLASLT_NO_BIAS=2 on one nobias 1 --device cuda || fail "one: --device cuda without bias epilogues"
+compare_devices "one stage, no bias epilogue" "$work/one/nobias" "$work/one/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+fused=$(calls one cuda cublasLtMatmul) unfused=$(calls one nobias cublasLtMatmul)
+[ "$unfused" -gt "$fused" ] || fail "one: no rank-1 bias products without the epilogue ($unfused, $fused with it)"
+echo "one: $(calls one cuda cuLaunchKernel) launches; $fused products, $unfused without bias epilogues"
+
+# Two stages on one GPU: in-process host channels.
+case_model shared 2 1f1b matmul
+on shared cuda 1 --device cuda || fail "shared: --device cuda"
+on shared cpu 1 --device cpu || fail "shared: --device cpu"
+compare_devices "two stages, one GPU" "$work/shared/cuda" "$work/shared/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+[ "$(calls shared cuda ncclSend)" = 0 ] || fail "shared: NCCL used between stages on one GPU"
+
+# Three stages on three GPUs: NCCL between them.
+case_model three 3 paci flash
+on three cuda 3 --device cuda || fail "three: --device cuda"
+on three cpu 1 --device cpu || fail "three: --device cpu"
+compare_devices "three stages, three GPUs" "$work/three/cuda" "$work/three/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+sends=$(calls three cuda ncclSend)
+[ "$sends" -gt 0 ] || fail "three: no NCCL send"
+echo "three: $sends NCCL sends"
+
+# Two processes, one stage each, on two GPUs (the local rank picks the GPU).
+case_model ranks 2 1f1b flash
+on ranks cpu 1 --device cpu || fail "ranks: --device cpu"
+pids=()
+for r in 0 1; do
+    mkdir -p "$work/ranks/rank$r"
+    (cd "$work/ranks/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        LD_LIBRARY_PATH=$work/ranks/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 \
+        ../run --quiet --device cuda --metrics metrics.jsonl --connect-timeout 60 2> err.txt) &
+    pids+=($!)
+done
+for r in 0 1; do
+    wait "${pids[$r]}" || { cat "$work/ranks/rank$r/err.txt" >&2; fail "ranks: rank $r"; }
+done
+# the last rank logs the losses; rank 0 holds the checkpoint
+mkdir -p "$work/ranks/joined"
+cp "$work/ranks/rank1/metrics.jsonl" "$work/ranks/joined/metrics.jsonl"
+cp -r "$work/ranks/rank0/ckpt" "$work/ranks/joined/ckpt"
+compare_devices "two processes, two GPUs" "$work/ranks/joined" "$work/ranks/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+[ "$(calls ranks rank0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL"
+
+# Too little memory: the stage, the GPU and the shortfall are named before anything runs.
+out=$(cd "$work/one" && LD_LIBRARY_PATH=$work/one/lib FAKE_CUDA_MEM_MIB=100 ./run --device cuda --quiet 2>&1) &&
+    fail "ran in 100 MiB"
+case "$out" in
+    "run: error: stage 0 on GPU 0: needs "*" GiB free: short by "*" GiB"*) echo "refused: $out" ;;
+    *) fail "unexpected message for too little memory: $out" ;;
+esac
+# No GPU: --device cuda is refused, the default falls back to the CPU with a notice.
+out=$(cd "$work/one" && LD_LIBRARY_PATH=$work/one/lib FAKE_CUDA_GPUS=0 ./run --device cuda --quiet 2>&1) &&
+    fail "--device cuda ran without a GPU"
+case "$out" in
+    "run: error: --device cuda: no usable GPU: "*) echo "refused: $out" ;;
+    *) fail "unexpected message without a GPU: $out" ;;
+esac
+echo "the real GPU layer on the fake CUDA stack matches the CPU path"
