@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pacic.h"
+#include "../runtime/pacirt.h"
 
 enum { CUDA_BLOCK = 256, /* threads per block of every 1-D launch */
        CUDA_WARP = 32 };  /* lanes of a row kernel */
@@ -44,6 +45,30 @@ static void emit_cuda_kernel(StrBuf *sb, const KernelDesc *k)
     emit_kernel_body(sb, k);
     emit_close(sb, "");
     sb_puts(sb, "\n");
+}
+
+/* The runtime's own kernel (runtime/pacirt.h, PR_CUDA_SUMSQ_KERNEL): per-block sums of squares
+ * in double, combined by a tree in shared memory, so the result depends only on n and the grid. */
+static void emit_sumsq_kernel(StrBuf *sb)
+{
+    emit_line(sb, "/* The runtime's: block b's sum of squares of x (grid-stride), in double, into partial[b]. */");
+    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const float *RESTRICT x, long n, "
+              "double *RESTRICT partial)", PR_CUDA_SUMSQ_BLOCK, PR_CUDA_SUMSQ_KERNEL);
+    emit_line(sb, "{");
+    emit_line(sb, "    __shared__ double lanes[%d];", PR_CUDA_SUMSQ_BLOCK);
+    emit_line(sb, "    double sum = 0.0;");
+    emit_line(sb, "    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)");
+    emit_line(sb, "        sum += (double)x[i] * (double)x[i];");
+    emit_line(sb, "    lanes[threadIdx.x] = sum;");
+    emit_line(sb, "    __syncthreads();");
+    emit_line(sb, "    for (unsigned half = %d; half > 0; half /= 2) {", PR_CUDA_SUMSQ_BLOCK / 2);
+    emit_line(sb, "        if (threadIdx.x < half)");
+    emit_line(sb, "            lanes[threadIdx.x] += lanes[threadIdx.x + half];");
+    emit_line(sb, "        __syncthreads();");
+    emit_line(sb, "    }");
+    emit_line(sb, "    if (threadIdx.x == 0)");
+    emit_line(sb, "        partial[blockIdx.x] = lanes[0];");
+    emit_line(sb, "}");
 }
 
 /* Every kernel of the model, specialised to cfg's shapes (the stage decides which it
@@ -88,6 +113,7 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     sb_puts(sb, "\n");
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, &kernel_descs[i]);
+    emit_sumsq_kernel(sb);
 }
 
 const char *const cuda_archs[] = {"sm_80", "sm_90", "compute_90"};

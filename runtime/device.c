@@ -54,10 +54,11 @@ static void cpu_zero(int stage, void *dst, size_t bytes)
     memset(dst, 0, bytes);
 }
 
-static double cpu_sumsq(int stage, const float *x, int64_t n)
+static void cpu_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums)
 {
     (void)stage;
-    return pr_sumsq(x, n);
+    for (int i = 0; i < n; i++)
+        sums[i] = pr_sumsq(base + tensors[i].offset, tensors[i].size);
 }
 
 static void cpu_forward(const pr_program *prog, int stage, const pr_fwd_args *args)

@@ -320,19 +320,18 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     free(all);
 }
 
-/* Clipping: synchronous schedules clip by the norm over every stage, folding the per-tensor
- * sums in stage order then tensor order, so the norm has the same bits for any p; the
- * barrier sits at the flush the schedule has anyway. Asynchronous schedules (PACI,
- * PipeDream) have no common step, so each stage clips by the norm of its own gradients. */
-static float clip_scale(pr_run *run, pr_stage_rt *st)
+/* The gradient norm clipping uses (the metrics log the last stage's). Synchronous schedules
+ * clip by the norm over every stage, folding the per-tensor sums in stage order then tensor
+ * order, so the norm has the same bits for any p; the barrier sits at the flush the schedule
+ * has anyway. Asynchronous schedules (PACI, PipeDream), and runs without clipping, have no
+ * common step: the norm is the stage's own gradients'. */
+static double grad_norm(pr_run *run, pr_stage_rt *st)
 {
     const pr_program *prog = run->prog;
-    if (prog->grad_clip <= 0.0)
-        return 1.0f;
     const pr_stage_code *sc = st->code;
     const double *sums = st->tensor_sumsq[st->t & 1];
-    if (!prog->global_clip || run->p == 1)
-        return pr_clip_scale(pr_fold_norm(sums, sc->n_tensors), prog->grad_clip);
+    if (prog->grad_clip <= 0.0 || !prog->global_clip || run->p == 1)
+        return pr_fold_norm(sums, sc->n_tensors);
     pthread_barrier_wait(&run->barrier);
     if (run->opt.world > 1)
         exchange_sums(run, st);
@@ -344,7 +343,7 @@ static float clip_scale(pr_run *run, pr_stage_rt *st)
         for (int i = 0; i < run->stage[s].code->n_tensors; i++)
             total += other[i];
     }
-    return pr_clip_scale(sqrt(total), prog->grad_clip);
+    return sqrt(total);
 }
 
 /* PipeDream: the live weights go to stash slot aux-1 before a step changes them. */
@@ -403,14 +402,14 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
     double *sums = st->tensor_sumsq[st->t & 1];
-    for (int i = 0; i < sc->n_tensors; i++)
-        sums[i] = dev->sumsq(st->index, st->grads + sc->tensors[i].offset, sc->tensors[i].size);
-    float scale = clip_scale(run, st);
+    dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
+    double norm = grad_norm(run, st);
+    float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
     if (non_finite_step(run, st)) {
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
         st->t++;
         if (sc->has_head && run->on_step)
-            run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, pr_lr(prog, st->t));
+            run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, pr_lr(prog, st->t), norm);
         return;
     }
     double lr = pr_lr(prog, st->t + 1);
@@ -419,7 +418,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
     if (sc->has_head && run->on_step)
-        run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, lr);
+        run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, lr, norm);
 }
 
 static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end,

@@ -187,6 +187,13 @@ typedef struct pr_cuda_stage {
 
 extern const struct pr_device pr_device_cuda;
 
+/* A kernel of every stage's unit that the CUDA layer launches itself (clipping's norm and the
+ * non-finite check): pr_sumsq_partials(const float *x, long n, double *partial) with blocks of
+ * PR_CUDA_SUMSQ_BLOCK threads writes block b's sum of squares of x (a grid-stride loop) into
+ * partial[b]; the host adds the partials in order. */
+#define PR_CUDA_SUMSQ_KERNEL "pr_sumsq_partials"
+#define PR_CUDA_SUMSQ_BLOCK 256
+
 /* Launches kernel `kernel` of stage's list over `threads` indices in blocks of `block` on
  * the stage's compute stream; args as cuLaunchKernel takes them. */
 void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args);

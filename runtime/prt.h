@@ -157,7 +157,8 @@ typedef struct pr_device {
     void (*download)(int stage, void *dst, const void *src, size_t bytes);
     void (*copy)(int stage, void *dst, const void *src, size_t bytes);
     void (*zero)(int stage, void *dst, size_t bytes);
-    double (*sumsq)(int stage, const float *x, int64_t n);
+    /* sums[i] = the sum of squares of the n tensors at base + tensors[i].offset, in double. */
+    void (*sumsq)(int stage, const float *base, const pr_tensor *tensors, int n, double *sums);
     void (*forward)(const pr_program *prog, int stage, const pr_fwd_args *args);
     void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
     void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
@@ -296,7 +297,8 @@ typedef struct pr_run {
     double start_time, train_time;    /* train_time: seconds inside segments, this process */
     int64_t steps_this_process;
     /* called by the last stage after each step (logging); may be NULL */
-    void (*on_step)(struct pr_run *run, int64_t step, double loss, double lr);
+    /* grad_norm: the norm clipping used at the last stage's step (executor.c, grad_norm) */
+    void (*on_step)(struct pr_run *run, int64_t step, double loss, double lr, double grad_norm);
     void *user;
     int64_t stop_at;                  /* pr_train: end the next segment after this step, or PR_NO_STOP */
 } pr_run;

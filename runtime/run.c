@@ -1,6 +1,7 @@
 /* run.c: the `run` command: flags, the training loop with evaluation and checkpoints at
  * drain boundaries, logging and metrics, sampling, and the measured trace. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -60,14 +61,18 @@ static double busy_fraction(const pr_stage_rt *st, double wall)
     return wall > 0 ? busy / wall : 0.0;
 }
 
-static void log_step(pr_run *run, int64_t step, double loss, double lr)
+static void log_step(pr_run *run, int64_t step, double loss, double lr, double grad_norm)
 {
     logger *lg = run->user;
     double now = pr_now(), tps = tokens_per_s(run, step, now, lg);
     lg->last_loss = loss;
     if (lg->metrics) {
-        fprintf(lg->metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
-                "\"busy\": [", (long long)step, loss, lr, tps);
+        fprintf(lg->metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, ", (long long)step, loss, lr);
+        if (isfinite(grad_norm)) // JSON has no NaN or infinity: a skipped step's norm is null
+            fprintf(lg->metrics, "\"grad_norm\": %.9g, ", grad_norm);
+        else
+            fprintf(lg->metrics, "\"grad_norm\": null, ");
+        fprintf(lg->metrics, "\"tokens_per_s\": %.1f, \"busy\": [", tps);
         pthread_mutex_lock(&run->stats_mu);
         for (int s = 0; s < run->p; s++)
             fprintf(lg->metrics, "%s%.4f", s ? ", " : "", busy_fraction(&run->stage[s], now - lg->begin));

@@ -47,11 +47,16 @@ typedef struct cuda_stage {
     CUmodule module;
     CUfunction *kernels;
     int n_kernels;
+    /* sums of squares of the gradients (cuda_sumsq): SUMSQ_BLOCKS partials per tensor */
+    CUfunction sumsq;
+    double *partials, *partials_host;
     /* per-op timing (run --profile-out): pairs recorded since the last resolve, from a pool
      * of created pairs that grows to the most ops one forward, backward or step queues */
     op_events *timed;
     int n_timed, n_created;
 } cuda_stage;
+
+enum { SUMSQ_BLOCKS = 512 }; /* most blocks per tensor: enough to stream a large gradient */
 
 static cuda_stage stages[PACI_MAX_STAGES];
 static int gpu_count = -1;
@@ -170,6 +175,8 @@ static const pr_cuda_image *pick_image(const pr_cuda_stage *code, int major, int
     return best;
 }
 
+static void *cuda_alloc(int stage, size_t bytes);
+
 static int cuda_open_stage(const pr_program *prog, int stage, char *err)
 {
     if (cuda_probe(err) < 1)
@@ -206,9 +213,14 @@ static int cuda_open_stage(const pr_program *prog, int stage, char *err)
         if (drv.cuModuleGetFunction(&cs->kernels[k], cs->module, code->kernel_names[k]) != CUDA_SUCCESS)
             return pr_fail(err, "stage %d: the %s image has no kernel %s", stage, image->arch,
                            code->kernel_names[k]);
+    if (drv.cuModuleGetFunction(&cs->sumsq, cs->module, PR_CUDA_SUMSQ_KERNEL) != CUDA_SUCCESS)
+        return pr_fail(err, "stage %d: the %s image has no kernel %s", stage, image->arch, PR_CUDA_SUMSQ_KERNEL);
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->compute, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->comm, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuEventCreate(&cs->compute_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    size_t partial_bytes = (size_t)(prog->stage[stage].n_tensors + 1) * SUMSQ_BLOCKS * sizeof(double);
+    cs->partials = cuda_alloc(stage, partial_bytes);
+    cs->partials_host = pr_alloc(partial_bytes);
     return pr_cuda_gemm_open(stage, err);
 }
 
@@ -224,6 +236,9 @@ static void cuda_close_stage(int stage)
         drv.cuEventDestroy(cs->timed[i].stop);
     }
     free(cs->timed);
+    if (cs->partials)
+        drv.cuMemFree((CUdeviceptr)(uintptr_t)cs->partials);
+    free(cs->partials_host);
     pr_cuda_gemm_close(stage);
     drv.cuEventDestroy(cs->compute_done);
     drv.cuStreamDestroy(cs->compute);
@@ -319,15 +334,36 @@ static void cuda_zero(int stage, void *dst, size_t bytes)
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->comm), "cuStreamSynchronize");
 }
 
-/* Clipping's sums of squares are taken on the host, in the CPU's element order, from a
- * download: exact agreement with the CPU path over speed (it runs once per step). */
-static double cuda_sumsq(int stage, const float *x, int64_t n)
+/* Clipping's sums of squares: partial sums per block on the GPU (PR_CUDA_SUMSQ_KERNEL), one
+ * download of the partials, added on the host in order: the same bits every run, and about
+ * 4 KiB per tensor over the bus instead of the gradients. */
+static void cuda_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums)
 {
-    float *host = pr_alloc((size_t)n * sizeof(float));
-    cuda_copy(stage, host, x, (size_t)n * sizeof(float));
-    double sum = pr_sumsq(host, n);
-    free(host);
-    return sum;
+    cuda_stage *cs = enter(stage);
+    int blocks[n > 0 ? n : 1];
+    for (int i = 0; i < n; i++) {
+        const float *x = base + tensors[i].offset;
+        long size = (long)tensors[i].size;
+        double *partial = cs->partials + (size_t)i * SUMSQ_BLOCKS;
+        int64_t wanted = (tensors[i].size + PR_CUDA_SUMSQ_BLOCK - 1) / PR_CUDA_SUMSQ_BLOCK;
+        blocks[i] = wanted < SUMSQ_BLOCKS ? (int)wanted : SUMSQ_BLOCKS;
+        if (blocks[i] == 0)
+            continue;
+        void *args[] = {&x, &size, &partial};
+        pr_cuda_check(stage, drv.cuLaunchKernel(cs->sumsq, (unsigned)blocks[i], 1, 1, PR_CUDA_SUMSQ_BLOCK, 1, 1, 0,
+                                                cs->compute, args, NULL), "cuLaunchKernel (sums of squares)");
+    }
+    size_t bytes = (size_t)n * SUMSQ_BLOCKS * sizeof(double);
+    pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)cs->partials_host,
+                                           (CUdeviceptr)(uintptr_t)cs->partials, bytes, cs->compute),
+                  "cuMemcpyAsync (sums of squares)");
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "cuStreamSynchronize");
+    for (int i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int b = 0; b < blocks[i]; b++)
+            sum += cs->partials_host[(size_t)i * SUMSQ_BLOCKS + (size_t)b];
+        sums[i] = sum;
+    }
 }
 
 /* Per-op timing: an event before and one after each op on the compute stream. Recording

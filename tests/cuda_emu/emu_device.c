@@ -99,10 +99,9 @@ static void emu_zero(int stage, void *dst, size_t bytes)
     memset(dst, 0, bytes);
 }
 
-static double emu_sumsq(int stage, const float *x, int64_t n)
+static void emu_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums)
 {
-    (void)stage;
-    return pr_sumsq(x, n);
+    pr_device_cpu.sumsq(stage, base, tensors, n, sums);
 }
 
 /* The generated GPU host half, as runtime/cuda/device.c calls it (every launch here is

@@ -63,7 +63,8 @@ need_cuda_emu() {
 }
 
 # compare_devices LABEL GPU_DIR CPU_DIR LOSS_TOL WEIGHT_TOL: a GPU run (emulated or faked)
-# against the CPU's from the same seed. Every loss and validation loss GPU_DIR/metrics.jsonl
+# against the CPU's from the same seed. Every loss, validation loss and gradient norm (which
+# AdamW's updates hardly depend on, so only its log shows a wrong norm) GPU_DIR/metrics.jsonl
 # logged must be in CPU_DIR's and agree to LOSS_TOL relative; the last checkpoints
 # (DIR/ckpt/step_*/model.bin) must be of the same step and agree to WEIGHT_TOL absolute.
 compare_devices() {
@@ -75,7 +76,7 @@ def losses(folder):
     out = {}
     for line in open(os.path.join(folder, "metrics.jsonl")):
         rec = json.loads(line)
-        for key in ("loss", "val_loss"):
+        for key in ("loss", "val_loss", "grad_norm"):
             if key in rec:
                 out[(key, rec["step"])] = rec[key]
     return out
