@@ -11,7 +11,8 @@
  *   - launches copy their arguments at the call (pointers checked to lie in the launching GPU's
  *     memory) and run later on the stream's worker, one kernel at a time in the whole process.
  * Environment: FAKE_CUDA_GPUS (default 1), FAKE_CUDA_MEM_MIB (per GPU, default 143360, an H200),
- * FAKE_CUDA_CC (default 90), FAKE_CUDA_REPORT=1 (counts of calls on stderr at exit).
+ * FAKE_CUDA_CC (default 90), FAKE_CUDA_REPORT=1 (counts of calls on stderr at exit),
+ * FAKE_CUDA_JITTER_US (each stream waits up to that many microseconds before each item).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -39,7 +40,7 @@ extern void *(*simt_translate_pointer)(const void *p, int index);
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* every table below */
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER; /* a queue drained, an event completed */
 static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER; /* simt runs one kernel at a time */
-static int initialised, gpus = 1, cc = 90;
+static int initialised, gpus = 1, cc = 90, jitter_us;
 static size_t capacity = (size_t)143360 << 20;
 
 void fake_die(const char *fmt, ...)
@@ -165,7 +166,7 @@ typedef struct work {
 
 typedef struct fake_stream {
     int magic, gpu, alive, busy, stop;
-    unsigned flags;
+    unsigned flags, seed;
     fake_ctx *ctx;
     work *head, *tail;
     long queued, done; /* items */
@@ -191,6 +192,10 @@ static void *stream_main(void *p)
             s->tail = NULL;
         s->busy = 1;
         pthread_mutex_unlock(&lock);
+        if (jitter_us > 0) { // a GPU runs streams at no fixed pace: missing waits show up
+            struct timespec pause = {0, 1000L * (long)(rand_r(&s->seed) % (unsigned)jitter_us)};
+            nanosleep(&pause, NULL);
+        }
         w->run(w->arg);
         free(w->arg);
         free(w);
@@ -290,6 +295,7 @@ CUresult cuInit(unsigned int flags)
         gpus = env_int("FAKE_CUDA_GPUS", 1, 0, MAX_GPUS);
         capacity = (size_t)env_int("FAKE_CUDA_MEM_MIB", 143360, 1, 1 << 24) << 20;
         cc = env_int("FAKE_CUDA_CC", 90, 10, 129);
+        jitter_us = env_int("FAKE_CUDA_JITTER_US", 0, 0, 1000000);
         if (getenv("FAKE_CUDA_REPORT") && atexit(report) != 0)
             fake_die("atexit");
         initialised = 1;
@@ -583,6 +589,7 @@ CUresult cuStreamCreate(CUstream *out, unsigned int flags)
     if (!s)
         fake_die("out of memory");
     *s = (fake_stream){.magic = FAKE_MAGIC, .gpu = current->gpu, .alive = 1, .flags = flags, .ctx = current};
+    s->seed = (unsigned)(uintptr_t)s ^ (unsigned)n_streams;
     pthread_cond_init(&s->wake, NULL);
     pthread_mutex_lock(&lock);
     if (n_streams == (int)(sizeof streams / sizeof streams[0]))

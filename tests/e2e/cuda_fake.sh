@@ -74,9 +74,10 @@ on shared cpu 1 --device cpu || fail "shared: --device cpu"
 compare_devices "two stages, one GPU" "$work/shared/cuda" "$work/shared/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 [ "$(calls shared cuda ncclSend)" = 0 ] || fail "shared: NCCL used between stages on one GPU"
 
-# Three stages on three GPUs: NCCL between them.
+# Three stages on three GPUs: NCCL between them; every stream item waits a random 0..300 us
+# (FAKE_CUDA_JITTER_US), so a missing wait between streams shows up as wrong data.
 case_model three 3 paci flash
-on three cuda 3 --device cuda || fail "three: --device cuda"
+FAKE_CUDA_JITTER_US=300 on three cuda 3 --device cuda || fail "three: --device cuda"
 on three cpu 1 --device cpu || fail "three: --device cpu"
 compare_devices "three stages, three GPUs" "$work/three/cuda" "$work/three/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 sends=$(calls three cuda ncclSend)
@@ -90,7 +91,7 @@ pids=()
 for r in 0 1; do
     mkdir -p "$work/ranks/rank$r"
     (cd "$work/ranks/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        LD_LIBRARY_PATH=$work/ranks/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 \
+        LD_LIBRARY_PATH=$work/ranks/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
         ../run --quiet --device cuda --metrics metrics.jsonl --connect-timeout 60 2> err.txt) &
     pids+=($!)
 done
