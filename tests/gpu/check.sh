@@ -20,11 +20,12 @@
 #      `pacic --profile` file, read back; the kernels' share of each stage's compute printed
 #
 # GPU_CHECK_EMULATE=1 is a dry run of this script without a GPU (tests/e2e/gpu_check_dry.sh):
-# every `pacic X.paci -o run` becomes tests/cuda_emu/build_run.sh (the generated CUDA code on
-# the CPU emulator), each .paci is first shrunk (shape, micro-batch and window: see shrink;
-# the stages and every other line kept, so every edit below is exercised), and matmul_rate is
-# built but not run. About 40 s on two cores. Its figures say nothing about a GPU; they show
-# that the script's glue works.
+# every `pacic X.paci -o run` becomes tests/cuda_fake/build.sh (the same `run`, with the fake
+# CUDA stack of the CPU beside it: the real GPU layer runs, the kernels under the emulator),
+# each .paci is first shrunk (shape, micro-batch and window: see shrink; the stages and every
+# other line kept, so every edit below is exercised), and matmul_rate is built but not run.
+# About a minute on two cores. Its figures say nothing about a GPU; they show that the
+# script's glue and the GPU layer's calls work.
 #
 # Written and reviewed without a GPU (none was available to this work): see docs/gpu.md.
 set -uo pipefail
@@ -68,7 +69,7 @@ timed() {
 start=$(date +%s)
 echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $(git rev-parse --short HEAD 2>/dev/null)" |
     tee "$results/figures.txt"
-[ "$emulate" != 1 ] || echo "DRY RUN (GPU_CHECK_EMULATE=1): the CPU emulator, tiny shapes; no GPU figures" |
+[ "$emulate" != 1 ] || echo "DRY RUN (GPU_CHECK_EMULATE=1): the fake CUDA stack on the CPU, tiny shapes; no GPU figures" |
     tee -a "$results/figures.txt"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
     | tee -a "$results/figures.txt"
@@ -117,16 +118,21 @@ shrink() {
         -e "s/^(model[^{]*\{)/\1\n    layers $2\n    width 32\n    heads 2\n    context 16\n    vocab 256\n/" \
         -e "s/micro[[:space:]]+[0-9_]+/micro 1/" -e "s/window[[:space:]]+[0-9_]+/window $3/" "$1"
 }
-# build_run PACI RUN LAYERS WINDOW: pacic PACI -o RUN; in the dry run, PACI shrunk in place to
-# LAYERS and WINDOW first (so a later `pacic PACI --profile` reads the model that ran) and RUN
-# built with the emulated GPU.
+# build_run PACI DIR LAYERS WINDOW: pacic PACI -o DIR/run; in the dry run, PACI shrunk in place
+# to LAYERS and WINDOW first (so a later `pacic PACI --profile` reads the model that ran) and
+# the fake CUDA stack built for it in DIR/lib.
 build_run() {
     if [ "$emulate" != 1 ]; then
-        timed "$pacic" "$1" -o "$2"
+        timed "$pacic" "$1" -o "$2/run"
         return
     fi
     shrink "$1" "$3" "$4"
-    timed tests/cuda_emu/build_run.sh "$1" "$2"
+    timed tests/cuda_fake/build.sh "$1" "$2" > "$2/fake_build.log" 2>&1 || { tail -5 "$2/fake_build.log"; return 1; }
+}
+# fake_env: in the dry run, the fake CUDA stack of the current folder (a section's run folder,
+# in its subshell) ahead of run's RUNPATH; only there, as NVRTC in pacic would load it too.
+fake_env() {
+    if [ "$emulate" = 1 ]; then export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
 }
 
 # ---- 2. CPU vs GPU on the tiny example ---------------------------------------------------
@@ -145,9 +151,9 @@ tiny() {
     sed -E -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps 50|" -e "/^[[:space:]]*precision /d" \
            -e "s|^train[[:space:]]*\{|train {\n    precision $precision|" \
            -e "s|\"data/|\"$root/examples/data/|g" examples/tiny.paci > "$dir/tiny.paci"
-    build_run "$dir/tiny.paci" "$dir/run" 4 2 || { fail "pacic tiny ($precision)"; return; }
-    (cd "$dir" && timed ./run --device cpu --quiet --metrics cpu.jsonl) || { fail "tiny $precision on the CPU"; return; }
-    (cd "$dir" && timed ./run --device cuda --quiet --metrics gpu.jsonl > gpu.txt 2>&1) ||
+    build_run "$dir/tiny.paci" "$dir" 4 2 || { fail "pacic tiny ($precision)"; return; }
+    (cd "$dir" && fake_env && timed ./run --device cpu --quiet --metrics cpu.jsonl) || { fail "tiny $precision on the CPU"; return; }
+    (cd "$dir" && fake_env && timed ./run --device cuda --quiet --metrics gpu.jsonl > gpu.txt 2>&1) ||
         { tail -5 "$dir/gpu.txt"; fail "tiny $precision on the GPU"; return; }
     cp "$dir/cpu.jsonl" "$results/tiny_${precision}_cpu.jsonl"
     cp "$dir/gpu.jsonl" "$results/tiny_${precision}_gpu.jsonl"
@@ -177,8 +183,8 @@ small() {
     sed -E -e "s|stages[[:space:]]+[0-9]+|stages 1|" -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps 6|" \
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-small.paci > "$dir/small.paci"
-    build_run "$dir/small.paci" "$dir/run" 2 2 || { fail "pacic gpt2-small"; return; }
-    (cd "$dir" && timed ./run --device cuda --metrics m.jsonl --profile-out small.profile > out.txt 2>&1)
+    build_run "$dir/small.paci" "$dir" 2 2 || { fail "pacic gpt2-small"; return; }
+    (cd "$dir" && fake_env && timed ./run --device cuda --metrics m.jsonl --profile-out small.profile > out.txt 2>&1)
     local rc=$?
     cp "$dir/out.txt" "$results/small_out.txt" 2>/dev/null
     cp "$dir/m.jsonl" "$results/small.jsonl" 2>/dev/null
@@ -208,8 +214,8 @@ medium() {
     sed -E -e "s|schedule[[:space:]]+[a-z0-9]+|schedule $schedule|" -e "s|batches[[:space:]]+[0-9]+|batches 1|" \
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-medium-8.paci > "$dir/m.paci"
-    build_run "$dir/m.paci" "$dir/run" 8 2 || { fail "pacic gpt2-medium-8 ($schedule)"; return; }
-    (cd "$dir" && timed ./run --device cuda --steps 2 --metrics m.jsonl --profile-out medium.profile > out.txt 2>&1)
+    build_run "$dir/m.paci" "$dir" 8 2 || { fail "pacic gpt2-medium-8 ($schedule)"; return; }
+    (cd "$dir" && fake_env && timed ./run --device cuda --steps 2 --metrics m.jsonl --profile-out medium.profile > out.txt 2>&1)
     local rc=$?
     cp "$dir/out.txt" "$results/medium_${schedule}_out.txt" 2>/dev/null
     cp "$dir/m.jsonl" "$results/medium_${schedule}.jsonl" 2>/dev/null
