@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check (tests/gpu/check.sh) as a dry run on the CPU: GPU_CHECK_EMULATE=1 builds every
 # run as on a GPU, runs it on the fake CUDA stack (tests/cuda_fake/build.sh: the real GPU
-# layer, the kernels under the emulator) and shrinks the models, so the script's own glue (its edits of the example files, run flags, metrics parsing, the tokens/s
-# arithmetic, the profile read back with pacic --explain, the results archive) has run before
-# it runs on a borrowed GPU, where a bug in it wastes scarce time. About 100 s on two cores.
+# layer, the kernels under the emulator) and shrinks the models, so the script's own glue
+# (its edits of the example files, run flags, metrics parsing, the tokens/s arithmetic, the
+# profile read back with pacic --explain, the results archive) and the GPU layer's calls have
+# run before it runs on a borrowed GPU, where a bug wastes scarce time. About 100 s on two
+# cores.
 # Skips exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
 # when pacic writes no stages.cu, and under the sanitizer builds.
 source tests/e2e/lib.sh
