@@ -259,7 +259,7 @@ typedef struct pr_stage_rt {
 } pr_stage_rt;
 
 typedef struct pr_options {
-    int resume, quiet, threads, trace;
+    int resume, quiet, threads, trace, no_checkpoint;
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */

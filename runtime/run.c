@@ -19,6 +19,7 @@ static const char usage[] =
     "  --data FILE      training tokens (llm.c format)\n"
     "  --val FILE       validation tokens\n"
     "  --ckpt-dir DIR   checkpoint folder\n"
+    "  --no-checkpoint  save no checkpoint, not even at the end or on a signal (trial runs)\n"
     "  --metrics FILE   one JSON line per step\n"
     "  --trace FILE     Chrome trace of the measured instructions\n"
     "  --profile-out FILE  measured costs, the file `pacic --profile` reads: per stage\n"
@@ -117,7 +118,8 @@ int pr_train(pr_run *run, char *err)
         stopped = !at_end && run->step < segment_end;
         int want_eval = !stopped && run->val.tokens &&
                         ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
-        int want_ckpt = (prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end || stopped;
+        int want_ckpt = !run->opt.no_checkpoint &&
+                        ((prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end || stopped);
         // One process per stage: rank 0 evaluates and saves, with every stage's state.
         if (run->opt.world > 1 && (want_eval || want_ckpt)) {
             if (pr_gather_stages(run, want_ckpt, err) != 0)
@@ -141,10 +143,15 @@ int pr_train(pr_run *run, char *err)
     if (stopped) {
         if (run->opt.world <= 1 || run->opt.rank == 0) {
             fflush(stdout);
-            fprintf(stderr, "%srun: stopped by %s after step %lld; checkpoint %s/step_%08lld "
-                    "(continue with --resume)\n", lg && lg->tty ? "\n" : "",
-                    pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM", (long long)run->step,
-                    run->opt.ckpt_dir, (long long)run->step);
+            if (run->opt.no_checkpoint)
+                fprintf(stderr, "%srun: stopped by %s after step %lld; no checkpoint (--no-checkpoint)\n",
+                        lg && lg->tty ? "\n" : "", pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM",
+                        (long long)run->step);
+            else
+                fprintf(stderr, "%srun: stopped by %s after step %lld; checkpoint %s/step_%08lld "
+                        "(continue with --resume)\n", lg && lg->tty ? "\n" : "",
+                        pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM", (long long)run->step,
+                        run->opt.ckpt_dir, (long long)run->step);
         }
         return 1;
     }
@@ -346,7 +353,7 @@ static int parse_count(const char *flag, const char *value, int64_t min, int64_t
 static void on_stop_signal(int signal_number)
 {
     static const char note[] = "\nrun: stopping: finishing the current step, then saving a "
-                               "checkpoint (signal again to stop at once)\n";
+                               "checkpoint unless --no-checkpoint (signal again to stop at once)\n";
     pr_request_stop(signal_number);
     ssize_t ignored = write(STDERR_FILENO, note, sizeof note - 1);
     (void)ignored;
@@ -389,6 +396,8 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             opt->resume = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             opt->quiet = 1;
+        } else if (strcmp(a, "--no-checkpoint") == 0) {
+            opt->no_checkpoint = 1;
         } else if (strcmp(a, "--steps") == 0 || strcmp(a, "--sample") == 0 ||
                    strcmp(a, "--threads") == 0) {
             if (parse_count(a, value, 1, &n) != 0)
@@ -536,7 +545,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     if (load_weights(&run, opt.resume, err) != 0)
         return fail_main(&run, err);
-    if ((opt.world <= 1 || opt.rank == 0) && pr_ckpt_prepare(opt.ckpt_dir, err) != 0)
+    if ((opt.world <= 1 || opt.rank == 0) && !opt.no_checkpoint && pr_ckpt_prepare(opt.ckpt_dir, err) != 0)
         return fail_main(&run, err);
     logger lg = {.tty = isatty(STDOUT_FILENO), .first_step = run.step, .begin = pr_now()};
     lg.every = opt.steps / 20 > 0 ? opt.steps / 20 : 1;

@@ -7,7 +7,8 @@
 #     and `--resume` from it is deterministic and completes the run;
 #   - for the synchronous schedules (gpipe, 1f1b) the resumed run ends bit-identical to the
 #     uninterrupted one. The asynchronous ones resume as if the schedule had drained at N.
-# PACI_SIGNAL_SCHEDULES limits the schedules (the ThreadSanitizer run takes one).
+# --no-checkpoint saves nothing, at the end or at a stop. PACI_SIGNAL_SCHEDULES limits the
+# schedules (the ThreadSanitizer run takes one).
 source tests/e2e/lib.sh
 steps=200
 
@@ -114,4 +115,28 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
             || fail "processes: $f at the stop differs from the threaded --steps $n"
     done
     echo "one process per stage: SIGTERM to rank 0 stopped both after step $n, exit 0; checkpoint == threads --steps $n"
+fi
+
+# --no-checkpoint (trial runs): nothing is saved, neither at the end nor at a stop by signal,
+# and the stop says so; the run still exits 0.
+if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
+    small_model trial 2 paci 2 4
+    train trial --no-checkpoint
+    [ "$(losses trial | wc -l)" = 4 ] || fail "--no-checkpoint: expected 4 logged steps"
+    [ ! -e "$work/trial/ckpt" ] || fail "--no-checkpoint wrote $(ls "$work/trial/ckpt")"
+    small_model trial-stop 2 paci 2 $steps
+    mkdir -p "$work/trial-stop"
+    "$pacic" "$work/trial-stop.paci" -o "$work/trial-stop/run"
+    (cd "$work/trial-stop" && exec ./run --no-checkpoint > out.txt 2> err.txt) &
+    pid=$!
+    until [ "$(grep -c '^step ' "$work/trial-stop/out.txt" 2>/dev/null)" -ge 1 ]; do
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -TERM $pid 2>/dev/null || true
+    wait $pid || fail "--no-checkpoint: run exited with $? after SIGTERM: $(cat "$work/trial-stop/err.txt")"
+    grep -q "^run: stopped by SIGTERM after step [0-9]*; no checkpoint (--no-checkpoint)$" "$work/trial-stop/err.txt" ||
+        fail "--no-checkpoint: unexpected stop message: $(cat "$work/trial-stop/err.txt")"
+    [ ! -e "$work/trial-stop/ckpt" ] || fail "--no-checkpoint saved at the stop"
+    echo "--no-checkpoint: nothing saved at the end or at SIGTERM; $(grep '^run: stopped' "$work/trial-stop/err.txt")"
 fi

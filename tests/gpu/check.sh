@@ -184,7 +184,7 @@ small() {
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-small.paci > "$dir/small.paci"
     build_run "$dir/small.paci" "$dir" 2 2 || { fail "pacic gpt2-small"; return; }
-    (cd "$dir" && fake_env && timed ./run --device cuda --metrics m.jsonl --profile-out small.profile > out.txt 2>&1)
+    (cd "$dir" && fake_env && timed ./run --device cuda --no-checkpoint --metrics m.jsonl --profile-out small.profile > out.txt 2>&1)
     local rc=$?
     cp "$dir/out.txt" "$results/small_out.txt" 2>/dev/null
     cp "$dir/m.jsonl" "$results/small.jsonl" 2>/dev/null
@@ -215,7 +215,7 @@ medium() {
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-medium-8.paci > "$dir/m.paci"
     build_run "$dir/m.paci" "$dir" 8 2 || { fail "pacic gpt2-medium-8 ($schedule)"; return; }
-    (cd "$dir" && fake_env && timed ./run --device cuda --steps 2 --metrics m.jsonl --profile-out medium.profile > out.txt 2>&1)
+    (cd "$dir" && fake_env && timed ./run --device cuda --steps 2 --no-checkpoint --metrics m.jsonl --profile-out medium.profile > out.txt 2>&1)
     local rc=$?
     cp "$dir/out.txt" "$results/medium_${schedule}_out.txt" 2>/dev/null
     cp "$dir/m.jsonl" "$results/medium_${schedule}.jsonl" 2>/dev/null
