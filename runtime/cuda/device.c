@@ -60,6 +60,9 @@ enum { SUMSQ_BLOCKS = 512 }; /* most blocks per tensor: enough to stream a large
 
 static cuda_stage stages[PACI_MAX_STAGES];
 static int gpu_count = -1;
+/* A primary context the memory check retained, kept until a stage opens on that GPU: released
+ * in between, the driver would destroy it and the open would create it again (costly). */
+static int check_holds[PACI_MAX_STAGES];
 static int pinned_gpu = -1; /* >= 0: every stage of this process runs there */
 
 /* A driver error mid-run is fatal: name the stage, the call and the driver's words. */
@@ -195,6 +198,10 @@ static int cuda_open_stage(const pr_program *prog, int stage, char *err)
     drv.cuDeviceGetName(name, sizeof name, dev);
     cs->open = 1;
     enter(stage);
+    if (check_holds[cs->gpu]) {
+        drv.cuDevicePrimaryCtxRelease(dev);
+        check_holds[cs->gpu] = 0;
+    }
     const pr_cuda_stage *code = &prog->cuda[stage];
     const pr_cuda_image *image = pick_image(code, major, minor);
     if (!image)
@@ -259,8 +266,8 @@ static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes,
         return -1;
     const int64_t margin = PR_CUDA_WORKSPACE_BYTES + ((int64_t)256 << 20);
     int64_t used[PACI_MAX_STAGES] = {0};
-    // Free memory is read once per GPU: retaining and releasing a primary context per stage
-    // would create and destroy it each time (8 times for 8 stages on one GPU).
+    // Free memory is read once per GPU, and the context stays retained until the GPU's first
+    // stage opens (check_holds).
     size_t free_of[PACI_MAX_STAGES] = {0};
     int known[PACI_MAX_STAGES] = {0};
     for (int s = 0; s < prog->stages; s++) {
@@ -273,7 +280,9 @@ static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes,
                 return pr_fail(err, "stage %d: cannot open GPU %d", s, gpu);
             drv.cuCtxSetCurrent(ctx);
             drv.cuMemGetInfo(&free_of[gpu], &total);
-            drv.cuDevicePrimaryCtxRelease(dev);
+            if (check_holds[gpu]) // checked before: one hold is enough
+                drv.cuDevicePrimaryCtxRelease(dev);
+            check_holds[gpu] = 1;
             known[gpu] = 1;
         }
         size_t free_bytes = free_of[gpu];

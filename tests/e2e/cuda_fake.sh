@@ -82,7 +82,9 @@ on three cpu 1 --device cpu || fail "three: --device cpu"
 compare_devices "three stages, three GPUs" "$work/three/cuda" "$work/three/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 sends=$(calls three cuda ncclSend)
 [ "$sends" -gt 0 ] || fail "three: no NCCL send"
-echo "three: $sends NCCL sends"
+# The memory check's context is kept for the stage, not destroyed and made again.
+[ "$(calls three cuda 'context created')" = 3 ] || fail "three: $(calls three cuda 'context created') contexts made for 3 GPUs"
+echo "three: $sends NCCL sends, one context per GPU"
 
 # Two processes, one stage each, on two GPUs (the local rank picks the GPU).
 case_model ranks 2 1f1b flash
