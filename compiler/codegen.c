@@ -238,6 +238,16 @@ static void gemm_bias(OpList *l, const char *comment, const char *args, const ch
     l->ops[l->n - 1].bias = xstrdup(bias);
 }
 
+/* Marks the last op, a matrix product, as followed by GELU's forward or backward op. */
+static void gelu_follows(OpList *l, OpEpilogue epilogue, const char *arg)
+{
+    Op *op = &l->ops[l->n - 1];
+    if (op->kind != OP_GEMM)
+        ICE("a GELU epilogue on an op that is not a matrix product");
+    op->epilogue = epilogue;
+    op->epilogue_arg = xstrdup(arg);
+}
+
 /* Offsets of head h of sequence b, inside the loops over (b, h): in qkv rows (its q; k and
  * v are C and 2 C further), in rows of width C, and in the log-sum-exp of the rows. */
 #define QKV_HEAD "((long)b * T * 3 * C + h * HS)"
@@ -327,6 +337,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B");
     gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
               "p + P_FCB");
+    gelu_follows(l, EPI_GELU, "a + A_FC_GELU");
     kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU");
     gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
               "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
@@ -354,6 +365,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     GEMM(l, "d fcprojw += dres^T gelu",
          "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
     GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, p + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
+    gelu_follows(l, EPI_DGELU, "a + A_FC_PRE");
     kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE");
     kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
     GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
@@ -386,6 +398,7 @@ static void op_list_free(OpList *l)
     for (int i = 0; i < l->n; i++) {
         free(l->ops[i].args);
         free(l->ops[i].bias);
+        free(l->ops[i].epilogue_arg);
         free(l->ops[i].comment);
     }
     free(l->ops);

@@ -231,15 +231,52 @@ static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int inde
         emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
 }
 
+/* A product (op `index`) and the GELU op after it, in one cuBLASLt call with the GELU in the
+ * epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_bias_gelu and
+ * pr_cuda_gemm_dgelu return 0 without one, having queued nothing: then both ops run apart). */
+static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const char *section, int index)
+{
+    const char *want = gemm->epilogue == EPI_GELU ? "gelu_forward" : "gelu_backward";
+    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, want) != 0 || (gemm->epilogue == EPI_GELU) != !!gemm->bias)
+        ICE("a GELU epilogue that is not a product followed by %s", want);
+    emit_line(sb, "/* %s; the next op in cuBLASLt's epilogue where it fuses */", gemm->comment);
+    emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
+    if (gemm->epilogue == EPI_GELU) {
+        emit_line(sb, "int fused_%d = pr_cuda_gemm_bias_gelu(CUDA_STAGE, CUDA_BF16, %s, %s, %s);", index, gemm->args,
+                  gemm->bias, gemm->epilogue_arg);
+        emit_line(sb, "if (!fused_%d)", index);
+        emit_line(sb, "    pr_cuda_gemm_bias(CUDA_STAGE, CUDA_BF16, %s, %s);", gemm->args, gemm->bias);
+    } else {
+        emit_line(sb, "int fused_%d = pr_cuda_gemm_dgelu(CUDA_STAGE, CUDA_BF16, %s, %s);", index, gemm->args,
+                  gemm->epilogue_arg);
+        emit_line(sb, "if (!fused_%d)", index);
+        emit_line(sb, "    pr_cuda_gemm(CUDA_STAGE, CUDA_BF16, %s);", gemm->args);
+    }
+    emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
+    emit_open(sb, "if (!fused_%d)", index);
+    emit_cuda_op(sb, gelu, section, index + 1);
+    emit_close(sb, "");
+}
+
 /* Section `name` of the CPU half as `static void cuda_name(params)`, the same ops numbered
- * the same way. */
-static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, const OpList *l)
+ * the same way. Under bf16 a product marked with a GELU epilogue fuses with the op after it
+ * (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
+static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, const OpList *l, bool bf16)
 {
     emit_line(sb, "static void cuda_%s(%s)", name, params);
     open_brace(sb);
     for (int i = 0, timed = 0; i < l->n; i++) {
-        emit_cuda_op(sb, &l->ops[i], name, timed);
-        timed += op_is_timed(&l->ops[i]);
+        const Op *op = &l->ops[i];
+        if (bf16 && op->kind == OP_GEMM && op->epilogue != EPI_NONE) {
+            if (i + 1 == l->n)
+                ICE("a GELU epilogue on the last op of %s", name);
+            emit_fused_gelu(sb, op, &l->ops[i + 1], name, timed);
+            timed += 2;
+            i++;
+            continue;
+        }
+        emit_cuda_op(sb, op, name, timed);
+        timed += op_is_timed(op);
     }
     emit_close(sb, "");
     sb_puts(sb, "\n");
@@ -248,6 +285,7 @@ static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, 
 void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
 {
     const StagePlan *sp = &plan->stage[s];
+    bool bf16 = cfg->precision == PREC_BF16;
     sb_puts(sb, "/* ---- The GPU path: the same sections as launches on the stage's compute stream; every\n"
                 " * pointer is device memory. Kernels are indexed in the module's list (cuda_images.c). */\n\n");
     emit_line(sb, "enum { CUDA_STAGE = %d, CUDA_BLOCK = %d, CUDA_BF16 = %d };", s, CUDA_BLOCK,
@@ -260,20 +298,20 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     sb_puts(sb, "\n");
     if (sp->has_embed)
         emit_cuda_section(sb, "embed_forward", "const float *params, float *acts, const int *tokens",
-                          &ops->embed_fwd);
-    emit_cuda_section(sb, "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd);
+                          &ops->embed_fwd, bf16);
+    emit_cuda_section(sb, "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd, bf16);
     if (sp->has_head) {
         emit_cuda_section(sb, "head_forward", "const float *params, float *acts, const float *x, "
-                                              "const int *targets, float *losses", &ops->head_fwd);
+                                              "const int *targets, float *losses", &ops->head_fwd, bf16);
         emit_cuda_section(sb, "head_backward", "const float *params, float *grads, float *acts, "
                                                "const float *x, float *scratch, const int *targets, float dloss",
-                          &ops->head_bwd);
+                          &ops->head_bwd, bf16);
     }
     emit_cuda_section(sb, "block_backward", "const float *p, float *g, const float *a, const float *x, float *s",
-                      &ops->block_bwd);
+                      &ops->block_bwd, bf16);
     if (sp->has_embed)
         emit_cuda_section(sb, "embed_backward", "float *grads, const float *scratch, const int *tokens",
-                          &ops->embed_bwd);
+                          &ops->embed_bwd, bf16);
 
     emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
     open_brace(sb);

@@ -398,12 +398,22 @@ typedef enum {
     OP_END,    /* closes the innermost OP_LOOP */
 } OpKind;
 
+/* What the op after an OP_GEMM does to its product, which the GPU may fuse into cuBLASLt's
+ * epilogue under bf16 (emit_cuda.c); the CPU runs the two ops as they are. */
+typedef enum OpEpilogue {
+    EPI_NONE,
+    EPI_GELU,  /* the next op is gelu_forward of the product into epilogue_arg (the activation) */
+    EPI_DGELU, /* the next op scales the product by GELU' of epilogue_arg (the pre-activation) */
+} OpEpilogue;
+
 typedef struct Op {
     OpKind kind;
     const KernelDesc *kernel; /* OP_KERNEL */
     char *args;
     char *bias;               /* OP_GEMM: a vector added to every row of the product (the
                                  GPU fuses it into cuBLASLt's epilogue), or NULL */
+    OpEpilogue epilogue;      /* OP_GEMM */
+    char *epilogue_arg;
     char *comment;            /* what this step computes, for the generated code */
 } Op;
 

@@ -5,7 +5,9 @@
  * `precision bf16` runs CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores take bf16 inputs and
  * accumulate in fp32, while the stored tensors stay fp32. Each shape's descriptors and the
  * heuristic's algorithm are made once and cached, per operand alignment. A product with a
- * bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS).
+ * bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS); under bf16 the generated code
+ * also asks for GELU there (GELU_AUX_BIAS forward, DGELU backward), and runs GELU's own
+ * kernels when cuBLASLt has no algorithm for it.
  */
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -16,10 +18,13 @@
 
 enum { GEMM_CACHE = 64 };
 
+/* What cuBLASLt's epilogue adds to a product. */
+enum { EPI_PLAIN, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
+
 typedef struct gemm_plan {
     int used, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc;
-    int bias;                   /* CUBLASLT_EPILOGUE_BIAS, the pointer set per call */
-    int align_a, align_b, align_c, align_bias; /* bytes each pointer is aligned to, up to 256 */
+    int epilogue;               /* EPI_*; its pointers (bias, aux) set per call */
+    int align_a, align_b, align_c, align_bias, align_aux; /* bytes each pointer is aligned to, up to 256 */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -82,27 +87,32 @@ static int alignment(const void *p)
     return bytes;
 }
 
-/* The cached plan of this shape, made on first use (column-major view, operands swapped);
- * NULL for a bias epilogue cuBLASLt has no algorithm for (the caller adds the bias apart). */
+/* The cached plan of this shape, epilogue and alignment of its operands (d: the output;
+ * bias, aux: the epilogue's vectors or matrix, or NULL), made on first use (column-major
+ * view, operands swapped); NULL for an epilogue cuBLASLt has no algorithm for (the caller
+ * computes it apart). */
 static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
-                           const float *bias, int align_a, int align_b, int align_c)
+                           int epilogue, const float *a, const float *b, const float *d, const float *bias,
+                           const float *aux)
 {
-    int align_bias = bias ? alignment(bias) : 0;
+    int align_a = alignment(a), align_b = alignment(b), align_c = alignment(d);
+    int align_bias = bias ? alignment(bias) : 0, align_aux = aux ? alignment(aux) : 0;
     gemm_stage *gs = &gemm_stages[stage];
     int i = 0;
     for (; i < GEMM_CACHE && gs->plans[i].used; i++) {
         gemm_plan *p = &gs->plans[i];
         if (p->bf16 == bf16 && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
-            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->bias == (bias != NULL) &&
-            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias)
+            p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->epilogue == epilogue &&
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c &&
+            p->align_bias == align_bias && p->align_aux == align_aux)
             return p->used == 1 ? p : NULL;
     }
     if (i == GEMM_CACHE)
         pr_internal("stage %d: more than %d matrix shapes", stage, GEMM_CACHE);
     gemm_plan *p = &gs->plans[i];
     *p = (gemm_plan){.used = 1, .bf16 = bf16, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                     .lda = lda, .ldb = ldb, .ldc = ldc, .bias = bias != NULL, .align_a = align_a,
-                     .align_b = align_b, .align_c = align_c, .align_bias = align_bias};
+                     .lda = lda, .ldb = ldb, .ldc = ldc, .epilogue = epilogue, .align_a = align_a,
+                     .align_b = align_b, .align_c = align_c, .align_bias = align_bias, .align_aux = align_aux};
     cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -110,15 +120,25 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
                                                    sizeof op_first), "set TRANSA");
     check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                    sizeof op_second), "set TRANSB");
-    if (bias) {
-        // Column-major D is n x m, so a vector over D's rows is one value per output feature.
-        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                       sizeof epilogue), "set EPILOGUE");
-        // The heuristic reads the bias pointer's alignment from here (cublasLt.h), so the plan
-        // is keyed on it as on the operands'.
-        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                       sizeof bias), "set BIAS_POINTER");
+    if (epilogue != EPI_PLAIN) {
+        // Column-major D is n x m, so a vector over D's rows is one value per output feature;
+        // the GELU input matrix (aux) has D's shape, with our ldc.
+        static const cublasLtEpilogue_t kinds[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU};
+        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &kinds[epilogue],
+                                                       sizeof kinds[epilogue]), "set EPILOGUE");
+        // The heuristic reads the pointers' alignment from here (cublasLt.h), so the plan is
+        // keyed on them as on the operands'.
+        if (bias)
+            check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                           sizeof bias), "set BIAS_POINTER");
+        if (aux) {
+            int64_t aux_ld = ldc;
+            check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                           &aux, sizeof aux), "set EPILOGUE_AUX_POINTER");
+            check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                           &aux_ld, sizeof aux_ld), "set EPILOGUE_AUX_LD");
+        }
     }
     // First operand: row-major B seen column-major; second: row-major A; result n x m.
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb), "layout B");
@@ -151,28 +171,40 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
         check_lt(stage, status, "cublasLtMatmulAlgoGetHeuristic");
     if (found >= 1 && result.state != CUBLAS_STATUS_SUCCESS)
         found = 0;
-    if (found < 1 && bias) {
+    if (found < 1 && epilogue != EPI_PLAIN) {
         p->used = 2; // known to have no algorithm: asked once, then skipped
         return NULL;
     }
     if (found < 1)
-        pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d%s, alignment %d %d %d)",
-                    stage, bf16 ? "bf16 " : "", m, n, k, ta, tb, bias ? ", bias" : "", align_a, align_b,
-                    align_c);
+        pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d, alignment %d %d %d)",
+                    stage, bf16 ? "bf16 " : "", m, n, k, ta, tb, align_a, align_b, align_c);
     p->algo = result.algo;
     return p;
+}
+
+/* d = op(a) op(b) (+ the plan's epilogue) on the stage's compute stream; the epilogue's
+ * pointers are attributes of the cached descriptor, set per call (one thread drives a stage). */
+static void run_plan(int stage, gemm_plan *p, float alpha, const float *a, const float *b, float beta, float *d,
+                     const float *bias, const float *aux, const char *what)
+{
+    gemm_stage *gs = &gemm_stages[stage];
+    if (bias)
+        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                       sizeof bias), "set BIAS_POINTER");
+    if (aux)
+        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                       sizeof aux), "set EPILOGUE_AUX_POINTER");
+    check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, d, p->c, d, p->c,
+                                   &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
+                                   (cudaStream_t)pr_cuda_compute_stream(stage)), what);
 }
 
 void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
                   float alpha, const float *a, int lda, const float *b, int ldb, float beta,
                   float *c, int ldc)
 {
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, NULL, alignment(a),
-                            alignment(b), alignment(c));
-    gemm_stage *gs = &gemm_stages[stage];
-    check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
-                                   &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
-                                   (cudaStream_t)pr_cuda_compute_stream(stage)), "cublasLtMatmul");
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_PLAIN, a, b, c, NULL, NULL);
+    run_plan(stage, p, alpha, a, b, beta, c, NULL, NULL, "cublasLtMatmul");
 }
 
 void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
@@ -181,8 +213,7 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
 {
     if (beta != 0.0f)
         pr_internal("pr_cuda_gemm_bias takes beta 0, not %g", (double)beta);
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, bias, alignment(a),
-                            alignment(b), alignment(c));
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_BIAS, a, b, c, bias, NULL);
     gemm_stage *gs = &gemm_stages[stage];
     if (!p) { // no fused algorithm: the product, then C += ones (m x 1) bias (1 x n), exact in fp32
         pr_cuda_gemm(stage, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
@@ -202,10 +233,36 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
         pr_cuda_gemm(stage, 0, 0, 0, m, n, 1, 1.0f, gs->ones, 1, bias, n, 1.0f, c, ldc);
         return;
     }
-    // The bias pointer is an attribute of the cached descriptor; one thread drives a stage.
-    check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof bias), "set BIAS_POINTER");
-    check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
-                                   &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
-                                   (cudaStream_t)pr_cuda_compute_stream(stage)), "cublasLtMatmul (bias)");
+    run_plan(stage, p, alpha, a, b, beta, c, bias, NULL, "cublasLtMatmul (bias)");
+}
+
+/* cuBLASLt wants the GELU input matrix's leading dimension a multiple of 8 (cublasLt.h). */
+int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                           float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                           float *c, int ldc, const float *bias, float *act)
+{
+    if (beta != 0.0f)
+        pr_internal("pr_cuda_gemm_bias_gelu takes beta 0, not %g", (double)beta);
+    if (ldc % 8 != 0)
+        return 0;
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_GELU_BIAS, a, b, act, bias, c);
+    if (!p)
+        return 0;
+    run_plan(stage, p, alpha, a, b, beta, act, bias, c, "cublasLtMatmul (bias, GELU)");
+    return 1;
+}
+
+int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                       float *c, int ldc, const float *pre)
+{
+    if (beta != 0.0f)
+        pr_internal("pr_cuda_gemm_dgelu takes beta 0, not %g", (double)beta);
+    if (ldc % 8 != 0)
+        return 0;
+    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_DGELU, a, b, c, NULL, pre);
+    if (!p)
+        return 0;
+    run_plan(stage, p, alpha, a, b, beta, c, NULL, pre, "cublasLtMatmul (GELU gradient)");
+    return 1;
 }

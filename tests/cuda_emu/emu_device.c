@@ -204,6 +204,25 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
     pr_cuda_gemm(stage, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
 }
 
+/* No fused GELU here: the generated code then runs GELU's kernels, as the CPU path does. */
+int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                           float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                           float *c, int ldc, const float *bias, float *act)
+{
+    (void)stage, (void)bf16, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
+    (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc, (void)bias, (void)act;
+    return 0;
+}
+
+int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                       float *c, int ldc, const float *pre)
+{
+    (void)stage, (void)bf16, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
+    (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc, (void)pre;
+    return 0;
+}
+
 void pr_cuda_zero(int32_t stage, float *dst, int64_t count)
 {
     (void)stage;

@@ -43,6 +43,6 @@ done
 "$cc" -shared -o "$lib/libcuda.so.1" "$obj/driver.o" "$obj/kernels.o" -Wl,-soname,libcuda.so.1 \
     -lstdc++ -lpthread || die "libcuda.so.1"
 "$cc" -shared -o "$lib/libcublasLt.so.13" "$obj/cublaslt.o" -Wl,-soname,libcublasLt.so.13 \
-    -Wl,--version-script="$here/cublaslt.map" -L"$lib" -l:libcuda.so.1 -lopenblas || die "libcublasLt.so.13"
+    -Wl,--version-script="$here/cublaslt.map" -L"$lib" -l:libcuda.so.1 -lopenblas -lm || die "libcublasLt.so.13"
 "$cc" -shared -o "$lib/libnccl.so.2" "$obj/nccl.o" -Wl,-soname,libnccl.so.2 -L"$lib" -l:libcuda.so.1 \
     -lpthread -lrt || die "libnccl.so.2"

@@ -10,10 +10,14 @@
  * it saw (up to 16 bytes; NULL counts as 16) is refused with CUBLAS_STATUS_NOT_SUPPORTED.
  * FAKE_CUBLASLT_NO_BIAS=1: the heuristic finds no algorithm for a bias epilogue (success, 0
  * results); =2: the same, reported as CUBLAS_STATUS_NOT_SUPPORTED with 0 results.
+ * GELU epilogues: GELU_AUX_BIAS (D = GELU(product + bias), the GELU input into the aux matrix)
+ * and DGELU (D = product * GELU'(aux)), GELU in its tanh form; FAKE_CUBLASLT_NO_GELU=1: the
+ * heuristic has no algorithm for them (NOT_SUPPORTED).
  */
 #include <cblas.h>
 #include <cublasLt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,19 +28,28 @@ enum { DEAD = 0xdeadu, M_HANDLE = 0x17a11u, M_DESC, M_LAYOUT, M_PREF };
 #define ALGO_MAGIC 0xfa4ec0b1a5a160ull
 
 struct cublasLtContext { unsigned magic; };
-typedef struct { unsigned magic; int bf16, ta, tb, bias; const void *bias_ptr; } lt_desc;
+/* gelu: 0; GELU_FORWARD (GELU_AUX_BIAS: D = GELU(product + bias), aux = its input);
+ * GELU_BACKWARD (DGELU: D = product * GELU'(aux)). */
+enum { GELU_FORWARD = 1, GELU_BACKWARD = 2 };
+typedef struct {
+    unsigned magic;
+    int bf16, ta, tb, bias, gelu;
+    const void *bias_ptr, *aux_ptr;
+    int64_t aux_ld;
+} lt_desc;
 typedef struct { unsigned magic; uint64_t rows, cols; int64_t ld; } lt_layout;
 typedef struct { unsigned magic; uint64_t max_workspace; uint32_t align[4]; } lt_pref;
 
 /* data[] of an algorithm: magic, then what it was chosen for. */
-enum { AL_MAGIC, AL_A, AL_B, AL_C, AL_D, AL_BIAS, AL_KIND, AL_WORKSPACE };
+enum { AL_MAGIC, AL_A, AL_B, AL_C, AL_D, AL_BIAS, AL_KIND, AL_WORKSPACE }; /* AL_BIAS: aux's in bits 32.. */
 
 /* What one product needs on the worker: values copied and pointers translated at call time. */
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, ldd, bf16;
     float alpha, beta;
     const float *a, *b, *c, *bias;
-    float *d;
+    float *d, *aux;
+    int gelu, ldaux;
     size_t a_len, b_len; /* floats spanned by A and B */
 } lt_job;
 
@@ -140,10 +153,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     static const char *call = "cublasLtMatmulDescSetAttribute";
     lt_desc *d = live(desc, M_DESC, "matmul descriptor", call);
     int32_t v = 0;
-    size_t want = attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER ? sizeof(void *) : sizeof(int32_t);
+    int pointer = attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER || attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER;
+    size_t want = pointer ? sizeof(void *) : attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD ? sizeof(int64_t)
+                                                                                       : sizeof(int32_t);
     if (!buf || size != want)
         return bad_size(call, attr, size, want);
-    if (attr != CUBLASLT_MATMUL_DESC_BIAS_POINTER)
+    if (want == sizeof(int32_t))
         memcpy(&v, buf, sizeof v);
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA:
@@ -153,12 +168,20 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
         *(attr == CUBLASLT_MATMUL_DESC_TRANSA ? &d->ta : &d->tb) = v == CUBLAS_OP_T;
         return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
-        if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_BIAS)
-            fake_die("%s: epilogue %d is not supported by the fake (DEFAULT, BIAS)", call, v);
-        d->bias = v == CUBLASLT_EPILOGUE_BIAS;
+        if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_BIAS && v != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+            v != CUBLASLT_EPILOGUE_DGELU)
+            fake_die("%s: epilogue %d is not supported by the fake (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU)", call, v);
+        d->bias = v == CUBLASLT_EPILOGUE_BIAS || v == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        d->gelu = v == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? GELU_FORWARD : v == CUBLASLT_EPILOGUE_DGELU ? GELU_BACKWARD : 0;
         return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
         memcpy(&d->bias_ptr, buf, sizeof d->bias_ptr);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        memcpy(&d->aux_ptr, buf, sizeof d->aux_ptr);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        memcpy(&d->aux_ld, buf, sizeof d->aux_ld);
         return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_POINTER_MODE:
         if (v != CUBLASLT_POINTER_MODE_HOST)
@@ -261,17 +284,23 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (requested <= 0 || !results || !count)
         return CUBLAS_STATUS_INVALID_VALUE;
     *count = 0;
-    const char *no_bias = getenv("FAKE_CUBLASLT_NO_BIAS");
-    if (d->bias && no_bias && (!strcmp(no_bias, "1") || !strcmp(no_bias, "2")))
+    const char *no_bias = getenv("FAKE_CUBLASLT_NO_BIAS"), *no_gelu = getenv("FAKE_CUBLASLT_NO_GELU");
+    if (d->bias && !d->gelu && no_bias && (!strcmp(no_bias, "1") || !strcmp(no_bias, "2")))
         return no_bias[0] == '2' ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
+    if (d->gelu && no_gelu && !strcmp(no_gelu, "1"))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    // cublasLt.h: the GELU input matrix's leading dimension is a multiple of 8, at least D's rows.
+    if (d->gelu && (d->aux_ld % 8 != 0 || d->aux_ld < m))
+        fake_die("%s: EPILOGUE_AUX_LD %lld for a GELU epilogue must be a multiple of 8 and at least %d", call,
+                 (long long)d->aux_ld, m);
     memset(&results[0], 0, sizeof results[0]);
     uint64_t *al = results[0].algo.data;
     al[AL_MAGIC] = ALGO_MAGIC;
     for (int i = 0; i < 4; i++)
         al[AL_A + i] = p->align[i];
     // The heuristic reads the bias pointer's alignment (NULL: any); epilogues load it in 16 bytes.
-    al[AL_BIAS] = aligned_to(d->bias_ptr, 16);
-    al[AL_KIND] = (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3);
+    al[AL_BIAS] = aligned_to(d->bias_ptr, 16) | aligned_to(d->aux_ptr, 16) << 32;
+    al[AL_KIND] = (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4);
     al[AL_WORKSPACE] = p->max_workspace;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -335,6 +364,21 @@ static void run(void *arg)
         for (int col = 0; col < j->n; col++)
             for (int row = 0; row < j->m; row++)
                 j->d[(size_t)col * j->ldd + row] += j->bias[row];
+    // GELU's tanh form, 0.5 x (1 + tanh(u)) = x sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3),
+    // in the float expressions of pacic's own kernels (compiler/kernels.c), so that a fused run
+    // can match the CPU's closely: what the real cuBLASLt computes only a GPU run can show.
+    const float k0 = 0.7978845608f, k1 = 0.044715f;
+    for (int col = 0; j->gelu && col < j->n; col++)
+        for (int row = 0; row < j->m; row++) {
+            float *y = &j->d[(size_t)col * j->ldd + row];
+            float *aux = &j->aux[(size_t)col * j->ldaux + row];
+            float x = j->gelu == GELU_FORWARD ? (*aux = *y) : *aux;
+            float u = k0 * (x + k1 * x * x * x), sg = 1.0f / (1.0f + expf(-2.0f * u));
+            if (j->gelu == GELU_FORWARD)
+                *y = x / (1.0f + expf(-2.0f * u));
+            else
+                *y *= sg + 2.0f * x * sg * (1.0f - sg) * k0 * (1.0f + 3.0f * k1 * x * x);
+        }
     free(ra);
     free(rb);
 }
@@ -367,7 +411,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     if (!algo || algo->data[AL_MAGIC] != ALGO_MAGIC)
         fake_die("%s: the algorithm did not come from cublasLtMatmulAlgoGetHeuristic", call);
     const uint64_t *al = algo->data;
-    if (al[AL_KIND] != (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3))
+    if (al[AL_KIND] != (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4))
         fake_die("%s: the algorithm was chosen for another compute type, transpose or epilogue", call);
     if (C == D && lc->ld != ld->ld)
         fake_die("%s: in place (C == D) with ldc %lld != ldd %lld", call, (long long)lc->ld, (long long)ld->ld);
@@ -376,8 +420,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     if (d->bias && !d->bias_ptr)
         fake_die("%s: epilogue BIAS with a NULL CUBLASLT_MATMUL_DESC_BIAS_POINTER", call);
     if (misaligned(A, al[AL_A], "A") || misaligned(B, al[AL_B], "B") || misaligned(C, al[AL_C], "C") ||
-        misaligned(D, al[AL_D], "D") || (d->bias && misaligned(d->bias_ptr, al[AL_BIAS], "bias")))
+        misaligned(D, al[AL_D], "D") || (d->bias && misaligned(d->bias_ptr, al[AL_BIAS] & 0xffffffffu, "bias")) ||
+        (d->gelu && misaligned(d->aux_ptr, al[AL_BIAS] >> 32, "the GELU input (aux)")))
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->gelu && !d->aux_ptr)
+        fake_die("%s: a GELU epilogue with a NULL CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", call);
     int gpu = fake_stream_gpu((CUstream)stream);
     if (fake_current_gpu() != gpu)
         fake_die("%s: the stream is on GPU %d but the current context is %d", call, gpu, fake_current_gpu());
@@ -391,16 +438,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     j.d = sd ? fake_device_range((CUdeviceptr)(uintptr_t)D, sd, gpu, "cublasLtMatmul D") : NULL;
     if (sbias)
         j.bias = fake_device_range((CUdeviceptr)(uintptr_t)d->bias_ptr, sbias, gpu, "cublasLtMatmul bias");
+    size_t saux = 0;
+    if (d->gelu && j.m && j.n) {
+        j.gelu = d->gelu, j.ldaux = (int)d->aux_ld;
+        saux = ((size_t)(j.n - 1) * (size_t)d->aux_ld + (size_t)j.m) * sizeof(float);
+        j.aux = fake_device_range((CUdeviceptr)(uintptr_t)d->aux_ptr, saux, gpu, "cublasLtMatmul GELU input (aux)");
+    }
     if (workspace_bytes)
         fake_device_range((CUdeviceptr)(uintptr_t)workspace, workspace_bytes, gpu, "cublasLtMatmul workspace");
     overlap(j.d, sd, j.a, sa, "D and A");
     overlap(j.d, sd, j.b, sb, "D and B");
     overlap(j.d, sd, j.bias, sbias, "D and the bias");
+    overlap(j.d, sd, j.aux, saux, "D and the GELU input (aux)");
     if (C != D)
         overlap(j.d, sd, j.c, sc, "D and C (not in place)");
     lt_job *q = malloc(sizeof *q);
     if (!q)
         fake_die("%s: out of host memory", call);
+    if (d->gelu)
+        fake_count(d->gelu == GELU_FORWARD ? "gelu_epilogue" : "dgelu_epilogue");
     *q = j;
     fake_stream_enqueue((CUstream)stream, run, q);
     return CUBLAS_STATUS_SUCCESS;

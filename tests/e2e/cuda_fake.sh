@@ -11,7 +11,8 @@
 #   - two stages on one GPU (host channels between them);
 #   - three stages on three GPUs in one process (NCCL between every pair);
 #   - two processes, one stage and one GPU each (torchrun-style variables; NCCL across
-#     processes, the ids through the TCP bootstrap).
+#     processes, the ids through the TCP bootstrap), and again under mpirun when run has MPI
+#     (the ids through MPI).
 # Then the errors: too little GPU memory, and no GPU.
 # Skips (passes) where tests/cuda_emu cannot run (need_cuda_emu) or pacic writes no stages.cu.
 source tests/e2e/lib.sh
@@ -46,10 +47,11 @@ calls() {
     sed -n "s/^fake cuda: calls:.* $3 \([0-9]*\).*/\1/p" "$work/$1/$2/err.txt" | head -n 1 | grep . || echo 0
 }
 
-# case NAME STAGES SCHEDULE ATTENTION: a 6-step model with an evaluation at step 3.
+# case_model NAME STAGES SCHEDULE ATTENTION [PRECISION]: a 6-step model with an evaluation at
+# step 3, built with its fake CUDA stack.
 case_model() {
     small_model "$1" "$2" "$3" 2 6 3
-    sed -i "s/^train {/train {\n    attention $4/" "$work/$1.paci"
+    sed -i "s/^train {/train {\n    attention $4\n    precision ${5:-fp32}/" "$work/$1.paci"
     fake_build "$1"
 }
 
@@ -66,6 +68,21 @@ compare_devices "one stage, no bias epilogue" "$work/one/nobias" "$work/one/cpu"
 fused=$(calls one cuda cublasLtMatmul) unfused=$(calls one nobias cublasLtMatmul)
 [ "$unfused" -gt "$fused" ] || fail "one: no rank-1 bias products without the epilogue ($unfused, $fused with it)"
 echo "one: $(calls one cuda cuLaunchKernel) launches; $fused products, $unfused without bias epilogues"
+
+# bf16: GELU and its gradient fuse into cuBLASLt's epilogues, and must train as the same GPU
+# run with GELU's own kernels (FAKE_CUBLASLT_NO_GELU=1; the fake's GELU uses the kernels'
+# float expressions). Against the CPU, which computes bf16 runs in fp32, only loosely: the
+# GPU rounds the products' inputs to bf16 (tests/gpu/check.sh allows 2e-2 on a GPU).
+case_model half 1 paci flash bf16
+on half cuda 1 --device cuda || fail "half: --device cuda"
+[ "$(calls half cuda gelu_epilogue)" -gt 0 ] && [ "$(calls half cuda dgelu_epilogue)" -gt 0 ] ||
+    fail "half: GELU did not fuse into the products under bf16"
+FAKE_CUBLASLT_NO_GELU=1 on half apart 1 --device cuda || fail "half: --device cuda without GELU epilogues"
+[ "$(calls half apart gelu_epilogue)" = 0 ] || fail "half: a GELU epilogue without an algorithm for it"
+compare_devices "bf16, GELU fused vs apart" "$work/half/cuda" "$work/half/apart" "$LOSS_TOL" "$WEIGHT_TOL"
+on half cpu 1 --device cpu || fail "half: --device cpu"
+compare_devices "bf16 GPU vs the CPU's fp32" "$work/half/cuda" "$work/half/cpu" 1e-3 2e-2
+[ "$(calls one cuda gelu_epilogue)" = 0 ] || fail "one: fp32 fused GELU"
 
 # Two stages on one GPU: in-process host channels.
 case_model shared 2 1f1b matmul
@@ -106,6 +123,26 @@ cp "$work/ranks/rank1/metrics.jsonl" "$work/ranks/joined/metrics.jsonl"
 cp -r "$work/ranks/rank0/ckpt" "$work/ranks/joined/ckpt"
 compare_devices "two processes, two GPUs" "$work/ranks/joined" "$work/ranks/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 [ "$(calls ranks rank0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL"
+
+# The same under mpirun where run has MPI: the NCCL ids travel by MPI_Allgather.
+if [ -f build/lib/pacic/libpacirt_mpi.a ] && command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # root in a container
+    mkdir -p "$work/ranks/mpi0" "$work/ranks/mpi1" "$work/ranks/mpi"
+    (unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
+     LD_LIBRARY_PATH=$work/ranks/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+        mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none -x LD_LIBRARY_PATH -x FAKE_CUDA_GPUS \
+        -x FAKE_CUDA_REPORT -x FAKE_CUDA_JITTER_US -np 2 sh -c "cd $work/ranks/mpi\$OMPI_COMM_WORLD_RANK && exec \
+        ../run --device cuda --metrics metrics.jsonl --master-port $((port + 1)) > out.txt 2> err.txt") ||
+        { cat "$work"/ranks/mpi*/err.txt >&2; fail "ranks: mpirun -np 2 ./run --device cuda"; }
+    cp "$work/ranks/mpi1/metrics.jsonl" "$work/ranks/mpi/metrics.jsonl"
+    cp -r "$work/ranks/mpi0/ckpt" "$work/ranks/mpi/ckpt"
+    compare_devices "mpirun, two GPUs" "$work/ranks/mpi" "$work/ranks/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+    [ "$(calls ranks mpi0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL under mpirun"
+    grep -q "collectives over MPI" "$work/ranks/mpi0/out.txt" ||
+        fail "ranks: mpirun did not take the MPI bootstrap: $(head -2 "$work/ranks/mpi0/out.txt")"
+else
+    echo "mpirun: skipped (run built without MPI)"
+fi
 
 # Too little memory: the stage, the GPU and the shortfall are named before anything runs.
 out=$(cd "$work/one" && LD_LIBRARY_PATH=$work/one/lib FAKE_CUDA_MEM_MIB=100 ./run --device cuda --quiet 2>&1) &&
