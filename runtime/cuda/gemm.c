@@ -183,9 +183,12 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
 }
 
 /* d = op(a) op(b) (+ the plan's epilogue) on the stage's compute stream; the epilogue's
- * pointers are attributes of the cached descriptor, set per call (one thread drives a stage). */
-static void run_plan(int stage, gemm_plan *p, float alpha, const float *a, const float *b, float beta, float *d,
-                     const float *bias, const float *aux, const char *what)
+ * pointers are attributes of the cached descriptor, set per call (one thread drives a stage).
+ * A fused epilogue cuBLASLt refuses at the call (it queued nothing then) returns 0 and marks
+ * the plan unusable, with one notice: the caller computes the epilogue apart, so a library
+ * that advertises an algorithm it then rejects costs speed, not the run. */
+static int run_plan(int stage, gemm_plan *p, float alpha, const float *a, const float *b, float beta, float *d,
+                    const float *bias, const float *aux, const char *what)
 {
     gemm_stage *gs = &gemm_stages[stage];
     if (bias)
@@ -194,9 +197,18 @@ static void run_plan(int stage, gemm_plan *p, float alpha, const float *a, const
     if (aux)
         check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                        sizeof aux), "set EPILOGUE_AUX_POINTER");
-    check_lt(stage, cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, d, p->c, d, p->c,
-                                   &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
-                                   (cudaStream_t)pr_cuda_compute_stream(stage)), what);
+    cublasStatus_t status = cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, d, p->c, d, p->c,
+                                           &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
+                                           (cudaStream_t)pr_cuda_compute_stream(stage));
+    if (status != CUBLAS_STATUS_SUCCESS && p->epilogue != EPI_PLAIN &&
+        (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+        fprintf(stderr, "run: note: stage %d: cuBLASLt refused %s for %dx%dx%d (%s); computing the epilogue "
+                "apart\n", stage, what, p->m, p->n, p->k, cublasLtGetStatusString(status));
+        p->used = 2;
+        return 0;
+    }
+    check_lt(stage, status, what);
+    return 1;
 }
 
 void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
@@ -215,7 +227,8 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
         pr_internal("pr_cuda_gemm_bias takes beta 0, not %g", (double)beta);
     gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_BIAS, a, b, c, bias, NULL);
     gemm_stage *gs = &gemm_stages[stage];
-    if (!p) { // no fused algorithm: the product, then C += ones (m x 1) bias (1 x n), exact in fp32
+    if (!p || !run_plan(stage, p, alpha, a, b, beta, c, bias, NULL, "the bias epilogue")) {
+        // no fused algorithm: the product, then C += ones (m x 1) bias (1 x n), exact in fp32
         pr_cuda_gemm(stage, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
         if (gs->ones_len < m) {
             if (gs->ones)
@@ -231,9 +244,7 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
             gs->ones_len = m;
         }
         pr_cuda_gemm(stage, 0, 0, 0, m, n, 1, 1.0f, gs->ones, 1, bias, n, 1.0f, c, ldc);
-        return;
     }
-    run_plan(stage, p, alpha, a, b, beta, c, bias, NULL, "cublasLtMatmul (bias)");
 }
 
 /* cuBLASLt wants the GELU input matrix's leading dimension a multiple of 8 (cublasLt.h). */
@@ -246,10 +257,7 @@ int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t bf16, int trans_a, int trans_b
     if (ldc % 8 != 0)
         return 0;
     gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_GELU_BIAS, a, b, act, bias, c);
-    if (!p)
-        return 0;
-    run_plan(stage, p, alpha, a, b, beta, act, bias, c, "cublasLtMatmul (bias, GELU)");
-    return 1;
+    return p && run_plan(stage, p, alpha, a, b, beta, act, bias, c, "the GELU epilogue");
 }
 
 int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
@@ -261,8 +269,5 @@ int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
     if (ldc % 8 != 0)
         return 0;
     gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_DGELU, a, b, c, NULL, pre);
-    if (!p)
-        return 0;
-    run_plan(stage, p, alpha, a, b, beta, c, NULL, pre, "cublasLtMatmul (GELU gradient)");
-    return 1;
+    return p && run_plan(stage, p, alpha, a, b, beta, c, NULL, pre, "the GELU gradient epilogue");
 }

@@ -12,7 +12,8 @@
  * results); =2: the same, reported as CUBLAS_STATUS_NOT_SUPPORTED with 0 results.
  * GELU epilogues: GELU_AUX_BIAS (D = GELU(product + bias), the GELU input into the aux matrix)
  * and DGELU (D = product * GELU'(aux)), GELU in its tanh form; FAKE_CUBLASLT_NO_GELU=1: the
- * heuristic has no algorithm for them (NOT_SUPPORTED).
+ * heuristic has no algorithm for them (NOT_SUPPORTED); =2: it has, and cublasLtMatmul then
+ * refuses them (INVALID_VALUE).
  */
 #include <cblas.h>
 #include <cublasLt.h>
@@ -425,6 +426,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->gelu && !d->aux_ptr)
         fake_die("%s: a GELU epilogue with a NULL CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", call);
+    const char *no_gelu = getenv("FAKE_CUBLASLT_NO_GELU");
+    if (d->gelu && no_gelu && !strcmp(no_gelu, "2"))
+        return CUBLAS_STATUS_INVALID_VALUE;
     int gpu = fake_stream_gpu((CUstream)stream);
     if (fake_current_gpu() != gpu)
         fake_die("%s: the stream is on GPU %d but the current context is %d", call, gpu, fake_current_gpu());

@@ -80,6 +80,12 @@ on half cuda 1 --device cuda || fail "half: --device cuda"
 FAKE_CUBLASLT_NO_GELU=1 on half apart 1 --device cuda || fail "half: --device cuda without GELU epilogues"
 [ "$(calls half apart gelu_epilogue)" = 0 ] || fail "half: a GELU epilogue without an algorithm for it"
 compare_devices "bf16, GELU fused vs apart" "$work/half/cuda" "$work/half/apart" "$LOSS_TOL" "$WEIGHT_TOL"
+# An algorithm the heuristic offers and cublasLtMatmul then refuses: one notice, GELU apart.
+FAKE_CUBLASLT_NO_GELU=2 on half refused 1 --device cuda || fail "half: a refused GELU epilogue stopped the run"
+cmp "$work/half/apart/ckpt/step_00000006/model.bin" "$work/half/refused/ckpt/step_00000006/model.bin" ||
+    fail "half: a refused GELU epilogue trains differently from GELU apart"
+grep -q "^run: note: stage 0: cuBLASLt refused the GELU epilogue for .*; computing the epilogue apart$" \
+    "$work/half/refused/err.txt" || fail "half: no notice for the refused epilogue: $(cat "$work/half/refused/err.txt")"
 on half cpu 1 --device cpu || fail "half: --device cpu"
 compare_devices "bf16 GPU vs the CPU's fp32" "$work/half/cuda" "$work/half/cpu" 1e-3 2e-2
 [ "$(calls one cuda gelu_epilogue)" = 0 ] || fail "one: fp32 fused GELU"
