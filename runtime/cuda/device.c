@@ -258,8 +258,21 @@ static void cuda_close_stage(int stage)
     memset(cs, 0, sizeof *cs);
 }
 
-/* The stages sharing a GPU add up; the first stage that does not fit is named with the
- * shortfall, before anything is allocated. A margin is kept for cuBLASLt and the driver. */
+/* Device bytes of the NCCL sender ring stage s will hold for its link to `peer`, if that link
+ * goes over NCCL (another GPU, or another process): channel_capacity messages and their
+ * micro-batch numbers (nccl_transport.c). */
+static int64_t ring_bytes(const pr_program *prog, int s, int peer)
+{
+    if (peer < 0 || peer >= prog->stages || !prog->schedule ||
+        (pinned_gpu < 0 && pr_cuda_gpu_of(s) == pr_cuda_gpu_of(peer)))
+        return 0;
+    int64_t message = (int64_t)prog->micro * prog->context * prog->width * (int64_t)sizeof(float);
+    return (int64_t)prog->schedule->channel_capacity * (message + (int64_t)sizeof(int64_t));
+}
+
+/* The stages sharing a GPU add up, with the NCCL rings they send from; the first stage that
+ * does not fit is named with the shortfall, before anything is allocated. A margin is kept
+ * for cuBLASLt and the driver. */
 static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes, char *err)
 {
     if (cuda_probe(err) < 1)
@@ -288,7 +301,7 @@ static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes,
         size_t free_bytes = free_of[gpu];
         if (stage_bytes[s] == 0) // a stage another process runs: nothing of it is here
             continue;
-        used[gpu] += stage_bytes[s] + margin;
+        used[gpu] += stage_bytes[s] + ring_bytes(prog, s, s + 1) + ring_bytes(prog, s, s - 1) + margin;
         if (used[gpu] > (int64_t)free_bytes)
             return pr_fail(err, "stage %d on GPU %d: needs %.2f GiB (with the stages before it on "
                            "that GPU), %.2f GiB free: short by %.2f GiB", s, gpu,

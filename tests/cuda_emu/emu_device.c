@@ -15,16 +15,9 @@
 #include <string.h>
 
 #include "prt.h"
+#include "simt_table.h"
 
 /* The table tests/cuda_emu/trampolines.sh generates next to the kernels. */
-typedef struct simt_kernel {
-    const char *name;
-    void (*launch)(unsigned grid, unsigned block, void **args);
-    void *(*bind)(void **args); /* tests/cuda_fake's; unused here */
-    void (*run_bound)(void *bound, unsigned grid, unsigned block);
-} simt_kernel;
-extern const simt_kernel simt_kernels[];
-extern const int simt_n_kernels;
 
 typedef void (*launch_fn)(unsigned grid, unsigned block, void **args);
 

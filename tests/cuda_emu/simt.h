@@ -72,10 +72,7 @@ enum { warpSize = 32 };
 #endif
 #define SIMT_MAX_BLOCK 1024
 
-/* Maps a pointer argument (parameter `index`) of a bound launch to host memory; set by a host
- * layer whose device addresses are not host addresses (tests/cuda_fake). NULL: kept as is.
- * Defined in the unit trampolines.sh writes. */
-extern "C" void *(*simt_translate_pointer)(const void *p, int index);
+#include "simt_table.h" /* the table trampolines.sh writes, and simt_translate_pointer */
 
 namespace simt {
 
@@ -429,16 +426,6 @@ inline float __frcp_rn(float x)
 inline float __saturatef(float x)
 {
     return fminf(fmaxf(x, 0.0f), 1.0f);
-}
-
-/* What the generated trampoline table holds (tests/cuda_emu/trampolines.sh). */
-extern "C" {
-typedef struct simt_kernel {
-    const char *name;
-    void (*launch)(unsigned grid, unsigned block, void **args);
-    void *(*bind)(void **args);
-    void (*run_bound)(void *bound, unsigned grid, unsigned block);
-} simt_kernel;
 }
 
 #endif

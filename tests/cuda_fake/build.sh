@@ -33,7 +33,7 @@ mkdir -p "$gen" "$lib" "$obj"
 "$pacic" "$paci" -o "$out/run" || die "$paci: pacic"
 [ -z "${FAKE_SED:-}" ] || sed -i -e "$FAKE_SED" "$gen/stages.cu"
 
-cflags=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -fPIC -I"$cuda/include" -I"$here")
+cflags=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -fPIC -I"$cuda/include" -I"$here" -I"$emu")
 "$emu/trampolines.sh" "$gen/stages.cu" > "$obj/kernels.cpp" || die "trampolines"
 "$cxx" -std=c++17 -O1 -g -fPIC -Wall -Wno-unknown-pragmas -include "$emu/simt.h" -c "$obj/kernels.cpp" \
     -o "$obj/kernels.o" || die "$paci: stages.cu under simt.h"

@@ -23,19 +23,10 @@
 #include <time.h>
 
 #include "fake.h"
+#include "simt_table.h" /* tests/cuda_emu's kernel table, linked in by build.sh */
 
 enum { MAX_GPUS = 16, FAKE_MAGIC = 0x46414b45 };
 
-/* What tests/cuda_emu/trampolines.sh generates next to the kernels (simt.h's simt_kernel). */
-typedef struct simt_kernel {
-    const char *name;
-    void (*launch)(unsigned grid, unsigned block, void **args);
-    void *(*bind)(void **args);
-    void (*run_bound)(void *bound, unsigned grid, unsigned block);
-} simt_kernel;
-extern const simt_kernel simt_kernels[];
-extern const int simt_n_kernels;
-extern void *(*simt_translate_pointer)(const void *p, int index);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* every table below */
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER; /* a queue drained, an event completed */
@@ -52,6 +43,15 @@ void fake_die(const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     abort();
+}
+
+/* Zeroed memory, or the process ends: the fake has no way to report running out. */
+static void *zalloc(size_t bytes)
+{
+    void *p = calloc(1, bytes);
+    if (!p)
+        fake_die("out of memory");
+    return p;
 }
 
 /* ---- counts ---- */
@@ -229,9 +229,7 @@ int fake_stream_gpu(CUstream handle)
 
 static long enqueue_locked(fake_stream *s, void (*run)(void *), void *arg)
 {
-    work *w = malloc(sizeof *w);
-    if (!w)
-        fake_die("out of memory");
+    work *w = zalloc(sizeof *w);
     *w = (work){NULL, run, arg};
     if (s->tail)
         s->tail->next = w;
@@ -359,9 +357,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     if (!primary[dev]) {
-        fake_ctx *c = calloc(1, sizeof *c);
-        if (!c)
-            fake_die("out of memory");
+        fake_ctx *c = zalloc(sizeof *c);
         *c = (fake_ctx){FAKE_MAGIC, dev, 0, 1};
         primary[dev] = c;
         pthread_mutex_unlock(&lock);
@@ -507,9 +503,7 @@ static void run_copy(void *arg)
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
 {
     NEED_CONTEXT();
-    copy_work *c = calloc(1, sizeof *c);
-    if (!c)
-        fake_die("out of memory");
+    copy_work *c = zalloc(sizeof *c);
     int host_side = !(dst & FAKE_TAG) || !(src & FAKE_TAG);
     c->dst = dst & FAKE_TAG ? fake_device_range(dst, bytes, -1, "cuMemcpyAsync destination") : (void *)(uintptr_t)dst;
     c->src = src & FAKE_TAG ? fake_device_range(src, bytes, -1, "cuMemcpyAsync source") : (void *)(uintptr_t)src;
@@ -533,9 +527,7 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream 
 static CUresult memset_async(CUdeviceptr dst, uint32_t value, int value_bytes, size_t n, CUstream stream)
 {
     NEED_CONTEXT();
-    copy_work *c = calloc(1, sizeof *c);
-    if (!c)
-        fake_die("out of memory");
+    copy_work *c = zalloc(sizeof *c);
     *c = (copy_work){fake_device_range(dst, n * (size_t)value_bytes, -1, "cuMemset destination"), NULL,
                      n * (size_t)value_bytes, 1, value_bytes, value};
     pthread_mutex_lock(&lock);
@@ -585,9 +577,7 @@ CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 {
     NEED_CONTEXT();
-    fake_stream *s = calloc(1, sizeof *s);
-    if (!s)
-        fake_die("out of memory");
+    fake_stream *s = zalloc(sizeof *s);
     *s = (fake_stream){.magic = FAKE_MAGIC, .gpu = current->gpu, .alive = 1, .flags = flags, .ctx = current};
     s->seed = (unsigned)(uintptr_t)s ^ (unsigned)n_streams;
     pthread_cond_init(&s->wake, NULL);
@@ -687,9 +677,7 @@ static fake_event *event_of(CUevent handle)
 CUresult cuEventCreate(CUevent *out, unsigned int flags)
 {
     NEED_CONTEXT();
-    fake_event *e = calloc(1, sizeof *e);
-    if (!e)
-        fake_die("out of memory");
+    fake_event *e = zalloc(sizeof *e);
     *e = (fake_event){.magic = FAKE_MAGIC, .alive = 1, .flags = flags, .ctx = current};
     *out = (CUevent)e;
     fake_count("cuEventCreate");
@@ -709,9 +697,7 @@ CUresult cuEventDestroy(CUevent handle)
 CUresult cuEventRecord(CUevent handle, CUstream stream)
 {
     NEED_CONTEXT();
-    record_work *r = malloc(sizeof *r);
-    if (!r)
-        fake_die("out of memory");
+    record_work *r = zalloc(sizeof *r);
     pthread_mutex_lock(&lock);
     fake_event *e = event_of(handle);
     fake_stream *s;
@@ -741,9 +727,7 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent handle, unsigned int flags)
     fake_stream *s;
     CUresult res = stream_of(stream, &s);
     if (res == CUDA_SUCCESS && e->recorded > 0) {
-        record_work *r = malloc(sizeof *r);
-        if (!r)
-            fake_die("out of memory");
+        record_work *r = zalloc(sizeof *r);
         *r = (record_work){e, e->recorded};
         enqueue_locked(s, run_wait, r);
     }
@@ -808,9 +792,7 @@ CUresult cuModuleLoadData(CUmodule *out, const void *image)
         return CUDA_ERROR_INVALID_VALUE;
     if (memcmp(image, "\177ELF", 4) != 0 && !strstr((const char *)image, ".version"))
         return CUDA_ERROR_INVALID_IMAGE;
-    fake_module *m = calloc(1, sizeof *m);
-    if (!m)
-        fake_die("out of memory");
+    fake_module *m = zalloc(sizeof *m);
     *m = (fake_module){FAKE_MAGIC, 1, current};
     *out = (CUmodule)m;
     fake_count("cuModuleLoadData");
@@ -835,9 +817,7 @@ CUresult cuModuleGetFunction(CUfunction *out, CUmodule handle, const char *name)
         return CUDA_ERROR_INVALID_HANDLE;
     for (int k = 0; k < simt_n_kernels; k++) {
         if (strcmp(simt_kernels[k].name, name) == 0) {
-            fake_function *f = calloc(1, sizeof *f);
-            if (!f)
-                fake_die("out of memory");
+            fake_function *f = zalloc(sizeof *f);
             *f = (fake_function){FAKE_MAGIC, k, m};
             *out = (CUfunction)f;
             return CUDA_SUCCESS;
@@ -893,9 +873,7 @@ CUresult cuLaunchKernel(CUfunction handle, unsigned gx, unsigned gy, unsigned gz
     pthread_mutex_unlock(&lock);
     if (res != CUDA_SUCCESS)
         return res;
-    launch_work *l = malloc(sizeof *l);
-    if (!l)
-        fake_die("out of memory");
+    launch_work *l = zalloc(sizeof *l);
     binding_gpu = gpu;
     binding_kernel = f->kernel;
     simt_translate_pointer = translate_argument;
