@@ -204,6 +204,12 @@ small() {
                                                       printf "%.1f%%", 100 * t * f / (r * 1e12) }')
     fi
     figure "GPT-2 Small 1 stage tokens/s (steps 2-6)" "$tokps" "./run --device cuda (examples/gpt2-small.paci, stages 1)"
+    # bf16 asks cuBLASLt for GELU in its epilogues; GELU's own kernels run only where it has none.
+    local gelu
+    gelu=$(awk '$1 == "op" && ($5 == "gelu_forward" || $5 == "gelu_backward") { n += $7 }
+                END { print (n == 0 ? "fused into cuBLASLt epilogues" : "apart: " n " GELU kernel launches") }' \
+           "$dir/small.profile")
+    figure "GPT-2 Small GELU" "$gelu" "op lines of small.profile (gelu_forward, gelu_backward calls)"
     figure "GPT-2 Small share of measured bf16 rate" "$share" "6N+6LTC FLOPs/token x tokens/s / matmul rate"
 }
 
