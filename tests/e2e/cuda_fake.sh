@@ -48,10 +48,12 @@ calls() {
 }
 
 # case_model NAME STAGES SCHEDULE ATTENTION [PRECISION]: a 6-step model with an evaluation at
-# step 3, built with its fake CUDA stack.
+# step 3, one layer per stage (at least 2: the emulated kernels dominate the test's time),
+# built with its fake CUDA stack.
 case_model() {
     small_model "$1" "$2" "$3" 2 6 3
-    sed -i "s/^train {/train {\n    attention $4\n    precision ${5:-fp32}/" "$work/$1.paci"
+    sed -i -e "s/^train {/train {\n    attention $4\n    precision ${5:-fp32}/" \
+        -e "s/layers 4;/layers $(($2 > 2 ? $2 : 2));/" "$work/$1.paci"
     fake_build "$1"
 }
 
@@ -72,7 +74,7 @@ echo "one: $(calls one cuda cuLaunchKernel) launches; $fused products, $unfused 
 # bf16: GELU and its gradient fuse into cuBLASLt's epilogues, and must train as the same GPU
 # run with GELU's own kernels (FAKE_CUBLASLT_NO_GELU=1; the fake's GELU uses the kernels'
 # float expressions). Against the CPU, which computes bf16 runs in fp32, only loosely: the
-# GPU rounds the products' inputs to bf16 (tests/gpu/check.sh allows 2e-2 on a GPU).
+# GPU rounds the products' inputs to bf16: 1e-2 (tests/gpu/check.sh allows 2e-2 on a GPU).
 case_model half 1 paci flash bf16
 on half cuda 1 --device cuda || fail "half: --device cuda"
 [ "$(calls half cuda gelu_epilogue)" -gt 0 ] && [ "$(calls half cuda dgelu_epilogue)" -gt 0 ] ||
@@ -87,7 +89,7 @@ cmp "$work/half/apart/ckpt/step_00000006/model.bin" "$work/half/refused/ckpt/ste
 grep -q "^run: note: stage 0: cuBLASLt refused the GELU epilogue for .*; computing the epilogue apart$" \
     "$work/half/refused/err.txt" || fail "half: no notice for the refused epilogue: $(cat "$work/half/refused/err.txt")"
 on half cpu 1 --device cpu || fail "half: --device cpu"
-compare_devices "bf16 GPU vs the CPU's fp32" "$work/half/cuda" "$work/half/cpu" 1e-3 2e-2
+compare_devices "bf16 GPU vs the CPU's fp32" "$work/half/cuda" "$work/half/cpu" 1e-2 2e-2
 [ "$(calls one cuda gelu_epilogue)" = 0 ] || fail "one: fp32 fused GELU"
 
 # Two stages on one GPU: in-process host channels.
