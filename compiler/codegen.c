@@ -145,6 +145,22 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     lay->probs_offset = sp->has_head ? layout_offset(a, "ACT_PROBS") : 0;
 }
 
+/* The plan sizes memory with formulas (plan.c); the blocks codegen lays out must be what they
+ * count, up to the entries' padding, or --explain and the memory errors would be wrong. */
+static void check_plan_sizes(const Config *cfg, const Plan *plan)
+{
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        StageLayout lay;
+        stage_layout(cfg, sp, &lay);
+        long act_pad = (lay.acts.n + (long)lay.layer_acts.n * sp->n_layers) * LAYOUT_ALIGN_FLOATS;
+        if (labs(lay.scratch.total - sp->scratch_floats) > lay.scratch.n * LAYOUT_ALIGN_FLOATS ||
+            labs(lay.acts.total - sp->act_bytes / 4) > act_pad)
+            ICE("stage %d: the plan counts %ld scratch and %ld activation floats, the layout %ld and %ld", s,
+                sp->scratch_floats, sp->act_bytes / 4, lay.scratch.total, lay.acts.total);
+    }
+}
+
 static void tensor_add(TensorInfo *out, int *n, const char *name, const char *ckpt,
                        long ckpt_offset, long offset, long size, bool decay, const char *init)
 {
@@ -464,6 +480,7 @@ bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, con
         fprintf(stderr, "pacic: error: cannot create %s: %s\n", dir, strerror(errno));
         return false;
     }
+    check_plan_sizes(cfg, plan);
     ModelOps ops;
     model_ops_build(cfg, &ops);
     bool ok = !cfg->cuda || cuda_write(cfg, plan, dir);

@@ -225,10 +225,13 @@ typedef struct StagePlan {
     double bwd_flops;
     long msg_bytes;         /* one activation (or gradient) message to the neighbour */
     long act_bytes;         /* one activation slot */
+    long scratch_floats;    /* the backward's scratch block (stage_layout's S_ entries) */
     int slots;              /* activation slots the schedule needs */
     int stash;              /* stashed weight copies (PipeDream) */
-    /* memory by kind, bytes, for the chosen precision */
-    long mem_weights, mem_grads, mem_optim, mem_acts, mem_stash, mem_total;
+    /* memory by kind, bytes, for the chosen precision; mem_work: the scratch block, the
+     * runtime's input and gradient buffers at the stage's edges (2 x B T C floats) and each
+     * slot's token ids, targets and losses */
+    long mem_weights, mem_grads, mem_optim, mem_acts, mem_stash, mem_work, mem_total;
 } StagePlan;
 
 typedef struct Plan {

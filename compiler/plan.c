@@ -30,6 +30,7 @@ typedef struct ModelCounts {
     double layer_params, embed_params, head_params;
     double layer_fwd, embed_fwd, head_fwd;     /* FLOPs per micro-batch */
     double layer_acts, input_acts, head_acts;  /* elements per slot */
+    double scratch;                            /* elements of the backward's scratch */
     int act_bytes, weight_bytes;               /* bytes per element */
 } ModelCounts;
 
@@ -47,7 +48,9 @@ static ModelCounts model_counts(const Config *cfg)
     /* what stage_layout gives a layer: the matmul attention adds its T x T workspace */
     m.layer_acts = tokens * (16 * C + 4 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.input_acts = tokens * C;
-    m.head_acts = tokens * (C + 2) + tokens * V + tokens;
+    m.head_acts = tokens * (C + 2) + tokens * V; /* the losses are the runtime's: mem_work */
+    /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
+    m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
     // The runtime stores every tensor in fp32 on both devices: precision bf16 rounds the
     // inputs of the matrix products on the tensor cores, and keeps no bf16 copies.
     m.act_bytes = 4;
@@ -147,7 +150,13 @@ void plan_layout(const Config *cfg, Plan *plan)
         sp->mem_optim = sp->params * 8;
         sp->mem_acts = sp->act_bytes * sp->slots;
         sp->mem_stash = sp->params * m.weight_bytes * (long)sp->stash;
-        sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash;
+        sp->scratch_floats = (long)m.scratch;
+        // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot
+        // int32 tokens and targets and float losses per token
+        double tokens = (double)cfg->micro * cfg->context;
+        sp->mem_work = (long)((m.scratch + 2 * m.input_acts) * 4 + sp->slots * tokens * 12);
+        sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
+                        sp->mem_work;
         plan->total_params += sp->params;
     }
     /* Every layer is on exactly one stage, in order: a wrong split is a compiler bug here. */
@@ -196,11 +205,11 @@ bool plan_build(const Config *cfg, Plan *plan)
             continue;
         double over = (double)sp->mem_total - cfg->device_memory;
         char *msg = xasprintf("stage %d needs %.2f GiB (weights %.2f, gradients %.2f, optimizer %.2f, "
-                              "activations %d x %.2f, stash %.2f), %.0f bytes (%.2f GiB) more than the "
-                              "device's %.2f GiB",
+                              "activations %d x %.2f, stash %.2f, working %.2f), %.0f bytes (%.2f GiB) more "
+                              "than the device's %.2f GiB",
                               s, gib(sp->mem_total), gib(sp->mem_weights), gib(sp->mem_grads),
                               gib(sp->mem_optim), sp->slots, gib(sp->act_bytes), gib(sp->mem_stash),
-                              over, gib(over), gib(cfg->device_memory));
+                              gib(sp->mem_work), over, gib(over), gib(cfg->device_memory));
         if (cfg->src) {
             Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;
             error_at(cfg->src, at, "%s", msg);
@@ -221,11 +230,12 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
         const StagePlan *sp = &plan->stage[s];
         fprintf(out,
                 "stage %d: layers %d..%d%s%s params %ld fwd %.4g bwd %.4g FLOP msg %ld B "
-                "slot %ld B x %d stash %d | weights %ld grads %ld optim %ld acts %ld stash %ld total %ld\n",
+                "slot %ld B x %d stash %d | weights %ld grads %ld optim %ld acts %ld stash %ld work %ld "
+                "total %ld\n",
                 s, sp->first_layer, sp->first_layer + sp->n_layers - 1,
                 sp->has_embed ? " +embed" : "", sp->has_head ? " +head" : "", sp->params,
                 sp->fwd_flops, sp->bwd_flops, sp->msg_bytes, sp->act_bytes, sp->slots, sp->stash,
                 sp->mem_weights, sp->mem_grads, sp->mem_optim, sp->mem_acts, sp->mem_stash,
-                sp->mem_total);
+                sp->mem_work, sp->mem_total);
     }
 }

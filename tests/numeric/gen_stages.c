@@ -1,5 +1,5 @@
 /* gen_stages: writes the generated sources of a tiny GPT-2 for the numeric tests, driving
- * codegen_write directly with a hand-built Config and an even layer split (no DSL, no
+ * codegen_write directly with a hand-built Config and the planner's layer split (no DSL, no
  * schedule: the table is empty, the harness runs the stages itself).
  *
  *   gen_stages DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED [flash|matmul]
@@ -32,15 +32,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "gen_stages: need 1 <= stages <= layers\n");
         return EXIT_USER;
     }
-    Plan plan = {.stages = cfg.stages};
-    for (int s = 0, first = 0; s < cfg.stages; s++) {
-        StagePlan *sp = &plan.stage[s];
-        sp->first_layer = first;
-        sp->n_layers = cfg.layers / cfg.stages + (s < cfg.layers % cfg.stages);
-        sp->has_embed = s == 0;
-        sp->has_head = s == cfg.stages - 1;
-        first += sp->n_layers;
-    }
+    Plan plan;
+    plan_layout(&cfg, &plan); // the planner's split and sizes, which codegen checks its layout against
     paci_table table = {.schedule = cfg.schedule, .stages = cfg.stages, .window = 1,
                         .total_steps = 1, .segment_steps = 1, .n_programs = 1};
     return codegen_write(&cfg, &plan, &table, argv[1]) ? 0 : EXIT_INTERNAL;
