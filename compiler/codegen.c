@@ -36,6 +36,13 @@ static void layout_add(Layout *l, const char *name, long size, const char *doc)
     l->total += (size + LAYOUT_ALIGN_FLOATS - 1) / LAYOUT_ALIGN_FLOATS * LAYOUT_ALIGN_FLOATS;
 }
 
+/* Under bf16, the bf16 copy of an n-element tensor a product reads (in floats: half as many). */
+static void layout_add_bf16(Layout *l, const Config *cfg, const char *name, long n, const char *doc)
+{
+    if (cfg->precision == PREC_BF16)
+        layout_add(l, name, (n + 1) / 2, doc);
+}
+
 long layout_offset(const Layout *l, const char *name)
 {
     for (int i = 0; i < l->n; i++)
@@ -101,6 +108,11 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
     layout_add(la, "A_FC_GELU", BT * 4 * C, "GELU output");
     layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+    layout_add_bf16(la, cfg, "A_LN1_H", BT * C, "A_LN1 in bf16 (the GPU's product operand)");
+    if (cfg->attention == ATTN_FLASH)
+        layout_add_bf16(la, cfg, "A_ATTY_H", BT * C, "A_ATTY in bf16");
+    layout_add_bf16(la, cfg, "A_LN2_H", BT * C, "A_LN2 in bf16");
+    layout_add_bf16(la, cfg, "A_FC_GELU_H", BT * 4 * C, "A_FC_GELU in bf16");
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
@@ -123,6 +135,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
         layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
         layout_add(a, "ACT_PROBS", BT * V, "probabilities (the backward turns them into dlogits)");
+        layout_add_bf16(a, cfg, "ACT_LNF_H", BT * C, "ACT_LNF in bf16");
     }
 
     Layout *s = &lay->scratch;
@@ -137,6 +150,12 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     } else {
         layout_add(s, "S_ATT_DELTA", B * NH * T, "d(attention output) . attention output, per row");
     }
+    layout_add_bf16(s, cfg, "S_DRES_H", BT * C, "S_DRES in bf16 (the GPU's product operand)");
+    layout_add_bf16(s, cfg, "S_DFC_H", BT * 4 * C, "S_DFC in bf16");
+    if (cfg->attention == ATTN_FLASH)
+        layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
+    if (sp->has_head)
+        layout_add_bf16(s, cfg, "S_DLOGITS_H", BT * V, "dlogits in bf16");
 
     lay->in_offset = layout_offset(a, "ACT_INPUT");
     lay->out_offset = sp->n_layers > 0
@@ -247,6 +266,16 @@ static void PRINTF_LIKE(4, 5) plain_op(OpList *l, OpKind kind, const char *comme
 
 #define GEMM(list, comment, ...) plain_op(list, OP_GEMM, comment, __VA_ARGS__)
 
+/* Marks the last op, a matrix product, as reading the bf16 copies "a_h, b_h" of its operands
+ * on the GPU under bf16. */
+static void operands_h(OpList *l, const char *copies)
+{
+    Op *op = &l->ops[l->n - 1];
+    if (op->kind != OP_GEMM)
+        ICE("bf16 operands on an op that is not a matrix product");
+    op->operands_h = xstrdup(copies);
+}
+
 /* A matrix product whose rows then get `bias` added: beta must be 0. */
 static void gemm_bias(OpList *l, const char *comment, const char *args, const char *bias)
 {
@@ -283,6 +312,9 @@ static void heads_end(OpList *l)
     plain_op(l, OP_END, "end of the loop", "%s", "");
     plain_op(l, OP_END, "end of the loop", "%s", "");
 }
+
+/* The bf16 copy at offset `name` of base `base` (kernel arguments: NULL on the CPU). */
+#define COPY(base, name) "BF16_COPY(" base " + " name ")"
 
 /* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
  * softmax is the only elementwise part. */
@@ -339,71 +371,96 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
 
     l = &ops->block_fwd;
     kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)",
-              "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, p + P_LN1B");
+              "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, p + P_LN1B, " COPY("a", "A_LN1_H"));
     gemm_bias(l, "qkv = ln1 qkvw^T + qkvb", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C",
               "p + P_QKVB");
-    if (cfg->attention == ATTN_FLASH)
+    operands_h(l, "a + A_LN1_H, ph + P_QKVW");
+    bool flash = cfg->attention == ATTN_FLASH;
+    if (flash)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
-                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV");
+                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " COPY("a", "A_ATTY_H"));
     else
         matmul_attention_forward(l);
     gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
               "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C", "p + P_ATTPROJB");
+    if (flash) // the matmul attention's output comes from per-head products: no bf16 copy
+        operands_h(l, "a + A_ATTY_H, ph + P_ATTPROJW");
     kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
-              "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B");
+              "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B, "
+              COPY("a", "A_LN2_H"));
     gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
               "p + P_FCB");
+    operands_h(l, "a + A_LN2_H, ph + P_FCW");
     gelu_follows(l, EPI_GELU, "a + A_FC_GELU");
-    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU");
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " COPY("a", "A_FC_GELU_H"));
     gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
               "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
               "p + P_FCPROJB");
+    operands_h(l, "a + A_FC_GELU_H, ph + P_FCPROJW");
     kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "a + A_RESID3, a + A_RESID2");
 
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
-              "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB");
+              "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
+              COPY("acts", "ACT_LNF_H"));
     GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, V");
+    operands_h(l, "acts + ACT_LNF_H, params_h + PARAM_LM_HEAD");
     kernel_op(l, "softmax_xent_forward", "probabilities and per-token losses", "acts + ACT_PROBS, losses, targets");
 
     l = &ops->head_bwd;
-    kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities", "acts + ACT_PROBS, targets, dloss");
+    kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities",
+              "acts + ACT_PROBS, targets, dloss, " COPY("scratch", "S_DLOGITS_H"));
     GEMM(l, "d lm_head += dlogits^T lnf",
          "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, V, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    operands_h(l, "scratch + S_DLOGITS_H, acts + ACT_LNF_H");
     GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, V, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    operands_h(l, "scratch + S_DLOGITS_H, params_h + PARAM_LM_HEAD");
     plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
     kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
               "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
-              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD");
+              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
 
     l = &ops->block_bwd;
     kernel_op(l, "bias_backward", "d fcprojb", "g + P_FCPROJB, s + S_DRES, C");
     GEMM(l, "d fcprojw += dres^T gelu",
          "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
+    operands_h(l, "s + S_DRES_H, a + A_FC_GELU_H");
     GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, p + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
+    operands_h(l, "s + S_DRES_H, ph + P_FCPROJW");
     gelu_follows(l, EPI_DGELU, "a + A_FC_PRE");
-    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE");
+    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE, " COPY("s", "S_DFC_H"));
     kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
     GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
+    operands_h(l, "s + S_DFC_H, a + A_LN2_H");
     GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, p + P_FCW, C, 0.0f, s + S_DLN, C");
+    operands_h(l, "s + S_DFC_H, ph + P_FCW");
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
-              "s + S_DRES, g + P_LN2W, g + P_LN2B, s + S_DLN, a + A_RESID2, p + P_LN2W, a + A_LN2_MEAN, a + A_LN2_RSTD");
+              "s + S_DRES, g + P_LN2W, g + P_LN2B, s + S_DLN, a + A_RESID2, p + P_LN2W, a + A_LN2_MEAN, a + A_LN2_RSTD, "
+              COPY("s", "S_DRES_H"));
     kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
     GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
+    if (flash)
+        operands_h(l, "s + S_DRES_H, a + A_ATTY_H");
     GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
-    if (cfg->attention == ATTN_FLASH) {
+    operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
+    if (flash) {
         kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
-                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE");
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
         kernel_op(l, "attention_backward_key", "d k, d v",
-                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE");
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
     } else {
         matmul_attention_backward(l);
     }
     kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
     GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
+    if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
+        operands_h(l, "s + S_DQKV_H, a + A_LN1_H");
     GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
+    if (flash)
+        operands_h(l, "s + S_DQKV_H, ph + P_QKVW");
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
-              "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD");
+              "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD, "
+              COPY("s", "S_DRES_H"));
 
     l = &ops->embed_bwd;
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
@@ -415,6 +472,7 @@ static void op_list_free(OpList *l)
         free(l->ops[i].args);
         free(l->ops[i].bias);
         free(l->ops[i].epilogue_arg);
+        free(l->ops[i].operands_h);
         free(l->ops[i].comment);
     }
     free(l->ops);

@@ -349,6 +349,8 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "#define ROW_SUM(x) (x)");
     emit_line(sb, "#define ROW_MAX(x) (x)");
     emit_line(sb, "#define LEAD 1");
+    emit_line(sb, "/* The bf16 copies of product operands are the GPU path's: here kernels get none. */");
+    emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
     blank_line(sb);
     emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER. */");
     emit_layout(sb, &lay.layer_params);
@@ -477,7 +479,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "adamw(args->params + t->offset, args->grads + t->offset, args->m + t->offset, "
                   "args->v + t->offset, t->size,");
     emit_line(sb, "      args->lr, t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, args->grad_scale, "
-                  "beta1_correction, beta2_correction);");
+                  "beta1_correction, beta2_correction, NULL);");
     emit_line(sb, "OP_END(OPS_adamw);");
     emit_close(sb, "");
     emit_close(sb, "");
@@ -634,6 +636,7 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
             emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args);", s);
             emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args);", s);
             emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args);", s);
+            emit_line(sb, "void pr_stage_%d_cuda_weight_copy(const float *params, pr_bf16 *params_h);", s);
         }
     }
     blank_line(sb);
@@ -674,8 +677,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         sb->indent++;
         for (int s = 0; s < plan->stages; s++)
             emit_line(sb, "{%d, pr_cuda_images, %d, pr_cuda_kernel_names, pr_stage_%d_cuda_forward, "
-                          "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw},", cuda_arch_count,
-                      kernel_desc_count, s, s, s);
+                          "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy},",
+                      cuda_arch_count, kernel_desc_count, s, s, s, s);
         sb->indent--;
         emit_line(sb, "};");
         blank_line(sb);
@@ -708,7 +711,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, ".stage = stages,");
     emit_line(sb, ".schedule = &schedule,");
     if (cfg->cuda)
-        emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda,");
+        emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda, .bf16_operands = %d,",
+                  cfg->precision == PREC_BF16);
     sb->indent--;
     emit_line(sb, "};");
 }

@@ -98,6 +98,15 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "#define ROW_SUM(x) warp_sum(x)");
     emit_line(sb, "#define ROW_MAX(x) warp_max(x)");
     emit_line(sb, "#define LEAD (lane == 0)");
+    emit_line(sb, "/* bf16 copies of product operands: the upper half of a float, rounded to nearest even. */");
+    emit_line(sb, "typedef unsigned short pr_bf16;");
+    emit_line(sb, "__device__ __forceinline__ pr_bf16 pr_to_bf16(float x)");
+    emit_line(sb, "{");
+    emit_line(sb, "    unsigned u = __float_as_uint(x);");
+    emit_line(sb, "    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */");
+    emit_line(sb, "        return (pr_bf16)((u >> 16) | 0x40u);");
+    emit_line(sb, "    return (pr_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);");
+    emit_line(sb, "}");
     emit_line(sb, "__device__ __forceinline__ float warp_sum(float v)");
     emit_line(sb, "{");
     emit_line(sb, "    for (int offset = %d; offset > 0; offset /= 2)", CUDA_WARP / 2);
@@ -197,9 +206,28 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
     emit_close(sb, "");
 }
 
+/* A product's arguments for the GPU: "inputs, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+ * ldc" with a and b its bf16 copies when it has them under bf16 (enum pr_gemm_inputs). */
+static char *gemm_args(const Op *op, bool bf16)
+{
+    if (!bf16 || !op->operands_h)
+        return xasprintf("CUDA_INPUTS, %s", op->args);
+    char args[16][128], copies[2][128];
+    int n = split_list(op->args, args, 16);
+    if (n != 13 || split_list(op->operands_h, copies, 2) != 2)
+        ICE("a product with %d arguments and bf16 operands '%s'", n, op->operands_h);
+    snprintf(args[6], sizeof args[6], "%s", copies[0]);
+    snprintf(args[8], sizeof args[8], "%s", copies[1]);
+    StrBuf sb = {0};
+    sb_puts(&sb, "PR_GEMM_BF16");
+    for (int i = 0; i < n; i++)
+        sb_printf(&sb, ", %s", args[i]);
+    return sb.data;
+}
+
 /* One op; a timed op (number `index` of the section, as in the CPU half) is wrapped in
  * OP_BEGIN/OP_END, which record CUDA events on the compute stream while profiling. */
-static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int index)
+static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int index, bool bf16)
 {
     emit_line(sb, "/* %s */", op->comment);
     if (op_is_timed(op))
@@ -208,12 +236,15 @@ static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int inde
     case OP_KERNEL:
         emit_cuda_launch(sb, op);
         break;
-    case OP_GEMM:
+    case OP_GEMM: {
+        char *args = gemm_args(op, bf16);
         if (op->bias)
-            emit_line(sb, "pr_cuda_gemm_bias(CUDA_STAGE, CUDA_BF16, %s, %s);", op->args, op->bias);
+            emit_line(sb, "pr_cuda_gemm_bias(CUDA_STAGE, %s, %s);", args, op->bias);
         else
-            emit_line(sb, "pr_cuda_gemm(CUDA_STAGE, CUDA_BF16, %s);", op->args);
+            emit_line(sb, "pr_cuda_gemm(CUDA_STAGE, %s);", args);
+        free(args);
         break;
+    }
     case OP_ZERO:
         emit_line(sb, "pr_cuda_zero(CUDA_STAGE, %s);", op->args);
         break;
@@ -231,9 +262,22 @@ static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int inde
         emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
 }
 
+/* A launch of to_bf16, the bf16 copy of count floats at src where no kernel writes it: the
+ * statements of a block the caller opens. */
+static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const char *count)
+{
+    emit_line(sb, "const float *x = %s;", src);
+    emit_line(sb, "pr_bf16 *out = (pr_bf16 *)(%s);", dst);
+    emit_line(sb, "long n = %s;", count);
+    emit_line(sb, "void *args[] = {&x, &out, &n};");
+    emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_to_bf16, n, CUDA_BLOCK, args);");
+}
+
 /* A product (op `index`) and the GELU op after it, in one cuBLASLt call with the GELU in the
  * epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_bias_gelu and
- * pr_cuda_gemm_dgelu return 0 without one, having queued nothing: then both ops run apart). */
+ * pr_cuda_gemm_dgelu return 0 without one, having queued nothing: then both ops run apart).
+ * The GELU kernels write the bf16 copy of their result; after a fused product a to_bf16
+ * launch does (cuBLASLt's epilogue writes the fp32 result only). */
 static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const char *section, int index)
 {
     const char *want = gemm->epilogue == EPI_GELU ? "gelu_forward" : "gelu_backward";
@@ -241,20 +285,28 @@ static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const ch
         ICE("a GELU epilogue that is not a product followed by %s", want);
     emit_line(sb, "/* %s; the next op in cuBLASLt's epilogue where it fuses */", gemm->comment);
     emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
+    char *args = gemm_args(gemm, true);
     if (gemm->epilogue == EPI_GELU) {
-        emit_line(sb, "int fused_%d = pr_cuda_gemm_bias_gelu(CUDA_STAGE, CUDA_BF16, %s, %s, %s);", index, gemm->args,
-                  gemm->bias, gemm->epilogue_arg);
-        emit_line(sb, "if (!fused_%d)", index);
-        emit_line(sb, "    pr_cuda_gemm_bias(CUDA_STAGE, CUDA_BF16, %s, %s);", gemm->args, gemm->bias);
-    } else {
-        emit_line(sb, "int fused_%d = pr_cuda_gemm_dgelu(CUDA_STAGE, CUDA_BF16, %s, %s);", index, gemm->args,
+        emit_line(sb, "int fused_%d = pr_cuda_gemm_bias_gelu(CUDA_STAGE, %s, %s, %s);", index, args, gemm->bias,
                   gemm->epilogue_arg);
         emit_line(sb, "if (!fused_%d)", index);
-        emit_line(sb, "    pr_cuda_gemm(CUDA_STAGE, CUDA_BF16, %s);", gemm->args);
+        emit_line(sb, "    pr_cuda_gemm_bias(CUDA_STAGE, %s, %s);", args, gemm->bias);
+    } else {
+        emit_line(sb, "int fused_%d = pr_cuda_gemm_dgelu(CUDA_STAGE, %s, %s);", index, args, gemm->epilogue_arg);
+        emit_line(sb, "if (!fused_%d)", index);
+        emit_line(sb, "    pr_cuda_gemm(CUDA_STAGE, %s);", args);
     }
+    free(args);
     emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
     emit_open(sb, "if (!fused_%d)", index);
-    emit_cuda_op(sb, gelu, section, index + 1);
+    emit_cuda_op(sb, gelu, section, index + 1, true);
+    emit_close(sb, " else {");
+    sb->indent++;
+    // the GELU op's arguments: (pre, act, act_h) forward, (dact, pre, dact_h) backward
+    char items[3][128];
+    if (split_list(gelu->args, items, 3) != 3 || strncmp(items[2], "BF16_COPY(", 10) != 0)
+        ICE("GELU op arguments '%s' without a bf16 copy", gelu->args);
+    emit_to_bf16(sb, gemm->epilogue == EPI_GELU ? items[1] : items[0], items[2], "(long)BT * 4 * C");
     emit_close(sb, "");
 }
 
@@ -275,7 +327,7 @@ static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, 
             i++;
             continue;
         }
-        emit_cuda_op(sb, op, name, timed);
+        emit_cuda_op(sb, op, name, timed, bf16);
         timed += op_is_timed(op);
     }
     emit_close(sb, "");
@@ -286,57 +338,82 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
 {
     const StagePlan *sp = &plan->stage[s];
     bool bf16 = cfg->precision == PREC_BF16;
+    StageLayout lay;
+    stage_layout(cfg, sp, &lay);
     sb_puts(sb, "/* ---- The GPU path: the same sections as launches on the stage's compute stream; every\n"
                 " * pointer is device memory. Kernels are indexed in the module's list (cuda_images.c). */\n\n");
-    emit_line(sb, "enum { CUDA_STAGE = %d, CUDA_BLOCK = %d, CUDA_BF16 = %d };", s, CUDA_BLOCK,
-              cfg->precision == PREC_BF16);
+    emit_line(sb, "enum { CUDA_STAGE = %d, CUDA_BLOCK = %d, CUDA_INPUTS = %s };", s, CUDA_BLOCK,
+              bf16 ? "PR_GEMM_FP32_TC" : "PR_GEMM_FP32");
+    if (bf16) {
+        emit_line(sb, "/* Products read bf16 copies where they have them (ph, params_h: the weights'); the");
+        emit_line(sb, " * kernels that produce an operand write its copy too. */");
+        emit_line(sb, "#undef BF16_COPY");
+        emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)(p))");
+    }
     StrBuf names = {0};
     for (int i = 0; i < kernel_desc_count; i++)
         sb_printf(&names, "%sK_%s", i ? ", " : "", kernel_descs[i].name);
-    emit_line(sb, "enum { %s };", names.data);
+    emit_line(sb, "enum { %s };", names.data ? names.data : "");
     sb_free(&names);
     sb_puts(sb, "\n");
+    // Under bf16 the sections that run products also take the weights' bf16 copy.
+    const char *ph = bf16 ? "const pr_bf16 *ph, " : "", *params_h = bf16 ? "const pr_bf16 *params_h, " : "";
     if (sp->has_embed)
         emit_cuda_section(sb, "embed_forward", "const float *params, float *acts, const int *tokens",
                           &ops->embed_fwd, bf16);
-    emit_cuda_section(sb, "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd, bf16);
+    char *params = xasprintf("const float *p, %sfloat *a, const float *x", ph);
+    emit_cuda_section(sb, "block_forward", params, &ops->block_fwd, bf16);
+    free(params);
     if (sp->has_head) {
-        emit_cuda_section(sb, "head_forward", "const float *params, float *acts, const float *x, "
-                                              "const int *targets, float *losses", &ops->head_fwd, bf16);
-        emit_cuda_section(sb, "head_backward", "const float *params, float *grads, float *acts, "
-                                               "const float *x, float *scratch, const int *targets, float dloss",
-                          &ops->head_bwd, bf16);
+        params = xasprintf("const float *params, %sfloat *acts, const float *x, const int *targets, float *losses",
+                           params_h);
+        emit_cuda_section(sb, "head_forward", params, &ops->head_fwd, bf16);
+        free(params);
+        params = xasprintf("const float *params, %sfloat *grads, float *acts, const float *x, float *scratch, "
+                           "const int *targets, float dloss", params_h);
+        emit_cuda_section(sb, "head_backward", params, &ops->head_bwd, bf16);
+        free(params);
     }
-    emit_cuda_section(sb, "block_backward", "const float *p, float *g, const float *a, const float *x, float *s",
-                      &ops->block_bwd, bf16);
+    params = xasprintf("const float *p, %sfloat *g, const float *a, const float *x, float *s", ph);
+    emit_cuda_section(sb, "block_backward", params, &ops->block_bwd, bf16);
+    free(params);
     if (sp->has_embed)
         emit_cuda_section(sb, "embed_backward", "float *grads, const float *scratch, const int *tokens",
                           &ops->embed_bwd, bf16);
 
+    const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";
+    const char *stage_h = bf16 ? "args->params_h, " : "";
     emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
     open_brace(sb);
     if (sp->has_embed)
         emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
-    emit_line(sb, "cuda_block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
-                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));");
+    emit_line(sb, "cuda_block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
+                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));", layer_h);
     emit_close(sb, "");
     if (sp->has_head)
-        emit_line(sb, "cuda_head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, "
-                      "args->losses);");
+        emit_line(sb, "cuda_head_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets, "
+                      "args->losses);", stage_h);
     emit_close(sb, "");
     sb_puts(sb, "\n");
 
     emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
     open_brace(sb);
-    if (sp->has_head)
-        emit_line(sb, "cuda_head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->loss_scale / (float)BT);");
-    else
+    if (sp->has_head) {
+        emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->loss_scale / (float)BT);", stage_h);
+    } else {
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
+        if (bf16) {
+            emit_line(sb, "/* the received gradient's bf16 copy, for the last layer's products */");
+            open_brace(sb);
+            emit_to_bf16(sb, "args->scratch + S_DRES", "args->scratch + S_DRES_H", "(long)BT * C");
+            emit_close(sb, "");
+        }
+    }
     emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
-    emit_line(sb, "cuda_block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,");
+    emit_line(sb, "cuda_block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
+                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", layer_h);
     emit_line(sb, "                    args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
                   "args->scratch);");
     emit_close(sb, "");
@@ -347,7 +424,8 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_close(sb, "");
     sb_puts(sb, "\n");
 
-    emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments (see docs/gpu.md). */");
+    emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments%s (see docs/gpu.md). */",
+              bf16 ? ", and the weights' bf16 copy written back" : "");
     emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
     open_brace(sb);
     // The same doubles as the CPU AdamW, so both paths use the same corrections.
@@ -357,15 +435,26 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
     emit_line(sb, "float *param = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;");
     emit_line(sb, "const float *grad = args->grads + t->offset;");
+    emit_line(sb, "pr_bf16 *param_h = args->params_h ? args->params_h + t->offset : NULL;");
     emit_line(sb, "long n = (long)t->size;");
     emit_line(sb, "float lr = args->lr, weight_decay = t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, "
                   "grad_scale = args->grad_scale;");
     emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
-                  "&beta1_correction, &beta2_correction};");
+                  "&beta1_correction, &beta2_correction, &param_h};");
     emit_line(sb, "OP_BEGIN(OPS_adamw);");
     emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
     emit_line(sb, "OP_END(OPS_adamw);");
     emit_close(sb, "");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+
+    emit_line(sb, "/* params_h = the %ld weights of the block in bf16, after they change other than by AdamW. */",
+              lay.params.total);
+    emit_line(sb, "void pr_stage_%d_cuda_weight_copy(const float *params, pr_bf16 *params_h)", s);
+    open_brace(sb);
+    char count[32];
+    snprintf(count, sizeof count, "%ldL", lay.params.total);
+    emit_to_bf16(sb, "params", "params_h", count);
     emit_close(sb, "");
 }
 

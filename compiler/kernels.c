@@ -48,9 +48,11 @@ const KernelDesc kernel_descs[] = {
     },
     {
         .name = "layernorm_forward",
-        .doc = "out = (inp - mean) * rstd * weight + bias per row, eps 1e-5; saves mean and rstd",
+        .doc = "out = (inp - mean) * rstd * weight + bias per row, eps 1e-5; saves mean and rstd; "
+               "out_h, when given, gets out in bf16 (an operand of the next product)",
         .params = "float *RESTRICT out, float *RESTRICT mean, float *RESTRICT rstd, "
-                  "const float *RESTRICT inp, const float *RESTRICT weight, const float *RESTRICT bias",
+                  "const float *RESTRICT inp, const float *RESTRICT weight, const float *RESTRICT bias, "
+                  "pr_bf16 *RESTRICT out_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
@@ -72,15 +74,21 @@ const KernelDesc kernel_descs[] = {
                 "if (LEAD) {\n"
                 "    mean[row] = m;\n"
                 "    rstd[row] = s;\n"
+                "}\n"
+                "if (out_h) {\n"
+                "    pr_bf16 *oh = out_h + (long)row * C;\n"
+                "    ROW_LOOP(c, 0, C)\n"
+                "        oh[c] = pr_to_bf16(o[c]);\n"
                 "}",
     },
     {
         .name = "residual_layernorm_forward",
         .doc = "resid = x + resid, the residual add of a projection (its bias already added by "
-               "the matrix product); then out = LayerNorm(resid), saving mean and rstd",
+               "the matrix product); then out = LayerNorm(resid), saving mean and rstd, and out in bf16 "
+               "into out_h when given",
         .params = "float *RESTRICT resid, const float *RESTRICT x, "
                   "float *RESTRICT out, float *RESTRICT mean, float *RESTRICT rstd, "
-                  "const float *RESTRICT weight, const float *RESTRICT bias",
+                  "const float *RESTRICT weight, const float *RESTRICT bias, pr_bf16 *RESTRICT out_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
@@ -105,6 +113,11 @@ const KernelDesc kernel_descs[] = {
                 "if (LEAD) {\n"
                 "    mean[row] = m;\n"
                 "    rstd[row] = s;\n"
+                "}\n"
+                "if (out_h) {\n"
+                "    pr_bf16 *oh = out_h + (long)row * C;\n"
+                "    ROW_LOOP(c, 0, C)\n"
+                "        oh[c] = pr_to_bf16(o[c]);\n"
                 "}",
     },
     {
@@ -123,8 +136,8 @@ const KernelDesc kernel_descs[] = {
         .name = "gelu_forward",
         .doc = "act = GELU(pre) (pre has its bias from the matrix product, and is kept for the "
                "backward), tanh approximation, written x * sigmoid(2u) = 0.5 x (1 + tanh(u)) so "
-               "that it costs one expf; rows of 4C",
-        .params = "const float *RESTRICT pre, float *RESTRICT act",
+               "that it costs one expf; rows of 4C; act_h, when given, gets act in bf16",
+        .params = "const float *RESTRICT pre, float *RESTRICT act, pr_bf16 *RESTRICT act_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
@@ -134,13 +147,18 @@ const KernelDesc kernel_descs[] = {
                 "    float x = h[j];\n"
                 "    float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
                 "    a[j] = x / (1.0f + expf(-2.0f * u));\n"
+                "}\n"
+                "if (act_h) {\n"
+                "    pr_bf16 *ah = act_h + (long)row * 4 * C;\n"
+                "    ROW_LOOP(j, 0, 4 * C)\n"
+                "        ah[j] = pr_to_bf16(a[j]);\n"
                 "}",
     },
     {
         .name = "gelu_backward",
         .doc = "dact = dact * GELU'(pre), in place, rows of 4C; with s = sigmoid(2u) = "
-               "0.5 (1 + tanh(u)): GELU' = s + 2 x s (1 - s) u'",
-        .params = "float *RESTRICT dact, const float *RESTRICT pre",
+               "0.5 (1 + tanh(u)): GELU' = s + 2 x s (1 - s) u'; dact_h, when given, gets the result in bf16",
+        .params = "float *RESTRICT dact, const float *RESTRICT pre, pr_bf16 *RESTRICT dact_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
@@ -152,6 +170,11 @@ const KernelDesc kernel_descs[] = {
                 "    float sg = 1.0f / (1.0f + expf(-2.0f * u));\n"
                 "    float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);\n"
                 "    d[j] *= sg + 2.0f * x * sg * (1.0f - sg) * du;\n"
+                "}\n"
+                "if (dact_h) {\n"
+                "    pr_bf16 *dh = dact_h + (long)row * 4 * C;\n"
+                "    ROW_LOOP(j, 0, 4 * C)\n"
+                "        dh[j] = pr_to_bf16(d[j]);\n"
                 "}",
     },
     {
@@ -171,10 +194,11 @@ const KernelDesc kernel_descs[] = {
     },
     {
         .name = "layernorm_backward",
-        .doc = "dinp += d(LayerNorm)/d(inp) dout; dweight, dbias += their gradients",
+        .doc = "dinp += d(LayerNorm)/d(inp) dout; dweight, dbias += their gradients; dinp_h, when "
+               "given, gets the new dinp in bf16",
         .params = "float *RESTRICT dinp, float *dweight, float *dbias, const float *RESTRICT dout, "
                   "const float *RESTRICT inp, const float *RESTRICT weight, "
-                  "const float *RESTRICT mean, const float *RESTRICT rstd",
+                  "const float *RESTRICT mean, const float *RESTRICT rstd, pr_bf16 *RESTRICT dinp_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
@@ -198,6 +222,11 @@ const KernelDesc kernel_descs[] = {
                 "    ATOMIC_ADD(&dbias[c], d[c]);\n"
                 "    ATOMIC_ADD(&dweight[c], norm * d[c]);\n"
                 "    di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;\n"
+                "}\n"
+                "if (dinp_h) {\n"
+                "    pr_bf16 *dh = dinp_h + (long)row * C;\n"
+                "    ROW_LOOP(c, 0, C)\n"
+                "        dh[c] = pr_to_bf16(di[c]);\n"
                 "}",
     },
     {
@@ -271,8 +300,9 @@ const KernelDesc kernel_descs[] = {
         .name = "attention_forward",
         .doc = "causal attention of one query row (r = (b * NH + h) * T + t) in one pass over its "
                "keys: online softmax, rescaling the output accumulated so far whenever the running "
-               "maximum grows, so the T x T scores never exist; saves the row's log-sum-exp",
-        .params = "float *RESTRICT out, float *RESTRICT lse, const float *RESTRICT qkv",
+               "maximum grows, so the T x T scores never exist; saves the row's log-sum-exp; out_h, when "
+               "given, gets the row in bf16",
+        .params = "float *RESTRICT out, float *RESTRICT lse, const float *RESTRICT qkv, pr_bf16 *RESTRICT out_h",
         .index = "r",
         .extent = "B * NH * T",
         .body = "int t = r % T, h = (r / T) % NH, b = r / (T * NH);\n"
@@ -306,6 +336,11 @@ const KernelDesc kernel_descs[] = {
                 "float inv = 1.0f / sum;\n"
                 "UNROLL for (int d = 0; d < HS; d++)\n"
                 "    o[d] = acc[d] * inv;\n"
+                "if (out_h) {\n"
+                "    pr_bf16 *oh = out_h + ((long)b * T + t) * C + h * HS;\n"
+                "    UNROLL for (int d = 0; d < HS; d++)\n"
+                "        oh[d] = pr_to_bf16(o[d]);\n"
+                "}\n"
                 "lse[r] = mx + logf(sum);",
     },
     {
@@ -314,9 +349,10 @@ const KernelDesc kernel_descs[] = {
                "side), then dq = sum over keys of p * (dout . v - delta) * k / sqrt(HS), p "
                "recomputed from the saved log-sum-exp; on the GPU a warp per row, whose lanes "
                "split the head's dimensions, so dq accumulates in place with adjacent lanes on "
-               "adjacent floats",
+               "adjacent floats; dqkv_h, when given, gets dq in bf16",
         .params = "float *RESTRICT dqkv, float *RESTRICT delta, const float *RESTRICT dout, "
-                  "const float *RESTRICT out, const float *RESTRICT qkv, const float *RESTRICT lse",
+                  "const float *RESTRICT out, const float *RESTRICT qkv, const float *RESTRICT lse, "
+                  "pr_bf16 *RESTRICT dqkv_h",
         .index = "r",
         .extent = "B * NH * T",
         .lanes = 32,
@@ -348,6 +384,11 @@ const KernelDesc kernel_descs[] = {
                 "    float ds = expf(score * scale - l) * (dp - dsum) * scale;\n"
                 "    ROW_LOOP(d, 0, HS)\n"
                 "        dq[d] += ds * k[d];\n"
+                "}\n"
+                "if (dqkv_h) {\n"
+                "    pr_bf16 *dqh = dqkv_h + row * 3 * C + h * HS;\n"
+                "    ROW_LOOP(d, 0, HS)\n"
+                "        dqh[d] = pr_to_bf16(dq[d]);\n"
                 "}",
     },
     {
@@ -355,9 +396,9 @@ const KernelDesc kernel_descs[] = {
         .doc = "attention backward for one key row (r = (b * NH + h) * T + j), after the query "
                "side saved delta: dk = sum over later queries of p * (dout . v - delta) * q / "
                "sqrt(HS), dv = sum of p * dout; no atomics, so the result is deterministic; on "
-               "the GPU a warp per row as on the query side",
+               "the GPU a warp per row as on the query side; dqkv_h, when given, gets dk and dv in bf16",
         .params = "float *RESTRICT dqkv, const float *RESTRICT delta, const float *RESTRICT dout, "
-                  "const float *RESTRICT qkv, const float *RESTRICT lse",
+                  "const float *RESTRICT qkv, const float *RESTRICT lse, pr_bf16 *RESTRICT dqkv_h",
         .index = "r",
         .extent = "B * NH * T",
         .lanes = 32,
@@ -386,6 +427,13 @@ const KernelDesc kernel_descs[] = {
                 "    ROW_LOOP(d, 0, HS) {\n"
                 "        dk[d] += ds * q[d];\n"
                 "        dv[d] += p * dor[d];\n"
+                "    }\n"
+                "}\n"
+                "if (dqkv_h) {\n"
+                "    pr_bf16 *dkh = dqkv_h + row * 3 * C + C + h * HS, *dvh = dkh + C;\n"
+                "    ROW_LOOP(d, 0, HS) {\n"
+                "        dkh[d] = pr_to_bf16(dk[d]);\n"
+                "        dvh[d] = pr_to_bf16(dv[d]);\n"
                 "    }\n"
                 "}",
     },
@@ -417,23 +465,30 @@ const KernelDesc kernel_descs[] = {
     },
     {
         .name = "softmax_xent_backward",
-        .doc = "dlogits = (probs - onehot(target)) * dloss, in place over the probabilities",
-        .params = "float *RESTRICT probs, const int *RESTRICT targets, float dloss",
+        .doc = "dlogits = (probs - onehot(target)) * dloss, in place over the probabilities; "
+               "dlogits_h, when given, gets them in bf16",
+        .params = "float *RESTRICT probs, const int *RESTRICT targets, float dloss, pr_bf16 *RESTRICT dlogits_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
         .body = "float *p = probs + (long)row * V;\n"
                 "int target = targets[row];\n"
                 "ROW_LOOP(v, 0, V)\n"
-                "    p[v] = (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;",
+                "    p[v] = (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;\n"
+                "if (dlogits_h) {\n"
+                "    pr_bf16 *dh = dlogits_h + (long)row * V;\n"
+                "    ROW_LOOP(v, 0, V)\n"
+                "        dh[v] = pr_to_bf16(p[v]);\n"
+                "}",
     },
     {
         .name = "adamw",
         .doc = "one AdamW update of n floats: decoupled weight decay, bias-corrected moments; "
-               "the gradient is multiplied by grad_scale (clipping) first",
+               "the gradient is multiplied by grad_scale (clipping) first; param_h, when given, gets the "
+               "new weights in bf16 (the copy the products read)",
         .params = "float *RESTRICT param, const float *RESTRICT grad, float *RESTRICT m, "
                   "float *RESTRICT v, long n, float lr, float weight_decay, float grad_scale, "
-                  "float beta1_correction, float beta2_correction",
+                  "float beta1_correction, float beta2_correction, pr_bf16 *RESTRICT param_h",
         .index = "i",
         .extent = "n",
         .body = "float g = grad[i] * grad_scale;\n"
@@ -443,7 +498,18 @@ const KernelDesc kernel_descs[] = {
                 "v[i] = vi;\n"
                 "float m_hat = mi / beta1_correction;\n"
                 "float v_hat = vi / beta2_correction;\n"
-                "param[i] -= lr * (m_hat / (sqrtf(v_hat) + ADAMW_EPS) + weight_decay * param[i]);",
+                "param[i] -= lr * (m_hat / (sqrtf(v_hat) + ADAMW_EPS) + weight_decay * param[i]);\n"
+                "if (param_h)\n"
+                "    param_h[i] = pr_to_bf16(param[i]);",
+    },
+    {
+        .name = "to_bf16",
+        .doc = "out[i] = x[i] in bf16, to nearest even: the bf16 copy of an fp32 tensor that a "
+               "product reads, where no kernel of the tensor's own writes it",
+        .params = "const float *RESTRICT x, pr_bf16 *RESTRICT out, long n",
+        .index = "i",
+        .extent = "n",
+        .body = "out[i] = pr_to_bf16(x[i]);",
     },
 };
 

@@ -417,6 +417,8 @@ typedef struct Op {
                                  GPU fuses it into cuBLASLt's epilogue), or NULL */
     OpEpilogue epilogue;      /* OP_GEMM */
     char *epilogue_arg;
+    char *operands_h;         /* OP_GEMM: "a_h, b_h", bf16 copies of its a and b that the GPU
+                                 reads instead under bf16; NULL: it reads a and b */
     char *comment;            /* what this step computes, for the generated code */
 } Op;
 

@@ -16,9 +16,12 @@
  *    received input B*T*C on every stage but the first (the embedding output on the
  *    first), and on the last the final LayerNorm B*T*(C + 2), the probabilities B*T*V and
  *    the per-token losses B*T;
- *  - bytes: the runtime stores every tensor in 4 bytes under either precision (bf16 rounds
- *    the inputs of the matrix products only): weights 4, gradients 4, optimizer state 8
- *    per parameter. PipeDream's stashed versions are copies of the weights.
+ *  - bytes: the runtime stores every tensor in 4 bytes under either precision: weights 4,
+ *    gradients 4, optimizer state 8 per parameter; under bf16 the GPU adds a 2-byte copy of
+ *    each weight, and of each tensor that feeds a product (per layer ln1, ln2, GELU output
+ *    and, with flash attention, its output; the final LayerNorm; in the scratch the residual,
+ *    MLP and, flash, qkv gradients, and on the last stage dlogits). PipeDream's stashed
+ *    versions are copies of the weights (with their bf16 copy).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -30,7 +33,7 @@ typedef struct ModelCounts {
     double layer_params, embed_params, head_params;
     double layer_fwd, embed_fwd, head_fwd;     /* FLOPs per micro-batch */
     double layer_acts, input_acts, head_acts;  /* elements per slot */
-    double scratch;                            /* elements of the backward's scratch */
+    double scratch, head_scratch;              /* elements of the backward's scratch; the last stage's extra */
     int act_bytes, weight_bytes;               /* bytes per element */
 } ModelCounts;
 
@@ -51,10 +54,18 @@ static ModelCounts model_counts(const Config *cfg)
     m.head_acts = tokens * (C + 2) + tokens * V; /* the losses are the runtime's: mem_work */
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
     m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
-    // The runtime stores every tensor in fp32 on both devices: precision bf16 rounds the
-    // inputs of the matrix products on the tensor cores, and keeps no bf16 copies.
+    m.head_scratch = 0;
     m.act_bytes = 4;
     m.weight_bytes = 4;
+    if (cfg->precision == PREC_BF16) {
+        // stage_layout's bf16 copies, counted in floats (two elements a float)
+        bool flash = cfg->attention == ATTN_FLASH;
+        m.layer_acts += tokens * (3 * C + (flash ? C / 2 : 0));
+        m.head_acts += tokens * C / 2;
+        m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
+        m.head_scratch = tokens * V / 2;
+        m.weight_bytes = 6;
+    }
     return m;
 }
 
@@ -150,11 +161,11 @@ void plan_layout(const Config *cfg, Plan *plan)
         sp->mem_optim = sp->params * 8;
         sp->mem_acts = sp->act_bytes * sp->slots;
         sp->mem_stash = sp->params * m.weight_bytes * (long)sp->stash;
-        sp->scratch_floats = (long)m.scratch;
+        sp->scratch_floats = (long)(m.scratch + (sp->has_head ? m.head_scratch : 0));
         // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot
         // int32 tokens and targets and float losses per token
         double tokens = (double)cfg->micro * cfg->context;
-        sp->mem_work = (long)((m.scratch + 2 * m.input_acts) * 4 + sp->slots * tokens * 12);
+        sp->mem_work = (long)((sp->scratch_floats + 2 * m.input_acts) * 4 + sp->slots * tokens * 12);
         sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
                         sp->mem_work;
         plan->total_params += sp->params;

@@ -105,6 +105,18 @@ static int stage_holding(const pr_run *run, int s)
     return run->opt.rank == 0 ? HOLD_COPY : HOLD_NONE;
 }
 
+/* A bf16 copy read before it is first written would read as zeros, and train: it holds NaN
+ * (all ones) until then instead, so such a read stops the run at its first step. */
+static void poison_copies(const pr_device *dev, int s, pr_bf16 *copy, size_t count)
+{
+    enum { CHUNK = 1 << 18 };
+    pr_bf16 *nan = pr_alloc(CHUNK * sizeof(pr_bf16));
+    memset(nan, 0xff, CHUNK * sizeof(pr_bf16));
+    for (size_t at = 0; at < count; at += CHUNK)
+        dev->upload(s, copy + at, nan, (count - at < CHUNK ? count - at : CHUNK) * sizeof(pr_bf16));
+    free(nan);
+}
+
 int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err)
 {
     memset(run, 0, sizeof *run);
@@ -129,14 +141,17 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     // Everything a stage keeps on its device, checked against free memory before any of it
     // is allocated, so a plan that does not fit stops with the stage named.
     int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
+    // Products that read bf16 weights: a copy of the weights, and of each stash slot.
+    int weight_copies = prog->bf16_operands && dev->weight_copy;
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = &prog->stage[s];
-        int64_t n = sc->n_params;
+        // floats of a copy, and 64 more to start the copies on 256 bytes as the products want
+        int64_t n = sc->n_params, n_h = weight_copies ? (n + 1) / 2 : 0, pad = weight_copies ? 64 : 0;
         int hold = stage_holding(run, s);
         slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
-        floats_of[s] = hold == HOLD_FULL ? 4 * n + slots_of[s] * sc->act_floats + tab->stash[s] * n +
-                                               sc->scratch_floats + 2 * BTC
-                       : hold == HOLD_COPY ? 3 * n + sc->act_floats
+        floats_of[s] = hold == HOLD_FULL ? 4 * n + slots_of[s] * sc->act_floats + tab->stash[s] * (n + n_h) +
+                                               sc->scratch_floats + 2 * BTC + n_h + pad
+                       : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                        : 0;
         bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) +
                       slots_of[s] * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
@@ -159,7 +174,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         const pr_stage_code *sc = &prog->stage[s];
-        int64_t n = sc->n_params, slots = slots_of[s];
+        int64_t n = sc->n_params, slots = slots_of[s], n_h = weight_copies ? (n + 1) / 2 : 0;
         int hold = stage_holding(run, s);
         st->index = s;
         st->code = sc;
@@ -181,12 +196,22 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->stash = at, at += tab->stash[s] * n;
             st->scratch = at, at += sc->scratch_floats;
             st->grad_in = at, at += BTC;
-            st->grad_out = at;
+            st->grad_out = at, at += BTC;
+            if (weight_copies) {
+                at = st->arena + (at - st->arena + 63) / 64 * 64;
+                st->params_h = (pr_bf16 *)at, at += n_h;
+                st->stash_h = (pr_bf16 *)at;
+                poison_copies(dev, s, st->params_h, (size_t)(n * (1 + tab->stash[s])));
+            }
         } else if (hold == HOLD_COPY) { // weights, moments and the evaluation's slot
             st->params = at, at += n;
             st->m = at, at += n;
             st->v = at, at += n;
-            st->slots = at;
+            st->slots = at, at += sc->act_floats;
+            if (weight_copies) {
+                st->params_h = (pr_bf16 *)(st->arena + (at - st->arena + 63) / 64 * 64);
+                poison_copies(dev, s, st->params_h, (size_t)n);
+            }
         }
         if (slots == 0)
             slots = 1; // host bookkeeping stays uniform; it is a few bytes
@@ -346,11 +371,14 @@ static double grad_norm(pr_run *run, pr_stage_rt *st)
     return sqrt(total);
 }
 
-/* PipeDream: the live weights go to stash slot aux-1 before a step changes them. */
+/* PipeDream: the live weights (and their bf16 copy) go to stash slot aux-1 before a step
+ * changes them. */
 static void stash_live_weights(pr_run *run, pr_stage_rt *st, int aux)
 {
     size_t n = (size_t)st->code->n_params;
     run->dev->copy(st->index, st->stash + (size_t)(aux - 1) * n, st->params, n * sizeof(float));
+    if (st->params_h)
+        run->dev->copy(st->index, st->stash_h + (size_t)(aux - 1) * n, st->params_h, n * sizeof(pr_bf16));
 }
 
 /* A non-finite loss (read by the last stage) or gradient is caught at the optimizer step
@@ -413,7 +441,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         return;
     }
     double lr = pr_lr(prog, st->t + 1);
-    pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1};
+    pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1, st->params_h};
     dev->adamw(prog, st->index, &args);
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
@@ -636,7 +664,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         st->slot_mb[in->slot] = mb;
         st->slot_fwd_step[in->slot] = st->t;
         float *losses = st->slot_losses + in->slot * BT, *dev_losses = st->dev_losses + in->slot * BT;
-        pr_fwd_args args = {st->params, slot, dev_tokens, dev_targets, dev_losses};
+        pr_fwd_args args = {st->params, slot, dev_tokens, dev_targets, dev_losses, st->params_h};
         dev->forward(run->prog, s, &args);
         if (sc->has_head) {
             if (!dev->host_memory)
@@ -662,9 +690,12 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
             expect_mb(st, in->op, mb, st->grad_in_mb, "the gradient buffer");
         const float *weights = in->aux ? st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params
                                        : st->params;
+        const pr_bf16 *weights_h = !st->params_h ? NULL
+                                   : in->aux ? st->stash_h + (size_t)(in->aux - 1) * (size_t)sc->n_params
+                                   : st->params_h;
         pr_bwd_args args = {weights, st->grads, slot, st->scratch, dev_tokens, dev_targets,
                             sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
-                            1.0f / (float)run->K};
+                            1.0f / (float)run->K, weights_h};
         dev->backward(run->prog, s, &args);
         int64_t drift = st->t - st->slot_fwd_step[in->slot];
         pthread_mutex_lock(&run->stats_mu);
@@ -788,7 +819,7 @@ static float *forward_through(pr_run *run, const int32_t *tokens, const int32_t 
             dev->upload(s, st->dev_targets, targets, (size_t)BT * sizeof(int32_t));
         }
         pr_fwd_args args = {st->params, st->slots, dev->host_memory ? tokens : st->dev_tokens,
-                            dev->host_memory ? targets : st->dev_targets, st->dev_losses};
+                            dev->host_memory ? targets : st->dev_targets, st->dev_losses, st->params_h};
         dev->forward(run->prog, s, &args);
         prev_out = st->slots + sc->out_offset;
     }
@@ -856,6 +887,13 @@ void pr_gather(const pr_run *run, int which, float *flat)
     }
 }
 
+void pr_weights_changed(pr_run *run, int s)
+{
+    pr_stage_rt *st = &run->stage[s];
+    if (st->params_h)
+        run->dev->weight_copy(run->prog, s, st->params, st->params_h);
+}
+
 void pr_scatter(pr_run *run, int which, const float *flat)
 {
     int64_t offsets[PR_CKPT_COUNT];
@@ -870,5 +908,7 @@ void pr_scatter(pr_run *run, int which, const float *flat)
             run->dev->upload(s, block + t->offset, flat + offsets[t->ckpt_tensor] + t->ckpt_offset,
                              (size_t)t->size * sizeof(float));
         }
+        if (which == 0)
+            pr_weights_changed(run, s);
     }
 }

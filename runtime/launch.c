@@ -318,6 +318,8 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
                     b->rank, why, (long long)run->step);
         for (int s = 1; s < run->p && !dev->host_memory && rc == 0 && b->rank == 0; s++)
             dev->upload(s, stage_mem[s], dst[s], bytes[s]);
+        for (int s = 1; s < run->p && which == 0 && rc == 0 && b->rank == 0; s++)
+            pr_weights_changed(run, s);
         for (int s = 0; s < run->p && !dev->host_memory; s++)
             free(dst[s]);
     }

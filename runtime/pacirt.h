@@ -14,6 +14,20 @@
 
 #include "paci_schedule.h"
 
+/* A bfloat16 number: the upper half of an IEEE float. Under `precision bf16` the GPU path keeps
+ * bf16 copies of what its matrix products read (weights, and the activations and gradients
+ * that feed a product), written by the kernels that produce them. */
+typedef uint16_t pr_bf16;
+
+/* fp32 to bf16, to nearest even; NaN stays NaN and infinities stay infinite. */
+static inline pr_bf16 pr_to_bf16(float x)
+{
+    union { float f; uint32_t u; } bits = {x};
+    if ((bits.u & 0x7fffffffu) > 0x7f800000u)
+        return (pr_bf16)((bits.u >> 16) | 0x40u);
+    return (pr_bf16)((bits.u + 0x7fffu + ((bits.u >> 16) & 1u)) >> 16);
+}
+
 /* llm.c's GPT-2 checkpoint tensors, in file order. LM_HEAD is ours: an untied head is not
  * part of llm.c's format and is kept in the state file beside the checkpoint. */
 #define PR_CKPT_TENSORS(X)                                                                  \
@@ -69,6 +83,7 @@ typedef struct pr_fwd_args {
     const int32_t *tokens;  /* B*T input tokens (read by the first stage) */
     const int32_t *targets; /* B*T targets (read by the last stage) */
     float *losses;          /* B*T per-token losses (written by the last stage) */
+    const pr_bf16 *params_h; /* bf16 copy of params (the GPU path under bf16), else NULL */
 } pr_fwd_args;
 
 typedef struct pr_bwd_args {
@@ -81,6 +96,7 @@ typedef struct pr_bwd_args {
     const float *dx_out;    /* B*T*C d(loss)/d(output) from the next stage; NULL on the last */
     float *dx_in;           /* B*T*C d(loss)/d(input) for the previous stage; NULL on the first */
     float loss_scale;       /* multiplies d(mean token loss): 1/window */
+    const pr_bf16 *params_h; /* bf16 copy of params (the GPU path under bf16), else NULL */
 } pr_bwd_args;
 
 typedef struct pr_adamw_args {
@@ -91,6 +107,7 @@ typedef struct pr_adamw_args {
     float lr;
     float grad_scale;       /* gradient clipping factor, 1 when not clipped */
     int64_t t;              /* this stage's step number, from 1, for bias correction */
+    pr_bf16 *params_h;      /* written with the updated weights (GPU path under bf16), or NULL */
 } pr_adamw_args;
 
 /* One op of a stage's generated sections, as the per-op profile (run --profile-out) names
@@ -157,6 +174,7 @@ typedef struct pr_program {
     const pr_stage_code *stage;
     const paci_table *schedule;
     /* the GPU path, generated when pacic found a CUDA toolkit; NULL without one */
+    int32_t bf16_operands;                     /* its products read bf16 copies (precision bf16) */
     const struct pr_cuda_stage *cuda;          /* per stage */
     const struct pr_device *cuda_device;       /* the CUDA device layer (libpacirt_cuda.a) */
     /* a non-finite loss or gradient: stop the run (no checkpoint) or skip that step */
@@ -183,6 +201,8 @@ typedef struct pr_cuda_stage {
     void (*forward)(const pr_fwd_args *);
     void (*backward)(const pr_bwd_args *);
     void (*adamw)(const pr_adamw_args *);
+    /* params_h = bf16(params) over the whole block: after weights change other than by AdamW */
+    void (*weight_copy)(const float *params, pr_bf16 *params_h);
 } pr_cuda_stage;
 
 extern const struct pr_device pr_device_cuda;
@@ -197,25 +217,32 @@ extern const struct pr_device pr_device_cuda;
 /* Launches kernel `kernel` of stage's list over `threads` indices in blocks of `block` on
  * the stage's compute stream; args as cuLaunchKernel takes them. */
 void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args);
-/* pr_gemm on the stage's compute stream through cuBLASLt: fp32 accumulation, with bf16
- * inputs when `bf16` (the operands are rounded to bf16 by the tensor cores). */
-void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                  float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+/* The operands of a product on the GPU. */
+enum pr_gemm_inputs {
+    PR_GEMM_FP32,    /* fp32 operands and arithmetic (CUBLAS_COMPUTE_32F) */
+    PR_GEMM_FP32_TC, /* fp32 operands the tensor cores round to bf16 (COMPUTE_32F_FAST_16BF) */
+    PR_GEMM_BF16,    /* a and b point at pr_bf16 operands; fp32 accumulation and output */
+};
+
+/* pr_gemm on the stage's compute stream through cuBLASLt, fp32 accumulation; a and b hold
+ * floats or pr_bf16 as `inputs` (enum pr_gemm_inputs) says, c is fp32. */
+void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                  float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                   float *c, int ldc);
 /* The same plus `bias` (n floats) added to every row, in cuBLASLt's epilogue. */
-void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *bias);
 /* The same with GELU in the epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS): c receives the
  * pre-activation op(a) op(b) + bias and act = GELU(c) (same shape and ldc). Returns 0, having
  * queued nothing, when cuBLASLt has no algorithm for it: the caller computes it apart. */
-int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                           float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                            float *c, int ldc, const float *bias, float *act);
 /* c = (op(a) op(b)) * GELU'(pre), pre of c's shape and ldc (CUBLASLT_EPILOGUE_DGELU); beta 0.
  * Returns 0, having queued nothing, when cuBLASLt has no algorithm for it. */
-int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+int pr_cuda_gemm_dgelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *pre);
 /* dst[0..count) = 0, and dst = src, on the stage's compute stream. */
 void pr_cuda_zero(int32_t stage, float *dst, int64_t count);

@@ -168,6 +168,9 @@ typedef struct pr_device {
     int (*pin)(int gpu, char *err);
     const pr_link_ops *links; /* the native transport, NULL: in-process channels only */
     const pr_op_timer *op_timer; /* per-op timing for run --profile-out */
+    /* params_h = bf16(params) over stage's whole block: a device whose products read bf16
+     * copies of the weights (the GPU under bf16); NULL: it reads the fp32 weights */
+    void (*weight_copy)(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h);
 } pr_device;
 
 extern const pr_device pr_device_cpu;
@@ -233,6 +236,9 @@ typedef struct pr_stage_rt {
     const pr_stage_code *code;
     float *arena;
     float *params, *grads, *m, *v, *slots, *stash, *scratch, *grad_in, *grad_out;
+    /* the bf16 copies of params and of each stash slot when the device's products read them
+     * (pr_device.weight_copy and the program's bf16_operands), else NULL */
+    pr_bf16 *params_h, *stash_h;
     int32_t *slot_tokens, *slot_targets; /* per slot, B*T each */
     float *slot_losses;                  /* per slot, B*T (last stage) */
     /* the same in device memory (aliases of the above on a host-memory device), and a
@@ -320,6 +326,9 @@ int pr_stop_signal(void);                /* the signal that asked for the stop, 
 double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches);
 /* Full-model forward of B*T tokens; returns the last stage's B*T*V probabilities. */
 const float *pr_forward_all(pr_run *run, const int32_t *tokens);
+/* Stage s's weights changed other than by its AdamW (initialised, loaded, received): the
+ * bf16 copy its products read is made again, where it has one. */
+void pr_weights_changed(pr_run *run, int s);
 /* Flat checkpoint layout <-> stage arenas, for params (which 0), m (1) or v (2). */
 void pr_gather(const pr_run *run, int which, float *flat);
 void pr_scatter(pr_run *run, int which, const float *flat);

@@ -461,6 +461,13 @@ static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *a
     resolve_ops(stage);
 }
 
+static void cuda_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
+{
+    cuda_stage *cs = enter(stage);
+    prog->cuda[stage].weight_copy(params, params_h);
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "the weights' bf16 copy");
+}
+
 void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args)
 {
     cuda_stage *cs = &stages[stage];
@@ -511,4 +518,5 @@ const pr_device pr_device_cuda = {
     .pin = cuda_pin,
     .links = &pr_nccl_links,
     .op_timer = &cuda_op_timer,
+    .weight_copy = cuda_weight_copy,
 };

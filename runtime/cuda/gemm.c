@@ -2,8 +2,9 @@
  *
  * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the operands swap and
  * no data moves. fp32 runs CUBLAS_COMPUTE_32F (the CPU path's arithmetic, to rounding);
- * `precision bf16` runs CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores take bf16 inputs and
- * accumulate in fp32, while the stored tensors stay fp32. Each shape's descriptors and the
+ * under `precision bf16` a product reads the bf16 copies of its operands (A and B of type
+ * CUDA_R_16BF, fp32 accumulation and output), or, where an operand has no copy, its fp32
+ * operands with CUBLAS_COMPUTE_32F_FAST_16BF (the tensor cores round them). Each shape's descriptors and the
  * heuristic's algorithm are made once and cached, per operand alignment. A product with a
  * bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS); under bf16 the generated code
  * also asks for GELU there (GELU_AUX_BIAS forward, DGELU backward), and runs GELU's own
@@ -22,7 +23,7 @@ enum { GEMM_CACHE = 64 };
 enum { EPI_PLAIN, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
 
 typedef struct gemm_plan {
-    int used, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    int used, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc; /* inputs: enum pr_gemm_inputs */
     int epilogue;               /* EPI_*; its pointers (bias, aux) set per call */
     int align_a, align_b, align_c, align_bias, align_aux; /* bytes each pointer is aligned to, up to 256 */
     cublasLtMatmulDesc_t desc;
@@ -91,8 +92,8 @@ static int alignment(const void *p)
  * bias, aux: the epilogue's vectors or matrix, or NULL), made on first use (column-major
  * view, operands swapped); NULL for an epilogue cuBLASLt has no algorithm for (the caller
  * computes it apart). */
-static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
-                           int epilogue, const float *a, const float *b, const float *d, const float *bias,
+static gemm_plan *plan_for(int stage, int inputs, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc,
+                           int epilogue, const void *a, const void *b, const float *d, const float *bias,
                            const float *aux)
 {
     int align_a = alignment(a), align_b = alignment(b), align_c = alignment(d);
@@ -101,7 +102,7 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
     int i = 0;
     for (; i < GEMM_CACHE && gs->plans[i].used; i++) {
         gemm_plan *p = &gs->plans[i];
-        if (p->bf16 == bf16 && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
+        if (p->inputs == inputs && p->trans_a == ta && p->trans_b == tb && p->m == m && p->n == n &&
             p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->epilogue == epilogue &&
             p->align_a == align_a && p->align_b == align_b && p->align_c == align_c &&
             p->align_bias == align_bias && p->align_aux == align_aux)
@@ -110,10 +111,13 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
     if (i == GEMM_CACHE)
         pr_internal("stage %d: more than %d matrix shapes", stage, GEMM_CACHE);
     gemm_plan *p = &gs->plans[i];
-    *p = (gemm_plan){.used = 1, .bf16 = bf16, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+    *p = (gemm_plan){.used = 1, .inputs = inputs, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                      .lda = lda, .ldb = ldb, .ldc = ldc, .epilogue = epilogue, .align_a = align_a,
                      .align_b = align_b, .align_c = align_c, .align_bias = align_bias, .align_aux = align_aux};
-    cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    if (inputs < PR_GEMM_FP32 || inputs > PR_GEMM_BF16)
+        pr_internal("stage %d: product inputs %d", stage, inputs);
+    cublasComputeType_t compute = inputs == PR_GEMM_FP32_TC ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    cudaDataType in_type = inputs == PR_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
@@ -141,8 +145,8 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
         }
     }
     // First operand: row-major B seen column-major; second: row-major A; result n x m.
-    check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb), "layout B");
-    check_lt(stage, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda), "layout A");
+    check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, in_type, tb ? k : n, tb ? n : k, ldb), "layout B");
+    check_lt(stage, cublasLtMatrixLayoutCreate(&p->b, in_type, ta ? m : k, ta ? k : m, lda), "layout A");
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, n, m, ldc), "layout C");
     cublasLtMatmulPreference_t pref;
     check_lt(stage, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -177,7 +181,8 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
     }
     if (found < 1)
         pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d, alignment %d %d %d)",
-                    stage, bf16 ? "bf16 " : "", m, n, k, ta, tb, align_a, align_b, align_c);
+                    stage, inputs == PR_GEMM_BF16 ? "bf16 " : inputs == PR_GEMM_FP32_TC ? "fast-bf16 " : "", m, n,
+                    k, ta, tb, align_a, align_b, align_c);
     p->algo = result.algo;
     return p;
 }
@@ -187,7 +192,7 @@ static gemm_plan *plan_for(int stage, int bf16, int ta, int tb, int m, int n, in
  * A fused epilogue cuBLASLt refuses at the call (it queued nothing then) returns 0 and marks
  * the plan unusable, with one notice: the caller computes the epilogue apart, so a library
  * that advertises an algorithm it then rejects costs speed, not the run. */
-static int run_plan(int stage, gemm_plan *p, float alpha, const float *a, const float *b, float beta, float *d,
+static int run_plan(int stage, gemm_plan *p, float alpha, const void *a, const void *b, float beta, float *d,
                     const float *bias, const float *aux, const char *what)
 {
     gemm_stage *gs = &gemm_stages[stage];
@@ -211,25 +216,25 @@ static int run_plan(int stage, gemm_plan *p, float alpha, const float *a, const 
     return 1;
 }
 
-void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                  float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                  float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                   float *c, int ldc)
 {
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_PLAIN, a, b, c, NULL, NULL);
+    gemm_plan *p = plan_for(stage, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_PLAIN, a, b, c, NULL, NULL);
     run_plan(stage, p, alpha, a, b, beta, c, NULL, NULL, "cublasLtMatmul");
 }
 
-void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *bias)
 {
     if (beta != 0.0f)
         pr_internal("pr_cuda_gemm_bias takes beta 0, not %g", (double)beta);
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_BIAS, a, b, c, bias, NULL);
+    gemm_plan *p = plan_for(stage, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_BIAS, a, b, c, bias, NULL);
     gemm_stage *gs = &gemm_stages[stage];
     if (!p || !run_plan(stage, p, alpha, a, b, beta, c, bias, NULL, "the bias epilogue")) {
         // no fused algorithm: the product, then C += ones (m x 1) bias (1 x n), exact in fp32
-        pr_cuda_gemm(stage, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+        pr_cuda_gemm(stage, inputs, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
         if (gs->ones_len < m) {
             if (gs->ones)
                 pr_device_cuda.release(stage, gs->ones);
@@ -243,31 +248,31 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, in
             free(host);
             gs->ones_len = m;
         }
-        pr_cuda_gemm(stage, 0, 0, 0, m, n, 1, 1.0f, gs->ones, 1, bias, n, 1.0f, c, ldc);
+        pr_cuda_gemm(stage, PR_GEMM_FP32, 0, 0, m, n, 1, 1.0f, gs->ones, 1, bias, n, 1.0f, c, ldc);
     }
 }
 
 /* cuBLASLt wants the GELU input matrix's leading dimension a multiple of 8 (cublasLt.h). */
-int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                           float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                            float *c, int ldc, const float *bias, float *act)
 {
     if (beta != 0.0f)
         pr_internal("pr_cuda_gemm_bias_gelu takes beta 0, not %g", (double)beta);
     if (ldc % 8 != 0)
         return 0;
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_GELU_BIAS, a, b, act, bias, c);
+    gemm_plan *p = plan_for(stage, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_GELU_BIAS, a, b, act, bias, c);
     return p && run_plan(stage, p, alpha, a, b, beta, act, bias, c, "the GELU epilogue");
 }
 
-int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+int pr_cuda_gemm_dgelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *pre)
 {
     if (beta != 0.0f)
         pr_internal("pr_cuda_gemm_dgelu takes beta 0, not %g", (double)beta);
     if (ldc % 8 != 0)
         return 0;
-    gemm_plan *p = plan_for(stage, bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_DGELU, a, b, c, NULL, pre);
+    gemm_plan *p = plan_for(stage, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_DGELU, a, b, c, NULL, pre);
     return p && run_plan(stage, p, alpha, a, b, beta, c, NULL, pre, "the GELU gradient epilogue");
 }

@@ -114,6 +114,11 @@ static void emu_adamw(const pr_program *prog, int stage, const pr_adamw_args *ar
     prog->cuda[stage].adamw(args);
 }
 
+static void emu_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
+{
+    prog->cuda[stage].weight_copy(params, params_h);
+}
+
 const pr_device pr_device_cuda = {
     .name = "cuda",
     .host_memory = 1,
@@ -132,6 +137,7 @@ const pr_device pr_device_cuda = {
     .adamw = emu_adamw,
     .close_stage = emu_close_stage,
     .op_timer = &pr_cpu_op_timer,
+    .weight_copy = emu_weight_copy,
 };
 
 /* ceil(threads / block) blocks of `block` threads, as runtime/cuda/device.c launches. */
@@ -151,67 +157,69 @@ void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t bloc
     emu_stages[stage].launch[kernel]((unsigned)grid, (unsigned)block, args);
 }
 
-/* bf16 inputs (precision bf16): the tensor cores round each operand to bf16, to nearest
- * even; a rounded copy of the rows x cols (leading dimension ld) row-major operand. */
-static float *round_bf16(const float *x, int rows, int cols, int ld)
+/* A rows x cols (leading dimension ld) row-major operand as fp32 for the BLAS: bf16 inputs
+ * widened exactly (PR_GEMM_BF16), or fp32 ones rounded to bf16 to nearest even as the tensor
+ * cores do (PR_GEMM_FP32_TC); NULL for fp32 arithmetic, which reads x as it is. */
+static float *operand_fp32(int32_t inputs, const void *x, int rows, int cols, int ld)
 {
+    if (inputs == PR_GEMM_FP32)
+        return NULL;
     float *out = pr_alloc((size_t)rows * (size_t)ld * sizeof(float));
     for (int i = 0; i < rows; i++) {
         for (int j = 0; j < cols; j++) {
+            size_t at = (size_t)i * (size_t)ld + (size_t)j;
             uint32_t bits;
-            memcpy(&bits, &x[(size_t)i * (size_t)ld + (size_t)j], sizeof bits);
-            if ((bits & 0x7f800000u) != 0x7f800000u) /* finite: round; inf and NaN stay */
-                bits += 0x7fffu + ((bits >> 16) & 1u);
-            bits &= 0xffff0000u;
-            memcpy(&out[(size_t)i * (size_t)ld + (size_t)j], &bits, sizeof bits);
+            if (inputs == PR_GEMM_BF16) {
+                bits = (uint32_t)((const pr_bf16 *)x)[at] << 16;
+            } else {
+                bits = (uint32_t)pr_to_bf16(((const float *)x)[at]) << 16;
+            }
+            memcpy(&out[at], &bits, sizeof bits);
         }
     }
     return out;
 }
 
-void pr_cuda_gemm(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                  float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                  float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                   float *c, int ldc)
 {
     (void)stage;
-    float *ra = NULL, *rb = NULL;
-    if (bf16) {
-        a = ra = trans_a ? round_bf16(a, k, m, lda) : round_bf16(a, m, k, lda);
-        b = rb = trans_b ? round_bf16(b, n, k, ldb) : round_bf16(b, k, n, ldb);
-    }
+    float *ra = trans_a ? operand_fp32(inputs, a, k, m, lda) : operand_fp32(inputs, a, m, k, lda);
+    float *rb = trans_b ? operand_fp32(inputs, b, n, k, ldb) : operand_fp32(inputs, b, k, n, ldb);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                m, n, k, alpha, ra ? ra : a, lda, rb ? rb : b, ldb, beta, c, ldc);
     free(ra);
     free(rb);
 }
 
 /* cuBLASLt's bias epilogue takes beta 0; the sum is taken in the CPU path's order. */
-void pr_cuda_gemm_bias(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *bias)
 {
     if (beta != 0.0f)
         pr_internal("stage %d: pr_cuda_gemm_bias takes beta 0, not %g", stage, (double)beta);
     for (int i = 0; i < m; i++)
         memcpy(c + (size_t)i * (size_t)ldc, bias, (size_t)n * sizeof(float));
-    pr_cuda_gemm(stage, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
+    pr_cuda_gemm(stage, inputs, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
 }
 
 /* No fused GELU here: the generated code then runs GELU's kernels, as the CPU path does. */
-int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                           float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                            float *c, int ldc, const float *bias, float *act)
 {
-    (void)stage, (void)bf16, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
+    (void)stage, (void)inputs, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
     (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc, (void)bias, (void)act;
     return 0;
 }
 
-int pr_cuda_gemm_dgelu(int32_t stage, int32_t bf16, int trans_a, int trans_b, int m, int n, int k,
-                       float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+int pr_cuda_gemm_dgelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *pre)
 {
-    (void)stage, (void)bf16, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
+    (void)stage, (void)inputs, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
     (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc, (void)pre;
     return 0;
 }

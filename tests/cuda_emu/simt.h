@@ -423,6 +423,13 @@ inline float __frcp_rn(float x)
 {
     return 1.0f / x;
 }
+/* A float's bits, as the bf16 conversions of the generated code read them. */
+inline unsigned __float_as_uint(float x)
+{
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
 inline float __saturatef(float x)
 {
     return fminf(fmaxf(x, 0.0f), 1.0f);

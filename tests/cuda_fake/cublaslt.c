@@ -1,11 +1,12 @@
 /* cublaslt.c: the fake libcublasLt.so.13 of the fake CUDA stack (test tooling, never part of
  * pacic or run).
  *
- * An independent reading of cuBLASLt's documented column-major contract, for fp32 only:
+ * An independent reading of cuBLASLt's documented column-major contract, for fp32 C and D:
  * D = alpha op(A) op(B) + beta C (+ a bias per row of D with CUBLASLT_EPILOGUE_BIAS), checked
  * hard (shapes, leading dimensions, live device ranges on the stream's GPU, the alignments the
  * heuristic's algorithm was chosen for) and computed with OpenBLAS on the stream's worker,
  * asynchronously like the real one. CUBLAS_COMPUTE_32F_FAST_16BF rounds A and B to bf16.
+ * A and B may both be CUDA_R_16BF (under CUBLAS_COMPUTE_32F): widened exactly to fp32 first.
  * The heuristic reads BIAS_POINTER too (as documented): a later bias less aligned than the one
  * it saw (up to 16 bytes; NULL counts as 16) is refused with CUBLAS_STATUS_NOT_SUPPORTED.
  * FAKE_CUBLASLT_NO_BIAS=1: the heuristic finds no algorithm for a bias epilogue (success, 0
@@ -38,20 +39,23 @@ typedef struct {
     const void *bias_ptr, *aux_ptr;
     int64_t aux_ld;
 } lt_desc;
-typedef struct { unsigned magic; uint64_t rows, cols; int64_t ld; } lt_layout;
+typedef struct { unsigned magic; cudaDataType type; uint64_t rows, cols; int64_t ld; } lt_layout;
 typedef struct { unsigned magic; uint64_t max_workspace; uint32_t align[4]; } lt_pref;
 
-/* data[] of an algorithm: magic, then what it was chosen for. */
-enum { AL_MAGIC, AL_A, AL_B, AL_C, AL_D, AL_BIAS, AL_KIND, AL_WORKSPACE }; /* AL_BIAS: aux's in bits 32.. */
+/* data[] of an algorithm: magic, then what it was chosen for. All eight words are taken, so
+ * two hold a pair: AL_BIAS has aux's alignment in bits 32.., AL_KIND A's and B's type. */
+enum { AL_MAGIC, AL_A, AL_B, AL_C, AL_D, AL_BIAS, AL_KIND, AL_WORKSPACE };
 
 /* What one product needs on the worker: values copied and pointers translated at call time. */
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, ldd, bf16;
+    int in16;           /* A and B hold bf16 (CUDA_R_16BF), not fp32 */
     float alpha, beta;
-    const float *a, *b, *c, *bias;
+    const void *a, *b;  /* of A's and B's type */
+    const float *c, *bias;
     float *d, *aux;
     int gelu, ldaux;
-    size_t a_len, b_len; /* floats spanned by A and B */
+    size_t a_len, b_len; /* elements spanned by A and B */
 } lt_job;
 
 /* The live object behind an opaque handle. Destroyed objects are marked, never freed, so a
@@ -74,6 +78,14 @@ static lt_layout *layout(cublasLtMatrixLayout_t l, const char *call)
 {
     return live(l, M_LAYOUT, "matrix layout", call);
 }
+
+static const char *type_name(cudaDataType t)
+{
+    return t == CUDA_R_32F ? "CUDA_R_32F" : t == CUDA_R_16BF ? "CUDA_R_16BF" : "an unknown type";
+}
+
+/* Bytes one element of a layout takes (the types cublasLtMatrixLayoutCreate accepts). */
+static size_t elem_bytes(const lt_layout *l) { return l->type == CUDA_R_16BF ? 2 : sizeof(float); }
 
 static void *make(size_t bytes, unsigned magic)
 {
@@ -196,14 +208,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld)
 {
-    if (type != CUDA_R_32F)
-        fake_die("cublasLtMatrixLayoutCreate: data type %d is not supported by the fake (CUDA_R_32F only)",
+    if (type != CUDA_R_32F && type != CUDA_R_16BF)
+        fake_die("cublasLtMatrixLayoutCreate: data type %d is not supported by the fake (CUDA_R_32F, CUDA_R_16BF)",
                  (int)type);
     if (rows > INT_MAX || cols > INT_MAX || ld < 1 || ld > INT_MAX || (uint64_t)ld < rows)
         fake_die("cublasLtMatrixLayoutCreate: %llu x %llu with ld %lld (column-major needs 1, rows <= ld)",
                  (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
     lt_layout *l = make(sizeof *l, M_LAYOUT);
-    l->rows = rows, l->cols = cols, l->ld = ld;
+    l->type = type, l->rows = rows, l->cols = cols, l->ld = ld;
     *layout = (cublasLtMatrixLayout_t)l;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -269,6 +281,31 @@ static void shapes(const lt_desc *d, const lt_layout *a, const lt_layout *b, con
     *m = (int)am, *n = (int)bn, *k = (int)ak;
 }
 
+/* cuBLASLt also has bf16 C and D (with bf16 A and B); the fake has fp32 ones only, so it dies
+ * rather than guess what the real one would do with them. */
+static void outputs_fp32(const lt_layout *c, const lt_layout *dd, const char *call)
+{
+    if (c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
+        fake_die("%s: C is %s and D %s: the fake supports CUDA_R_32F C and D only", call, type_name(c->type),
+                 type_name(dd->type));
+}
+
+/* 1, with the reason on stderr, for input types the real cuBLASLt has no algorithm for (its
+ * table of type combinations): A and B of two types, or bf16 ones under 32F_FAST_16BF, which
+ * is for fp32 inputs only. The heuristic then answers NOT_SUPPORTED, as the real one. */
+static int inputs_unsupported(const lt_desc *d, const lt_layout *a, const lt_layout *b, const char *call)
+{
+    if (a->type != b->type)
+        fprintf(stderr, "fake cublasLt: %s: A is %s but B %s: no algorithm mixes input types\n", call,
+                type_name(a->type), type_name(b->type));
+    else if (d->bf16 && a->type != CUDA_R_32F)
+        fprintf(stderr, "fake cublasLt: %s: CUBLAS_COMPUTE_32F_FAST_16BF takes CUDA_R_32F A and B, not %s\n", call,
+                type_name(a->type));
+    else
+        return 0;
+    return 1;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
@@ -280,11 +317,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     live(h, M_HANDLE, "handle", call);
     lt_desc *d = live(desc, M_DESC, "matmul descriptor", call);
     lt_pref *p = live(pref, M_PREF, "matmul preference", call);
+    lt_layout *la = layout(a, call), *lb = layout(b, call), *lc = layout(c, call), *ld = layout(dd, call);
     int m, n, k;
-    shapes(d, layout(a, call), layout(b, call), layout(c, call), layout(dd, call), call, &m, &n, &k);
+    shapes(d, la, lb, lc, ld, call, &m, &n, &k);
+    outputs_fp32(lc, ld, call);
     if (requested <= 0 || !results || !count)
         return CUBLAS_STATUS_INVALID_VALUE;
     *count = 0;
+    if (inputs_unsupported(d, la, lb, call))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     const char *no_bias = getenv("FAKE_CUBLASLT_NO_BIAS"), *no_gelu = getenv("FAKE_CUBLASLT_NO_GELU");
     if (d->bias && !d->gelu && no_bias && (!strcmp(no_bias, "1") || !strcmp(no_bias, "2")))
         return no_bias[0] == '2' ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
@@ -301,7 +342,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         al[AL_A + i] = p->align[i];
     // The heuristic reads the bias pointer's alignment (NULL: any); epilogues load it in 16 bytes.
     al[AL_BIAS] = aligned_to(d->bias_ptr, 16) | aligned_to(d->aux_ptr, 16) << 32;
-    al[AL_KIND] = (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4);
+    // A's type is B's (inputs_unsupported): an algorithm runs on the inputs it was chosen for.
+    al[AL_KIND] = (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4) |
+                  (uint64_t)(uint32_t)la->type << 32;
     al[AL_WORKSPACE] = p->max_workspace;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -309,10 +352,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Device bytes a column-major rows x cols matrix with leading dimension ld spans. */
+/* Device bytes a column-major rows x cols matrix with leading dimension ld (in elements) spans. */
 static size_t span(const lt_layout *l)
 {
-    return l->rows && l->cols ? ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * sizeof(float) : 0;
+    return l->rows && l->cols ? ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * elem_bytes(l) : 0;
 }
 
 static void overlap(const void *x, size_t xb, const void *y, size_t yb, const char *what)
@@ -340,6 +383,26 @@ static float *bf16_copy(const float *x, size_t n)
     return y;
 }
 
+/* An fp32 copy, in the same layout (n elements spanned), of a column-major rows x cols bf16
+ * matrix with leading dimension ld: a bf16 is the upper half of a float, so each widens
+ * exactly. Only the matrix's own elements are read: the gaps of a leading dimension past rows
+ * are zero in the copy. */
+static float *bf16_widen(const void *x, int rows, int cols, int ld, size_t n)
+{
+    float *y = calloc(n + 1, sizeof *y);
+    if (!y)
+        fake_die("cublasLtMatmul: out of host memory");
+    for (int col = 0; col < cols; col++)
+        for (int row = 0; row < rows; row++) {
+            size_t i = (size_t)col * (size_t)ld + (size_t)row;
+            uint16_t h;
+            memcpy(&h, (const unsigned char *)x + i * sizeof h, sizeof h);
+            uint32_t u = (uint32_t)h << 16;
+            memcpy(&y[i], &u, sizeof u);
+        }
+    return y;
+}
+
 static void run(void *arg)
 {
     lt_job *j = arg;
@@ -347,7 +410,10 @@ static void run(void *arg)
         return;
     const float *a = j->a, *b = j->b;
     float *ra = NULL, *rb = NULL;
-    if (j->bf16 && j->k)
+    if (j->in16 && j->k) // A is k x m stored when transposed (ta), else m x k; B likewise k x n
+        a = ra = bf16_widen(j->a, j->ta ? j->k : j->m, j->ta ? j->m : j->k, j->lda, j->a_len),
+        b = rb = bf16_widen(j->b, j->tb ? j->n : j->k, j->tb ? j->k : j->n, j->ldb, j->b_len);
+    else if (j->bf16 && j->k) // 32F_FAST_16BF: fp32 inputs (the heuristic refuses bf16 ones)
         a = ra = bf16_copy(j->a, j->a_len), b = rb = bf16_copy(j->b, j->b_len);
     if (j->c != j->d && j->beta != 0.0f) // C is not read when beta is 0
         for (int col = 0; col < j->n; col++)
@@ -409,11 +475,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     lt_job j = {.ta = d->ta, .tb = d->tb, .bf16 = d->bf16, .lda = (int)la->ld, .ldb = (int)lb->ld,
                 .ldc = (int)lc->ld, .ldd = (int)ld->ld};
     shapes(d, la, lb, lc, ld, call, &j.m, &j.n, &j.k);
+    outputs_fp32(lc, ld, call);
     if (!algo || algo->data[AL_MAGIC] != ALGO_MAGIC)
         fake_die("%s: the algorithm did not come from cublasLtMatmulAlgoGetHeuristic", call);
     const uint64_t *al = algo->data;
-    if (al[AL_KIND] != (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4))
+    if ((al[AL_KIND] & 0xffffffffu) != (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4))
         fake_die("%s: the algorithm was chosen for another compute type, transpose or epilogue", call);
+    // The heuristic refuses mixed inputs and bf16 ones under 32F_FAST_16BF, so layouts of the
+    // algorithm's input type, under its compute type (just above), are a combination it took.
+    cudaDataType in = (cudaDataType)(al[AL_KIND] >> 32);
+    if (la->type != in || lb->type != in)
+        fake_die("%s: the algorithm was chosen for %s A and B, not %s A and %s B", call, type_name(in),
+                 type_name(la->type), type_name(lb->type));
+    j.in16 = in == CUDA_R_16BF;
     if (C == D && lc->ld != ld->ld)
         fake_die("%s: in place (C == D) with ldc %lld != ldd %lld", call, (long long)lc->ld, (long long)ld->ld);
     if (!alpha || !beta || fake_is_device(alpha) || fake_is_device(beta))
@@ -435,7 +509,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     memcpy(&j.alpha, alpha, sizeof j.alpha);
     memcpy(&j.beta, beta, sizeof j.beta);
     size_t sa = span(la), sb = span(lb), sc = span(lc), sd = span(ld), sbias = d->bias ? (size_t)j.m * 4 : 0;
-    j.a_len = sa / sizeof(float), j.b_len = sb / sizeof(float);
+    j.a_len = sa / elem_bytes(la), j.b_len = sb / elem_bytes(lb);
     j.a = sa ? fake_device_range((CUdeviceptr)(uintptr_t)A, sa, gpu, "cublasLtMatmul A") : NULL;
     j.b = sb ? fake_device_range((CUdeviceptr)(uintptr_t)B, sb, gpu, "cublasLtMatmul B") : NULL;
     j.c = sc ? fake_device_range((CUdeviceptr)(uintptr_t)C, sc, gpu, "cublasLtMatmul C") : NULL;

@@ -8,6 +8,8 @@
 # why the weights differ in their last bits) in every way stages meet GPUs:
 #   - one stage on one GPU, with per-op profiling (CUDA events) and cuBLASLt without a bias
 #     epilogue (its rank-1 fallback);
+#   - bf16 (products read bf16 copies): GELU in cuBLASLt's epilogues or apart; two stages
+#     under 1F1B as one; PipeDream (stashed weights), against the CPU to bf16's tolerance;
 #   - two stages on one GPU (host channels between them);
 #   - three stages on three GPUs in one process (NCCL between every pair);
 #   - two processes, one stage and one GPU each (torchrun-style variables; NCCL across
@@ -91,6 +93,18 @@ grep -q "^run: note: stage 0: cuBLASLt refused the GELU epilogue for .*; computi
 on half cpu 1 --device cpu || fail "half: --device cpu"
 compare_devices "bf16 GPU vs the CPU's fp32" "$work/half/cuda" "$work/half/cpu" 1e-2 2e-2
 [ "$(calls one cuda gelu_epilogue)" = 0 ] || fail "one: fp32 fused GELU"
+
+# bf16 pipelined on two GPUs. 1F1B is synchronous: it must train as one stage (the same
+# 2-layer model; the gradient stage 0 receives gets its bf16 copy there) to LOSS_TOL.
+# PipeDream: the backwards read the stashed weights' bf16 copies; a copy read before it is
+# written holds NaN (the runtime's poison), so only bf16's tolerance against the CPU.
+case_model halves 2 1f1b flash bf16
+on halves cuda 2 --device cuda || fail "halves: --device cuda"
+compare_devices "bf16 1F1B on two GPUs vs one stage" "$work/halves/cuda" "$work/half/cuda" "$LOSS_TOL" "$WEIGHT_TOL"
+case_model stashed 2 pipedream flash bf16
+on stashed cuda 2 --device cuda || fail "stashed: --device cuda"
+on stashed cpu 1 --device cpu || fail "stashed: --device cpu"
+compare_devices "bf16 PipeDream on two GPUs vs the CPU's fp32" "$work/stashed/cuda" "$work/stashed/cpu" 1e-2 2e-2
 
 # Two stages on one GPU: in-process host channels.
 case_model shared 2 1f1b matmul
