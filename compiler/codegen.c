@@ -108,11 +108,11 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
     layout_add(la, "A_FC_GELU", BT * 4 * C, "GELU output");
     layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
-    layout_add_bf16(la, cfg, "A_LN1_H", BT * C, "A_LN1 in bf16 (the GPU's product operand)");
+    // The GPU under bf16 keeps ln2, the GELU output and, with flash attention, ln1 (read by
+    // products only) in bf16 in their own entries; attention's output is also read by its
+    // backward, in fp32, so its bf16 copy has an entry of its own.
     if (cfg->attention == ATTN_FLASH)
-        layout_add_bf16(la, cfg, "A_ATTY_H", BT * C, "A_ATTY in bf16");
-    layout_add_bf16(la, cfg, "A_LN2_H", BT * C, "A_LN2 in bf16");
-    layout_add_bf16(la, cfg, "A_FC_GELU_H", BT * 4 * C, "A_FC_GELU in bf16");
+        layout_add_bf16(la, cfg, "A_ATTY_H", BT * C, "A_ATTY in bf16 (the GPU's product operand)");
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
@@ -135,7 +135,6 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
         layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
         layout_add(a, "ACT_PROBS", BT * V, "probabilities (the backward turns them into dlogits)");
-        layout_add_bf16(a, cfg, "ACT_LNF_H", BT * C, "ACT_LNF in bf16");
     }
 
     Layout *s = &lay->scratch;
@@ -370,12 +369,14 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "acts + ACT_INPUT, tokens, params + PARAM_WTE, params + PARAM_WPE");
 
     l = &ops->block_fwd;
-    kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)",
-              "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, p + P_LN1B, " COPY("a", "A_LN1_H"));
+    // ln1 is also read by d qkvw's product, whose other operand has a bf16 copy with flash only
+    bool flash = cfg->attention == ATTN_FLASH;
+    kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)", "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, "
+              "p + P_LN1B, %s", flash ? COPY("a", "A_LN1") : "(pr_bf16 *)0");
     gemm_bias(l, "qkv = ln1 qkvw^T + qkvb", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C",
               "p + P_QKVB");
-    operands_h(l, "a + A_LN1_H, ph + P_QKVW");
-    bool flash = cfg->attention == ATTN_FLASH;
+    if (flash)
+        operands_h(l, "a + A_LN1, ph + P_QKVW");
     if (flash)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
                   "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " COPY("a", "A_ATTY_H"));
@@ -387,24 +388,24 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
         operands_h(l, "a + A_ATTY_H, ph + P_ATTPROJW");
     kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
               "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B, "
-              COPY("a", "A_LN2_H"));
+              COPY("a", "A_LN2"));
     gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
               "p + P_FCB");
-    operands_h(l, "a + A_LN2_H, ph + P_FCW");
-    gelu_follows(l, EPI_GELU, "a + A_FC_GELU");
-    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " COPY("a", "A_FC_GELU_H"));
+    operands_h(l, "a + A_LN2, ph + P_FCW");
+    // not fused into cuBLASLt's epilogue: it writes fp32 only, where the GPU wants bf16
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " COPY("a", "A_FC_GELU"));
     gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
               "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
               "p + P_FCPROJB");
-    operands_h(l, "a + A_FC_GELU_H, ph + P_FCPROJW");
+    operands_h(l, "a + A_FC_GELU, ph + P_FCPROJW");
     kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "a + A_RESID3, a + A_RESID2");
 
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
               "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
-              COPY("acts", "ACT_LNF_H"));
+              COPY("acts", "ACT_LNF"));
     GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, V");
-    operands_h(l, "acts + ACT_LNF_H, params_h + PARAM_LM_HEAD");
+    operands_h(l, "acts + ACT_LNF, params_h + PARAM_LM_HEAD");
     kernel_op(l, "softmax_xent_forward", "probabilities and per-token losses", "acts + ACT_PROBS, losses, targets");
 
     l = &ops->head_bwd;
@@ -412,7 +413,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "acts + ACT_PROBS, targets, dloss, " COPY("scratch", "S_DLOGITS_H"));
     GEMM(l, "d lm_head += dlogits^T lnf",
          "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, V, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
-    operands_h(l, "scratch + S_DLOGITS_H, acts + ACT_LNF_H");
+    operands_h(l, "scratch + S_DLOGITS_H, acts + ACT_LNF");
     GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, V, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
     operands_h(l, "scratch + S_DLOGITS_H, params_h + PARAM_LM_HEAD");
     plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
@@ -424,14 +425,14 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "bias_backward", "d fcprojb", "g + P_FCPROJB, s + S_DRES, C");
     GEMM(l, "d fcprojw += dres^T gelu",
          "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
-    operands_h(l, "s + S_DRES_H, a + A_FC_GELU_H");
+    operands_h(l, "s + S_DRES_H, a + A_FC_GELU");
     GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, p + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
     operands_h(l, "s + S_DRES_H, ph + P_FCPROJW");
     gelu_follows(l, EPI_DGELU, "a + A_FC_PRE");
     kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE, " COPY("s", "S_DFC_H"));
     kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
     GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
-    operands_h(l, "s + S_DFC_H, a + A_LN2_H");
+    operands_h(l, "s + S_DFC_H, a + A_LN2");
     GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, p + P_FCW, C, 0.0f, s + S_DLN, C");
     operands_h(l, "s + S_DFC_H, ph + P_FCW");
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
@@ -454,7 +455,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
     GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
     if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
-        operands_h(l, "s + S_DQKV_H, a + A_LN1_H");
+        operands_h(l, "s + S_DQKV_H, a + A_LN1");
     GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
     if (flash)
         operands_h(l, "s + S_DQKV_H, ph + P_QKVW");

@@ -273,46 +273,38 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
     emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_to_bf16, n, CUDA_BLOCK, args);");
 }
 
-/* A product (op `index`) and the GELU op after it, in one cuBLASLt call with the GELU in the
- * epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_bias_gelu and
- * pr_cuda_gemm_dgelu return 0 without one, having queued nothing: then both ops run apart).
- * The GELU kernels write the bf16 copy of their result; after a fused product a to_bf16
- * launch does (cuBLASLt's epilogue writes the fp32 result only). */
+/* A product (op `index`) and GELU's backward op after it, in one cuBLASLt call with the GELU
+ * gradient in the epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_dgelu returns
+ * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
+ * bf16 copy of its result; after a fused product a to_bf16 launch does (cuBLASLt's epilogue
+ * writes the fp32 result, which the bias gradient reads). */
 static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const char *section, int index)
 {
-    const char *want = gemm->epilogue == EPI_GELU ? "gelu_forward" : "gelu_backward";
-    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, want) != 0 || (gemm->epilogue == EPI_GELU) != !!gemm->bias)
-        ICE("a GELU epilogue that is not a product followed by %s", want);
+    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
+        ICE("a GELU epilogue that is not a product followed by gelu_backward");
     emit_line(sb, "/* %s; the next op in cuBLASLt's epilogue where it fuses */", gemm->comment);
     emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
     char *args = gemm_args(gemm, true);
-    if (gemm->epilogue == EPI_GELU) {
-        emit_line(sb, "int fused_%d = pr_cuda_gemm_bias_gelu(CUDA_STAGE, %s, %s, %s);", index, args, gemm->bias,
-                  gemm->epilogue_arg);
-        emit_line(sb, "if (!fused_%d)", index);
-        emit_line(sb, "    pr_cuda_gemm_bias(CUDA_STAGE, %s, %s);", args, gemm->bias);
-    } else {
-        emit_line(sb, "int fused_%d = pr_cuda_gemm_dgelu(CUDA_STAGE, %s, %s);", index, args, gemm->epilogue_arg);
-        emit_line(sb, "if (!fused_%d)", index);
-        emit_line(sb, "    pr_cuda_gemm(CUDA_STAGE, %s);", args);
-    }
+    emit_line(sb, "int fused_%d = pr_cuda_gemm_dgelu(CUDA_STAGE, %s, %s);", index, args, gemm->epilogue_arg);
+    emit_line(sb, "if (!fused_%d)", index);
+    emit_line(sb, "    pr_cuda_gemm(CUDA_STAGE, %s);", args);
     free(args);
     emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
     emit_open(sb, "if (!fused_%d)", index);
     emit_cuda_op(sb, gelu, section, index + 1, true);
     emit_close(sb, " else {");
     sb->indent++;
-    // the GELU op's arguments: (pre, act, act_h) forward, (dact, pre, dact_h) backward
+    // gelu_backward's arguments: dact, pre, dact_h
     char items[3][128];
     if (split_list(gelu->args, items, 3) != 3 || strncmp(items[2], "BF16_COPY(", 10) != 0)
         ICE("GELU op arguments '%s' without a bf16 copy", gelu->args);
-    emit_to_bf16(sb, gemm->epilogue == EPI_GELU ? items[1] : items[0], items[2], "(long)BT * 4 * C");
+    emit_to_bf16(sb, items[0], items[2], "(long)BT * 4 * C");
     emit_close(sb, "");
 }
 
 /* Section `name` of the CPU half as `static void cuda_name(params)`, the same ops numbered
- * the same way. Under bf16 a product marked with a GELU epilogue fuses with the op after it
- * (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
+ * the same way. Under bf16 a product marked with the GELU gradient's epilogue fuses with the
+ * op after it (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
 static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, const OpList *l, bool bf16)
 {
     emit_line(sb, "static void cuda_%s(%s)", name, params);

@@ -49,7 +49,7 @@ const KernelDesc kernel_descs[] = {
     {
         .name = "layernorm_forward",
         .doc = "out = (inp - mean) * rstd * weight + bias per row, eps 1e-5; saves mean and rstd; "
-               "out_h, when given, gets out in bf16 (an operand of the next product)",
+               "given out_h, out goes there in bf16 instead (it is only a product's operand then)",
         .params = "float *RESTRICT out, float *RESTRICT mean, float *RESTRICT rstd, "
                   "const float *RESTRICT inp, const float *RESTRICT weight, const float *RESTRICT bias, "
                   "pr_bf16 *RESTRICT out_h",
@@ -69,23 +69,24 @@ const KernelDesc kernel_descs[] = {
                 "}\n"
                 "var = ROW_SUM(var) / C;\n"
                 "float s = 1.0f / sqrtf(var + 1e-5f);\n"
-                "ROW_LOOP(c, 0, C)\n"
-                "    o[c] = (x[c] - m) * s * weight[c] + bias[c];\n"
-                "if (LEAD) {\n"
-                "    mean[row] = m;\n"
-                "    rstd[row] = s;\n"
-                "}\n"
                 "if (out_h) {\n"
                 "    pr_bf16 *oh = out_h + (long)row * C;\n"
                 "    ROW_LOOP(c, 0, C)\n"
-                "        oh[c] = pr_to_bf16(o[c]);\n"
+                "        oh[c] = pr_to_bf16((x[c] - m) * s * weight[c] + bias[c]);\n"
+                "} else {\n"
+                "    ROW_LOOP(c, 0, C)\n"
+                "        o[c] = (x[c] - m) * s * weight[c] + bias[c];\n"
+                "}\n"
+                "if (LEAD) {\n"
+                "    mean[row] = m;\n"
+                "    rstd[row] = s;\n"
                 "}",
     },
     {
         .name = "residual_layernorm_forward",
         .doc = "resid = x + resid, the residual add of a projection (its bias already added by "
-               "the matrix product); then out = LayerNorm(resid), saving mean and rstd, and out in bf16 "
-               "into out_h when given",
+               "the matrix product); then out = LayerNorm(resid), saving mean and rstd; given out_h, out "
+               "goes there in bf16 instead",
         .params = "float *RESTRICT resid, const float *RESTRICT x, "
                   "float *RESTRICT out, float *RESTRICT mean, float *RESTRICT rstd, "
                   "const float *RESTRICT weight, const float *RESTRICT bias, pr_bf16 *RESTRICT out_h",
@@ -108,16 +109,17 @@ const KernelDesc kernel_descs[] = {
                 "}\n"
                 "var = ROW_SUM(var) / C;\n"
                 "float s = 1.0f / sqrtf(var + 1e-5f);\n"
-                "ROW_LOOP(c, 0, C)\n"
-                "    o[c] = (r[c] - m) * s * weight[c] + bias[c];\n"
-                "if (LEAD) {\n"
-                "    mean[row] = m;\n"
-                "    rstd[row] = s;\n"
-                "}\n"
                 "if (out_h) {\n"
                 "    pr_bf16 *oh = out_h + (long)row * C;\n"
                 "    ROW_LOOP(c, 0, C)\n"
-                "        oh[c] = pr_to_bf16(o[c]);\n"
+                "        oh[c] = pr_to_bf16((r[c] - m) * s * weight[c] + bias[c]);\n"
+                "} else {\n"
+                "    ROW_LOOP(c, 0, C)\n"
+                "        o[c] = (r[c] - m) * s * weight[c] + bias[c];\n"
+                "}\n"
+                "if (LEAD) {\n"
+                "    mean[row] = m;\n"
+                "    rstd[row] = s;\n"
                 "}",
     },
     {
@@ -136,22 +138,26 @@ const KernelDesc kernel_descs[] = {
         .name = "gelu_forward",
         .doc = "act = GELU(pre) (pre has its bias from the matrix product, and is kept for the "
                "backward), tanh approximation, written x * sigmoid(2u) = 0.5 x (1 + tanh(u)) so "
-               "that it costs one expf; rows of 4C; act_h, when given, gets act in bf16",
+               "that it costs one expf; rows of 4C; given act_h, act goes there in bf16 instead",
         .params = "const float *RESTRICT pre, float *RESTRICT act, pr_bf16 *RESTRICT act_h",
         .index = "row",
         .extent = "BT",
         .lanes = 32,
         .body = "const float *h = pre + (long)row * 4 * C;\n"
                 "float *a = act + (long)row * 4 * C;\n"
-                "ROW_LOOP(j, 0, 4 * C) {\n"
-                "    float x = h[j];\n"
-                "    float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
-                "    a[j] = x / (1.0f + expf(-2.0f * u));\n"
-                "}\n"
                 "if (act_h) {\n"
                 "    pr_bf16 *ah = act_h + (long)row * 4 * C;\n"
-                "    ROW_LOOP(j, 0, 4 * C)\n"
-                "        ah[j] = pr_to_bf16(a[j]);\n"
+                "    ROW_LOOP(j, 0, 4 * C) {\n"
+                "        float x = h[j];\n"
+                "        float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
+                "        ah[j] = pr_to_bf16(x / (1.0f + expf(-2.0f * u)));\n"
+                "    }\n"
+                "} else {\n"
+                "    ROW_LOOP(j, 0, 4 * C) {\n"
+                "        float x = h[j];\n"
+                "        float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
+                "        a[j] = x / (1.0f + expf(-2.0f * u));\n"
+                "    }\n"
                 "}",
     },
     {

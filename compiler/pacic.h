@@ -405,7 +405,6 @@ typedef enum {
  * epilogue under bf16 (emit_cuda.c); the CPU runs the two ops as they are. */
 typedef enum OpEpilogue {
     EPI_NONE,
-    EPI_GELU,  /* the next op is gelu_forward of the product into epilogue_arg (the activation) */
     EPI_DGELU, /* the next op scales the product by GELU' of epilogue_arg (the pre-activation) */
 } OpEpilogue;
 

@@ -18,10 +18,11 @@
  *    the per-token losses B*T;
  *  - bytes: the runtime stores every tensor in 4 bytes under either precision: weights 4,
  *    gradients 4, optimizer state 8 per parameter; under bf16 the GPU adds a 2-byte copy of
- *    each weight, and of each tensor that feeds a product (per layer ln1, ln2, GELU output
- *    and, with flash attention, its output; the final LayerNorm; in the scratch the residual,
- *    MLP and, flash, qkv gradients, and on the last stage dlogits). PipeDream's stashed
- *    versions are copies of the weights (with their bf16 copy).
+ *    each weight, and of the product operands that something else reads in fp32 (with flash
+ *    attention its output per layer; in the scratch the residual, MLP and, flash, qkv
+ *    gradients, and on the last stage dlogits): ln1, ln2, the GELU output and the final
+ *    LayerNorm are only products' operands, so the GPU keeps them in bf16 in their own
+ *    entries. PipeDream's stashed versions are copies of the weights (with their bf16 copy).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -60,8 +61,7 @@ static ModelCounts model_counts(const Config *cfg)
     if (cfg->precision == PREC_BF16) {
         // stage_layout's bf16 copies, counted in floats (two elements a float)
         bool flash = cfg->attention == ATTN_FLASH;
-        m.layer_acts += tokens * (3 * C + (flash ? C / 2 : 0));
-        m.head_acts += tokens * C / 2;
+        m.layer_acts += flash ? tokens * C / 2 : 0;
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
         m.head_scratch = tokens * V / 2;
         m.weight_bytes = 6;

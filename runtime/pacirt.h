@@ -233,12 +233,6 @@ void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m
 void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
                        float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *bias);
-/* The same with GELU in the epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS): c receives the
- * pre-activation op(a) op(b) + bias and act = GELU(c) (same shape and ldc). Returns 0, having
- * queued nothing, when cuBLASLt has no algorithm for it: the caller computes it apart. */
-int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const void *a, int lda, const void *b, int ldb, float beta,
-                           float *c, int ldc, const float *bias, float *act);
 /* c = (op(a) op(b)) * GELU'(pre), pre of c's shape and ldc (CUBLASLT_EPILOGUE_DGELU); beta 0.
  * Returns 0, having queued nothing, when cuBLASLt has no algorithm for it. */
 int pr_cuda_gemm_dgelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,

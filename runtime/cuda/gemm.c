@@ -1,14 +1,14 @@
 /* cuda/gemm.c: pr_gemm's row-major contract on cuBLASLt, per stage, on its compute stream.
  *
  * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the operands swap and
- * no data moves. fp32 runs CUBLAS_COMPUTE_32F (the CPU path's arithmetic, to rounding);
- * under `precision bf16` a product reads the bf16 copies of its operands (A and B of type
+ * no data moves. fp32 runs CUBLAS_COMPUTE_32F (the CPU path's arithmetic, to rounding).
+ * Under `precision bf16` a product reads the bf16 copies of its operands (A and B of type
  * CUDA_R_16BF, fp32 accumulation and output), or, where an operand has no copy, its fp32
- * operands with CUBLAS_COMPUTE_32F_FAST_16BF (the tensor cores round them). Each shape's descriptors and the
- * heuristic's algorithm are made once and cached, per operand alignment. A product with a
- * bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS); under bf16 the generated code
- * also asks for GELU there (GELU_AUX_BIAS forward, DGELU backward), and runs GELU's own
- * kernels when cuBLASLt has no algorithm for it.
+ * operands with CUBLAS_COMPUTE_32F_FAST_16BF (the tensor cores round them). Each shape's
+ * descriptors and the heuristic's algorithm are made once and cached, per operand alignment.
+ * A product with a bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS); under bf16
+ * the generated code also asks for GELU's gradient there (DGELU), and runs GELU's own kernel
+ * when cuBLASLt has no algorithm for it.
  */
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@
 enum { GEMM_CACHE = 64 };
 
 /* What cuBLASLt's epilogue adds to a product. */
-enum { EPI_PLAIN, EPI_BIAS, EPI_GELU_BIAS, EPI_DGELU };
+enum { EPI_PLAIN, EPI_BIAS, EPI_DGELU };
 
 typedef struct gemm_plan {
     int used, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc; /* inputs: enum pr_gemm_inputs */
@@ -128,7 +128,7 @@ static gemm_plan *plan_for(int stage, int inputs, int ta, int tb, int m, int n, 
         // Column-major D is n x m, so a vector over D's rows is one value per output feature;
         // the GELU input matrix (aux) has D's shape, with our ldc.
         static const cublasLtEpilogue_t kinds[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
-                                                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU};
+                                                   CUBLASLT_EPILOGUE_DGELU};
         check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &kinds[epilogue],
                                                        sizeof kinds[epilogue]), "set EPILOGUE");
         // The heuristic reads the pointers' alignment from here (cublasLt.h), so the plan is
@@ -253,18 +253,6 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, 
 }
 
 /* cuBLASLt wants the GELU input matrix's leading dimension a multiple of 8 (cublasLt.h). */
-int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const void *a, int lda, const void *b, int ldb, float beta,
-                           float *c, int ldc, const float *bias, float *act)
-{
-    if (beta != 0.0f)
-        pr_internal("pr_cuda_gemm_bias_gelu takes beta 0, not %g", (double)beta);
-    if (ldc % 8 != 0)
-        return 0;
-    gemm_plan *p = plan_for(stage, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_GELU_BIAS, a, b, act, bias, c);
-    return p && run_plan(stage, p, alpha, a, b, beta, act, bias, c, "the GELU epilogue");
-}
-
 int pr_cuda_gemm_dgelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
                        float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *pre)

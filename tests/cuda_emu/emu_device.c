@@ -206,15 +206,6 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, 
 }
 
 /* No fused GELU here: the generated code then runs GELU's kernels, as the CPU path does. */
-int pr_cuda_gemm_bias_gelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
-                           float alpha, const void *a, int lda, const void *b, int ldb, float beta,
-                           float *c, int ldc, const float *bias, float *act)
-{
-    (void)stage, (void)inputs, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
-    (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc, (void)bias, (void)act;
-    return 0;
-}
-
 int pr_cuda_gemm_dgelu(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
                        float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                        float *c, int ldc, const float *pre)

@@ -38,7 +38,7 @@ figures=(
     "measured bf16 matmul rate \(TFLOP/s\) +n/a \(emulated\)"
     "GPT-2 Small 1 stage tokens/s \(steps 2-6\) +[0-9]+"
     "GPT-2 Small share of measured bf16 rate +n/a \(emulated\)"
-    "GPT-2 Small GELU +fused into cuBLASLt epilogues"
+    "GPT-2 Small GELU gradient +fused into cuBLASLt epilogues"
     "GPT-2 Medium 8 stages paci +[0-9.]+ tokens/s"
     "GPT-2 Medium 8 stages 1f1b +[0-9.]+ tokens/s"
     "total check time \(s\) +[0-9]+"

@@ -83,7 +83,7 @@ poisoned_start stop
 if train stop --resume 2> "$work/stop.err"; then
     fail "on_nan stop: the run went on past a NaN"
 fi
-line=$(grep '^run: error: ' "$work/stop.err" | head -1)
+line=$(grep -m1 '^run: error: ' "$work/stop.err")
 printf '%s\n' "$line" | grep -Eq "^run: error: step $first, stage [01]: (the loss is not finite|the gradient of [a-z0-9_.]+ is not finite|stage [01]'s gradient of [a-z0-9_.]+ is not finite)" \
     || fail "on_nan stop: expected an error at step $first naming stage and tensor, got: $(cat "$work/stop.err")"
 last_ok=$(( (first - 1) / 2 * 2 ))

@@ -105,6 +105,6 @@ version=$(grep -n '^version' "$good" | cut -d: -f1)
 sed "${version}s/version 2/version 3/" "$good" > "$work/v3.txt"
 expect_profile_error "newer version" "$work/v3.txt" "$version" "newer profile format.*in 'version 3'"
 sed "${version}d" "$good" > "$work/unversioned.txt"
-first=$(grep -nE '^(compute|op) ' "$work/unversioned.txt" | head -1 | cut -d: -f1)
+first=$(grep -m1 -nE '^(compute|op) ' "$work/unversioned.txt" | cut -d: -f1) # -m1: no SIGPIPE under pipefail
 expect_profile_error "op lines without a version" "$work/unversioned.txt" "$first" "need 'version 2'"
 echo "per-op profile written, read and checked"

@@ -103,7 +103,7 @@ static double loss_from(int first)
         if (s > first)
             memcpy(state[s].acts + code->in_offset, state[s - 1].acts + prog->stage[s - 1].out_offset,
                    sizeof(float) * (size_t)BT * (size_t)C);
-        pr_fwd_args args = {state[s].params, state[s].acts, tokens, targets, losses};
+        pr_fwd_args args = {state[s].params, state[s].acts, tokens, targets, losses, NULL};
         code->forward(&args);
     }
     double sum = 0;
@@ -198,7 +198,7 @@ static void dump(const char *path, double loss)
     float *before = alloc_floats(code->n_params);
     memcpy(before, st->params, sizeof(float) * (size_t)code->n_params);
     for (int64_t t = 1; t <= 2; t++) {
-        pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)prog->lr, 1.0f, t};
+        pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)prog->lr, 1.0f, t, NULL};
         code->adamw(&args);
     }
     for (int i = 0; i < code->n_tensors; i++) {

@@ -130,9 +130,10 @@ static void test_memory_by_schedule(void **state)
         assert_int_equal(gpipe.stage[s].slots, 8);
         assert_int_equal(pipedream.stage[s].stash, s < 7 ? 1 : 0);
         assert_true(pipedream.stage[s].mem_total >= paci.stage[s].mem_total);
-        /* bf16 too: 4 bytes of weights, 4 of gradients, 8 of moments per parameter (the
-         * runtime stores fp32; bf16 rounds the matrix products' inputs) */
-        assert_int_equal(paci.stage[s].mem_weights, paci.stage[s].params * 4);
+        /* bf16: 4 bytes of weights and 2 of their bf16 copy, 4 of gradients, 8 of moments
+         * per parameter (the runtime keeps fp32 masters; products read the copy) */
+        assert_int_equal(paci.stage[s].mem_weights, paci.stage[s].params * 6);
+        assert_int_equal(pipedream.stage[s].mem_stash, pipedream.stage[s].params * 6 * pipedream.stage[s].stash);
         assert_int_equal(paci.stage[s].mem_optim, paci.stage[s].params * 8);
         assert_int_equal(paci.stage[s].mem_acts, paci.stage[s].act_bytes * paci.stage[s].slots);
     }
