@@ -108,11 +108,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
     layout_add(la, "A_FC_GELU", BT * 4 * C, "GELU output");
     layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
-    // The GPU under bf16 keeps ln2, the GELU output and, with flash attention, ln1 (read by
-    // products only) in bf16 in their own entries; attention's output is also read by its
-    // backward, in fp32, so its bf16 copy has an entry of its own.
-    if (cfg->attention == ATTN_FLASH)
-        layout_add_bf16(la, cfg, "A_ATTY_H", BT * C, "A_ATTY in bf16 (the GPU's product operand)");
+    // The GPU under bf16 keeps ln2, the GELU output and, with flash attention, ln1 and its
+    // output (read by products, and the attention backward) in bf16 in their own entries.
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
@@ -379,13 +376,13 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
         operands_h(l, "a + A_LN1, ph + P_QKVW");
     if (flash)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
-                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " COPY("a", "A_ATTY_H"));
+                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " COPY("a", "A_ATTY"));
     else
         matmul_attention_forward(l);
     gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
               "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C", "p + P_ATTPROJB");
     if (flash) // the matmul attention's output comes from per-head products: no bf16 copy
-        operands_h(l, "a + A_ATTY_H, ph + P_ATTPROJW");
+        operands_h(l, "a + A_ATTY, ph + P_ATTPROJW");
     kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
               "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B, "
               COPY("a", "A_LN2"));
@@ -441,12 +438,13 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
     GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
     if (flash)
-        operands_h(l, "s + S_DRES_H, a + A_ATTY_H");
+        operands_h(l, "s + S_DRES_H, a + A_ATTY");
     GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
     operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
     if (flash) {
         kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
-                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
+                  ", " COPY("a", "A_ATTY"));
         kernel_op(l, "attention_backward_key", "d k, d v",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
     } else {

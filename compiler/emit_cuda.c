@@ -107,6 +107,10 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "        return (pr_bf16)((u >> 16) | 0x40u);");
     emit_line(sb, "    return (pr_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);");
     emit_line(sb, "}");
+    emit_line(sb, "__device__ __forceinline__ float pr_from_bf16(pr_bf16 h)");
+    emit_line(sb, "{");
+    emit_line(sb, "    return __uint_as_float((unsigned)h << 16);");
+    emit_line(sb, "}");
     emit_line(sb, "__device__ __forceinline__ float warp_sum(float v)");
     emit_line(sb, "{");
     emit_line(sb, "    for (int offset = %d; offset > 0; offset /= 2)", CUDA_WARP / 2);

@@ -306,8 +306,8 @@ const KernelDesc kernel_descs[] = {
         .name = "attention_forward",
         .doc = "causal attention of one query row (r = (b * NH + h) * T + t) in one pass over its "
                "keys: online softmax, rescaling the output accumulated so far whenever the running "
-               "maximum grows, so the T x T scores never exist; saves the row's log-sum-exp; out_h, when "
-               "given, gets the row in bf16",
+               "maximum grows, so the T x T scores never exist; saves the row's log-sum-exp; given out_h, "
+               "the row goes there in bf16 instead",
         .params = "float *RESTRICT out, float *RESTRICT lse, const float *RESTRICT qkv, pr_bf16 *RESTRICT out_h",
         .index = "r",
         .extent = "B * NH * T",
@@ -340,12 +340,13 @@ const KernelDesc kernel_descs[] = {
                 "        acc[d] += e * v[d];\n"
                 "}\n"
                 "float inv = 1.0f / sum;\n"
-                "UNROLL for (int d = 0; d < HS; d++)\n"
-                "    o[d] = acc[d] * inv;\n"
                 "if (out_h) {\n"
                 "    pr_bf16 *oh = out_h + ((long)b * T + t) * C + h * HS;\n"
                 "    UNROLL for (int d = 0; d < HS; d++)\n"
-                "        oh[d] = pr_to_bf16(o[d]);\n"
+                "        oh[d] = pr_to_bf16(acc[d] * inv);\n"
+                "} else {\n"
+                "    UNROLL for (int d = 0; d < HS; d++)\n"
+                "        o[d] = acc[d] * inv;\n"
                 "}\n"
                 "lse[r] = mx + logf(sum);",
     },
@@ -355,10 +356,11 @@ const KernelDesc kernel_descs[] = {
                "side), then dq = sum over keys of p * (dout . v - delta) * k / sqrt(HS), p "
                "recomputed from the saved log-sum-exp; on the GPU a warp per row, whose lanes "
                "split the head's dimensions, so dq accumulates in place with adjacent lanes on "
-               "adjacent floats; dqkv_h, when given, gets dq in bf16",
+               "adjacent floats; dqkv_h, when given, gets dq in bf16; given out_h, out is read from there "
+               "in bf16",
         .params = "float *RESTRICT dqkv, float *RESTRICT delta, const float *RESTRICT dout, "
                   "const float *RESTRICT out, const float *RESTRICT qkv, const float *RESTRICT lse, "
-                  "pr_bf16 *RESTRICT dqkv_h",
+                  "pr_bf16 *RESTRICT dqkv_h, const pr_bf16 *RESTRICT out_h",
         .index = "r",
         .extent = "B * NH * T",
         .lanes = 32,
@@ -370,10 +372,16 @@ const KernelDesc kernel_descs[] = {
                 "float *dq = dqkv + row * 3 * C + h * HS;\n"
                 "const float scale = 1.0f / sqrtf((float)HS);\n"
                 "float dsum = 0.0f;\n"
-                "ROW_LOOP(d, 0, HS) {\n"
-                "    dsum += dor[d] * o[d];\n"
-                "    dq[d] = 0.0f;\n"
+                "if (out_h) {\n"
+                "    const pr_bf16 *oh = out_h + row * C + h * HS;\n"
+                "    ROW_LOOP(d, 0, HS)\n"
+                "        dsum += dor[d] * pr_from_bf16(oh[d]);\n"
+                "} else {\n"
+                "    ROW_LOOP(d, 0, HS)\n"
+                "        dsum += dor[d] * o[d];\n"
                 "}\n"
+                "ROW_LOOP(d, 0, HS)\n"
+                "    dq[d] = 0.0f;\n"
                 "dsum = ROW_SUM(dsum);\n"
                 "if (LEAD)\n"
                 "    delta[r] = dsum;\n"

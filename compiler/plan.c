@@ -18,10 +18,10 @@
  *    the per-token losses B*T;
  *  - bytes: the runtime stores every tensor in 4 bytes under either precision: weights 4,
  *    gradients 4, optimizer state 8 per parameter; under bf16 the GPU adds a 2-byte copy of
- *    each weight, and of the product operands that something else reads in fp32 (with flash
- *    attention its output per layer; in the scratch the residual, MLP and, flash, qkv
- *    gradients, and on the last stage dlogits): ln1, ln2, the GELU output and the final
- *    LayerNorm are only products' operands, so the GPU keeps them in bf16 in their own
+ *    each weight, and of the gradients that feed products and are also read in fp32 (in the
+ *    scratch the residual, MLP and, flash, qkv gradients, and on the last stage dlogits);
+ *    the activations that feed products (ln1 and attention's output with flash attention,
+ *    ln2, the GELU output, the final LayerNorm) the GPU keeps in bf16 only, in their own
  *    entries. PipeDream's stashed versions are copies of the weights (with their bf16 copy).
  */
 #include <math.h>
@@ -61,7 +61,6 @@ static ModelCounts model_counts(const Config *cfg)
     if (cfg->precision == PREC_BF16) {
         // stage_layout's bf16 copies, counted in floats (two elements a float)
         bool flash = cfg->attention == ATTN_FLASH;
-        m.layer_acts += flash ? tokens * C / 2 : 0;
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
         m.head_scratch = tokens * V / 2;
         m.weight_bytes = 6;

@@ -28,6 +28,13 @@ static inline pr_bf16 pr_to_bf16(float x)
     return (pr_bf16)((bits.u + 0x7fffu + ((bits.u >> 16) & 1u)) >> 16);
 }
 
+/* bf16 to fp32, exactly. */
+static inline float pr_from_bf16(pr_bf16 h)
+{
+    union { uint32_t u; float f; } bits = {(uint32_t)h << 16};
+    return bits.f;
+}
+
 /* llm.c's GPT-2 checkpoint tensors, in file order. LM_HEAD is ours: an untied head is not
  * part of llm.c's format and is kept in the state file beside the checkpoint. */
 #define PR_CKPT_TENSORS(X)                                                                  \

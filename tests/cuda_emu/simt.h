@@ -423,12 +423,18 @@ inline float __frcp_rn(float x)
 {
     return 1.0f / x;
 }
-/* A float's bits, as the bf16 conversions of the generated code read them. */
+/* A float's bits and back, as the bf16 conversions of the generated code use them. */
 inline unsigned __float_as_uint(float x)
 {
     unsigned u;
     memcpy(&u, &x, sizeof u);
     return u;
+}
+inline float __uint_as_float(unsigned u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
 }
 inline float __saturatef(float x)
 {
