@@ -84,7 +84,7 @@ static long layer_tensor_size(int i, long C)
  * [lnf, its statistics, probabilities]; scratch: the backward's temporaries. */
 void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
 {
-    long B = cfg->micro, T = cfg->context, C = cfg->width, V = cfg->vocab, NH = cfg->heads;
+    long B = cfg->micro, T = cfg->context, C = cfg->width, V = cfg->vocab, VP = vocab_stride(cfg), NH = cfg->heads;
     long BT = B * T;
     *lay = (StageLayout){0};
 
@@ -131,7 +131,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_LNF", BT * C, "final LayerNorm output");
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
         layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
-        layout_add(a, "ACT_PROBS", BT * V, "probabilities (the backward turns them into dlogits)");
+        layout_add(a, "ACT_PROBS", BT * VP, "probabilities, rows of VP (the backward turns them into dlogits)");
     }
 
     Layout *s = &lay->scratch;
@@ -151,7 +151,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (cfg->attention == ATTN_FLASH)
         layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
     if (sp->has_head)
-        layout_add_bf16(s, cfg, "S_DLOGITS_H", BT * V, "dlogits in bf16");
+        layout_add_bf16(s, cfg, "S_DLOGITS_H", BT * VP, "dlogits in bf16, rows of VP");
 
     lay->in_offset = layout_offset(a, "ACT_INPUT");
     lay->out_offset = sp->n_layers > 0
@@ -401,7 +401,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
               "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
               COPY("acts", "ACT_LNF"));
-    GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, V");
+    GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, VP");
     operands_h(l, "acts + ACT_LNF, params_h + PARAM_LM_HEAD");
     kernel_op(l, "softmax_xent_forward", "probabilities and per-token losses", "acts + ACT_PROBS, losses, targets");
 
@@ -409,9 +409,9 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities",
               "acts + ACT_PROBS, targets, dloss, " COPY("scratch", "S_DLOGITS_H"));
     GEMM(l, "d lm_head += dlogits^T lnf",
-         "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, V, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+         "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
     operands_h(l, "scratch + S_DLOGITS_H, acts + ACT_LNF");
-    GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, V, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
     operands_h(l, "scratch + S_DLOGITS_H, params_h + PARAM_LM_HEAD");
     plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
     kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",

@@ -321,9 +321,10 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     blank_line(sb);
     emit_line(sb, "#include \"pacirt.h\"");
     blank_line(sb);
-    emit_line(sb, "/* Shapes: micro-batch, context, width, heads, head size, vocabulary; BT rows. */");
-    emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, BT = B * T };", cfg->micro,
-              cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab);
+    emit_line(sb, "/* Shapes: micro-batch, context, width, heads, head size, vocabulary (VP floats a row of");
+    emit_line(sb, " * logits: V rounded up to 64); BT rows. */");
+    emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, VP = %ld, BT = B * T };", cfg->micro,
+              cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab, vocab_stride(cfg));
     emit_line(sb, "enum { STAGE = %d, FIRST_LAYER = %d, N_LAYERS = %d };", s, sp->first_layer, sp->n_layers);
     blank_line(sb);
     emit_line(sb, "/* AdamW hyperparameters (the learning rate and step come with each call). */");
@@ -688,6 +689,7 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_string_field(sb, "source", cfg->src ? cfg->src->path : NULL);
     emit_line(sb, ".layers = %d, .width = %d, .heads = %d, .context = %d, .vocab = %d, .tied = %d,",
               cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab, cfg->tied);
+    emit_line(sb, ".probs_stride = %ld, /* the vocabulary rounded up to 64 */", vocab_stride(cfg));
     emit_line(sb, ".micro = %d,", cfg->micro);
     emit_line(sb, ".steps = %ld,", cfg->steps);
     emit_line(sb, ".lr = %s, /* %g at global batch %ld, scaled to %ld */", exact_double(cfg->lr), cfg->lr_base,

@@ -81,8 +81,8 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
                            sp->first_layer + sp->n_layers, CUDA_BLOCK);
     emit_banner(sb, cfg, what);
     free(what);
-    emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, BT = B * T };", cfg->micro,
-              cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab);
+    emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, VP = %ld, BT = B * T };", cfg->micro,
+              cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab, vocab_stride(cfg));
     emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", cfg->beta1);
     emit_line(sb, "#define ADAMW_BETA2 ((float)%.9g)", cfg->beta2);
     emit_line(sb, "#define ADAMW_EPS ((float)%.9g)", cfg->eps);

@@ -10,7 +10,8 @@
  * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
  *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,
- * BT = B * T rows. Activations are row-major [BT, width]; qkv rows hold q | k | v.
+ * VP floats per row of logits (V rounded up to 64), BT = B * T rows. Activations are
+ * row-major [BT, width]; qkv rows hold q | k | v.
  */
 #include <string.h>
 
@@ -459,7 +460,7 @@ const KernelDesc kernel_descs[] = {
         .index = "row",
         .extent = "BT",
         .lanes = 32,
-        .body = "float *p = probs + (long)row * V;\n"
+        .body = "float *p = probs + (long)row * VP;\n"
                 "float target_logit = p[targets[row]];\n"
                 "float mx = -3.0e38f;\n"
                 "ROW_LOOP(v, 0, V)\n"
@@ -485,12 +486,12 @@ const KernelDesc kernel_descs[] = {
         .index = "row",
         .extent = "BT",
         .lanes = 32,
-        .body = "float *p = probs + (long)row * V;\n"
+        .body = "float *p = probs + (long)row * VP;\n"
                 "int target = targets[row];\n"
                 "ROW_LOOP(v, 0, V)\n"
                 "    p[v] = (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;\n"
                 "if (dlogits_h) {\n"
-                "    pr_bf16 *dh = dlogits_h + (long)row * V;\n"
+                "    pr_bf16 *dh = dlogits_h + (long)row * VP;\n"
                 "    ROW_LOOP(v, 0, V)\n"
                 "        dh[v] = pr_to_bf16(p[v]);\n"
                 "}",

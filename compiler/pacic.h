@@ -466,6 +466,12 @@ typedef struct TensorInfo {
     const char *init;    /* enumerator of pr_init, e.g. "PR_INIT_NORMAL" */
 } TensorInfo;
 
+/* Floats per row of the logits and probabilities: the vocabulary rounded up to 64, so that
+ * every row starts on 256 bytes (128 in bf16), as the GPU's products want. */
+static inline long vocab_stride(const Config *cfg)
+{
+    return (cfg->vocab + 63L) / 64 * 64;
+}
 void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
 long layout_offset(const Layout *l, const char *name); /* internal error if absent */
 /* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */

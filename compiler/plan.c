@@ -52,7 +52,7 @@ static ModelCounts model_counts(const Config *cfg)
     /* what stage_layout gives a layer: the matmul attention adds its T x T workspace */
     m.layer_acts = tokens * (16 * C + 4 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.input_acts = tokens * C;
-    m.head_acts = tokens * (C + 2) + tokens * V; /* the losses are the runtime's: mem_work */
+    m.head_acts = tokens * (C + 2) + tokens * (double)vocab_stride(cfg); /* losses: mem_work */
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
     m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
     m.head_scratch = 0;
@@ -62,7 +62,7 @@ static ModelCounts model_counts(const Config *cfg)
         // stage_layout's bf16 copies, counted in floats (two elements a float)
         bool flash = cfg->attention == ATTN_FLASH;
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
-        m.head_scratch = tokens * V / 2;
+        m.head_scratch = tokens * (double)vocab_stride(cfg) / 2;
         m.weight_bytes = 6;
     }
     return m;

@@ -858,7 +858,7 @@ const float *pr_forward_all(pr_run *run, const int32_t *tokens)
     if (run->dev->host_memory)
         return last;
     // The probabilities come back in a host buffer the run keeps until the next call.
-    size_t bytes = (size_t)(BT * run->V) * sizeof(float);
+    size_t bytes = (size_t)(BT * run->prog->probs_stride) * sizeof(float);
     if (!run->probs_host)
         run->probs_host = pr_alloc(bytes);
     run->dev->download(run->p - 1, run->probs_host, last, bytes);

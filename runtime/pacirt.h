@@ -162,6 +162,7 @@ typedef struct pr_program {
     const char *source;      /* the DSL file this was compiled from */
     /* model */
     int32_t layers, width, heads, context, vocab, tied;
+    int32_t probs_stride;    /* floats per row of the last stage's probabilities (>= vocab) */
     /* batch: B sequences of T = context tokens per micro-batch */
     int32_t micro;
     /* optimizer and learning-rate schedule, already scaled for the batch */

@@ -324,7 +324,8 @@ void pr_request_stop(int signal_number); /* async-signal-safe */
 int pr_stop_signal(void);                /* the signal that asked for the stop, or 0 */
 /* Mean loss of eval_batches micro-batches of `d`, forward through all stages (slot 0). */
 double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches);
-/* Full-model forward of B*T tokens; returns the last stage's B*T*V probabilities. */
+/* Full-model forward of B*T tokens; returns the last stage's probabilities, B*T rows of
+ * prog->probs_stride floats (the first vocab of each are the row's). */
 const float *pr_forward_all(pr_run *run, const int32_t *tokens);
 /* Stage s's weights changed other than by its AdamW (initialised, loaded, received): the
  * bf16 copy its products read is made again, where it has one. */

@@ -299,7 +299,7 @@ static void sample(pr_run *run, int64_t n)
         int64_t len = i < T ? i : T;
         for (int64_t j = 0; j < BT; j++)
             tokens[j] = j < len ? text[i - len + j] : start;
-        const float *row = pr_forward_all(run, tokens) + (len - 1) * V;
+        const float *row = pr_forward_all(run, tokens) + (len - 1) * run->prog->probs_stride;
         double coin = pr_rng_uniform(&rng), cdf = 0.0;
         int32_t next = (int32_t)V - 1;
         for (int32_t v = 0; v < V; v++) {

@@ -49,13 +49,14 @@ calls() {
     sed -n "s/^fake cuda: calls:.* $3 \([0-9]*\).*/\1/p" "$work/$1/$2/err.txt" | head -n 1 | grep . || echo 0
 }
 
-# case_model NAME STAGES SCHEDULE ATTENTION [PRECISION]: a 6-step model with an evaluation at
-# step 3, one layer per stage (at least 2: the emulated kernels dominate the test's time),
-# built with its fake CUDA stack.
+# case_model NAME STAGES SCHEDULE ATTENTION [PRECISION [VOCAB]]: a 6-step model with an
+# evaluation at step 3, one layer per stage (at least 2: the emulated kernels dominate the
+# test's time), built with its fake CUDA stack. A vocabulary off a multiple of 64 pads the
+# logits' rows (VP).
 case_model() {
     small_model "$1" "$2" "$3" 2 6 3
     sed -i -e "s/^train {/train {\n    attention $4\n    precision ${5:-fp32}/" \
-        -e "s/layers 4;/layers $(($2 > 2 ? $2 : 2));/" "$work/$1.paci"
+        -e "s/layers 4;/layers $(($2 > 2 ? $2 : 2));/" -e "s/vocab 256 }/vocab ${6:-256} }/" "$work/$1.paci"
     fake_build "$1"
 }
 
@@ -77,7 +78,7 @@ echo "one: $(calls one cuda cuLaunchKernel) launches; $fused products, $unfused 
 # with GELU's own kernel (FAKE_CUBLASLT_NO_GELU=1; the fake's GELU uses the kernel's float
 # expressions). Against the CPU, which computes bf16 runs in fp32, only loosely: the GPU's
 # products read bf16 operands: 1e-2 (tests/gpu/check.sh allows 2e-2 on a GPU).
-case_model half 1 paci flash bf16
+case_model half 1 paci flash bf16 300
 on half cuda 1 --device cuda || fail "half: --device cuda"
 [ "$(calls half cuda dgelu_epilogue)" -gt 0 ] || fail "half: GELU's gradient did not fuse into its product under bf16"
 FAKE_CUBLASLT_NO_GELU=1 on half apart 1 --device cuda || fail "half: --device cuda without GELU epilogues"
@@ -99,7 +100,7 @@ compare_devices "bf16 GPU vs the CPU's fp32" "$work/half/cuda" "$work/half/cpu" 
 # take fp32 operands, the rest bf16): the backwards read the stashed weights' bf16 copies; a
 # copy read before it is written holds NaN (the runtime's poison); bf16's tolerance against
 # the CPU.
-case_model halves 2 1f1b flash bf16
+case_model halves 2 1f1b flash bf16 300
 on halves cuda 2 --device cuda || fail "halves: --device cuda"
 compare_devices "bf16 1F1B on two GPUs vs one stage" "$work/halves/cuda" "$work/half/cuda" "$LOSS_TOL" "$WEIGHT_TOL"
 case_model stashed 2 pipedream matmul bf16
@@ -116,7 +117,7 @@ compare_devices "two stages, one GPU" "$work/shared/cuda" "$work/shared/cpu" "$L
 
 # Three stages on three GPUs: NCCL between them; every stream item waits a random 0..300 us
 # (FAKE_CUDA_JITTER_US), so a missing wait between streams shows up as wrong data.
-case_model three 3 paci flash
+case_model three 3 paci flash fp32 300
 FAKE_CUDA_JITTER_US=300 on three cuda 3 --device cuda || fail "three: --device cuda"
 on three cpu 1 --device cpu || fail "three: --device cpu"
 compare_devices "three stages, three GPUs" "$work/three/cuda" "$work/three/cpu" "$LOSS_TOL" "$WEIGHT_TOL"

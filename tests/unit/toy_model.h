@@ -324,7 +324,7 @@ static void toy_build_table(toy_table *tt, enum toy_kind kind, int p, int K, int
 static pr_program toy_program(const paci_table *t, int steps)
 {
     return (pr_program){.source = "toy.paci", .layers = TOY_L, .width = TOY_C, .heads = 1,
-                        .context = TOY_T, .vocab = TOY_V, .tied = 0, .micro = TOY_B,
+                        .context = TOY_T, .vocab = TOY_V, .probs_stride = TOY_V, .tied = 0, .micro = TOY_B,
                         .steps = steps, .lr = 1e-2, .min_lr_ratio = 0.1, .warmup_steps = 2,
                         .decay = PR_DECAY_COSINE, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                         .weight_decay = 0.1, .grad_clip = 1e-3,
