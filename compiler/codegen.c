@@ -43,6 +43,14 @@ static void layout_add_bf16(Layout *l, const Config *cfg, const char *name, long
         layout_add(l, name, (n + 1) / 2, doc);
 }
 
+/* An activation of n elements that only products (and the attention backward) read: under
+ * bf16, when `stored_bf16`, it is kept in bf16 on both devices (BF16_STORE), in half the floats. */
+static void layout_add_operand(Layout *l, const Config *cfg, bool stored_bf16, const char *name, long n,
+                               const char *doc)
+{
+    layout_add(l, name, cfg->precision == PREC_BF16 && stored_bf16 ? (n + 1) / 2 : n, doc);
+}
+
 long layout_offset(const Layout *l, const char *name)
 {
     for (int i = 0; i < l->n; i++)
@@ -93,23 +101,22 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                    layer_tensors[i].ckpt_name);
 
     Layout *la = &lay->layer_acts;
-    layout_add(la, "A_LN1", BT * C, "LayerNorm 1 output");
+    bool flash = cfg->attention == ATTN_FLASH;
+    layout_add_operand(la, cfg, flash, "A_LN1", BT * C, "LayerNorm 1 output (bf16 under bf16, flash)");
     layout_add(la, "A_LN1_MEAN", BT, "its row means");
     layout_add(la, "A_LN1_RSTD", BT, "its row 1/std");
     layout_add(la, "A_QKV", BT * 3 * C, "q | k | v per row");
-    layout_add(la, "A_ATTY", BT * C, "attention output, heads side by side");
+    layout_add_operand(la, cfg, flash, "A_ATTY", BT * C, "attention output, heads side by side (bf16 under bf16, flash)");
     layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
     if (cfg->attention == ATTN_MATMUL)
         layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
     layout_add(la, "A_RESID2", BT * C, "residual after attention");
-    layout_add(la, "A_LN2", BT * C, "LayerNorm 2 output");
+    layout_add_operand(la, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
     layout_add(la, "A_LN2_MEAN", BT, "its row means");
     layout_add(la, "A_LN2_RSTD", BT, "its row 1/std");
     layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
-    layout_add(la, "A_FC_GELU", BT * 4 * C, "GELU output");
+    layout_add_operand(la, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
     layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
-    // The GPU under bf16 keeps ln2, the GELU output and, with flash attention, ln1 and its
-    // output (read by products, and the attention backward) in bf16 in their own entries.
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
@@ -128,7 +135,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
     layout_add(a, "ACT_LAYERS", sp->n_layers * la->total, "the layers' blocks");
     if (sp->has_head) {
-        layout_add(a, "ACT_LNF", BT * C, "final LayerNorm output");
+        layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
         layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
         layout_add(a, "ACT_PROBS", BT * VP, "probabilities, rows of VP (the backward turns them into dlogits)");
@@ -309,8 +316,11 @@ static void heads_end(OpList *l)
     plain_op(l, OP_END, "end of the loop", "%s", "");
 }
 
-/* The bf16 copy at offset `name` of base `base` (kernel arguments: NULL on the CPU). */
+/* Kernel arguments: the bf16 copy at offset `name` of base `base`, which the GPU's products
+ * read (NULL on the CPU); and an activation kept in bf16 only under bf16, on both devices
+ * (layout_add_operand), which the kernels that produce it write in bf16 instead. */
 #define COPY(base, name) "BF16_COPY(" base " + " name ")"
+#define STORE(base, name) "BF16_STORE(" base " + " name ")"
 
 /* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
  * softmax is the only elementwise part. */
@@ -369,14 +379,14 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     // ln1 is also read by d qkvw's product, whose other operand has a bf16 copy with flash only
     bool flash = cfg->attention == ATTN_FLASH;
     kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)", "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, "
-              "p + P_LN1B, %s", flash ? COPY("a", "A_LN1") : "(pr_bf16 *)0");
+              "p + P_LN1B, %s", flash ? STORE("a", "A_LN1") : "(pr_bf16 *)0");
     gemm_bias(l, "qkv = ln1 qkvw^T + qkvb", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C",
               "p + P_QKVB");
     if (flash)
         operands_h(l, "a + A_LN1, ph + P_QKVW");
     if (flash)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
-                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " COPY("a", "A_ATTY"));
+                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " STORE("a", "A_ATTY"));
     else
         matmul_attention_forward(l);
     gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
@@ -385,12 +395,12 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
         operands_h(l, "a + A_ATTY, ph + P_ATTPROJW");
     kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
               "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B, "
-              COPY("a", "A_LN2"));
+              STORE("a", "A_LN2"));
     gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
               "p + P_FCB");
     operands_h(l, "a + A_LN2, ph + P_FCW");
     // not fused into cuBLASLt's epilogue: it writes fp32 only, where the GPU wants bf16
-    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " COPY("a", "A_FC_GELU"));
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " STORE("a", "A_FC_GELU"));
     gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
               "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
               "p + P_FCPROJB");
@@ -400,7 +410,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
               "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
-              COPY("acts", "ACT_LNF"));
+              STORE("acts", "ACT_LNF"));
     GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, VP");
     operands_h(l, "acts + ACT_LNF, params_h + PARAM_LM_HEAD");
     kernel_op(l, "softmax_xent_forward", "probabilities and per-token losses", "acts + ACT_PROBS, losses, targets");
@@ -444,7 +454,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     if (flash) {
         kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
-                  ", " COPY("a", "A_ATTY"));
+                  ", " STORE("a", "A_ATTY"));
         kernel_op(l, "attention_backward_key", "d k, d v",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
     } else {

@@ -150,8 +150,37 @@ static const char *op_profile_name(const Op *op)
     unreachable();
 }
 
+/* A product's arguments for the CPU: under bf16 an operand kept in bf16 (its bf16 form is the
+ * operand itself: layout_add_operand) is widened to fp32 first, by pr_widen_bf16 into the
+ * calling thread's buffer `slot` (0 for a, 1 for b). */
+static char *cpu_gemm_args(const Op *op, bool bf16)
+{
+    char args[16][128], copies[2][128];
+    if (!bf16 || !op->operands_h)
+        return xstrdup(op->args);
+    if (split_list(op->args, args, 16) != 13 || split_list(op->operands_h, copies, 2) != 2)
+        ICE("a product with bf16 operands '%s' and arguments '%s'", op->operands_h, op->args);
+    // a: m x k (k x m transposed), leading dimension lda; b: k x n (n x k), ldb
+    bool ta = strcmp(args[0], "1") == 0, tb = strcmp(args[1], "1") == 0;
+    const char *rows[2] = {ta ? args[4] : args[2], tb ? args[3] : args[4]};
+    const char *cols[2] = {ta ? args[2] : args[4], tb ? args[4] : args[3]};
+    char widened[2][256];
+    for (int i = 0; i < 2; i++) {
+        int at = i == 0 ? 6 : 8;
+        if (strcmp(args[at], copies[i]) == 0)
+            snprintf(widened[i], sizeof widened[i], "pr_widen_bf16(%d, %s, %s, %s, %s)", i, args[at], rows[i],
+                     cols[i], args[at + 1]);
+        else
+            snprintf(widened[i], sizeof widened[i], "%s", args[at]);
+    }
+    StrBuf sb = {0};
+    for (int i = 0; i < 13; i++)
+        sb_printf(&sb, "%s%s", i ? ", " : "", i == 6 ? widened[0] : i == 8 ? widened[1] : args[i]);
+    return sb.data;
+}
+
 /* One op; a timed op (number `index` in the section) is wrapped in OP_BEGIN/OP_END. */
-static void emit_c_op(StrBuf *sb, const Op *op, const char *section, int index)
+static void emit_c_op(StrBuf *sb, const Op *op, const char *section, int index, bool bf16)
 {
     if (op->kind != OP_END)
         emit_line(sb, "/* %s */", op->comment);
@@ -161,12 +190,15 @@ static void emit_c_op(StrBuf *sb, const Op *op, const char *section, int index)
     case OP_KERNEL:
         emit_line(sb, "%s(%s);", op->kernel->name, op->args);
         break;
-    case OP_GEMM:
+    case OP_GEMM: {
+        char *args = cpu_gemm_args(op, bf16);
         if (op->bias)
-            emit_line(sb, "pr_gemm_bias(%s, %s);", op->args, op->bias);
+            emit_line(sb, "pr_gemm_bias(%s, %s);", args, op->bias);
         else
-            emit_line(sb, "pr_gemm(%s);", op->args);
+            emit_line(sb, "pr_gemm(%s);", args);
+        free(args);
         break;
+    }
     case OP_ZERO: {
         /* "dst, count" */
         const char *comma = strchr(op->args, ',');
@@ -201,13 +233,13 @@ void emit_op_loop(StrBuf *sb, const char *args)
 
 /* A section as `static void name(params)`; its ops are numbered from OPS_name. */
 static void emit_c_section(StrBuf *sb, const char *doc, const char *name, const char *params,
-                           const OpList *l)
+                           const OpList *l, bool bf16)
 {
     emit_line(sb, "/* %s */", doc);
     emit_line(sb, "static void %s(%s)", name, params);
     open_block(sb);
     for (int i = 0, timed = 0; i < l->n; i++) {
-        emit_c_op(sb, &l->ops[i], name, timed);
+        emit_c_op(sb, &l->ops[i], name, timed, bf16);
         timed += op_is_timed(&l->ops[i]);
     }
     emit_close(sb, "");
@@ -350,8 +382,11 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "#define ROW_SUM(x) (x)");
     emit_line(sb, "#define ROW_MAX(x) (x)");
     emit_line(sb, "#define LEAD 1");
-    emit_line(sb, "/* The bf16 copies of product operands are the GPU path's: here kernels get none. */");
+    emit_line(sb, "/* The bf16 copies of product operands are the GPU path's: here kernels get none. The");
+    emit_line(sb, " * activations only products read are kept in bf16 %s. */",
+              cfg->precision == PREC_BF16 ? "(precision bf16), and widened for the BLAS" : "under bf16 only (not here)");
     emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
+    emit_line(sb, "#define BF16_STORE(p) %s", cfg->precision == PREC_BF16 ? "((pr_bf16 *)(p))" : "((pr_bf16 *)0)");
     blank_line(sb);
     emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER. */");
     emit_layout(sb, &lay.layer_params);
@@ -370,7 +405,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_layout(sb, &lay.scratch);
     blank_line(sb);
 
-    bool used[64] = {false};
+    bool bf16 = cfg->precision == PREC_BF16, used[64] = {false};
     if (sp->has_embed) {
         mark_kernels(&ops->embed_fwd, used);
         mark_kernels(&ops->embed_bwd, used);
@@ -394,24 +429,24 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
 
     if (sp->has_embed)
         emit_c_section(sb, "Embedding forward.", "embed_forward",
-                       "const float *params, float *acts, const int *tokens", &ops->embed_fwd);
+                       "const float *params, float *acts, const int *tokens", &ops->embed_fwd, bf16);
     emit_c_section(sb, "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
-                   "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd);
+                   "block_forward", "const float *p, float *a, const float *x", &ops->block_fwd, bf16);
     if (sp->has_head) {
         emit_c_section(sb, "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
                        "head_forward", "const float *params, float *acts, const float *x, const int *targets, float *losses",
-                       &ops->head_fwd);
+                       &ops->head_fwd, bf16);
         emit_c_section(sb, "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
                        "head_backward", "const float *params, float *grads, float *acts, const float *x, float *scratch, "
                        "const int *targets, float dloss",
-                       &ops->head_bwd);
+                       &ops->head_bwd, bf16);
     }
     emit_c_section(sb, "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
                    "block_backward", "const float *p, float *g, const float *a, const float *x, float *s",
-                   &ops->block_bwd);
+                   &ops->block_bwd, bf16);
     if (sp->has_embed)
         emit_c_section(sb, "Embedding backward from S_DRES.", "embed_backward",
-                       "float *grads, const float *scratch, const int *tokens", &ops->embed_bwd);
+                       "float *grads, const float *scratch, const int *tokens", &ops->embed_bwd, bf16);
 
     emit_line(sb, "/* The input of layer l: the stage's input or the previous layer's output. */");
     emit_line(sb, "static float *layer_input(float *acts, int l)");

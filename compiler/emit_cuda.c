@@ -139,26 +139,6 @@ static void open_brace(StrBuf *sb)
     sb->indent++;
 }
 
-/* Splits a top-level comma-separated list (parameters or arguments; none nests commas). */
-static int split_list(const char *text, char items[][128], int max)
-{
-    int n = 0;
-    const char *p = text;
-    while (*p && n < max) {
-        while (*p == ' ')
-            p++;
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len >= 128)
-            ICE("kernel parameter or argument too long: %.*s", (int)len, p);
-        memcpy(items[n], p, len);
-        items[n][len] = '\0';
-        n++;
-        p += len + (end ? 1 : 0);
-    }
-    return n;
-}
-
 /* "const float *RESTRICT wte" -> type "const float *" and name "wte". */
 static void param_type_name(const char *param, char *type, char *name)
 {

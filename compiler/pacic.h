@@ -51,6 +51,9 @@ void emit_line(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* indented,
 void emit_open(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* line ending "{", indent++ */
 void emit_close(StrBuf *sb, const char *text); /* indent--, line "}" + text */
 void sb_free(StrBuf *sb);
+/* Splits a top-level comma-separated list (parameters or arguments; none nests commas) into
+ * items of up to 127 characters; returns how many. */
+int split_list(const char *text, char items[][128], int max);
 /* Writes atomically: a temporary file beside `path`, fsync, rename. 0 on success. */
 int write_file_atomic(const char *path, const void *data, size_t len);
 

@@ -20,9 +20,10 @@
  *    gradients 4, optimizer state 8 per parameter; under bf16 the GPU adds a 2-byte copy of
  *    each weight, and of the gradients that feed products and are also read in fp32 (in the
  *    scratch the residual, MLP and, flash, qkv gradients, and on the last stage dlogits);
- *    the activations that feed products (ln1 and attention's output with flash attention,
- *    ln2, the GELU output, the final LayerNorm) the GPU keeps in bf16 only, in their own
- *    entries. PipeDream's stashed versions are copies of the weights (with their bf16 copy).
+ *    the activations only products read (ln1 and attention's output with flash attention,
+ *    ln2, the GELU output, the final LayerNorm) are kept in bf16, 2 bytes an element, on
+ *    either device. PipeDream's stashed versions are copies of the weights (with their bf16
+ *    copy).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -62,6 +63,10 @@ static ModelCounts model_counts(const Config *cfg)
         // stage_layout's bf16 copies, counted in floats (two elements a float)
         bool flash = cfg->attention == ATTN_FLASH;
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
+        // ln2 and the GELU output (and ln1 and attention's output with flash attention) per
+        // layer, and the final LayerNorm, are kept in bf16: half their floats
+        m.layer_acts -= tokens * (2.5 * C + (flash ? C : 0));
+        m.head_acts -= tokens * C / 2;
         m.head_scratch = tokens * (double)vocab_stride(cfg) / 2;
         m.weight_bytes = 6;
     }

@@ -218,3 +218,23 @@ fail:;
     errno = saved;
     return -1;
 }
+
+/* Splits a top-level comma-separated list (parameters or arguments; none nests commas). */
+int split_list(const char *text, char items[][128], int max)
+{
+    int n = 0;
+    const char *p = text;
+    while (*p && n < max) {
+        while (*p == ' ')
+            p++;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= 128)
+            ICE("kernel parameter or argument too long: %.*s", (int)len, p);
+        memcpy(items[n], p, len);
+        items[n][len] = '\0';
+        n++;
+        p += len + (end ? 1 : 0);
+    }
+    return n;
+}

@@ -260,6 +260,10 @@ void pr_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const f
 /* The same with beta = 0 and bias[0..n) added to every row of C. */
 void pr_gemm_bias(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                   const float *b, int ldb, float beta, float *c, int ldc, const float *bias);
+/* x, a rows x cols row-major bf16 matrix of leading dimension ld, as fp32 (exactly) in the
+ * calling thread's buffer `slot` (0 or 1), valid until that thread's next call for the slot:
+ * an operand of pr_gemm that is kept in bf16 (precision bf16). */
+const float *pr_widen_bf16(int slot, const void *x, int rows, int cols, int ld);
 
 /* Entry point: main() in runtime/main.c calls it with the generated program. */
 int pr_main(int argc, char **argv, const pr_program *prog);

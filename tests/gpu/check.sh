@@ -15,10 +15,10 @@
 #      bf16 (tensor cores round the matrix inputs to 8 bits of mantissa) to 2e-2
 #   3. GPT-2 Small (124M) at context 1024 as one stage, 6 steps: tokens/s between steps 2
 #      and 6 and its share of the measured bf16 matmul rate (tests/gpu/matmul_rate.c)
-#   4. the 8-stage GPT-2 Medium example on the one GPU, 2 steps under paci and 1f1b; with the
-#      bf16 copies its 8 stages need 132.9 GiB by `pacic --explain`'s totals, 135.1 with
-#      cuBLASLt's workspaces, near an H200's whole memory: where the memory check refuses
-#      that, again at micro-batch 12 (101.4 GiB), and the figure says which ran
+#   4. the 8-stage GPT-2 Medium example on the one GPU, 2 steps under paci and 1f1b; its 8
+#      stages need 108.6 GiB by `pacic --explain`'s totals, 110.8 with cuBLASLt's workspaces:
+#      where the memory check refuses that, again at micro-batch 12 (83.1 GiB), and the
+#      figure says which ran
 #   5. measured per-stage instruction times and per-kernel times (CUDA events) written as a
 #      `pacic --profile` file, read back; the kernels' share of each stage's compute printed
 #
