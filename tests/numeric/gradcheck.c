@@ -8,7 +8,7 @@
  *   gradcheck --dump FILE  also writes weights, tokens, loss, gradients and the weights after
  *                          two AdamW steps for tests/numeric/torch_ref.py (one stage only)
  *
- * Central differences of fourth order, (8 (f(h) - f(-h)) - (f(2h) - f(-2h))) / 12h, h = 2^-7:
+ * Central differences of fourth order, (8 (f(h) - f(-h)) - (f(2h) - f(-2h))) / 12h, h = 2^-6:
  * the loss is the mean of the float per-token losses summed in double. A coordinate passes when
  * |numeric - analytic| <= ATOL + RTOL * max(|numeric|, |analytic|).
  */
@@ -21,8 +21,10 @@
 #include "pacirt.h"
 
 enum { SAMPLES_PER_TENSOR = 8 };
-/* A power of two: x +- STEP and x +- 2 STEP are exact in float for |x| < 2^16. */
-static const double STEP = 0.0078125;
+/* A power of two: x +- STEP and x +- 2 STEP are exact in float for |x| < 2^16. Not smaller:
+ * the float forward's rounding over STEP is the error that dominates (at 2^-7 it passed ATOL
+ * on one CPU's OpenBLAS kernels), while the fourth-order truncation stays far below it. */
+static const double STEP = 0.015625;
 static const double ATOL = 2e-5;
 static const double RTOL = 2e-3;
 
