@@ -266,6 +266,7 @@ typedef struct pr_stage_rt {
 
 typedef struct pr_options {
     int resume, quiet, threads, trace, no_checkpoint;
+    int blas_threads;       /* --blas-threads: OpenBLAS threads per stage; 0: threads / stages */
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */

@@ -26,7 +26,10 @@ static const char usage[] =
     "                   the mean thread CPU seconds per instruction, per link per message,\n"
     "                   and per op of the generated code its calls and seconds\n"
     "  --device D       cpu or cuda (default: cuda when built with it and a GPU answers)\n"
-    "  --threads N      cores to use (default: all)\n"
+    "  --threads N      cores to use (default: all); each stage's OpenBLAS gets\n"
+    "                   max(1, N / stages) threads\n"
+    "  --blas-threads N OpenBLAS threads per stage, whatever the stage count (instead of\n"
+    "                   --threads): runs at different p sum their products in the same order\n"
     "  --peer-timeout S seconds a stage waits for a neighbour before giving up (default 600;\n"
     "                   0: forever)\n"
     "  --connect-timeout S  seconds to find rank 0 and the neighbours when one process runs\n"
@@ -409,6 +412,11 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             else
                 opt->threads = (int)n;
             i++;
+        } else if (strcmp(a, "--blas-threads") == 0) {
+            if (parse_count(a, value, 1, &n) != 0)
+                return -1;
+            opt->blas_threads = (int)n;
+            i++;
         } else if (strcmp(a, "--device") == 0) {
             if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
                 fprintf(stderr, "run: error: --device needs cpu or cuda\n");
@@ -434,6 +442,10 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             fprintf(stderr, "run: error: unknown option '%s' (try --help)\n", a);
             return -1;
         }
+    }
+    if (opt->threads > 0 && opt->blas_threads > 0) {
+        fprintf(stderr, "run: error: --threads and --blas-threads both set the BLAS threads: give one\n");
+        return -1;
     }
     return 0;
 }
@@ -514,7 +526,12 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return 1;
     }
     opt.trace = opt.trace_path != NULL;
-    pr_blas_threads(opt.threads, prog->stages);
+    // OpenBLAS's threaded products round differently from its single-threaded ones:
+    // --blas-threads gives every stage the same count at any p (cores N, one "stage").
+    if (opt.blas_threads > 0)
+        pr_blas_threads(opt.blas_threads, 1);
+    else
+        pr_blas_threads(opt.threads, prog->stages);
     pr_run run;
     pr_bootstrap boot = {0};
     if (pr_run_init(&run, prog, &opt, err) != 0) {

@@ -8,16 +8,19 @@
 #   on_nan skip: exactly those steps are skipped (one warning each), the run completes, and
 #     every checkpoint value is finite but the injected row (AdamW turns its inf into NaN
 #     at the first step, as it would any inf it is given: 0 * inf).
+# Both under 1f1b, whose global clipping norm lets every stage see every stage's sums, and
+# under paci, whose stages step on their own and must each find the fault in their own
+# loss or gradients: there each stage warns of its own tensors at every such step.
 source tests/e2e/lib.sh
 steps=40
 bang=33  # '!'
 
-# model NAME [ON_NAN]: the small model, checkpoints every 2 steps, no weight decay (the
-# generated AdamW once wrote `0f`, an invalid literal, for it).
+# model NAME SCHEDULE [ON_NAN]: the small model on 2 stages, checkpoints every 2 steps, no
+# weight decay (the generated AdamW once wrote `0f`, an invalid literal, for it).
 model() {
-    small_model "$1" 2 1f1b 2 $steps 0 2
+    small_model "$1" 2 "$2" 2 $steps 0 2
     sed -i 's/clip 0.5 }/clip 0.5; weight_decay 0 }/' "$work/$1.paci"
-    [ -n "${2:-}" ] && sed -i "s/^    steps $steps\$/    steps $steps\n    on_nan $2/" "$work/$1.paci"
+    [ -n "${3:-}" ] && sed -i "s/^    steps $steps\$/    steps $steps\n    on_nan $3/" "$work/$1.paci"
     grep -q "weight_decay 0" "$work/$1.paci" || fail "model edit did not apply"
 }
 
@@ -78,28 +81,37 @@ PY
 }
 
 [ "${expected%% *}" -gt 2 ] || fail "a '!' in steps 1..2: pick another byte"
-model stop
-poisoned_start stop
-if train stop --resume 2> "$work/stop.err"; then
-    fail "on_nan stop: the run went on past a NaN"
-fi
-line=$(grep -m1 '^run: error: ' "$work/stop.err")
-printf '%s\n' "$line" | grep -Eq "^run: error: step $first, stage [01]: (the loss is not finite|the gradient of [a-z0-9_.]+ is not finite|stage [01]'s gradient of [a-z0-9_.]+ is not finite)" \
-    || fail "on_nan stop: expected an error at step $first naming stage and tensor, got: $(cat "$work/stop.err")"
-last_ok=$(( (first - 1) / 2 * 2 ))
-[ "$(cat "$work/stop/ckpt/latest")" = "$(printf 'step_%08d' $last_ok)" ] \
-    || fail "on_nan stop: latest is $(cat "$work/stop/ckpt/latest"), expected step $last_ok"
-for d in "$work"/stop/ckpt/step_*; do
-    [ "${d##*step_}" -lt "$first" ] || fail "on_nan stop: a checkpoint at or after the fault: $d"
-    finite_except_row "$d" || fail "on_nan stop: $d holds a non-finite value"
-done
-echo "on_nan stop: $line"
+for schedule in 1f1b paci; do
+    stop=stop-$schedule skip=skip-$schedule
+    model $stop $schedule
+    poisoned_start $stop
+    if train $stop --resume 2> "$work/$stop.err"; then
+        fail "$schedule, on_nan stop: the run went on past a NaN"
+    fi
+    line=$(grep -m1 '^run: error: ' "$work/$stop.err")
+    printf '%s\n' "$line" | grep -Eq "^run: error: step $first, stage [01]: (the loss is not finite|the gradient of [a-z0-9_.]+ is not finite|stage [01]'s gradient of [a-z0-9_.]+ is not finite)" \
+        || fail "$schedule, on_nan stop: expected an error at step $first naming stage and tensor, got: $(cat "$work/$stop.err")"
+    last_ok=$(( (first - 1) / 2 * 2 ))
+    [ "$(cat "$work/$stop/ckpt/latest")" = "$(printf 'step_%08d' $last_ok)" ] \
+        || fail "$schedule, on_nan stop: latest is $(cat "$work/$stop/ckpt/latest"), expected step $last_ok"
+    for d in "$work"/$stop/ckpt/step_*; do
+        [ "${d##*step_}" -lt "$first" ] || fail "$schedule, on_nan stop: a checkpoint at or after the fault: $d"
+        finite_except_row "$d" || fail "$schedule, on_nan stop: $d holds a non-finite value"
+    done
+    echo "$schedule, on_nan stop: $line"
 
-model skip skip
-poisoned_start skip
-train skip --resume 2> "$work/skip.err" || fail "on_nan skip: $(cat "$work/skip.err")"
-skipped=$(sed -n 's/^run: warning: step \([0-9]*\), stage [01]: .*; the step is skipped (on_nan skip)$/\1/p' \
-    "$work/skip.err" | sort -n | uniq | tr '\n' ' ')
-[ "${skipped% }" = "$expected" ] || fail "on_nan skip: skipped steps '$skipped', expected '$expected'"
-finite_except_row "$work/skip/ckpt/step_$(printf %08d $steps)" || fail "on_nan skip: poisoned checkpoint"
-echo "on_nan skip: steps $expected skipped (each the step a '!' was read), the other $((steps - $(echo $expected | wc -w))) trained; checkpoints finite"
+    model $skip $schedule skip
+    poisoned_start $skip
+    train $skip --resume 2> "$work/$skip.err" || fail "$schedule, on_nan skip: $(cat "$work/$skip.err")"
+    # Each stage skips each such step: stage 0 for its gradients, stage 1 for its loss.
+    for s in 0 1; do
+        skipped=$(sed -n "s/^run: warning: step \([0-9]*\), stage $s: .*; the step is skipped (on_nan skip)\$/\1/p" \
+            "$work/$skip.err" | sort -n | uniq | tr '\n' ' ')
+        [ "${skipped% }" = "$expected" ] || fail "$schedule, on_nan skip: stage $s skipped steps '$skipped', expected '$expected'"
+    done
+    if [ $schedule = paci ] && grep -q "clipping norm is global" "$work/$skip.err"; then
+        fail "paci, on_nan skip: a stage judged by another's gradients: $(grep -m1 global "$work/$skip.err")"
+    fi
+    finite_except_row "$work/$skip/ckpt/step_$(printf %08d $steps)" || fail "$schedule, on_nan skip: poisoned checkpoint"
+    echo "$schedule, on_nan skip: steps $expected skipped by both stages (each the step a '!' was read), the other $((steps - $(echo $expected | wc -w))) trained; checkpoints finite"
+done

@@ -1,28 +1,101 @@
 #!/usr/bin/env bash
 # Pipelined training under a synchronous schedule (gpipe, 1f1b) at p = 2, 3, 4 gives
-# bit-identical losses and weights to p = 1 over 20 optimizer steps; PACI at p = 1 is
-# synchronous training too.
+# bit-identical losses, weights (model.bin) and optimizer state and head (state.bin) to
+# p = 1 over 20 optimizer steps, when every stage runs with the same number of OpenBLAS
+# threads (--blas-threads); PACI at p = 1 is synchronous training too.
+# The shape makes OpenBLAS split its products over threads (vocabulary 300: the LM head's
+# products exceed its 64^3 threading threshold), and a kernel whose threaded sums round
+# differently from its single-threaded ones is forced, so the test also shows the one case
+# where p = 1 and p > 1 differ: unequal BLAS threads per stage, as `--threads 2` gives
+# (2 at p = 1, 1 a stage at p = 2).
 source tests/e2e/lib.sh
+
+# SSE3 kernels, on every x86-64 CPU; AVX-512's happen to sum this shape alike at 1 and 2
+# threads, and a build without runtime kernel choice ignores the variable.
+x86=0
+if [ "$(uname -m)" = x86_64 ]; then
+    export OPENBLAS_CORETYPE=Prescott
+    x86=1
+fi
+
+# model NAME STAGES SCHEDULE WINDOW: the small model with a vocabulary of 300.
+model() {
+    small_model "$1" "$2" "$3" "$4" 20
+    sed -i 's/vocab 256 }/vocab 300 }/' "$work/$1.paci"
+    grep -q "vocab 300" "$work/$1.paci" || fail "model edit did not apply"
+}
+
+# again NAME AS [run flags...]: runs NAME's compiled program again, in $work/AS/.
+again() {
+    local name=$1 as=$2
+    shift 2
+    mkdir -p "$work/$as"
+    (cd "$work/$as" && "$work/$name/run" --quiet --metrics metrics.jsonl "$@")
+}
+
+# same A B: A's and B's step-20 checkpoints hold the same bits and they logged the same
+# losses: all of model.bin, and all of state.bin (AdamW m and v, the untied head) but the
+# schedule and stage count in its header (int64 fields 8 and 9, bytes 64..79).
+same() {
+    local a=$work/$1/ckpt/step_00000020 b=$work/$2/ckpt/step_00000020
+    cmp -s "$a/model.bin" "$b/model.bin" &&
+        cmp -s -n 64 "$a/state.bin" "$b/state.bin" &&
+        cmp -s -i 80 "$a/state.bin" "$b/state.bin" &&
+        [ "$(losses "$1")" = "$(losses "$2")" ]
+}
 
 for schedule in gpipe 1f1b; do
     for p in 1 2 3 4; do
-        small_model "$schedule-$p" $p $schedule 4 20
-        train "$schedule-$p"
+        model "$schedule-$p" $p $schedule 4
+        train "$schedule-$p" --blas-threads 2
     done
 done
-small_model paci-1 1 paci 4 20
-train paci-1
+model paci-1 1 paci 4
+train paci-1 --blas-threads 2
 
 reference=gpipe-1
 [ "$(losses $reference | wc -l)" = 20 ] || fail "expected 20 logged steps"
 for run in gpipe-2 gpipe-3 gpipe-4 1f1b-1 1f1b-2 1f1b-3 1f1b-4 paci-1; do
-    cmp "$work/$reference/ckpt/step_00000020/model.bin" "$work/$run/ckpt/step_00000020/model.bin" \
-        || fail "$run: weights differ from $reference"
-    [ "$(losses $run)" = "$(losses $reference)" ] || fail "$run: losses differ from $reference"
+    same $reference $run || fail "$run: weights, optimizer state or losses differ from $reference"
 done
-# The comparison must be able to fail: a different window trains differently.
-small_model gpipe-1-w2 1 gpipe 2 20
-train gpipe-1-w2
-cmp -s "$work/$reference/ckpt/step_00000020/model.bin" "$work/gpipe-1-w2/ckpt/step_00000020/model.bin" \
-    && fail "window 2 and window 4 gave the same weights: the comparison is blind"
-echo "gpipe and 1f1b at p = 1..4 and paci at p = 1: identical weights and losses over 20 steps"
+echo "gpipe and 1f1b at p = 1..4 and paci at p = 1, 2 BLAS threads a stage: identical model.bin, state.bin and losses over 20 steps"
+
+# One BLAS thread a stage: the same at p = 1 and p = 2, and not the same as two.
+again gpipe-1 gpipe-1-b1 --blas-threads 1
+again gpipe-2 gpipe-2-b1 --blas-threads 1
+same gpipe-1-b1 gpipe-2-b1 || fail "p = 1 and p = 2 differ at one BLAS thread a stage"
+if same gpipe-1 gpipe-1-b1; then
+    [ $x86 = 0 ] || fail "1 and 2 BLAS threads gave the same bits: OpenBLAS no longer threads this shape, so the test is blind"
+    echo "note: OpenBLAS's products here do not depend on its thread count; the mismatch below is not shown"
+else
+    differ=$(python3 - "$work/gpipe-1/ckpt/step_00000020/model.bin" "$work/gpipe-1-b1/ckpt/step_00000020/model.bin" <<'PY'
+import array, sys
+def weights(path):
+    w = array.array('f')
+    w.frombytes(open(path, 'rb').read()[1024:])
+    return w
+a, b = weights(sys.argv[1]), weights(sys.argv[2])
+d = [abs(x - y) for x, y in zip(a, b)]
+print(f"{sum(1 for x in d if x)} of {len(d)} weights differ, by up to {max(d):.3g}")
+PY
+)
+    echo "p = 1 at 1 and at 2 BLAS threads: $differ"
+    # --threads 2 splits the cores: 2 BLAS threads at p = 1, 1 a stage at p = 2, so the two
+    # differ by exactly the thread count.
+    again gpipe-1 gpipe-1-t2 --threads 2
+    again gpipe-2 gpipe-2-t2 --threads 2
+    same gpipe-1 gpipe-1-t2 || fail "--threads 2 at p = 1 is not 2 BLAS threads"
+    same gpipe-2-b1 gpipe-2-t2 || fail "--threads 2 at p = 2 is not 1 BLAS thread a stage"
+    same gpipe-1-t2 gpipe-2-t2 && fail "--threads 2 at p = 1 and p = 2 agree: expected the thread-count mismatch"
+    echo "--threads 2: p = 1 (2 BLAS threads) and p = 2 (1 a stage) differ exactly as 2 and 1 BLAS threads do"
+fi
+
+# The comparison must be able to fail whatever OpenBLAS does: a different window trains
+# differently.
+model gpipe-1-w2 1 gpipe 2
+train gpipe-1-w2 --blas-threads 2
+same $reference gpipe-1-w2 && fail "window 2 and window 4 gave the same weights: the comparison is blind"
+out=$(cd "$work/gpipe-1" && ./run --threads 2 --blas-threads 2 2>&1) && fail "--threads with --blas-threads ran"
+[ "$out" = "run: error: --threads and --blas-threads both set the BLAS threads: give one" ] \
+    || fail "unexpected message: $out"
+echo "window 2 differs from window 4; --threads with --blas-threads is refused"

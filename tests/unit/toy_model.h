@@ -1,5 +1,5 @@
-/* toy_model.h: a tiny differentiable stand-in for generated stage code, and schedule tables
- * written out by hand-rolled generators, for the runtime's tests.
+/* toy_model.h: a tiny differentiable stand-in for generated stage code, run over the
+ * compiler's own schedule tables, for the runtime's tests.
  *
  * The model has GPT-2's full tensor table (so checkpoints and the layout check see the real
  * shape) but computes with a few tensors only: embedding wte+wpe; per layer
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pipeline_config.h"
 #include "prt.h"
 
 #define TOY_L 4
@@ -21,7 +22,6 @@
 #define TOY_BT (TOY_B * TOY_T)
 #define TOY_BTC (TOY_BT * TOY_C)
 #define TOY_MAX_TENSORS (2 + 12 * TOY_L + 3)
-#define TOY_MAX_INSTRS 4096
 
 typedef struct toy_stage {
     pr_tensor tensors[TOY_MAX_TENSORS];
@@ -219,105 +219,40 @@ static void toy_build_stages(int p)
     }
 }
 
-/* ---- schedule tables, written out the way the compiler's generators lay them out ------ */
+/* ---- schedule tables: the compiler's own ------------------------------------------- */
 
-enum toy_kind { TOY_GPIPE, TOY_1F1B, TOY_PACI };
+/* The tables are the ones `pacic` writes: compiler/schedule.c's generators, compressed into
+ * prologue / body x reps / epilogue, with the production channel capacity; the verifier's
+ * simulation of each (compiler/verify.c) gives the slots and drift the executor must meet. */
+enum toy_kind { TOY_GPIPE = PACI_SCHED_GPIPE, TOY_1F1B = PACI_SCHED_ONEF1B, TOY_PACI = PACI_SCHED_PACI };
 
 typedef struct toy_table {
     paci_table t;
-    paci_instr instrs[TOY_MAX_INSTRS];
+    const paci_instr *owned; /* t's instructions, freed by the next build into this table */
+    VerifyReport report;     /* verify_schedule's: peak slots, max drift, drift share */
+    long micro_batches;      /* in the whole run, the denominator of report.drift_share */
 } toy_table;
 
-static void toy_emit(toy_table *tt, int op, int slot, int aux, int mb)
-{
-    if (tt->t.n_instrs >= TOY_MAX_INSTRS)
-        abort();
-    tt->instrs[tt->t.n_instrs++] = (paci_instr){(uint8_t)op, (uint8_t)slot, (uint16_t)aux, mb};
-}
-
-static void toy_fwd_instrs(toy_table *tt, int s, int p, int mb, int slot)
-{
-    if (s > 0)
-        toy_emit(tt, PACI_OP_RECV_ACT, slot, 0, mb);
-    toy_emit(tt, PACI_OP_FWD, slot, 0, mb);
-    if (s < p - 1)
-        toy_emit(tt, PACI_OP_SEND_ACT, slot, 0, mb);
-}
-
-static void toy_bwd_instrs(toy_table *tt, int s, int p, int mb, int slot)
-{
-    if (s < p - 1)
-        toy_emit(tt, PACI_OP_RECV_GRAD, slot, 0, mb);
-    toy_emit(tt, PACI_OP_BWD, slot, 0, mb);
-    if (s > 0)
-        toy_emit(tt, PACI_OP_SEND_GRAD, slot, 0, mb);
-}
-
-/* 1F1B order over n micro-batches: warmup of min(p-s-1, n) forwards, then one forward and
- * one backward, then the drain; a step after every K-th backward. */
-static void toy_1f1b_list(toy_table *tt, int s, int p, int n, int K)
-{
-    int slots = p - s, warm = p - s - 1 < n ? p - s - 1 : n, f = 0, b = 0;
-    for (; f < warm; f++)
-        toy_fwd_instrs(tt, s, p, f, f % slots);
-    while (b < n) {
-        if (f < n) {
-            toy_fwd_instrs(tt, s, p, f, f % slots);
-            f++;
-        }
-        toy_bwd_instrs(tt, s, p, b, b % slots);
-        b++;
-        if (b % K == 0)
-            toy_emit(tt, PACI_OP_STEP, 0, 0, -1);
-    }
-}
-
-/* Synchronous schedules are one step's body repeated; PACI is one flat prologue per program
- * (no flush inside a segment). */
+/* The table for `total` steps of `kind` at p stages and window K, draining every `segment`
+ * steps (a checkpoint interval, as the DSL's `checkpoint { every }` makes one); aborts if
+ * the verifier rejects it. */
 static void toy_build_table(toy_table *tt, enum toy_kind kind, int p, int K, int total,
                             int segment)
 {
-    memset(tt, 0, sizeof *tt);
-    paci_table *t = &tt->t;
-    t->schedule = kind == TOY_GPIPE ? PACI_SCHED_GPIPE : kind == TOY_1F1B ? PACI_SCHED_ONEF1B
-                                                                           : PACI_SCHED_PACI;
-    t->stages = p;
-    t->window = K;
-    t->total_steps = total;
-    t->segment_steps = segment;
-    t->channel_capacity = p + K;
-    int last = total % segment;
-    t->n_programs = last ? 2 : 1;
-    for (int s = 0; s < p; s++)
-        t->slots[s] = kind == TOY_GPIPE ? K : p - s;
-    for (int g = 0; g < t->n_programs; g++) {
-        paci_program *pg = &t->program[g];
-        pg->steps = g == 0 ? segment : last;
-        for (int s = 0; s < p; s++) {
-            paci_stage_program *sp = &pg->stage[s];
-            if (kind == TOY_PACI) {
-                sp->prologue = t->n_instrs;
-                toy_1f1b_list(tt, s, p, pg->steps * K, K);
-                sp->n_prologue = t->n_instrs - sp->prologue;
-                sp->body = sp->epilogue = t->n_instrs;
-                continue;
-            }
-            pg->body_reps = pg->steps;
-            sp->prologue = sp->body = t->n_instrs;
-            if (kind == TOY_1F1B) {
-                toy_1f1b_list(tt, s, p, K, K);
-            } else {
-                for (int mb = 0; mb < K; mb++)
-                    toy_fwd_instrs(tt, s, p, mb, mb);
-                for (int mb = 0; mb < K; mb++)
-                    toy_bwd_instrs(tt, s, p, mb, mb);
-                toy_emit(tt, PACI_OP_STEP, 0, 0, -1);
-            }
-            sp->n_body = t->n_instrs - sp->body;
-            sp->epilogue = t->n_instrs;
-        }
-    }
-    t->instrs = tt->instrs;
+    free((void *)tt->owned);
+    Config cfg = pipeline_config((int)kind, p, K, total, TOY_L);
+    cfg.ckpt_every = segment;
+    Plan plan;
+    plan_layout(&cfg, &plan);
+    paci_table *t = schedule_build(&cfg, &plan);
+    if (t->segment_steps != (segment < total ? segment : total))
+        abort();
+    tt->t = *t;
+    tt->owned = t->instrs;
+    free(t);
+    if (!verify_schedule(&tt->t, &plan, &tt->report))
+        abort();
+    tt->micro_batches = (long)total * K;
 }
 
 /* A program for the toy model over table t. */
