@@ -348,11 +348,11 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     free(all);
 }
 
-/* The gradient norm clipping uses (the metrics log the last stage's). Synchronous schedules
- * clip by the norm over every stage, folding the per-tensor sums in stage order then tensor
- * order, so the norm has the same bits for any p; the barrier sits at the flush the schedule
- * has anyway. Asynchronous schedules (PACI, PipeDream), and runs without clipping, have no
- * common step: the norm is the stage's own gradients'. */
+/* The gradient norm clipping uses, which the last stage reports to the metrics (docs/dsl.md,
+ * clip). Synchronous schedules clip by the norm over every stage, folding the per-tensor sums
+ * in stage order then tensor order, so the norm has the same bits for any p; the barrier sits
+ * at the flush the schedule has anyway. Asynchronous schedules (PACI, PipeDream), and runs
+ * without clipping, have no common step: the norm is the stage's own gradients'. */
 static double grad_norm(pr_run *run, pr_stage_rt *st)
 {
     const pr_program *prog = run->prog;
