@@ -35,7 +35,7 @@ done
 
 # train NAME STAGES SCHEDULE TIED CLIP [run flags]: a 4-step program of window 2 in $work/NAME,
 # run from $work/init.bin (checkpoint in $work/NAME/ckpt).
-pacic=$PWD/build/bin/pacic
+pacic=$PWD/${PACI_BUILD:-build}/bin/pacic
 "$python" tests/numeric/torch_train_ref.py init "$work/init.bin" 2 16 2 8 256
 train() {
     local name=$1 stages=$2 schedule=$3 tied=$4 clip=$5
