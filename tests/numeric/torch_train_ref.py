@@ -19,7 +19,6 @@ step 1 m / (1 - beta1) is the accumulated gradient itself, so that check is prin
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
