@@ -56,17 +56,13 @@ DSL
     "$pacic" "$work/$name.paci" -o "$work/$name/run"
     (cd "$work/$name" && ./run --quiet --init "$work/init.bin" --metrics metrics.jsonl "$@")
 }
-# reference NAME STEPS CLIP: NAME's checkpoint of step STEPS against the float64 replay.
-reference() {
-    "$python" tests/numeric/torch_train_ref.py check "$work/init.bin" examples/data/tiny_train.bin \
-        "$work/$1/ckpt/step_0000000$2" "$work/$1/metrics.jsonl" 2 2 "$2" 4 1e-2 2 0.1 "$3"
+# case NAME STEPS CLIP: the arguments that check NAME's checkpoint of step STEPS.
+case_args() {
+    echo "$work/init.bin examples/data/tiny_train.bin $work/$1/ckpt/step_0000000$2 $work/$1/metrics.jsonl 2 2 $2 4 1e-2 2 0.1 $3"
 }
-echo "== run, p = 1, window 2, one step, clip 0"
-train one 1 1f1b true 0 --steps 1
-reference one 1 0
-echo "== run, p = 1, window 2, four steps, clip 0"
-train tied 1 1f1b true 0
-reference tied 4 0
-echo "== run, p = 2 1f1b, window 2, four steps, clip 1.5 (steps 1 and 2 clipped, 3 and 4 not)"
-train clipped 2 1f1b false 1.5
-reference clipped 4 1.5
+train one 1 1f1b true 0 --steps 1         # p = 1, one step, clip 0: the accumulated gradient
+train tied 1 1f1b true 0                  # p = 1, four steps, clip 0
+train clipped 2 1f1b false 1.5            # p = 2, four steps, clip 1.5: steps 1 and 2 clipped, 3 and 4 not
+# shellcheck disable=SC2046
+"$python" tests/numeric/torch_train_ref.py check $(case_args one 1 0) $(case_args tied 4 0) \
+    $(case_args clipped 4 1.5)

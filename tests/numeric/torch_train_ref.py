@@ -5,7 +5,7 @@
       writes an llm.c GPT-2 file (version 3) of random weights for `run --init FILE`
   torch_train_ref.py check INIT DATA CKPT METRICS MICRO WINDOW STEPS TOTAL LR WARMUP FLOOR CLIP
       replays `run`'s first STEPS steps (of a program of TOTAL) from INIT and compares CKPT,
-      the step_STEPS folder `run --init INIT` wrote
+      the step_STEPS folder `run --init INIT` wrote; several such groups of 12 check several runs
 
 The reference is written from the definitions, not from the executor: micro-batch g of step t
 (0-based) is g = t * WINDOW + k, k < WINDOW, its sequences chunk (g * MICRO + b) mod chunks of
@@ -201,8 +201,14 @@ def main():
     if len(sys.argv) == 8 and sys.argv[1] == "init":
         write_init(sys.argv[2], *(int(a) for a in sys.argv[3:8]))
         return 0
-    if len(sys.argv) == 14 and sys.argv[1] == "check":
-        return 1 if check(sys.argv[2:]) else 0
+    if len(sys.argv) > 2 and (len(sys.argv) - 2) % 12 == 0 and sys.argv[1] == "check":
+        # Several cases in one process: importing torch is the slow part.
+        cases = [sys.argv[i:i + 12] for i in range(2, len(sys.argv), 12)]
+        failures = 0
+        for case in cases:
+            print(f"== run {os.path.basename(os.path.dirname(os.path.dirname(case[2])))}")
+            failures += check(case)
+        return 1 if failures else 0
     sys.exit(__doc__)
 
 
