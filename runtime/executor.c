@@ -324,16 +324,19 @@ static void claim_exit(void)
 }
 
 /* One process per stage: every rank publishes its stage's per-tensor sums and takes the
- * others', so the fold below sees every stage as the threaded run does. */
+ * others', so the fold below sees every stage as the threaded run does. The allgather sends
+ * the same length from every rank, the most tensors any stage has: a stage with fewer sends
+ * its sums zero-padded from a row of that length, never past its own buffer. */
 static void exchange_sums(pr_run *run, pr_stage_rt *st)
 {
     int most = 0, parity = (int)(st->t & 1);
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    double *all = pr_alloc((size_t)run->p * (size_t)most * sizeof(double));
+    double *all = pr_alloc((size_t)(run->p + 1) * (size_t)most * sizeof(double));
+    double *mine = all + (size_t)run->p * (size_t)most; // zeroed by pr_alloc past our count
+    memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
     char err[PR_ERR_LEN];
-    if (pr_bootstrap_allgather(run->opt.boot, st->tensor_sumsq[parity], (size_t)most * sizeof(double),
-                               all, err) != 0) {
+    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
         fflush(stdout);
         fprintf(stderr, "run: error: stage %d (rank %d): %s (gradient-norm sums of step %lld)\n",
                 st->index, run->opt.rank, err, (long long)st->t + 1);
@@ -345,11 +348,11 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     free(all);
 }
 
-/* The gradient norm clipping uses (the metrics log the last stage's). Synchronous schedules
- * clip by the norm over every stage, folding the per-tensor sums in stage order then tensor
- * order, so the norm has the same bits for any p; the barrier sits at the flush the schedule
- * has anyway. Asynchronous schedules (PACI, PipeDream), and runs without clipping, have no
- * common step: the norm is the stage's own gradients'. */
+/* The gradient norm clipping uses, which the last stage reports to the metrics (docs/dsl.md,
+ * clip). Synchronous schedules clip by the norm over every stage, folding the per-tensor sums
+ * in stage order then tensor order, so the norm has the same bits for any p; the barrier sits
+ * at the flush the schedule has anyway. Asynchronous schedules (PACI, PipeDream), and runs
+ * without clipping, have no common step: the norm is the stage's own gradients'. */
 static double grad_norm(pr_run *run, pr_stage_rt *st)
 {
     const pr_program *prog = run->prog;
