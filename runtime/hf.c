@@ -40,6 +40,7 @@ typedef struct json {
 typedef struct json_parser {
     const char *begin, *at, *end;
     const char *problem;
+    const char *top_key; /* the top-level key whose value is being parsed, for errors */
 } json_parser;
 
 static void json_free(json *v)
@@ -275,6 +276,8 @@ static int parse_items(json_parser *p, json *v, int depth, int object)
             p->at++;
         }
         v->n++;
+        if (object && depth == 0)
+            p->top_key = v->keys[v->n - 1];
         if (parse_value(p, item, depth + 1) != 0)
             return -1;
         skip_space(p);
@@ -321,7 +324,7 @@ static int parse_value(json_parser *p, json *v, int depth)
 static int json_parse_object(const char *text, size_t len, json *out, const char *path,
                              const char *what, char *err)
 {
-    json_parser p = {text, text, text + len, NULL};
+    json_parser p = {text, text, text + len, NULL, NULL};
     memset(out, 0, sizeof *out);
     skip_space(&p);
     int rc = p.at < p.end && *p.at == '{' ? parse_value(&p, out, 0) : json_error(&p, "not an object");
@@ -331,9 +334,12 @@ static int json_parse_object(const char *text, size_t len, json *out, const char
             rc = json_error(&p, "text after the object");
     }
     if (rc != 0) {
+        // The key's text is freed with the tree: the message is made first.
+        pr_fail(err, "%s: %s is not valid JSON: %s at byte %lld%s%.200s%s", path, what, p.problem,
+                (long long)(p.at - p.begin), p.top_key ? " (in '" : "", p.top_key ? p.top_key : "",
+                p.top_key ? "')" : "");
         json_free(out);
-        return pr_fail(err, "%s: %s is not valid JSON: %s at byte %lld", path, what, p.problem,
-                       (long long)(p.at - p.begin));
+        return -1;
     }
     return 0;
 }

@@ -4,16 +4,17 @@ written here with json and numpy only (no safetensors or transformers package), 
 `run --export hf` and `run --init` are checked by a reader and a writer that share no code
 with them.
 
-  hf_ref.py loss PATH DATA BATCHES MICRO [--heads H] [--expect LOSS]
-      The mean loss of the weights in PATH (an HF folder, or a .safetensors file with --heads)
-      over micro-batches 0..BATCHES-1 of the llm.c token file DATA, cut as run cuts them.
-      With --expect: exits 1 unless it equals LOSS to a relative 2e-5.
-  hf_ref.py write PATH --layers L --width C --heads H --context T --vocab V [--tied]
-                  [--dtype F32|BF16|F16] [--seed S] [--prefix transformer.]
-      Writes seeded weights, large enough that the loss depends on every one of them, as an
-      HF folder (config.json, model.safetensors) or, for a PATH ending .safetensors, one file.
-  hf_ref.py hostile GOOD.safetensors OUTDIR
-      Writes broken variants of a good file into OUTDIR, one per kind of damage.
+  hf_ref.py check < LINES
+      Each line: PATH DATA BATCHES MICRO HEADS LOSS. The mean loss of the weights in PATH (an
+      HF folder, or a .safetensors file; HEADS is read from a folder's config.json) over
+      micro-batches 0..BATCHES-1 of the llm.c token file DATA, cut as run cuts them, must
+      equal LOSS (what run reported) to a relative 2e-5. Exits 1 if one does not.
+  hf_ref.py prepare DIR --layers L --width C --heads H --context T --vocab V
+      Writes seeded weights, far enough from any initialisation that the loss depends on every
+      one of them: DIR/strong.safetensors (F32, untied, under "transformer."), the HF folders
+      DIR/bf16 and DIR/f16 (tied, GPT2Model's names without "transformer."), and broken
+      variants under DIR/bad, one per kind of damage; prints the name of the tensor stored
+      last (the one a truncation cuts).
 """
 import argparse
 import json
@@ -22,10 +23,8 @@ import struct
 import sys
 
 import numpy as np
-import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ref import gpt2_loss  # noqa: E402  the one float64 GPT-2 of the tests
+torch = gpt2_loss = None  # imported by `check` only: `prepare` needs numpy alone
 
 LOSS_RTOL = 2e-5
 # HF name suffix in a block, llm.c name, stored transposed (Conv1D keeps [in, out]).
@@ -108,31 +107,46 @@ def batches(path, count, B, T):
         yield torch.from_numpy(x), torch.from_numpy(y)
 
 
-def cmd_loss(args):
-    if os.path.isdir(args.path):
-        config = json.load(open(os.path.join(args.path, "config.json")))
-        _, tensors = read_safetensors(os.path.join(args.path, "model.safetensors"))
+def loss_of(path, data, count, micro, heads):
+    if os.path.isdir(path):
+        config = json.load(open(os.path.join(path, "config.json")))
+        _, tensors = read_safetensors(os.path.join(path, "model.safetensors"))
         tied, heads = config["tie_word_embeddings"], config["n_head"]
     else:
-        _, tensors = read_safetensors(args.path)
-        tied, heads = "lm_head.weight" not in tensors, args.heads
+        _, tensors = read_safetensors(path)
+        tied = "lm_head.weight" not in tensors
     layers, P = to_llmc(tensors, tied)
     V, C = P["wte"].shape
     T = P["wpe"].shape[0]
-    shape = dict(layers=layers, C=C, NH=heads, T=T, V=V, B=args.micro, tied=tied)
+    shape = dict(layers=layers, C=C, NH=heads, T=T, V=V, B=micro, tied=tied)
     with torch.no_grad():
-        losses = [gpt2_loss(P, shape, x, y).item() for x, y in batches(args.data, args.batches, args.micro, T)]
-    loss = sum(losses) / len(losses)
-    if args.expect is None:
-        print(f"{loss:.8f}")
-        return 0
-    rel = abs(loss - args.expect) / abs(loss)
-    print(f"{args.path}: reference {loss:.6f}, run {args.expect:.6f} (rel {rel:.1e}, tolerance {LOSS_RTOL})")
-    return 0 if rel <= LOSS_RTOL else 1
+        losses = [gpt2_loss(P, shape, x, y).item() for x, y in batches(data, count, micro, T)]
+    return sum(losses) / len(losses)
 
 
-def cmd_write(args):
-    rng = np.random.default_rng(args.seed)
+def cmd_check(args):
+    global torch, gpt2_loss
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_ref import gpt2_loss  # the one float64 GPT-2 of the tests
+    torch.set_default_dtype(torch.float64)
+    failures = 0
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        path, data, count, micro, heads, expect = line.split()
+        loss = loss_of(path, data, int(count), int(micro), int(heads))
+        rel = abs(loss - float(expect)) / abs(loss)
+        print(f"{os.path.basename(path.rstrip('/'))} on {os.path.basename(data)}: reference {loss:.6f}, "
+              f"run {float(expect):.6f} (rel {rel:.1e}, tolerance {LOSS_RTOL})")
+        if rel > LOSS_RTOL:
+            print(f"FAIL {path}: the reference's loss is not run's")
+            failures += 1
+    return 1 if failures else 0
+
+
+def make_weights(args, seed, tied, prefix):
+    rng = np.random.default_rng(seed)
     L, C, V, T = args.layers, args.width, args.vocab, args.context
     normal = lambda scale, *shape: rng.normal(0.0, scale, shape)  # noqa: E731
     # Every tensor far from its initial value (biases too), so each mix-up changes the loss.
@@ -149,24 +163,26 @@ def cmd_write(args):
                 hf[f"h.{l}.{suffix}"] = normal(0.3, n_out)
     hf["ln_f.weight"] = 1.0 + normal(0.3, C)
     hf["ln_f.bias"] = normal(0.3, C)
-    tensors = {args.prefix + k: v for k, v in hf.items()}
-    if not args.tied:
+    tensors = {prefix + k: v for k, v in hf.items()}
+    if not tied:
         tensors["lm_head.weight"] = normal(0.5, V, C)
-    if args.path.endswith(".safetensors"):
-        write_safetensors(args.path, tensors, args.dtype)
-        return 0
-    os.makedirs(args.path, exist_ok=True)
-    write_safetensors(os.path.join(args.path, "model.safetensors"), tensors, args.dtype)
-    config = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=V, n_positions=T,
-                  n_ctx=T, n_embd=C, n_layer=L, n_head=args.heads, activation_function="gelu_new",
-                  layer_norm_epsilon=1e-5, tie_word_embeddings=bool(args.tied))
-    with open(os.path.join(args.path, "config.json"), "w") as f:
+    return tensors
+
+
+def write_folder(path, args, tensors, dtype, **config_changes):
+    os.makedirs(path, exist_ok=True)
+    write_safetensors(os.path.join(path, "model.safetensors"), tensors, dtype)
+    config = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=args.vocab,
+                  n_positions=args.context, n_ctx=args.context, n_embd=args.width, n_layer=args.layers,
+                  n_head=args.heads, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                  tie_word_embeddings="lm_head.weight" not in tensors)
+    config.update(config_changes)
+    with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    return 0
 
 
-def cmd_hostile(args):
-    with open(args.good, "rb") as f:
+def write_hostile(good, out, args):
+    with open(good, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack_from("<Q", blob, 0)
     header = json.loads(blob[8:8 + n])
@@ -175,62 +191,58 @@ def cmd_hostile(args):
     last = max(names, key=lambda k: header[k]["data_offsets"][1])
 
     def save(kind, new_header=None, tail=None, raw=None):
-        path = os.path.join(args.out, kind + ".safetensors")
         if raw is None:
-            text = json.dumps(new_header if new_header is not None else header).encode()
+            text = json.dumps(new_header).encode()
             raw = struct.pack("<Q", len(text)) + text + (data if tail is None else tail)
-        with open(path, "wb") as f:
+        with open(os.path.join(out, kind + ".safetensors"), "wb") as f:
             f.write(raw)
 
-    os.makedirs(args.out, exist_ok=True)
-    save("truncated", tail=data[:len(data) - 100])                            # names `last`
+    def changed(change):
+        h = json.loads(json.dumps(header))
+        change(h)
+        return h
+
+    os.makedirs(out, exist_ok=True)
+    save("truncated", header, tail=data[:len(data) - 100])
     save("header_past_end", raw=struct.pack("<Q", len(blob)) + blob[8:])
     save("short", raw=blob[:5])
     text = blob[8:8 + n].replace(b'"shape"', b'"shape";', 1)
     save("bad_json", raw=struct.pack("<Q", len(text)) + text + data)
-    h = json.loads(json.dumps(header))
-    h["transformer.wpe.weight"]["shape"] = h["transformer.wpe.weight"]["shape"][::-1]
-    save("wrong_shape", h)
-    h = json.loads(json.dumps(header))
-    del h["transformer.h.1.ln_2.bias"]
-    save("missing", h)
-    h = json.loads(json.dumps(header))
-    h["transformer.h.0.attn.c_proj.bias"]["dtype"] = "I32"
-    save("wrong_dtype", h)
-    h = json.loads(json.dumps(header))
-    h["transformer.h.0.mlp.c_fc.bias"]["data_offsets"][1] += 4
-    save("wrong_span", h)
-    h = json.loads(json.dumps(header))
-    h["transformer.h.9.ln_1.weight"] = h["transformer.h.0.ln_1.weight"]
-    save("extra", h)
-    print(last)
+    save("wrong_shape", changed(lambda h: h["transformer.wpe.weight"].update(
+        shape=h["transformer.wpe.weight"]["shape"][::-1])))
+    save("missing", changed(lambda h: h.pop("transformer.h.1.ln_2.bias")))
+    save("wrong_dtype", changed(lambda h: h["transformer.h.0.attn.c_proj.bias"].update(dtype="I32")))
+    save("wrong_span", changed(lambda h: h["transformer.h.0.mlp.c_fc.bias"]["data_offsets"].__setitem__(
+        1, h["transformer.h.0.mlp.c_fc.bias"]["data_offsets"][1] + 4)))
+    save("extra", changed(lambda h: h.__setitem__("transformer.h.9.ln_1.weight",
+                                                  h["transformer.h.0.ln_1.weight"])))
+    _, tensors = read_safetensors(good)
+    write_folder(os.path.join(out, "heads"), args, tensors, "F32", n_head=2 * args.heads)
+    del tensors["lm_head.weight"]
+    write_folder(os.path.join(out, "headless"), args, tensors, "F32", tie_word_embeddings=False)
+    return last
+
+
+def cmd_prepare(args):
+    os.makedirs(args.dir, exist_ok=True)
+    strong = os.path.join(args.dir, "strong.safetensors")
+    write_safetensors(strong, make_weights(args, 7, False, "transformer."))
+    write_folder(os.path.join(args.dir, "bf16"), args, make_weights(args, 8, True, ""), "BF16")
+    write_folder(os.path.join(args.dir, "f16"), args, make_weights(args, 9, True, ""), "F16")
+    print(write_hostile(strong, os.path.join(args.dir, "bad"), args))
     return 0
 
 
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("loss")
-    p.add_argument("path")
-    p.add_argument("data")
-    p.add_argument("batches", type=int)
-    p.add_argument("micro", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--expect", type=float)
-    p = sub.add_parser("write")
-    p.add_argument("path")
+    sub.add_parser("check")
+    p = sub.add_parser("prepare")
+    p.add_argument("dir")
     for key in ("layers", "width", "heads", "context", "vocab"):
         p.add_argument("--" + key, type=int, required=True)
-    p.add_argument("--tied", action="store_true")
-    p.add_argument("--dtype", default="F32", choices=list(DTYPES))
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--prefix", default="transformer.")
-    p = sub.add_parser("hostile")
-    p.add_argument("good")
-    p.add_argument("out")
     args = parser.parse_args()
-    torch.set_default_dtype(torch.float64)
-    sys.exit({"loss": cmd_loss, "write": cmd_write, "hostile": cmd_hostile}[args.cmd](args))
+    sys.exit({"check": cmd_check, "prepare": cmd_prepare}[args.cmd](args))
 
 
 if __name__ == "__main__":
