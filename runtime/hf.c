@@ -8,6 +8,7 @@
  * HF's GPT-2 keeps its four matrices per block in Conv1D layout, [in, out]: the transpose of
  * llm.c's [out, in]. Every number of a file is checked before it is used.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -618,7 +619,8 @@ static void remove_export(const char *tmp)
 }
 
 /* DIR may be missing or an empty folder (rename replaces an empty one); anything else is
- * refused, so an export never mixes with or destroys what is there. */
+ * refused, so an export never mixes with or destroys what is there. A process killed while
+ * exporting leaves DIR as it was and a DIR.tmp-PID folder to remove. */
 int pr_export_hf(pr_run *run, const char *dir, char *err)
 {
     char base[4000];
@@ -631,7 +633,14 @@ int pr_export_hf(pr_run *run, const char *dir, char *err)
     if (stat(base, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
             return pr_fail(err, "%s: exists and is not a folder; the export needs a new or empty folder", base);
-        if (rmdir(base) != 0 && errno != ENOENT) // only an empty folder can be removed
+        DIR *d = opendir(base);
+        struct dirent *e;
+        int empty = d != NULL;
+        while (d && empty && (e = readdir(d)))
+            empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+        if (d)
+            closedir(d);
+        if (!empty)
             return pr_fail(err, "%s: exists and is not empty; the export needs a new or empty folder", base);
     }
     char tmp[4100], file[4200], parent[4000];
@@ -645,7 +654,7 @@ int pr_export_hf(pr_run *run, const char *dir, char *err)
     else
         *slash = '\0';
     if (mkdir(tmp, 0755) != 0)
-        return pr_fail(err, "%s: cannot create the export folder: %s", tmp, strerror(errno));
+        return pr_fail(err, "%s: cannot create the export folder %s: %s", base, tmp, strerror(errno));
 
     int64_t offsets[PR_CKPT_COUNT];
     float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * sizeof(float));

@@ -126,6 +126,8 @@ touch "$work/untied/file"
 one_line "export onto a file" "file: exists and is not a folder" runin untied --export hf file
 [ -z "$(ls -d "$work/untied"/*.tmp-* 2>/dev/null)" ] || fail "a refused export left a temporary folder"
 [ "$(cat "$work/untied/hf/"* | md5sum)" = "$before" ] || fail "a refused export changed the folder"
+one_line "export under a missing folder" "nowhere/hf: cannot create the export folder" \
+    runin untied --export hf nowhere/hf
 mkdir "$work/untied/empty"
 runin untied --export hf empty/ >/dev/null
 [ -s "$work/untied/empty/model.safetensors" ] || fail "export into an empty folder wrote nothing"
