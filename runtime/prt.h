@@ -269,6 +269,7 @@ typedef struct pr_options {
     int blas_threads;       /* --blas-threads: OpenBLAS threads per stage; 0: threads / stages */
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
+    const char *export_dir;  /* --export hf DIR: write the weights as a Hugging Face folder */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
     const char *device; /* --device: "cpu", "cuda", NULL = choose */
@@ -352,6 +353,13 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err);
 int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err);
 /* Loads llm.c GPT-2 weights (version 3, padded vocab) into the stages; lm_head = wte. */
 int pr_load_llmc(pr_run *run, const char *path, char *err);
+
+/* ---- hf.c: Hugging Face GPT-2 folders (config.json, model.safetensors) ---------------- */
+
+/* Writes the run's weights to DIR (missing or empty) through DIR.tmp-PID and a rename. */
+int pr_export_hf(pr_run *run, const char *dir, char *err);
+/* --init: an HF folder, a .safetensors file, else an llm.c checkpoint (pr_load_llmc). */
+int pr_load_init(pr_run *run, const char *path, char *err);
 
 /* ---- run.c: flags, the training loop, logging, sampling, trace ------------------------- */
 

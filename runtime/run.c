@@ -14,8 +14,11 @@ static const char usage[] =
     "usage: run [options]\n"
     "  --steps N        stop after N optimizer steps (at most the compiled total)\n"
     "  --resume         continue from the latest checkpoint in the checkpoint folder\n"
-    "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3)\n"
+    "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3), a Hugging Face\n"
+    "                   GPT-2 folder (config.json, model.safetensors) or a .safetensors file\n"
     "  --sample N       print N tokens from the latest checkpoint (or the initial weights)\n"
+    "  --export hf DIR  write the latest checkpoint (or the initial weights) as a Hugging Face\n"
+    "                   GPT-2 folder DIR, which must be new or empty\n"
     "  --data FILE      training tokens (llm.c format)\n"
     "  --val FILE       validation tokens\n"
     "  --ckpt-dir DIR   checkpoint folder\n"
@@ -417,6 +420,13 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
                 return -1;
             opt->blas_threads = (int)n;
             i++;
+        } else if (strcmp(a, "--export") == 0) {
+            if (!value || strcmp(value, "hf") != 0 || i + 2 >= argc || !argv[i + 2][0]) {
+                fprintf(stderr, "run: error: --export needs a format and a folder: --export hf DIR\n");
+                return -1;
+            }
+            opt->export_dir = argv[i + 2];
+            i += 2;
         } else if (strcmp(a, "--device") == 0) {
             if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
                 fprintf(stderr, "run: error: --device needs cpu or cuda\n");
@@ -470,7 +480,7 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
             return pr_fail(err, "%s: no checkpoint to resume from (no 'latest' file)", run->opt.ckpt_dir);
     }
     if (run->opt.init_path)
-        return pr_load_llmc(run, run->opt.init_path, err);
+        return pr_load_init(run, run->opt.init_path, err);
     int64_t offsets[PR_CKPT_COUNT];
     float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * sizeof(float));
     pr_init_params(run->prog, flat);
@@ -506,9 +516,13 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     opt.rank = launch.rank;
     opt.world = launch.world;
     opt.local_rank = launch.local_rank;
-    if (opt.world > 1 && opt.sample > 0) {
-        fprintf(stderr, "run: error: rank %d: --sample runs in one process, not under %s\n",
-                launch.rank, pr_launcher_name(launch.launcher));
+    if (opt.world > 1 && (opt.sample > 0 || opt.export_dir)) {
+        fprintf(stderr, "run: error: rank %d: %s runs in one process, not under %s\n", launch.rank,
+                opt.sample > 0 ? "--sample" : "--export", pr_launcher_name(launch.launcher));
+        return 1;
+    }
+    if (opt.sample > 0 && opt.export_dir) {
+        fprintf(stderr, "run: error: --sample and --export: one at a time\n");
         return 1;
     }
     const paci_table *tab = prog->schedule;
@@ -551,6 +565,18 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         if (load_weights(&run, 1, err) != 0)
             return fail_main(&run, err);
         sample(&run, opt.sample);
+        pr_run_free(&run);
+        return 0;
+    }
+    if (opt.export_dir) {
+        if (load_weights(&run, 1, err) != 0 || pr_export_hf(&run, opt.export_dir, err) != 0)
+            return fail_main(&run, err);
+        if (!opt.quiet)
+            printf("run: exported %s%lld to %s (config.json, model.safetensors%s)\n",
+                   run.step > 0 ? "the checkpoint of step " : opt.init_path ? "the --init weights, step "
+                                                                           : "the initial weights, step ",
+                   (long long)run.step, opt.export_dir,
+                   prog->tied ? "; head tied to wte" : "; untied head as lm_head.weight");
         pr_run_free(&run);
         return 0;
     }
