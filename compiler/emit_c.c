@@ -602,7 +602,7 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
                     sb_puts(sb, "    ");
             else
                 sb_puts(sb, " ");
-            sb_printf(sb, "{%s, %d, %d, %d},", op_enum_names[in->op], in->slot, in->aux, in->mb);
+            sb_printf(sb, "{%s, %d, %d, %lld},", op_enum_names[in->op], in->slot, in->aux, (long long)in->mb);
             if (++on_line == 4) {
                 sb_puts(sb, "\n");
                 on_line = 0;

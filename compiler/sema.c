@@ -918,6 +918,29 @@ static void check_pipeline(Sema *s)
     }
 }
 
+/* One micro-batch's activations, micro x context x width values, within the generated code's
+ * 32-bit int arithmetic: its shape constants are C enums, and BT * C, B * NH * T and the row
+ * counts the matrix products take (BLAS's int) are all products of at most these three. */
+static void check_extents(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *micro = written(s, "batch", "micro");
+    if (!micro || !usable(s, "batch", "micro") || !usable(s, "model", "context") ||
+        !usable(s, "model", "width") || cfg->context <= 0 || cfg->width <= 0)
+        return;
+    long values = (long)cfg->micro * cfg->context * cfg->width;
+    if (values <= INT32_MAX)
+        return;
+    long most_micro = (long)INT32_MAX / ((long)cfg->context * cfg->width);
+    char *hint = most_micro > 0 ? xasprintf("micro %ld fits", most_micro)
+                                : xstrdup("no micro fits this context and width");
+    error_at(s->src, micro->values[0]->span,
+             "micro %d x context %d x width %d = %ld values in one activation tensor, above %d "
+             "(2^31 - 1): the generated code indexes tensors with 32-bit integers; %s",
+             cfg->micro, cfg->context, cfg->width, values, INT32_MAX, hint);
+    free(hint);
+}
+
 /* Learning rate by the scale rule, warmup from a percentage, and warnings on steps. */
 static void derive_training(Sema *s)
 {
@@ -989,6 +1012,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_block(s, &root_block, ast->root);
     check_model(s);
     check_pipeline(s);
+    check_extents(s);
     derive_training(s);
     if (cfg->device_flops == 0)
         cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;
