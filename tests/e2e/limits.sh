@@ -38,7 +38,7 @@ batch { micro 1 }
 train { steps 3000000 }
 DSL
 "$pacic" "$work/long.paci" --emit schedule -o "$work/long.txt"
-wrapped=$(grep -o -- '[a-z]*-[0-9][0-9]*' "$work/long.txt" | head -1 || true)
+wrapped=$(grep -o -- '[a-zA-Z]*-[0-9][0-9]*' "$work/long.txt" | head -1 || true)
 [ -z "$wrapped" ] || fail "a micro-batch number wrapped: $wrapped"
 last=$(tail -1 "$work/long.txt" | tr -s ' ')
 [ "$last" = " ra2999999999 F2999999999 B2999999999 sg2999999999 S" ] || fail "the last stage ends with '$last'"
