@@ -874,6 +874,11 @@ static void check_pipeline(Sema *s)
     if (cfg->window == 0)
         cfg->window = cfg->stages;
     cfg->global_batch = (long)cfg->micro * cfg->window;
+    if (cfg->schedule == PACI_SCHED_GPIPE && cfg->window > PACI_MAX_SLOTS && usable(s, "pipeline", "schedule")) {
+        Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
+        error_at(s->src, at, "gpipe keeps an activation slot per micro-batch of the window: window %d is "
+                 "above the %d slots the schedule table numbers (16 bits)", cfg->window, PACI_MAX_SLOTS);
+    }
 
     const Entry *split = written(s, "pipeline", "split");
     bool split_ok = false;

@@ -5,8 +5,9 @@
 #   micro 32768 is refused.
 # - window 1000 over 3,000,000 steps: the listing's last micro-batch is 2999999999, no
 #   number wrapped negative.
-# - gpipe at window 300 (more than 255 slots, the old cap): it trains, and its losses equal
-#   1f1b's at the same window bit for bit (both synchronous, the same accumulation order).
+# - gpipe at window 65535, its most slots, builds a table that verifies; at window 300 (more
+#   than 255 slots, the old cap) it trains, and its losses equal 1f1b's at the same window
+#   bit for bit (both synchronous, the same accumulation order).
 source tests/e2e/lib.sh
 export PACIC_NO_CUDA=1 # the CPU program only: the GPU path is not what is tested here
 
@@ -43,6 +44,11 @@ wrapped=$(grep -o -- '[a-zA-Z]*-[0-9][0-9]*' "$work/long.txt" | head -1 || true)
 last=$(tail -1 "$work/long.txt" | tr -s ' ')
 [ "$last" = " ra2999999999 F2999999999 B2999999999 sg2999999999 S" ] || fail "the last stage ends with '$last'"
 echo "window 1000 x 3000000 steps: the listing ends with$last"
+
+sed 's/schedule paci; window 1000/schedule gpipe; window 65535/; s/steps 3000000/steps 2/' "$work/long.paci" > "$work/gpipe_edge.paci"
+"$pacic" "$work/gpipe_edge.paci" --emit schedule -o "$work/gpipe_edge.txt" || fail "gpipe at window 65535 is refused"
+grep -q '^  stage 0: 65535 slots$' "$work/gpipe_edge.txt" || fail "gpipe at window 65535: $(grep -m1 'stage 0:' "$work/gpipe_edge.txt")"
+echo "gpipe at window 65535: accepted, 65535 slots, the table verifies (window 65536: golden err_gpipe_slots)"
 
 for schedule in gpipe 1f1b; do
     small_model "$schedule" 2 "$schedule" 300 2
