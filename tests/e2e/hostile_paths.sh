@@ -26,12 +26,12 @@ train {
 }
 DSL
 
-"$pacic" "$dir/m.paci" -o "$dir/run" || fail "pacic cannot build a file under a folder named '$dir'"
+out=$("$pacic" "$dir/m.paci" -o "$dir/run" --keep "$work/gen" 2>&1) ||
+    fail "pacic cannot build a file under a folder named '$dir': $(head -3 <<<"$out")"
 (cd "$dir" && ./run --quiet) || fail "run under '$dir' failed"
 [ -f "$dir/$ckpt/step_00000002/model.bin" ] || fail "no checkpoint in the folder named '$ckpt'"
 echo "built, trained and checkpointed under the odd folder names"
 
-"$pacic" "$dir/m.paci" --emit c -o "$work/gen" || fail "pacic --emit c failed"
 if [ -f "$work/gen/cuda_images.c" ]; then
     echo "NVRTC compiled stages.cu, whose banner names the path"
 else
@@ -41,7 +41,7 @@ fi
 # Each banner is one comment: its first "*/" ends the banner's last line.
 for f in "$work"/gen/*.c "$work"/gen/*.cu; do
     [ -f "$f" ] || continue
-    first=$(grep -n '\*/' "$f" | head -1 | cut -d: -f1)
+    first=$(grep -n -m1 '\*/' "$f" | cut -d: -f1) # -m1: no SIGPIPE from an early head
     [ "$(sed -n "${first}p" "$f")" = " */" ] || fail "$(basename "$f"): the banner's comment ends early: $(sed -n "${first}p" "$f")"
 done
 
