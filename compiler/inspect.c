@@ -220,13 +220,13 @@ void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const
 static int instr_token(char *buf, size_t size, paci_instr in)
 {
     switch (in.op) {
-    case PACI_OP_RECV_ACT: return snprintf(buf, size, "ra%d", in.mb);
-    case PACI_OP_FWD: return snprintf(buf, size, "F%d", in.mb);
-    case PACI_OP_SEND_ACT: return snprintf(buf, size, "sa%d", in.mb);
-    case PACI_OP_RECV_GRAD: return snprintf(buf, size, "rg%d", in.mb);
+    case PACI_OP_RECV_ACT: return snprintf(buf, size, "ra%lld", (long long)in.mb);
+    case PACI_OP_FWD: return snprintf(buf, size, "F%lld", (long long)in.mb);
+    case PACI_OP_SEND_ACT: return snprintf(buf, size, "sa%lld", (long long)in.mb);
+    case PACI_OP_RECV_GRAD: return snprintf(buf, size, "rg%lld", (long long)in.mb);
     case PACI_OP_BWD:
-        return in.aux ? snprintf(buf, size, "B%d@%d", in.mb, in.aux - 1) : snprintf(buf, size, "B%d", in.mb);
-    case PACI_OP_SEND_GRAD: return snprintf(buf, size, "sg%d", in.mb);
+        return in.aux ? snprintf(buf, size, "B%lld@%d", (long long)in.mb, in.aux - 1) : snprintf(buf, size, "B%lld", (long long)in.mb);
+    case PACI_OP_SEND_GRAD: return snprintf(buf, size, "sg%lld", (long long)in.mb);
     case PACI_OP_STEP: return in.aux ? snprintf(buf, size, "S>%d", in.aux - 1) : snprintf(buf, size, "S");
     }
     return snprintf(buf, size, "?%d", in.op);
@@ -238,7 +238,7 @@ static void print_part(FILE *out, const char *label, const paci_instr *instrs, l
     enum { WIDTH = 100, INDENT = 16 };
     if (n == 0)
         return;
-    int col = fprintf(out, "    %-*s", INDENT - 4, label);
+    int col = fprintf(out, "    %-*s ", INDENT - 5, label); /* a long label keeps a space after it */
     for (long i = 0; i < n; i++) {
         char tok[32];
         int len = instr_token(tok, sizeof tok, instrs[i]);
@@ -381,10 +381,10 @@ void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
         double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
         int y = TOP + e->stage * ROW + 2;
         fprintf(out, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
-                     "stroke-width=\"0.5\"><title>%s %d: %.4g-%.4g s</title></rect>\n",
+                     "stroke-width=\"0.5\"><title>%s %ld: %.4g-%.4g s</title></rect>\n",
                 x, y, w, ROW - 4, fill, paci_op_name(e->op), e->mb, e->start, e->end);
         if (e->op != PACI_OP_STEP && w >= 16)
-            fprintf(out, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%d</text>\n",
+            fprintf(out, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%ld</text>\n",
                     x + w / 2, y + ROW / 2 + 2, e->mb);
     }
     /* time axis: ten ticks */
@@ -427,8 +427,8 @@ void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim)
         if (e->op == PACI_OP_STEP)
             fprintf(out, ",\n{\"name\": \"step\", \"cat\": \"step\"");
         else
-            fprintf(out, ",\n{\"name\": \"%c%d\", \"cat\": \"%s\"", op_char(e->op), e->mb, paci_op_name(e->op));
-        fprintf(out, ", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %d}}",
+            fprintf(out, ",\n{\"name\": \"%c%ld\", \"cat\": \"%s\"", op_char(e->op), e->mb, paci_op_name(e->op));
+        fprintf(out, ", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %ld}}",
                 e->stage, e->start * 1e6, (e->end - e->start) * 1e6, e->mb);
     }
     fprintf(out, "\n]}\n");

@@ -301,7 +301,8 @@ int drift_bound(const paci_table *t, int stage);
 /* ---- simulate.c: cost model and event simulation ------------------------------------- */
 
 typedef struct SimEvent {
-    int stage, op, mb;
+    int stage, op;
+    long mb;
     double start, end;      /* seconds */
 } SimEvent;
 

@@ -205,15 +205,20 @@ static double gib(double bytes)
 bool plan_build(const Config *cfg, Plan *plan)
 {
     plan_layout(cfg, plan);
-    bool ok = true;
+    bool ok = true, slots_reported = false;
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
-        if (sp->slots > 255) {
-            /* instr.slot is one byte in the table */
+        if (sp->slots > PACI_MAX_SLOTS && !slots_reported) {
+            slots_reported = true; /* once: every gpipe stage keeps as many */
+            /* instr.slot is 16 bits in the table */
+            char *msg = xasprintf("stage %d would keep %d activation slots (%s keeps one per micro-batch of "
+                                  "the window); at most %d fit the schedule table",
+                                  s, sp->slots, paci_schedule_name(cfg->schedule), PACI_MAX_SLOTS);
             if (cfg->src)
-                error_at(cfg->src, cfg->span_window, "stage %d would keep %d activation slots; at most 255 fit the schedule table", s, sp->slots);
+                error_at(cfg->src, cfg->span_window, "%s", msg);
             else
-                diag_plain(DIAG_ERROR, "stage %d would keep %d activation slots; at most 255 fit the schedule table", s, sp->slots);
+                diag_plain(DIAG_ERROR, "%s", msg);
+            free(msg);
             ok = false;
         }
         if ((double)sp->mem_total <= cfg->device_memory)

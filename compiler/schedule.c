@@ -108,7 +108,7 @@ int schedule_slots(int kind, int stages, int stage, int window, long segment_ste
 
 typedef struct Compute {
     uint8_t op; /* FWD, BWD or STEP */
-    int32_t mb;
+    int64_t mb;
 } Compute;
 
 typedef struct ComputeList {
@@ -122,7 +122,7 @@ static void push_compute(ComputeList *cl, int op, long mb)
         cl->cap = cl->cap ? cl->cap * 2 : 256;
         cl->items = xrealloc(cl->items, (size_t)cl->cap * sizeof *cl->items);
     }
-    cl->items[cl->n++] = (Compute){(uint8_t)op, (int32_t)mb};
+    cl->items[cl->n++] = (Compute){(uint8_t)op, mb};
 }
 
 /* A backward completing a window of K is followed by the stage's optimizer step. */
@@ -192,7 +192,7 @@ static void push_instr(InstrList *il, int op, int slot, int aux, long mb)
         il->cap = il->cap ? il->cap * 2 : 1024;
         il->items = xrealloc(il->items, (size_t)il->cap * sizeof *il->items);
     }
-    il->items[il->n++] = (paci_instr){(uint8_t)op, (uint8_t)slot, (uint16_t)aux, (int32_t)mb};
+    il->items[il->n++] = (paci_instr){(uint16_t)op, (uint16_t)slot, (int32_t)aux, mb};
 }
 
 /* The distinct older weight versions in-flight micro-batches need right after a step:

@@ -874,6 +874,11 @@ static void check_pipeline(Sema *s)
     if (cfg->window == 0)
         cfg->window = cfg->stages;
     cfg->global_batch = (long)cfg->micro * cfg->window;
+    if (cfg->schedule == PACI_SCHED_GPIPE && cfg->window > PACI_MAX_SLOTS && usable(s, "pipeline", "schedule")) {
+        Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
+        error_at(s->src, at, "gpipe keeps an activation slot per micro-batch of the window: window %d is "
+                 "above the %d slots the schedule table numbers (16 bits)", cfg->window, PACI_MAX_SLOTS);
+    }
 
     const Entry *split = written(s, "pipeline", "split");
     bool split_ok = false;
@@ -916,6 +921,29 @@ static void check_pipeline(Sema *s)
                    "updates between a micro-batch's forward and backward; window >= p-1 bounds it to 1",
                    cfg->window, p - 1, crossings);
     }
+}
+
+/* One micro-batch's activations, micro x context x width values, within the generated code's
+ * 32-bit int arithmetic: its shape constants are C enums, and BT * C, B * NH * T and the row
+ * counts the matrix products take (BLAS's int) are all products of at most these three. */
+static void check_extents(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *micro = written(s, "batch", "micro");
+    if (!micro || !usable(s, "batch", "micro") || !usable(s, "model", "context") ||
+        !usable(s, "model", "width") || cfg->context <= 0 || cfg->width <= 0)
+        return;
+    long values = (long)cfg->micro * cfg->context * cfg->width;
+    if (values <= INT32_MAX)
+        return;
+    long most_micro = (long)INT32_MAX / ((long)cfg->context * cfg->width);
+    char *hint = most_micro > 0 ? xasprintf("micro %ld fits", most_micro)
+                                : xstrdup("no micro fits this context and width");
+    error_at(s->src, micro->values[0]->span,
+             "micro %d x context %d x width %d = %ld values in one activation tensor, above %d "
+             "(2^31 - 1): the generated code indexes tensors with 32-bit integers; %s",
+             cfg->micro, cfg->context, cfg->width, values, INT32_MAX, hint);
+    free(hint);
 }
 
 /* Learning rate by the scale rule, warmup from a percentage, and warnings on steps. */
@@ -989,6 +1017,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_block(s, &root_block, ast->root);
     check_model(s);
     check_pipeline(s);
+    check_extents(s);
     derive_training(s);
     if (cfg->device_flops == 0)
         cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;

@@ -350,7 +350,7 @@ static void add_event(EventList *ev, int stage, int op, long mb, double start, d
         ev->cap = ev->cap ? ev->cap * 2 : 4096;
         ev->items = xrealloc(ev->items, (size_t)ev->cap * sizeof *ev->items);
     }
-    ev->items[ev->n++] = (SimEvent){stage, op, (int)mb, start, end};
+    ev->items[ev->n++] = (SimEvent){stage, op, mb, start, end};
 }
 
 typedef struct SegmentRun {

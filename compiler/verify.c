@@ -12,7 +12,7 @@
 
 /* A bounded FIFO of micro-batch numbers: one direction of one link. */
 typedef struct Channel {
-    int32_t *mbs;
+    int64_t *mbs;
     int capacity, head, count;
 } Channel;
 
@@ -22,7 +22,7 @@ typedef struct StageRun {
     long version;          /* optimizer steps done in this segment */
     long backwards_since_step;
     int live_slots;
-    int32_t *slot_owner;   /* mb holding each slot, -1 free */
+    int64_t *slot_owner;   /* mb holding each slot, -1 free */
     int32_t *stash_version;/* version saved in each stash slot, -1 empty */
     /* per micro-batch of the segment */
     uint8_t *fwd_count, *bwd_count, *act_received, *grad_received;
@@ -62,7 +62,7 @@ static const char *instr_text(paci_instr in, char *buf, size_t size)
     if (in.op == PACI_OP_STEP)
         snprintf(buf, size, "step");
     else
-        snprintf(buf, size, "%s mb %d slot %d", paci_op_name(in.op), in.mb, in.slot);
+        snprintf(buf, size, "%s mb %lld slot %d", paci_op_name(in.op), (long long)in.mb, in.slot);
     return buf;
 }
 
@@ -86,11 +86,11 @@ static bool slot_holds(Verifier *v, int s, paci_instr in)
 {
     StageRun *sr = &v->st[s];
     if (in.slot >= v->t->slots[s])
-        return fail(v, "stage %d: %s mb %d uses slot %d of %d", s, paci_op_name(in.op), in.mb,
+        return fail(v, "stage %d: %s mb %lld uses slot %d of %d", s, paci_op_name(in.op), (long long)in.mb,
                     in.slot, v->t->slots[s]);
     if (sr->slot_owner[in.slot] != in.mb)
-        return fail(v, "stage %d: %s mb %d finds slot %d holding mb %d", s, paci_op_name(in.op),
-                    in.mb, in.slot, sr->slot_owner[in.slot]);
+        return fail(v, "stage %d: %s mb %lld finds slot %d holding mb %lld", s, paci_op_name(in.op),
+                    (long long)in.mb, in.slot, (long long)sr->slot_owner[in.slot]);
     return true;
 }
 
@@ -98,11 +98,11 @@ static bool slot_take(Verifier *v, int s, paci_instr in)
 {
     StageRun *sr = &v->st[s];
     if (in.slot >= v->t->slots[s])
-        return fail(v, "stage %d: %s mb %d uses slot %d of %d", s, paci_op_name(in.op), in.mb,
+        return fail(v, "stage %d: %s mb %lld uses slot %d of %d", s, paci_op_name(in.op), (long long)in.mb,
                     in.slot, v->t->slots[s]);
     if (sr->slot_owner[in.slot] >= 0)
-        return fail(v, "stage %d: %s mb %d reuses slot %d while mb %d still lives there", s,
-                    paci_op_name(in.op), in.mb, in.slot, sr->slot_owner[in.slot]);
+        return fail(v, "stage %d: %s mb %lld reuses slot %d while mb %lld still lives there", s,
+                    paci_op_name(in.op), (long long)in.mb, in.slot, (long long)sr->slot_owner[in.slot]);
     sr->slot_owner[in.slot] = in.mb;
     if (++sr->live_slots > v->rep->peak_slots[s])
         v->rep->peak_slots[s] = sr->live_slots;
@@ -133,10 +133,10 @@ static enum Progress receive(Verifier *v, Channel *c, int s, paci_instr in, bool
         return broken(v, "stage %d: %s has no neighbour to receive from", s, paci_op_name(in.op));
     if (c->count == 0)
         return BLOCKED;
-    int32_t got = c->mbs[c->head];
+    int64_t got = c->mbs[c->head];
     if (got != in.mb)
-        return broken(v, "stage %d expects the %s of mb %d but its link delivers mb %d", s, what,
-                    in.mb, got);
+        return broken(v, "stage %d expects the %s of mb %lld but its link delivers mb %lld", s, what,
+                    (long long)in.mb, (long long)got);
     c->head = (c->head + 1) % c->capacity;
     c->count--;
     return RAN;
@@ -145,8 +145,8 @@ static enum Progress receive(Verifier *v, Channel *c, int s, paci_instr in, bool
 static bool mb_in_range(Verifier *v, int s, paci_instr in)
 {
     if (in.mb < 0 || in.mb >= v->mbs)
-        return fail(v, "stage %d: %s names mb %d outside the segment's %ld", s,
-                    paci_op_name(in.op), in.mb, v->mbs);
+        return fail(v, "stage %d: %s names mb %lld outside the segment's %ld", s,
+                    paci_op_name(in.op), (long long)in.mb, v->mbs);
     return true;
 }
 
@@ -161,7 +161,7 @@ static enum Progress step_stage(Verifier *v, int s)
     if (in.op != PACI_OP_STEP && !mb_in_range(v, s, in))
         return BROKEN;
     if (in.aux && in.op != PACI_OP_STEP && in.op != PACI_OP_BWD)
-        return broken(v, "stage %d: %s mb %d carries aux %d", s, paci_op_name(in.op), in.mb, in.aux);
+        return broken(v, "stage %d: %s mb %lld carries aux %d", s, paci_op_name(in.op), (long long)in.mb, in.aux);
     switch (in.op) {
     case PACI_OP_RECV_ACT:
         pr = receive(v, first ? NULL : &v->act[s - 1], s, in, !first, "activation");
@@ -172,10 +172,10 @@ static enum Progress step_stage(Verifier *v, int s)
         break;
     case PACI_OP_FWD:
         if (sr->fwd_count[in.mb]++)
-            return broken(v, "stage %d runs the forward of mb %d twice", s, in.mb);
+            return broken(v, "stage %d runs the forward of mb %lld twice", s, (long long)in.mb);
         if (!first) {
             if (!sr->act_received[in.mb])
-                return broken(v, "stage %d runs the forward of mb %d before receiving its activation", s, in.mb);
+                return broken(v, "stage %d runs the forward of mb %lld before receiving its activation", s, (long long)in.mb);
             if (!slot_holds(v, s, in))
                 return BROKEN;
         } else if (!slot_take(v, s, in)) {
@@ -195,11 +195,11 @@ static enum Progress step_stage(Verifier *v, int s)
         break;
     case PACI_OP_BWD: {
         if (!sr->fwd_count[in.mb])
-            return broken(v, "stage %d runs the backward of mb %d before its forward", s, in.mb);
+            return broken(v, "stage %d runs the backward of mb %lld before its forward", s, (long long)in.mb);
         if (sr->bwd_count[in.mb]++)
-            return broken(v, "stage %d runs the backward of mb %d twice", s, in.mb);
+            return broken(v, "stage %d runs the backward of mb %lld twice", s, (long long)in.mb);
         if (!last && !sr->grad_received[in.mb])
-            return broken(v, "stage %d runs the backward of mb %d before receiving its gradient", s, in.mb);
+            return broken(v, "stage %d runs the backward of mb %lld before receiving its gradient", s, (long long)in.mb);
         if (!slot_holds(v, s, in))
             return BROKEN;
         long drift = sr->version - sr->fwd_version[in.mb];
@@ -210,7 +210,7 @@ static enum Progress step_stage(Verifier *v, int s)
         long used = sr->version;
         if (in.aux) {
             if (in.aux > t->stash[s] || sr->stash_version[in.aux - 1] < 0)
-                return broken(v, "stage %d: backward of mb %d reads stash slot %d, which holds nothing", s, in.mb, in.aux - 1);
+                return broken(v, "stage %d: backward of mb %lld reads stash slot %d, which holds nothing", s, (long long)in.mb, in.aux - 1);
             used = sr->stash_version[in.aux - 1];
         }
         long effective = labs(used - sr->fwd_version[in.mb]);
@@ -225,7 +225,7 @@ static enum Progress step_stage(Verifier *v, int s)
         pr = send(v, first ? NULL : &v->grad[s - 1], s, in, !first);
         if (pr == RAN) {
             if (!sr->bwd_count[in.mb])
-                return broken(v, "stage %d sends the gradient of mb %d before its backward", s, in.mb);
+                return broken(v, "stage %d sends the gradient of mb %lld before its backward", s, (long long)in.mb);
             slot_release(v, s, in);
         }
         break;
@@ -255,12 +255,12 @@ static paci_instr shift_instr(const paci_table *t, int s, paci_instr in, long re
 {
     if (in.op != PACI_OP_STEP) {
         long slots = t->slots[s];
-        in.mb = (int32_t)(in.mb + rep * t->window);
-        in.slot = (uint8_t)((((long)in.slot + rep * t->window) % slots + slots) % slots);
+        in.mb += rep * t->window;
+        in.slot = (uint16_t)((((long)in.slot + rep * t->window) % slots + slots) % slots);
     }
     if (in.aux > 0) {
         long stash = t->stash[s];
-        in.aux = (uint16_t)((((long)in.aux - 1 + rep) % stash + stash) % stash + 1);
+        in.aux = (int32_t)((((long)in.aux - 1 + rep) % stash + stash) % stash + 1);
     }
     return in;
 }

@@ -61,11 +61,18 @@ enum paci_schedule_kind {
  * aux for STEP: 0 = nothing to stash, j > 0 = copy the live weights into stash slot j-1
  * before updating them (PipeDream). Other ops: aux = 0. */
 typedef struct paci_instr {
-    uint8_t op;   /* enum paci_op */
-    uint8_t slot; /* activation slot (FWD, BWD, sends, receives); 0 for STEP */
-    uint16_t aux;
-    int32_t mb;   /* micro-batch, relative (see the header comment); -1 for STEP */
+    uint16_t op;   /* enum paci_op */
+    uint16_t slot; /* activation slot (FWD, BWD, sends, receives); 0 for STEP */
+    int32_t aux;
+    int64_t mb;    /* micro-batch, relative (see the header comment); -1 for STEP. 64 bits: an
+                    * epilogue's number is about steps x window, which passes 2^31 */
 } paci_instr;
+
+/* At most this many activation slots per stage (gpipe keeps `window` of them). */
+#define PACI_MAX_SLOTS UINT16_MAX
+
+/* The fields fill the struct: no padding, so instructions compare bytewise (memcmp). */
+_Static_assert(sizeof(paci_instr) == 16, "paci_instr has padding");
 
 typedef struct paci_stage_program {
     int32_t prologue; /* index of the first prologue instruction in paci_table.instrs */
@@ -106,18 +113,18 @@ static inline paci_instr paci_body_instr(const paci_table *t, int32_t stage, pac
                                          int32_t rep)
 {
     if (in.op != PACI_OP_STEP) {
-        in.mb += rep * t->window;
-        in.slot = (uint8_t)(((int64_t)in.slot + (int64_t)rep * t->window) % t->slots[stage]);
+        in.mb += (int64_t)rep * t->window;
+        in.slot = (uint16_t)(((int64_t)in.slot + (int64_t)rep * t->window) % t->slots[stage]);
     }
     if (in.aux > 0)
-        in.aux = (uint16_t)(((int64_t)in.aux - 1 + rep) % t->stash[stage] + 1);
+        in.aux = (int32_t)(((int64_t)in.aux - 1 + rep) % t->stash[stage] + 1);
     return in;
 }
 
 /* Which program runs segment `seg` (0-based), and how many segments there are. */
 static inline int32_t paci_segments(const paci_table *t)
 {
-    return (t->total_steps + t->segment_steps - 1) / t->segment_steps;
+    return (int32_t)(((int64_t)t->total_steps + t->segment_steps - 1) / t->segment_steps);
 }
 
 static inline const paci_program *paci_segment_program(const paci_table *t, int32_t seg)

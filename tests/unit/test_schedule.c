@@ -248,7 +248,7 @@ static void test_verify_catches_errors(void **state)
                 second_bwd = sp->prologue + i;
         }
     assert_true(second_bwd > 0);
-    int32_t mb = instrs[first_bwd].mb;
+    int64_t mb = instrs[first_bwd].mb;
     instrs[first_bwd].mb = instrs[second_bwd].mb;
     instrs[second_bwd].mb = mb;
     assert_false(verify_schedule(t, &plan, &rep));
@@ -331,6 +331,47 @@ static void test_million_steps(void **state)
     schedule_free(t);
 }
 
+/* Micro-batch numbers past 2^31: window 1000 over 3,000,000 steps numbers 3e9 micro-batches in
+ * one segment. The epilogue ends at the last one, and the body's last repetition lands where
+ * paci_body_instr says, in 64 bits (both wrapped to -1294967296 + ... in 32). */
+static void test_micro_batch_numbers_past_int32(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 2, 1000, 3000000, 0, 0);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    VerifyReport rep;
+    assert_true(verify_schedule(t, &plan, &rep));
+    assert_int_equal(paci_segments(t), 1);
+    const paci_program *pg = &t->program[0];
+    const int64_t last_mb = 3000000LL * 1000 - 1;
+    for (int s = 0; s < 2; s++) {
+        const paci_stage_program *sp = &pg->stage[s];
+        const paci_instr *epi = t->instrs + sp->epilogue;
+        assert_true(sp->n_epilogue >= 2);
+        assert_int_equal(epi[sp->n_epilogue - 1].op, PACI_OP_STEP);
+        const paci_instr *last = &epi[sp->n_epilogue - 2];
+        assert_int_equal(last->op, s == 0 ? PACI_OP_BWD : PACI_OP_SEND_GRAD);
+        assert_true(last->mb == last_mb);
+        for (int i = 0; i < sp->n_epilogue; i++)
+            assert_true(epi[i].op == PACI_OP_STEP || epi[i].mb > INT32_MAX);
+        paci_instr first = t->instrs[sp->body];
+        paci_instr moved = paci_body_instr(t, s, first, pg->body_reps - 1);
+        assert_true(moved.mb == first.mb + (int64_t)(pg->body_reps - 1) * 1000);
+        assert_true(moved.mb > INT32_MAX);
+    }
+    schedule_free(t);
+
+    /* the most steps: the segment count (total + segment - 1) / segment stays 1 */
+    cfg = make_config(PACI_SCHED_PACI, 2, 2, INT32_MAX, 0, 0);
+    assert_true(plan_build(&cfg, &plan));
+    t = schedule_build(&cfg, &plan);
+    assert_int_equal(paci_segments(t), 1);
+    assert_true(verify_schedule(t, &plan, &rep));
+    schedule_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_long_run_is_compact),
         cmocka_unit_test(test_capped_generation),
         cmocka_unit_test(test_million_steps),
+        cmocka_unit_test(test_micro_batch_numbers_past_int32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
