@@ -28,7 +28,7 @@ static void write_file(const char *path, const uint8_t *data, size_t size)
         abort();
 }
 
-static uint8_t *read_file(const char *path, size_t *size)
+static uint8_t *read_bytes(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -70,7 +70,7 @@ static void write_seed(const char *out)
         exit(1);
     }
     size_t model_size, state_size;
-    uint8_t *model = read_file(model_path, &model_size), *state = read_file(state_path, &state_size);
+    uint8_t *model = read_bytes(model_path, &model_size), *state = read_bytes(state_path, &state_size);
     FILE *f = fopen(out, "wb");
     uint8_t len[4] = {(uint8_t)model_size, (uint8_t)(model_size >> 8), (uint8_t)(model_size >> 16),
                       (uint8_t)(model_size >> 24)};

@@ -29,7 +29,7 @@ static void write_file(const char *path, const uint8_t *data, size_t size)
         abort();
 }
 
-static uint8_t *read_file(const char *path, size_t *size)
+static uint8_t *read_bytes(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -69,7 +69,7 @@ static void write_seed(const char *out)
         exit(1);
     }
     size_t config_size, model_size;
-    uint8_t *config = read_file(config_path, &config_size), *model = read_file(model_path, &model_size);
+    uint8_t *config = read_bytes(config_path, &config_size), *model = read_bytes(model_path, &model_size);
     FILE *f = fopen(out, "wb");
     uint8_t len[4] = {(uint8_t)config_size, (uint8_t)(config_size >> 8), (uint8_t)(config_size >> 16),
                       (uint8_t)(config_size >> 24)};

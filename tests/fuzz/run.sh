@@ -6,7 +6,8 @@
 #   tests/fuzz/run.sh [SECONDS] [NAME...]     default 60 seconds each, every harness
 #   tests/fuzz/run.sh --runs N [NAME...]      N executions each, however long that takes
 # Harnesses: frontend (parse and check), compile (up to the verified schedule), tokens (the
-# token-file reader), checkpoint (the checkpoint reader).
+# token-file reader), checkpoint (the checkpoint reader), safetensors (the Hugging Face
+# reader of run --init; its seed is the toy model exported by the harness itself).
 set -eu
 runs_limit=0
 if [ "${1:-}" = --runs ]; then
@@ -16,7 +17,7 @@ else
     seconds=${1:-60}
     shift || true
 fi
-names=${*:-frontend compile tokens checkpoint}
+names=${*:-frontend compile tokens checkpoint safetensors}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=$root/build/fuzz
@@ -31,6 +32,12 @@ for f in runtime/*.c; do
     [ "$f" = runtime/main.c ] || runtime_src+=("$f")  # main() is libFuzzer's
 done
 
+compiler_src=()
+for f in compiler/*.c; do
+    [ "$f" = compiler/main.c ] || compiler_src+=("$f")
+done
+compiler_src+=("$out/gen/parser.c" "$out/gen/lexer.c")
+
 build() {
     local name=$1
     case $name in
@@ -38,20 +45,17 @@ build() {
         clang "${flags[@]}" -Icompiler -I"$out/gen" tests/fuzz/fuzz_frontend.c "${front_src[@]}" \
             -lm -o "$out/fuzz_frontend" ;;
     compile)
-        local compiler_src=()
-        for f in compiler/*.c; do
-            [ "$f" = compiler/main.c ] || compiler_src+=("$f")
-        done
         clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" tests/fuzz/fuzz_compile.c \
-            "${compiler_src[@]}" "$out/gen/parser.c" "$out/gen/lexer.c" -lm -o "$out/fuzz_compile" ;;
+            "${compiler_src[@]}" -lm -o "$out/fuzz_compile" ;;
     tokens)
         clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${runtime_src[@]}" \
             -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
-    checkpoint)
-        clang "${flags[@]}" -Iruntime -Itests/unit tests/fuzz/fuzz_checkpoint.c "${runtime_src[@]}" \
-            -lopenblas -lpthread -lm -o "$out/fuzz_checkpoint" ;;
+    checkpoint|safetensors)
+        # The toy model runs over the compiler's own schedule tables (tests/unit/toy_model.h).
+        clang "${flags[@]}" -Iruntime -Icompiler -I"$out/gen" -Itests/unit "tests/fuzz/fuzz_$name.c" \
+            "${runtime_src[@]}" "${compiler_src[@]}" -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
     *)
-        echo "run.sh: unknown harness '$name' (frontend, compile, tokens, checkpoint)" >&2
+        echo "run.sh: unknown harness '$name' (frontend, compile, tokens, checkpoint, safetensors)" >&2
         exit 2 ;;
     esac
 }
@@ -67,7 +71,7 @@ corpus_of() {
 # inputs are covered by the unit tests.
 max_len_of() {
     case $1 in
-    checkpoint) echo 32768 ;;
+    checkpoint|safetensors) echo 32768 ;;
     *) echo 8192 ;;
     esac
 }
@@ -84,6 +88,9 @@ for name in $names; do
     work=$out/$name
     mkdir -p "$work/corpus"
     cp -n "$here/corpus/$(corpus_of "$name")"/* "$work/corpus/" 2>/dev/null || true
+    if [ "$name" = safetensors ] && [ ! -e "$work/corpus/seed" ]; then
+        FUZZ_SAFETENSORS_SEED="$work/corpus/seed" "$out/fuzz_$name" >/dev/null 2>&1
+    fi
     log=$work/log
     start=$(date +%s)
     if (cd "$work" && "$out/fuzz_$name" -max_total_time="$seconds" -runs="$((runs_limit > 0 ? runs_limit : -1))" \
