@@ -7,8 +7,9 @@
 #     and `--resume` from it is deterministic and completes the run;
 #   - for the synchronous schedules (gpipe, 1f1b) the resumed run ends bit-identical to the
 #     uninterrupted one. The asynchronous ones resume as if the schedule had drained at N.
-# --no-checkpoint saves nothing, at the end or at a stop. PACI_SIGNAL_SCHEDULES limits the
-# schedules (the ThreadSanitizer run takes one).
+# --no-checkpoint saves nothing, at the end or at a stop. A second signal, SIGINT then
+# SIGTERM, ends the run at once. PACI_SIGNAL_SCHEDULES limits the schedules (the
+# ThreadSanitizer run takes one).
 source tests/e2e/lib.sh
 steps=200
 
@@ -140,3 +141,28 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
     [ ! -e "$work/trial-stop/ckpt" ] || fail "--no-checkpoint saved at the stop"
     echo "--no-checkpoint: nothing saved at the end or at SIGTERM; $(grep '^run: stopped' "$work/trial-stop/err.txt")"
 fi
+
+# SIGINT, then SIGTERM before the stop is done: the second signal ends the run at once, as
+# an unhandled one does (killed by that signal), with no stop message and no checkpoint.
+# Both are sent while the process is held by SIGSTOP, so they are both pending when it
+# goes on, however fast the machine; whichever is taken first asks for the stop, and the
+# other ends the run.
+small_model twice 2 1f1b 2 5000
+mkdir -p "$work/twice"
+"$pacic" "$work/twice.paci" -o "$work/twice/run"
+(cd "$work/twice" && exec ./run > out.txt 2> err.txt) &
+pid=$!
+until grep -q '^step ' "$work/twice/out.txt" 2>/dev/null; do
+    kill -0 $pid 2>/dev/null || fail "SIGINT then SIGTERM: the run ended early: $(cat "$work/twice/err.txt")"
+    sleep 0.05
+done
+kill -STOP $pid
+kill -INT $pid
+kill -TERM $pid
+kill -CONT $pid
+if wait $pid; then status=0; else status=$?; fi
+[ "$status" = 130 ] || [ "$status" = 143 ] \
+    || fail "SIGINT then SIGTERM: exit status $status, not killed by the second signal: $(cat "$work/twice/err.txt")"
+grep -q "^run: stopped by" "$work/twice/err.txt" && fail "SIGINT then SIGTERM: the run stopped cleanly"
+[ ! -e "$work/twice/ckpt/latest" ] || fail "SIGINT then SIGTERM: a checkpoint was written"
+echo "SIGINT then SIGTERM: ended at once by the second (exit status $status), no checkpoint"
