@@ -16,7 +16,10 @@ static const char usage[] =
     "  --steps N        stop after N optimizer steps (at most the compiled total)\n"
     "  --resume         continue from the latest checkpoint in the checkpoint folder\n"
     "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3)\n"
-    "  --sample N       print N tokens from the latest checkpoint (or the initial weights)\n"
+    "  --sample N       print N tokens from the latest checkpoint (or the initial weights):\n"
+    "                   bytes for a 256-token vocabulary, else token ids\n"
+    "  --tokenizer FILE with --sample: decode the tokens with llm.c's tokenizer file\n"
+    "                   (gpt2_tokenizer.bin)\n"
     "  --data FILE      training tokens (llm.c format)\n"
     "  --val FILE       validation tokens\n"
     "  --ckpt-dir DIR   checkpoint folder\n"
@@ -286,9 +289,75 @@ int pr_write_trace(const pr_run *run, const char *path, char *err)
     return 0;
 }
 
+/* llm.c's tokenizer file (gpt2_tokenizer.bin): a header of 256 uint32 (magic 20240328,
+ * version 1 or 2, the number of tokens, and in version 2 the end-of-text token), then per
+ * token its length in one byte and its bytes. */
+#define TOKENIZER_MAGIC 20240328u
+#define TOKENIZER_HEADER_INTS 256
+
+typedef struct tokenizer {
+    uint32_t n;
+    int64_t *start; /* token i is bytes[start[i] .. start[i + 1]) */
+    unsigned char *bytes;
+} tokenizer;
+
+static int tokenizer_load(const char *path, tokenizer *tk, char *err)
+{
+    memset(tk, 0, sizeof *tk);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pr_fail(err, "%s: cannot open tokenizer: %s", path, strerror(errno));
+    uint32_t h[TOKENIZER_HEADER_INTS];
+    int rc = 0;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0)
+        rc = pr_fail(err, "%s: cannot read tokenizer: %s", path, strerror(errno));
+    else if (fread(h, 4, TOKENIZER_HEADER_INTS, f) != TOKENIZER_HEADER_INTS)
+        rc = pr_fail(err, "%s: truncated tokenizer header (%ld bytes, the header is 1024)", path, size);
+    else if (h[0] != TOKENIZER_MAGIC)
+        rc = pr_fail(err, "%s: magic is %u, an llm.c tokenizer file has %u", path, h[0], TOKENIZER_MAGIC);
+    else if (h[1] != 1 && h[1] != 2)
+        rc = pr_fail(err, "%s: tokenizer version %u, expected 1 or 2", path, h[1]);
+    else if (h[2] < 1 || h[2] > (1u << 24))
+        rc = pr_fail(err, "%s: %u tokens, expected 1 to %u", path, h[2], 1u << 24);
+    size_t body = rc == 0 ? (size_t)size - TOKENIZER_HEADER_INTS * 4 : 0;
+    if (rc == 0) {
+        tk->n = h[2];
+        tk->start = pr_alloc(((size_t)tk->n + 1) * sizeof(int64_t));
+        tk->bytes = pr_alloc(body);
+        if (fread(tk->bytes, 1, body, f) != body)
+            rc = pr_fail(err, "%s: read failed", path);
+    }
+    fclose(f);
+    // Lengths and bytes interleave: walk them, moving each token's bytes down over the lengths.
+    size_t at = 0, out = 0;
+    for (uint32_t i = 0; rc == 0 && i < tk->n; i++) {
+        size_t len = at < body ? tk->bytes[at] : 0;
+        if (at >= body || at + 1 + len > body) {
+            rc = pr_fail(err, "%s: truncated at token %u of %u", path, i, tk->n);
+            break;
+        }
+        tk->start[i] = (int64_t)out;
+        memmove(tk->bytes + out, tk->bytes + at + 1, len);
+        out += len;
+        at += 1 + len;
+    }
+    if (rc == 0 && at != body)
+        rc = pr_fail(err, "%s: %zu bytes after the last of its %u tokens", path, body - at, tk->n);
+    if (rc != 0) {
+        free(tk->start);
+        free(tk->bytes);
+        memset(tk, 0, sizeof *tk);
+        return rc;
+    }
+    tk->start[tk->n] = (int64_t)out;
+    return 0;
+}
+
 /* Sampling: temperature 1 from the full model, sequence 0 of a micro-batch holding the last
- * T tokens; deterministic from the seed. Bytes for a 256-token vocabulary, else ids. */
-static void sample(pr_run *run, int64_t n)
+ * T tokens; deterministic from the seed. Printed through the tokenizer when one is given
+ * (ids it does not have as <|ID|>), else as bytes for a 256-token vocabulary, else ids. */
+static void sample(pr_run *run, int64_t n, const tokenizer *tk)
 {
     int64_t T = run->T, BT = run->B * T, V = run->V;
     int32_t start = V == 256 ? '\n' : 0;
@@ -311,7 +380,11 @@ static void sample(pr_run *run, int64_t n)
             }
         }
         text[i] = next;
-        if (V == 256)
+        if (tk && (uint32_t)next < tk->n)
+            fwrite(tk->bytes + tk->start[next], 1, (size_t)(tk->start[next + 1] - tk->start[next]), stdout);
+        else if (tk)
+            printf("<|%d|>", next);
+        else if (V == 256)
             putchar(next);
         else
             printf("%s%d", i > 1 ? " " : "", next);
@@ -426,6 +499,13 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             else
                 opt->threads = (int)n;
             i++;
+        } else if (strcmp(a, "--tokenizer") == 0) {
+            if (!value || !value[0]) {
+                fprintf(stderr, "run: error: %s needs a value\n", a);
+                return -1;
+            }
+            opt->tokenizer_path = value;
+            i++;
         } else if (strcmp(a, "--device") == 0) {
             if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
                 fprintf(stderr, "run: error: --device needs cpu or cuda\n");
@@ -508,6 +588,10 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         printf("run: rank %d of %d (%s%s); rank 0 at %s:%d (from %s)\n", launch.rank, launch.world,
                pr_launcher_name(launch.launcher), launch.mpi ? ", collectives over MPI" : "",
                launch.master_addr, launch.master_port, launch.addr_from ? launch.addr_from : "?");
+    if (opt.tokenizer_path && opt.sample == 0) {
+        fprintf(stderr, "run: error: --tokenizer is for --sample N\n");
+        return 1;
+    }
     opt.rank = launch.rank;
     opt.world = launch.world;
     opt.local_rank = launch.local_rank;
@@ -548,9 +632,16 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     }
     if (opt.sample > 0) {
+        tokenizer tk;
+        if (opt.tokenizer_path && tokenizer_load(opt.tokenizer_path, &tk, err) != 0)
+            return fail_main(&run, err);
         if (load_weights(&run, 1, err) != 0)
             return fail_main(&run, err);
-        sample(&run, opt.sample);
+        sample(&run, opt.sample, opt.tokenizer_path ? &tk : NULL);
+        if (opt.tokenizer_path) {
+            free(tk.start);
+            free(tk.bytes);
+        }
         pr_run_free(&run);
         return 0;
     }
