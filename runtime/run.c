@@ -102,6 +102,23 @@ static void log_step(pr_run *run, int64_t step, double loss, double lr, double g
     }
 }
 
+/* The checkpoint a run ends with. An untied head (any model with stages > 1) is not in
+ * model.bin: llm.c reads that file alone, finds no head and uses wte in its place, so it
+ * would evaluate another model; users are told where the head is and how to carry it. */
+static void print_checkpoint(const pr_run *run, int after_newline)
+{
+    const logger *lg = run->user;
+    printf("%scheckpoint %s/step_%08lld", lg && lg->tty && !after_newline ? "\n" : "",
+           run->opt.ckpt_dir, (long long)run->step);
+    if (run->prog->tied)
+        printf(" (model.bin: llm.c's GPT-2 format)\n");
+    else
+        printf(" (its LM head is untied and kept in state.bin; llm.c reads only model.bin and would "
+               "use wte as the head, a different model: run --export hf DIR writes a file that "
+               "carries the head)\n");
+    fflush(stdout);
+}
+
 /* Evaluation and checkpoints happen only between segments, where every stage has drained:
  * that is what makes a resumed run continue bit-identically. A stop requested by a signal
  * cuts the segment after the step in progress (pr_run_segment drains it), saves a
@@ -140,9 +157,10 @@ int pr_train(pr_run *run, char *err)
                 printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "",
                        (long long)run->step, val_loss);
         }
-        if (want_ckpt)
-            if (pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
-                return -1;
+        if (want_ckpt && pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
+            return -1;
+        if (want_ckpt && (at_end || stopped) && !run->opt.quiet)
+            print_checkpoint(run, want_eval);
     }
     if (stopped) {
         if (run->opt.world <= 1 || run->opt.rank == 0) {

@@ -19,7 +19,7 @@ stop_run() {
     local dir=$work/$1 pid
     (cd "$dir" && exec ./run --metrics metrics.jsonl > out.txt 2> err.txt) &
     pid=$!
-    until [ "$(grep -c '^step ' "$dir/out.txt" 2>/dev/null)" -ge 1 ]; do
+    until grep -q '^step ' "$dir/out.txt" 2>/dev/null; do
         kill -0 $pid 2>/dev/null || break
         sleep 0.05
     done
@@ -41,6 +41,8 @@ for schedule in ${PACI_SIGNAL_SCHEDULES:-gpipe 1f1b pipedream paci}; do
     [ "$n" -lt $steps ] || fail "$schedule: stopped only at the end (step $n)"
     [ "$(cat "$work/$schedule-stopped/ckpt/latest")" = "$(printf 'step_%08d' "$n")" ] \
         || fail "$schedule: latest does not name step $n"
+    grep -q "^checkpoint ckpt/step_$(printf %08d "$n") (its LM head is untied and kept in state.bin; " \
+        "$work/$schedule-stopped/out.txt" || fail "$schedule: no checkpoint line: $(tail -3 "$work/$schedule-stopped/out.txt")"
     [ "$(losses "$schedule" | head -"$n")" = "$(losses "$schedule-stopped")" ] \
         || fail "$schedule: the losses of steps 1..$n differ from the uninterrupted run's"
 
@@ -130,7 +132,7 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
     "$pacic" "$work/trial-stop.paci" -o "$work/trial-stop/run"
     (cd "$work/trial-stop" && exec ./run --no-checkpoint > out.txt 2> err.txt) &
     pid=$!
-    until [ "$(grep -c '^step ' "$work/trial-stop/out.txt" 2>/dev/null)" -ge 1 ]; do
+    until grep -q '^step ' "$work/trial-stop/out.txt" 2>/dev/null; do
         kill -0 $pid 2>/dev/null || break
         sleep 0.05
     done
@@ -140,6 +142,24 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
         fail "--no-checkpoint: unexpected stop message: $(cat "$work/trial-stop/err.txt")"
     [ ! -e "$work/trial-stop/ckpt" ] || fail "--no-checkpoint saved at the stop"
     echo "--no-checkpoint: nothing saved at the end or at SIGTERM; $(grep '^run: stopped' "$work/trial-stop/err.txt")"
+fi
+
+# The line naming the checkpoint a run ends with says, for an untied head (stages > 1), that
+# model.bin does not carry it (llm.c would run wte as the head) and how to get a file that
+# does; for a tied one (stages 1, tied true) that model.bin is llm.c's format.
+if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
+    small_model tied 1 1f1b 2 4
+    sed -i 's/vocab 256 }/vocab 256; tied true }/' "$work/tied.paci"
+    mkdir -p "$work/tied" "$work/untied"
+    "$pacic" "$work/tied.paci" -o "$work/tied/run"
+    cp "$work/gpipe/run" "$work/untied/run"  # 3 stages
+    (cd "$work/tied" && ./run > out.txt 2> err.txt) || fail "tied: $(cat "$work/tied/err.txt")"
+    (cd "$work/untied" && ./run --steps 4 > out.txt 2> err.txt) || fail "untied: $(cat "$work/untied/err.txt")"
+    grep -qx "checkpoint ckpt/step_00000004 (its LM head is untied and kept in state.bin; llm.c reads only model.bin and would use wte as the head, a different model: run --export hf DIR writes a file that carries the head)" \
+        "$work/untied/out.txt" || fail "untied head: $(grep checkpoint "$work/untied/out.txt")"
+    grep -qx "checkpoint ckpt/step_00000004 (model.bin: llm.c's GPT-2 format)" "$work/tied/out.txt" \
+        || fail "tied head: $(grep checkpoint "$work/tied/out.txt")"
+    echo "checkpoint line: an untied run's names where the head is; a tied one's says llm.c's format"
 fi
 
 # SIGINT, then SIGTERM before the stop is done: the second signal ends the run at once, as
