@@ -230,7 +230,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     snprintf(final, sizeof final, "%s/%s", ckpt_dir, name);
     remove_dir(tmp);
     if (mkdir(tmp, 0755) != 0)
-        return pr_fail(err, "%s: cannot create checkpoint folder: %s", ckpt_dir, strerror(errno));
+        return pr_fail(err, "%s: cannot create checkpoint folder: %s", tmp, strerror(errno));
 
     int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
     pr_ckpt_sizes(prog, sizes);

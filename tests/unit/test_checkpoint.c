@@ -250,6 +250,7 @@ static void test_atomic_layout(void **state)
     run.step = 21;
     assert_int_equal(pr_ckpt_save(&run, ckpt, err), -1);
     assert_non_null(strstr(err, ckpt));
+    assert_non_null(strstr(err, "step_00000021.tmp: cannot create checkpoint folder: File exists"));
     pr_run_free(&run);
     toy_run(&run, TOY_GPIPE, 2, 14);
     assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
