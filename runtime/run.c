@@ -441,25 +441,24 @@ static int parse_count(const char *flag, const char *value, int64_t min, int64_t
 
 /* SIGINT and SIGTERM ask for a stop after the current step (pr_train saves a checkpoint
  * there); the handler only records it. A second one, of either kind, acts as if unhandled:
- * it ends the process at once, and the checkpoints on disk are as crash-safe as ever. */
+ * it ends the process at once, and the checkpoints on disk are as crash-safe as ever. The
+ * handler stays installed for both and counts them, so that two signals taken at once by
+ * two threads are counted too. */
 static atomic_int stop_signals_seen;
 
 static void on_stop_signal(int signal_number)
 {
     static const char note[] = "\nrun: stopping: finishing the current step, then saving a "
                                "checkpoint unless --no-checkpoint (signal again to stop at once)\n";
-    struct sigaction unhandled;
-    memset(&unhandled, 0, sizeof unhandled);
-    unhandled.sa_handler = SIG_DFL;
-    sigemptyset(&unhandled.sa_mask);
-    // Two signals may reach two threads at once: the later of them is the second one.
     if (atomic_fetch_add(&stop_signals_seen, 1) > 0) {
+        struct sigaction unhandled;
+        memset(&unhandled, 0, sizeof unhandled);
+        unhandled.sa_handler = SIG_DFL;
+        sigemptyset(&unhandled.sa_mask);
         sigaction(signal_number, &unhandled, NULL);
         raise(signal_number); // blocked in this handler: it acts once the handler returns
         return;
     }
-    sigaction(SIGINT, &unhandled, NULL);
-    sigaction(SIGTERM, &unhandled, NULL);
     pr_request_stop(signal_number);
     ssize_t ignored = write(STDERR_FILENO, note, sizeof note - 1);
     (void)ignored;
