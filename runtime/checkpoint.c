@@ -8,6 +8,11 @@
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
  * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` only, so a
  * leftover .tmp folder is never read. The two newest checkpoints are kept.
+ *
+ * `latest` never names a missing folder, not even when step_N/ is saved again (a fresh
+ * `--steps N` run in the same folder): if `latest` names the step_N/ being replaced, it is
+ * first pointed at step_N.old/, a second name of the same files (hard links, or a copy
+ * where the file system has none), and moved back once the new step_N/ is in place.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -57,13 +62,18 @@ static int write_parts(const char *path, const part *parts, int n, char *err)
     return 0;
 }
 
-static void fsync_dir(const char *path)
+/* A folder's entries (a new file, a rename) are on disk when this returns 0. A file system
+ * that cannot sync a folder at all says EINVAL: nothing more can be done there. */
+static int fsync_dir(const char *path, char *err)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    if (fd < 0)
+        return pr_fail(err, "%s: cannot open the folder to flush it to disk: %s", path, strerror(errno));
+    int rc = fsync(fd), saved = errno;
+    close(fd);
+    if (rc != 0 && saved != EINVAL)
+        return pr_fail(err, "%s: cannot flush the folder to disk: %s", path, strerror(saved));
+    return 0;
 }
 
 /* Checkpoint folders hold plain files only. */
@@ -97,6 +107,79 @@ static void read_latest(const char *dir, char *name, size_t size)
         name[0] = '\0';
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';
+}
+
+/* Points DIR/latest at NAME: a temporary file, fsync, rename, fsync of the folder. */
+static int set_latest(const char *dir, const char *name, char *err)
+{
+    char latest_tmp[4096], latest[4096], line[300];
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    part text[] = {{line, strlen(line)}};
+    if (write_parts(latest_tmp, text, 1, err) != 0)
+        return -1;
+    if (rename(latest_tmp, latest) != 0)
+        return pr_fail(err, "%s: cannot replace: %s", latest, strerror(errno));
+    return fsync_dir(dir, err);
+}
+
+/* Copies a file to a new one, complete on disk when this returns 0. */
+static int copy_file(const char *from, const char *to, char *err)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return pr_fail(err, "%s: cannot open: %s", from, strerror(errno));
+    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        fclose(in);
+        return pr_fail(err, "%s: cannot create: %s", to, strerror(errno));
+    }
+    char buffer[1 << 16];
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(buffer, 1, sizeof buffer, in)) > 0)
+        for (size_t done = 0; rc == 0 && done < got;) {
+            ssize_t w = write(fd, buffer + done, got - done);
+            if (w < 0 && errno != EINTR)
+                rc = pr_fail(err, "%s: write failed: %s", to, strerror(errno));
+            done += w > 0 ? (size_t)w : 0;
+        }
+    if (rc == 0 && ferror(in))
+        rc = pr_fail(err, "%s: read failed", from);
+    if (rc == 0 && fsync(fd) != 0)
+        rc = pr_fail(err, "%s: cannot flush to disk: %s", to, strerror(errno));
+    fclose(in);
+    if (close(fd) != 0 && rc == 0)
+        rc = pr_fail(err, "%s: cannot flush to disk: %s", to, strerror(errno));
+    return rc;
+}
+
+/* Gives the checkpoint DIR/NAME a second name, DIR/NAME.old, and points `latest` there, so
+ * that NAME can be replaced while `latest` names a complete checkpoint all along. */
+static int park(const char *dir, const char *name, char *err)
+{
+    static const char *const files[2] = {"model.bin", "state.bin"};
+    char parked_name[300], parked[4096], from[4096], to[4096 + 16];
+    snprintf(parked_name, sizeof parked_name, "%s.old", name);
+    snprintf(parked, sizeof parked, "%s/%s", dir, parked_name);
+    remove_dir(parked);
+    if (mkdir(parked, 0755) != 0)
+        return pr_fail(err, "%s: cannot create: %s", parked, strerror(errno));
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        snprintf(from, sizeof from, "%s/%s/%s", dir, name, files[i]);
+        snprintf(to, sizeof to, "%s/%s", parked, files[i]);
+        if (link(from, to) != 0)
+            rc = copy_file(from, to, err);
+    }
+    if (rc == 0 && (fsync_dir(parked, err) != 0 || fsync_dir(dir, err) != 0))
+        rc = -1;
+    if (rc != 0) {
+        remove_dir(parked);
+        return -1;
+    }
+    return set_latest(dir, parked_name, err);
 }
 
 static void model_header(const pr_program *prog, int32_t h[MODEL_HEADER_INTS])
@@ -147,7 +230,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     snprintf(final, sizeof final, "%s/%s", ckpt_dir, name);
     remove_dir(tmp);
     if (mkdir(tmp, 0755) != 0)
-        return pr_fail(err, "%s: cannot create checkpoint folder: %s", ckpt_dir, strerror(errno));
+        return pr_fail(err, "%s: cannot create checkpoint folder: %s", tmp, strerror(errno));
 
     int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
     pr_ckpt_sizes(prog, sizes);
@@ -179,26 +262,27 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
         remove_dir(tmp);
         return rc;
     }
-    fsync_dir(tmp);
-    remove_dir(final); // a checkpoint of the same step from an earlier run
+    if (fsync_dir(tmp, err) != 0) {
+        remove_dir(tmp);
+        return -1;
+    }
+    char previous[256];
+    read_latest(ckpt_dir, previous, sizeof previous);
+    struct stat st;
+    if (stat(final, &st) == 0) { // a checkpoint of the same step from an earlier run
+        if (strcmp(previous, name) == 0 && park(ckpt_dir, name, err) != 0) {
+            remove_dir(tmp);
+            return -1;
+        }
+        remove_dir(final);
+    }
     if (rename(tmp, final) != 0) {
         int saved = errno;
         remove_dir(tmp);
         return pr_fail(err, "%s: cannot rename checkpoint into place: %s", final, strerror(saved));
     }
-    fsync_dir(ckpt_dir);
-
-    char previous[256], latest_tmp[4096], latest[4096], line[80];
-    read_latest(ckpt_dir, previous, sizeof previous);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", ckpt_dir);
-    snprintf(latest, sizeof latest, "%s/latest", ckpt_dir);
-    snprintf(line, sizeof line, "%s\n", name);
-    part text[] = {{line, strlen(line)}};
-    if (write_parts(latest_tmp, text, 1, err) != 0)
+    if (fsync_dir(ckpt_dir, err) != 0 || set_latest(ckpt_dir, name, err) != 0)
         return -1;
-    if (rename(latest_tmp, latest) != 0)
-        return pr_fail(err, "%s: cannot replace: %s", latest, strerror(errno));
-    fsync_dir(ckpt_dir);
 
     // Keep the new checkpoint and the one `latest` named before it; drop older ones.
     DIR *d = opendir(ckpt_dir);
@@ -227,7 +311,11 @@ static int read_model(const pr_program *prog, const char *path, float *flat, int
     if (!f)
         return pr_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
     struct stat st;
-    fstat(fileno(f), &st);
+    if (fstat(fileno(f), &st) != 0) {
+        int saved = errno;
+        fclose(f);
+        return pr_fail(err, "%s: cannot read its size: %s", path, strerror(saved));
+    }
     int32_t h[MODEL_HEADER_INTS], want[MODEL_HEADER_INTS];
     if (fread(h, 4, MODEL_HEADER_INTS, f) != MODEL_HEADER_INTS) {
         fclose(f);

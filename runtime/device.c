@@ -4,6 +4,7 @@
  * generated C. The CUDA layer (runtime/cuda/device.c, in libpacirt_cuda.a) reaches the run
  * only through pr_program.cuda_device, so libpacirt.a never depends on CUDA.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,10 +23,26 @@ static int cpu_open_stage(const pr_program *prog, int stage, char *err)
     return 0;
 }
 
-/* Host memory is not checked ahead: pr_alloc names the shortfall when it happens. */
+/* The stages share the host's memory: together they must fit in what the kernel says is
+ * available (MemAvailable in /proc/meminfo). Where that cannot be read, nothing is checked
+ * ahead, and pr_alloc names a shortfall when it happens. */
 static int cpu_check_memory(const pr_program *prog, const int64_t *stage_bytes, char *err)
 {
-    (void)prog, (void)stage_bytes, (void)err;
+    int64_t need = 0;
+    for (int s = 0; s < prog->stages; s++)
+        need += stage_bytes[s];
+    long long available_kib = -1;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &available_kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (available_kib >= 0 && need / 1024 > available_kib)
+        return pr_fail(err, "the stages need %.2f GiB of host memory, %.2f GiB is available "
+                       "(MemAvailable in /proc/meminfo)", (double)need / (1 << 30),
+                       (double)available_kib / (1 << 20));
     return 0;
 }
 

@@ -60,7 +60,7 @@ int pr_check_layout(const pr_program *prog, char *err)
     int n = 0;
     for (int s = 0; s < prog->stages; s++)
         n += prog->stage[s].n_tensors;
-    piece *pieces = calloc((size_t)n + 1, sizeof *pieces);
+    piece *pieces = pr_alloc(((size_t)n + 1) * sizeof *pieces); // exits on out of memory
     int k = 0, rc = 0;
     for (int s = 0; s < prog->stages && rc == 0; s++) {
         const pr_stage_code *sc = &prog->stage[s];

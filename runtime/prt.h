@@ -272,6 +272,7 @@ typedef struct pr_options {
     const char *export_dir;  /* --export hf DIR: write the weights as a Hugging Face folder */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
+    const char *tokenizer_path; /* --tokenizer: llm.c's tokenizer file, to print --sample as text */
     const char *device; /* --device: "cpu", "cuda", NULL = choose */
     double peer_timeout;    /* --peer-timeout: seconds a link waits for its peer; 0: forever */
     /* one process per stage (world > 1): this process runs stage `rank` only, and `boot`

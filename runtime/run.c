@@ -4,6 +4,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,7 +17,10 @@ static const char usage[] =
     "  --resume         continue from the latest checkpoint in the checkpoint folder\n"
     "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3), a Hugging Face\n"
     "                   GPT-2 folder (config.json, model.safetensors) or a .safetensors file\n"
-    "  --sample N       print N tokens from the latest checkpoint (or the initial weights)\n"
+    "  --sample N       print N tokens from the latest checkpoint (or the initial weights):\n"
+    "                   bytes for a 256-token vocabulary, else token ids\n"
+    "  --tokenizer FILE with --sample: decode the tokens with llm.c's tokenizer file\n"
+    "                   (gpt2_tokenizer.bin)\n"
     "  --export hf DIR  write the latest checkpoint (or the initial weights) as a Hugging Face\n"
     "                   GPT-2 folder DIR, which must be new or empty\n"
     "  --data FILE      training tokens (llm.c format)\n"
@@ -104,6 +108,23 @@ static void log_step(pr_run *run, int64_t step, double loss, double lr, double g
     }
 }
 
+/* The checkpoint a run ends with. An untied head (any model with stages > 1) is not in
+ * model.bin: llm.c reads that file alone, finds no head and uses wte in its place, so it
+ * would evaluate another model; users are told where the head is and how to carry it. */
+static void print_checkpoint(const pr_run *run, int after_newline)
+{
+    const logger *lg = run->user;
+    printf("%scheckpoint %s/step_%08lld", lg && lg->tty && !after_newline ? "\n" : "",
+           run->opt.ckpt_dir, (long long)run->step);
+    if (run->prog->tied)
+        printf(" (model.bin: llm.c's GPT-2 format)\n");
+    else
+        printf(" (its LM head is untied and kept in state.bin; llm.c reads only model.bin and would "
+               "use wte as the head, a different model: run --export hf DIR writes a file that "
+               "carries the head)\n");
+    fflush(stdout);
+}
+
 /* Evaluation and checkpoints happen only between segments, where every stage has drained:
  * that is what makes a resumed run continue bit-identically. A stop requested by a signal
  * cuts the segment after the step in progress (pr_run_segment drains it), saves a
@@ -142,9 +163,10 @@ int pr_train(pr_run *run, char *err)
                 printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "",
                        (long long)run->step, val_loss);
         }
-        if (want_ckpt)
-            if (pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
-                return -1;
+        if (want_ckpt && pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
+            return -1;
+        if (want_ckpt && (at_end || stopped) && !run->opt.quiet)
+            print_checkpoint(run, want_eval);
     }
     if (stopped) {
         if (run->opt.world <= 1 || run->opt.rank == 0) {
@@ -291,9 +313,75 @@ int pr_write_trace(const pr_run *run, const char *path, char *err)
     return 0;
 }
 
+/* llm.c's tokenizer file (gpt2_tokenizer.bin): a header of 256 uint32 (magic 20240328,
+ * version 1 or 2, the number of tokens, and in version 2 the end-of-text token), then per
+ * token its length in one byte and its bytes. */
+#define TOKENIZER_MAGIC 20240328u
+#define TOKENIZER_HEADER_INTS 256
+
+typedef struct tokenizer {
+    uint32_t n;
+    int64_t *start; /* token i is bytes[start[i] .. start[i + 1]) */
+    unsigned char *bytes;
+} tokenizer;
+
+static int tokenizer_load(const char *path, tokenizer *tk, char *err)
+{
+    memset(tk, 0, sizeof *tk);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pr_fail(err, "%s: cannot open tokenizer: %s", path, strerror(errno));
+    uint32_t h[TOKENIZER_HEADER_INTS];
+    int rc = 0;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0)
+        rc = pr_fail(err, "%s: cannot read tokenizer: %s", path, strerror(errno));
+    else if (fread(h, 4, TOKENIZER_HEADER_INTS, f) != TOKENIZER_HEADER_INTS)
+        rc = pr_fail(err, "%s: truncated tokenizer header (%ld bytes, the header is 1024)", path, size);
+    else if (h[0] != TOKENIZER_MAGIC)
+        rc = pr_fail(err, "%s: magic is %u, an llm.c tokenizer file has %u", path, h[0], TOKENIZER_MAGIC);
+    else if (h[1] != 1 && h[1] != 2)
+        rc = pr_fail(err, "%s: tokenizer version %u, expected 1 or 2", path, h[1]);
+    else if (h[2] < 1 || h[2] > (1u << 24))
+        rc = pr_fail(err, "%s: %u tokens, expected 1 to %u", path, h[2], 1u << 24);
+    size_t body = rc == 0 ? (size_t)size - TOKENIZER_HEADER_INTS * 4 : 0;
+    if (rc == 0) {
+        tk->n = h[2];
+        tk->start = pr_alloc(((size_t)tk->n + 1) * sizeof(int64_t));
+        tk->bytes = pr_alloc(body);
+        if (fread(tk->bytes, 1, body, f) != body)
+            rc = pr_fail(err, "%s: read failed", path);
+    }
+    fclose(f);
+    // Lengths and bytes interleave: walk them, moving each token's bytes down over the lengths.
+    size_t at = 0, out = 0;
+    for (uint32_t i = 0; rc == 0 && i < tk->n; i++) {
+        size_t len = at < body ? tk->bytes[at] : 0;
+        if (at >= body || at + 1 + len > body) {
+            rc = pr_fail(err, "%s: truncated at token %u of %u", path, i, tk->n);
+            break;
+        }
+        tk->start[i] = (int64_t)out;
+        memmove(tk->bytes + out, tk->bytes + at + 1, len);
+        out += len;
+        at += 1 + len;
+    }
+    if (rc == 0 && at != body)
+        rc = pr_fail(err, "%s: %zu bytes after the last of its %u tokens", path, body - at, tk->n);
+    if (rc != 0) {
+        free(tk->start);
+        free(tk->bytes);
+        memset(tk, 0, sizeof *tk);
+        return rc;
+    }
+    tk->start[tk->n] = (int64_t)out;
+    return 0;
+}
+
 /* Sampling: temperature 1 from the full model, sequence 0 of a micro-batch holding the last
- * T tokens; deterministic from the seed. Bytes for a 256-token vocabulary, else ids. */
-static void sample(pr_run *run, int64_t n)
+ * T tokens; deterministic from the seed. Printed through the tokenizer when one is given
+ * (ids it does not have as <|ID|>), else as bytes for a 256-token vocabulary, else ids. */
+static void sample(pr_run *run, int64_t n, const tokenizer *tk)
 {
     int64_t T = run->T, BT = run->B * T, V = run->V;
     int32_t start = V == 256 ? '\n' : 0;
@@ -316,7 +404,11 @@ static void sample(pr_run *run, int64_t n)
             }
         }
         text[i] = next;
-        if (V == 256)
+        if (tk && (uint32_t)next < tk->n)
+            fwrite(tk->bytes + tk->start[next], 1, (size_t)(tk->start[next + 1] - tk->start[next]), stdout);
+        else if (tk)
+            printf("<|%d|>", next);
+        else if (V == 256)
             putchar(next);
         else
             printf("%s%d", i > 1 ? " " : "", next);
@@ -354,12 +446,25 @@ static int parse_count(const char *flag, const char *value, int64_t min, int64_t
 }
 
 /* SIGINT and SIGTERM ask for a stop after the current step (pr_train saves a checkpoint
- * there); the handler only records it. A second one acts as if unhandled: it ends the
- * process at once, and the checkpoints on disk are as crash-safe as ever. */
+ * there); the handler only records it. A second one, of either kind, acts as if unhandled:
+ * it ends the process at once, and the checkpoints on disk are as crash-safe as ever. The
+ * handler stays installed for both and counts them, so that two signals taken at once by
+ * two threads are counted too. */
+static atomic_int stop_signals_seen;
+
 static void on_stop_signal(int signal_number)
 {
     static const char note[] = "\nrun: stopping: finishing the current step, then saving a "
                                "checkpoint unless --no-checkpoint (signal again to stop at once)\n";
+    if (atomic_fetch_add(&stop_signals_seen, 1) > 0) {
+        struct sigaction unhandled;
+        memset(&unhandled, 0, sizeof unhandled);
+        unhandled.sa_handler = SIG_DFL;
+        sigemptyset(&unhandled.sa_mask);
+        sigaction(signal_number, &unhandled, NULL);
+        raise(signal_number); // blocked in this handler: it acts once the handler returns
+        return;
+    }
     pr_request_stop(signal_number);
     ssize_t ignored = write(STDERR_FILENO, note, sizeof note - 1);
     (void)ignored;
@@ -370,8 +475,10 @@ static void install_stop_handlers(void)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 }
@@ -427,6 +534,13 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             }
             opt->export_dir = argv[i + 2];
             i += 2;
+        } else if (strcmp(a, "--tokenizer") == 0) {
+            if (!value || !value[0]) {
+                fprintf(stderr, "run: error: %s needs a value\n", a);
+                return -1;
+            }
+            opt->tokenizer_path = value;
+            i++;
         } else if (strcmp(a, "--device") == 0) {
             if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
                 fprintf(stderr, "run: error: --device needs cpu or cuda\n");
@@ -513,6 +627,10 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         printf("run: rank %d of %d (%s%s); rank 0 at %s:%d (from %s)\n", launch.rank, launch.world,
                pr_launcher_name(launch.launcher), launch.mpi ? ", collectives over MPI" : "",
                launch.master_addr, launch.master_port, launch.addr_from ? launch.addr_from : "?");
+    if (opt.tokenizer_path && opt.sample == 0) {
+        fprintf(stderr, "run: error: --tokenizer is for --sample N\n");
+        return 1;
+    }
     opt.rank = launch.rank;
     opt.world = launch.world;
     opt.local_rank = launch.local_rank;
@@ -562,9 +680,16 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     }
     if (opt.sample > 0) {
+        tokenizer tk;
+        if (opt.tokenizer_path && tokenizer_load(opt.tokenizer_path, &tk, err) != 0)
+            return fail_main(&run, err);
         if (load_weights(&run, 1, err) != 0)
             return fail_main(&run, err);
-        sample(&run, opt.sample);
+        sample(&run, opt.sample, opt.tokenizer_path ? &tk : NULL);
+        if (opt.tokenizer_path) {
+            free(tk.start);
+            free(tk.bytes);
+        }
         pr_run_free(&run);
         return 0;
     }

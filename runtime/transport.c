@@ -5,6 +5,7 @@
  * the sender still blocks after `capacity` unreceived messages. Every wait is bounded by
  * the channel's timeout when one is set. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,15 +13,26 @@
 
 #include "prt.h"
 
+/* A lock or condition that cannot be made (the system is out of them or of memory) ends
+ * the run with the reason, as pr_alloc does for memory. */
+static void check_made(int rc, const char *what)
+{
+    if (rc != 0) {
+        fflush(stdout);
+        fprintf(stderr, "run: error: cannot create a link's %s: %s\n", what, strerror(rc));
+        exit(1);
+    }
+}
+
 void pr_channel_init(pr_channel *c, int capacity, int64_t floats)
 {
-    pthread_mutex_init(&c->mu, NULL);
+    check_made(pthread_mutex_init(&c->mu, NULL), "lock");
     // Waits are timed against the monotonic clock, immune to wall-clock changes.
     pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->not_full, &attr);
-    pthread_cond_init(&c->not_empty, &attr);
+    check_made(pthread_condattr_init(&attr), "condition attributes");
+    check_made(pthread_condattr_setclock(&attr, CLOCK_MONOTONIC), "monotonic clock");
+    check_made(pthread_cond_init(&c->not_full, &attr), "condition");
+    check_made(pthread_cond_init(&c->not_empty, &attr), "condition");
     pthread_condattr_destroy(&attr);
     c->capacity = capacity;
     c->head = c->count = 0;

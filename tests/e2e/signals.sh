@@ -7,8 +7,9 @@
 #     and `--resume` from it is deterministic and completes the run;
 #   - for the synchronous schedules (gpipe, 1f1b) the resumed run ends bit-identical to the
 #     uninterrupted one. The asynchronous ones resume as if the schedule had drained at N.
-# --no-checkpoint saves nothing, at the end or at a stop. PACI_SIGNAL_SCHEDULES limits the
-# schedules (the ThreadSanitizer run takes one).
+# --no-checkpoint saves nothing, at the end or at a stop. A second signal, SIGINT then
+# SIGTERM, ends the run at once. PACI_SIGNAL_SCHEDULES limits the schedules (the
+# ThreadSanitizer run takes one).
 source tests/e2e/lib.sh
 steps=200
 
@@ -18,7 +19,7 @@ stop_run() {
     local dir=$work/$1 pid
     (cd "$dir" && exec ./run --metrics metrics.jsonl > out.txt 2> err.txt) &
     pid=$!
-    until [ "$(grep -c '^step ' "$dir/out.txt" 2>/dev/null)" -ge 1 ]; do
+    until grep -q '^step ' "$dir/out.txt" 2>/dev/null; do
         kill -0 $pid 2>/dev/null || break
         sleep 0.05
     done
@@ -40,6 +41,8 @@ for schedule in ${PACI_SIGNAL_SCHEDULES:-gpipe 1f1b pipedream paci}; do
     [ "$n" -lt $steps ] || fail "$schedule: stopped only at the end (step $n)"
     [ "$(cat "$work/$schedule-stopped/ckpt/latest")" = "$(printf 'step_%08d' "$n")" ] \
         || fail "$schedule: latest does not name step $n"
+    grep -q "^checkpoint ckpt/step_$(printf %08d "$n") (its LM head is untied and kept in state.bin; " \
+        "$work/$schedule-stopped/out.txt" || fail "$schedule: no checkpoint line: $(tail -3 "$work/$schedule-stopped/out.txt")"
     [ "$(losses "$schedule" | head -"$n")" = "$(losses "$schedule-stopped")" ] \
         || fail "$schedule: the losses of steps 1..$n differ from the uninterrupted run's"
 
@@ -129,7 +132,7 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
     "$pacic" "$work/trial-stop.paci" -o "$work/trial-stop/run"
     (cd "$work/trial-stop" && exec ./run --no-checkpoint > out.txt 2> err.txt) &
     pid=$!
-    until [ "$(grep -c '^step ' "$work/trial-stop/out.txt" 2>/dev/null)" -ge 1 ]; do
+    until grep -q '^step ' "$work/trial-stop/out.txt" 2>/dev/null; do
         kill -0 $pid 2>/dev/null || break
         sleep 0.05
     done
@@ -140,3 +143,46 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
     [ ! -e "$work/trial-stop/ckpt" ] || fail "--no-checkpoint saved at the stop"
     echo "--no-checkpoint: nothing saved at the end or at SIGTERM; $(grep '^run: stopped' "$work/trial-stop/err.txt")"
 fi
+
+# The line naming the checkpoint a run ends with says, for an untied head (stages > 1), that
+# model.bin does not carry it (llm.c would run wte as the head) and how to get a file that
+# does; for a tied one (stages 1, tied true) that model.bin is llm.c's format.
+if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
+    small_model tied 1 1f1b 2 4
+    sed -i 's/vocab 256 }/vocab 256; tied true }/' "$work/tied.paci"
+    mkdir -p "$work/tied" "$work/untied"
+    "$pacic" "$work/tied.paci" -o "$work/tied/run"
+    cp "$work/gpipe/run" "$work/untied/run"  # 3 stages
+    (cd "$work/tied" && ./run > out.txt 2> err.txt) || fail "tied: $(cat "$work/tied/err.txt")"
+    (cd "$work/untied" && ./run --steps 4 > out.txt 2> err.txt) || fail "untied: $(cat "$work/untied/err.txt")"
+    grep -qx "checkpoint ckpt/step_00000004 (its LM head is untied and kept in state.bin; llm.c reads only model.bin and would use wte as the head, a different model: run --export hf DIR writes a file that carries the head)" \
+        "$work/untied/out.txt" || fail "untied head: $(grep checkpoint "$work/untied/out.txt")"
+    grep -qx "checkpoint ckpt/step_00000004 (model.bin: llm.c's GPT-2 format)" "$work/tied/out.txt" \
+        || fail "tied head: $(grep checkpoint "$work/tied/out.txt")"
+    echo "checkpoint line: an untied run's names where the head is; a tied one's says llm.c's format"
+fi
+
+# SIGINT, then SIGTERM before the stop is done: the second signal ends the run at once, as
+# an unhandled one does (killed by that signal), with no stop message and no checkpoint.
+# Both are sent while the process is held by SIGSTOP, so they are both pending when it
+# goes on, however fast the machine; whichever is taken first asks for the stop, and the
+# other ends the run.
+small_model twice 2 1f1b 2 5000
+mkdir -p "$work/twice"
+"$pacic" "$work/twice.paci" -o "$work/twice/run"
+(cd "$work/twice" && exec ./run > out.txt 2> err.txt) &
+pid=$!
+until grep -q '^step ' "$work/twice/out.txt" 2>/dev/null; do
+    kill -0 $pid 2>/dev/null || fail "SIGINT then SIGTERM: the run ended early: $(cat "$work/twice/err.txt")"
+    sleep 0.05
+done
+kill -STOP $pid
+kill -INT $pid
+kill -TERM $pid
+kill -CONT $pid
+if wait $pid; then status=0; else status=$?; fi
+[ "$status" = 130 ] || [ "$status" = 143 ] \
+    || fail "SIGINT then SIGTERM: exit status $status, not killed by the second signal: $(cat "$work/twice/err.txt")"
+grep -q "^run: stopped by" "$work/twice/err.txt" && fail "SIGINT then SIGTERM: the run stopped cleanly"
+[ ! -e "$work/twice/ckpt/latest" ] || fail "SIGINT then SIGTERM: a checkpoint was written"
+echo "SIGINT then SIGTERM: ended at once by the second (exit status $status), no checkpoint"

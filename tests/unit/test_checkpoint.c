@@ -1,18 +1,46 @@
 /* test_checkpoint.c: checkpoint round trip (also across p), bit-identical resume, atomic
- * layout, shape mismatch, unwritable folder, and llm.c weights with a padded vocabulary. */
+ * layout, a step saved again, disk faults, shape mismatch, unwritable folder, and llm.c
+ * weights with a padded vocabulary. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "toy_model.h"
 
 static char dir[] = "/tmp/pacirt_ckpt_XXXXXX";
+
+/* Disk faults planted here: these definitions of fsync and link stand in for libc's in the
+ * whole test program, the checkpoint writer included. */
+static int fail_dir_fsync, fail_link;
+
+int fsync(int fd)
+{
+    struct stat st;
+    if (fail_dir_fsync && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        errno = EIO;
+        return -1;
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+int link(const char *from, const char *to)
+{
+    if (fail_link) { // as on a file system without hard links
+        errno = EPERM;
+        return -1;
+    }
+    return (int)syscall(SYS_linkat, AT_FDCWD, from, AT_FDCWD, to, 0);
+}
 static char tokens[600], ckpt[600];
 static toy_table table;
 static pr_program prog;
@@ -75,42 +103,6 @@ static void test_round_trip_across_p(void **state)
     pr_run_free(&run);
 }
 
-/* 14 steps straight equal 7 steps, a checkpoint, a new process-like run, 7 more. */
-static void check_resume(enum toy_kind kind, int p)
-{
-    char err[PR_ERR_LEN];
-    clean_ckpt();
-    pr_run run;
-    toy_run(&run, kind, p, 14);
-    assert_int_equal(pr_train(&run, err), 0);
-    int64_t n;
-    float *straight = gather(&run, 0, &n), *straight_m = gather(&run, 1, &n);
-    pr_run_free(&run);
-    clean_ckpt();
-    toy_run(&run, kind, p, 7);
-    assert_int_equal(pr_train(&run, err), 0);
-    pr_run_free(&run);
-    toy_run(&run, kind, p, 14);
-    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
-    assert_int_equal(run.step, 7);
-    assert_int_equal(pr_train(&run, err), 0);
-    float *resumed = gather(&run, 0, &n), *resumed_m = gather(&run, 1, &n);
-    if (memcmp(resumed, straight, (size_t)n * 4) || memcmp(resumed_m, straight_m, (size_t)n * 4))
-        fail_msg("schedule %d at p = %d: resumed run differs from the straight one", kind, p);
-    pr_run_free(&run);
-    free(straight);
-    free(straight_m);
-    free(resumed);
-    free(resumed_m);
-}
-
-static void test_resume_bit_identical(void **state)
-{
-    check_resume(TOY_GPIPE, 2);
-    check_resume(TOY_1F1B, 4);
-    check_resume(TOY_PACI, 4); // checkpoints sit at drains, so PACI resumes exactly too
-}
-
 /* Params, m and v of a run, one buffer (for whole-state comparisons). */
 static float *gather_state(pr_run *run, int64_t *n)
 {
@@ -124,6 +116,45 @@ static float *gather_state(pr_run *run, int64_t *n)
     }
     *n = 3 * one;
     return all;
+}
+
+/* 14 steps straight equal 7 steps, a checkpoint, a new process-like run, 7 more: weights,
+ * AdamW's m and v alike. */
+static void check_resume(enum toy_kind kind, int p)
+{
+    char err[PR_ERR_LEN];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, kind, p, 14);
+    assert_int_equal(pr_train(&run, err), 0);
+    int64_t n, m;
+    float *straight = gather_state(&run, &n);
+    pr_run_free(&run);
+    clean_ckpt();
+    toy_run(&run, kind, p, 7);
+    assert_int_equal(pr_train(&run, err), 0);
+    pr_run_free(&run);
+    toy_run(&run, kind, p, 14);
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
+    assert_int_equal(pr_train(&run, err), 0);
+    float *resumed = gather_state(&run, &m);
+    assert_int_equal(m, n);
+    const char *const part[3] = {"weights", "m", "v"};
+    for (int w = 0; w < 3; w++)
+        if (memcmp(resumed + w * (n / 3), straight + w * (n / 3), (size_t)(n / 3) * 4))
+            fail_msg("schedule %d at p = %d: resumed %s differ from the straight run's", kind, p,
+                     part[w]);
+    pr_run_free(&run);
+    free(straight);
+    free(resumed);
+}
+
+static void test_resume_bit_identical(void **state)
+{
+    check_resume(TOY_GPIPE, 2);
+    check_resume(TOY_1F1B, 4);
+    check_resume(TOY_PACI, 4); // checkpoints sit at drains, so PACI resumes exactly too
 }
 
 /* A stop inside a segment (--steps 5 of a 7-step segment) drains there: synchronous
@@ -219,10 +250,56 @@ static void test_atomic_layout(void **state)
     run.step = 21;
     assert_int_equal(pr_ckpt_save(&run, ckpt, err), -1);
     assert_non_null(strstr(err, ckpt));
+    assert_non_null(strstr(err, "step_00000021.tmp: cannot create checkpoint folder: File exists"));
     pr_run_free(&run);
     toy_run(&run, TOY_GPIPE, 2, 14);
     assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
     assert_int_equal(run.step, 14);
+    pr_run_free(&run);
+}
+
+static void read_text(const char *path, char *out, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    out[0] = '\0';
+    if (!fgets(out, (int)size, f))
+        out[0] = '\0';
+    fclose(f);
+}
+
+/* The step `latest` names, saved again (a fresh `--steps N` run in the same folder): the new
+ * one takes its place and no parked copy is left, also where link() is refused (the files
+ * are copied then). A folder the disk cannot flush fails the save, naming the folder, and
+ * `latest` stays loadable. (tests/e2e/crash_safety.sh kills the process inside such saves.) */
+static void test_same_step_saved_again(void **state)
+{
+    char err[PR_ERR_LEN], path[800], text[64];
+    clean_ckpt();
+    pr_run run;
+    toy_run(&run, TOY_GPIPE, 2, 14);
+    run.step = 7;
+    snprintf(path, sizeof path, "%s/latest", ckpt);
+    for (int round = 0; round < 3; round++) {
+        fail_link = round == 2;
+        int rc = pr_ckpt_save(&run, ckpt, err);
+        fail_link = 0;
+        if (rc != 0)
+            fail_msg("save %d of step 7: %s", round + 1, err);
+        read_text(path, text, sizeof text);
+        assert_string_equal(text, "step_00000007\n");
+        assert_int_equal(count_step_dirs(), 1);
+    }
+    fail_dir_fsync = 1;
+    int rc = pr_ckpt_save(&run, ckpt, err);
+    fail_dir_fsync = 0;
+    assert_int_equal(rc, -1);
+    if (!strstr(err, "step_00000007.tmp: cannot flush the folder to disk: Input/output error"))
+        fail_msg("unexpected error '%s'", err);
+    assert_int_equal(count_step_dirs(), 1);
+    run.step = 3;
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
     pr_run_free(&run);
 }
 
@@ -515,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_stop_mid_segment),
         cmocka_unit_test(test_atomic_layout),
+        cmocka_unit_test(test_same_step_saved_again),
         cmocka_unit_test(test_unwritable_folder),
         cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_llmc_init_padded),
