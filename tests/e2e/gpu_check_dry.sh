@@ -6,17 +6,14 @@
 # profile read back with pacic --explain, the results archive) and the GPU layer's calls have
 # run before it runs on a borrowed GPU, where a bug wastes scarce time. About 100 s on two
 # cores.
-# Skips exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
+# Skips (exit 77) exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
 # when pacic writes no stages.cu, and under the sanitizer builds.
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
 small_model probe 1 paci 1 1
 "$pacic" "$work/probe.paci" --emit c -o "$work/probe" > /dev/null 2>&1 || fail "pacic --emit c"
-if [ ! -f "$work/probe/stages.cu" ]; then
-    echo "skipped: pacic --emit c wrote no stages.cu (no NVRTC here?)"
-    exit 0
-fi
+[ -f "$work/probe/stages.cu" ] || skip "pacic --emit c wrote no stages.cu (no NVRTC here?)"
 
 out=$work/out # not created: check.sh makes it
 set +e
