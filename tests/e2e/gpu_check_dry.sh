@@ -4,8 +4,10 @@
 # layer, the kernels under the emulator) and shrinks the models, so the script's own glue
 # (its edits of the example files, run flags, metrics parsing, the tokens/s arithmetic, the
 # profile read back with pacic --explain, the results archive) and the GPU layer's calls have
-# run before it runs on a borrowed GPU, where a bug wastes scarce time. About 100 s on two
-# cores.
+# run before it runs on a borrowed GPU, where a bug wastes scarce time. Its work is counted in
+# steps and its limits are hang guards only (see check.sh), so a slow machine takes longer
+# but never fails it: about 65 s of CPU time (3.5 minutes on two cores shared with a load of
+# 9), most of it building the five runs and their fake CUDA stacks.
 # Skips (exit 77) exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
 # when pacic writes no stages.cu, and under the sanitizer builds.
 source tests/e2e/lib.sh
@@ -30,10 +32,10 @@ cat "$out/figures.txt"
 figures=(
     "DRY RUN \(GPU_CHECK_EMULATE=1\).*"
     "tiny fp32 CPU vs GPU, 5 steps \(tol 1e-5\) +5 steps, max relative difference [0-9.e+-]+"
-    "tiny fp32 CPU vs GPU, 50 steps \(tol 1e-4\) +50 steps, max relative difference [0-9.e+-]+"
-    "tiny bf16 CPU vs GPU, 50 steps \(tol 2e-2\) +50 steps, max relative difference [0-9.e+-]+"
+    "tiny fp32 CPU vs GPU, 8 steps \(tol 1e-4\) +8 steps, max relative difference [0-9.e+-]+"
+    "tiny bf16 CPU vs GPU, 8 steps \(tol 2e-2\) +8 steps, max relative difference [0-9.e+-]+"
     "measured bf16 matmul rate \(TFLOP/s\) +n/a \(emulated\)"
-    "GPT-2 Small 1 stage tokens/s \(steps 2-6\) +[0-9]+"
+    "GPT-2 Small 1 stage tokens/s \(steps 2-3\) +[0-9]+"
     "GPT-2 Small share of measured bf16 rate +n/a \(emulated\)"
     "GPT-2 Small GELU gradient +fused into cuBLASLt epilogues"
     "GPT-2 Medium 8 stages paci +[0-9.]+ tokens/s"
