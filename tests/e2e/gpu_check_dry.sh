@@ -19,7 +19,7 @@ small_model probe 1 paci 1 1
 
 out=$work/out # not created: check.sh makes it
 set +e
-GPU_CHECK_EMULATE=1 OUT=$out tests/gpu/check.sh > "$work/check.txt" 2>&1
+env -u GPU_CHECK_RUN_LIMIT GPU_CHECK_EMULATE=1 OUT=$out tests/gpu/check.sh > "$work/check.txt" 2>&1
 status=$?
 set -e
 [ "$status" -eq 0 ] || { tail -40 "$work/check.txt"; fail "check.sh exited $status"; }
@@ -31,6 +31,7 @@ cat "$out/figures.txt"
 # every figure line, with a value of the right form
 figures=(
     "DRY RUN \(GPU_CHECK_EMULATE=1\).*"
+    "run limit per command \(s\) +[0-9]+"
     "tiny fp32 CPU vs GPU, 5 steps \(tol 1e-5\) +5 steps, max relative difference [0-9.e+-]+"
     "tiny fp32 CPU vs GPU, 8 steps \(tol 1e-4\) +8 steps, max relative difference [0-9.e+-]+"
     "tiny bf16 CPU vs GPU, 8 steps \(tol 2e-2\) +8 steps, max relative difference [0-9.e+-]+"
@@ -47,6 +48,10 @@ for figure in "${figures[@]}"; do
     grep -Eqx "$figure" "$out/figures.txt" || fail "figures.txt has no line matching: $figure"
 done
 ! grep -q "^FAIL" "$out/figures.txt" || fail "figures.txt records a failure"
+# Speed is no verdict: the limit is a hang guard that a correct run on a slow machine stays
+# far below (150 s, the GPU's, failed a dry run on a loaded machine), and the work is steps.
+limit=$(sed -n 's/^run limit per command (s) *\([0-9]*\)$/\1/p' "$out/figures.txt")
+[ "$limit" -ge 1800 ] || fail "the dry run's run limit is $limit s: a slow machine can exceed it (a hang guard is >= 1800 s)"
 
 # the archive: every log, metrics file, profile and explain output
 tar tzf "$out/gpu_check.tgz" | sed 's|^\./||' | sort > "$work/listed.txt"
@@ -59,6 +64,12 @@ for f in build.log commands.txt figures.txt \
 done
 mkdir "$work/archive"
 tar xzf "$out/gpu_check.tgz" -C "$work/archive"
+for f in tiny_fp32_cpu tiny_fp32_gpu tiny_bf16_cpu tiny_bf16_gpu small; do
+    steps=$(grep -c '"loss"' "$work/archive/$f.jsonl")
+    want=8
+    [ $f != small ] || want=3
+    [ "$steps" = $want ] || fail "$f.jsonl logs $steps steps, the dry run's $want"
+done
 for schedule in paci 1f1b; do
     grep -q "^measured ops" "$work/archive/explain_$schedule.txt" || fail "explain_$schedule.txt has no measured ops"
     grep -q "^stage 7 fwd" "$work/archive/medium_$schedule.profile" || fail "medium_$schedule.profile lacks stage 7"

@@ -85,6 +85,7 @@ echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $(git rev-pars
     tee -a "$results/figures.txt"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
     | tee -a "$results/figures.txt"
+figure "run limit per command (s)" "$run_limit" "GPU_CHECK_RUN_LIMIT (default 150; in the dry run 1800, a hang guard)"
 
 # ---- 0. preflight ----------------------------------------------------------------------
 missing() {
