@@ -5,7 +5,8 @@
 # sanitizer build, ...) prints one line "skipped: REASON" and exits 77; a script that ran
 # only part of its work does the same at its end (the part it left out is the reason; what
 # it did run passed). Each skip is listed with its reason. Exit 77 without such a line is a
-# failure, and so is every skip under PACI_REQUIRE_ALL=1 (CI, whose machine has everything).
+# failure, and so is every skip under PACI_REQUIRE_ALL=1 (CI, whose machine has everything),
+# and so is an e2e script that is not executable (it would never run).
 # For the sanitizer builds (make sanitize): PACI_BUILD names the build tree (default build),
 # PACI_UNIT and PACI_E2E limit the unit binaries and e2e scripts run (space-separated names
 # without folder or .sh; empty: all), PACI_GOLDEN=0 leaves out the golden files.
@@ -59,9 +60,13 @@ if [ "${PACI_GOLDEN:-1}" != 0 ]; then
 fi
 
 for t in "$here"/e2e/*.sh; do
-    [ -x "$t" ] || continue
     name=$(basename "$t" .sh)
+    [ "$name" != lib ] || continue # sourced by the others
     selected "${PACI_E2E:-}" "$name" || continue
+    if [ ! -x "$t" ]; then
+        fail=$((fail + 1)); echo "FAIL e2e/$name: not executable (chmod +x), so it never ran"
+        continue
+    fi
     start=$(date +%s)
     (cd "$root" && "$t") >"$log" 2>&1
     status=$?

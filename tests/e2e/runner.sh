@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/run.sh itself: a skip (exit 77 with "skipped: REASON") is counted as skipped, never
 # as passed, and named with its reason; so is a cmocka skip() and a script that left out a
-# part (skip_part in lib.sh); exit 77 without a reason is a failure, and under
-# PACI_REQUIRE_ALL=1 every skip is. The closing line reads "N passed, N failed, N skipped".
+# part (skip_part in lib.sh); exit 77 without a reason is a failure, and so is a script that
+# is not executable; under PACI_REQUIRE_ALL=1 every skip is. The closing line reads "N passed, N failed, N skipped".
 # First on a made-up tree (a copy of run.sh beside fake scripts and a fake unit binary), then
 # on this tree's own scripts with a build that has nothing (every skip site must exit 77).
 source tests/e2e/lib.sh
@@ -23,6 +23,8 @@ e2e skips_too 'echo some output; skip "no gadget"'
 e2e part 'skip_part "the gadget half"; echo the widget half passed'
 e2e part_then_fails 'skip_part "the gadget half"; fail "the widget half broke"'
 e2e bare77 'exit 77'
+e2e not_executable 'true'
+chmod -x "$fake/tests/e2e/not_executable.sh"
 # A unit binary as cmocka reports one: 5 passed, 1 skipped.
 cat > "$fake/build/tests/test_fake" <<'SH'
 #!/bin/sh
@@ -54,8 +56,9 @@ has all "FAIL e2e/fails (exit 1)"
 has all "FAIL e2e/part_then_fails (exit 1)"
 has all "e2e/bare77 exited 77 (skipped) without a 'skipped: REASON' line"
 has all "FAIL e2e/bare77 (exit 77)"
-has all "7 passed, 3 failed, 4 skipped"
-[ "$(tail -n 1 "$work/all.txt")" = "7 passed, 3 failed, 4 skipped" ] || fail "all: the closing line is not last"
+has all "FAIL e2e/not_executable: not executable (chmod +x), so it never ran"
+has all "7 passed, 4 failed, 4 skipped"
+[ "$(tail -n 1 "$work/all.txt")" = "7 passed, 4 failed, 4 skipped" ] || fail "all: the closing line is not last"
 echo "fake tree: $(tail -n 1 "$work/all.txt")"
 
 [ "$(runner some PACI_UNIT=none PACI_E2E="pass_one skips part")" = 0 ] || fail "some: skips made run.sh fail"
