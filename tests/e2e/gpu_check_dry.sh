@@ -6,10 +6,10 @@
 # profile read back with pacic --explain, the results archive) and the GPU layer's calls have
 # run before it runs on a borrowed GPU, where a bug wastes scarce time. Its work is counted in
 # steps and its limits are hang guards only (see check.sh), so a slow machine takes longer
-# but never fails it: about 65 s of CPU time (3.5 minutes on two cores shared with a load of
-# 9), most of it building the five runs and their fake CUDA stacks.
-# Skips (exit 77) exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++ compiler,
-# when pacic writes no stages.cu, and under the sanitizer builds.
+# but never fails it: about 75 s of CPU time (77 s on two cores under a load of 2.5, 200 s
+# under a load of 9), most of it building the five runs and their fake CUDA stacks.
+# Skips (exit 77) exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++
+# compiler, when pacic writes no stages.cu, and under the sanitizer builds.
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
