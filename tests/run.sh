@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# Runs every test and prints one closing line "N passed, N failed".
+# Runs every test and prints one closing line "N passed, N failed, N skipped" (CI parses it).
 # Counts: each cmocka test case, each golden file, each end-to-end script.
+# A skip is never a pass: an e2e script that cannot run here (no CUDA toolkit, no MPI, a
+# sanitizer build, ...) prints one line "skipped: REASON" and exits 77; a script that ran
+# only part of its work does the same at its end (the part it left out is the reason; what
+# it did run passed). Each skip is listed with its reason. Exit 77 without such a line is a
+# failure, and so is every skip under PACI_REQUIRE_ALL=1 (CI, whose machine has everything),
+# and so is an e2e script that is not executable (it would never run).
 # For the sanitizer builds (make sanitize): PACI_BUILD names the build tree (default build),
 # PACI_UNIT and PACI_E2E limit the unit binaries and e2e scripts run (space-separated names
-# without folder or .sh; empty: all), PACI_GOLDEN=0 skips the golden files.
+# without folder or .sh; empty: all), PACI_GOLDEN=0 leaves out the golden files.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=$root/${PACI_BUILD:-build}
 export PACI_BUILD=${PACI_BUILD:-build} PACIC=$build/bin/pacic
+require_all=${PACI_REQUIRE_ALL:-0}
 # selected LIST NAME: NAME is in the space-separated LIST, or LIST is empty.
 selected() {
     [ -z "$1" ] || [[ " $1 " == *" $2 "* ]]
 }
-pass=0 fail=0
+pass=0 fail=0 skip=0
+skipped=() # "NAME: REASON", listed again before the closing line
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# skipped_test NAME REASON: counts a skip, or a failure under PACI_REQUIRE_ALL=1.
+skipped_test() {
+    if [ "$require_all" = 1 ]; then
+        fail=$((fail + 1)); echo "FAIL $1: skipped, and PACI_REQUIRE_ALL=1 allows no skip: $2"
+    else
+        skip=$((skip + 1)); skipped+=("$1: $2"); echo "skip $1: $2"
+    fi
+}
 
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -27,6 +44,10 @@ for t in "$build"/tests/test_*; do
     if [ "$ok" = 0 ] && [ "$f" = 0 ]; then f=1; fi  # crashed or failed outside a test case
     pass=$((pass + p)); fail=$((fail + f))
     if [ "$f" != 0 ]; then echo "FAIL $name"; cat "$log"; else echo "ok   $name ($p)"; fi
+    # cmocka's skip(): "[  SKIPPED ] N test(s), listed below:", then one line per case
+    while read -r case_name; do
+        skipped_test "$name/$case_name" "skip() in the test case"
+    done < <(sed -n '/^\[  SKIPPED \] [0-9]* test(s), listed below:$/,$s/^\[  SKIPPED \] \([^ ]*\)$/\1/p' "$log")
 done
 
 if [ "${PACI_GOLDEN:-1}" != 0 ]; then
@@ -39,16 +60,26 @@ if [ "${PACI_GOLDEN:-1}" != 0 ]; then
 fi
 
 for t in "$here"/e2e/*.sh; do
-    [ -x "$t" ] || continue
     name=$(basename "$t" .sh)
+    [ "$name" != lib ] || continue # sourced by the others
     selected "${PACI_E2E:-}" "$name" || continue
+    if [ ! -x "$t" ]; then
+        fail=$((fail + 1)); echo "FAIL e2e/$name: not executable (chmod +x), so it never ran"
+        continue
+    fi
     start=$(date +%s)
-    if (cd "$root" && "$t") >"$log" 2>&1; then
+    (cd "$root" && "$t") >"$log" 2>&1
+    status=$?
+    if [ "$status" = 0 ]; then
         pass=$((pass + 1)); echo "ok   e2e/$name ($(( $(date +%s) - start ))s)"
+    elif [ "$status" = 77 ] && reason=$(sed -n 's/^skipped: //p' "$log" | tail -n 1) && [ -n "$reason" ]; then
+        skipped_test "e2e/$name" "$reason"
     else
-        fail=$((fail + 1)); echo "FAIL e2e/$name"; tail -40 "$log"
+        [ "$status" = 77 ] && echo "e2e/$name exited 77 (skipped) without a 'skipped: REASON' line"
+        fail=$((fail + 1)); echo "FAIL e2e/$name (exit $status)"; tail -40 "$log"
     fi
 done
 
-echo "$pass passed, $fail failed"
+[ "$skip" = 0 ] || printf 'skipped: %s\n' "${skipped[@]}"
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

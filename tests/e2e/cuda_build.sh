@@ -4,12 +4,9 @@
 # trains with --device cpu; --device cuda without a usable GPU is one clear line and exit 1,
 # alone or as one rank of several; run holds the NCCL transport, which loads NCCL by dlopen
 # (a missing library is one line naming it).
-# Skips (passes) when the build found no CUDA toolkit (no libpacirt_cuda.a).
+# Skips (exit 77) when the build found no CUDA toolkit (no libpacirt_cuda.a).
 source tests/e2e/lib.sh
-if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
-    echo "skipped: built without a CUDA toolkit"
-    exit 0
-fi
+[ -f build/lib/pacic/libpacirt_cuda.a ] || skip "built without a CUDA toolkit (no build/lib/pacic/libpacirt_cuda.a)"
 export PACIC_CACHE=$work/cache
 
 for example in examples/*.paci; do

@@ -5,9 +5,25 @@ root=$(pwd)
 pacic=$root/${PACI_BUILD:-build}/bin/pacic
 data=$root/examples/data
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+skipped_parts=()
+# On exit: the scratch folder goes; a script that passed but left out a part (skip_part)
+# exits 77 naming it, so tests/run.sh counts it as skipped, not passed.
+finish() {
+    local status=$?
+    rm -rf "$work"
+    if [ "$status" = 0 ] && [ "${#skipped_parts[@]}" -gt 0 ]; then
+        local IFS=';'
+        echo "skipped: part of the test did not run: ${skipped_parts[*]}"
+        exit 77
+    fi
+}
+trap finish EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# skip REASON: this test cannot run here; tests/run.sh counts exit 77 as a skip, with REASON.
+skip() { echo "skipped: $*"; exit 77; }
+# skip_part REASON: a part of this test cannot run here; the rest goes on (see finish).
+skip_part() { echo "part skipped: $*"; skipped_parts+=("$*"); }
 
 # small_model NAME STAGES SCHEDULE WINDOW STEPS [EVAL] [CKPT]: writes $work/NAME.paci, a
 # model small enough that 20 steps take a second, with clipping on so it is tested too.
@@ -42,23 +58,14 @@ losses() {
     sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$1/metrics.jsonl"
 }
 
-# need_cuda_emu: exits 0 printing "skipped: ..." where the CUDA emulator cannot run: the
-# sanitizer builds (its coroutines switch stacks, which ASan does not follow), a build
-# without a CUDA toolkit, no C++ compiler; else sets CXX (g++, or clang++).
+# need_cuda_emu: skips (exit 77, see skip) where the CUDA emulator cannot run: the sanitizer
+# builds (its coroutines switch stacks, which ASan does not follow), a build without a CUDA
+# toolkit, no C++ compiler; else sets CXX (g++, or clang++).
 need_cuda_emu() {
-    if [ "${PACI_BUILD:-build}" != build ]; then
-        echo "skipped: not under the sanitizer builds"
-        exit 0
-    fi
-    if [ ! -f build/lib/pacic/libpacirt_cuda.a ]; then
-        echo "skipped: built without a CUDA toolkit"
-        exit 0
-    fi
+    [ "${PACI_BUILD:-build}" = build ] || skip "the CUDA emulator does not run under the sanitizer builds (PACI_BUILD=${PACI_BUILD})"
+    [ -f build/lib/pacic/libpacirt_cuda.a ] || skip "built without a CUDA toolkit (no build/lib/pacic/libpacirt_cuda.a)"
     CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
-    if [ -z "$CXX" ]; then
-        echo "skipped: no C++ compiler (g++ or clang++)"
-        exit 0
-    fi
+    [ -n "$CXX" ] || skip "no C++ compiler (g++ or clang++)"
     export CXX
 }
 

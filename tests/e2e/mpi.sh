@@ -2,13 +2,12 @@
 # Under mpirun, a `run` built where Open MPI was found starts MPI, learns rank 0's host by an
 # MPI broadcast (no MASTER_ADDR) and runs its collectives through MPI; 1f1b at p = 2 (whose
 # clipping allgathers gradient-norm sums every step) then trains bit-identically to the
-# threaded run. Skipped on a build without MPI.
+# threaded run. Skips (exit 77) on a build without MPI or without mpirun.
 source tests/e2e/lib.sh
 
-if [ ! -f "${PACI_BUILD:-build}/lib/pacic/libpacirt_mpi.a" ] || ! command -v mpirun > /dev/null; then
-    echo "skipped: built without MPI"
-    exit 0
-fi
+[ -f "${PACI_BUILD:-build}/lib/pacic/libpacirt_mpi.a" ] ||
+    skip "built without MPI (no ${PACI_BUILD:-build}/lib/pacic/libpacirt_mpi.a)"
+command -v mpirun > /dev/null || skip "no mpirun on PATH"
 # Root in a container: Open MPI asks for both variables; shared-memory single copy needs
 # ptrace rights a container may not grant.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

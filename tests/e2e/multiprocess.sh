@@ -63,19 +63,21 @@ case "$out" in
     *) fail "unexpected message: $out" ;;
 esac
 
-# stuck_peer SIGNAL PATTERN: starts a long 2-process run, sends SIGNAL to rank 0 once
-# rank 1 has logged a step, and expects rank 1 to exit 1 with a line matching PATTERN.
+# stuck_peer SIGNAL PATTERN TIMEOUT: starts a long 2-process run, sends SIGNAL to rank 0 once
+# rank 1 has logged a step, and expects rank 1 (--peer-timeout TIMEOUT) to exit 1 with a line
+# matching PATTERN. Rank 0 keeps the default peer timeout (600 s): on a loaded machine a slow
+# rank 1 must not make rank 0 give up first.
 stuck_peer() {
-    local signal=$1 pattern=$2
+    local signal=$1 pattern=$2 timeout=$3
     small_model long 2 1f1b 4 4000
     "$pacic" "$work/long.paci" -o "$work/long.run"
     port=$((port + 1))
     mkdir -p "$work/long0" "$work/long1"
     (cd "$work/long0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        "$work/long.run" --quiet --peer-timeout 2) &
+        "$work/long.run" --quiet) &
     local rank0=$!
     (cd "$work/long1" && exec env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        "$work/long.run" --peer-timeout 2 >out.txt 2>err.txt) &
+        "$work/long.run" --peer-timeout "$timeout" >out.txt 2>err.txt) &
     local rank1=$!
     for ((i = 0; i < 600; i++)); do
         grep -q '^step ' "$work/long1/out.txt" 2>/dev/null && break
@@ -93,7 +95,8 @@ stuck_peer() {
 # Rank 1 may be waiting on an activation, a credit for a gradient, or rank 0's gradient-norm
 # sums (1f1b clips by the global norm) when rank 0 stops: each names the peer and the cause.
 what='\(((waiting for|sending) micro-batch|gradient-norm sums of step) [0-9]+\)'
-stuck_peer STOP "^run: error: stage 1 \\(rank 1\\): (no message from (stage|rank) 0|stage 0 took no message) for 2 s $what\$"
-stuck_peer KILL "^run: error: stage 1 \\(rank 1\\): (stage|rank) 0 closed the connection $what\$"
+stuck_peer STOP "^run: error: stage 1 \\(rank 1\\): (no message from (stage|rank) 0|stage 0 took no message) for 2 s $what\$" 2
+# A dead peer is seen at once (its connection closes): the timeout is only a hang guard here.
+stuck_peer KILL "^run: error: stage 1 \\(rank 1\\): (stage|rank) 0 closed the connection $what\$" 60
 
 echo "one process per stage: 1f1b p = 2 and paci p = 3 identical to threads; stuck and dead peers end rank 1"

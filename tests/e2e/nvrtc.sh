@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA rendering of every kernel description compiles with NVRTC for sm_80 and sm_90,
-# for a tiny model and for the benchmark shape. Skips (passes) when no CUDA toolkit is found.
+# for a tiny model and for the benchmark shape. Skips (exit 77) when no CUDA toolkit is found.
 set -eu
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -e "$cuda/lib64/libnvrtc.so" ]; then
-    echo "skipped: no NVRTC under $cuda"
-    exit 0
+    echo "skipped: no NVRTC under $cuda (nvrtc.h, libnvrtc.so)"
+    exit 77
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

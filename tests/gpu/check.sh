@@ -27,16 +27,25 @@
 # CUDA stack of the CPU beside it: the real GPU layer runs, the kernels under the emulator),
 # each .paci is first shrunk (shape, micro-batch and window: see shrink; the stages and every
 # other line kept, so every edit below is exercised), and matmul_rate is built but not run.
-# About a minute on two cores. Its figures say nothing about a GPU; they show that the
-# script's glue and the GPU layer's calls work.
+# It counts steps, never seconds: the tiny runs take 8 steps, GPT-2 Small 3, and the run
+# limit is only a hang guard (GPU_CHECK_RUN_LIMIT, default 1800 s: a correct run, even on a
+# slow, loaded machine, takes a small fraction of it). Its figures say nothing about a GPU;
+# they show that the script's glue and the GPU layer's calls work.
 #
 # Written and reviewed without a GPU (none was available to this work): see docs/gpu.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
-run_limit=${GPU_CHECK_RUN_LIMIT:-150} # seconds for any one training run
 emulate=${GPU_CHECK_EMULATE:-0}
+# run_limit: seconds for any one command (on a GPU: the session's time is scarce). The dry
+# run's speed is the CPU's, so there the limit only catches a hang, and its work is set in
+# steps and layers: tiny_steps, tiny_layers and small_steps.
+if [ "$emulate" = 1 ]; then
+    run_limit=${GPU_CHECK_RUN_LIMIT:-1800} tiny_steps=8 tiny_layers=2 small_steps=3
+else
+    run_limit=${GPU_CHECK_RUN_LIMIT:-150} tiny_steps=50 tiny_layers=4 small_steps=6
+fi
 work=$(mktemp -d)
 results=$work/results
 mkdir -p "$results"
@@ -76,6 +85,7 @@ echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $(git rev-pars
     tee -a "$results/figures.txt"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
     | tee -a "$results/figures.txt"
+figure "run limit per command (s)" "$run_limit" "GPU_CHECK_RUN_LIMIT (default 150; in the dry run 1800, a hang guard)"
 
 # ---- 0. preflight ----------------------------------------------------------------------
 missing() {
@@ -151,22 +161,22 @@ compare_losses() {
 tiny() {
     local precision=$1 dir=$work/tiny_$1 verdict checks
     mkdir -p "$dir"
-    sed -E -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps 50|" -e "/^[[:space:]]*precision /d" \
+    sed -E -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps $tiny_steps|" -e "/^[[:space:]]*precision /d" \
            -e "s|^train[[:space:]]*\{|train {\n    precision $precision|" \
            -e "s|\"data/|\"$root/examples/data/|g" examples/tiny.paci > "$dir/tiny.paci"
-    build_run "$dir/tiny.paci" "$dir" 4 2 || { fail "pacic tiny ($precision)"; return; }
+    build_run "$dir/tiny.paci" "$dir" "$tiny_layers" 2 || { fail "pacic tiny ($precision)"; return; }
     (cd "$dir" && fake_env && timed ./run --device cpu --quiet --metrics cpu.jsonl) || { fail "tiny $precision on the CPU"; return; }
     (cd "$dir" && fake_env && timed ./run --device cuda --quiet --metrics gpu.jsonl > gpu.txt 2>&1) ||
         { tail -5 "$dir/gpu.txt"; fail "tiny $precision on the GPU"; return; }
     cp "$dir/cpu.jsonl" "$results/tiny_${precision}_cpu.jsonl"
     cp "$dir/gpu.jsonl" "$results/tiny_${precision}_gpu.jsonl"
-    if [ "$precision" = fp32 ]; then checks="5 1e-5 50 1e-4"; else checks="50 2e-2"; fi
+    if [ "$precision" = fp32 ]; then checks="5 1e-5 $tiny_steps 1e-4"; else checks="$tiny_steps 2e-2"; fi
     # shellcheck disable=SC2086
     set -- $checks
     while [ $# -ge 2 ]; do
         verdict=$(compare_losses "$dir/cpu.jsonl" "$dir/gpu.jsonl" "$1" "$2") ||
             fail "tiny $precision: CPU and GPU losses differ beyond $2: $verdict"
-        figure "tiny $precision CPU vs GPU, $1 steps (tol $2)" "$verdict" "./run --device cpu|cuda (tiny.paci, 50 steps)"
+        figure "tiny $precision CPU vs GPU, $1 steps (tol $2)" "$verdict" "./run --device cpu|cuda (tiny.paci, $tiny_steps steps)"
         shift 2
     done
 }
@@ -182,8 +192,8 @@ small() {
     fi
     figure "measured bf16 matmul rate (TFLOP/s)" "$rate" "tests/gpu/matmul_rate 8192 (random operands)"
     mkdir -p "$dir"
-    # One stage, bf16, the tiny corpus (vocabulary 50257 holds every byte token), 6 steps.
-    sed -E -e "s|stages[[:space:]]+[0-9]+|stages 1|" -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps 6|" \
+    # One stage, bf16, the tiny corpus (vocabulary 50257 holds every byte token), 6 steps (3 in the dry run).
+    sed -E -e "s|stages[[:space:]]+[0-9]+|stages 1|" -e "s|^([[:space:]]*)steps[[:space:]]+[0-9_]+|\1steps $small_steps|" \
            -e "s|\"[^\"]*owt_train.bin\"|\"$root/examples/data/tiny_train.bin\"|" \
            -e "s|\"[^\"]*owt_val.bin\"|\"$root/examples/data/tiny_val.bin\"|" examples/gpt2-small.paci > "$dir/small.paci"
     build_run "$dir/small.paci" "$dir" 2 2 || { fail "pacic gpt2-small"; return; }
@@ -193,12 +203,12 @@ small() {
     cp "$dir/m.jsonl" "$results/small.jsonl" 2>/dev/null
     cp "$dir/small.profile" "$results/" 2>/dev/null
     [ $rc -eq 0 ] || { tail -5 "$dir/out.txt"; fail "GPT-2 Small on the GPU (exit $rc)"; return; }
-    # tokens_per_s is cumulative from the start; the rate between steps 2 and 6 leaves out
+    # tokens_per_s is cumulative from the start; the rate between steps 2 and the last leaves out
     # the first step (module loads, cuBLASLt heuristics): t_k = k * tokens / tps_k.
     tokps=$(sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s": \([0-9.e+]*\).*/\1 \2/p' "$dir/m.jsonl" |
-        awk '$1 == 2 { k1 = $1; t1 = $2 } $1 == 6 { k2 = $1; t2 = $2 }
+        awk -v last="$small_steps" '$1 == 2 { k1 = $1; t1 = $2 } $1 == last { k2 = $1; t2 = $2 }
              END { if (t1 > 0 && t2 > 0) printf "%.0f", 65536 * (k2 - k1) / (k2 * 65536 / t2 - k1 * 65536 / t1) }')
-    [ -n "$tokps" ] || { fail "no tokens/s for steps 2..6 in GPT-2 Small's metrics"; return; }
+    [ -n "$tokps" ] || { fail "no tokens/s for steps 2..$small_steps in GPT-2 Small's metrics"; return; }
     # 6 N FLOPs per token for N parameters, plus attention's 6 L T C (forward and backward).
     if [ "$emulate" = 1 ]; then
         share=$rate
@@ -206,7 +216,7 @@ small() {
         share=$(awk -v t="$tokps" -v r="$rate" 'BEGIN { n = 124e6; f = 6 * n + 6 * 12 * 1024 * 768;
                                                       printf "%.1f%%", 100 * t * f / (r * 1e12) }')
     fi
-    figure "GPT-2 Small 1 stage tokens/s (steps 2-6)" "$tokps" "./run --device cuda (examples/gpt2-small.paci, stages 1)"
+    figure "GPT-2 Small 1 stage tokens/s (steps 2-$small_steps)" "$tokps" "./run --device cuda (examples/gpt2-small.paci, stages 1)"
     # bf16 asks cuBLASLt for GELU's gradient in its epilogue; the kernel runs only where it has none.
     local gelu
     gelu=$(awk '$1 == "op" && $5 == "gelu_backward" { n += $7 }

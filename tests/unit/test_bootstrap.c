@@ -114,7 +114,8 @@ static void *stray_client(void *arg)
     char err[PR_ERR_LEN];
     uint32_t lo = htonl(INADDR_LOOPBACK);
     int fd = -1;
-    for (int i = 0; i < 200 && fd < 0; i++) {
+    // Until rank 0 listens, however late a loaded machine starts it (60 s: a hang guard).
+    for (double give_up = pr_now() + 60; fd < 0 && pr_now() < give_up;) {
         fd = pr_sock_connect(lo, (uint16_t)port, pr_now() + 1, err);
         if (fd < 0)
             usleep(10000);

@@ -28,6 +28,19 @@ static void *send_three(void *arg)
     return NULL;
 }
 
+/* Waits until *counter reaches want; 0 if it has not after 60 s (a hang guard, far beyond
+ * any machine's speed: the verdicts are the callers', never this wait's length). */
+static int wait_for_count(const int *counter, int want)
+{
+    double give_up = pr_now() + 60;
+    while (__atomic_load_n(counter, __ATOMIC_SEQ_CST) < want) {
+        if (pr_now() > give_up)
+            return 0;
+        usleep(1000);
+    }
+    return 1;
+}
+
 static void test_channel_fifo_and_capacity(void **state)
 {
     pr_channel c;
@@ -35,9 +48,8 @@ static void test_channel_fifo_and_capacity(void **state)
     sender s = {&c, 0};
     pthread_t th;
     pthread_create(&th, NULL, send_three, &s);
-    usleep(100 * 1000);
-    // Two messages fit; the third send must still be blocked.
-    assert_int_equal(__atomic_load_n(&s.sent, __ATOMIC_SEQ_CST), 2);
+    // Two messages fit at once; the third send waits for a receive, which wakes it.
+    assert_true(wait_for_count(&s.sent, 2));
     float got[2];
     for (int i = 0; i < 3; i++) {
         assert_int_equal(pr_channel_recv(&c, got), 10 + i);
@@ -45,6 +57,17 @@ static void test_channel_fifo_and_capacity(void **state)
     }
     pthread_join(th, NULL);
     assert_int_equal(s.sent, 3);
+    // The capacity, with no other thread: two sends fit (wrapping around the buffers), a
+    // third finds both full and waits until its timeout, as no receive comes.
+    float msg[2] = {5, 6};
+    pr_channel_send(&c, 20, msg);
+    pr_channel_send(&c, 21, msg);
+    c.timeout = 0.05;
+    assert_int_equal(pr_channel_send_timed(&c, 22, msg), PR_LINK_TIMEOUT);
+    assert_int_equal(pr_channel_recv(&c, got), 20);
+    assert_int_equal(pr_channel_recv(&c, got), 21);
+    assert_true(got[0] == 5 && got[1] == 6);
+    assert_int_equal(pr_channel_recv_timed(&c, got, &(int64_t){0}), PR_LINK_TIMEOUT);
     pr_channel_destroy(&c);
 }
 

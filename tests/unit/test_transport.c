@@ -45,6 +45,19 @@ static void *send_three(void *arg)
     return NULL;
 }
 
+/* Waits until *counter reaches want; 0 if it has not after 60 s (a hang guard, far beyond
+ * any machine's speed: the verdicts are the callers', never this wait's length). */
+static int wait_for_count(const int *counter, int want)
+{
+    double give_up = pr_now() + 60;
+    while (__atomic_load_n(counter, __ATOMIC_SEQ_CST) < want) {
+        if (pr_now() > give_up)
+            return 0;
+        usleep(1000);
+    }
+    return 1;
+}
+
 static void test_socket_link_keeps_order_and_capacity(void **state)
 {
     int fds[2];
@@ -54,13 +67,12 @@ static void test_socket_link_keeps_order_and_capacity(void **state)
     pr_channel_init(&in, 2, 3);
     pr_channel_attach_socket(&out, fds[0]);
     pr_channel_attach_socket(&in, fds[1]);
-    out.timeout = in.timeout = 10;
+    out.timeout = in.timeout = 60; // hang guards only
     socket_sender s = {&out, 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, send_three, &s);
-    usleep(100 * 1000);
-    // Two messages are unacknowledged: the third waits for a credit, as in one process.
-    assert_int_equal(__atomic_load_n(&s.sent, __ATOMIC_SEQ_CST), 2);
+    // Two messages go out unacknowledged; the third waits for a credit, which a receive sends.
+    assert_true(wait_for_count(&s.sent, 2));
     float got[3];
     int64_t mb;
     for (int i = 0; i < 3; i++) {
@@ -70,6 +82,18 @@ static void test_socket_link_keeps_order_and_capacity(void **state)
     }
     pthread_join(th, NULL);
     assert_int_equal(s.rc, PR_LINK_OK);
+    // The capacity, with no other thread: two credits are back, so two sends go out; the next
+    // finds two messages unacknowledged and waits for a credit until its timeout.
+    float msg[3] = {7, 8, 9};
+    assert_int_equal(pr_channel_send_timed(&out, 23, msg), PR_LINK_OK);
+    assert_int_equal(pr_channel_send_timed(&out, 24, msg), PR_LINK_OK);
+    out.timeout = 0.05;
+    assert_int_equal(pr_channel_send_timed(&out, 25, msg), PR_LINK_TIMEOUT);
+    for (int i = 23; i <= 24; i++) {
+        assert_int_equal(pr_channel_recv_timed(&in, got, &mb), PR_LINK_OK);
+        assert_int_equal(mb, i);
+        assert_true(got[0] == 7 && got[2] == 9);
+    }
     // A peer that has gone is told apart from a slow one.
     in.timeout = 0.2;
     assert_int_equal(pr_channel_recv_timed(&in, got, &mb), PR_LINK_TIMEOUT);

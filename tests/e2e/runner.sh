@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tests/run.sh itself: a skip (exit 77 with "skipped: REASON") is counted as skipped, never
+# as passed, and named with its reason; so is a cmocka skip() and a script that left out a
+# part (skip_part in lib.sh); exit 77 without a reason is a failure, and so is a script that
+# is not executable; under PACI_REQUIRE_ALL=1 every skip is. The closing line reads "N passed, N failed, N skipped".
+# First on a made-up tree (a copy of run.sh beside fake scripts and a fake unit binary), then
+# on this tree's own scripts with a build that has nothing (every skip site must exit 77).
+source tests/e2e/lib.sh
+fake=$work/tree
+mkdir -p "$fake/tests/e2e" "$fake/build/tests"
+cp tests/run.sh "$fake/tests/run.sh"
+
+# e2e NAME BODY: a fake end-to-end script; it can use lib.sh's skip and skip_part.
+e2e() {
+    printf '#!/usr/bin/env bash\nsource "%s/tests/e2e/lib.sh"\n%s\n' "$root" "$2" > "$fake/tests/e2e/$1.sh"
+    chmod +x "$fake/tests/e2e/$1.sh"
+}
+e2e pass_one 'echo fine'
+e2e pass_two 'true'
+e2e fails 'fail "broken on purpose"'
+e2e skips 'skip "no widget here: none"'
+e2e skips_too 'echo some output; skip "no gadget"'
+e2e part 'skip_part "the gadget half"; echo the widget half passed'
+e2e part_then_fails 'skip_part "the gadget half"; fail "the widget half broke"'
+e2e bare77 'exit 77'
+e2e not_executable 'true'
+chmod -x "$fake/tests/e2e/not_executable.sh"
+# A unit binary as cmocka reports one: 5 passed, 1 skipped.
+cat > "$fake/build/tests/test_fake" <<'SH'
+#!/bin/sh
+printf '[  SKIPPED ] lacks_a_gpu\n[==========] 6 test(s) run.\n[  PASSED  ] 5 test(s).\n'
+printf '[  SKIPPED ] 1 test(s), listed below:\n[  SKIPPED ] lacks_a_gpu\n\n 1 SKIPPED TEST(S)\n'
+SH
+chmod +x "$fake/build/tests/test_fake"
+
+# runner OUT [VAR=VALUE...]: runs the fake tree's run.sh into $work/OUT.txt; prints its status.
+runner() {
+    local out=$1 status=0
+    shift
+    env -u PACI_UNIT -u PACI_E2E -u PACI_BUILD -u PACI_REQUIRE_ALL PACI_GOLDEN=0 "$@" \
+        "$fake/tests/run.sh" > "$work/$out.txt" 2>&1 || status=$?
+    echo "$status"
+}
+# has OUT LINE: OUT.txt holds LINE exactly.
+has() {
+    grep -qxF -- "$2" "$work/$1.txt" || { cat "$work/$1.txt" >&2; fail "$1: no line '$2'"; }
+}
+
+[ "$(runner all)" = 1 ] || fail "all: run.sh exited 0 with failures"
+has all "ok   test_fake (5)"
+has all "skip test_fake/lacks_a_gpu: skip() in the test case"
+has all "skip e2e/skips: no widget here: none"
+has all "skip e2e/skips_too: no gadget"
+has all "skip e2e/part: part of the test did not run: the gadget half"
+has all "FAIL e2e/fails (exit 1)"
+has all "FAIL e2e/part_then_fails (exit 1)"
+has all "e2e/bare77 exited 77 (skipped) without a 'skipped: REASON' line"
+has all "FAIL e2e/bare77 (exit 77)"
+has all "FAIL e2e/not_executable: not executable (chmod +x), so it never ran"
+has all "7 passed, 4 failed, 4 skipped"
+[ "$(tail -n 1 "$work/all.txt")" = "7 passed, 4 failed, 4 skipped" ] || fail "all: the closing line is not last"
+echo "fake tree: $(tail -n 1 "$work/all.txt")"
+
+[ "$(runner some PACI_UNIT=none PACI_E2E="pass_one skips part")" = 0 ] || fail "some: skips made run.sh fail"
+has some "skipped: e2e/skips: no widget here: none"
+has some "1 passed, 0 failed, 2 skipped"
+[ "$(runner strict PACI_UNIT=none PACI_E2E="pass_one skips part" PACI_REQUIRE_ALL=1)" = 1 ] ||
+    fail "strict: PACI_REQUIRE_ALL=1 let skips pass"
+has strict "FAIL e2e/skips: skipped, and PACI_REQUIRE_ALL=1 allows no skip: no widget here: none"
+has strict "1 passed, 2 failed, 0 skipped"
+echo "PACI_REQUIRE_ALL=1: $(tail -n 1 "$work/strict.txt")"
+
+# This tree's own skip sites, with a build tree that does not exist (a sanitizer build's
+# name to need_cuda_emu, no MPI library), no CUDA under CUDA_HOME, and the fuzzers off.
+scripts="cuda_emu cuda_fake gpu_check_dry mpi nvrtc fuzz"
+status=0
+env -u PACI_UNIT -u PACI_REQUIRE_ALL PACI_BUILD=build/absent-for-the-runner-test PACI_GOLDEN=0 PACI_UNIT=none \
+    PACI_E2E="$scripts" CUDA_HOME=$work/no-cuda PACI_FUZZ_SECONDS=0 tests/run.sh > "$work/own.txt" 2>&1 || status=$?
+[ "$status" = 0 ] || { cat "$work/own.txt" >&2; fail "own scripts: run.sh exited $status"; }
+for name in $scripts; do
+    grep -q "^skip e2e/$name: ." "$work/own.txt" || { cat "$work/own.txt" >&2; fail "own scripts: $name not skipped with a reason"; }
+done
+has own "0 passed, 0 failed, 6 skipped"
+grep "^skip " "$work/own.txt"
+echo "tests/run.sh counts skips as skips, with their reasons"
