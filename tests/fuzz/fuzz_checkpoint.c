@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fuzz_files.h"
 #include "toy_model.h"
 
 static toy_table table;
@@ -20,28 +21,6 @@ static pr_program prog;
 static pr_run run;
 static char dir[] = "/tmp/fuzz_checkpoint_XXXXXX";
 static char model_path[128], state_path[128];
-
-static void write_file(const char *path, const uint8_t *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
-}
-
-static uint8_t *read_bytes(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        abort();
-    fseek(f, 0, SEEK_END);
-    *size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *data = malloc(*size);
-    if (fread(data, 1, *size, f) != *size)
-        abort();
-    fclose(f);
-    return data;
-}
 
 /* The scratch folder goes when the fuzzer exits (libFuzzer leaves through exit()). */
 static void remove_scratch(void)
