@@ -27,7 +27,7 @@ LIBPACIC := $(B)/obj/libpacic.a
 RUNTIME_SRC  := $(wildcard runtime/*.c)
 RUNTIME_OBJ  := $(RUNTIME_SRC:%.c=$(B)/obj/%.o)
 RUNTIME_HDR  := runtime/pacirt.h runtime/paci_schedule.h
-RUNTIME_LIBS := -lopenblas -lpthread -lm
+RUNTIME_LIBS := -ljansson -lopenblas -lpthread -lm
 
 PACIC   := $(B)/bin/pacic
 LIBRT   := $(B)/lib/pacic/libpacirt.a

@@ -11,346 +11,53 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "prt.h"
 
 #define HEADER_LIMIT (100LL << 20) /* bytes of JSON header accepted; real GPT-2 ones are ~20 KB */
-#define JSON_DEPTH 64
 
-/* ---- JSON: a small strict parser for the header and config.json ---------------------- */
+/* ---- JSON (jansson) ------------------------------------------------------------------ */
 
-typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } json_kind;
-
-typedef struct json {
-    json_kind kind;
-    int boolean;
-    double number;
-    int integral;        /* the number is written as an integer and fits int64 */
-    int64_t integer;
-    char *string;        /* STRING */
-    int32_t n;           /* ARRAY, OBJECT: items */
-    struct json *items;
-    char **keys;         /* OBJECT */
-} json;
-
-typedef struct json_parser {
-    const char *begin, *at, *end;
-    const char *problem;
-    const char *top_key; /* the top-level key whose value is being parsed, for errors */
-} json_parser;
-
-static void json_free(json *v)
+/* jansson stops on a repeated key just after its closing quote: the key is the JSON string
+ * that ends there. Inside it every quote follows a backslash; its opening quote follows none. */
+static char *repeated_key(const char *text, int end)
 {
-    if (v->kind == JSON_ARRAY || v->kind == JSON_OBJECT) {
-        for (int32_t i = 0; i < v->n; i++) {
-            json_free(&v->items[i]);
-            if (v->keys)
-                free(v->keys[i]);
-        }
-        free(v->items);
-        free(v->keys);
-    }
-    free(v->string);
-    memset(v, 0, sizeof *v);
-}
-
-static int json_error(json_parser *p, const char *problem)
-{
-    if (!p->problem)
-        p->problem = problem;
-    return -1;
-}
-
-static void skip_space(json_parser *p)
-{
-    while (p->at < p->end && (*p->at == ' ' || *p->at == '\t' || *p->at == '\n' || *p->at == '\r'))
-        p->at++;
-}
-
-static void put_utf8(char *out, size_t *len, uint32_t c)
-{
-    if (c < 0x80) {
-        out[(*len)++] = (char)c;
-    } else if (c < 0x800) {
-        out[(*len)++] = (char)(0xc0 | (c >> 6));
-        out[(*len)++] = (char)(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-        out[(*len)++] = (char)(0xe0 | (c >> 12));
-        out[(*len)++] = (char)(0x80 | ((c >> 6) & 0x3f));
-        out[(*len)++] = (char)(0x80 | (c & 0x3f));
-    } else {
-        out[(*len)++] = (char)(0xf0 | (c >> 18));
-        out[(*len)++] = (char)(0x80 | ((c >> 12) & 0x3f));
-        out[(*len)++] = (char)(0x80 | ((c >> 6) & 0x3f));
-        out[(*len)++] = (char)(0x80 | (c & 0x3f));
-    }
-}
-
-static int hex4(json_parser *p, uint32_t *out)
-{
-    if (p->end - p->at < 4)
-        return json_error(p, "a short \\u escape");
-    uint32_t c = 0;
-    for (int i = 0; i < 4; i++) {
-        char h = *p->at++;
-        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-              : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-        if (d < 0)
-            return json_error(p, "a bad \\u escape");
-        c = c * 16 + (uint32_t)d;
-    }
-    *out = c;
-    return 0;
-}
-
-/* A string after its opening quote; NUL and lone surrogates are refused (names are C strings). */
-static int parse_string(json_parser *p, char **out)
-{
-    const char *start = p->at;
-    while (p->at < p->end && *p->at != '"')
-        p->at += *p->at == '\\' && p->at + 1 < p->end ? 2 : 1;
-    if (p->at >= p->end)
-        return json_error(p, "an unterminated string");
-    // Escapes only shrink: the raw length bounds the decoded one.
-    char *s = malloc((size_t)(p->at - start) + 1);
-    if (!s)
-        return json_error(p, "out of memory");
-    size_t len = 0;
-    p->at = start;
-    while (*p->at != '"') {
-        unsigned char c = (unsigned char)*p->at++;
-        if (c < 0x20) {
-            free(s);
-            return json_error(p, "a control character in a string");
-        }
-        if (c != '\\') {
-            s[len++] = (char)c;
+    for (int at = end - 2; at >= 0; at--) {
+        if (text[at] != '"' || (at > 0 && text[at - 1] == '\\'))
             continue;
-        }
-        char e = *p->at++;
-        uint32_t code;
-        switch (e) {
-        case '"': case '\\': case '/': s[len++] = e; break;
-        case 'b': s[len++] = '\b'; break;
-        case 'f': s[len++] = '\f'; break;
-        case 'n': s[len++] = '\n'; break;
-        case 'r': s[len++] = '\r'; break;
-        case 't': s[len++] = '\t'; break;
-        case 'u':
-            if (hex4(p, &code) != 0) {
-                free(s);
-                return -1;
-            }
-            if (code >= 0xd800 && code < 0xdc00) {
-                uint32_t low;
-                if (p->end - p->at < 6 || p->at[0] != '\\' || p->at[1] != 'u') {
-                    free(s);
-                    return json_error(p, "a lone surrogate in a \\u escape");
-                }
-                p->at += 2;
-                if (hex4(p, &low) != 0 || low < 0xdc00 || low >= 0xe000) {
-                    free(s);
-                    return json_error(p, "a lone surrogate in a \\u escape");
-                }
-                code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-            } else if ((code >= 0xdc00 && code < 0xe000) || code == 0) {
-                free(s);
-                return json_error(p, code ? "a lone surrogate in a \\u escape" : "a NUL in a string");
-            }
-            put_utf8(s, &len, code);
-            break;
-        default:
-            free(s);
-            return json_error(p, "an unknown escape in a string");
-        }
+        json_t *key = json_loadb(text + at, (size_t)(end - at), JSON_DECODE_ANY, NULL);
+        char *name = json_is_string(key) ? strdup(json_string_value(key)) : NULL;
+        json_decref(key);
+        return name;
     }
-    p->at++;
-    s[len] = '\0';
-    *out = s;
-    return 0;
-}
-
-/* RFC 8259's number grammar; integers that fit int64 are kept exactly. */
-static int parse_number(json_parser *p, json *v)
-{
-    const char *start = p->at;
-    int negative = p->at < p->end && *p->at == '-', integral = 1;
-    if (negative)
-        p->at++;
-    if (p->at >= p->end || *p->at < '0' || *p->at > '9')
-        return json_error(p, "a bad number");
-    if (*p->at == '0')
-        p->at++;
-    else
-        while (p->at < p->end && *p->at >= '0' && *p->at <= '9')
-            p->at++;
-    if (p->at < p->end && *p->at == '.') {
-        integral = 0;
-        p->at++;
-        if (p->at >= p->end || *p->at < '0' || *p->at > '9')
-            return json_error(p, "a bad number");
-        while (p->at < p->end && *p->at >= '0' && *p->at <= '9')
-            p->at++;
-    }
-    if (p->at < p->end && (*p->at == 'e' || *p->at == 'E')) {
-        integral = 0;
-        p->at++;
-        if (p->at < p->end && (*p->at == '+' || *p->at == '-'))
-            p->at++;
-        if (p->at >= p->end || *p->at < '0' || *p->at > '9')
-            return json_error(p, "a bad number");
-        while (p->at < p->end && *p->at >= '0' && *p->at <= '9')
-            p->at++;
-    }
-    char text[400];
-    size_t len = (size_t)(p->at - start);
-    if (len >= sizeof text)
-        return json_error(p, "a number too long");
-    memcpy(text, start, len);
-    text[len] = '\0';
-    v->kind = JSON_NUMBER;
-    v->number = strtod(text, NULL);
-    if (integral) {
-        uint64_t magnitude = 0;
-        int fits = 1;
-        for (const char *d = text + negative; *d; d++) {
-            if (magnitude > (UINT64_C(1) << 63) / 10) {
-                fits = 0;
-                break;
-            }
-            magnitude = magnitude * 10 + (uint64_t)(*d - '0');
-        }
-        fits = fits && magnitude < (UINT64_C(1) << 63);
-        v->integral = fits;
-        v->integer = fits ? (negative ? -(int64_t)magnitude : (int64_t)magnitude) : 0;
-    }
-    return 0;
-}
-
-static int parse_value(json_parser *p, json *v, int depth);
-
-/* An array or an object after its opening bracket. */
-static int parse_items(json_parser *p, json *v, int depth, int object)
-{
-    char close = object ? '}' : ']';
-    v->kind = object ? JSON_OBJECT : JSON_ARRAY;
-    int32_t capacity = 0;
-    skip_space(p);
-    if (p->at < p->end && *p->at == close) {
-        p->at++;
-        return 0;
-    }
-    for (;;) {
-        if (v->n == capacity) {
-            if (capacity >= (1 << 24))
-                return json_error(p, "too many items");
-            capacity = capacity ? 2 * capacity : 8;
-            json *items = realloc(v->items, (size_t)capacity * sizeof *items);
-            if (items)
-                v->items = items;
-            char **keys = object ? realloc(v->keys, (size_t)capacity * sizeof *keys) : NULL;
-            if (keys)
-                v->keys = keys;
-            if (!items || (object && !keys))
-                return json_error(p, "out of memory");
-        }
-        json *item = &v->items[v->n];
-        memset(item, 0, sizeof *item);
-        skip_space(p);
-        if (object) {
-            v->keys[v->n] = NULL;
-            if (p->at >= p->end || *p->at != '"')
-                return json_error(p, "a key that is not a string");
-            p->at++;
-            if (parse_string(p, &v->keys[v->n]) != 0)
-                return -1;
-            skip_space(p);
-            if (p->at >= p->end || *p->at != ':') {
-                free(v->keys[v->n]);
-                return json_error(p, "a missing ':'");
-            }
-            p->at++;
-        }
-        v->n++;
-        if (object && depth == 0)
-            p->top_key = v->keys[v->n - 1];
-        if (parse_value(p, item, depth + 1) != 0)
-            return -1;
-        skip_space(p);
-        if (p->at < p->end && *p->at == ',') {
-            p->at++;
-            continue;
-        }
-        if (p->at < p->end && *p->at == close) {
-            p->at++;
-            return 0;
-        }
-        return json_error(p, object ? "a missing ',' or '}'" : "a missing ',' or ']'");
-    }
-}
-
-static int parse_word(json_parser *p, const char *word)
-{
-    size_t len = strlen(word);
-    if ((size_t)(p->end - p->at) < len || memcmp(p->at, word, len) != 0)
-        return json_error(p, "an unexpected character");
-    p->at += len;
-    return 0;
-}
-
-static int parse_value(json_parser *p, json *v, int depth)
-{
-    if (depth > JSON_DEPTH)
-        return json_error(p, "nesting too deep");
-    skip_space(p);
-    if (p->at >= p->end)
-        return json_error(p, "an unexpected end");
-    switch (*p->at) {
-    case '{': p->at++; return parse_items(p, v, depth, 1);
-    case '[': p->at++; return parse_items(p, v, depth, 0);
-    case '"': p->at++; v->kind = JSON_STRING; return parse_string(p, &v->string);
-    case 't': v->kind = JSON_BOOL; v->boolean = 1; return parse_word(p, "true");
-    case 'f': v->kind = JSON_BOOL; return parse_word(p, "false");
-    case 'n': v->kind = JSON_NULL; return parse_word(p, "null");
-    default: return parse_number(p, v);
-    }
-}
-
-/* The whole text is one JSON object (trailing spaces allowed: safetensors pads with them). */
-static int json_parse_object(const char *text, size_t len, json *out, const char *path,
-                             const char *what, char *err)
-{
-    json_parser p = {text, text, text + len, NULL, NULL};
-    memset(out, 0, sizeof *out);
-    skip_space(&p);
-    int rc = p.at < p.end && *p.at == '{' ? parse_value(&p, out, 0) : json_error(&p, "not an object");
-    if (rc == 0) {
-        skip_space(&p);
-        if (p.at != p.end)
-            rc = json_error(&p, "text after the object");
-    }
-    if (rc != 0) {
-        // The key's text is freed with the tree: the message is made first.
-        pr_fail(err, "%s: %s is not valid JSON: %s at byte %lld%s%.200s%s", path, what, p.problem,
-                (long long)(p.at - p.begin), p.top_key ? " (in '" : "", p.top_key ? p.top_key : "",
-                p.top_key ? "')" : "");
-        json_free(out);
-        return -1;
-    }
-    return 0;
-}
-
-static const json *json_get(const json *object, const char *key)
-{
-    for (int32_t i = 0; object->kind == JSON_OBJECT && i < object->n; i++)
-        if (strcmp(object->keys[i], key) == 0)
-            return &object->items[i];
     return NULL;
+}
+
+/* The whole text is one JSON object (trailing spaces allowed: safetensors pads with them). A
+ * repeated key is refused: jansson would otherwise keep the last. NULL with err on failure. */
+static json_t *load_object(const char *text, size_t len, const char *path, const char *what, char *err)
+{
+    json_error_t error;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &error);
+    if (!root && json_error_code(&error) == json_error_duplicate_key) {
+        char *key = repeated_key(text, error.position);
+        pr_fail(err, "%s: %s holds the key '%.200s' twice", path, what, key ? key : "?");
+        free(key);
+    } else if (!root) {
+        pr_fail(err, "%s: %s is not valid JSON: %s at line %d, column %d", path, what, error.text,
+                error.line, error.column);
+    } else if (!json_is_object(root)) {
+        pr_fail(err, "%s: %s is not a JSON object", path, what);
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
 }
 
 /* ---- the tensors of a GPT-2, in HF's names, shapes and order ------------------------- */
@@ -460,32 +167,14 @@ static void convert_layout(const hf_tensor *t, const float *from, float *to, int
 
 /* ---- export ------------------------------------------------------------------------- */
 
-typedef struct text {
-    char *data;
-    size_t len, cap;
-} text;
-
-static void append(text *b, const char *fmt, ...) PR_PRINTF_LIKE(2, 3);
-static void append(text *b, const char *fmt, ...)
+/* A JSON text from jansson, or an internal error: jansson fails only when out of memory. */
+static char *dump_json(json_t *value, size_t flags)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (b->data && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap <= b->len + (size_t)n)
-            cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (!grown)
-            pr_internal("out of memory for %zu bytes of JSON", cap);
-        b->data = grown;
-        b->cap = cap;
-    }
+    char *text = value ? json_dumps(value, flags) : NULL;
+    if (!text)
+        pr_internal("out of memory for the JSON of an export");
+    json_decref(value);
+    return text;
 }
 
 static int write_all(int fd, const void *data, size_t bytes, const char *path, char *err)
@@ -538,28 +227,28 @@ static int fsync_folder(const char *path, char *err)
 
 static int write_config(const pr_program *prog, const char *path, char *err)
 {
-    text b = {0};
-    append(&b, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n");
-    append(&b, "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n", prog->vocab,
-           prog->context, prog->context);
-    append(&b, "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n",
-           prog->width, prog->layers, prog->heads);
-    append(&b, "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n");
     // pacic trains without dropout.
-    append(&b, "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n");
-    append(&b, "  \"initializer_range\": 0.02,\n  \"scale_attn_weights\": true,\n");
-    append(&b, "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
-           prog->tied ? "true" : "false");
+    char *config = dump_json(
+        json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:b, s:s}",
+                  "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", prog->vocab,
+                  "n_positions", prog->context, "n_ctx", prog->context, "n_embd", prog->width,
+                  "n_layer", prog->layers, "n_head", prog->heads, "n_inner", "activation_function",
+                  "gelu_new", "layer_norm_epsilon", 1e-5, "resid_pdrop", 0.0, "embd_pdrop", 0.0,
+                  "attn_pdrop", 0.0, "initializer_range", 0.02, "scale_attn_weights", 1,
+                  "tie_word_embeddings", prog->tied, "torch_dtype", "float32"),
+        JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     int fd;
     int rc = open_new(path, &fd, err);
     if (rc == 0) {
-        rc = write_all(fd, b.data, b.len, path, err);
+        rc = write_all(fd, config, strlen(config), path, err);
+        if (rc == 0)
+            rc = write_all(fd, "\n", 1, path, err);
         if (rc == 0)
             rc = close_synced(fd, path, err);
         else
             close(fd);
     }
-    free(b.data);
+    free(config);
     return rc;
 }
 
@@ -567,32 +256,40 @@ static int write_safetensors(const pr_program *prog, const float *flat, const ch
 {
     hf_tensor *ts = pr_alloc((size_t)(5 + 12 * (int64_t)prog->layers) * sizeof *ts);
     int32_t n = hf_tensors(prog, ts);
-    text header = {0};
-    append(&header, "{\"__metadata__\":{\"format\":\"pt\"}");
+    json_t *tensors = json_pack("{s:{s:s}}", "__metadata__", "format", "pt");
     int64_t at = 0, largest = 0;
-    for (int32_t i = 0; i < n; i++) {
-        char name[128], shape[64];
+    for (int32_t i = 0; i < n && tensors; i++) {
+        char name[128];
         file_name(&ts[i], "transformer.", name, sizeof name);
-        shape_text(ts[i].ndim, ts[i].dims, shape, sizeof shape);
         int64_t bytes = numel(&ts[i]) * 4;
-        append(&header, ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%lld,%lld]}", name,
-               shape, (long long)at, (long long)(at + bytes));
+        json_t *shape = ts[i].ndim == 2 ? json_pack("[I, I]", (json_int_t)ts[i].dims[0], (json_int_t)ts[i].dims[1])
+                                        : json_pack("[I]", (json_int_t)ts[i].dims[0]);
+        // A failed pack is NULL, which json_pack's "o" and json_object_set_new refuse.
+        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape, "data_offsets",
+                                  (json_int_t)at, (json_int_t)(at + bytes));
+        if (json_object_set_new(tensors, name, entry) != 0) {
+            json_decref(tensors);
+            tensors = NULL;
+        }
         at += bytes;
         largest = numel(&ts[i]) > largest ? numel(&ts[i]) : largest;
     }
-    append(&header, "}");
-    while (header.len % 8) // the data then starts 8-byte aligned, as HF's writer does
-        append(&header, " ");
+    char *compact = dump_json(tensors, JSON_COMPACT);
+    size_t header_len = (strlen(compact) + 7) / 8 * 8; // the data then starts 8-byte aligned, as HF's writer does
+    char *header = pr_alloc(header_len);
+    memset(header, ' ', header_len);
+    memcpy(header, compact, strlen(compact));
+    free(compact);
     unsigned char length[8];
     for (int i = 0; i < 8; i++)
-        length[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
+        length[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
     float *buffer = pr_alloc((size_t)largest * sizeof(float));
     int fd;
     int rc = open_new(path, &fd, err);
     if (rc == 0) {
         rc = write_all(fd, length, 8, path, err);
         if (rc == 0)
-            rc = write_all(fd, header.data, header.len, path, err);
+            rc = write_all(fd, header, header_len, path, err);
         for (int32_t i = 0; i < n && rc == 0; i++) {
             convert_layout(&ts[i], flat + ts[i].offset, buffer, 0);
             rc = write_all(fd, buffer, (size_t)numel(&ts[i]) * 4, path, err);
@@ -603,7 +300,7 @@ static int write_safetensors(const pr_program *prog, const float *flat, const ch
             close(fd);
     }
     free(buffer);
-    free(header.data);
+    free(header);
     free(ts);
     return rc;
 }
@@ -710,43 +407,42 @@ static float from_f16(uint16_t h)
 
 /* Checks one header entry: dtype, shape, and offsets that lie inside the data and span
  * exactly the bytes the shape needs. */
-static int read_entry(const char *path, const char *name, const json *v, int64_t data_bytes,
+static int read_entry(const char *path, const char *name, const json_t *v, int64_t data_bytes,
                       st_entry *e, char *err)
 {
     memset(e, 0, sizeof *e);
     e->name = name;
-    const json *dtype = json_get(v, "dtype"), *shape = json_get(v, "shape"),
-               *offsets = json_get(v, "data_offsets");
-    if (v->kind != JSON_OBJECT || !dtype || !shape || !offsets || v->n != 3)
+    const json_t *shape = json_object_get(v, "shape"), *offsets = json_object_get(v, "data_offsets");
+    const char *dtype = json_string_value(json_object_get(v, "dtype"));
+    if (!json_object_get(v, "dtype") || !shape || !offsets || json_object_size(v) != 3)
         return pr_fail(err, "%s: tensor '%s': needs exactly dtype, shape and data_offsets", path, name);
-    if (dtype->kind != JSON_STRING)
+    if (!dtype)
         return pr_fail(err, "%s: tensor '%s': dtype is not a string", path, name);
-    if (strcmp(dtype->string, "F32") == 0)
+    if (strcmp(dtype, "F32") == 0)
         e->dtype_bytes = 4;
-    else if (strcmp(dtype->string, "F16") == 0 || strcmp(dtype->string, "BF16") == 0)
-        e->dtype_bytes = 2, e->bf16 = dtype->string[0] == 'B';
+    else if (strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0)
+        e->dtype_bytes = 2, e->bf16 = dtype[0] == 'B';
     else
-        return pr_fail(err, "%s: tensor '%s': dtype %.20s, expected F32, BF16 or F16", path, name,
-                       dtype->string);
-    if (shape->kind != JSON_ARRAY || shape->n > 8)
+        return pr_fail(err, "%s: tensor '%s': dtype %.20s, expected F32, BF16 or F16", path, name, dtype);
+    if (!json_is_array(shape) || json_array_size(shape) > 8)
         return pr_fail(err, "%s: tensor '%s': shape is not a list of at most 8 sizes", path, name);
     int64_t count = 1;
-    e->ndim = shape->n;
-    for (int32_t i = 0; i < shape->n; i++) {
-        const json *d = &shape->items[i];
-        if (d->kind != JSON_NUMBER || !d->integral || d->integer < 0 || d->integer > (INT64_C(1) << 40))
+    e->ndim = (int32_t)json_array_size(shape);
+    for (int32_t i = 0; i < e->ndim; i++) {
+        const json_t *d = json_array_get(shape, (size_t)i);
+        int64_t size = json_integer_value(d);
+        if (!json_is_integer(d) || size < 0 || size > (INT64_C(1) << 40))
             return pr_fail(err, "%s: tensor '%s': shape holds a size that is not an integer in [0, 2^40]",
                            path, name);
-        e->dims[i] = d->integer;
-        count = count > (INT64_C(1) << 60) / (d->integer + 1) ? INT64_C(1) << 60 : count * d->integer;
+        e->dims[i] = size;
+        count = count > (INT64_C(1) << 60) / (size + 1) ? INT64_C(1) << 60 : count * size;
     }
-    if (offsets->kind != JSON_ARRAY || offsets->n != 2)
+    if (!json_is_array(offsets) || json_array_size(offsets) != 2)
         return pr_fail(err, "%s: tensor '%s': data_offsets is not [begin, end]", path, name);
-    for (int i = 0; i < 2; i++)
-        if (offsets->items[i].kind != JSON_NUMBER || !offsets->items[i].integral)
-            return pr_fail(err, "%s: tensor '%s': data_offsets is not two integers", path, name);
-    e->begin = offsets->items[0].integer;
-    e->end = offsets->items[1].integer;
+    if (!json_is_integer(json_array_get(offsets, 0)) || !json_is_integer(json_array_get(offsets, 1)))
+        return pr_fail(err, "%s: tensor '%s': data_offsets is not two integers", path, name);
+    e->begin = json_integer_value(json_array_get(offsets, 0));
+    e->end = json_integer_value(json_array_get(offsets, 1));
     if (e->begin < 0 || e->end < e->begin || e->end > data_bytes)
         return pr_fail(err, "%s: tensor '%s': data_offsets [%lld, %lld] lie outside the %lld bytes of "
                        "data (truncated or corrupt)", path, name, (long long)e->begin,
@@ -809,19 +505,19 @@ typedef struct hf_config {
     int tied;            /* tie_word_embeddings (HF's default: true) */
 } hf_config;
 
-static int config_int(const json *config, const char *key, int required, int64_t want,
+static int config_int(const json_t *config, const char *key, int required, int64_t want,
                       const char *path, char *err)
 {
-    const json *v = json_get(config, key);
-    if (!v || v->kind == JSON_NULL) {
+    const json_t *v = json_object_get(config, key);
+    if (!v || json_is_null(v)) {
         if (required)
             return pr_fail(err, "%s: %s is missing (the program has %lld)", path, key, (long long)want);
         return 0;
     }
-    if (v->kind != JSON_NUMBER || !v->integral)
+    if (!json_is_integer(v))
         return pr_fail(err, "%s: %s is not an integer", path, key);
-    if (v->integer != want)
-        return pr_fail(err, "%s: %s is %lld, the program has %lld", path, key, (long long)v->integer,
+    if (json_integer_value(v) != want)
+        return pr_fail(err, "%s: %s is %lld, the program has %lld", path, key, (long long)json_integer_value(v),
                        (long long)want);
     return 0;
 }
@@ -841,38 +537,40 @@ static int read_config(const pr_program *prog, const char *path, hf_config *cfg,
         free(data);
         return pr_fail(err, "%s: larger than 1 MiB: not a GPT-2 config", path);
     }
-    json config;
-    int rc = json_parse_object(data, len, &config, path, "the file", err);
+    json_t *config = load_object(data, len, path, "the file", err);
     free(data);
-    if (rc != 0)
-        return rc;
-    const json *type = json_get(&config, "model_type"), *act = json_get(&config, "activation_function"),
-               *eps = json_get(&config, "layer_norm_epsilon"), *tie = json_get(&config, "tie_word_embeddings");
-    if (type && (type->kind != JSON_STRING || strcmp(type->string, "gpt2") != 0))
+    if (!config)
+        return -1;
+    const json_t *type = json_object_get(config, "model_type"), *eps = json_object_get(config, "layer_norm_epsilon"),
+                 *tie = json_object_get(config, "tie_word_embeddings");
+    const char *act = json_string_value(json_object_get(config, "activation_function"));
+    int rc = 0;
+    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "gpt2") != 0))
         rc = pr_fail(err, "%s: model_type is not \"gpt2\"", path);
     if (rc == 0)
-        rc = config_int(&config, "n_layer", 1, prog->layers, path, err);
+        rc = config_int(config, "n_layer", 1, prog->layers, path, err);
     if (rc == 0)
-        rc = config_int(&config, "n_embd", 1, prog->width, path, err);
+        rc = config_int(config, "n_embd", 1, prog->width, path, err);
     if (rc == 0)
-        rc = config_int(&config, "n_head", 1, prog->heads, path, err);
+        rc = config_int(config, "n_head", 1, prog->heads, path, err);
     if (rc == 0)
-        rc = config_int(&config, "vocab_size", 1, prog->vocab, path, err);
+        rc = config_int(config, "vocab_size", 1, prog->vocab, path, err);
     if (rc == 0)
-        rc = config_int(&config, "n_positions", 0, prog->context, path, err);
+        rc = config_int(config, "n_positions", 0, prog->context, path, err);
     if (rc == 0)
-        rc = config_int(&config, "n_inner", 0, 4 * (int64_t)prog->width, path, err);
-    if (rc == 0 && act && (act->kind != JSON_STRING || (strcmp(act->string, "gelu_new") != 0 &&
-                                                        strcmp(act->string, "gelu_pytorch_tanh") != 0)))
+        rc = config_int(config, "n_inner", 0, 4 * (int64_t)prog->width, path, err);
+    if (rc == 0 && json_object_get(config, "activation_function") &&
+        (!act || (strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)))
         rc = pr_fail(err, "%s: activation_function is not gelu_new (GELU's tanh form, which pacic computes)",
                      path);
-    if (rc == 0 && eps && (eps->kind != JSON_NUMBER || eps->number < 0.99e-5 || eps->number > 1.01e-5))
+    if (rc == 0 && eps && (!json_is_number(eps) || json_number_value(eps) < 0.99e-5 ||
+                           json_number_value(eps) > 1.01e-5))
         rc = pr_fail(err, "%s: layer_norm_epsilon is not 1e-5 (pacic's)", path);
-    if (rc == 0 && tie && tie->kind != JSON_BOOL)
+    if (rc == 0 && tie && !json_is_boolean(tie))
         rc = pr_fail(err, "%s: tie_word_embeddings is not true or false", path);
     cfg->present = 1;
-    cfg->tied = tie ? tie->boolean : 1;
-    json_free(&config);
+    cfg->tied = tie ? json_is_true(tie) : 1;
+    json_decref(config);
     return rc;
 }
 
@@ -917,26 +615,27 @@ static int read_safetensors(const pr_program *prog, const char *path, const hf_c
         close(fd);
         return pr_fail(err, "%s: cannot read the %llu-byte header", path, (unsigned long long)header_len);
     }
-    json root;
-    int rc = json_parse_object(header, header_len, &root, path, "the header", err);
+    json_t *root = load_object(header, header_len, path, "the header", err);
     free(header);
-    if (rc != 0) {
+    if (!root) {
         close(fd);
-        return rc;
+        return -1;
     }
     int64_t data_start = 8 + (int64_t)header_len, data_bytes = size - data_start;
-    st_entry *entries = calloc((size_t)root.n + 1, sizeof *entries);
+    st_entry *entries = pr_alloc((json_object_size(root) + 1) * sizeof *entries);
     int32_t n = 0;
-    for (int32_t i = 0; rc == 0 && i < root.n; i++) {
-        if (strcmp(root.keys[i], "__metadata__") == 0 || is_mask_buffer(root.keys[i]))
+    int rc = 0;
+    const char *name;
+    json_t *value;
+    json_object_foreach(root, name, value) { // in the file's order: the first bad entry is reported
+        if (strcmp(name, "__metadata__") == 0 || is_mask_buffer(name))
             continue;
-        rc = read_entry(path, root.keys[i], &root.items[i], data_bytes, &entries[n++], err);
+        rc = read_entry(path, name, value, data_bytes, &entries[n++], err);
+        if (rc != 0)
+            break;
     }
     if (rc == 0)
         qsort(entries, (size_t)n, sizeof *entries, entry_order);
-    for (int32_t i = 1; rc == 0 && i < n; i++)
-        if (strcmp(entries[i - 1].name, entries[i].name) == 0)
-            rc = pr_fail(err, "%s: tensor '%s' appears twice", path, entries[i].name);
 
     // Names under "transformer." (GPT2LMHeadModel) or without it (GPT2Model, the hub's gpt2).
     const char *prefix = "transformer.";
@@ -1006,7 +705,7 @@ static int read_safetensors(const pr_program *prog, const char *path, const hf_c
     free(buffer);
     free(ts);
     free(entries);
-    json_free(&root);
+    json_decref(root);
     close(fd);
     return rc;
 }

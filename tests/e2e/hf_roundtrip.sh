@@ -104,8 +104,12 @@ one_line "truncated" "truncated\.safetensors: tensor '$last': data_offsets .* li
 one_line "header length past the end" "header_past_end\.safetensors: header length [0-9]+ runs past the end" \
     init "$bad/header_past_end.safetensors"
 one_line "5 bytes" "short\.safetensors: 5 bytes: too short" init "$bad/short.safetensors"
-one_line "bad JSON" "bad_json\.safetensors: the header is not valid JSON: .* \(in 'transformer\.wte\.weight'\)" \
+one_line "bad JSON" "bad_json\.safetensors: the header is not valid JSON: ':' expected near ';' at line 1, column [0-9]+$" \
     init "$bad/bad_json.safetensors"
+one_line "a tensor twice" "repeated\.safetensors: the header holds the key 'transformer\.wpe\.weight' twice" \
+    init "$bad/repeated.safetensors"
+one_line "a quoted name twice" "repeated_quoted\.safetensors: the header holds the key 'a \"quoted\\\\\" name' twice" \
+    init "$bad/repeated_quoted.safetensors"
 one_line "wrong shape" "wrong_shape\.safetensors: tensor 'transformer\.wpe\.weight': shape \[32, 16\], the program needs \[16, 32\]" \
     init "$bad/wrong_shape.safetensors"
 one_line "missing tensor" "missing\.safetensors: tensor 'transformer\.h\.1\.ln_2\.bias' is missing" \

@@ -208,6 +208,18 @@ def write_hostile(good, out, args):
     save("short", raw=blob[:5])
     text = blob[8:8 + n].replace(b'"shape"', b'"shape";', 1)
     save("bad_json", raw=struct.pack("<Q", len(text)) + text + data)
+
+    def repeated(kind, first, again):
+        # A key given twice, the second time as written: JSON readers differ on which one wins.
+        text = blob[8:8 + n].rstrip(b" ")
+        entry = json.dumps(header["transformer.wpe.weight"]).encode()
+        if first is not None:
+            text = text[:-1] + b", " + json.dumps(first).encode() + b": " + entry + b"}"
+        text = text[:-1] + b", " + again + b": " + entry + b"}"
+        save(kind, raw=struct.pack("<Q", len(text)) + text + data)
+
+    repeated("repeated", None, b'"transformer.wpe\\u002eweight"')
+    repeated("repeated_quoted", 'a "quoted\\" name', b'"a \\"quoted\\\\\\" name"')
     save("wrong_shape", changed(lambda h: h["transformer.wpe.weight"].update(
         shape=h["transformer.wpe.weight"]["shape"][::-1])))
     save("missing", changed(lambda h: h.pop("transformer.h.1.ln_2.bias")))
