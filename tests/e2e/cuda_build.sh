@@ -56,7 +56,7 @@ echo "run links the CUDA layer; --device cpu trains 20 steps"
 nm "$work/gpu/run" | grep -q " U ncclSend" && fail "run links NCCL directly (it must dlopen it)"
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -Iruntime -I"${CUDA_HOME:-/usr/local/cuda}/include" tests/e2e/nccl_load.c \
     build/lib/pacic/libpacirt_cuda.a build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) \
-    -lopenblas -lpthread -lm -o "$work/nccl_load" || fail "nccl_load does not build against libpacirt_cuda.a"
+    -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load" || fail "nccl_load does not build against libpacirt_cuda.a"
 set +e
 missing=$("$work/nccl_load" libnccl-absent.so.2)
 status=$?

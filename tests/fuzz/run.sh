@@ -49,11 +49,11 @@ build() {
             "${compiler_src[@]}" -lm -o "$out/fuzz_compile" ;;
     tokens)
         clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${runtime_src[@]}" \
-            -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
+            -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
     checkpoint|safetensors)
         # The toy model runs over the compiler's own schedule tables (tests/unit/toy_model.h).
         clang "${flags[@]}" -Iruntime -Icompiler -I"$out/gen" -Itests/unit "tests/fuzz/fuzz_$name.c" \
-            "${runtime_src[@]}" "${compiler_src[@]}" -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
+            "${runtime_src[@]}" "${compiler_src[@]}" -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
     *)
         echo "run.sh: unknown harness '$name' (frontend, compile, tokens, checkpoint, safetensors)" >&2
         exit 2 ;;

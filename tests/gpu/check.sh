@@ -93,6 +93,7 @@ missing() {
     for tool in cc make flex bison; do command -v "$tool" > /dev/null || what+=("$tool"); done
     [ "$emulate" != 1 ] || command -v g++ > /dev/null || command -v clang++ > /dev/null || what+=("g++")
     echo '#include <cblas.h>' | cc -E - > /dev/null 2>&1 || what+=("cblas.h")
+    echo '#include <jansson.h>' | cc -E - > /dev/null 2>&1 || what+=("jansson.h")
     echo "${what[*]}"
 }
 preflight() {
