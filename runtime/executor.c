@@ -244,8 +244,14 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         }
     }
     run->step_loss = pr_alloc((size_t)tab->total_steps * sizeof(double));
-    pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
-    pthread_mutex_init(&run->stats_mu, NULL);
+    // Refused (the system is out of them or of memory), the run ends with the reason.
+    int rc = pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
+    if (rc != 0)
+        return pr_fail(err, "cannot create the stages' barrier: %s", strerror(rc));
+    run->barrier_made = 1;
+    if ((rc = pthread_mutex_init(&run->stats_mu, NULL)) != 0)
+        return pr_fail(err, "cannot create the stages' statistics lock: %s", strerror(rc));
+    run->stats_mu_made = 1;
     run->start_time = pr_now();
     run->stop_at = PR_NO_STOP;
     // One process: links between stages on different GPUs go native where the device has a
@@ -291,8 +297,10 @@ void pr_run_free(pr_run *run)
     pr_tokens_free(&run->val);
     free(run->step_loss);
     free(run->probs_host);
-    pthread_barrier_destroy(&run->barrier);
-    pthread_mutex_destroy(&run->stats_mu);
+    if (run->barrier_made)
+        pthread_barrier_destroy(&run->barrier);
+    if (run->stats_mu_made)
+        pthread_mutex_destroy(&run->stats_mu);
     memset(run, 0, sizeof *run);
 }
 
@@ -791,8 +799,14 @@ void pr_run_segment(pr_run *run, int32_t seg)
         if (pthread_create(&threads[s], NULL, stage_thread, &jobs[s]) != 0)
             pr_internal("cannot start the thread of stage %d", s);
     }
-    for (int s = first; s <= last; s++)
-        pthread_join(threads[s], NULL);
+    for (int s = first; s <= last; s++) {
+        int rc = pthread_join(threads[s], NULL);
+        if (rc != 0) { // the stages' state is unknown: no checkpoint can be trusted, stop here
+            fflush(stdout);
+            fprintf(stderr, "run: error: cannot join the thread of stage %d: %s\n", s, strerror(rc));
+            exit(1);
+        }
+    }
     const paci_program *pg = paci_segment_program(run->tab, seg);
     int64_t end = (int64_t)seg * run->tab->segment_steps + pg->steps;
     int64_t expected = run->stage[first].cut_stop < end ? run->stage[first].cut_stop : end;

@@ -303,6 +303,7 @@ typedef struct pr_run {
     float *probs_host;                /* pr_forward_all's result on a device without host memory */
     pthread_barrier_t barrier;
     pthread_mutex_t stats_mu;
+    uint8_t barrier_made, stats_mu_made; /* made by pr_run_init, so pr_run_free may destroy them */
     double start_time, train_time;    /* train_time: seconds inside segments, this process */
     int64_t steps_this_process;
     /* called by the last stage after each step (logging); may be NULL */
