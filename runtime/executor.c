@@ -243,9 +243,22 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             run->act[s].timeout = run->grad[s].timeout = run->opt.peer_timeout;
         }
     }
-    run->step_loss = pr_alloc((size_t)tab->total_steps * sizeof(double));
-    pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
-    pthread_mutex_init(&run->stats_mu, NULL);
+    // The last stage holds a forwarded micro-batch in a slot until its backward, and a step's
+    // update comes after its micro-batches' backwards and before the next step's (one gradient
+    // buffer): at most slots + 1 steps have losses not yet taken, whatever the step count.
+    run->step_loss_len = (int64_t)tab->slots[run->p - 1] + 1;
+    run->step_loss = pr_alloc((size_t)run->step_loss_len * sizeof(double));
+    run->step_loss_step = pr_alloc((size_t)run->step_loss_len * sizeof(int64_t));
+    for (int64_t i = 0; i < run->step_loss_len; i++)
+        run->step_loss_step[i] = -1;
+    // Refused (the system is out of them or of memory), the run ends with the reason.
+    int rc = pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
+    if (rc != 0)
+        return pr_fail(err, "cannot create the stages' barrier: %s", strerror(rc));
+    run->barrier_made = 1;
+    if ((rc = pthread_mutex_init(&run->stats_mu, NULL)) != 0)
+        return pr_fail(err, "cannot create the stages' statistics lock: %s", strerror(rc));
+    run->stats_mu_made = 1;
     run->start_time = pr_now();
     run->stop_at = PR_NO_STOP;
     // One process: links between stages on different GPUs go native where the device has a
@@ -290,9 +303,12 @@ void pr_run_free(pr_run *run)
     pr_tokens_free(&run->train);
     pr_tokens_free(&run->val);
     free(run->step_loss);
+    free(run->step_loss_step);
     free(run->probs_host);
-    pthread_barrier_destroy(&run->barrier);
-    pthread_mutex_destroy(&run->stats_mu);
+    if (run->barrier_made)
+        pthread_barrier_destroy(&run->barrier);
+    if (run->stats_mu_made)
+        pthread_mutex_destroy(&run->stats_mu);
     memset(run, 0, sizeof *run);
 }
 
@@ -384,6 +400,29 @@ static void stash_live_weights(pr_run *run, pr_stage_rt *st, int aux)
         run->dev->copy(st->index, st->stash_h + (size_t)(aux - 1) * n, st->params_h, n * sizeof(pr_bf16));
 }
 
+/* The last stage adds a micro-batch's mean loss to its step's entry of the ring; an entry
+ * is reused once the update of the step it held has taken its loss. */
+static void add_step_loss(pr_run *run, const pr_stage_rt *st, int64_t step, double loss)
+{
+    int64_t i = step % run->step_loss_len;
+    if (run->step_loss_step[i] != step) {
+        if (run->step_loss_step[i] >= st->t)
+            pr_internal("stage %d: the loss of step %lld would overwrite step %lld's before its "
+                        "update (%lld entries)", st->index, (long long)step + 1,
+                        (long long)run->step_loss_step[i] + 1, (long long)run->step_loss_len);
+        run->step_loss_step[i] = step;
+        run->step_loss[i] = 0.0;
+    }
+    run->step_loss[i] += loss;
+}
+
+/* Step `step`'s loss sum, taken by the last stage at its update (0 if nothing was added). */
+static double step_loss_of(const pr_run *run, int64_t step)
+{
+    int64_t i = step % run->step_loss_len;
+    return run->step_loss_step[i] == step ? run->step_loss[i] : 0.0;
+}
+
 /* A non-finite loss (read by the last stage) or gradient is caught at the optimizer step
  * of the step it appears in, before any weight changes: one line names the step, the stage
  * and the tensor. on_nan stop ends the process there, so no checkpoint after the fault is
@@ -395,7 +434,7 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st)
     const pr_stage_code *sc = st->code;
     const double *sums = st->tensor_sumsq[st->t & 1];
     char what[160] = "";
-    double loss = run->step_loss[st->t];
+    double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
     if (sc->has_head && !isfinite(loss))
         snprintf(what, sizeof what, "the loss is not finite (%g)", loss);
     for (int i = 0; i < sc->n_tensors && !what[0]; i++)
@@ -440,7 +479,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
         st->t++;
         if (sc->has_head && run->on_step)
-            run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, pr_lr(prog, st->t), norm);
+            run->on_step(run, st->t, step_loss_of(run, st->t - 1) / (double)run->K, pr_lr(prog, st->t), norm);
         return;
     }
     double lr = pr_lr(prog, st->t + 1);
@@ -449,7 +488,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
     if (sc->has_head && run->on_step)
-        run->on_step(run, st->t, run->step_loss[st->t - 1] / (double)run->K, lr, norm);
+        run->on_step(run, st->t, step_loss_of(run, st->t - 1) / (double)run->K, lr, norm);
 }
 
 static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end,
@@ -675,7 +714,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
             double sum = 0.0;
             for (int64_t i = 0; i < BT; i++)
                 sum += losses[i];
-            run->step_loss[mb / run->K] += sum / (double)BT;
+            add_step_loss(run, st, mb / run->K, sum / (double)BT);
         }
         break;
     }
@@ -745,6 +784,33 @@ static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n,
     }
 }
 
+/* The optimizer steps in one repetition of a stage's body. */
+static int64_t body_steps(const paci_table *tab, const paci_stage_program *sp)
+{
+    int64_t steps = 0;
+    for (int32_t i = sp->body; i < sp->body + sp->n_body; i++)
+        steps += tab->instrs[i].op == PACI_OP_STEP;
+    return steps;
+}
+
+/* Whether keep() would drop every instruction of body repetitions rep.. with no effect but
+ * counting their steps: the cut is known, this stage has met its last kept step, and rep's
+ * micro-batches (they grow with rep) all lie past the first cut one, whose activation
+ * carries the stop mark. A run cut far before a long segment's end then skips the rest in
+ * one go instead of walking it repetition by repetition. */
+static int rest_of_body_cut(const pr_run *run, const pr_stage_rt *st, const paci_stage_program *sp,
+                            int64_t first_mb, int32_t rep)
+{
+    if (st->cut_stop == PR_NO_STOP || st->steps_met < st->cut_stop || st->steps_met < st->cut_from)
+        return 0;
+    for (int32_t i = sp->body; i < sp->body + sp->n_body; i++) {
+        paci_instr in = paci_body_instr(run->tab, st->index, run->tab->instrs[i], rep);
+        if (in.op != PACI_OP_STEP && first_mb + in.mb <= st->cut_stop * run->K)
+            return 0;
+    }
+    return 1;
+}
+
 typedef struct stage_job {
     pr_run *run;
     int stage;
@@ -770,8 +836,13 @@ static void *stage_thread(void *arg)
     if (run->opt.profile_out && timer)
         *timer = run->dev->op_timer;
     execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1, end);
-    for (int32_t r = 0; r < pg->body_reps; r++)
+    for (int32_t r = 0; r < pg->body_reps; r++) {
+        if (rest_of_body_cut(run, st, sp, first_mb, r)) {
+            st->steps_met += (int64_t)(pg->body_reps - r) * body_steps(run->tab, sp);
+            break;
+        }
         execute_list(run, st, sp->body, sp->n_body, first_mb, r, end);
+    }
     execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
     if (timer)
         *timer = NULL;
@@ -791,8 +862,14 @@ void pr_run_segment(pr_run *run, int32_t seg)
         if (pthread_create(&threads[s], NULL, stage_thread, &jobs[s]) != 0)
             pr_internal("cannot start the thread of stage %d", s);
     }
-    for (int s = first; s <= last; s++)
-        pthread_join(threads[s], NULL);
+    for (int s = first; s <= last; s++) {
+        int rc = pthread_join(threads[s], NULL);
+        if (rc != 0) { // the stages' state is unknown: no checkpoint can be trusted, stop here
+            fflush(stdout);
+            fprintf(stderr, "run: error: cannot join the thread of stage %d: %s\n", s, strerror(rc));
+            exit(1);
+        }
+    }
     const paci_program *pg = paci_segment_program(run->tab, seg);
     int64_t end = (int64_t)seg * run->tab->segment_steps + pg->steps;
     int64_t expected = run->stage[first].cut_stop < end ? run->stage[first].cut_stop : end;

@@ -299,10 +299,16 @@ typedef struct pr_run {
     const pr_link_ops *links;         /* set once the native transport carries a link */
     pr_tokens train, val;
     int64_t step;                     /* optimizer steps done (all stages, at a drain) */
-    double *step_loss;                /* per global step: sum of its micro-batch mean losses */
+    /* The last stage's loss per global step (the sum of its micro-batch mean losses), from
+     * the step's first forward there to its update: a ring of step_loss_len entries, entry
+     * i holding step step_loss_step[i] (executor.c, add_step_loss). */
+    double *step_loss;
+    int64_t *step_loss_step;
+    int64_t step_loss_len;
     float *probs_host;                /* pr_forward_all's result on a device without host memory */
     pthread_barrier_t barrier;
     pthread_mutex_t stats_mu;
+    uint8_t barrier_made, stats_mu_made; /* made by pr_run_init, so pr_run_free may destroy them */
     double start_time, train_time;    /* train_time: seconds inside segments, this process */
     int64_t steps_this_process;
     /* called by the last stage after each step (logging); may be NULL */

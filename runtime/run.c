@@ -226,7 +226,8 @@ static double mean_cpu(const pr_stage_rt *st, int op)
     return st->ops[op] ? st->cpu[op] / (double)st->ops[op] : 0.0;
 }
 
-/* An op's description as the profile quotes it: no quote, backslash or control character. */
+/* A string as the profile quotes it (an op's description, the source path): no quote,
+ * backslash or control character, so a newline in a folder name cannot end a comment line. */
 static void write_quoted(FILE *f, const char *text)
 {
     fputc('"', f);
@@ -243,8 +244,10 @@ static int write_profile(const pr_run *run, const char *path, char *err)
     FILE *f = fopen(path, "w");
     if (!f)
         return pr_fail(err, "%s: cannot write profile: %s", path, strerror(errno));
-    fprintf(f, "# measured by run (%s) on the %s over %lld steps\n", run->prog->source,
-            run->dev->host_memory ? "CPU" : "GPU", (long long)run->steps_this_process);
+    fputs("# measured by run (", f);
+    write_quoted(f, run->prog->source);
+    fprintf(f, ") on the %s over %lld steps\n", run->dev->host_memory ? "CPU" : "GPU",
+            (long long)run->steps_this_process);
     fprintf(f, "version 2\n");
     fprintf(f, "# stage S fwd F bwd B step P: mean thread CPU seconds per instruction\n");
     for (int s = 0; s < run->p; s++) {

@@ -4,7 +4,8 @@
 # literals). Each holds "*/", "/*", a quote, a backslash, a newline and the trigraph "??="
 # (the generated C is compiled with -std=c11, where trigraphs are live). pacic must build
 # `run` (through NVRTC too where it loads), `run` must train from and checkpoint into those
-# exact paths, and the literals must read back as the strings they stand for.
+# exact paths, the literals must read back as the strings they stand for, and the profile that
+# names the path (run --profile-out) must read back through pacic --profile.
 source tests/e2e/lib.sh
 export PACIC_CACHE=off # NVRTC compiles the unit every time instead of finding it cached
 
@@ -28,9 +29,15 @@ DSL
 
 out=$("$pacic" "$dir/m.paci" -o "$dir/run" --keep "$work/gen" 2>&1) ||
     fail "pacic cannot build a file under a folder named '$dir': $(head -3 <<<"$out")"
-(cd "$dir" && ./run --quiet) || fail "run under '$dir' failed"
+(cd "$dir" && ./run --quiet --profile-out profile.txt) || fail "run under '$dir' failed"
 [ -f "$dir/$ckpt/step_00000002/model.bin" ] || fail "no checkpoint in the folder named '$ckpt'"
 echo "built, trained and checkpointed under the odd folder names"
+
+# The profile's first comment names the source path; a newline there must not break the
+# file that pacic --profile reads back.
+out=$("$pacic" "$dir/m.paci" --profile "$dir/profile.txt" --explain 2>&1 >/dev/null) ||
+    fail "pacic --profile cannot read the profile run wrote under the odd folder: $(head -3 <<<"$out")"
+echo "pacic --profile reads back the profile written there"
 
 if [ -f "$work/gen/cuda_images.c" ]; then
     echo "NVRTC compiled stages.cu, whose banner names the path"
