@@ -623,9 +623,13 @@ int pr_stop_signal(void)
 static void accept_stop(const pr_run *run, pr_stage_rt *st, int64_t mb, int64_t mark)
 {
     int64_t stop = STOP_MARK(0) - mark;
+    // The link's transport is named: an early mark seen once in the fake stack's dry run
+    // could not be told apart (host channel or NCCL) from the message alone.
     if (stop * run->K != mb)
-        pr_internal("stage %d: a stop after step %lld arrived in place of micro-batch %lld",
-                    st->index, (long long)stop, (long long)mb);
+        pr_internal("stage %d: a stop after step %lld arrived in place of micro-batch %lld "
+                    "(over the %s link from stage %d)", st->index, (long long)stop, (long long)mb,
+                    run->native[PR_LINK_ACT][st->index - 1] && run->links ? run->links->name
+                    : run->act[st->index - 1].fd >= 0 ? "TCP" : "host channel", st->index - 1);
     st->cut_stop = stop;
 }
 

@@ -9,7 +9,7 @@
  * rank comes first and unlinked once both ranks have mapped it (or when a lone rank leaves).
  * A segment holds one channel per direction: a message header and a 1 MiB staging buffer
  * through which the message moves in chunks. A broken rule ends the process with a message
- * that starts "fake nccl:".
+ * that starts "fake nccl:". FAKE_NCCL_RECV_DELAY_US=N delays every receive (run_batch).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -341,12 +341,37 @@ static int step(p2p *p, int *moved)
     return 1;
 }
 
+/* FAKE_NCCL_RECV_DELAY_US: microseconds a batch holding a receive waits before it starts, so
+ * every send waits long for its receive and a sender that rewrites a buffer an unfinished send
+ * still reads is caught (the receiver gets the new bytes). 0, the default: no wait. */
+static long recv_delay_us(void)
+{
+    static atomic_long delay = -1;
+    long d = atomic_load(&delay);
+    if (d < 0) {
+        const char *v = getenv("FAKE_NCCL_RECV_DELAY_US");
+        char *end = NULL;
+        d = v && *v ? strtol(v, &end, 10) : 0;
+        if (v && *v && (*end || d < 0 || d > 10000000))
+            die("FAKE_NCCL_RECV_DELAY_US=%s: want an integer in 0..10000000", v);
+        atomic_store(&delay, d);
+    }
+    return d;
+}
+
 /* The stream worker's part: progresses all of a batch's ops together, so a send waiting for
  * its receive never holds up a receive in the same group. */
 static void run_batch(void *arg)
 {
     batch *b = arg;
     int left = b->n;
+    long delay = recv_delay_us();
+    for (int i = 0; i < b->n && delay > 0; i++)
+        if (!b->op[i].send) {
+            struct timespec late = {delay / 1000000, delay % 1000000 * 1000};
+            nanosleep(&late, NULL);
+            break;
+        }
     while (left > 0) {
         int moved = 0;
         for (int i = 0; i < b->n; i++) {

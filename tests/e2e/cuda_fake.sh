@@ -11,7 +11,8 @@
 #   - bf16 (products read bf16 copies): GELU in cuBLASLt's epilogues or apart; two stages
 #     under 1F1B as one; PipeDream (stashed weights), against the CPU to bf16's tolerance;
 #   - two stages on one GPU (host channels between them);
-#   - three stages on three GPUs in one process (NCCL between every pair);
+#   - three stages on three GPUs in one process (NCCL between every pair), and stopped early
+#     (--steps 2, the stop mark over NCCL) with every receive late (FAKE_NCCL_RECV_DELAY_US);
 #   - two processes, one stage and one GPU each (torchrun-style variables; NCCL across
 #     processes, the ids through the TCP bootstrap), and again under mpirun when run has MPI
 #     (the ids through MPI).
@@ -132,6 +133,16 @@ sends=$(calls three cuda ncclSend)
 # The memory check's context is kept for the stage, not destroyed and made again.
 [ "$(calls three cuda 'context created')" = 3 ] || fail "three: $(calls three cuda 'context created') contexts made for 3 GPUs"
 echo "three: $sends NCCL sends, one context per GPU"
+# An early stop (--steps 2) travels as a stop mark in the micro-batch word of a sender's ring
+# slot. With every NCCL receive 200 ms late (FAKE_NCCL_RECV_DELAY_US) each send stays
+# unfinished while its sender computes on: a sender that rewrote a slot before the slot's
+# previous send completed would deliver a wrong micro-batch number (as "stage S: a stop after
+# step 2 arrived in place of micro-batch 3", seen once in the GPU check's dry run). The delay
+# only slows a correct run.
+FAKE_CUDA_JITTER_US=300 FAKE_NCCL_RECV_DELAY_US=200000 on three stop 3 --device cuda --steps 2 --no-checkpoint ||
+    fail "three: --steps 2 with late NCCL receives"
+[ "$(grep -c '"loss"' "$work/three/stop/metrics.jsonl")" = 2 ] || fail "three: --steps 2 logged no 2 steps"
+echo "three: stopped after step 2 with every NCCL receive 200 ms late"
 
 # Two processes, one stage each, on two GPUs (the local rank picks the GPU).
 case_model ranks 2 1f1b flash
