@@ -50,13 +50,7 @@ static void write_seed(const char *out)
     }
     size_t model_size, state_size;
     uint8_t *model = read_bytes(model_path, &model_size), *state = read_bytes(state_path, &state_size);
-    FILE *f = fopen(out, "wb");
-    uint8_t len[4] = {(uint8_t)model_size, (uint8_t)(model_size >> 8), (uint8_t)(model_size >> 16),
-                      (uint8_t)(model_size >> 24)};
-    fwrite(len, 1, 4, f);
-    fwrite(model, 1, model_size, f);
-    fwrite(state, 1, state_size, f);
-    fclose(f);
+    write_two_parts(out, model, model_size, state, state_size);
     free(model);
     free(state);
     exit(0);

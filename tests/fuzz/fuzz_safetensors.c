@@ -49,13 +49,7 @@ static void write_seed(const char *out)
     }
     size_t config_size, model_size;
     uint8_t *config = read_bytes(config_path, &config_size), *model = read_bytes(model_path, &model_size);
-    FILE *f = fopen(out, "wb");
-    uint8_t len[4] = {(uint8_t)config_size, (uint8_t)(config_size >> 8), (uint8_t)(config_size >> 16),
-                      (uint8_t)(config_size >> 24)};
-    fwrite(len, 1, 4, f);
-    fwrite(config, 1, config_size, f);
-    fwrite(model, 1, model_size, f);
-    fclose(f);
+    write_two_parts(out, config, config_size, model, model_size);
     free(config);
     free(model);
     exit(0);

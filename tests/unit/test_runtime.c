@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "toy_model.h"
+#include "wait_for.h"
 
 static char token_path[] = "/tmp/pacirt_test_XXXXXX";
 
@@ -26,19 +27,6 @@ static void *send_three(void *arg)
         __atomic_store_n(&s->sent, i + 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
-}
-
-/* Waits until *counter reaches want; 0 if it has not after 60 s (a hang guard, far beyond
- * any machine's speed: the verdicts are the callers', never this wait's length). */
-static int wait_for_count(const int *counter, int want)
-{
-    double give_up = pr_now() + 60;
-    while (__atomic_load_n(counter, __ATOMIC_SEQ_CST) < want) {
-        if (pr_now() > give_up)
-            return 0;
-        usleep(1000);
-    }
-    return 1;
 }
 
 static void test_channel_fifo_and_capacity(void **state)

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "toy_model.h"
+#include "wait_for.h"
 
 static void test_inprocess_waits_end_at_the_timeout(void **state)
 {
@@ -43,19 +44,6 @@ static void *send_three(void *arg)
         __atomic_store_n(&s->sent, i + 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
-}
-
-/* Waits until *counter reaches want; 0 if it has not after 60 s (a hang guard, far beyond
- * any machine's speed: the verdicts are the callers', never this wait's length). */
-static int wait_for_count(const int *counter, int want)
-{
-    double give_up = pr_now() + 60;
-    while (__atomic_load_n(counter, __ATOMIC_SEQ_CST) < want) {
-        if (pr_now() > give_up)
-            return 0;
-        usleep(1000);
-    }
-    return 1;
 }
 
 static void test_socket_link_keeps_order_and_capacity(void **state)
