@@ -155,6 +155,19 @@ static int copy_file(const char *from, const char *to, char *err)
     return rc;
 }
 
+/* Whether DIR/NAME holds both files of a checkpoint: one without them (a folder left by hand,
+ * say) has nothing to keep while it is replaced. */
+static int complete(const char *dir, const char *name)
+{
+    char path[4096 + 300];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s/model.bin", dir, name);
+    if (stat(path, &st) != 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/%s/state.bin", dir, name);
+    return stat(path, &st) == 0;
+}
+
 /* Gives the checkpoint DIR/NAME a second name, DIR/NAME.old, and points `latest` there, so
  * that NAME can be replaced while `latest` names a complete checkpoint all along. */
 static int park(const char *dir, const char *name, char *err)
@@ -270,7 +283,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     read_latest(ckpt_dir, previous, sizeof previous);
     struct stat st;
     if (stat(final, &st) == 0) { // a checkpoint of the same step from an earlier run
-        if (strcmp(previous, name) == 0 && park(ckpt_dir, name, err) != 0) {
+        if (strcmp(previous, name) == 0 && complete(ckpt_dir, name) && park(ckpt_dir, name, err) != 0) {
             remove_dir(tmp);
             return -1;
         }

@@ -300,6 +300,20 @@ static void test_same_step_saved_again(void **state)
     run.step = 3;
     assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
     assert_int_equal(run.step, 7);
+    // `latest` naming a folder without the files (made by hand): the save replaces it.
+    clean_ckpt();
+    assert_int_equal(mkdir(ckpt, 0755), 0);
+    snprintf(path, sizeof path, "%s/step_00000007", ckpt);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/latest", ckpt);
+    FILE *f = fopen(path, "w");
+    fputs("step_00000007\n", f);
+    fclose(f);
+    if (pr_ckpt_save(&run, ckpt, err) != 0)
+        fail_msg("save over an empty step_00000007: %s", err);
+    run.step = 3;
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
     pr_run_free(&run);
 }
 
