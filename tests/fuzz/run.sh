@@ -38,22 +38,37 @@ for f in compiler/*.c; do
 done
 compiler_src+=("$out/gen/parser.c" "$out/gen/lexer.c")
 
+# obj SOURCE...: the objects of the sources, each compiled once per invocation into
+# $out/obj/ (every harness shares the flags), so harnesses that share sources build faster.
+obj() {
+    local src o
+    for src in "$@"; do
+        o=$out/obj/${src//\//_}.o
+        [ -e "$o" ] || clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" -c "$src" -o "$o"
+        echo "$o"
+    done
+}
+
 build() {
-    local name=$1
+    local name=$1 objects
     case $name in
     frontend)
-        clang "${flags[@]}" -Icompiler -I"$out/gen" tests/fuzz/fuzz_frontend.c "${front_src[@]}" \
+        mapfile -t objects < <(obj "${front_src[@]}")
+        clang "${flags[@]}" -Icompiler -I"$out/gen" tests/fuzz/fuzz_frontend.c "${objects[@]}" \
             -lm -o "$out/fuzz_frontend" ;;
     compile)
+        mapfile -t objects < <(obj "${compiler_src[@]}")
         clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" tests/fuzz/fuzz_compile.c \
-            "${compiler_src[@]}" -lm -o "$out/fuzz_compile" ;;
+            "${objects[@]}" -lm -o "$out/fuzz_compile" ;;
     tokens)
-        clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${runtime_src[@]}" \
+        mapfile -t objects < <(obj "${runtime_src[@]}")
+        clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${objects[@]}" \
             -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
     checkpoint|safetensors)
         # The toy model runs over the compiler's own schedule tables (tests/unit/toy_model.h).
+        mapfile -t objects < <(obj "${runtime_src[@]}" "${compiler_src[@]}")
         clang "${flags[@]}" -Iruntime -Icompiler -I"$out/gen" -Itests/unit "tests/fuzz/fuzz_$name.c" \
-            "${runtime_src[@]}" "${compiler_src[@]}" -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
+            "${objects[@]}" -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
     *)
         echo "run.sh: unknown harness '$name' (frontend, compile, tokens, checkpoint, safetensors)" >&2
         exit 2 ;;
@@ -76,7 +91,8 @@ max_len_of() {
     esac
 }
 
-mkdir -p "$out/gen"
+rm -rf "$out/obj"
+mkdir -p "$out/gen" "$out/obj"
 bison -Wall -Werror --defines="$out/gen/parser.h" -o "$out/gen/parser.c" grammar/parser.y
 flex --header-file="$out/gen/lexer.h" -o "$out/gen/lexer.c" grammar/lexer.l
 for name in $names; do
