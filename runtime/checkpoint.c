@@ -41,38 +41,13 @@ static int write_parts(const char *path, const part *parts, int n, char *err)
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
         return pr_fail(err, "%s: cannot create: %s", path, strerror(errno));
-    for (int i = 0; i < n; i++) {
-        const char *p = parts[i].data;
-        size_t left = parts[i].bytes;
-        while (left > 0) {
-            ssize_t w = write(fd, p, left);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                int saved = errno;
-                close(fd);
-                return pr_fail(err, "%s: write failed: %s", path, strerror(saved));
-            }
-            p += w;
-            left -= (size_t)w;
+    for (int i = 0; i < n; i++)
+        if (pr_write_all(fd, parts[i].data, parts[i].bytes, path, err) != 0) {
+            close(fd);
+            return -1;
         }
-    }
     if (fsync(fd) != 0 || close(fd) != 0)
         return pr_fail(err, "%s: cannot flush to disk: %s", path, strerror(errno));
-    return 0;
-}
-
-/* A folder's entries (a new file, a rename) are on disk when this returns 0. A file system
- * that cannot sync a folder at all says EINVAL: nothing more can be done there. */
-static int fsync_dir(const char *path, char *err)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return pr_fail(err, "%s: cannot open the folder to flush it to disk: %s", path, strerror(errno));
-    int rc = fsync(fd), saved = errno;
-    close(fd);
-    if (rc != 0 && saved != EINVAL)
-        return pr_fail(err, "%s: cannot flush the folder to disk: %s", path, strerror(saved));
     return 0;
 }
 
@@ -121,7 +96,7 @@ static int set_latest(const char *dir, const char *name, char *err)
         return -1;
     if (rename(latest_tmp, latest) != 0)
         return pr_fail(err, "%s: cannot replace: %s", latest, strerror(errno));
-    return fsync_dir(dir, err);
+    return pr_fsync_dir(dir, err);
 }
 
 /* Copies a file to a new one, complete on disk when this returns 0. */
@@ -139,12 +114,7 @@ static int copy_file(const char *from, const char *to, char *err)
     size_t got;
     int rc = 0;
     while (rc == 0 && (got = fread(buffer, 1, sizeof buffer, in)) > 0)
-        for (size_t done = 0; rc == 0 && done < got;) {
-            ssize_t w = write(fd, buffer + done, got - done);
-            if (w < 0 && errno != EINTR)
-                rc = pr_fail(err, "%s: write failed: %s", to, strerror(errno));
-            done += w > 0 ? (size_t)w : 0;
-        }
+        rc = pr_write_all(fd, buffer, got, to, err);
     if (rc == 0 && ferror(in))
         rc = pr_fail(err, "%s: read failed", from);
     if (rc == 0 && fsync(fd) != 0)
@@ -186,7 +156,7 @@ static int park(const char *dir, const char *name, char *err)
         if (link(from, to) != 0)
             rc = copy_file(from, to, err);
     }
-    if (rc == 0 && (fsync_dir(parked, err) != 0 || fsync_dir(dir, err) != 0))
+    if (rc == 0 && (pr_fsync_dir(parked, err) != 0 || pr_fsync_dir(dir, err) != 0))
         rc = -1;
     if (rc != 0) {
         remove_dir(parked);
@@ -275,7 +245,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
         remove_dir(tmp);
         return rc;
     }
-    if (fsync_dir(tmp, err) != 0) {
+    if (pr_fsync_dir(tmp, err) != 0) {
         remove_dir(tmp);
         return -1;
     }
@@ -294,7 +264,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
         remove_dir(tmp);
         return pr_fail(err, "%s: cannot rename checkpoint into place: %s", final, strerror(saved));
     }
-    if (fsync_dir(ckpt_dir, err) != 0 || set_latest(ckpt_dir, name, err) != 0)
+    if (pr_fsync_dir(ckpt_dir, err) != 0 || set_latest(ckpt_dir, name, err) != 0)
         return -1;
 
     // Keep the new checkpoint and the one `latest` named before it; drop older ones.

@@ -177,21 +177,6 @@ static char *dump_json(json_t *value, size_t flags)
     return text;
 }
 
-static int write_all(int fd, const void *data, size_t bytes, const char *path, char *err)
-{
-    const char *p = data;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return pr_fail(err, "%s: write failed: %s", path, strerror(errno));
-        p += w;
-        bytes -= (size_t)w;
-    }
-    return 0;
-}
-
 static int open_new(const char *path, int *fd, char *err)
 {
     *fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
@@ -212,19 +197,6 @@ static int close_synced(int fd, const char *path, char *err)
     return 0;
 }
 
-static int fsync_folder(const char *path, char *err)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0 || fsync(fd) != 0) {
-        int saved = errno;
-        if (fd >= 0)
-            close(fd);
-        return pr_fail(err, "%s: cannot flush the folder to disk: %s", path, strerror(saved));
-    }
-    close(fd);
-    return 0;
-}
-
 static int write_config(const pr_program *prog, const char *path, char *err)
 {
     // pacic trains without dropout.
@@ -240,9 +212,9 @@ static int write_config(const pr_program *prog, const char *path, char *err)
     int fd;
     int rc = open_new(path, &fd, err);
     if (rc == 0) {
-        rc = write_all(fd, config, strlen(config), path, err);
+        rc = pr_write_all(fd, config, strlen(config), path, err);
         if (rc == 0)
-            rc = write_all(fd, "\n", 1, path, err);
+            rc = pr_write_all(fd, "\n", 1, path, err);
         if (rc == 0)
             rc = close_synced(fd, path, err);
         else
@@ -287,12 +259,12 @@ static int write_safetensors(const pr_program *prog, const float *flat, const ch
     int fd;
     int rc = open_new(path, &fd, err);
     if (rc == 0) {
-        rc = write_all(fd, length, 8, path, err);
+        rc = pr_write_all(fd, length, 8, path, err);
         if (rc == 0)
-            rc = write_all(fd, header, header_len, path, err);
+            rc = pr_write_all(fd, header, header_len, path, err);
         for (int32_t i = 0; i < n && rc == 0; i++) {
             convert_layout(&ts[i], flat + ts[i].offset, buffer, 0);
-            rc = write_all(fd, buffer, (size_t)numel(&ts[i]) * 4, path, err);
+            rc = pr_write_all(fd, buffer, (size_t)numel(&ts[i]) * 4, path, err);
         }
         if (rc == 0)
             rc = close_synced(fd, path, err);
@@ -363,14 +335,14 @@ int pr_export_hf(pr_run *run, const char *dir, char *err)
         rc = write_safetensors(run->prog, flat, file, err);
     free(flat);
     if (rc == 0)
-        rc = fsync_folder(tmp, err);
+        rc = pr_fsync_dir(tmp, err);
     if (rc == 0 && rename(tmp, base) != 0)
         rc = pr_fail(err, "%s: cannot rename the export into place: %s", base, strerror(errno));
     if (rc != 0) {
         remove_export(tmp);
         return rc;
     }
-    return fsync_folder(parent, err);
+    return pr_fsync_dir(parent, err);
 }
 
 /* ---- import ------------------------------------------------------------------------- */

@@ -22,6 +22,11 @@ int pr_fail(char *err, const char *fmt, ...) PR_PRINTF_LIKE(2, 3);
 /* A bug in the runtime or the generated code: prints and exits 2. */
 __attribute__((noreturn)) void pr_internal(const char *fmt, ...) PR_PRINTF_LIKE(1, 2);
 void *pr_alloc(size_t bytes);  /* zeroed, 64-byte aligned; exits on out of memory */
+/* All of data to fd (retrying short writes and EINTR); a failure names path. */
+int pr_write_all(int fd, const void *data, size_t bytes, const char *path, char *err);
+/* A folder's entries (new files, renames) on disk; a file system that cannot sync folders
+ * (EINVAL) is not an error. */
+int pr_fsync_dir(const char *path, char *err);
 double pr_now(void);           /* monotonic seconds */
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 

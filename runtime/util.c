@@ -1,9 +1,12 @@
 /* util.c: the runtime's error messages, aligned memory, clock and random numbers. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "prt.h"
 
@@ -75,4 +78,31 @@ double pr_rng_normal(pr_rng *r)
     if (u1 < 1e-300)
         u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+int pr_write_all(int fd, const void *data, size_t bytes, const char *path, char *err)
+{
+    const char *p = data;
+    while (bytes > 0) {
+        ssize_t w = write(fd, p, bytes);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return pr_fail(err, "%s: write failed: %s", path, strerror(errno));
+        p += w;
+        bytes -= (size_t)w;
+    }
+    return 0;
+}
+
+int pr_fsync_dir(const char *path, char *err)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return pr_fail(err, "%s: cannot open the folder to flush it to disk: %s", path, strerror(errno));
+    int rc = fsync(fd), saved = errno;
+    close(fd);
+    if (rc != 0 && saved != EINVAL)
+        return pr_fail(err, "%s: cannot flush the folder to disk: %s", path, strerror(saved));
+    return 0;
 }
