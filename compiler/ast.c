@@ -163,10 +163,16 @@ static void dump_indent(FILE *out, int depth)
         fputs("  ", out);
 }
 
-static void dump_position(FILE *out, const Source *src, Span span)
+/* The tree dump's source, and a cursor that finds each node's line in one pass. */
+typedef struct {
+    const Source *src;
+    LineCursor cursor;
+} TreeDump;
+
+static void dump_position(FILE *out, TreeDump *dump, Span span)
 {
     int line, col;
-    diag_line_col(src, span.begin, &line, &col);
+    line_cursor_find(&dump->cursor, dump->src, span.begin, &line, &col);
     fprintf(out, "%d:%d", line, col);
 }
 
@@ -185,10 +191,10 @@ static void dump_quoted(FILE *out, const char *s)
     fputc('"', out);
 }
 
-static void dump_value(FILE *out, const Source *src, const Value *v, int depth)
+static void dump_value(FILE *out, TreeDump *dump, const Value *v, int depth)
 {
     dump_indent(out, depth);
-    dump_position(out, src, v->span);
+    dump_position(out, dump, v->span);
     fprintf(out, " %s ", value_kind_names[v->kind]);
     switch (v->kind) {
     case VAL_NUMBER:
@@ -207,27 +213,27 @@ static void dump_value(FILE *out, const Source *src, const Value *v, int depth)
     case VAL_LIST:
         fprintf(out, "(%d items)\n", v->n_items);
         for (int i = 0; i < v->n_items; i++)
-            dump_value(out, src, v->items[i], depth + 1);
+            dump_value(out, dump, v->items[i], depth + 1);
         break;
     }
 }
 
-static void dump_block(FILE *out, const Source *src, const Block *b, int depth)
+static void dump_block(FILE *out, TreeDump *dump, const Block *b, int depth)
 {
     for (int i = 0; i < b->n_entries; i++) {
         const Entry *e = b->entries[i];
         dump_indent(out, depth);
-        dump_position(out, src, e->key_span);
+        dump_position(out, dump, e->key_span);
         if (e->block) {
             fprintf(out, " block %s", e->key);
             if (e->block->name)
                 fprintf(out, " name %s", e->block->name);
             fputc('\n', out);
-            dump_block(out, src, e->block, depth + 1);
+            dump_block(out, dump, e->block, depth + 1);
         } else {
             fprintf(out, " entry %s\n", e->key);
             for (int k = 0; k < e->n_values; k++)
-                dump_value(out, src, e->values[k], depth + 1);
+                dump_value(out, dump, e->values[k], depth + 1);
         }
     }
 }
@@ -236,5 +242,6 @@ static void dump_block(FILE *out, const Source *src, const Block *b, int depth)
 void ast_dump(FILE *out, const Source *src, const Ast *ast)
 {
     fprintf(out, "file %s\n", src->path);
-    dump_block(out, src, ast->root, 1);
+    TreeDump dump = {.src = src};
+    dump_block(out, &dump, ast->root, 1);
 }

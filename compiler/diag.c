@@ -67,16 +67,26 @@ static int clamp_offset(const Source *src, int offset)
 /* Lines are counted by '\n'; the column is the byte offset in the line, from 1. */
 void diag_line_col(const Source *src, int offset, int *line, int *col)
 {
+    LineCursor cursor = {0};
+    line_cursor_find(&cursor, src, offset, line, col);
+}
+
+/* Scans on from the last offset asked for, so a caller walking forward (the token and tree
+ * dumps) pays once for the whole text instead of once per position. */
+void line_cursor_find(LineCursor *cursor, const Source *src, int offset, int *line, int *col)
+{
     offset = clamp_offset(src, offset);
-    int l = 1, line_start = 0;
-    for (int i = 0; i < offset; i++) {
+    if (cursor->line == 0 || offset < cursor->offset)
+        *cursor = (LineCursor){.offset = 0, .line = 1, .line_start = 0};
+    for (int i = cursor->offset; i < offset; i++) {
         if (src->text[i] == '\n') {
-            l++;
-            line_start = i + 1;
+            cursor->line++;
+            cursor->line_start = i + 1;
         }
     }
-    *line = l;
-    *col = offset - line_start + 1;
+    cursor->offset = offset;
+    *line = cursor->line;
+    *col = offset - cursor->line_start + 1;
 }
 
 /* UTF-8 continuation bytes take no column of their own on a terminal. */

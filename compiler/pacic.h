@@ -87,6 +87,11 @@ int diag_error_count(void);
 void diag_reset(void);
 /* 1-based line and column of a byte offset. */
 void diag_line_col(const Source *src, int offset, int *line, int *col);
+/* The same for positions asked in rising order; start from a zeroed cursor. */
+typedef struct {
+    int offset, line, line_start;
+} LineCursor;
+void line_cursor_find(LineCursor *cursor, const Source *src, int offset, int *line, int *col);
 /* The closest of `candidates` (NULL-terminated) to `word` within a small edit distance. */
 const char *did_you_mean(const char *word, const char *const *candidates);
 

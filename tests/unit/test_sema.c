@@ -627,6 +627,28 @@ static void test_strings_words_and_comments(void **state)
     free(dump);
 }
 
+/* The cursor must give diag_line_col's answer at every offset, asked forward, backward and
+ * out of range. */
+static void test_line_cursor_matches_line_col(void **state)
+{
+    (void)state;
+    const char *text = "ab\n\ncd\tef\n\xc3\xa9x\n";
+    Source src = {"t.paci", text, strlen(text)};
+    const int offsets[] = {0, 1, 2, 3, 4, 7, 5, 5, 12, 0, 20, -3, 9, 14};
+    LineCursor cursor = {0};
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; i++) {
+        int line, col, want_line, want_col;
+        line_cursor_find(&cursor, &src, offsets[i], &line, &col);
+        diag_line_col(&src, offsets[i], &want_line, &want_col);
+        assert_int_equal(line, want_line);
+        assert_int_equal(col, want_col);
+    }
+    int line, col;
+    line_cursor_find(&cursor, &src, 5, &line, &col);
+    assert_int_equal(line, 3);
+    assert_int_equal(col, 2);
+}
+
 static void test_lex_dump(void **state)
 {
     (void)state;
@@ -761,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_lexical_errors),
         cmocka_unit_test(test_strings_words_and_comments),
         cmocka_unit_test(test_lex_dump),
+        cmocka_unit_test(test_line_cursor_matches_line_col),
         cmocka_unit_test(test_nesting_is_bounded),
         cmocka_unit_test(test_binary_input_stops_early),
         cmocka_unit_test(test_syntax_error_flood_stops),
