@@ -9,7 +9,8 @@
 # and so is an e2e script that is not executable (it would never run).
 # For the sanitizer builds (make sanitize): PACI_BUILD names the build tree (default build),
 # PACI_UNIT and PACI_E2E limit the unit binaries and e2e scripts run (space-separated names
-# without folder or .sh; empty: all), PACI_GOLDEN=0 leaves out the golden files.
+# without folder or .sh; empty: all), PACI_GOLDEN=0 leaves out the golden files, and
+# PACI_JOBS sets how many e2e scripts run at once (default: the number of CPUs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -59,6 +60,38 @@ if [ "${PACI_GOLDEN:-1}" != 0 ]; then
     if [ "$f" != 0 ]; then cat "$log"; else echo "ok   golden ($p)"; fi
 fi
 
+# The e2e scripts run PACI_JOBS at a time (default: one per CPU); each has its own scratch
+# folder and picks its own ports, and none measures time, so only the order of the lines
+# depends on the machine. Results are counted as each script ends.
+jobs=${PACI_JOBS:-$(nproc 2>/dev/null || echo 1)}
+logs=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$logs"' EXIT
+declare -A started_at=() name_of=()
+running=0
+
+# collect PID STATUS: counts the finished script's result and prints its line.
+collect() {
+    local pid=$1 status=$2 name=${name_of[$1]} reason
+    local out=$logs/$name.log
+    if [ "$status" = 0 ]; then
+        pass=$((pass + 1)); echo "ok   e2e/$name ($(( $(date +%s) - started_at[$pid] ))s)"
+    elif [ "$status" = 77 ] && reason=$(sed -n 's/^skipped: //p' "$out" | tail -n 1) && [ -n "$reason" ]; then
+        skipped_test "e2e/$name" "$reason"
+    else
+        [ "$status" = 77 ] && echo "e2e/$name exited 77 (skipped) without a 'skipped: REASON' line"
+        fail=$((fail + 1)); echo "FAIL e2e/$name (exit $status)"; tail -40 "$out"
+    fi
+}
+
+# wait_one: waits for any running script and collects it.
+wait_one() {
+    local pid status
+    wait -n -p pid
+    status=$?
+    collect "$pid" "$status"
+    running=$((running - 1))
+}
+
 for t in "$here"/e2e/*.sh; do
     name=$(basename "$t" .sh)
     [ "$name" != lib ] || continue # sourced by the others
@@ -67,18 +100,12 @@ for t in "$here"/e2e/*.sh; do
         fail=$((fail + 1)); echo "FAIL e2e/$name: not executable (chmod +x), so it never ran"
         continue
     fi
-    start=$(date +%s)
-    (cd "$root" && "$t") >"$log" 2>&1
-    status=$?
-    if [ "$status" = 0 ]; then
-        pass=$((pass + 1)); echo "ok   e2e/$name ($(( $(date +%s) - start ))s)"
-    elif [ "$status" = 77 ] && reason=$(sed -n 's/^skipped: //p' "$log" | tail -n 1) && [ -n "$reason" ]; then
-        skipped_test "e2e/$name" "$reason"
-    else
-        [ "$status" = 77 ] && echo "e2e/$name exited 77 (skipped) without a 'skipped: REASON' line"
-        fail=$((fail + 1)); echo "FAIL e2e/$name (exit $status)"; tail -40 "$log"
-    fi
+    while [ "$running" -ge "$jobs" ]; do wait_one; done
+    (cd "$root" && exec "$t") >"$logs/$name.log" 2>&1 &
+    started_at[$!]=$(date +%s) name_of[$!]=$name
+    running=$((running + 1))
 done
+while [ "$running" -gt 0 ]; do wait_one; done
 
 [ "$skip" = 0 ] || printf 'skipped: %s\n' "${skipped[@]}"
 echo "$pass passed, $fail failed, $skip skipped"

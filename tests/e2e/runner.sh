@@ -61,6 +61,16 @@ has all "7 passed, 4 failed, 4 skipped"
 [ "$(tail -n 1 "$work/all.txt")" = "7 passed, 4 failed, 4 skipped" ] || fail "all: the closing line is not last"
 echo "fake tree: $(tail -n 1 "$work/all.txt")"
 
+# Scripts running at once are each counted once under their own name, whatever order they
+# end in (a slow one holds its slot while the others finish): the same lines as one at a time.
+e2e slow_pass 'sleep 1; echo fine, slowly'
+[ "$(runner serial PACI_JOBS=1)" = 1 ] || fail "serial: run.sh exited 0 with failures"
+[ "$(runner parallel PACI_JOBS=4)" = 1 ] || fail "parallel: run.sh exited 0 with failures"
+has parallel "8 passed, 4 failed, 4 skipped"
+sorted_lines() { sed 's/ ([0-9]*s)$//' "$work/$1.txt" | sort; }
+diff <(sorted_lines serial) <(sorted_lines parallel) >&2 || fail "PACI_JOBS=4 counted other results than PACI_JOBS=1"
+rm "$fake/tests/e2e/slow_pass.sh"
+
 [ "$(runner some PACI_UNIT=none PACI_E2E="pass_one skips part")" = 0 ] || fail "some: skips made run.sh fail"
 has some "skipped: e2e/skips: no widget here: none"
 has some "1 passed, 0 failed, 2 skipped"
