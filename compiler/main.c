@@ -331,7 +331,9 @@ int main(int argc, char **argv)
         FILE *out = open_output(opt.output);
         GpuCosts costs;
         gpu_costs_build(&cfg, &plan, &costs);
-        GpuPrediction predicted = gpu_costs_predict(&cfg, &plan, table, &costs, sim.steps);
+        // --explain's number of steps for both reports, so they print the same prediction
+        GpuPrediction predicted = gpu_costs_predict(&cfg, &plan, table, &costs,
+                                                    cfg.steps < EXPLAIN_SIM_STEPS ? cfg.steps : EXPLAIN_SIM_STEPS);
         if (opt.mode == MODE_EXPLAIN) {
             inspect_explain(out, &cfg, &plan, table, &report, &sim);
             gpu_costs_explain(out, &cfg, &plan, &costs, &predicted);
