@@ -787,6 +787,7 @@ void gpu_costs_emit(FILE *out, const Config *cfg, const GpuCosts *gc, const GpuP
         }
         fprintf(out, "stage %d fwd %.6g bwd %.6g step %.6g\n", s, sc->fwd, sc->bwd, sc->step);
     }
-    fprintf(out, "predicted step_time %.6g tokens_per_s %.6g bubble %.4f mfu %.4f\n", p->step_time, p->tokens_per_s,
-            p->bubble, p->mfu);
+    double tokens_per_step = (double)cfg->global_batch * cfg->context;
+    fprintf(out, "predicted step_time %.6g tokens_per_s %.6g bubble %.4f mfu %.4f model_flops_per_token %.6g\n",
+            p->step_time, p->tokens_per_s, p->bubble, p->mfu, p->model_flops / tokens_per_step);
 }
