@@ -329,11 +329,14 @@ int main(int argc, char **argv)
             shown = cfg.steps;
         simulate(&cfg, table, &cm, shown, &sim);
         FILE *out = open_output(opt.output);
-        GpuCosts costs;
-        gpu_costs_build(&cfg, &plan, &costs);
-        // --explain's number of steps for both reports, so they print the same prediction
-        GpuPrediction predicted = gpu_costs_predict(&cfg, &plan, table, &costs,
-                                                    cfg.steps < EXPLAIN_SIM_STEPS ? cfg.steps : EXPLAIN_SIM_STEPS);
+        GpuCosts costs = {0};
+        GpuPrediction predicted = {0};
+        if (opt.mode == MODE_EXPLAIN || opt.emit == EMIT_COSTS) {
+            gpu_costs_build(&cfg, &plan, &costs);
+            // --explain's number of steps for both reports, so they print the same prediction
+            predicted = gpu_costs_predict(&cfg, &plan, table, &costs,
+                                          cfg.steps < EXPLAIN_SIM_STEPS ? cfg.steps : EXPLAIN_SIM_STEPS);
+        }
         if (opt.mode == MODE_EXPLAIN) {
             inspect_explain(out, &cfg, &plan, table, &report, &sim);
             gpu_costs_explain(out, &cfg, &plan, &costs, &predicted);
