@@ -10,7 +10,8 @@
 #   2. a planted failure in GPT-2 Small's section and a SIGKILL after the next section (as a
 #      device tool's hard limit would kill it): the later section still ran, and its figures
 #      and files are under $OUT, saved as produced, since nothing after a SIGKILL runs;
-#   3. a deadline already passed: every section is recorded as skipped, exit 1, no hang.
+#   3. a deadline already passed: every section is recorded as skipped, exit 1, no hang;
+#   4. a section that hangs: stopped at its budget and recorded as failed.
 # Its work is counted in steps and its limits are hang guards only (see check.sh), so a slow
 # machine takes longer but never fails it: about 100 s of CPU time (330 s of wall time on two
 # cores under a load of 8), most of it building the runs and their fake CUDA stacks; the
@@ -28,8 +29,9 @@ dry_check() {
     local out=$1 log=$2
     shift 2
     set +e
+    # the outer timeout is a hang guard of this test's own (part 4 plants a hang)
     env -u GPU_CHECK_RUN_LIMIT -u GPU_CHECK_DEADLINE -u GPU_CHECK_PLANT_FAIL -u GPU_CHECK_PLANT_KILL_AFTER \
-        GPU_CHECK_EMULATE=1 OUT="$out" "$@" tests/gpu/check.sh > "$log" 2>&1
+        -u GPU_CHECK_PLANT_HANG GPU_CHECK_EMULATE=1 OUT="$out" "$@" timeout -k 10 3600 tests/gpu/check.sh > "$log" 2>&1
     echo $?
     set -e
 }
@@ -144,4 +146,17 @@ status=$(dry_check "$out3" "$work/deadline.txt" GPU_CHECK_DEADLINE=0)
     fail "not every section is recorded as skipped at the deadline"
 grep -qx "GPU check: 0 failure(s), 8 section(s) skipped at the deadline" "$out3/figures.txt" || fail "no summary line"
 [ -f "$out3/gpu_check.tgz" ] || fail "no archive when every section was skipped"
-echo "the GPU check's dry run passed with every figure and file, gated nothing after a planted failure and kept its results through a SIGKILL"
+
+# ---- 4. a hung section is stopped at its budget -------------------------------------------
+# The hang never ends, so this depends on no machine's speed: only the section's timeout
+# (GPU_CHECK_RUN_LIMIT is the dry run's budget per section) can end it; the kill after the
+# build keeps the later sections from running with that small budget.
+out4=$work/out4
+status=$(dry_check "$out4" "$work/hang.txt" GPU_CHECK_RUN_LIMIT=2 GPU_CHECK_PLANT_HANG=build GPU_CHECK_PLANT_KILL_AFTER=build)
+[ "$status" -eq 137 ] || { tail -20 "$work/hang.txt"; fail "with a hung build section, check.sh exited $status, not 137"; }
+grep -qx "FAIL: section build stopped at its budget of 2 s" "$out4/figures.txt" || fail "the hung section was not stopped and recorded"
+# and its child with it (a hung run would hold the GPU): the budget's timeout signals the
+# section's whole process group; a process signalled dies at once, 10 s is for a loaded machine
+for _ in $(seq 100); do pgrep -f "sleep 987654" > /dev/null || break; sleep 0.1; done
+! pgrep -f "sleep 987654" > /dev/null || fail "the hung section's child outlived the section's budget"
+echo "the GPU check's dry run passed with every figure and file, gated nothing after a planted failure, kept its results through a SIGKILL and stopped a hung section"

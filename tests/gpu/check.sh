@@ -51,8 +51,9 @@
 # they show that the script's glue and the GPU layer's calls work.
 #
 # Test hooks (the dry run's own test uses them): GPU_CHECK_PLANT_FAIL=SECTION makes that
-# section fail at its start; GPU_CHECK_PLANT_KILL_AFTER=SECTION kills this script with
-# SIGKILL once that section's results are saved, as a device tool's hard limit would.
+# section fail at its start, GPU_CHECK_PLANT_HANG=SECTION makes it hang there (until its
+# budget stops it); GPU_CHECK_PLANT_KILL_AFTER=SECTION kills this script with SIGKILL once
+# that section's results are saved, as a device tool's hard limit would.
 #
 # Written and reviewed without a GPU (none was available to this work): see docs/gpu.md.
 set -uo pipefail
@@ -81,6 +82,10 @@ timed() {
     timeout --foreground -k 10 "$run_limit" "$@"
 }
 planted() {
+    if [ "${GPU_CHECK_PLANT_HANG:-}" = "$1" ]; then
+        echo "$1: planted hang (GPU_CHECK_PLANT_HANG)" >&2
+        sleep 987654 # a number the dry run's test looks for among the processes
+    fi
     if [ "${GPU_CHECK_PLANT_FAIL:-}" = "$1" ]; then
         fail "$1: planted failure (GPU_CHECK_PLANT_FAIL)"
         return 0
