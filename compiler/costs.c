@@ -418,7 +418,6 @@ static void cost_kernel(const Config *cfg, const Shapes *sh, const Op *op, OpCos
     l.copy = l.bf16 && has_macro_arg(args, n_args, "BF16_COPY(") ? 2 : 0;
     l.logit = l.bf16 ? 2 : 4;
     kc->cost(sh, &l, &c->flops, &c->bytes);
-    c->engine_tensor = kc->engine != ENGINE_VECTOR;
     c->attention = kc->engine == ENGINE_TENSOR_ATTENTION;
     c->note = kc->note;
     c->known = true;
@@ -446,7 +445,6 @@ static void cost_gemm(const Config *cfg, const Shapes *sh, const Op *op, bool dg
     // the GELU gradient in the epilogue reads the pre-activation; a to_bf16 pass copies the result
     if (dgelu_fused)
         c->bytes += 4 * m * n + 6 * m * n;
-    c->engine_tensor = true;
     c->known = true;
     c->seconds = roofline(cfg, ENGINE_TENSOR_GEMM, c->flops, c->bytes, &c->bound);
 }
@@ -571,7 +569,6 @@ static void cost_section(const Config *cfg, const Shapes *sh, const CostSection 
         } else {
             sc->bwd += per_mb;
         }
-        sc->kernel_flops += c->flops * launches * cs->runs;
         sc->by_kind[c->attention ? COST_ATTENTION : op->kind == OP_GEMM ? COST_GEMM : COST_OTHER] += per_mb;
     }
     if (depth != 0)

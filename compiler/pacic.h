@@ -373,7 +373,7 @@ typedef struct OpCost {
     double flops, bytes, seconds; /* per launch; seconds by the roofline */
     CostBound bound;
     bool known;             /* false: no cost entry for its kernel (counted as free) */
-    bool engine_tensor, attention;
+    bool attention;         /* priced as FlashAttention */
     const char *note;       /* where the model is not the kernel as it stands */
 } OpCost;
 
@@ -382,7 +382,6 @@ typedef struct StageCosts {
     int n_ops, unknown;
     double fwd, bwd;        /* seconds per micro-batch */
     double step;            /* seconds per optimizer step (AdamW) */
-    double kernel_flops;    /* per micro-batch, as the kernels count them */
     double by_kind[COST_KINDS]; /* fwd + bwd seconds by kind of op */
 } StageCosts;
 
