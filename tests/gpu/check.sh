@@ -341,8 +341,9 @@ section_medium() {
 # Nsight Compute on the kernel that took the most of GPT-2 Small's time (its profile).
 section_ncu() {
     planted ncu && return 1
-    local top
-    if [ "$emulate" = 1 ] || ! command -v ncu > /dev/null; then
+    local top ncu
+    ncu=$(command -v ncu || ls "$cuda"/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+    if [ "$emulate" = 1 ] || [ -z "$ncu" ]; then
         figure "ncu on the top kernel" "n/a (no ncu$([ "$emulate" != 1 ] || echo ': dry run'))" "ncu --kernel-name"
         return 0
     fi
@@ -351,7 +352,7 @@ section_ncu() {
     top=$(awk '$1 == "op" && $5 != "gemm" && $5 != "zero" && $5 != "copy" { t[$5] += $9 }
                END { for (k in t) print t[k], k }' "$results/small.profile" | sort -gr | head -1 | cut -d' ' -f2)
     [ -n "$top" ] || { figure "ncu on the top kernel" "n/a (no kernel in the profile)" "ncu"; return 0; }
-    (cd "$work/small" && timed ncu --kernel-name "regex:$top" --launch-count 1 --clock-control none \
+    (cd "$work/small" && timed "$ncu" --kernel-name "regex:$top" --launch-count 1 --clock-control none \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         ./run --device cuda --steps 1 --no-checkpoint --quiet > "$results/ncu_$top.txt" 2>&1)
     local rc=$?
@@ -491,7 +492,8 @@ figure "libnccl" "$libnccl" "ldconfig -p, the toolkit, Python's nvidia/nccl"
 libcudnn=$(ldconfig -p 2> /dev/null | awk '/libcudnn\.so\.[0-9]+ / { print $NF; exit }')
 [ -n "$libcudnn" ] || libcudnn=$(found "$cuda"/lib64/libcudnn.so.[0-9]* ${wheels:+"$wheels"/cudnn/lib/libcudnn.so.[0-9]*})
 figure "cuDNN" "$libcudnn" "ldconfig -p, the toolkit, Python's nvidia/cudnn"
-figure "profilers" "$(for t in ncu nsys compute-sanitizer; do printf '%s=%s ' "$t" "$(command -v "$t" || echo none)"; done)" "command -v"
+figure "profilers" "$(for t in ncu nsys compute-sanitizer; do
+    printf '%s=%s ' "$t" "$(command -v "$t" || ls "$cuda/bin/$t" 2> /dev/null || echo none)"; done)" "command -v, $cuda/bin"
 
 missing() {
     local what=()
