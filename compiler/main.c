@@ -16,6 +16,7 @@ typedef enum { MODE_BUILD, MODE_CHECK, MODE_EXPLAIN, MODE_EMIT } Mode;
     X(TIMELINE, "timeline", "the pipeline over time, in the terminal")                    \
     X(SVG, "svg", "the same as a picture")                                                \
     X(TRACE, "trace", "Chrome trace JSON (opens in Perfetto)")                            \
+    X(COSTS, "costs", "the GPU cost model per op (with --profile: measured beside)")      \
     X(C, "c", "generated C sources, into the folder -o names")
 
 typedef enum {
@@ -58,8 +59,8 @@ static void usage(FILE *out)
             "  -o PATH          the executable to build (default: run), or the file --emit\n"
             "                   writes (default: standard output; a folder for --emit c)\n"
             "  --check          parse and check only\n"
-            "  --explain        stages, memory, drift bound, predicted throughput, and the\n"
-            "                   four schedules side by side\n"
+            "  --explain        stages, memory, drift bound, predicted throughput, the\n"
+            "                   four schedules side by side, and the GPU cost model\n"
             "  --emit KIND      one of:\n");
 #define EMIT_HELP(name, text, help) fprintf(out, "                     %-9s %s\n", text, help);
     EMIT_KINDS(EMIT_HELP)
@@ -328,10 +329,21 @@ int main(int argc, char **argv)
             shown = cfg.steps;
         simulate(&cfg, table, &cm, shown, &sim);
         FILE *out = open_output(opt.output);
+        GpuCosts costs = {0};
+        GpuPrediction predicted = {0};
+        if (opt.mode == MODE_EXPLAIN || opt.emit == EMIT_COSTS) {
+            gpu_costs_build(&cfg, &plan, &costs);
+            // --explain's number of steps for both reports, so they print the same prediction
+            predicted = gpu_costs_predict(&cfg, &plan, table, &costs,
+                                          cfg.steps < EXPLAIN_SIM_STEPS ? cfg.steps : EXPLAIN_SIM_STEPS);
+        }
         if (opt.mode == MODE_EXPLAIN) {
             inspect_explain(out, &cfg, &plan, table, &report, &sim);
+            gpu_costs_explain(out, &cfg, &plan, &costs, &predicted);
             inspect_op_profile(out, &plan, &op_profile, opt.profile);
-        } else if (opt.emit == EMIT_SCHEDULE)
+        } else if (opt.emit == EMIT_COSTS)
+            gpu_costs_emit(out, &cfg, &costs, &predicted, opt.profile ? &op_profile : NULL);
+        else if (opt.emit == EMIT_SCHEDULE)
             inspect_listing(out, &cfg, table);
         else if (opt.emit == EMIT_TIMELINE)
             inspect_timeline(out, &cfg, &sim);
@@ -342,6 +354,7 @@ int main(int argc, char **argv)
         else
             unreachable();
         close_output(out, opt.output);
+        gpu_costs_free(&costs);
         sim_result_free(&sim);
         op_profile_free(&op_profile);
     }

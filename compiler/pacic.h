@@ -1,7 +1,7 @@
 /* pacic.h: the compiler's one header, one section per phase (file named in each heading).
  *
  *   model.paci -> [grammar/] AST -> [sema.c] Config -> [plan.c] Plan
- *              -> [schedule.c] paci_table -> [verify.c] [simulate.c] [inspect.c]
+ *              -> [schedule.c] paci_table -> [verify.c] [simulate.c] [costs.c] [inspect.c]
  *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
  *
  * Data flows one way: no phase reads a form older than the one before it.
@@ -211,6 +211,7 @@ typedef struct Config {
     double link_bandwidth;  /* bytes/s between neighbouring stages */
     double link_latency;    /* seconds per message */
     double device_memory;   /* bytes per device */
+    double memory_bandwidth;/* bytes/s between a device and its memory (HBM) */
     /* where things were written, for checks made by later phases */
     Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
     /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
@@ -355,6 +356,58 @@ void op_profile_free(OpProfile *ops);
 /* Simulates `steps` optimizer steps (0: the whole run) of the table. */
 void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res);
 void sim_result_free(SimResult *res);
+
+/* ---- costs.c: the GPU cost model, kernel by kernel ------------------------------------ */
+
+typedef enum { BOUND_COMPUTE, BOUND_MEMORY, BOUND_LAUNCH, BOUND_FOLDED } CostBound;
+enum { COST_GEMM, COST_ATTENTION, COST_OTHER, COST_KINDS };
+
+/* One op of a stage as the GPU runs it, numbered as run --profile-out numbers it. */
+typedef struct OpCost {
+    int index;              /* in the stage's generated op table (pr_stage_S_ops) */
+    const char *section, *name; /* e.g. "block_forward", "gemm" or a kernel's name */
+    char *what;             /* the op's comment */
+    bool forward;
+    double launches;        /* per run of its section: loop extents multiply */
+    double calls_per_step;  /* launches per optimizer step on the stage */
+    double flops, bytes, seconds; /* per launch; seconds by the roofline */
+    CostBound bound;
+    bool known;             /* false: no cost entry for its kernel (counted as free) */
+    bool attention;         /* priced as FlashAttention */
+    const char *note;       /* where the model is not the kernel as it stands */
+} OpCost;
+
+typedef struct StageCosts {
+    OpCost *ops;
+    int n_ops, unknown;
+    double fwd, bwd;        /* seconds per micro-batch */
+    double step;            /* seconds per optimizer step (AdamW) */
+    double by_kind[COST_KINDS]; /* fwd + bwd seconds by kind of op */
+} StageCosts;
+
+typedef struct GpuCosts {
+    int stages, unknown;
+    StageCosts stage[PACI_MAX_STAGES];
+} GpuCosts;
+
+typedef struct GpuPrediction {
+    double step_time, tokens_per_s, bubble;
+    double model_flops;     /* per optimizer step, as MFU counts them */
+    double mfu;             /* model_flops / (step_time x stages x flops) */
+} GpuPrediction;
+
+void gpu_costs_build(const Config *cfg, const Plan *plan, GpuCosts *gc);
+void gpu_costs_free(GpuCosts *gc);
+/* Whether the model has a cost entry for the kernel named `name`. */
+bool gpu_cost_has_kernel(const char *name);
+/* The per-stage times of gc, with the links' costs of cost_model_from_plan. */
+void cost_model_from_gpu_costs(const Config *cfg, const Plan *plan, const GpuCosts *gc, CostModel *cm);
+/* Simulates `steps` steps of the table with gc's times. */
+GpuPrediction gpu_costs_predict(const Config *cfg, const Plan *plan, const paci_table *t, const GpuCosts *gc,
+                                long steps);
+/* The --explain section, and --emit costs (with a profile's measured means beside, or NULL). */
+void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const GpuCosts *gc, const GpuPrediction *p);
+void gpu_costs_emit(FILE *out, const Config *cfg, const GpuCosts *gc, const GpuPrediction *p, const OpProfile *prof);
 
 /* ---- inspect.c: explain, listing, timeline, svg, trace ------------------------------- */
 

@@ -190,12 +190,14 @@ static const KeyDef train_keys[] = {
     BLOCK_KEY("checkpoint", checkpoint_block),
     END_KEYS,
 };
-/* Hardware defaults: H100 SXM dense FLOP/s (flops depends on precision: set later). */
+/* Hardware defaults: H100 SXM dense FLOP/s (flops depends on precision: set later), its
+ * 80 GB and its HBM3's 3.35 TB/s (an H200: 141e9 and 4.8e12). */
 static const KeyDef hardware_keys[] = {
     POS_KEY("flops", device_flops, 0),
     POS_KEY("bandwidth", link_bandwidth, 450e9),
     NUM_KEY("latency", link_latency, 0, 1e30, 5e-6),
     POS_KEY("memory", device_memory, 80e9),
+    POS_KEY("memory_bandwidth", memory_bandwidth, 3.35e12),
     END_KEYS,
 };
 static const BlockDef model_block = {"model", model_keys, model_names, true, set_model_name};
@@ -1085,8 +1087,8 @@ void config_dump(FILE *out, const Config *cfg)
             decay_words[cfg->lr_decay], cfg->min_lr_ratio);
     fprintf(out, "  eval every %ld, %ld batches\n  checkpoint every %ld in %s\n", cfg->eval_every,
             cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_dir);
-    fprintf(out, "hardware\n  flops %g\n  bandwidth %g\n  latency %g\n  memory %g\n", cfg->device_flops,
-            cfg->link_bandwidth, cfg->link_latency, cfg->device_memory);
+    fprintf(out, "hardware\n  flops %g\n  bandwidth %g\n  latency %g\n  memory %g\n  memory_bandwidth %g\n",
+            cfg->device_flops, cfg->link_bandwidth, cfg->link_latency, cfg->device_memory, cfg->memory_bandwidth);
     fprintf(out, "spans\n");
     dump_span(out, cfg, "model", cfg->span_model);
     dump_span(out, cfg, "stages", cfg->span_stages);

@@ -3,11 +3,13 @@
  * Costs: a forward or backward takes its FLOPs over the device rate; an optimizer step
  * streams the stage's AdamW state through memory once (read weight, gradient and two
  * moments, write weight and moments, zero the gradient: 32 bytes per parameter, 34 with
- * bf16's working copy) at HBM_BANDWIDTH; a message takes the link latency plus its bytes
- * over the link bandwidth and does not occupy the sender's compute (a copy engine moves
- * it). Channels behave as in verification and in the runtime: a send blocks while the
- * link holds channel_capacity messages not yet received, a receive blocks until its
- * message has arrived. Segments end with a drain: the next starts when every stage is done.
+ * bf16's working copy) at the hardware block's memory_bandwidth; a message takes the
+ * link latency plus its bytes over the link bandwidth and does not occupy the sender's
+ * compute (a copy engine moves it). costs.c has a finer model, kernel by kernel, that
+ * --explain prints beside this one. Channels behave as in verification and in the
+ * runtime: a send blocks while the link holds channel_capacity messages not yet received,
+ * a receive blocks until its message has arrived. Segments end with a drain: the next
+ * starts when every stage is done.
  *
  * Profile files (cost_model_load_profile) replace the predicted costs with measured ones:
  *
@@ -37,8 +39,6 @@
 
 #include "pacic.h"
 
-#define HBM_BANDWIDTH 3.35e12 /* bytes/s: H100 SXM HBM3 */
-
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
 {
     memset(cm, 0, sizeof *cm);
@@ -47,7 +47,7 @@ void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
         const StagePlan *sp = &plan->stage[s];
         cm->fwd[s] = sp->fwd_flops / cfg->device_flops;
         cm->bwd[s] = sp->bwd_flops / cfg->device_flops;
-        cm->step[s] = (double)sp->params * adamw_bytes / HBM_BANDWIDTH;
+        cm->step[s] = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
         cm->msg[s] = s + 1 < plan->stages
                          ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
                          : 0;

@@ -34,13 +34,17 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
-#include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "../prt.h"
 #include "cuda_layer.h"
+
+/* Without nccl.h (a toolkit that ships none) the transport is a stub that says so where a
+ * run needs it, so the rest of the GPU path still builds (see the end of this file). */
+#if __has_include(<nccl.h>)
+#include <nccl.h>
 
 _Static_assert(sizeof(ncclUniqueId) == PR_BOOT_ID_BYTES, "an NCCL id is the bootstrap's blob");
 
@@ -546,3 +550,63 @@ const pr_link_ops pr_nccl_links = {
     .recv = nccl_recv,
     .close = nccl_close,
 };
+
+#else /* no nccl.h */
+
+int pr_nccl_load(const char *library, char *err)
+{
+    (void)library;
+    return pr_fail(err, "NCCL is needed between stages on different GPUs, and this runtime was built "
+                   "without nccl.h");
+}
+
+static int nccl_open_local(pr_run *run, char *err)
+{
+    (void)err;
+    char why[PR_ERR_LEN];
+    for (int i = 0; i + 1 < run->p; i++)
+        if (pr_link_native(1, pr_cuda_gpu_of(i), pr_cuda_gpu_of(i + 1))) {
+            pr_nccl_load(NULL, why);
+            if (!run->opt.quiet)
+                fprintf(stderr, "run: note: %s; those stages exchange messages through host memory\n", why);
+            break;
+        }
+    return 0;
+}
+
+static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
+{
+    (void)run;
+    char why[PR_ERR_LEN];
+    pr_nccl_load(NULL, why);
+    return pr_fail(err, "stage %d (rank %d): one process per stage on GPUs needs NCCL: %s", b->rank, b->rank, why);
+}
+
+/* Never reached: no link is carried natively when opening carried none. */
+static int nccl_send(pr_run *run, int stage, const pr_link_use *u, int64_t mb, const float *src, char *err)
+{
+    (void)run, (void)stage, (void)u, (void)mb, (void)src;
+    return pr_fail(err, "no NCCL in this runtime"), PR_LINK_ERROR;
+}
+
+static int nccl_recv(pr_run *run, int stage, const pr_link_use *u, float *dst, int64_t *mb, char *err)
+{
+    (void)run, (void)stage, (void)u, (void)dst, (void)mb;
+    return pr_fail(err, "no NCCL in this runtime"), PR_LINK_ERROR;
+}
+
+static void nccl_close(pr_run *run)
+{
+    (void)run;
+}
+
+const pr_link_ops pr_nccl_links = {
+    .name = "NCCL",
+    .open_local = nccl_open_local,
+    .open_ranks = nccl_open_ranks,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .close = nccl_close,
+};
+
+#endif

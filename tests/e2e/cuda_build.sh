@@ -72,6 +72,22 @@ else
     echo "no usable NCCL here: $(cat "$work/nccl.txt")"
 fi
 
+# A toolkit without nccl.h still builds the GPU path: the transport compiles to a stub
+# (__has_include) whose loader says why, so only the links between GPUs lose NCCL.
+mkdir -p "$work/no_nccl_include"
+ln -s "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" "$work/no_nccl_include/cuda.h"
+"${CC:-cc}" -std=c11 -D_GNU_SOURCE -Wall -Werror -Wno-unused-parameter -Iruntime -I"$work/no_nccl_include" \
+    -c runtime/cuda/nccl_transport.c -o "$work/nccl_stub.o" || fail "nccl_transport.c does not build without nccl.h"
+"${CC:-cc}" -std=c11 -D_GNU_SOURCE -Iruntime -I"${CUDA_HOME:-/usr/local/cuda}/include" tests/e2e/nccl_load.c \
+    "$work/nccl_stub.o" build/lib/pacic/libpacirt_cuda.a build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) \
+    -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load_stub" || fail "nccl_load does not link with the stub"
+set +e
+stub=$("$work/nccl_load_stub" -)
+status=$?
+set -e
+[ "$status" -eq 1 ] && [[ "$stub" == *"this runtime was built without nccl.h" ]] || fail "without nccl.h: $stub (exit $status)"
+echo "without nccl.h: $stub"
+
 # One process per stage asking for a GPU where none answers: one line, exit 1, no bootstrap.
 set +e
 (cd "$work/gpu" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 ./run --device cuda \

@@ -23,6 +23,7 @@ static inline Config pipeline_config(int kind, int stages, int window, long step
     cfg.device_flops = 1e12;
     cfg.link_bandwidth = 1e9;
     cfg.device_memory = 1e15;
+    cfg.memory_bandwidth = 3.35e12;
     return cfg;
 }
 

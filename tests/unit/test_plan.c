@@ -29,6 +29,7 @@ static Config gpt2(int layers, int width, int heads, int stages, int kind, int w
     cfg.link_bandwidth = 450e9;
     cfg.link_latency = 5e-6;
     cfg.device_memory = 80e9;
+    cfg.memory_bandwidth = 3.35e12;
     return cfg;
 }
 

@@ -1,0 +1,243 @@
+/* The GPU cost model (compiler/costs.c) against hand computations for a tiny model: a
+ * product's FLOPs are 2 M N K and its bytes its operands and result once; causal attention
+ * is 4 B NH T^2 HS / 2 FLOPs forward; each op's time is its roofline. Its op numbering must
+ * be the generated code's (the profile's), and every kernel the op lists use needs a cost. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+static const Source test_source = {.path = "test.paci", .text = "", .len = 0};
+
+/* B 2, T 4, C 8, NH 2 (HS 4), V 16; one stage of one layer; a slow memory so that the
+ * small ops are memory-bound rather than launch-bound. */
+static Config tiny_config(Precision precision, AttentionImpl attention, int stages, int layers)
+{
+    Config cfg = {0};
+    cfg.src = &test_source;
+    cfg.layers = layers;
+    cfg.width = 8;
+    cfg.heads = 2;
+    cfg.context = 4;
+    cfg.vocab = 16;
+    cfg.stages = stages;
+    cfg.schedule = PACI_SCHED_ONEF1B;
+    cfg.window = 2;
+    cfg.micro = 2;
+    cfg.global_batch = 4;
+    cfg.steps = 4;
+    cfg.precision = precision;
+    cfg.attention = attention;
+    cfg.beta1 = 0.9;
+    cfg.beta2 = 0.95;
+    cfg.device_flops = 1e9;
+    cfg.memory_bandwidth = 1e7;
+    cfg.link_bandwidth = 1e9;
+    cfg.device_memory = 1e15;
+    return cfg;
+}
+
+static const OpCost *find_op(const StageCosts *sc, const char *section, const char *what_prefix)
+{
+    for (int i = 0; i < sc->n_ops; i++)
+        if (strcmp(sc->ops[i].section, section) == 0 && strncmp(sc->ops[i].what, what_prefix, strlen(what_prefix)) == 0)
+            return &sc->ops[i];
+    fail_msg("no op '%s...' in %s", what_prefix, section);
+    return NULL;
+}
+
+static void assert_close(double got, double want, const char *what)
+{
+    if (fabs(got - want) > 1e-9 * fabs(want))
+        fail_msg("%s: %.10g, by hand %.10g", what, got, want);
+}
+
+static void test_figures_by_hand(void **state)
+{
+    (void)state;
+    Config cfg = tiny_config(PREC_FP32, ATTN_FLASH, 1, 1);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    GpuCosts gc;
+    gpu_costs_build(&cfg, &plan, &gc);
+    assert_int_equal(gc.unknown, 0);
+    const StageCosts *sc = &gc.stage[0];
+    double B = 2, T = 4, C = 8, NH = 2, HS = 4, V = 16, BT = B * T;
+    double memory = 1e7 * 0.90; /* memory_bandwidth x the stated efficiency */
+
+    /* qkv = ln1 qkvw^T + qkvb: M = BT, N = 3C, K = C, fp32 operands, the bias read once */
+    const OpCost *qkv = find_op(sc, "block_forward", "qkv = ln1");
+    assert_string_equal(qkv->name, "gemm");
+    assert_close(qkv->flops, 2 * BT * 3 * C * C, "qkv FLOPs");
+    double qkv_bytes = 4 * (BT * C + 3 * C * C) + 4 * BT * 3 * C + 4 * 3 * C;
+    assert_close(qkv->bytes, qkv_bytes, "qkv bytes");
+    assert_int_equal(qkv->bound, BOUND_MEMORY);
+    assert_close(qkv->seconds, qkv_bytes / memory, "qkv seconds");
+
+    /* d fcprojw += dres^T gelu accumulates: its result is read and written */
+    const OpCost *dw = find_op(sc, "block_backward", "d fcprojw");
+    assert_close(dw->flops, 2 * C * 4 * C * BT, "d fcprojw FLOPs");
+    assert_close(dw->bytes, 4 * (C * BT + BT * 4 * C) + 2 * 4 * C * 4 * C, "d fcprojw bytes");
+
+    /* the LM head: V columns */
+    const OpCost *logits = find_op(sc, "head_forward", "logits");
+    assert_close(logits->flops, 2 * BT * V * C, "logits FLOPs");
+
+    /* causal attention, forward: 4 B NH T^2 HS / 2; backward split 3 : 4 of the forward's 2 */
+    const OpCost *att = find_op(sc, "block_forward", "atty = causal attention");
+    assert_close(att->flops, 4 * B * NH * T * T * HS / 2, "attention forward FLOPs");
+    assert_close(att->bytes, B * NH * T * (12 * HS + 4 * HS + 4), "attention forward bytes");
+    const OpCost *query = find_op(sc, "block_backward", "d q, and delta");
+    const OpCost *key = find_op(sc, "block_backward", "d k, d v");
+    assert_close(query->flops + key->flops, 3.5 * att->flops, "attention backward FLOPs");
+
+    /* a row kernel: LayerNorm reads and writes BT x C floats, its statistics and parameters */
+    const OpCost *ln = find_op(sc, "block_forward", "ln1 = LayerNorm");
+    assert_close(ln->bytes, 8 * BT * C + 8 * BT + 8 * C, "LayerNorm bytes");
+    assert_close(ln->seconds, ln->bytes / memory, "LayerNorm seconds");
+
+    /* AdamW: 32 bytes per parameter, one roofline per tensor (each over the launch floor) */
+    const OpCost *adamw = find_op(sc, "adamw", "AdamW");
+    assert_int_equal((long)adamw->calls_per_step, 2 + 12 + 3); /* wte wpe, a layer, lnf w b, the LM head */
+    assert_close(sc->step, 32 * (double)plan.total_params / memory, "AdamW seconds per step");
+
+    /* per-step calls: block ops once per layer and micro-batch */
+    assert_close(qkv->calls_per_step, cfg.window * cfg.layers, "qkv calls per step");
+
+    /* the stage's forward is the sum of its forward ops */
+    double fwd = 0;
+    for (int i = 0; i < sc->n_ops; i++)
+        if (sc->ops[i].forward)
+            fwd += sc->ops[i].seconds * sc->ops[i].launches;
+    assert_close(sc->fwd, fwd, "stage forward");
+
+    /* MFU: the plan's FLOPs per step over the simulated step time and the device's rate */
+    paci_table *t = schedule_build(&cfg, &plan);
+    GpuPrediction p = gpu_costs_predict(&cfg, &plan, t, &gc, 4);
+    double model = (plan.stage[0].fwd_flops + plan.stage[0].bwd_flops) * cfg.window;
+    assert_close(p.model_flops, model, "model FLOPs per step");
+    assert_close(p.mfu, model / (p.step_time * 1e9), "MFU");
+    /* one stage: a step is its forwards, backwards and AdamW one after another */
+    assert_close(p.step_time, cfg.window * (sc->fwd + sc->bwd) + sc->step, "step time");
+    schedule_free(t);
+    gpu_costs_free(&gc);
+}
+
+/* bf16: products read bf16 copies (2 bytes an operand element); the GELU gradient runs in
+ * the product's epilogue, so its own kernel costs nothing. */
+static void test_bf16(void **state)
+{
+    (void)state;
+    Config cfg = tiny_config(PREC_BF16, ATTN_FLASH, 1, 1);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    GpuCosts gc;
+    gpu_costs_build(&cfg, &plan, &gc);
+    const StageCosts *sc = &gc.stage[0];
+    double BT = 8, C = 8;
+    const OpCost *fc = find_op(sc, "block_forward", "fc = ln2");
+    assert_close(fc->bytes, 2 * (BT * C + 4 * C * C) + 4 * BT * 4 * C + 4 * 4 * C, "bf16 fc bytes");
+    const OpCost *gelu = find_op(sc, "block_backward", "d fc = d gelu");
+    assert_int_equal(gelu->bound, BOUND_FOLDED);
+    assert_true(gelu->seconds == 0 && gelu->calls_per_step == 0);
+    const OpCost *ln = find_op(sc, "block_forward", "ln1 = LayerNorm");
+    assert_close(ln->bytes, BT * C * (4 + 2) + 8 * BT + 8 * C, "LayerNorm writing bf16");
+    gpu_costs_free(&gc);
+}
+
+/* The numbering is the generated code's: pr_stage_S_ops lists {section, name, comment} in
+ * op order, which run --profile-out's op lines follow. */
+static void test_numbering_is_the_generated_codes(void **state)
+{
+    (void)state;
+    for (int variant = 0; variant < 4; variant++) {
+        Config cfg = tiny_config(variant & 1 ? PREC_BF16 : PREC_FP32, variant & 2 ? ATTN_MATMUL : ATTN_FLASH, 2, 3);
+        Plan plan;
+        assert_true(plan_build(&cfg, &plan));
+        GpuCosts gc;
+        gpu_costs_build(&cfg, &plan, &gc);
+        assert_int_equal(gc.unknown, 0);
+        ModelOps ops;
+        model_ops_build(&cfg, &ops);
+        for (int s = 0; s < plan.stages; s++) {
+            StrBuf sb = {0};
+            emit_c_stage(&sb, &cfg, &plan, s, &ops);
+            char *table = strstr(sb.data, "pr_op_info pr_stage_");
+            assert_non_null(table);
+            table = strchr(table, '\n') + 1;
+            const StageCosts *sc = &gc.stage[s];
+            for (int i = 0; i < sc->n_ops; i++) {
+                char want[256];
+                snprintf(want, sizeof want, "{\"%s\", \"%s\", ", sc->ops[i].section, sc->ops[i].name);
+                char *line = table;
+                while (*line == ' ')
+                    line++;
+                if (strncmp(line, want, strlen(want)) != 0)
+                    fail_msg("variant %d stage %d op %d: the model has %s, the generated table %.60s", variant, s, i,
+                             want, line);
+                assert_int_equal(sc->ops[i].index, i);
+                table = strchr(table, '\n') + 1;
+            }
+            while (*table == ' ')
+                table++;
+            assert_true(strncmp(table, "};", 2) == 0); /* no op the model lacks */
+            sb_free(&sb);
+        }
+        model_ops_free(&ops);
+        gpu_costs_free(&gc);
+    }
+}
+
+/* Every kernel description has a cost entry, so a new kernel cannot go unpriced. */
+static void test_every_kernel_has_a_cost(void **state)
+{
+    (void)state;
+    for (int i = 0; i < kernel_desc_count; i++)
+        if (!gpu_cost_has_kernel(kernel_descs[i].name))
+            fail_msg("kernel %s has no cost entry in compiler/costs.c", kernel_descs[i].name);
+}
+
+/* --emit costs joins a profile's measured mean to the op with the same stage and number. */
+static void test_emit_with_profile(void **state)
+{
+    (void)state;
+    Config cfg = tiny_config(PREC_FP32, ATTN_FLASH, 1, 1);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    GpuCosts gc;
+    gpu_costs_build(&cfg, &plan, &gc);
+    ProfileOp measured = {.stage = 0, .index = 2, .section = "block_forward", .name = "gemm", .what = "qkv",
+                          .calls = 4, .total = 0.5, .mean = 0.125};
+    OpProfile prof = {.version = 2, .ops = &measured, .n_ops = 1};
+    GpuPrediction p = {0};
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    gpu_costs_emit(out, &cfg, &gc, &p, &prof);
+    fclose(out);
+    assert_non_null(strstr(text, "\nop 0 2 block_forward gemm calls 2 flops 3072 bytes 1888 predicted "));
+    assert_non_null(strstr(text, " measured 0.125 \"qkv = ln1 qkvw^T + qkvb\"\n"));
+    assert_non_null(strstr(text, "\nop 0 1 block_forward layernorm_forward calls 2 "));
+    assert_non_null(strstr(text, "memory measured - \"ln1 = LayerNorm(x)\"\n"));
+    free(text);
+    gpu_costs_free(&gc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_figures_by_hand),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_numbering_is_the_generated_codes),
+        cmocka_unit_test(test_every_kernel_has_a_cost),
+        cmocka_unit_test(test_emit_with_profile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
