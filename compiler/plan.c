@@ -67,7 +67,6 @@ static ModelCounts model_counts(const Config *cfg)
         // layer, and the final LayerNorm, are kept in bf16: half their floats
         m.layer_acts -= tokens * (2.5 * C + (flash ? C : 0));
         m.head_acts -= tokens * C / 2;
-        m.head_scratch = tokens * (double)vocab_stride(cfg) / 2;
         m.weight_bytes = 6;
     }
     return m;
