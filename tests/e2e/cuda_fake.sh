@@ -76,7 +76,11 @@ echo "one: $(calls one cuda cuLaunchKernel) launches; $fused products, $unfused 
 
 # bf16: GELU's gradient fuses into cuBLASLt's epilogue, and must train as the same GPU run
 # with GELU's own kernel (FAKE_CUBLASLT_NO_GELU=1; the fake's GELU uses the kernel's float
-# expressions). Against the CPU only loosely: both keep the products' activations in bf16,
+# expressions, compiled apart, so they differ in last bits; the bf16 logits turn such a
+# difference into a bf16 step where it flips a rounding, and by step 6 the gradient norms
+# differ by 1.4e-5 relative: 1e-4 for the losses and norms, WEIGHT_TOL for the weights; a
+# wrong epilogue is off at step 1). Against the CPU only loosely: both keep the products'
+# activations in bf16,
 # but the CPU's products read fp32 weights and gradients: 1e-2 (tests/gpu/check.sh allows
 # 2e-2 on a GPU).
 case_model half 1 paci flash bf16 300
@@ -84,7 +88,7 @@ on half cuda 1 --device cuda || fail "half: --device cuda"
 [ "$(calls half cuda dgelu_epilogue)" -gt 0 ] || fail "half: GELU's gradient did not fuse into its product under bf16"
 FAKE_CUBLASLT_NO_GELU=1 on half apart 1 --device cuda || fail "half: --device cuda without GELU epilogues"
 [ "$(calls half apart dgelu_epilogue)" = 0 ] || fail "half: a GELU epilogue without an algorithm for it"
-compare_devices "bf16, GELU fused vs apart" "$work/half/cuda" "$work/half/apart" "$LOSS_TOL" "$WEIGHT_TOL"
+compare_devices "bf16, GELU fused vs apart" "$work/half/cuda" "$work/half/apart" 1e-4 "$WEIGHT_TOL"
 # An algorithm the heuristic offers and cublasLtMatmul then refuses: one notice, GELU apart.
 FAKE_CUBLASLT_NO_GELU=2 on half refused 1 --device cuda || fail "half: a refused GELU epilogue stopped the run"
 cmp "$work/half/apart/ckpt/step_00000006/model.bin" "$work/half/refused/ckpt/step_00000006/model.bin" ||
