@@ -9,6 +9,11 @@
  * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
  * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
  *
+ * A few kernels are the GPU's alone (`blocks` set: block kernels with shared memory and
+ * barriers, see KernelDesc): they stand in for a CPU kernel in the GPU's form of an op
+ * (codegen.c), and the emulator test checks each against the kernel it replaces
+ * (tests/e2e/cuda_kernels.sh).
+ *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,
  * VP floats per row of logits (V rounded up to 64), BT = B * T rows. Activations are
  * row-major [BT, width]; qkv rows hold q | k | v.
