@@ -138,7 +138,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
         layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
-        layout_add(a, "ACT_PROBS", BT * VP, "probabilities, rows of VP (the backward turns them into dlogits)");
+        layout_add(a, "ACT_PROBS", BT * VP, "probabilities, rows of VP (the backward turns them into dlogits); "
+                   "on the GPU logits (bf16 under bf16), which the forward turns into unscaled dlogits");
     }
 
     Layout *s = &lay->scratch;
@@ -157,8 +158,6 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add_bf16(s, cfg, "S_DFC_H", BT * 4 * C, "S_DFC in bf16");
     if (cfg->attention == ATTN_FLASH)
         layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
-    if (sp->has_head)
-        layout_add_bf16(s, cfg, "S_DLOGITS_H", BT * VP, "dlogits in bf16, rows of VP");
 
     lay->in_offset = layout_offset(a, "ACT_INPUT");
     lay->out_offset = sp->n_layers > 0
@@ -268,6 +267,29 @@ static void PRINTF_LIKE(4, 5) plain_op(OpList *l, OpKind kind, const char *comme
 }
 
 #define GEMM(list, comment, ...) plain_op(list, OP_GEMM, comment, __VA_ARGS__)
+
+/* The GPU's form of the last op (Op.gpu_kernel, gpu_args): `kernel` (NULL: the op's own)
+ * with the arguments fmt. */
+static void PRINTF_LIKE(3, 4) gpu_instead(OpList *l, const char *kernel, const char *fmt, ...)
+{
+    Op *op = &l->ops[l->n - 1];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    op->gpu_args = xmalloc((size_t)len + 1);
+    va_start(ap, fmt);
+    vsnprintf(op->gpu_args, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    if (kernel)
+        op->gpu_kernel = kernel_find(kernel);
+}
+
+/* The GPU runs the last op, a kernel, as the block kernel `kernel` with the same arguments. */
+static void gpu_block_kernel(OpList *l, const char *kernel)
+{
+    gpu_instead(l, kernel, "%s", l->ops[l->n - 1].args);
+}
 
 /* Marks the last op, a matrix product, as reading the bf16 copies "a_h, b_h" of its operands
  * on the GPU under bf16. */
@@ -413,23 +435,34 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               STORE("acts", "ACT_LNF"));
     GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, VP");
     operands_h(l, "acts + ACT_LNF, params_h + PARAM_LM_HEAD");
-    kernel_op(l, "softmax_xent_forward", "probabilities and per-token losses", "acts + ACT_PROBS, losses, targets");
+    l->ops[l->n - 1].out_h = true; // the GPU's logits are bf16 under bf16
+    kernel_op(l, "softmax_xent_forward", "per-token losses; probabilities (the GPU: unscaled dlogits)",
+              "acts + ACT_PROBS, losses, targets");
+    // the GPU's classifier: losses and unscaled dlogits in place, in one kernel (llm.c's)
+    gpu_instead(l, "classifier_fused", "acts + ACT_PROBS, BF16_COPY(acts + ACT_PROBS), losses, targets");
 
     l = &ops->head_bwd;
     kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities",
-              "acts + ACT_PROBS, targets, dloss, " COPY("scratch", "S_DLOGITS_H"));
+              "acts + ACT_PROBS, targets, dloss, (pr_bf16 *)0");
+    l->ops[l->n - 1].gpu_skip = true; // classifier_fused wrote them in the forward
+    // On the GPU the dlogits are unscaled (and bf16 under bf16): the products scale by dloss.
     GEMM(l, "d lm_head += dlogits^T lnf",
          "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
-    operands_h(l, "scratch + S_DLOGITS_H, acts + ACT_LNF");
+    operands_h(l, "NULL, acts + ACT_LNF"); // the CPU's: lnf is kept in bf16, the dlogits are not
+    gpu_instead(l, NULL, "1, 0, V, C, BT, dloss, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, acts + ACT_LNF");
     GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
-    operands_h(l, "scratch + S_DLOGITS_H, params_h + PARAM_LM_HEAD");
+    gpu_instead(l, NULL, "0, 0, BT, C, V, dloss, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, params_h + PARAM_LM_HEAD");
     plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
     kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
               "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
               "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
 
     l = &ops->block_bwd;
     kernel_op(l, "bias_backward", "d fcprojb", "g + P_FCPROJB, s + S_DRES, C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_FCPROJB, s + S_DRES, C, (pr_bf16 *)0");
     GEMM(l, "d fcprojw += dres^T gelu",
          "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
     operands_h(l, "s + S_DRES_H, a + A_FC_GELU");
@@ -438,6 +471,8 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     gelu_follows(l, EPI_DGELU, "a + A_FC_PRE");
     kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE, " COPY("s", "S_DFC_H"));
     kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
+    // after a product fused with GELU's gradient nothing else writes the bf16 copy
+    gpu_instead(l, "bias_backward_tiles", "g + P_FCB, s + S_DFC, 4 * C, " COPY("s", "S_DFC_H"));
     GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
     operands_h(l, "s + S_DFC_H, a + A_LN2");
     GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, p + P_FCW, C, 0.0f, s + S_DLN, C");
@@ -445,7 +480,9 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
               "s + S_DRES, g + P_LN2W, g + P_LN2B, s + S_DLN, a + A_RESID2, p + P_LN2W, a + A_LN2_MEAN, a + A_LN2_RSTD, "
               COPY("s", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
     kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, s + S_DRES, C, (pr_bf16 *)0");
     GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
     if (flash)
         operands_h(l, "s + S_DRES_H, a + A_ATTY");
@@ -461,6 +498,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
         matmul_attention_backward(l);
     }
     kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, s + S_DQKV, 3 * C, (pr_bf16 *)0");
     GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
     if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
         operands_h(l, "s + S_DQKV_H, a + A_LN1");
@@ -470,6 +508,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
               "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD, "
               COPY("s", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
 
     l = &ops->embed_bwd;
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
@@ -482,6 +521,8 @@ static void op_list_free(OpList *l)
         free(l->ops[i].bias);
         free(l->ops[i].epilogue_arg);
         free(l->ops[i].operands_h);
+        free(l->ops[i].gpu_args);
+        free(l->ops[i].gpu_operands_h);
         free(l->ops[i].comment);
     }
     free(l->ops);

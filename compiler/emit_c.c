@@ -124,6 +124,8 @@ void emit_kernel_body(StrBuf *sb, const KernelDesc *k)
 /* A kernel in C: the body inside a loop over the iteration space, indices in order. */
 static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
 {
+    if (k->blocks)
+        ICE("kernel %s is the GPU's only", k->name);
     emit_line(sb, "/* %s */", k->doc);
     emit_line(sb, "static void %s(%s)", k->name, k->params);
     open_block(sb);

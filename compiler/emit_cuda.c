@@ -16,9 +16,15 @@
 enum { CUDA_BLOCK = 256, /* threads per block of every 1-D launch */
        CUDA_WARP = 32 };  /* lanes of a row kernel */
 
-/* Threads per index of k on the GPU: 1, or a warp for a row kernel. */
+/* Threads per index of k on the GPU: 1, or a warp for a row kernel; a block kernel's
+ * threads per block. */
 static int kernel_lanes(const KernelDesc *k)
 {
+    if (k->blocks) {
+        if (k->lanes % CUDA_WARP != 0 || k->lanes > 1024)
+            ICE("block kernel %s: %d threads per block", k->name, k->lanes);
+        return k->lanes;
+    }
     bool row_macros = strstr(k->body, "ROW_") || strstr(k->body, "LEAD");
     if (k->lanes == CUDA_WARP)
         return CUDA_WARP;
@@ -30,9 +36,16 @@ static int kernel_lanes(const KernelDesc *k)
 static void emit_cuda_kernel(StrBuf *sb, const KernelDesc *k)
 {
     emit_line(sb, "/* %s */", k->doc);
-    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", CUDA_BLOCK, k->name, k->params);
+    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", k->blocks ? k->lanes : CUDA_BLOCK,
+              k->name, k->params);
     emit_line(sb, "{");
     sb->indent++;
+    if (k->blocks) { // the body indexes threads and blocks itself
+        emit_kernel_body(sb, k);
+        emit_close(sb, "");
+        sb_puts(sb, "\n");
+        return;
+    }
     if (kernel_lanes(k) == CUDA_WARP) {
         // The whole warp leaves together: a block is whole warps, and the test is per warp.
         emit_line(sb, "long %s = ((long)blockIdx.x * blockDim.x + threadIdx.x) / %d;", k->index, CUDA_WARP);
@@ -158,11 +171,10 @@ static void param_type_name(const char *param, char *type, char *name)
 /* A kernel launch: each argument in a variable of the parameter's type (cuLaunchKernel
  * takes their addresses), the grid covering the extent, which is a shape expression or
  * one of the parameters. */
-static void emit_cuda_launch(StrBuf *sb, const Op *op)
+static void emit_cuda_launch(StrBuf *sb, const KernelDesc *k, const char *op_args)
 {
-    const KernelDesc *k = op->kernel;
     char params[16][128], args[16][128];
-    int n_params = split_list(k->params, params, 16), n_args = split_list(op->args, args, 16);
+    int n_params = split_list(k->params, params, 16), n_args = split_list(op_args, args, 16);
     if (n_params != n_args)
         ICE("kernel %s takes %d arguments, the op gives %d", k->name, n_params, n_args);
     open_brace(sb);
@@ -172,7 +184,7 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
         char type[128], name[128];
         param_type_name(params[i], type, name);
         emit_line(sb, "%sarg%d = %s; /* %s */", type, i, args[i], name);
-        if (strcmp(name, k->extent) == 0)
+        if (!k->blocks && strcmp(name, k->extent) == 0)
             snprintf(extent_var, sizeof extent_var, "arg%d", i);
     }
     if (extent_var[0])
@@ -180,9 +192,18 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
     StrBuf list = {0};
     for (int i = 0; i < n_params; i++)
         sb_printf(&list, "%s&arg%d", i ? ", " : "", i);
-    emit_line(sb, "void *args[] = {%s};", list.data);
+    emit_line(sb, "void *args[] = {%s};", list.data ? list.data : "");
     sb_free(&list);
-    if (kernel_lanes(k) == CUDA_WARP)
+    if (k->blocks) { // the grid from the parameters the expression names, as they are called there
+        for (int i = 0; i < n_params; i++) {
+            char type[128], name[128];
+            param_type_name(params[i], type, name);
+            if (strstr(k->blocks, name))
+                emit_line(sb, "%s%s = arg%d;", type, name, i);
+        }
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, %d, args); /* blocks of %d threads */",
+                  k->name, k->blocks, k->lanes, k->lanes, k->lanes);
+    } else if (kernel_lanes(k) == CUDA_WARP)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per index */",
                   k->name, extent, CUDA_WARP);
     else
@@ -194,16 +215,22 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
  * ldc" with a and b its bf16 copies when it has them under bf16 (enum pr_gemm_inputs). */
 static char *gemm_args(const Op *op, bool bf16)
 {
-    if (!bf16 || !op->operands_h)
-        return xasprintf("CUDA_INPUTS, %s", op->args);
+    const char *op_args = op->gpu_args ? op->gpu_args : op->args;
+    const char *copies_h = op->gpu_args ? op->gpu_operands_h : op->operands_h;
+    if (bf16 && op->out_h && !copies_h)
+        ICE("a product with a bf16 output and fp32 operands");
+    if (!bf16 || !copies_h)
+        return xasprintf("CUDA_INPUTS, %s", op_args);
     char args[16][128], copies[2][128];
-    int n = split_list(op->args, args, 16);
-    if (n != 13 || split_list(op->operands_h, copies, 2) != 2)
-        ICE("a product with %d arguments and bf16 operands '%s'", n, op->operands_h);
+    int n = split_list(op_args, args, 16);
+    if (n != 13 || split_list(copies_h, copies, 2) != 2)
+        ICE("a product with %d arguments and bf16 operands '%s'", n, copies_h);
     snprintf(args[6], sizeof args[6], "%s", copies[0]);
     snprintf(args[8], sizeof args[8], "%s", copies[1]);
+    if (op->out_h && strcmp(args[10], "0.0f") != 0)
+        ICE("a product with a bf16 output and beta %s", args[10]);
     StrBuf sb = {0};
-    sb_puts(&sb, "PR_GEMM_BF16");
+    sb_puts(&sb, op->out_h ? "PR_GEMM_BF16_OUT" : "PR_GEMM_BF16");
     for (int i = 0; i < n; i++)
         sb_printf(&sb, ", %s", args[i]);
     return sb.data;
@@ -214,11 +241,15 @@ static char *gemm_args(const Op *op, bool bf16)
 static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int index, bool bf16)
 {
     emit_line(sb, "/* %s */", op->comment);
+    if (op->gpu_skip) { // numbered still, so that the profile's ops are the CPU path's
+        emit_line(sb, "/* (nothing here on the GPU: done by an earlier op) */");
+        return;
+    }
     if (op_is_timed(op))
         emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
     switch (op->kind) {
     case OP_KERNEL:
-        emit_cuda_launch(sb, op);
+        emit_cuda_launch(sb, op->gpu_kernel ? op->gpu_kernel : op->kernel, op->gpu_args ? op->gpu_args : op->args);
         break;
     case OP_GEMM: {
         char *args = gemm_args(op, bf16);
@@ -260,8 +291,8 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
 /* A product (op `index`) and GELU's backward op after it, in one cuBLASLt call with the GELU
  * gradient in the epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_dgelu returns
  * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
- * bf16 copy of its result; after a fused product a to_bf16 launch does (cuBLASLt's epilogue
- * writes the fp32 result, which the bias gradient reads). */
+ * bf16 copy of its result; after a fused product the bias gradient's kernel, which reads the
+ * fp32 result next, writes it on the way (codegen.c gives it the copy). */
 static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const char *section, int index)
 {
     if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
@@ -276,13 +307,6 @@ static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const ch
     emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
     emit_open(sb, "if (!fused_%d)", index);
     emit_cuda_op(sb, gelu, section, index + 1, true);
-    emit_close(sb, " else {");
-    sb->indent++;
-    // gelu_backward's arguments: dact, pre, dact_h
-    char items[3][128];
-    if (split_list(gelu->args, items, 3) != 3 || strncmp(items[2], "BF16_COPY(", 10) != 0)
-        ICE("GELU op arguments '%s' without a bf16 copy", gelu->args);
-    emit_to_bf16(sb, items[0], items[2], "(long)BT * 4 * C");
     emit_close(sb, "");
 }
 

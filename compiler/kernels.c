@@ -9,6 +9,11 @@
  * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
  * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
  *
+ * A few kernels are the GPU's alone (`blocks` set: block kernels with shared memory and
+ * barriers, see KernelDesc): they stand in for a CPU kernel in the GPU's form of an op
+ * (codegen.c), and the emulator test checks each against the kernel it replaces
+ * (tests/e2e/cuda_kernels.sh).
+ *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,
  * VP floats per row of logits (V rounded up to 64), BT = B * T rows. Activations are
  * row-major [BT, width]; qkv rows hold q | k | v.
@@ -495,6 +500,122 @@ const KernelDesc kernel_descs[] = {
                 "    pr_bf16 *dh = dlogits_h + (long)row * VP;\n"
                 "    ROW_LOOP(v, 0, V)\n"
                 "        dh[v] = pr_to_bf16(p[v]);\n"
+                "}",
+    },
+    {
+        .name = "classifier_fused",
+        .doc = "the GPU's classifier, as llm.c's: one online-softmax sweep of a row of logits (fp32, "
+               "or bf16 in logits_h when given) gives its log-sum-exp and losses[row]; a second sweep "
+               "overwrites the row in place with p - onehot(target), the dlogits before the loss scale "
+               "(the head's backward products apply it as their alpha)",
+        .params = "float *RESTRICT logits, pr_bf16 *RESTRICT logits_h, float *RESTRICT losses, "
+                  "const int *RESTRICT targets",
+        .index = "row",
+        .extent = "BT",
+        .lanes = 32,
+        .body = "float *lg = logits + (long)row * VP;\n"
+                "pr_bf16 *lh = logits_h ? logits_h + (long)row * VP : (pr_bf16 *)0;\n"
+                "int target = targets[row];\n"
+                "float target_logit = lh ? pr_from_bf16(lh[target]) : lg[target];\n"
+                "float mx = -3.0e38f, sum = 0.0f;\n"
+                "ROW_LOOP(v, 0, V) {\n"
+                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
+                "    if (x > mx) {\n"
+                "        sum *= expf(mx - x);\n"
+                "        mx = x;\n"
+                "    }\n"
+                "    sum += expf(x - mx);\n"
+                "}\n"
+                "float row_mx = ROW_MAX(mx);\n"
+                "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+                "float lse = row_mx + logf(sum);\n"
+                "if (LEAD)\n"
+                "    losses[row] = lse - target_logit;\n"
+                "ROW_LOOP(v, 0, V) {\n"
+                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
+                "    float d = expf(x - lse) - (v == target ? 1.0f : 0.0f);\n"
+                "    if (lh)\n"
+                "        lh[v] = pr_to_bf16(d);\n"
+                "    else\n"
+                "        lg[v] = d;\n"
+                "}",
+    },
+    {
+        .name = "bias_backward_tiles",
+        .doc = "the GPU's bias_backward, deterministic and without atomics: a block per tile of 8 "
+               "columns, its 256 threads 32 row groups of 8 columns (a warp reads 4 rows of 32 bytes), "
+               "the groups' sums added by a fixed tree in shared memory; dout_h, when given, gets dout "
+               "in bf16 on the way (the copy a product reads, where no earlier kernel wrote it)",
+        .params = "float *RESTRICT dbias, const float *RESTRICT dout, int OC, pr_bf16 *RESTRICT dout_h",
+        .lanes = 256,
+        .blocks = "(OC + 7) / 8",
+        .body = "__shared__ float partial[32][8];\n"
+                "int at = threadIdx.x % 8, group = threadIdx.x / 8;\n"
+                "int col = blockIdx.x * 8 + at;\n"
+                "float sum = 0.0f;\n"
+                "if (col < OC) {\n"
+                "    for (long row = group; row < BT; row += 32) {\n"
+                "        float x = dout[row * OC + col];\n"
+                "        sum += x;\n"
+                "        if (dout_h)\n"
+                "            dout_h[row * OC + col] = pr_to_bf16(x);\n"
+                "    }\n"
+                "}\n"
+                "partial[group][at] = sum;\n"
+                "__syncthreads();\n"
+                "for (int half = 16; half > 0; half /= 2) {\n"
+                "    if (group < half)\n"
+                "        partial[group][at] += partial[group + half][at];\n"
+                "    __syncthreads();\n"
+                "}\n"
+                "if (group == 0 && col < OC)\n"
+                "    dbias[col] += partial[0][at];",
+    },
+    {
+        .name = "layernorm_backward_blocks",
+        .doc = "the GPU's layernorm_backward: a block of 8 warps takes 64 rows, a warp per row; "
+               "dweight and dbias gather in shared memory (shared atomics), and the block makes one "
+               "global atomic add per column of each (not one per row)",
+        .params = "float *RESTRICT dinp, float *dweight, float *dbias, const float *RESTRICT dout, "
+                  "const float *RESTRICT inp, const float *RESTRICT weight, "
+                  "const float *RESTRICT mean, const float *RESTRICT rstd, pr_bf16 *RESTRICT dinp_h",
+        .lanes = 256,
+        .blocks = "(BT + 63) / 64",
+        .body = "enum { WARPS = 8, ROWS = 64 };\n"
+                "__shared__ float partial[2 * C]; /* the block's dweight | dbias */\n"
+                "int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+                "for (int c = threadIdx.x; c < 2 * C; c += blockDim.x)\n"
+                "    partial[c] = 0.0f;\n"
+                "__syncthreads();\n"
+                "long end = (long)(blockIdx.x + 1) * ROWS < BT ? (long)(blockIdx.x + 1) * ROWS : (long)BT;\n"
+                "for (long row = (long)blockIdx.x * ROWS + warp; row < end; row += WARPS) {\n"
+                "    const float *d = dout + row * C;\n"
+                "    const float *x = inp + row * C;\n"
+                "    float *di = dinp + row * C;\n"
+                "    float m = mean[row], s = rstd[row];\n"
+                "    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;\n"
+                "    for (int c = lane; c < C; c += 32) {\n"
+                "        float dnorm = weight[c] * d[c];\n"
+                "        dnorm_mean += dnorm;\n"
+                "        dnorm_norm_mean += dnorm * (x[c] - m) * s;\n"
+                "    }\n"
+                "    dnorm_mean = warp_sum(dnorm_mean) / C;\n"
+                "    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;\n"
+                "    for (int c = lane; c < C; c += 32) {\n"
+                "        float norm = (x[c] - m) * s;\n"
+                "        float dnorm = weight[c] * d[c];\n"
+                "        ATOMIC_ADD(&partial[c], norm * d[c]);\n"
+                "        ATOMIC_ADD(&partial[C + c], d[c]);\n"
+                "        float v = di[c] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;\n"
+                "        di[c] = v;\n"
+                "        if (dinp_h)\n"
+                "            dinp_h[row * C + c] = pr_to_bf16(v);\n"
+                "    }\n"
+                "}\n"
+                "__syncthreads();\n"
+                "for (int c = threadIdx.x; c < C; c += blockDim.x) {\n"
+                "    ATOMIC_ADD(&dweight[c], partial[c]);\n"
+                "    ATOMIC_ADD(&dbias[c], partial[C + c]);\n"
                 "}",
     },
     {

@@ -440,8 +440,13 @@ typedef struct KernelDesc {
     const char *params; /* parameter list, the same text in C and CUDA */
     const char *index;  /* the loop variable */
     const char *extent; /* its extent: a shape constant expression or an int parameter */
-    int lanes;          /* GPU threads per index: 0 or 1, or 32 (a warp: a row kernel) */
+    int lanes;          /* GPU threads per index: 0 or 1, or 32 (a warp: a row kernel); for a
+                           block kernel, threads per block */
     const char *body;   /* statements for one index, '\n'-separated, indented by 4 per level */
+    /* A block kernel (GPU only, never rendered as C): `blocks` blocks of `lanes` threads run
+     * `body` as CUDA with threadIdx, blockIdx, __shared__ and __syncthreads; index and
+     * extent are unused. Such a kernel stands in for a CPU one (Op.gpu_kernel). */
+    const char *blocks;
 } KernelDesc;
 
 extern const KernelDesc kernel_descs[];
@@ -480,6 +485,15 @@ typedef struct Op {
     char *epilogue_arg;
     char *operands_h;         /* OP_GEMM: "a_h, b_h", bf16 copies of its a and b that the GPU
                                  reads instead under bf16; NULL: it reads a and b */
+    bool out_h;               /* OP_GEMM: under bf16 the GPU writes c in bf16 (cuBLASLt's output
+                                 type), beta 0 */
+    /* The GPU's form of the op, where it differs (same position, so the profile numbers
+     * agree): gpu_args replace args (a product's, or gpu_kernel's), gpu_kernel replaces
+     * kernel, and gpu_skip leaves nothing to do (an earlier GPU op did it). */
+    const KernelDesc *gpu_kernel;
+    char *gpu_args;
+    char *gpu_operands_h;     /* OP_GEMM with gpu_args: operands_h for them */
+    bool gpu_skip;
     char *comment;            /* what this step computes, for the generated code */
 } Op;
 

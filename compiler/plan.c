@@ -19,7 +19,8 @@
  *  - bytes: the runtime stores every tensor in 4 bytes under either precision: weights 4,
  *    gradients 4, optimizer state 8 per parameter; under bf16 the GPU adds a 2-byte copy of
  *    each weight, and of the gradients that feed products and are also read in fp32 (in the
- *    scratch the residual, MLP and, flash, qkv gradients, and on the last stage dlogits);
+ *    scratch the residual, MLP and, flash, qkv gradients; the last stage's dlogits are bf16 in
+ *    place of its logits on the GPU);
  *    the activations only products read (ln1 and attention's output with flash attention,
  *    ln2, the GELU output, the final LayerNorm) are kept in bf16, 2 bytes an element, on
  *    either device. PipeDream's stashed versions are copies of the weights (with their bf16
@@ -67,7 +68,6 @@ static ModelCounts model_counts(const Config *cfg)
         // layer, and the final LayerNorm, are kept in bf16: half their floats
         m.layer_acts -= tokens * (2.5 * C + (flash ? C : 0));
         m.head_acts -= tokens * C / 2;
-        m.head_scratch = tokens * (double)vocab_stride(cfg) / 2;
         m.weight_bytes = 6;
     }
     return m;

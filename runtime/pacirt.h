@@ -230,10 +230,12 @@ enum pr_gemm_inputs {
     PR_GEMM_FP32,    /* fp32 operands and arithmetic (CUBLAS_COMPUTE_32F) */
     PR_GEMM_FP32_TC, /* fp32 operands the tensor cores round to bf16 (COMPUTE_32F_FAST_16BF) */
     PR_GEMM_BF16,    /* a and b point at pr_bf16 operands; fp32 accumulation and output */
+    PR_GEMM_BF16_OUT, /* a, b and c pr_bf16 (c rounded from the fp32 accumulation); beta 0 */
 };
 
 /* pr_gemm on the stage's compute stream through cuBLASLt, fp32 accumulation; a and b hold
- * floats or pr_bf16 as `inputs` (enum pr_gemm_inputs) says, c is fp32. */
+ * floats or pr_bf16 as `inputs` (enum pr_gemm_inputs) says, c is fp32 (pr_bf16 for
+ * PR_GEMM_BF16_OUT, ldc then in its elements). */
 void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m, int n, int k,
                   float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                   float *c, int ldc);

@@ -391,16 +391,24 @@ static void sample(pr_run *run, int64_t n, const tokenizer *tk)
     int32_t *tokens = pr_alloc((size_t)BT * sizeof(int32_t));
     int32_t *text = pr_alloc((size_t)(n + 1) * sizeof(int32_t));
     pr_rng rng = {run->prog->seed ^ 0x5a5a5a5aULL};
+    // The GPU path's head leaves its fused classifier's unscaled dlogits p - onehot(target) over
+    // the logits (bf16 under bf16), not the probabilities.
+    int gpu = run->prog->cuda_device && run->dev == run->prog->cuda_device;
     text[0] = start;
     for (int64_t i = 1; i <= n; i++) {
         int64_t len = i < T ? i : T;
         for (int64_t j = 0; j < BT; j++)
             tokens[j] = j < len ? text[i - len + j] : start;
-        const float *row = pr_forward_all(run, tokens) + (len - 1) * run->prog->probs_stride;
+        const float *probs = pr_forward_all(run, tokens);
+        const float *row = probs + (len - 1) * run->prog->probs_stride;
+        const pr_bf16 *row_h = (const pr_bf16 *)probs + (len - 1) * run->prog->probs_stride;
         double coin = pr_rng_uniform(&rng), cdf = 0.0;
         int32_t next = (int32_t)V - 1;
         for (int32_t v = 0; v < V; v++) {
-            cdf += row[v];
+            if (!gpu)
+                cdf += row[v];
+            else // p = dlogit + 1 at the target, 0 here
+                cdf += (run->prog->bf16_operands ? pr_from_bf16(row_h[v]) : row[v]) + (v == 0 ? 1.0 : 0.0);
             if (coin < cdf) {
                 next = v;
                 break;

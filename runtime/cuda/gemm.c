@@ -8,7 +8,8 @@
  * descriptors and the heuristic's algorithm are made once and cached, per operand alignment.
  * A product with a bias adds it in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS); under bf16
  * the generated code also asks for GELU's gradient there (DGELU), and runs GELU's own kernel
- * when cuBLASLt has no algorithm for it.
+ * when cuBLASLt has no algorithm for it. PR_GEMM_BF16_OUT writes D (= C) as CUDA_R_16BF: the
+ * LM head's logits under bf16, which the fused classifier turns into dlogits in place.
  */
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -114,10 +115,11 @@ static gemm_plan *plan_for(int stage, int inputs, int ta, int tb, int m, int n, 
     *p = (gemm_plan){.used = 1, .inputs = inputs, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                      .lda = lda, .ldb = ldb, .ldc = ldc, .epilogue = epilogue, .align_a = align_a,
                      .align_b = align_b, .align_c = align_c, .align_bias = align_bias, .align_aux = align_aux};
-    if (inputs < PR_GEMM_FP32 || inputs > PR_GEMM_BF16)
-        pr_internal("stage %d: product inputs %d", stage, inputs);
+    if (inputs < PR_GEMM_FP32 || inputs > PR_GEMM_BF16_OUT || (inputs == PR_GEMM_BF16_OUT && epilogue != EPI_PLAIN))
+        pr_internal("stage %d: product inputs %d with epilogue %d", stage, inputs, epilogue);
     cublasComputeType_t compute = inputs == PR_GEMM_FP32_TC ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-    cudaDataType in_type = inputs == PR_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType in_type = inputs >= PR_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType out_type = inputs == PR_GEMM_BF16_OUT ? CUDA_R_16BF : CUDA_R_32F;
     check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
@@ -147,7 +149,7 @@ static gemm_plan *plan_for(int stage, int inputs, int ta, int tb, int m, int n, 
     // First operand: row-major B seen column-major; second: row-major A; result n x m.
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, in_type, tb ? k : n, tb ? n : k, ldb), "layout B");
     check_lt(stage, cublasLtMatrixLayoutCreate(&p->b, in_type, ta ? m : k, ta ? k : m, lda), "layout A");
-    check_lt(stage, cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, n, m, ldc), "layout C");
+    check_lt(stage, cublasLtMatrixLayoutCreate(&p->c, out_type, n, m, ldc), "layout C");
     cublasLtMatmulPreference_t pref;
     check_lt(stage, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     uint64_t workspace = (uint64_t)PR_CUDA_WORKSPACE_BYTES;
@@ -181,7 +183,7 @@ static gemm_plan *plan_for(int stage, int inputs, int ta, int tb, int m, int n, 
     }
     if (found < 1)
         pr_internal("stage %d: cuBLASLt has no algorithm for %s%dx%dx%d (trans %d %d, alignment %d %d %d)",
-                    stage, inputs == PR_GEMM_BF16 ? "bf16 " : inputs == PR_GEMM_FP32_TC ? "fast-bf16 " : "", m, n,
+                    stage, inputs == PR_GEMM_BF16_OUT ? "bf16-out " : inputs == PR_GEMM_BF16 ? "bf16 " : inputs == PR_GEMM_FP32_TC ? "fast-bf16 " : "", m, n,
                     k, ta, tb, align_a, align_b, align_c);
     p->algo = result.algo;
     return p;
@@ -220,6 +222,8 @@ void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m
                   float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                   float *c, int ldc)
 {
+    if (inputs == PR_GEMM_BF16_OUT && beta != 0.0f)
+        pr_internal("stage %d: a product with a bf16 output takes beta 0, not %g", stage, (double)beta);
     gemm_plan *p = plan_for(stage, inputs, trans_a, trans_b, m, n, k, lda, ldb, ldc, EPI_PLAIN, a, b, c, NULL, NULL);
     run_plan(stage, p, alpha, a, b, beta, c, NULL, NULL, "cublasLtMatmul");
 }

@@ -158,7 +158,7 @@ void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t bloc
 }
 
 /* A rows x cols (leading dimension ld) row-major operand as fp32 for the BLAS: bf16 inputs
- * widened exactly (PR_GEMM_BF16), or fp32 ones rounded to bf16 to nearest even as the tensor
+ * widened exactly (PR_GEMM_BF16, PR_GEMM_BF16_OUT), or fp32 ones rounded to bf16 to nearest even as the tensor
  * cores do (PR_GEMM_FP32_TC); NULL for fp32 arithmetic, which reads x as it is. */
 static float *operand_fp32(int32_t inputs, const void *x, int rows, int cols, int ld)
 {
@@ -169,7 +169,7 @@ static float *operand_fp32(int32_t inputs, const void *x, int rows, int cols, in
         for (int j = 0; j < cols; j++) {
             size_t at = (size_t)i * (size_t)ld + (size_t)j;
             uint32_t bits;
-            if (inputs == PR_GEMM_BF16) {
+            if (inputs == PR_GEMM_BF16 || inputs == PR_GEMM_BF16_OUT) {
                 bits = (uint32_t)((const pr_bf16 *)x)[at] << 16;
             } else {
                 bits = (uint32_t)pr_to_bf16(((const float *)x)[at]) << 16;
@@ -184,11 +184,24 @@ void pr_cuda_gemm(int32_t stage, int32_t inputs, int trans_a, int trans_b, int m
                   float alpha, const void *a, int lda, const void *b, int ldb, float beta,
                   float *c, int ldc)
 {
-    (void)stage;
     float *ra = trans_a ? operand_fp32(inputs, a, k, m, lda) : operand_fp32(inputs, a, m, k, lda);
     float *rb = trans_b ? operand_fp32(inputs, b, n, k, ldb) : operand_fp32(inputs, b, k, n, ldb);
+    // a bf16 output: the fp32 product, rounded to nearest even as cuBLASLt's D conversion
+    float *out = c;
+    if (inputs == PR_GEMM_BF16_OUT) {
+        if (beta != 0.0f)
+            pr_internal("stage %d: a product with a bf16 output takes beta 0, not %g", stage, (double)beta);
+        out = pr_alloc((size_t)m * (size_t)n * sizeof(float));
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, ra ? ra : a, lda, rb ? rb : b, ldb, beta, c, ldc);
+                m, n, k, alpha, ra ? ra : a, lda, rb ? rb : b, ldb, beta, out, out == c ? ldc : n);
+    if (out != c) {
+        pr_bf16 *ch = (pr_bf16 *)c;
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                ch[(size_t)i * (size_t)ldc + (size_t)j] = pr_to_bf16(out[(size_t)i * (size_t)n + (size_t)j]);
+        free(out);
+    }
     free(ra);
     free(rb);
 }

@@ -50,6 +50,7 @@ enum { AL_MAGIC, AL_A, AL_B, AL_C, AL_D, AL_BIAS, AL_KIND, AL_WORKSPACE };
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, ldd, bf16;
     int in16;           /* A and B hold bf16 (CUDA_R_16BF), not fp32 */
+    void *d16;          /* D when it is bf16 (then d is an fp32 m x n scratch, ldd m) */
     float alpha, beta;
     const void *a, *b;  /* of A's and B's type */
     const float *c, *bias;
@@ -281,13 +282,21 @@ static void shapes(const lt_desc *d, const lt_layout *a, const lt_layout *b, con
     *m = (int)am, *n = (int)bn, *k = (int)ak;
 }
 
-/* cuBLASLt also has bf16 C and D (with bf16 A and B); the fake has fp32 ones only, so it dies
- * rather than guess what the real one would do with them. */
-static void outputs_fp32(const lt_layout *c, const lt_layout *dd, const char *call)
+/* C and D fp32, or both bf16 for bf16 A and B under CUBLAS_COMPUTE_32F with no epilogue (D
+ * rounded from the fp32 result, beta 0: the LM head's logits). cuBLASLt has more combinations;
+ * the fake dies on them rather than guess what the real one would do. */
+static void outputs_supported(const lt_desc *d, const lt_layout *a, const lt_layout *c, const lt_layout *dd,
+                              const char *call)
 {
-    if (c->type != CUDA_R_32F || dd->type != CUDA_R_32F)
-        fake_die("%s: C is %s and D %s: the fake supports CUDA_R_32F C and D only", call, type_name(c->type),
-                 type_name(dd->type));
+    if (c->type == CUDA_R_32F && dd->type == CUDA_R_32F)
+        return;
+    if (c->type == CUDA_R_16BF && dd->type == CUDA_R_16BF && a->type == CUDA_R_16BF && !d->bf16 && !d->bias &&
+        !d->gelu)
+        return;
+    fake_die("%s: C is %s and D %s (A %s, %s%s): the fake supports CUDA_R_32F C and D, or CUDA_R_16BF ones for "
+             "CUDA_R_16BF A and B under CUBLAS_COMPUTE_32F with no epilogue", call, type_name(c->type),
+             type_name(dd->type), type_name(a->type), d->bf16 ? "32F_FAST_16BF" : "32F",
+             d->bias || d->gelu ? ", an epilogue" : "");
 }
 
 /* 1, with the reason on stderr, for input types the real cuBLASLt has no algorithm for (its
@@ -320,7 +329,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     lt_layout *la = layout(a, call), *lb = layout(b, call), *lc = layout(c, call), *ld = layout(dd, call);
     int m, n, k;
     shapes(d, la, lb, lc, ld, call, &m, &n, &k);
-    outputs_fp32(lc, ld, call);
+    outputs_supported(d, la, lc, ld, call);
     if (requested <= 0 || !results || !count)
         return CUBLAS_STATUS_INVALID_VALUE;
     *count = 0;
@@ -343,8 +352,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     // The heuristic reads the bias pointer's alignment (NULL: any); epilogues load it in 16 bytes.
     al[AL_BIAS] = aligned_to(d->bias_ptr, 16) | aligned_to(d->aux_ptr, 16) << 32;
     // A's type is B's (inputs_unsupported): an algorithm runs on the inputs it was chosen for.
-    al[AL_KIND] = (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4) |
-                  (uint64_t)(uint32_t)la->type << 32;
+    al[AL_KIND] = (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4 |
+                             (ld->type == CUDA_R_16BF) << 6) | (uint64_t)(uint32_t)la->type << 32;
     al[AL_WORKSPACE] = p->max_workspace;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -446,6 +455,18 @@ static void run(void *arg)
             else
                 *y *= sg + 2.0f * x * sg * (1.0f - sg) * k0 * (1.0f + 3.0f * k1 * x * x);
         }
+    if (j->d16) { // round to nearest even, as bf16_copy
+        float *rounded = bf16_copy(j->d, (size_t)j->m * (size_t)j->n);
+        for (int col = 0; col < j->n; col++)
+            for (int row = 0; row < j->m; row++) {
+                uint32_t u;
+                memcpy(&u, &rounded[(size_t)col * (size_t)j->m + (size_t)row], sizeof u);
+                uint16_t h = (uint16_t)(u >> 16);
+                memcpy((unsigned char *)j->d16 + ((size_t)col * (size_t)j->ldc + (size_t)row) * sizeof h, &h, sizeof h);
+            }
+        free(rounded);
+        free(j->d);
+    }
     free(ra);
     free(rb);
 }
@@ -475,12 +496,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     lt_job j = {.ta = d->ta, .tb = d->tb, .bf16 = d->bf16, .lda = (int)la->ld, .ldb = (int)lb->ld,
                 .ldc = (int)lc->ld, .ldd = (int)ld->ld};
     shapes(d, la, lb, lc, ld, call, &j.m, &j.n, &j.k);
-    outputs_fp32(lc, ld, call);
+    outputs_supported(d, la, lc, ld, call);
     if (!algo || algo->data[AL_MAGIC] != ALGO_MAGIC)
         fake_die("%s: the algorithm did not come from cublasLtMatmulAlgoGetHeuristic", call);
     const uint64_t *al = algo->data;
-    if ((al[AL_KIND] & 0xffffffffu) != (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4))
-        fake_die("%s: the algorithm was chosen for another compute type, transpose or epilogue", call);
+    if ((al[AL_KIND] & 0xffffffffu) != (uint64_t)(d->bf16 | d->ta << 1 | d->tb << 2 | d->bias << 3 | d->gelu << 4 |
+                                                  (ld->type == CUDA_R_16BF) << 6))
+        fake_die("%s: the algorithm was chosen for another compute type, transpose, epilogue or output type", call);
     // The heuristic refuses mixed inputs and bf16 ones under 32F_FAST_16BF, so layouts of the
     // algorithm's input type, under its compute type (just above), are a combination it took.
     cudaDataType in = (cudaDataType)(al[AL_KIND] >> 32);
@@ -530,6 +552,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     overlap(j.d, sd, j.aux, saux, "D and the GELU input (aux)");
     if (C != D)
         overlap(j.d, sd, j.c, sc, "D and C (not in place)");
+    if (ld->type == CUDA_R_16BF) { // computed in fp32 on the worker, then rounded into D
+        if (j.beta != 0.0f)
+            fake_die("%s: a bf16 D with beta %g: the fake reads no bf16 C", call, (double)j.beta);
+        j.d16 = j.d;
+        j.ldc = j.ldd; // D's leading dimension, for the rounding
+        j.ldd = j.m;
+        j.d = calloc((size_t)j.m * (size_t)j.n + 1, sizeof(float));
+        if (!j.d)
+            fake_die("%s: out of host memory", call);
+    }
     lt_job *q = malloc(sizeof *q);
     if (!q)
         fake_die("%s: out of host memory", call);

@@ -9,7 +9,8 @@
 # validation losses and the final weights must agree: losses to LOSS_TOL relative and weights
 # to WEIGHT_TOL absolute (the row kernels' warp reductions sum in another order than the CPU
 # loops, so the final weights differ in their last bits, about 1e-6; a wrong index exceeds the
-# tolerances by orders of magnitude, see docs/gpu.md).
+# tolerances by orders of magnitude, see docs/gpu.md). For flash at p = 1, --sample must also
+# draw the same tokens on both devices (the GPU's head leaves dlogits, not probabilities).
 # CUDA_EMU_SED='sed script' edits every generated stages.cu before it is compiled: a way to
 # show that a broken kernel fails this test (never set in `make test`).
 # Skips (exit 77) without libpacirt_cuda.a, without a C++ compiler (g++ or clang++), when pacic
@@ -62,6 +63,17 @@ for p in 1 2; do
         done
         [ "$(grep -c '"loss"' "$work/$name/cuda/metrics.jsonl")" -eq 6 ] || fail "$name: expected 6 steps"
         compare_devices "$name" "$work/$name/cuda" "$work/$name/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+        if [ "$name" = flash-1 ]; then
+            # The GPU's forward leaves dlogits where the CPU's leaves probabilities: sampling
+            # from the trained weights must still draw the same tokens on both.
+            for device in cuda cpu; do
+                (cd "$work/$name/$device" && ../run --device $device --quiet --sample 16 > sample.txt) ||
+                    fail "$name: --sample on --device $device"
+            done
+            cmp -s "$work/$name/cuda/sample.txt" "$work/$name/cpu/sample.txt" ||
+                fail "$name: --sample differs: cuda '$(cat "$work/$name/cuda/sample.txt")', cpu '$(cat "$work/$name/cpu/sample.txt")'"
+            echo "$name: --sample 16 draws the same tokens on both devices"
+        fi
     done
 done
 echo "the generated CUDA code under the emulator matches the CPU path (flash and matmul attention, p = 1 and 2)"
