@@ -27,8 +27,34 @@ static int kernel_lanes(const KernelDesc *k)
     return 1;
 }
 
-static void emit_cuda_kernel(StrBuf *sb, const KernelDesc *k)
+/* A tiled kernel (attention_gpu.c): a block per index; an empty body where its tiling does not
+ * fit the model, since the module still names it. */
+static void emit_cuda_tiled_kernel(StrBuf *sb, const Config *cfg, const KernelDesc *k)
 {
+    emit_line(sb, "/* %s */", k->doc);
+    bool fits = flash_fits(cfg);
+    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", fits ? flash_block_threads(cfg, k) : 32,
+              k->name, k->params);
+    emit_line(sb, "{");
+    sb->indent++;
+    if (fits) {
+        emit_line(sb, "long %s = blockIdx.x;", k->index);
+        emit_line(sb, "if (%s >= %s)", k->index, k->extent);
+        emit_line(sb, "    return;");
+        emit_kernel_body(sb, k);
+    } else {
+        emit_line(sb, "/* never launched: no tiling of this head size fits a block's shared memory */");
+    }
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+}
+
+static void emit_cuda_kernel(StrBuf *sb, const Config *cfg, const KernelDesc *k)
+{
+    if (k->tiled) {
+        emit_cuda_tiled_kernel(sb, cfg, k);
+        return;
+    }
     emit_line(sb, "/* %s */", k->doc);
     emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", CUDA_BLOCK, k->name, k->params);
     emit_line(sb, "{");
@@ -124,8 +150,9 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "    return v;");
     emit_line(sb, "}");
     sb_puts(sb, "\n");
+    emit_flash_device(sb, cfg);
     for (int i = 0; i < kernel_desc_count; i++)
-        emit_cuda_kernel(sb, &kernel_descs[i]);
+        emit_cuda_kernel(sb, cfg, &kernel_descs[i]);
     emit_sumsq_kernel(sb);
 }
 
@@ -157,10 +184,17 @@ static void param_type_name(const char *param, char *type, char *name)
 
 /* A kernel launch: each argument in a variable of the parameter's type (cuLaunchKernel
  * takes their addresses), the grid covering the extent, which is a shape expression or
- * one of the parameters. */
-static void emit_cuda_launch(StrBuf *sb, const Op *op)
+ * one of the parameters. A kernel with a GPU form that fits launches that instead (the tiled
+ * attention, with the same arguments), a block per index. */
+static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const Op *op)
 {
     const KernelDesc *k = op->kernel;
+    const char *gpu_form = flash_gpu_form(cfg, k);
+    if (gpu_form) {
+        k = kernel_find(gpu_form);
+        if (strcmp(k->params, op->kernel->params) != 0)
+            ICE("kernel %s takes other parameters than %s, which it replaces", k->name, op->kernel->name);
+    }
     char params[16][128], args[16][128];
     int n_params = split_list(k->params, params, 16), n_args = split_list(op->args, args, 16);
     if (n_params != n_args)
@@ -182,7 +216,10 @@ static void emit_cuda_launch(StrBuf *sb, const Op *op)
         sb_printf(&list, "%s&arg%d", i ? ", " : "", i);
     emit_line(sb, "void *args[] = {%s};", list.data);
     sb_free(&list);
-    if (kernel_lanes(k) == CUDA_WARP)
+    if (k->tiled)
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)%ld * %d, %d, args); /* tiled: a block per index */",
+                  k->name, flash_blocks(cfg, k), flash_block_threads(cfg, k), flash_block_threads(cfg, k));
+    else if (kernel_lanes(k) == CUDA_WARP)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per index */",
                   k->name, extent, CUDA_WARP);
     else
@@ -211,14 +248,14 @@ static char *gemm_args(const Op *op, bool bf16)
 
 /* One op; a timed op (number `index` of the section, as in the CPU half) is wrapped in
  * OP_BEGIN/OP_END, which record CUDA events on the compute stream while profiling. */
-static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int index, bool bf16)
+static void emit_cuda_op(StrBuf *sb, const Config *cfg, const Op *op, const char *section, int index, bool bf16)
 {
     emit_line(sb, "/* %s */", op->comment);
     if (op_is_timed(op))
         emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
     switch (op->kind) {
     case OP_KERNEL:
-        emit_cuda_launch(sb, op);
+        emit_cuda_launch(sb, cfg, op);
         break;
     case OP_GEMM: {
         char *args = gemm_args(op, bf16);
@@ -262,7 +299,7 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
  * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
  * bf16 copy of its result; after a fused product a to_bf16 launch does (cuBLASLt's epilogue
  * writes the fp32 result, which the bias gradient reads). */
-static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const char *section, int index)
+static void emit_fused_gelu(StrBuf *sb, const Config *cfg, const Op *gemm, const Op *gelu, const char *section, int index)
 {
     if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
         ICE("a GELU epilogue that is not a product followed by gelu_backward");
@@ -275,7 +312,7 @@ static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const ch
     free(args);
     emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
     emit_open(sb, "if (!fused_%d)", index);
-    emit_cuda_op(sb, gelu, section, index + 1, true);
+    emit_cuda_op(sb, cfg, gelu, section, index + 1, true);
     emit_close(sb, " else {");
     sb->indent++;
     // gelu_backward's arguments: dact, pre, dact_h
@@ -289,7 +326,8 @@ static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const ch
 /* Section `name` of the CPU half as `static void cuda_name(params)`, the same ops numbered
  * the same way. Under bf16 a product marked with the GELU gradient's epilogue fuses with the
  * op after it (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
-static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, const OpList *l, bool bf16)
+static void emit_cuda_section(StrBuf *sb, const Config *cfg, const char *name, const char *params, const OpList *l,
+                              bool bf16)
 {
     emit_line(sb, "static void cuda_%s(%s)", name, params);
     open_brace(sb);
@@ -298,12 +336,12 @@ static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, 
         if (bf16 && op->kind == OP_GEMM && op->epilogue != EPI_NONE) {
             if (i + 1 == l->n)
                 ICE("a GELU epilogue on the last op of %s", name);
-            emit_fused_gelu(sb, op, &l->ops[i + 1], name, timed);
+            emit_fused_gelu(sb, cfg, op, &l->ops[i + 1], name, timed);
             timed += 2;
             i++;
             continue;
         }
-        emit_cuda_op(sb, op, name, timed, bf16);
+        emit_cuda_op(sb, cfg, op, name, timed, bf16);
         timed += op_is_timed(op);
     }
     emit_close(sb, "");
@@ -335,26 +373,26 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     // Under bf16 the sections that run products also take the weights' bf16 copy.
     const char *ph = bf16 ? "const pr_bf16 *ph, " : "", *params_h = bf16 ? "const pr_bf16 *params_h, " : "";
     if (sp->has_embed)
-        emit_cuda_section(sb, "embed_forward", "const float *params, float *acts, const int *tokens",
+        emit_cuda_section(sb, cfg, "embed_forward", "const float *params, float *acts, const int *tokens",
                           &ops->embed_fwd, bf16);
     char *params = xasprintf("const float *p, %sfloat *a, const float *x", ph);
-    emit_cuda_section(sb, "block_forward", params, &ops->block_fwd, bf16);
+    emit_cuda_section(sb, cfg, "block_forward", params, &ops->block_fwd, bf16);
     free(params);
     if (sp->has_head) {
         params = xasprintf("const float *params, %sfloat *acts, const float *x, const int *targets, float *losses",
                            params_h);
-        emit_cuda_section(sb, "head_forward", params, &ops->head_fwd, bf16);
+        emit_cuda_section(sb, cfg, "head_forward", params, &ops->head_fwd, bf16);
         free(params);
         params = xasprintf("const float *params, %sfloat *grads, float *acts, const float *x, float *scratch, "
                            "const int *targets, float dloss", params_h);
-        emit_cuda_section(sb, "head_backward", params, &ops->head_bwd, bf16);
+        emit_cuda_section(sb, cfg, "head_backward", params, &ops->head_bwd, bf16);
         free(params);
     }
     params = xasprintf("const float *p, %sfloat *g, const float *a, const float *x, float *s", ph);
-    emit_cuda_section(sb, "block_backward", params, &ops->block_bwd, bf16);
+    emit_cuda_section(sb, cfg, "block_backward", params, &ops->block_bwd, bf16);
     free(params);
     if (sp->has_embed)
-        emit_cuda_section(sb, "embed_backward", "float *grads, const float *scratch, const int *tokens",
+        emit_cuda_section(sb, cfg, "embed_backward", "float *grads, const float *scratch, const int *tokens",
                           &ops->embed_bwd, bf16);
 
     const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";
