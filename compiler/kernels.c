@@ -8,6 +8,8 @@
  * C result is deterministic). Local arrays have a constant size (HS), and loops over them are
  * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
  * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
+ * A description with `gpu_form` is replaced on the GPU by that GPU-only `tiled` one (a block
+ * per index, the attention's tiles: attention_gpu.c), with the same arguments.
  *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,
  * VP floats per row of logits (V rounded up to 64), BT = B * T rows. Activations are
