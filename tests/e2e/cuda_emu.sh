@@ -3,7 +3,8 @@
 # emulator tests/cuda_emu/simt.h (blocks in turn, threads as coroutines, barriers and warp
 # shuffles), and the generated GPU host half linked with tests/cuda_emu/emu_device.c in place
 # of libpacirt_cuda.a (host memory, OpenBLAS for cuBLASLt). First the emulator's primitives on
-# their own (tests/cuda_emu/simt_test.cpp, and three misuses it must refuse); then small models
+# their own (tests/cuda_emu/simt_test.cpp, and three misuses it must refuse), and the tiled
+# attention kernels against the row kernels (tests/cuda_emu/attention_check.cpp); then small models
 # at p = 1 and 2 under `attention flash` and `attention matmul` train from the same seed with
 # --device cuda (emulated) and --device cpu in one binary, and the losses per step, the
 # validation losses and the final weights must agree: losses to LOSS_TOL relative and weights
@@ -34,6 +35,29 @@ for misuse in deadlock exited partial; do
     set -e
     [ "$status" -ne 0 ] && grep -q "^simt: " "$work/misuse.txt" || { cat "$work/misuse.txt" >&2; fail "misuse '$misuse' not refused"; }
     echo "refused ($misuse): $(grep "^simt: " "$work/misuse.txt")"
+done
+
+# The tiled attention kernels against the row kernels the CPU runs, one generated unit each
+# (tests/cuda_emu/attention_check.cpp, on peaked softmaxes, context 80: not a multiple of any
+# tile): fp32 to ATT_FP32_TOL, bf16 on the emulated tensor cores to ATT_BF16_TOL, relative to
+# each tensor's largest value (measured: 1.3e-6 and 8.8e-3, see docs/gpu.md); head sizes 24
+# (padded to 32) and 64 (GPT-2's), so every tiling branch of the forward and backward runs.
+ATT_FP32_TOL=1e-5
+ATT_BF16_TOL=3e-2
+[ -f build/obj/libpacic.a ] || fail "build/obj/libpacic.a missing: run make first"
+"${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Icompiler "$emu/emit_stage_cu.c" build/obj/libpacic.a -lm \
+    -o "$work/emit_stage_cu" || fail "emit_stage_cu does not build"
+for shape in "48 2 80 1" "128 2 80 1"; do
+    for precision in fp32 bf16; do
+        unit=$work/attention-${shape// /-}-$precision
+        "$work/emit_stage_cu" $shape $precision > "$unit.cu" || fail "emit_stage_cu $shape $precision"
+        [ -z "${CUDA_EMU_SED:-}" ] || sed -i -e "$CUDA_EMU_SED" "$unit.cu"
+        "$CXX" $cxxflags -DSTAGES_CU="\"$unit.cu\"" "$emu/attention_check.cpp" -o "$unit" \
+            || fail "attention_check does not build for $shape $precision"
+        tol=$ATT_FP32_TOL
+        [ $precision = fp32 ] || tol=$ATT_BF16_TOL
+        "$unit" $tol || fail "the tiled attention ($shape, $precision) disagrees with the row kernels"
+    done
 done
 
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iruntime -c "$emu/emu_device.c" \
