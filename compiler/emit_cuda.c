@@ -1,7 +1,8 @@
 /* emit_cuda.c: the GPU path of a stage, in two halves.
  *
  * Device half: the same kernel descriptions as CUDA C, one __global__ function per
- * description with one thread per index of its iteration space; NVRTC compiles it when
+ * description with one thread (or warp) per index of its iteration space, or a block per
+ * index for the tiled attention, whose device functions attention_gpu.c writes; NVRTC compiles it when
  * pacic runs (nvrtc.c) and the images are embedded in `run` (cuda_images.c).
  * Host half: the same op lists as the C emitter, rendered as launches through the runtime's
  * CUDA layer (pr_cuda_launch with the grid from the shapes, pr_cuda_gemm on cuBLASLt),
