@@ -1,7 +1,8 @@
 /* emit_cuda.c: the GPU path of a stage, in two halves.
  *
  * Device half: the same kernel descriptions as CUDA C, one __global__ function per
- * description with one thread per index of its iteration space; NVRTC compiles it when
+ * description with one thread (or warp) per index of its iteration space, or a block per
+ * index for the tiled attention, whose device functions attention_gpu.c writes; NVRTC compiles it when
  * pacic runs (nvrtc.c) and the images are embedded in `run` (cuda_images.c).
  * Host half: the same op lists as the C emitter, rendered as launches through the runtime's
  * CUDA layer (pr_cuda_launch with the grid from the shapes, pr_cuda_gemm on cuBLASLt),
@@ -33,8 +34,34 @@ static int kernel_lanes(const KernelDesc *k)
     return 1;
 }
 
-static void emit_cuda_kernel(StrBuf *sb, const KernelDesc *k)
+/* A tiled kernel (attention_gpu.c): a block per index; an empty body where its tiling does not
+ * fit the model, since the module still names it. */
+static void emit_cuda_tiled_kernel(StrBuf *sb, const Config *cfg, const KernelDesc *k)
 {
+    emit_line(sb, "/* %s */", k->doc);
+    bool fits = flash_fits(cfg);
+    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", fits ? flash_block_threads(cfg, k) : 32,
+              k->name, k->params);
+    emit_line(sb, "{");
+    sb->indent++;
+    if (fits) {
+        emit_line(sb, "long %s = blockIdx.x;", k->index);
+        emit_line(sb, "if (%s >= %s)", k->index, k->extent);
+        emit_line(sb, "    return;");
+        emit_kernel_body(sb, k);
+    } else {
+        emit_line(sb, "/* never launched: no tiling of this head size fits a block's shared memory */");
+    }
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+}
+
+static void emit_cuda_kernel(StrBuf *sb, const Config *cfg, const KernelDesc *k)
+{
+    if (k->tiled) {
+        emit_cuda_tiled_kernel(sb, cfg, k);
+        return;
+    }
     emit_line(sb, "/* %s */", k->doc);
     emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", k->blocks ? k->lanes : CUDA_BLOCK,
               k->name, k->params);
@@ -137,8 +164,9 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "    return v;");
     emit_line(sb, "}");
     sb_puts(sb, "\n");
+    emit_flash_device(sb, cfg);
     for (int i = 0; i < kernel_desc_count; i++)
-        emit_cuda_kernel(sb, &kernel_descs[i]);
+        emit_cuda_kernel(sb, cfg, &kernel_descs[i]);
     emit_sumsq_kernel(sb);
 }
 
@@ -170,9 +198,17 @@ static void param_type_name(const char *param, char *type, char *name)
 
 /* A kernel launch: each argument in a variable of the parameter's type (cuLaunchKernel
  * takes their addresses), the grid covering the extent, which is a shape expression or
- * one of the parameters. */
-static void emit_cuda_launch(StrBuf *sb, const KernelDesc *k, const char *op_args)
+ * one of the parameters. A kernel with a GPU form that fits launches that instead (the tiled
+ * attention, with the same arguments), a block per index. */
+static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const KernelDesc *k, const char *op_args)
 {
+    const char *gpu_form = flash_gpu_form(cfg, k);
+    if (gpu_form) {
+        const KernelDesc *replaced = k;
+        k = kernel_find(gpu_form);
+        if (strcmp(k->params, replaced->params) != 0)
+            ICE("kernel %s takes other parameters than %s, which it replaces", k->name, replaced->name);
+    }
     char params[16][128], args[16][128];
     int n_params = split_list(k->params, params, 16), n_args = split_list(op_args, args, 16);
     if (n_params != n_args)
@@ -203,7 +239,10 @@ static void emit_cuda_launch(StrBuf *sb, const KernelDesc *k, const char *op_arg
         }
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, %d, args); /* blocks of %d threads */",
                   k->name, k->blocks, k->lanes, k->lanes, k->lanes);
-    } else if (kernel_lanes(k) == CUDA_WARP)
+    } else if (k->tiled)
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)%ld * %d, %d, args); /* tiled: a block per index */",
+                  k->name, flash_blocks(cfg, k), flash_block_threads(cfg, k), flash_block_threads(cfg, k));
+    else if (kernel_lanes(k) == CUDA_WARP)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per index */",
                   k->name, extent, CUDA_WARP);
     else
@@ -238,7 +277,7 @@ static char *gemm_args(const Op *op, bool bf16)
 
 /* One op; a timed op (number `index` of the section, as in the CPU half) is wrapped in
  * OP_BEGIN/OP_END, which record CUDA events on the compute stream while profiling. */
-static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int index, bool bf16)
+static void emit_cuda_op(StrBuf *sb, const Config *cfg, const Op *op, const char *section, int index, bool bf16)
 {
     emit_line(sb, "/* %s */", op->comment);
     if (op->gpu_skip) { // numbered still, so that the profile's ops are the CPU path's
@@ -249,7 +288,7 @@ static void emit_cuda_op(StrBuf *sb, const Op *op, const char *section, int inde
         emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
     switch (op->kind) {
     case OP_KERNEL:
-        emit_cuda_launch(sb, op->gpu_kernel ? op->gpu_kernel : op->kernel, op->gpu_args ? op->gpu_args : op->args);
+        emit_cuda_launch(sb, cfg, op->gpu_kernel ? op->gpu_kernel : op->kernel, op->gpu_args ? op->gpu_args : op->args);
         break;
     case OP_GEMM: {
         char *args = gemm_args(op, bf16);
@@ -293,7 +332,7 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
  * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
  * bf16 copy of its result; after a fused product the bias gradient's kernel, which reads the
  * fp32 result next, writes it on the way (codegen.c gives it the copy). */
-static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const char *section, int index)
+static void emit_fused_gelu(StrBuf *sb, const Config *cfg, const Op *gemm, const Op *gelu, const char *section, int index)
 {
     if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
         ICE("a GELU epilogue that is not a product followed by gelu_backward");
@@ -306,14 +345,15 @@ static void emit_fused_gelu(StrBuf *sb, const Op *gemm, const Op *gelu, const ch
     free(args);
     emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
     emit_open(sb, "if (!fused_%d)", index);
-    emit_cuda_op(sb, gelu, section, index + 1, true);
+    emit_cuda_op(sb, cfg, gelu, section, index + 1, true);
     emit_close(sb, "");
 }
 
 /* Section `name` of the CPU half as `static void cuda_name(params)`, the same ops numbered
  * the same way. Under bf16 a product marked with the GELU gradient's epilogue fuses with the
  * op after it (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
-static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, const OpList *l, bool bf16)
+static void emit_cuda_section(StrBuf *sb, const Config *cfg, const char *name, const char *params, const OpList *l,
+                              bool bf16)
 {
     emit_line(sb, "static void cuda_%s(%s)", name, params);
     open_brace(sb);
@@ -322,12 +362,12 @@ static void emit_cuda_section(StrBuf *sb, const char *name, const char *params, 
         if (bf16 && op->kind == OP_GEMM && op->epilogue != EPI_NONE) {
             if (i + 1 == l->n)
                 ICE("a GELU epilogue on the last op of %s", name);
-            emit_fused_gelu(sb, op, &l->ops[i + 1], name, timed);
+            emit_fused_gelu(sb, cfg, op, &l->ops[i + 1], name, timed);
             timed += 2;
             i++;
             continue;
         }
-        emit_cuda_op(sb, op, name, timed, bf16);
+        emit_cuda_op(sb, cfg, op, name, timed, bf16);
         timed += op_is_timed(op);
     }
     emit_close(sb, "");
@@ -359,26 +399,26 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     // Under bf16 the sections that run products also take the weights' bf16 copy.
     const char *ph = bf16 ? "const pr_bf16 *ph, " : "", *params_h = bf16 ? "const pr_bf16 *params_h, " : "";
     if (sp->has_embed)
-        emit_cuda_section(sb, "embed_forward", "const float *params, float *acts, const int *tokens",
+        emit_cuda_section(sb, cfg, "embed_forward", "const float *params, float *acts, const int *tokens",
                           &ops->embed_fwd, bf16);
     char *params = xasprintf("const float *p, %sfloat *a, const float *x", ph);
-    emit_cuda_section(sb, "block_forward", params, &ops->block_fwd, bf16);
+    emit_cuda_section(sb, cfg, "block_forward", params, &ops->block_fwd, bf16);
     free(params);
     if (sp->has_head) {
         params = xasprintf("const float *params, %sfloat *acts, const float *x, const int *targets, float *losses",
                            params_h);
-        emit_cuda_section(sb, "head_forward", params, &ops->head_fwd, bf16);
+        emit_cuda_section(sb, cfg, "head_forward", params, &ops->head_fwd, bf16);
         free(params);
         params = xasprintf("const float *params, %sfloat *grads, float *acts, const float *x, float *scratch, "
                            "const int *targets, float dloss", params_h);
-        emit_cuda_section(sb, "head_backward", params, &ops->head_bwd, bf16);
+        emit_cuda_section(sb, cfg, "head_backward", params, &ops->head_bwd, bf16);
         free(params);
     }
     params = xasprintf("const float *p, %sfloat *g, const float *a, const float *x, float *s", ph);
-    emit_cuda_section(sb, "block_backward", params, &ops->block_bwd, bf16);
+    emit_cuda_section(sb, cfg, "block_backward", params, &ops->block_bwd, bf16);
     free(params);
     if (sp->has_embed)
-        emit_cuda_section(sb, "embed_backward", "float *grads, const float *scratch, const int *tokens",
+        emit_cuda_section(sb, cfg, "embed_backward", "float *grads, const float *scratch, const int *tokens",
                           &ops->embed_bwd, bf16);
 
     const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";

@@ -8,6 +8,8 @@
  * C result is deterministic). Local arrays have a constant size (HS), and loops over them are
  * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
  * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
+ * A description with `gpu_form` is replaced on the GPU by that GPU-only `tiled` one (a block
+ * per index, the attention's tiles: attention_gpu.c), with the same arguments.
  *
  * A few kernels are the GPU's alone (`blocks` set: block kernels with shared memory and
  * barriers, see KernelDesc): they stand in for a CPU kernel in the GPU's form of an op
@@ -355,6 +357,7 @@ const KernelDesc kernel_descs[] = {
                 "        o[d] = acc[d] * inv;\n"
                 "}\n"
                 "lse[r] = mx + logf(sum);",
+        .gpu_form = "flash_attention_forward",
     },
     {
         .name = "attention_backward_query",
@@ -411,6 +414,7 @@ const KernelDesc kernel_descs[] = {
                 "    ROW_LOOP(d, 0, HS)\n"
                 "        dqh[d] = pr_to_bf16(dq[d]);\n"
                 "}",
+        .gpu_form = "flash_attention_backward_query",
     },
     {
         .name = "attention_backward_key",
@@ -457,6 +461,40 @@ const KernelDesc kernel_descs[] = {
                 "        dvh[d] = pr_to_bf16(dv[d]);\n"
                 "    }\n"
                 "}",
+        .gpu_form = "flash_attention_backward_key",
+    },
+    {
+        .name = "flash_attention_forward",
+        .doc = "GPU only, in place of attention_forward: the tiled causal attention forward of one "
+               "(sequence, head, query tile) (attention_gpu.c)",
+        .params = "float *RESTRICT out, float *RESTRICT lse, const float *RESTRICT qkv, pr_bf16 *RESTRICT out_h",
+        .index = "blk",
+        .extent = "B * NH * ((T + 16 * ATT_FWD_WARPS - 1) / (16 * ATT_FWD_WARPS))",
+        .tiled = TILED_FORWARD,
+        .body = "att_forward_tile(out, lse, qkv, out_h, blk);",
+    },
+    {
+        .name = "flash_attention_backward_query",
+        .doc = "GPU only, in place of attention_backward_query: delta and dq of one (sequence, head, "
+               "query tile) (attention_gpu.c)",
+        .params = "float *RESTRICT dqkv, float *RESTRICT delta, const float *RESTRICT dout, "
+                  "const float *RESTRICT out, const float *RESTRICT qkv, const float *RESTRICT lse, "
+                  "pr_bf16 *RESTRICT dqkv_h, const pr_bf16 *RESTRICT out_h",
+        .index = "blk",
+        .extent = "B * NH * ((T + 16 * ATT_BWD_WARPS - 1) / (16 * ATT_BWD_WARPS))",
+        .tiled = TILED_BACKWARD,
+        .body = "att_backward_query_tile(dqkv, delta, dout, out, qkv, lse, dqkv_h, out_h, blk);",
+    },
+    {
+        .name = "flash_attention_backward_key",
+        .doc = "GPU only, in place of attention_backward_key: dk and dv of one (sequence, head, key "
+               "tile) (attention_gpu.c)",
+        .params = "float *RESTRICT dqkv, const float *RESTRICT delta, const float *RESTRICT dout, "
+                  "const float *RESTRICT qkv, const float *RESTRICT lse, pr_bf16 *RESTRICT dqkv_h",
+        .index = "blk",
+        .extent = "B * NH * ((T + 16 * ATT_BWD_WARPS - 1) / (16 * ATT_BWD_WARPS))",
+        .tiled = TILED_BACKWARD,
+        .body = "att_backward_key_tile(dqkv, delta, dout, qkv, lse, dqkv_h, blk);",
     },
     {
         .name = "softmax_xent_forward",

@@ -447,12 +447,37 @@ typedef struct KernelDesc {
      * `body` as CUDA with threadIdx, blockIdx, __shared__ and __syncthreads; index and
      * extent are unused. Such a kernel stands in for a CPU one (Op.gpu_kernel). */
     const char *blocks;
+    const char *gpu_form; /* the GPU-only kernel the GPU launches instead, with the same arguments,
+                             where its tiles fit (attention_gpu.c), or NULL */
+    int tiled;          /* a GPU-only tiled kernel (TILED_FORWARD or TILED_BACKWARD: which tiling of
+                           attention_gpu.c): index is the block, the body uses threadIdx.x */
 } KernelDesc;
+
+enum { TILED_NONE, TILED_FORWARD, TILED_BACKWARD };
 
 extern const KernelDesc kernel_descs[];
 extern const int kernel_desc_count;
 /* The description named `name`; an internal error if there is none. */
 const KernelDesc *kernel_find(const char *name);
+
+/* ---- attention_gpu.c: attention lowered for the GPU ------------------------------------ */
+
+/* A tiling of the GPU attention: blocks of `warps` warps (16 rows each), the other side's rows
+ * streamed in tiles of n; {0, 0} where none fits a block's static shared memory. */
+typedef struct FlashTiling {
+    int warps, n;
+} FlashTiling;
+
+FlashTiling flash_tiling(const Config *cfg, bool backward);
+/* Whether the tiled kernels fit cfg's head size (else the GPU runs the row kernels). */
+bool flash_fits(const Config *cfg);
+/* The name of the kernel the GPU launches in place of k: k->gpu_form where it fits, else NULL. */
+const char *flash_gpu_form(const Config *cfg, const KernelDesc *k);
+/* A tiled kernel's grid: blocks, and threads per block. */
+long flash_blocks(const Config *cfg, const KernelDesc *k);
+int flash_block_threads(const Config *cfg, const KernelDesc *k);
+/* The tiling constants and device functions the tiled kernels call (nothing where they do not fit). */
+void emit_flash_device(StrBuf *sb, const Config *cfg);
 
 /* ---- codegen.c, emit_c.c, emit_cuda.c: per-stage programs ---------------------------- */
 

@@ -58,6 +58,7 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
 #define __shared__ static thread_local
+#define __align__(n) __attribute__((aligned(n)))
 /* __restrict__ is a g++ keyword already; _Pragma("unroll") is an unknown pragma g++
  * ignores (compile with -Wno-unknown-pragmas). */
 
@@ -440,5 +441,81 @@ inline float __saturatef(float x)
 {
     return fminf(fmaxf(x, 0.0f), 1.0f);
 }
+
+/* ---- the WMMA subset of the tiled attention (compiler/attention_gpu.c) ------------------ */
+
+/* pacic's stages.cu declares the part of CUDA's WMMA API (nvcuda::wmma) it uses as pr_wmma,
+ * over PTX, unless PR_WMMA_EMULATED is defined: here every lane's fragment holds the whole
+ * 16 x 16 tile in fp32 (bf16 elements widened exactly), so kernels may touch fragments only
+ * through these calls. mma_sync sums each product in fp32 in k order and is a warp-level
+ * exchange point, as the real instruction is warp-collective: every lane must take part. */
+#define PR_WMMA_EMULATED 1
+namespace pr_wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "only 16 x 16 x 16 fragments are emulated");
+    enum { num_elements = 256 };
+    float x[256]; /* element (row, col) at x[row * 16 + col] */
+};
+
+inline float element_value(float x)
+{
+    return x;
+}
+
+/* bf16 is stored as its bits (pr_bf16, an unsigned short) */
+inline float element_value(unsigned short bits)
+{
+    return __uint_as_float((unsigned)bits << 16);
+}
+
+template <typename Use, typename T, typename Layout, typename E>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const E *p, unsigned ldm)
+{
+    static_assert(std::is_same<T, E>::value, "a fragment loads from memory of its own element type");
+    static_assert(std::is_same<Layout, row_major>::value || std::is_same<Layout, col_major>::value,
+                  "an operand fragment has a layout");
+    for (int row = 0; row < 16; row++)
+        for (int col = 0; col < 16; col++)
+            f.x[row * 16 + col] = element_value(std::is_same<Layout, row_major>::value ? p[row * ldm + col]
+                                                                                        : p[col * ldm + row]);
+}
+
+inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float value)
+{
+    for (float &x : f.x)
+        x = value;
+}
+
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB> &b, const fragment<accumulator, 16, 16, 16, float> &c)
+{
+    simt::exchange(0xffffffffu, 0);
+    float out[256];
+    for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 16; j++) {
+            float sum = c.x[i * 16 + j];
+            for (int k = 0; k < 16; k++)
+                sum += a.x[i * 16 + k] * b.x[k * 16 + j];
+            out[i * 16 + j] = sum;
+        }
+    }
+    memcpy(d.x, out, sizeof out);
+}
+
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm, layout_t layout)
+{
+    for (int row = 0; row < 16; row++)
+        for (int col = 0; col < 16; col++)
+            p[layout == mem_row_major ? row * ldm + col : col * ldm + row] = f.x[row * 16 + col];
+}
+} /* namespace pr_wmma */
 
 #endif

@@ -3,7 +3,8 @@
 # emulator tests/cuda_emu/simt.h (blocks in turn, threads as coroutines, barriers and warp
 # shuffles), and the generated GPU host half linked with tests/cuda_emu/emu_device.c in place
 # of libpacirt_cuda.a (host memory, OpenBLAS for cuBLASLt). First the emulator's primitives on
-# their own (tests/cuda_emu/simt_test.cpp, and three misuses it must refuse); then small models
+# their own (tests/cuda_emu/simt_test.cpp, and three misuses it must refuse), and the tiled
+# attention kernels against the row kernels (tests/cuda_emu/attention_check.cpp); then small models
 # at p = 1 and 2 under `attention flash` and `attention matmul` train from the same seed with
 # --device cuda (emulated) and --device cpu in one binary, and the losses per step, the
 # validation losses and the final weights must agree: losses to LOSS_TOL relative and weights
@@ -37,6 +38,29 @@ for misuse in deadlock exited partial; do
     echo "refused ($misuse): $(grep "^simt: " "$work/misuse.txt")"
 done
 
+# The tiled attention kernels against the row kernels the CPU runs, one generated unit each
+# (tests/cuda_emu/attention_check.cpp, on peaked softmaxes, context 80: not a multiple of any
+# tile): fp32 to ATT_FP32_TOL, bf16 on the emulated tensor cores to ATT_BF16_TOL, relative to
+# each tensor's largest value (measured: 1.3e-6 and 8.8e-3, see docs/gpu.md); head sizes 24
+# (padded to 32) and 64 (GPT-2's), so every tiling branch of the forward and backward runs.
+ATT_FP32_TOL=1e-5
+ATT_BF16_TOL=3e-2
+[ -f build/obj/libpacic.a ] || fail "build/obj/libpacic.a missing: run make first"
+"${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Icompiler "$emu/emit_stage_cu.c" build/obj/libpacic.a -lm \
+    -o "$work/emit_stage_cu" || fail "emit_stage_cu does not build"
+for shape in "48 2 80 1" "128 2 80 1"; do
+    for precision in fp32 bf16; do
+        unit=$work/attention-${shape// /-}-$precision
+        "$work/emit_stage_cu" $shape $precision > "$unit.cu" || fail "emit_stage_cu $shape $precision"
+        [ -z "${CUDA_EMU_SED:-}" ] || sed -i -e "$CUDA_EMU_SED" "$unit.cu"
+        "$CXX" $cxxflags -DSTAGES_CU="\"$unit.cu\"" "$emu/attention_check.cpp" -o "$unit" \
+            || fail "attention_check does not build for $shape $precision"
+        tol=$ATT_FP32_TOL
+        [ $precision = fp32 ] || tol=$ATT_BF16_TOL
+        "$unit" $tol || fail "the tiled attention ($shape, $precision) disagrees with the row kernels"
+    done
+done
+
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iruntime -c "$emu/emu_device.c" \
     -o "$work/emu_device.o" || fail "emu_device.c does not build"
 
@@ -51,6 +75,7 @@ build_emu() {
 }
 
 for p in 1 2; do
+    [ -z "${TILES_ONLY:-}" ] || break
     for attention in flash matmul; do
         name=$attention-$p
         small_model "$name" $p paci 2 6 3
@@ -76,4 +101,47 @@ for p in 1 2; do
         fi
     done
 done
-echo "the generated CUDA code under the emulator matches the CPU path (flash and matmul attention, p = 1 and 2)"
+
+# The tiled attention (compiler/attention_gpu.c) over several tiles: context 80 is not a multiple
+# of the tiles (64 queries per forward block, 32 keys or queries streamed by the backward: the
+# online softmax rescales, the causal skip and the partial last tiles all run), and head size 24
+# pads to 32 (two 16-wide steps of each product). fp32 (FMAs from shared memory) must match the
+# CPU to rounding, as above, over 2 steps. bf16 (WMMA, emulated: operands and probabilities
+# rounded to bf16, fp32 sums) runs 1 step: its loss and gradient norm must agree to
+# BF16_LOSS_TOL relative (measured 8.3e-5); its weights are not compared (WEIGHT_TOL 1), since
+# AdamW's first step moves every weight by lr times the sign of its gradient, so a tiny gradient
+# of the other sign differs by 2 lr however close the gradients are. TILES_ONLY=fp32 or bf16 runs
+# only that part (to show a planted bug fails it quickly; never set in `make test`).
+BF16_LOSS_TOL=1e-3
+for precision in fp32 bf16; do
+    [ -z "${TILES_ONLY:-}" ] || [ "$TILES_ONLY" = $precision ] || continue
+    name=tiles-$precision
+    steps=2
+    [ $precision = fp32 ] || steps=1
+    cat > "$work/$name.paci" <<DSL
+model gpt2 { layers 1; width 48; heads 2; context 80; vocab 256 }
+pipeline { stages 1; schedule paci; window 2 }
+batch { micro 2 }
+train {
+    data "$data/tiny_train.bin"
+    steps $steps
+    precision $precision
+    optimizer adamw { lr 3e-3 }
+    checkpoint { every $steps; dir "ckpt" }
+}
+DSL
+    build_emu "$name"
+    grep -q "K_flash_attention_backward_key, " "$work/$name/run.emu/gen/stage_0.c" || fail "$name: the tiled attention is not launched"
+    for device in cuda cpu; do
+        mkdir -p "$work/$name/$device"
+        (cd "$work/$name/$device" && ../run --device $device --quiet --metrics metrics.jsonl) \
+            || fail "$name: --device $device did not train"
+    done
+    if [ $precision = fp32 ]; then
+        compare_devices "$name" "$work/$name/cuda" "$work/$name/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+    else
+        compare_devices "$name" "$work/$name/cuda" "$work/$name/cpu" "$BF16_LOSS_TOL" 1
+    fi
+done
+[ -z "${TILES_ONLY:-}" ] || exit 0
+echo "the generated CUDA code under the emulator matches the CPU path (flash and matmul attention, p = 1 and 2; tiled attention in fp32 and bf16)"

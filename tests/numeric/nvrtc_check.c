@@ -1,8 +1,9 @@
 /* nvrtc_check: compiles the generated CUDA kernels of a model with NVRTC for sm_80 and
- * sm_90 (cubin) and prints ptxas's spill report; exits 1 if a unit does not compile,
- * keeping its source in the current folder.
+ * sm_90 (cubin) and prints ptxas's spill report, and the registers and shared memory of the
+ * tiled attention kernels; exits 1 if a unit does not compile, keeping its source in the
+ * current folder.
  *
- *   nvrtc_check LAYERS WIDTH HEADS CONTEXT VOCAB MICRO
+ *   nvrtc_check LAYERS WIDTH HEADS CONTEXT VOCAB MICRO [fp32|bf16]
  */
 #include <nvrtc.h>
 #include <stdlib.h>
@@ -40,6 +41,15 @@ static bool compile_for(const char *source, const char *arch)
         nvrtcGetCUBINSize(prog, &cubin_size);
     printf("%s: %s, cubin %zu bytes, %d kernel(s) with spill stores\n", arch,
            res == NVRTC_SUCCESS ? "compiled" : nvrtcGetErrorString(res), cubin_size, spills);
+    // ptxas: "Compiling entry function 'NAME'" ... "Used N registers, ..., M bytes smem"
+    for (const char *p = log; (p = strstr(p, "Compiling entry function 'flash_")); p++) {
+        const char *name = p + strlen("Compiling entry function '"), *end = strchr(name, '\'');
+        const char *used = strstr(p, "Used ");
+        if (!end || !used)
+            break;
+        const char *eol = strchr(used, '\n');
+        printf("  %.*s: %.*s\n", (int)(end - name), name, eol ? (int)(eol - used) : (int)strlen(used), used);
+    }
     if (res != NVRTC_SUCCESS)
         fprintf(stderr, "%s\n", log);
     free(log);
@@ -50,14 +60,15 @@ static bool compile_for(const char *source, const char *arch)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s LAYERS WIDTH HEADS CONTEXT VOCAB MICRO\n", argv[0]);
+    if (argc != 7 && !(argc == 8 && (strcmp(argv[7], "fp32") == 0 || strcmp(argv[7], "bf16") == 0))) {
+        fprintf(stderr, "usage: %s LAYERS WIDTH HEADS CONTEXT VOCAB MICRO [fp32|bf16]\n", argv[0]);
         return 2;
     }
     static const Source src = {.path = "tests/numeric (hand-built config)", .text = "", .len = 0};
     Config cfg = {.src = &src, .layers = atoi(argv[1]), .width = atoi(argv[2]),
                   .heads = atoi(argv[3]), .context = atoi(argv[4]), .vocab = atoi(argv[5]),
-                  .micro = atoi(argv[6]), .stages = 1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+                  .micro = atoi(argv[6]), .stages = 1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                  .precision = argc == 8 && strcmp(argv[7], "bf16") == 0 ? PREC_BF16 : PREC_FP32};
     Plan plan = {.stages = 1};
     plan.stage[0] = (StagePlan){.first_layer = 0, .n_layers = cfg.layers, .has_embed = true, .has_head = true};
     StrBuf sb = {0};
