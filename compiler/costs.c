@@ -246,10 +246,10 @@ COST_FN(cost_gelu_backward) /* in place, with the pre-activation read */
     *flops = 16 * l->n * 4 * sh->C;
     *bytes = l->n * 4 * sh->C * (12 + l->copy);
 }
-COST_FN(cost_bias_backward) /* n columns of BT rows */
+COST_FN(cost_bias_backward) /* n columns of BT rows; the GPU's may write their bf16 copy */
 {
     *flops = sh->BT * l->n;
-    *bytes = 4 * sh->BT * l->n + 8 * l->n;
+    *bytes = (4 + l->copy) * sh->BT * l->n + 8 * l->n;
 }
 COST_FN(cost_layernorm_backward) /* dout, the input, dinp added to; dweight and dbias once */
 {
@@ -336,6 +336,14 @@ static const KernelCost kernel_costs[] = {
     {"attention_backward_key", ENGINE_TENSOR_ATTENTION, cost_attention_backward_key, "as tiled FlashAttention"},
     {"softmax_xent_forward", ENGINE_VECTOR, cost_softmax_xent_forward, "as a fused classifier"},
     {"softmax_xent_backward", ENGINE_VECTOR, cost_folded, "folded into the fused classifier"},
+    /* the GPU's own forms of the kernels above (Op.gpu_kernel, KernelDesc.gpu_form), priced
+     * from the launch of the CPU kernel they stand in for */
+    {"flash_attention_forward", ENGINE_TENSOR_ATTENTION, cost_attention_forward, NULL},
+    {"flash_attention_backward_query", ENGINE_TENSOR_ATTENTION, cost_attention_backward_query, NULL},
+    {"flash_attention_backward_key", ENGINE_TENSOR_ATTENTION, cost_attention_backward_key, NULL},
+    {"classifier_fused", ENGINE_VECTOR, cost_softmax_xent_forward, NULL},
+    {"bias_backward_tiles", ENGINE_VECTOR, cost_bias_backward, NULL},
+    {"layernorm_backward_blocks", ENGINE_VECTOR, cost_layernorm_backward, NULL},
     {"adamw", ENGINE_VECTOR, cost_adamw, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
 };
@@ -406,16 +414,33 @@ static bool kernel_extent(const KernelDesc *k, char args[][128], int n_args, con
     return shape_eval(k->extent, sh, out);
 }
 
+/* The kernel the GPU launches for a kernel op: its own form (Op.gpu_kernel), else the tiled
+ * form that fits (KernelDesc.gpu_form), else the op's kernel. */
+static const KernelDesc *gpu_kernel_of(const Config *cfg, const Op *op)
+{
+    if (op->gpu_kernel)
+        return op->gpu_kernel;
+    const char *form = flash_gpu_form(cfg, op->kernel);
+    return form ? kernel_find(form) : op->kernel;
+}
+
+/* Priced as the kernel the GPU runs, over the extent of the CPU kernel it stands in for (the
+ * same rows or columns); bf16 stores and copies as the GPU's arguments write them. */
 static void cost_kernel(const Config *cfg, const Shapes *sh, const Op *op, OpCost *c)
 {
-    const KernelCost *kc = kernel_cost_find(op->kernel->name);
-    char args[16][128];
+    const KernelDesc *gk = gpu_kernel_of(cfg, op);
+    const KernelCost *kc = kernel_cost_find(gk->name);
+    char args[16][128], gpu_args[16][128];
     int n_args = split_list(op->args, args, 16);
+    int n_gpu_args = op->gpu_args ? split_list(op->gpu_args, gpu_args, 16) : n_args;
+    if (!op->gpu_args)
+        memcpy(gpu_args, args, sizeof args);
     Launch l = {.bf16 = cfg->precision == PREC_BF16};
+    c->name = gk->name;
     if (!kc || !kernel_extent(op->kernel, args, n_args, sh, &l.n))
         return;
-    l.out = l.bf16 && has_macro_arg(args, n_args, "BF16_STORE(") ? 2 : 4;
-    l.copy = l.bf16 && has_macro_arg(args, n_args, "BF16_COPY(") ? 2 : 0;
+    l.out = l.bf16 && has_macro_arg(gpu_args, n_gpu_args, "BF16_STORE(") ? 2 : 4;
+    l.copy = l.bf16 && has_macro_arg(gpu_args, n_gpu_args, "BF16_COPY(") ? 2 : 0;
     l.logit = l.bf16 ? 2 : 4;
     kc->cost(sh, &l, &c->flops, &c->bytes);
     c->attention = kc->engine == ENGINE_TENSOR_ATTENTION;
@@ -434,17 +459,18 @@ static void cost_gemm(const Config *cfg, const Shapes *sh, const Op *op, bool dg
 {
     char args[13][128];
     double m, n, k;
-    if (split_list(op->args, args, 13) != 13 || !shape_eval(args[2], sh, &m) || !shape_eval(args[3], sh, &n) ||
+    if (split_list(op->gpu_args ? op->gpu_args : op->args, args, 13) != 13 || !shape_eval(args[2], sh, &m) || !shape_eval(args[3], sh, &n) ||
         !shape_eval(args[4], sh, &k))
         return;
-    bool bf16_operands = cfg->precision == PREC_BF16 && op->operands_h;
+    bool bf16_operands = cfg->precision == PREC_BF16 && (op->gpu_args ? op->gpu_operands_h : op->operands_h);
     double operand = bf16_operands ? 2 : 4;
     bool accumulates = strtod(args[10], NULL) != 0;
     c->flops = 2 * m * n * k;
     c->bytes = operand * (m * k + k * n) + 4 * m * n * (accumulates ? 2 : 1) + (op->bias ? 4 * n : 0);
-    // the GELU gradient in the epilogue reads the pre-activation; a to_bf16 pass copies the result
+    // the GELU gradient in the epilogue reads the pre-activation (the bias kernel after it
+    // writes the result's bf16 copy)
     if (dgelu_fused)
-        c->bytes += 4 * m * n + 6 * m * n;
+        c->bytes += 4 * m * n;
     c->known = true;
     c->seconds = roofline(cfg, ENGINE_TENSOR_GEMM, c->flops, c->bytes, &c->bound);
 }
@@ -527,7 +553,7 @@ static void cost_section(const Config *cfg, const Shapes *sh, const CostSection 
         }
         OpCost *c = push_cost(sc);
         c->section = cs->name;
-        c->name = op_name(op);
+        c->name = c->table_name = op_name(op);
         c->what = xstrdup(op->comment);
         c->forward = cs->forward;
         c->launches = launches;
@@ -535,9 +561,15 @@ static void cost_section(const Config *cfg, const Shapes *sh, const CostSection 
         // under bf16 the GELU gradient runs in the product's epilogue (emit_cuda.c)
         bool dgelu_fused = bf16 && op->kind == OP_GEMM && op->epilogue == EPI_DGELU;
         bool fused_away = bf16 && i > 0 && l->ops[i - 1].kind == OP_GEMM && l->ops[i - 1].epilogue == EPI_DGELU;
+        if (op->gpu_skip) {
+            *c = (OpCost){.index = c->index, .section = c->section, .name = c->name, .table_name = c->table_name,
+                          .what = c->what, .forward = c->forward, .known = true, .bound = BOUND_FOLDED,
+                          .note = "done by an earlier op on the GPU"};
+            continue;
+        }
         if (fused_away) {
-            *c = (OpCost){.index = c->index, .section = c->section, .name = c->name, .what = c->what,
-                          .forward = c->forward, .known = true, .bound = BOUND_FOLDED,
+            *c = (OpCost){.index = c->index, .section = c->section, .name = c->name, .table_name = c->table_name,
+                          .what = c->what, .forward = c->forward, .known = true, .bound = BOUND_FOLDED,
                           .note = "in the product's epilogue"};
             continue;
         }
@@ -585,7 +617,7 @@ static void cost_adamw_step(const Config *cfg, const StagePlan *sp, StageCosts *
     const KernelCost *kc = kernel_cost_find("adamw");
     OpCost *c = push_cost(sc);
     c->section = "adamw";
-    c->name = "adamw";
+    c->name = c->table_name = "adamw";
     c->what = xstrdup("AdamW update of one tensor");
     c->launches = n;
     c->calls_per_step = n;
@@ -696,11 +728,11 @@ static void explain_section(FILE *out, const GpuCosts *gc, const char *section)
                 continue;
             found = true;
             if (!c->known) {
-                fprintf(out, "  %-15s %-26s %8s %9s %9s %9s  %-7s  %s (no cost entry)\n", c->section, c->name, "?",
+                fprintf(out, "  %-15s %-30s %8s %9s %9s %9s  %-7s  %s (no cost entry)\n", c->section, c->name, "?",
                         "?", "?", "?", "?", c->what);
                 continue;
             }
-            fprintf(out, "  %-15s %-26s %8.0f %9.4g %9.4g %9.4g  %-7s  %s%s%s%s\n", c->section, c->name,
+            fprintf(out, "  %-15s %-30s %8.0f %9.4g %9.4g %9.4g  %-7s  %s%s%s%s\n", c->section, c->name,
                     c->launches, c->flops * c->launches / 1e9, c->bytes * c->launches / 1e6,
                     c->seconds * c->launches * 1e6, bound_name(c->bound), c->what, c->note ? " [" : "",
                     c->note ? c->note : "", c->note ? "]" : "");
@@ -720,7 +752,7 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
             GEMM_EFFICIENCY, ATTENTION_EFFICIENCY, VECTOR_SHARE);
     fprintf(out, "  one micro-batch of %d x %d tokens; block sections run once per layer, AdamW once per tensor\n",
             cfg->micro, cfg->context);
-    fprintf(out, "  section         kernel                     launches     GFLOP        MB        us  bound    what\n");
+    fprintf(out, "  section         kernel                         launches     GFLOP        MB        us  bound    what\n");
     static const char *const sections[] = {"embed_forward", "block_forward", "head_forward", "head_backward",
                                            "block_backward", "embed_backward"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)

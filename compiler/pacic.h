@@ -365,7 +365,8 @@ enum { COST_GEMM, COST_ATTENTION, COST_OTHER, COST_KINDS };
 /* One op of a stage as the GPU runs it, numbered as run --profile-out numbers it. */
 typedef struct OpCost {
     int index;              /* in the stage's generated op table (pr_stage_S_ops) */
-    const char *section, *name; /* e.g. "block_forward", "gemm" or a kernel's name */
+    const char *section, *name; /* e.g. "block_forward", "gemm" or the kernel the GPU launches */
+    const char *table_name; /* the op's name in pr_stage_S_ops and the profile (the CPU kernel's) */
     char *what;             /* the op's comment */
     bool forward;
     double launches;        /* per run of its section: loop extents multiply */

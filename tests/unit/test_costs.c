@@ -152,6 +152,34 @@ static void test_bf16(void **state)
     gpu_costs_free(&gc);
 }
 
+/* An op the GPU runs in another form is priced as that form and named by it (the profile's
+ * name stays in table_name); an op an earlier GPU op did costs nothing. */
+static void test_gpu_forms(void **state)
+{
+    (void)state;
+    Config cfg = tiny_config(PREC_BF16, ATTN_FLASH, 1, 1);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    GpuCosts gc;
+    gpu_costs_build(&cfg, &plan, &gc);
+    const StageCosts *sc = &gc.stage[0];
+    double BT = 8, C = 8;
+    const OpCost *att = find_op(sc, "block_forward", "atty = causal attention");
+    assert_string_equal(att->name, "flash_attention_forward");
+    assert_string_equal(att->table_name, "attention_forward");
+    assert_true(att->attention);
+    const OpCost *xent = find_op(sc, "head_forward", "per-token losses");
+    assert_string_equal(xent->name, "classifier_fused");
+    const OpCost *dlogits = find_op(sc, "head_backward", "dlogits, in place");
+    assert_int_equal(dlogits->bound, BOUND_FOLDED);
+    assert_true(dlogits->seconds == 0);
+    // the bias kernel after the fused GELU product writes the bf16 copy the next product reads
+    const OpCost *dfcb = find_op(sc, "block_backward", "d fcb");
+    assert_string_equal(dfcb->name, "bias_backward_tiles");
+    assert_close(dfcb->bytes, (4 + 2) * BT * 4 * C + 8 * 4 * C, "d fcb bytes with its bf16 copy");
+    gpu_costs_free(&gc);
+}
+
 /* The numbering is the generated code's: pr_stage_S_ops lists {section, name, comment} in
  * op order, which run --profile-out's op lines follow. */
 static void test_numbering_is_the_generated_codes(void **state)
@@ -175,7 +203,7 @@ static void test_numbering_is_the_generated_codes(void **state)
             const StageCosts *sc = &gc.stage[s];
             for (int i = 0; i < sc->n_ops; i++) {
                 char want[256];
-                snprintf(want, sizeof want, "{\"%s\", \"%s\", ", sc->ops[i].section, sc->ops[i].name);
+                snprintf(want, sizeof want, "{\"%s\", \"%s\", ", sc->ops[i].section, sc->ops[i].table_name);
                 char *line = table;
                 while (*line == ' ')
                     line++;
@@ -235,6 +263,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_figures_by_hand),
         cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_gpu_forms),
         cmocka_unit_test(test_numbering_is_the_generated_codes),
         cmocka_unit_test(test_every_kernel_has_a_cost),
         cmocka_unit_test(test_emit_with_profile),
