@@ -120,7 +120,7 @@ typedef struct pr_link_use {
 int pr_link_of(int op, int stage, int stages, pr_link_use *out);
 /* Whether the link between stages on GPUs gpu_lo and gpu_hi needs the native transport:
  * always between processes (world > 1), else only when the two GPUs differ (stages sharing
- * a GPU keep the in-process channel). */
+ * a GPU keep an in-process link: a device link on the GPU, below). */
 int pr_link_native(int world, int gpu_lo, int gpu_hi);
 
 struct pr_channel;
@@ -151,7 +151,8 @@ struct pr_run;
 struct pr_bootstrap;
 
 /* A device's native transport between stages (CUDA: NCCL, runtime/cuda/nccl_transport.c).
- * It carries the links marked in run->native; the others stay in-process channels. Sends
+ * It carries the links marked in run->native; the others stay in-process (device links or
+ * host channels). Sends
  * and receives keep the channel's contract: a send returns once the message is taken from
  * `src` and blocks only while `channel_capacity` earlier messages on the link are
  * unreceived; a receive blocks until the next message is in `dst`. Both wait at most the
