@@ -12,6 +12,7 @@
 #     under 1F1B as one; PipeDream (stashed weights), against the CPU to bf16's tolerance;
 #   - two stages on one GPU (device links between them), on lazy streams, and the host's
 #     waits for the GPU counted per step;
+#   - three stages on one GPU (device links under PACI, lazy streams);
 #   - three stages on three GPUs in one process (NCCL between every pair), and stopped early
 #     (--steps 2, the stop mark over NCCL) with every receive late (FAKE_NCCL_RECV_DELAY_US);
 #   - two processes, one stage and one GPU each (torchrun-style variables; NCCL across
@@ -154,6 +155,10 @@ sends=$(calls three cuda ncclSend)
 # The memory check's context is kept for the stage, not destroyed and made again.
 [ "$(calls three cuda 'context created')" = 3 ] || fail "three: $(calls three cuda 'context created') contexts made for 3 GPUs"
 echo "three: $sends NCCL sends, one context per GPU"
+# The same three stages on one GPU: PACI's interleaved sends and receives over device links,
+# on lazy streams; the same losses as over NCCL.
+FAKE_CUDA_LAZY=1 on three onegpu 1 --device cuda || fail "three: three stages on one GPU"
+compare_devices "three stages, one GPU" "$work/three/onegpu" "$work/three/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 # An early stop (--steps 2) travels as a stop mark in the micro-batch word of a sender's ring
 # slot. With every NCCL receive 200 ms late (FAKE_NCCL_RECV_DELAY_US) each send stays
 # unfinished while its sender computes on: a sender that rewrote a slot before the slot's
