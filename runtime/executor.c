@@ -265,6 +265,20 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     // transport; between processes pr_launch_join opens them once the ranks have met.
     if (run->opt.world <= 1 && dev->links && dev->links->open_local(run, err) != 0)
         return -1;
+    // The other in-process links of a device the host cannot read go device to device; their
+    // channels carry only the micro-batch numbers.
+    for (int i = 0; run->opt.world <= 1 && !dev->host_memory && dev->event_create && i + 1 < run->p; i++)
+        for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
+            if (run->native[kind][i])
+                continue;
+            pr_channel *c = kind == PR_LINK_ACT ? &run->act[i] : &run->grad[i];
+            double timeout = c->timeout;
+            pr_channel_destroy(c);
+            pr_channel_init(c, tab->channel_capacity, 0);
+            c->timeout = timeout;
+            pr_dev_link_open(&run->dev_link[kind][i], dev, kind == PR_LINK_ACT ? i : i + 1,
+                             kind == PR_LINK_ACT ? i + 1 : i, tab->channel_capacity, (size_t)BTC);
+        }
     return 0;
 }
 
@@ -274,6 +288,9 @@ void pr_run_free(pr_run *run)
         return;
     if (run->links)
         run->links->close(run);
+    for (int kind = 0; kind < PR_LINK_KINDS; kind++)
+        for (int i = 0; i + 1 < run->p; i++)
+            pr_dev_link_close(&run->dev_link[kind][i], run->dev);
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         if (st->arena)
@@ -553,9 +570,18 @@ static int native_use(const pr_run *run, const pr_stage_rt *st, const pr_channel
     return 1;
 }
 
+/* The device link that carries `link` (an element of run->act or run->grad), or NULL. */
+static pr_dev_link *dev_link_of(pr_run *run, const pr_channel *link)
+{
+    int grad = link >= run->grad && link < run->grad + PACI_MAX_STAGES;
+    pr_dev_link *l = &run->dev_link[grad][link - (grad ? run->grad : run->act)];
+    return l->ring ? l : NULL;
+}
+
 /* Receives micro-batch mb from stage `peer` into device memory at dst: over the native
- * transport where it carries the link, directly on a host-memory device, else through the
- * stage's host staging buffer. Returns the micro-batch that arrived. */
+ * transport where it carries the link, device to device over a device link, directly on a
+ * host-memory device, else through the stage's host staging buffer. Returns the
+ * micro-batch that arrived. */
 static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
                          float *dst)
 {
@@ -566,6 +592,13 @@ static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
         int rc = run->links->recv(run, st->index, &u, dst, &got, why);
         if (rc != PR_LINK_OK)
             link_failed(run, st, peer, mb, rc, 0, why);
+        return got;
+    }
+    pr_dev_link *dl = dev_link_of(run, link);
+    if (dl) {
+        int rc = pr_dev_link_recv(dl, run->dev, link, dst, &got);
+        if (rc != PR_LINK_OK)
+            link_failed(run, st, peer, mb, rc, 0, "");
         return got;
     }
     float *into = run->dev->host_memory ? dst : st->staging;
@@ -588,6 +621,13 @@ static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, 
         int rc = run->links->send(run, st->index, &u, mb, src, why);
         if (rc != PR_LINK_OK)
             link_failed(run, st, peer, mb, rc, 1, why);
+        return;
+    }
+    pr_dev_link *dl = dev_link_of(run, link);
+    if (dl) {
+        int rc = pr_dev_link_send(dl, run->dev, link, mb, src);
+        if (rc != PR_LINK_OK)
+            link_failed(run, st, peer, mb, rc, 1, "");
         return;
     }
     if (!run->dev->host_memory) {
@@ -768,6 +808,9 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     default:
         pr_internal("stage %d: unknown instruction op %d", s, in->op);
     }
+    // A device that queues work returns early; measured runs wait, so the times are its own.
+    if (dev->finish && (run->opt.profile_out || run->opt.trace))
+        dev->finish(s);
     // Thread CPU time excludes waits and time-sharing of the cores: the cost as if alone.
     double cpu = pr_thread_cpu() - cpu_start;
     record(run, st, in->op, mb, start, pr_now(), cpu);
@@ -848,6 +891,9 @@ static void *stage_thread(void *arg)
         execute_list(run, st, sp->body, sp->n_body, first_mb, r, end);
     }
     execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
+    // The segment ends when the device has done the stage's work (its time is the GPU's).
+    if (run->dev->finish)
+        run->dev->finish(st->index);
     if (timer)
         *timer = NULL;
     return NULL;
@@ -896,6 +942,8 @@ static float *forward_through(pr_run *run, const int32_t *tokens, const int32_t 
     for (int s = 0; s < run->p; s++) {
         pr_stage_rt *st = &run->stage[s];
         const pr_stage_code *sc = st->code;
+        if (prev_out && dev->follow) // the copy reads what stage s-1's forward writes
+            dev->follow(s, s - 1);
         if (prev_out)
             dev->copy(s, st->slots + sc->in_offset, prev_out, (size_t)(BT * run->C) * sizeof(float));
         if (!dev->host_memory) {

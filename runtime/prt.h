@@ -90,6 +90,12 @@ int64_t pr_channel_recv(pr_channel *c, float *data);
  * when the peer process has gone; the caller names the stages. */
 int pr_channel_send_timed(pr_channel *c, int64_t mb, const float *data);
 int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb);
+/* In-process only, for a sender that puts the data elsewhere (a device link): waits (timed)
+ * until a send would not block. And for its receiver: waits (timed) for the oldest message's
+ * micro-batch without taking it; pr_channel_pop then frees its place. */
+int pr_channel_wait_room(pr_channel *c);
+int pr_channel_peek_timed(pr_channel *c, int64_t *mb);
+void pr_channel_pop(pr_channel *c);
 /* Makes the channel one end of a link to another process (it closes fd when destroyed). */
 void pr_channel_attach_socket(pr_channel *c, int fd);
 
@@ -114,8 +120,30 @@ typedef struct pr_link_use {
 int pr_link_of(int op, int stage, int stages, pr_link_use *out);
 /* Whether the link between stages on GPUs gpu_lo and gpu_hi needs the native transport:
  * always between processes (world > 1), else only when the two GPUs differ (stages sharing
- * a GPU keep the in-process channel). */
+ * a GPU keep an in-process link: a device link on the GPU, below). */
 int pr_link_native(int world, int gpu_lo, int gpu_hi);
+
+struct pr_channel;
+struct pr_device;
+/* A device link: an in-process link between stages whose memory the host cannot read (the
+ * GPU's, with no native transport between them). The message moves device to device through
+ * a ring of `capacity` buffers in the sender's memory; the host channel carries only the
+ * micro-batch numbers, and events order the copies (links.c). */
+typedef struct pr_dev_link {
+    float *ring;           /* NULL: the link is not a device link */
+    size_t floats;         /* per message */
+    int capacity, sender, receiver;
+    void **sent, **drained; /* per ring buffer: recorded by the sender's / receiver's stream */
+    int64_t sends, receives;
+} pr_dev_link;
+void pr_dev_link_open(pr_dev_link *l, const struct pr_device *dev, int sender, int receiver,
+                      int capacity, size_t floats);
+void pr_dev_link_close(pr_dev_link *l, const struct pr_device *dev);
+/* The channel's contract (timeouts as pr_channel_*_timed), the data device to device. */
+int pr_dev_link_send(pr_dev_link *l, const struct pr_device *dev, struct pr_channel *c, int64_t mb,
+                     const float *src);
+int pr_dev_link_recv(pr_dev_link *l, const struct pr_device *dev, struct pr_channel *c, float *dst,
+                     int64_t *mb);
 
 /* ---- device.c: where a stage's state lives and its code runs (cpu | cuda) -------------- */
 
@@ -123,7 +151,8 @@ struct pr_run;
 struct pr_bootstrap;
 
 /* A device's native transport between stages (CUDA: NCCL, runtime/cuda/nccl_transport.c).
- * It carries the links marked in run->native; the others stay in-process channels. Sends
+ * It carries the links marked in run->native; the others stay in-process (device links or
+ * host channels). Sends
  * and receives keep the channel's contract: a send returns once the message is taken from
  * `src` and blocks only while `channel_capacity` earlier messages on the link are
  * unreceived; a receive blocks until the next message is in `dst`. Both wait at most the
@@ -146,7 +175,10 @@ typedef struct pr_link_ops {
  * so one executor drives the CPU and the GPU, and a transport moves a stage's buffers with
  * download/upload (or natively, when it knows the device). Every call names the stage: the
  * layer keeps per-stage state (CUDA: device, context, compute and communication streams).
- * Memory calls are ordered after the stage's earlier work and complete before returning. */
+ * Every call is ordered after the stage's earlier work and before its later work. download
+ * and sumsq return with their results; the others may return before the device has done
+ * them (CUDA queues them on the stage's stream; the source of an upload may be reused at
+ * once). Work of two stages is ordered only by `follow`, a link or a host wait. */
 typedef struct pr_device {
     const char *name;      /* "cpu", "cuda" */
     int host_memory;       /* 1: stage pointers are host memory, usable without staging */
@@ -176,6 +208,16 @@ typedef struct pr_device {
     /* params_h = bf16(params) over stage's whole block: a device whose products read bf16
      * copies of the weights (the GPU under bf16); NULL: it reads the fp32 weights */
     void (*weight_copy)(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h);
+    /* Optional (NULL on a device that does each call before returning, the CPU): */
+    /* the stage's later work waits for the work `other` has queued so far */
+    void (*follow)(int stage, int other);
+    /* returns once the stage's queued work is done (ends of segments, measured runs) */
+    void (*finish)(int stage);
+    /* device links (links.c): events recorded on and waited for by a stage's stream */
+    void *(*event_create)(int stage);
+    void (*event_destroy)(int stage, void *event);
+    void (*event_record)(int stage, void *event);
+    void (*event_wait)(int stage, void *event);
 } pr_device;
 
 extern const pr_device pr_device_cpu;
@@ -301,6 +343,7 @@ typedef struct pr_run {
     pr_channel grad[PACI_MAX_STAGES]; /* grad[s]: stage s+1 -> s */
     /* native[kind][i]: the link is carried by dev->links instead of the channel */
     uint8_t native[PR_LINK_KINDS][PACI_MAX_STAGES];
+    pr_dev_link dev_link[PR_LINK_KINDS][PACI_MAX_STAGES]; /* links.c: [kind][i], if not native */
     const pr_link_ops *links;         /* set once the native transport carries a link */
     pr_tokens train, val;
     int64_t step;                     /* optimizer steps done (all stages, at a drain) */

@@ -163,6 +163,39 @@ int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb)
     return PR_LINK_OK;
 }
 
+int pr_channel_wait_room(pr_channel *c)
+{
+    if (c->fd >= 0)
+        pr_internal("pr_channel_wait_room on a socket channel");
+    pthread_mutex_lock(&c->mu);
+    int rc = wait_until(c, &c->not_full, 1);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int pr_channel_peek_timed(pr_channel *c, int64_t *mb)
+{
+    if (c->fd >= 0)
+        pr_internal("pr_channel_peek_timed on a socket channel");
+    pthread_mutex_lock(&c->mu);
+    int rc = wait_until(c, &c->not_empty, 0);
+    if (rc == PR_LINK_OK)
+        *mb = c->mbs[c->head];
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void pr_channel_pop(pr_channel *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->count == 0)
+        pr_internal("pr_channel_pop on an empty channel");
+    c->head = (c->head + 1) % c->capacity;
+    c->count--;
+    pthread_cond_signal(&c->not_full);
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* The untimed forms are for callers that have no peer to name: a failure is a bug. */
 void pr_channel_send(pr_channel *c, int64_t mb, const float *data)
 {

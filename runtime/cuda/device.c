@@ -2,9 +2,20 @@
  *
  * Driver API loaded with dlopen, so `run` starts on a machine without a driver and trains on
  * the CPU there. Stage s runs on GPU s mod (GPUs): its device's primary context, one compute
- * stream (kernels, GEMMs) and one communication stream (uploads, downloads, copies), ordered
- * by an event recorded on the compute stream that the communication stream waits for.
- * Modules come from the images pacic embedded: the cubin of the GPU's architecture, else PTX.
+ * stream (kernels, GEMMs, uploads, device copies and zeroing, in the executor's order) and
+ * one communication stream for downloads, ordered by an event recorded on the compute stream
+ * that the communication stream waits for. Modules come from the images pacic embedded: the
+ * cubin of the GPU's architecture, else PTX.
+ *
+ * Where the host waits for the GPU (docs/gpu.md, "Host waits"): nowhere per instruction.
+ * Only (1) a download: the last stage's losses after each forward (the step's loss and its
+ * non-finite check), evaluation, sampling and checkpoint gathers; (2) cuda_sumsq, once per
+ * stage and step: the gradients' sums of squares for clipping's norm (the global norm's
+ * exchange between stages is on the host) and the non-finite check; (3) cuda_finish: each
+ * stage at the end of a segment, and after every instruction of a measured run (--trace,
+ * --profile-out); (4) an NCCL receive, which waits for its message and reads its
+ * micro-batch (nccl_transport.c); (5) set-up and close. Stages order their work with
+ * events: a device link's copies (links.c), eval's hand-over (cuda_follow), NCCL.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -43,7 +54,7 @@ typedef struct cuda_stage {
     int open, gpu;
     CUcontext ctx;
     CUstream compute, comm;
-    CUevent compute_done;
+    CUevent compute_done, handoff;
     CUmodule module;
     CUfunction *kernels;
     int n_kernels;
@@ -225,6 +236,7 @@ static int cuda_open_stage(const pr_program *prog, int stage, char *err)
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->compute, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->comm, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuEventCreate(&cs->compute_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    pr_cuda_check(stage, drv.cuEventCreate(&cs->handoff, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     size_t partial_bytes = (size_t)(prog->stage[stage].n_tensors + 1) * SUMSQ_BLOCKS * sizeof(double);
     cs->partials = cuda_alloc(stage, partial_bytes);
     cs->partials_host = pr_alloc(partial_bytes);
@@ -248,6 +260,7 @@ static void cuda_close_stage(int stage)
     free(cs->partials_host);
     pr_cuda_gemm_close(stage);
     drv.cuEventDestroy(cs->compute_done);
+    drv.cuEventDestroy(cs->handoff);
     drv.cuStreamDestroy(cs->compute);
     drv.cuStreamDestroy(cs->comm);
     drv.cuModuleUnload(cs->module);
@@ -258,13 +271,12 @@ static void cuda_close_stage(int stage)
     memset(cs, 0, sizeof *cs);
 }
 
-/* Device bytes of the NCCL sender ring stage s will hold for its link to `peer`, if that link
- * goes over NCCL (another GPU, or another process): channel_capacity messages and their
- * micro-batch numbers (nccl_transport.c). */
+/* Device bytes of the sender ring stage s will hold for its link to `peer`: channel_capacity
+ * messages and (NCCL) their micro-batch numbers, whether the link goes over NCCL
+ * (nccl_transport.c) or is a device link between stages of this process (links.c). */
 static int64_t ring_bytes(const pr_program *prog, int s, int peer)
 {
-    if (peer < 0 || peer >= prog->stages || !prog->schedule ||
-        (pinned_gpu < 0 && pr_cuda_gpu_of(s) == pr_cuda_gpu_of(peer)))
+    if (peer < 0 || peer >= prog->stages || !prog->schedule)
         return 0;
     int64_t message = (int64_t)prog->micro * prog->context * prog->width * (int64_t)sizeof(float);
     return (int64_t)prog->schedule->channel_capacity * (message + (int64_t)sizeof(int64_t));
@@ -339,8 +351,18 @@ static cuda_stage *after_compute(int stage)
     return cs;
 }
 
-/* Unified addressing: one call moves host<->device and device<->device (even across GPUs). */
-static void cuda_copy(int stage, void *dst, const void *src, size_t bytes)
+/* Unified addressing: one call moves host<->device and device<->device (even across GPUs).
+ * Uploads and device copies queue on the compute stream, in order with the stage's kernels,
+ * and return: the driver takes a pageable source into its staging memory before returning. */
+static void cuda_queue_copy(int stage, void *dst, const void *src, size_t bytes)
+{
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
+                                           bytes, cs->compute), "cuMemcpyAsync");
+}
+
+/* A download returns with the data: the host waits for the stage's work so far. */
+static void cuda_download(int stage, void *dst, const void *src, size_t bytes)
 {
     cuda_stage *cs = after_compute(stage);
     pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
@@ -350,11 +372,47 @@ static void cuda_copy(int stage, void *dst, const void *src, size_t bytes)
 
 static void cuda_zero(int stage, void *dst, size_t bytes)
 {
-    cuda_stage *cs = after_compute(stage);
-    pr_cuda_check(stage, drv.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, cs->comm),
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, cs->compute),
                   "cuMemsetD8Async");
-    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->comm), "cuStreamSynchronize");
 }
+
+/* Stage's later work waits for what `other` has queued (both may share a GPU or not). */
+static void cuda_follow(int stage, int other)
+{
+    cuda_stage *from = enter(other);
+    pr_cuda_check(other, drv.cuEventRecord(from->handoff, from->compute), "cuEventRecord");
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuStreamWaitEvent(cs->compute, from->handoff, 0), "cuStreamWaitEvent");
+}
+
+static void *cuda_event_create(int stage)
+{
+    enter(stage);
+    CUevent ev;
+    pr_cuda_check(stage, drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    return ev;
+}
+
+static void cuda_event_destroy(int stage, void *event)
+{
+    enter(stage);
+    drv.cuEventDestroy((CUevent)event);
+}
+
+static void cuda_event_record(int stage, void *event)
+{
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuEventRecord((CUevent)event, cs->compute), "cuEventRecord");
+}
+
+static void cuda_event_wait(int stage, void *event)
+{
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuStreamWaitEvent(cs->compute, (CUevent)event, 0), "cuStreamWaitEvent");
+}
+
+static void resolve_ops(int stage);
 
 /* Clipping's sums of squares: partial sums per block on the GPU (PR_CUDA_SUMSQ_KERNEL), one
  * download of the partials, added on the host in order: the same bits every run, and about
@@ -380,6 +438,7 @@ static void cuda_sumsq(int stage, const float *base, const pr_tensor *tensors, i
                                            (CUdeviceptr)(uintptr_t)cs->partials, bytes, cs->compute),
                   "cuMemcpyAsync (sums of squares)");
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "cuStreamSynchronize");
+    resolve_ops(stage);
     for (int i = 0; i < n; i++) {
         double sum = 0.0;
         for (int b = 0; b < blocks[i]; b++)
@@ -435,37 +494,38 @@ static void resolve_ops(int stage)
     cs->n_timed = 0;
 }
 
-/* Stage code queues its launches on the compute stream; waiting for them here keeps the
- * executor's measured instruction times the GPU's. */
+/* Stage code queues its launches on the compute stream and returns: the host does not wait
+ * for them (see the top of the file for where it does). */
 static void cuda_forward(const pr_program *prog, int stage, const pr_fwd_args *args)
 {
-    cuda_stage *cs = enter(stage);
+    enter(stage);
     prog->cuda[stage].forward(args);
-    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "forward");
-    resolve_ops(stage);
 }
 
 static void cuda_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
 {
-    cuda_stage *cs = enter(stage);
+    enter(stage);
     prog->cuda[stage].backward(args);
-    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "backward");
-    resolve_ops(stage);
 }
 
 static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
 {
-    cuda_stage *cs = enter(stage);
+    enter(stage);
     prog->cuda[stage].adamw(args);
-    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "adamw");
-    resolve_ops(stage);
 }
 
 static void cuda_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
 {
-    cuda_stage *cs = enter(stage);
+    enter(stage);
     prog->cuda[stage].weight_copy(params, params_h);
-    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "the weights' bf16 copy");
+}
+
+/* The host waits for the stage's queued work; the op timings recorded so far are read. */
+static void cuda_finish(int stage)
+{
+    cuda_stage *cs = enter(stage);
+    pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "cuStreamSynchronize");
+    resolve_ops(stage);
 }
 
 void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args)
@@ -506,9 +566,9 @@ const pr_device pr_device_cuda = {
     .check_memory = cuda_check_memory,
     .alloc = cuda_alloc,
     .release = cuda_release,
-    .upload = cuda_copy,
-    .download = cuda_copy,
-    .copy = cuda_copy,
+    .upload = cuda_queue_copy,
+    .download = cuda_download,
+    .copy = cuda_queue_copy,
     .zero = cuda_zero,
     .sumsq = cuda_sumsq,
     .forward = cuda_forward,
@@ -519,4 +579,10 @@ const pr_device pr_device_cuda = {
     .links = &pr_nccl_links,
     .op_timer = &cuda_op_timer,
     .weight_copy = cuda_weight_copy,
+    .follow = cuda_follow,
+    .finish = cuda_finish,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
 };

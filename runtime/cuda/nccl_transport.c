@@ -4,7 +4,7 @@
  *
  * NCCL is loaded with dlopen ("libnccl.so.2"), so `run` starts where it is missing; only a
  * run that needs it (one process per stage on GPUs) stops, saying so. One process with
- * stages on several GPUs falls back to the host channels with a notice.
+ * stages on several GPUs falls back to device links (links.c) with a notice.
  *
  * Shape. Every directed link (act[i]: i -> i+1, grad[i]: i+1 -> i) has a communicator of
  * its own with two ranks, sender 0 and receiver 1 (pr_link_of), and each end has a stream
@@ -431,7 +431,7 @@ static int nccl_open_local(pr_run *run, char *err)
     char why[PR_ERR_LEN];
     if (pr_nccl_load(NULL, why) < 0 || load_driver(why) != 0) {
         if (!run->opt.quiet)
-            fprintf(stderr, "run: note: %s; those stages exchange messages through host memory\n",
+            fprintf(stderr, "run: note: %s; those stages exchange messages by device copies\n",
                     why);
         return 0;
     }

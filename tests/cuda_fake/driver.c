@@ -8,11 +8,21 @@
  *     one fail with CUDA_ERROR_INVALID_CONTEXT without it, as the real driver's do;
  *   - streams: a worker thread each, running its queue in order; events carry a sequence number,
  *     so cuStreamWaitEvent waits for the record made before the call, as CUDA's does;
+ *   - lazy streams (FAKE_CUDA_LAZY=1): a stream runs an item only once something depends on it:
+ *     a host wait (cuStreamSynchronize, cuEventSynchronize, cuEventQuery, a copy to host memory,
+ *     cuMemFree) or a stream that waits for an event recorded after it. A GPU may run a stream
+ *     that late, and so a read that lacks its event wait sees what the memory held before,
+ *     every run, not only when the timing is unlucky;
+ *   - copies from host memory take the source at the call and run in stream order (the driver
+ *     stages pageable memory); copies to host memory return once done (CUDA's rule);
  *   - launches copy their arguments at the call (pointers checked to lie in the launching GPU's
  *     memory) and run later on the stream's worker, one kernel at a time in the whole process.
  * Environment: FAKE_CUDA_GPUS (default 1), FAKE_CUDA_MEM_MIB (per GPU, default 143360, an H200),
- * FAKE_CUDA_CC (default 90), FAKE_CUDA_REPORT=1 (counts of calls on stderr at exit),
- * FAKE_CUDA_JITTER_US (each stream waits up to that many microseconds before each item).
+ * FAKE_CUDA_CC (default 90), FAKE_CUDA_REPORT=1 (counts of calls on stderr at exit, among them
+ * "host waits": cuStreamSynchronize and cuEventSynchronize calls),
+ * FAKE_CUDA_JITTER_US (each stream waits up to that many microseconds before each item),
+ * FAKE_CUDA_LAZY=1 (lazy streams; not with NCCL, whose fake matches sends and receives as
+ * they run).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,7 +41,7 @@ enum { MAX_GPUS = 16, FAKE_MAGIC = 0x46414b45 };
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* every table below */
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER; /* a queue drained, an event completed */
 static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER; /* simt runs one kernel at a time */
-static int initialised, gpus = 1, cc = 90, jitter_us;
+static int initialised, gpus = 1, cc = 90, jitter_us, lazy;
 static size_t capacity = (size_t)143360 << 20;
 
 void fake_die(const char *fmt, ...)
@@ -170,6 +180,7 @@ typedef struct fake_stream {
     fake_ctx *ctx;
     work *head, *tail;
     long queued, done; /* items */
+    long forced;       /* lazy: items something depends on (the worker runs up to there) */
     pthread_t thread;
     pthread_cond_t wake;
 } fake_stream;
@@ -182,7 +193,7 @@ static void *stream_main(void *p)
     fake_stream *s = p;
     pthread_mutex_lock(&lock);
     for (;;) {
-        while (!s->head && !s->stop)
+        while (!(s->head && (!lazy || s->stop || s->done < s->forced)) && !s->stop)
             pthread_cond_wait(&s->wake, &lock);
         if (!s->head)
             break;
@@ -250,8 +261,18 @@ void fake_stream_enqueue(CUstream handle, void (*run)(void *), void *arg)
     pthread_mutex_unlock(&lock);
 }
 
+/* Something depends on s's items up to `upto`: a lazy stream runs them now. */
+static void force_locked(fake_stream *s, long upto)
+{
+    if (s && upto > s->forced) {
+        s->forced = upto;
+        pthread_cond_signal(&s->wake);
+    }
+}
+
 static void drain_locked(fake_stream *s, long upto)
 {
+    force_locked(s, upto);
     while (s->done < upto)
         pthread_cond_wait(&changed, &lock);
 }
@@ -294,6 +315,7 @@ CUresult cuInit(unsigned int flags)
         capacity = (size_t)env_int("FAKE_CUDA_MEM_MIB", 143360, 1, 1 << 24) << 20;
         cc = env_int("FAKE_CUDA_CC", 90, 10, 129);
         jitter_us = env_int("FAKE_CUDA_JITTER_US", 0, 0, 1000000);
+        lazy = env_int("FAKE_CUDA_LAZY", 0, 0, 1);
         if (getenv("FAKE_CUDA_REPORT") && atexit(report) != 0)
             fake_die("atexit");
         initialised = 1;
@@ -483,6 +505,7 @@ typedef struct copy_work {
     size_t bytes;
     int set, value_bytes;
     uint32_t value;
+    void *staged; /* a copy from host memory: the source as it was at the call */
 } copy_work;
 
 static void run_copy(void *arg)
@@ -490,6 +513,7 @@ static void run_copy(void *arg)
     copy_work *c = arg;
     if (!c->set) {
         memmove(c->dst, c->src, c->bytes);
+        free(c->staged);
     } else if (c->value_bytes == 1) {
         memset(c->dst, (int)c->value, c->bytes);
     } else {
@@ -498,29 +522,38 @@ static void run_copy(void *arg)
     }
 }
 
-/* Host memory here is pageable, so a copy that touches it returns once it is done (CUDA's rule
- * for pageable memory); a device-to-device copy is queued. */
+/* Host memory here is pageable. A copy to it returns once it is done (CUDA's rule for pageable
+ * memory: a host wait); a copy from it takes the source now (the driver's staging) and is
+ * queued, as a device-to-device copy is. */
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
 {
     NEED_CONTEXT();
     copy_work *c = zalloc(sizeof *c);
-    int host_side = !(dst & FAKE_TAG) || !(src & FAKE_TAG);
+    int to_host = !(dst & FAKE_TAG), from_host = !(src & FAKE_TAG);
+    if (to_host && from_host)
+        fake_die("cuMemcpyAsync from host memory to host memory is not used by runtime/cuda");
     c->dst = dst & FAKE_TAG ? fake_device_range(dst, bytes, -1, "cuMemcpyAsync destination") : (void *)(uintptr_t)dst;
     c->src = src & FAKE_TAG ? fake_device_range(src, bytes, -1, "cuMemcpyAsync source") : (void *)(uintptr_t)src;
     c->bytes = bytes;
+    if (from_host) {
+        c->staged = zalloc(bytes ? bytes : 1);
+        memcpy(c->staged, c->src, bytes);
+        c->src = c->staged;
+    }
     pthread_mutex_lock(&lock);
     fake_stream *s;
     CUresult res = stream_of(stream, &s);
     if (res != CUDA_SUCCESS) {
         pthread_mutex_unlock(&lock);
+        free(c->staged);
         free(c);
         return res;
     }
     long item = enqueue_locked(s, run_copy, c);
-    if (host_side)
+    if (to_host)
         drain_locked(s, item);
     pthread_mutex_unlock(&lock);
-    fake_count(host_side ? "cuMemcpyAsync (host)" : "cuMemcpyAsync (device)");
+    fake_count(to_host ? "cuMemcpyAsync (to host)" : from_host ? "cuMemcpyAsync (from host)" : "cuMemcpyAsync (device)");
     return CUDA_SUCCESS;
 }
 
@@ -529,7 +562,7 @@ static CUresult memset_async(CUdeviceptr dst, uint32_t value, int value_bytes, s
     NEED_CONTEXT();
     copy_work *c = zalloc(sizeof *c);
     *c = (copy_work){fake_device_range(dst, n * (size_t)value_bytes, -1, "cuMemset destination"), NULL,
-                     n * (size_t)value_bytes, 1, value_bytes, value};
+                     n * (size_t)value_bytes, 1, value_bytes, value, NULL};
     pthread_mutex_lock(&lock);
     fake_stream *s;
     CUresult res = stream_of(stream, &s);
@@ -569,6 +602,7 @@ CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
             drain_locked(streams[k], streams[k]->queued);
     pthread_mutex_unlock(&lock);
     memcpy(dst, from, bytes);
+    fake_count("cuMemcpyDtoH");
     return CUDA_SUCCESS;
 }
 
@@ -602,7 +636,7 @@ CUresult cuStreamDestroy(CUstream handle)
     CUresult res = stream_of(handle, &s);
     if (res == CUDA_SUCCESS) {
         s->alive = 0;
-        s->stop = 1;
+        s->stop = 1; // a lazy stream runs what it holds too
         pthread_cond_signal(&s->wake);
     }
     pthread_mutex_unlock(&lock);
@@ -620,6 +654,8 @@ CUresult cuStreamSynchronize(CUstream handle)
     if (res == CUDA_SUCCESS)
         drain_locked(s, s->queued);
     pthread_mutex_unlock(&lock);
+    fake_count("cuStreamSynchronize");
+    fake_count("host waits");
     return res;
 }
 
@@ -631,11 +667,15 @@ typedef struct fake_event {
     fake_ctx *ctx;
     long recorded, completed; /* record calls made and done */
     double time;              /* when the last completed record ran */
+    fake_stream *stream;      /* where the last record was queued, as item `item` */
+    long item;
 } fake_event;
 
 typedef struct record_work {
     fake_event *event;
     long seq;
+    fake_stream *stream; /* a wait: the stream and item of the record it waits for */
+    long item;
 } record_work;
 
 static double now(void)
@@ -661,6 +701,7 @@ static void run_wait(void *arg)
 {
     record_work *r = arg;
     pthread_mutex_lock(&lock);
+    force_locked(r->stream, r->item);
     while (r->event->completed < r->seq)
         pthread_cond_wait(&changed, &lock);
     pthread_mutex_unlock(&lock);
@@ -709,8 +750,9 @@ CUresult cuEventRecord(CUevent handle, CUstream stream)
         free(r);
         return res;
     }
-    *r = (record_work){e, ++e->recorded};
-    enqueue_locked(s, run_record, r);
+    *r = (record_work){e, ++e->recorded, NULL, 0};
+    e->stream = s;
+    e->item = enqueue_locked(s, run_record, r);
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
@@ -728,10 +770,12 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent handle, unsigned int flags)
     CUresult res = stream_of(stream, &s);
     if (res == CUDA_SUCCESS && e->recorded > 0) {
         record_work *r = zalloc(sizeof *r);
-        *r = (record_work){e, e->recorded};
+        *r = (record_work){e, e->recorded, e->stream, e->item};
         enqueue_locked(s, run_wait, r);
     }
     pthread_mutex_unlock(&lock);
+    if (res == CUDA_SUCCESS)
+        fake_count("cuStreamWaitEvent");
     return res;
 }
 
@@ -740,6 +784,7 @@ CUresult cuEventQuery(CUevent handle)
     NEED_INIT();
     pthread_mutex_lock(&lock);
     fake_event *e = event_of(handle);
+    force_locked(e->stream, e->item);
     CUresult res = e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     pthread_mutex_unlock(&lock);
     return res;
@@ -750,9 +795,12 @@ CUresult cuEventSynchronize(CUevent handle)
     NEED_INIT();
     pthread_mutex_lock(&lock);
     fake_event *e = event_of(handle);
+    force_locked(e->stream, e->item);
     while (e->completed < e->recorded)
         pthread_cond_wait(&changed, &lock);
     pthread_mutex_unlock(&lock);
+    fake_count("cuEventSynchronize");
+    fake_count("host waits");
     return CUDA_SUCCESS;
 }
 

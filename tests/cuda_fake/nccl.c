@@ -227,6 +227,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     if (nranks != 2)
         die("ncclCommInitRankConfig with nranks %d: the fake has two-rank communicators only",
             nranks);
+    const char *lazy = getenv("FAKE_CUDA_LAZY");
+    if (lazy && strcmp(lazy, "0") != 0) // a lazy sender stream would never meet its receive
+        die("FAKE_CUDA_LAZY with NCCL: not supported by the fake");
     if (rank != 0 && rank != 1)
         die("ncclCommInitRankConfig with rank %d of 2", rank);
     int blocking = !config || config->blocking != 0;

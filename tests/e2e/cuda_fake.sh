@@ -11,7 +11,9 @@
 #   - bf16 (products read bf16 copies, the LM head writes bf16 logits, which the fused
 #     classifier turns into dlogits in place): GELU in cuBLASLt's epilogues or apart; two stages
 #     under 1F1B as one; PipeDream (stashed weights), against the CPU to bf16's tolerance;
-#   - two stages on one GPU (host channels between them);
+#   - two stages on one GPU (device links between them), on lazy streams, and the host's
+#     waits for the GPU counted per step;
+#   - three stages on one GPU (device links under PACI, lazy streams);
 #   - three stages on three GPUs in one process (NCCL between every pair), and stopped early
 #     (--steps 2, the stop mark over NCCL) with every receive late (FAKE_NCCL_RECV_DELAY_US);
 #   - two processes, one stage and one GPU each (torchrun-style variables; NCCL across
@@ -154,12 +156,32 @@ on stashed cuda 2 --device cuda || fail "stashed: --device cuda"
 on stashed cpu 1 --device cpu || fail "stashed: --device cpu"
 compare_devices "bf16 PipeDream on two GPUs vs the CPU" "$work/stashed/cuda" "$work/stashed/cpu" 1e-2 2e-2
 
-# Two stages on one GPU: in-process host channels.
+# Two stages on one GPU: device links (runtime/links.c: a ring in device memory, copies on
+# the two compute streams ordered by events, micro-batch numbers over the host channel). Lazy
+# streams (FAKE_CUDA_LAZY=1): a stream runs an item only once a host wait or another stream's
+# event wait depends on it, so a copy (or a kernel) that lacks its event wait reads memory
+# not yet written in every run, and the losses leave the CPU's; evaluation hands the
+# activations from stage to stage the same way (pr_device.follow).
 case_model shared 2 1f1b matmul
-on shared cuda 1 --device cuda || fail "shared: --device cuda"
+FAKE_CUDA_LAZY=1 on shared cuda 1 --device cuda || fail "shared: --device cuda"
 on shared cpu 1 --device cpu || fail "shared: --device cpu"
 compare_devices "two stages, one GPU" "$work/shared/cuda" "$work/shared/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 [ "$(calls shared cuda ncclSend)" = 0 ] || fail "shared: NCCL used between stages on one GPU"
+[ "$(calls shared cuda 'cuMemcpyAsync (device)')" -gt 0 ] || fail "shared: no device-to-device copies"
+# The host waits for the GPU only where the schedule needs it (docs/gpu.md, "Host waits"): per
+# step, each stage's clipping sums (p) and the last stage's loss after each forward (K);
+# nothing per instruction. Counted by the fake over step 2 alone (the runs of 1 and 2 steps
+# differ by that step): cuStreamSynchronize and cuEventSynchronize calls, and copies to host
+# memory (each returns when done).
+FAKE_CUDA_LAZY=1 on shared wait1 1 --device cuda --steps 1 --no-checkpoint || fail "shared: --steps 1"
+FAKE_CUDA_LAZY=1 on shared wait2 1 --device cuda --steps 2 --no-checkpoint || fail "shared: --steps 2"
+needed=$((2 + 2)) # p = 2 stages, K = window 2
+for what in 'host waits' 'cuMemcpyAsync (to host)'; do
+    per_step=$(($(calls shared wait2 "$what") - $(calls shared wait1 "$what")))
+    [ "$per_step" -le "$needed" ] || fail "shared: $per_step $what in a step, the schedule needs $needed"
+    echo "shared: $per_step $what per step (p + K = $needed)"
+done
+echo "shared: $(calls shared cuda 'cuMemcpyAsync (device)') device-to-device copies, $(calls shared cuda cuStreamWaitEvent) stream waits"
 
 # Three stages on three GPUs: NCCL between them; every stream item waits a random 0..300 us
 # (FAKE_CUDA_JITTER_US), so a missing wait between streams shows up as wrong data.
@@ -172,6 +194,10 @@ sends=$(calls three cuda ncclSend)
 # The memory check's context is kept for the stage, not destroyed and made again.
 [ "$(calls three cuda 'context created')" = 3 ] || fail "three: $(calls three cuda 'context created') contexts made for 3 GPUs"
 echo "three: $sends NCCL sends, one context per GPU"
+# The same three stages on one GPU: PACI's interleaved sends and receives over device links,
+# on lazy streams. They carry the same bytes as NCCL: the run equals the three-GPU one.
+FAKE_CUDA_LAZY=1 on three onegpu 1 --device cuda || fail "three: three stages on one GPU"
+compare_devices "three stages, one GPU vs three GPUs" "$work/three/onegpu" "$work/three/cuda" 0 0
 # An early stop (--steps 2) travels as a stop mark in the micro-batch word of a sender's ring
 # slot. With every NCCL receive 200 ms late (FAKE_NCCL_RECV_DELAY_US) each send stays
 # unfinished while its sender computes on: a sender that rewrote a slot before the slot's

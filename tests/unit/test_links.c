@@ -3,7 +3,8 @@
  * 0. NCCL pairs a communicator's k-th send with its k-th receive, so every schedule's sender
  * and receiver must list the same micro-batches in the same order on each link; and the
  * transport's sender ring of channel_capacity messages must be what keeps the table
- * deadlock-free (a bare NCCL send, which waits for its receive, is capacity 0 and deadlocks). */
+ * deadlock-free (a bare NCCL send, which waits for its receive, is capacity 0 and deadlocks).
+ * And the device links' protocol: which events each copy waits for and records. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -161,9 +162,120 @@ static void test_every_schedule_pairs_and_runs_on_the_ring(void **state)
     }
 }
 
+/* ---- device links: the calls a send and a receive make, on a device that logs them ---- */
+
+enum { LOG_MAX = 64 };
+static char device_log[LOG_MAX][32];
+static int n_logged;
+static int events_made;
+
+static void logf_call(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    assert_true(n_logged < LOG_MAX);
+    vsnprintf(device_log[n_logged++], sizeof device_log[0], fmt, ap);
+    va_end(ap);
+}
+
+static void *log_alloc(int stage, size_t bytes)
+{
+    return pr_alloc(bytes);
+}
+
+static void log_release(int stage, void *p)
+{
+    free(p);
+}
+
+/* Events are named by kind and ring buffer: made in open's order, sent[k] then drained[k]. */
+static void *log_event_create(int stage)
+{
+    int *id = pr_alloc(sizeof *id);
+    *id = events_made++;
+    return id;
+}
+
+static void log_event_destroy(int stage, void *event)
+{
+    free(event);
+}
+
+static const char *event_name(const void *event)
+{
+    static const char *const names[] = {"sent0", "drained0", "sent1", "drained1"};
+    return names[*(const int *)event];
+}
+
+static void log_event_record(int stage, void *event)
+{
+    logf_call("%d record %s", stage, event_name(event));
+}
+
+static void log_event_wait(int stage, void *event)
+{
+    logf_call("%d wait %s", stage, event_name(event));
+}
+
+static const float *ring_of_link;
+
+static void log_copy(int stage, void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    if (dst >= (void *)ring_of_link && dst < (void *)(ring_of_link + 4))
+        logf_call("%d copy in %d", stage, (int)((const float *)dst - ring_of_link) / 2);
+    else
+        logf_call("%d copy out %d", stage, (int)((const float *)src - ring_of_link) / 2);
+}
+
+/* Capacity 2, messages of 2 floats, sender stage 0, receiver 1: each event is waited for
+ * only once its record was made, before the buffer it guards is written or read again. */
+static void test_device_link_orders_its_copies_by_events(void **state)
+{
+    const pr_device dev = {.alloc = log_alloc, .release = log_release, .copy = log_copy,
+                           .event_create = log_event_create, .event_destroy = log_event_destroy,
+                           .event_record = log_event_record, .event_wait = log_event_wait};
+    pr_dev_link l;
+    pr_channel c;
+    pr_channel_init(&c, 2, 0);
+    c.timeout = 0.05;
+    n_logged = events_made = 0;
+    pr_dev_link_open(&l, &dev, 0, 1, 2, 2);
+    ring_of_link = l.ring;
+    float msg[3][2] = {{1, 2}, {3, 4}, {5, 6}}, got[2];
+    int64_t mb = -1;
+    assert_int_equal(pr_dev_link_send(&l, &dev, &c, 10, msg[0]), PR_LINK_OK);
+    assert_int_equal(pr_dev_link_send(&l, &dev, &c, 11, msg[1]), PR_LINK_OK);
+    // Two messages unreceived: a third send waits for room until the timeout, copying nothing.
+    assert_int_equal(pr_dev_link_send(&l, &dev, &c, 12, msg[2]), PR_LINK_TIMEOUT);
+    assert_int_equal(pr_dev_link_recv(&l, &dev, &c, got, &mb), PR_LINK_OK);
+    assert_true(mb == 10 && got[0] == 1 && got[1] == 2);
+    assert_int_equal(pr_dev_link_send(&l, &dev, &c, 12, msg[2]), PR_LINK_OK);
+    assert_int_equal(pr_dev_link_recv(&l, &dev, &c, got, &mb), PR_LINK_OK);
+    assert_true(mb == 11 && got[0] == 3 && got[1] == 4);
+    assert_int_equal(pr_dev_link_recv(&l, &dev, &c, got, &mb), PR_LINK_OK);
+    assert_true(mb == 12 && got[0] == 5 && got[1] == 6);
+    static const char *const expected[] = {
+        "0 copy in 0", "0 record sent0", "0 copy in 1", "0 record sent1",
+        "1 wait sent0", "1 copy out 0", "1 record drained0",
+        "0 wait drained0", "0 copy in 0", "0 record sent0",
+        "1 wait sent1", "1 copy out 1", "1 record drained1",
+        "1 wait sent0", "1 copy out 0", "1 record drained0",
+    };
+    // Nothing left: a receive waits until the timeout and takes nothing.
+    assert_int_equal(pr_dev_link_recv(&l, &dev, &c, got, &mb), PR_LINK_TIMEOUT);
+    assert_int_equal(n_logged, sizeof expected / sizeof expected[0]);
+    for (int i = 0; i < n_logged; i++)
+        assert_string_equal(device_log[i], expected[i]);
+    pr_dev_link_close(&l, &dev);
+    assert_null(l.ring);
+    pr_channel_destroy(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_link_orders_its_copies_by_events),
         cmocka_unit_test(test_each_op_names_its_link_and_ranks),
         cmocka_unit_test(test_native_between_processes_or_gpus),
         cmocka_unit_test(test_every_schedule_pairs_and_runs_on_the_ring),
