@@ -1013,8 +1013,10 @@ static void check_optimizer(Sema *s)
         char word[64];
         snprintf(word, sizeof word, " %s ", seen->key->name);
         if (!strstr(keys_of[cfg->optimizer], word)) {
-            error_at(s->src, seen->entry->key_span, "'%s' is not a key of optimizer %s (its keys:%s)",
-                     seen->key->name, name, keys_of[cfg->optimizer]);
+            bool group_key = cfg->optimizer == PR_OPT_MUON && strstr(" betas eps ", word);
+            error_at(s->src, seen->entry->key_span, "'%s' is not a key of optimizer %s (its keys:%s)%s",
+                     seen->key->name, name, keys_of[cfg->optimizer],
+                     group_key ? "; the AdamW group's goes in its 'adamw { ... }' block" : "");
             s->seen[i].failed = true;
         }
     }

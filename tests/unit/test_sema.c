@@ -565,6 +565,10 @@ static void test_optimizers(void **state)
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lamb { adamw { lr 1e-3 } } }\n",
                          "t.paci:4:35: error: 'adamw' is not a key of optimizer lamb (its keys: lr betas "
                          "eps weight_decay clip )");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { betas 0.9 0.95 } }\n",
+                         "t.paci:4:35: error: 'betas' is not a key of optimizer muon (its keys: lr momentum "
+                         "nesterov ns_steps shape_scale weight_decay clip adamw ); the AdamW group's goes in "
+                         "its 'adamw { ... }' block");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { ns_steps 0 } }\n",
                          "t.paci:4:44: error: 'ns_steps' 0 is out of range: it must be in 1..20");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { momentum 1 } }\n",
