@@ -136,6 +136,8 @@ int pr_device_select(const pr_program *prog, const char *requested, int quiet,
         if (requested)
             return pr_fail(err, "--device cuda: this run was built without the GPU path (pacic "
                            "found no CUDA toolkit when it compiled %s)", prog->source);
+        if (prog->no_gpu_reason && !quiet)
+            fprintf(stderr, "run: note: training on the CPU: %s\n", prog->no_gpu_reason);
         return 0;
     }
     char why[PR_ERR_LEN] = "";
