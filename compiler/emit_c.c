@@ -790,8 +790,7 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);
     emit_line(sb, ".on_nan = %d, /* 0: stop, 1: skip the step */", cfg->on_nan);
     if (cfg->optimizer != PR_OPT_ADAMW)
-        emit_line(sb, ".optimizer = %d, .no_gpu_reason = \"the optimizer has no GPU path yet (CPU "
-                      "only: runtime/optim_rules.c)\",", cfg->optimizer);
+        emit_line(sb, ".optimizer = %d, /* enum pr_optimizer: state.bin records it */", cfg->optimizer);
     emit_data_path(sb, "train_data", cfg->train_data);
     emit_data_path(sb, "val_data", cfg->val_data);
     emit_string_field(sb, "ckpt_dir", cfg->ckpt_dir);

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "pacic.h"
-#include "../runtime/pacirt.h"
 
 typedef enum { MODE_BUILD, MODE_CHECK, MODE_EXPLAIN, MODE_EMIT } Mode;
 
@@ -307,7 +306,7 @@ int main(int argc, char **argv)
     int status = 0;
     /* The GPU path is generated when NVRTC loads and the runtime was built with CUDA. */
     cfg.cuda = (opt.mode == MODE_BUILD || opt.mode == MODE_EMIT) && cuda_nvrtc_available() &&
-               runtime_has_cuda(argv[0]) && cfg.optimizer == PR_OPT_ADAMW; /* muon, lamb, lars: CPU only */
+               runtime_has_cuda(argv[0]);
     if (opt.mode == MODE_BUILD || (opt.mode == MODE_EMIT && opt.emit == EMIT_C)) {
         if (opt.mode == MODE_EMIT) {
             if (make_dir(opt.output) != 0)

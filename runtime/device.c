@@ -130,14 +130,9 @@ int pr_device_select(const pr_program *prog, const char *requested, int quiet,
         return pr_fail(err, "--device %s: unknown device (cpu or cuda)", requested);
     const pr_device *cuda = prog->cuda_device;
     if (!cuda || !prog->cuda) {
-        if (requested && prog->no_gpu_reason)
-            return pr_fail(err, "--device cuda: this run was built without the GPU path: %s",
-                           prog->no_gpu_reason);
         if (requested)
             return pr_fail(err, "--device cuda: this run was built without the GPU path (pacic "
                            "found no CUDA toolkit when it compiled %s)", prog->source);
-        if (prog->no_gpu_reason && !quiet)
-            fprintf(stderr, "run: note: training on the CPU: %s\n", prog->no_gpu_reason);
         return 0;
     }
     char why[PR_ERR_LEN] = "";

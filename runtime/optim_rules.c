@@ -10,14 +10,13 @@
 
 #include "prt.h"
 
-/* Keller Jordan's quintic Newton-Schulz coefficients (a, b, c): X <- aX + (bA + cA^2)X. */
-#define NS_A 3.4445f
-#define NS_B (-4.7750f)
-#define NS_C 2.0315f
-#define NS_NORM_EPS 1e-7
+#define NS_A PR_NS_A
+#define NS_B PR_NS_B
+#define NS_C PR_NS_C
+#define NS_NORM_EPS PR_NS_NORM_EPS
 
 /* Floats of one layer's slice of a per-layer tensor; 0 for the tensors outside the blocks. */
-static int64_t layer_floats(int32_t kind, int64_t C)
+int64_t pr_optim_layer_floats(int32_t kind, int64_t C)
 {
     switch (kind) {
     case PR_CKPT_LN1W: case PR_CKPT_LN1B: case PR_CKPT_ATTPROJB: case PR_CKPT_LN2W:
@@ -31,10 +30,10 @@ static int64_t layer_floats(int32_t kind, int64_t C)
     }
 }
 
-/* The shape Muon orthogonalises: qkv as three C x C matrices (q, k and v are separate maps
+/* The shape Muon orthogonalises (the GPU step shares these two): qkv as three C x C matrices (q, k and v are separate maps
  * stacked for speed), fc as 4C x C, its projection C x 4C, the attention projection C x C.
  * False for the tensors the AdamW group takes. */
-static bool muon_shape(int32_t kind, int64_t C, int64_t *rows, int64_t *cols)
+bool pr_optim_muon_shape(int32_t kind, int64_t C, int64_t *rows, int64_t *cols)
 {
     *rows = *cols = C;
     switch (kind) {
@@ -178,7 +177,7 @@ void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_ar
 {
     float *p = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;
     const float *g = args->grads + t->offset;
-    int64_t C = r->width, slice = layer_floats(t->ckpt_tensor, C), rows, cols;
+    int64_t C = r->width, slice = pr_optim_layer_floats(t->ckpt_tensor, C), rows, cols;
     if (slice == 0)
         slice = t->size;
     if (t->size % slice != 0)
@@ -186,7 +185,7 @@ void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_ar
                     (long long)slice);
     switch (r->kind) {
     case PR_OPT_MUON:
-        if (muon_shape(t->ckpt_tensor, C, &rows, &cols)) {
+        if (pr_optim_muon_shape(t->ckpt_tensor, C, &rows, &cols)) {
             for (int64_t at = 0; at < t->size; at += rows * cols)
                 muon_matrix(r, p + at, g + at, m + at, rows, cols, args->lr, args->grad_scale);
         } else {

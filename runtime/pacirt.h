@@ -138,6 +138,14 @@ typedef struct pr_optim_rule {
 } pr_optim_rule;
 /* One step of `rule` on one tensor of a stage (args as for AdamW; t->offset into them). */
 void pr_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw_args *args);
+/* The same on the GPU (runtime/cuda/optim.c): kernels of the stage's unit, indexed as in its
+ * list, and cuBLASLt products on the stage's compute stream; pointers in device memory. */
+typedef struct pr_optim_kernels {
+    int32_t momentum, scale_add, muon_apply, lamb_direction, lars_apply, adamw, to_bf16;
+    int32_t block;          /* threads per block the unit's kernels are bounded to */
+} pr_optim_kernels;
+void pr_cuda_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw_args *args,
+                        int32_t stage, const pr_optim_kernels *kernels);
 
 /* One op of a stage's generated sections, as the per-op profile (run --profile-out) names
  * it; pr_stage_code.ops lists them in the order the stage file numbers them. */
@@ -210,7 +218,6 @@ typedef struct pr_program {
     /* a non-finite loss or gradient: stop the run (no checkpoint) or skip that step */
     int32_t on_nan;                            /* enum pr_on_nan */
     int32_t optimizer;                         /* enum pr_optimizer: state.bin records it */
-    const char *no_gpu_reason;                 /* why pacic left the GPU path out, or NULL */
 } pr_program;
 
 /* ---- the GPU path (runtime/cuda/, libpacirt_cuda.a): what generated CUDA host code calls -- */
