@@ -4,7 +4,8 @@
 # (runtime/optim_rules.c) in one binary from one seed: muon (Nesterov, ratio scaling; p = 2,
 # so both its AdamW group and its matrices run on each stage), lamb and lars at p = 2, and
 # muon under precision bf16 (the weights' bf16 copy written back after each tensor's step),
-# losses to LOSS_TOL relative and weights to WEIGHT_TOL absolute as tests/e2e/cuda_emu.sh.
+# losses to LOSS_TOL relative and weights to WEIGHT_TOL absolute as tests/e2e/cuda_emu.sh;
+# then muon through the real GPU layer on the fake CUDA stack (tests/e2e/cuda_fake.sh).
 # Skips as cuda_emu.sh does (no libpacirt_cuda.a, no C++ compiler, sanitizer builds).
 source tests/e2e/lib.sh
 need_cuda_emu
@@ -43,3 +44,22 @@ for name in muon lamb lars muon-bf16; do
     fi
 done
 echo "muon, lamb and lars under the emulated GPU match their CPU steps"
+
+# The real GPU layer (runtime/cuda/ linked: device.c's allocation and sums of squares,
+# cuBLASLt) on the fake CUDA stack of tests/cuda_fake, whose device memory the host cannot
+# read: muon, two stages on one GPU.
+small_model fake 2 paci 2 4 0
+sed -i -e "s/^    optimizer adamw.*/    optimizer ${rule[muon]}/" -e "s/layers 4;/layers 2;/" "$work/fake.paci"
+status=0
+PACIC=$pacic tests/cuda_fake/build.sh "$work/fake.paci" "$work/fake" || status=$?
+if [ "$status" -eq 77 ]; then
+    skip_part "the fake CUDA stack cannot be built here (tests/cuda_fake/build.sh exited 77)"
+else
+    [ "$status" -eq 0 ] || fail "fake: building the fake CUDA stack"
+    for device in cuda cpu; do
+        mkdir -p "$work/fake/$device"
+        (cd "$work/fake/$device" && LD_LIBRARY_PATH=$work/fake/lib FAKE_CUDA_GPUS=1 \
+            ../run --quiet --device $device --metrics metrics.jsonl) || fail "fake: --device $device did not train"
+    done
+    compare_devices "muon on the real GPU layer (fake CUDA)" "$work/fake/cuda" "$work/fake/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+fi
