@@ -312,7 +312,7 @@ static void emit_op_profile_hooks(StrBuf *sb, int s, const StageSection *section
 }
 
 /* pr_stage_S_ops: section, name and comment of every timed op, in number order. */
-static void emit_op_table(StrBuf *sb, int s, const StageSection *sections, int n_sections)
+static void emit_op_table(StrBuf *sb, const Config *cfg, int s, const StageSection *sections, int n_sections)
 {
     emit_line(sb, "/* The ops as the profile names them: section, kernel (or gemm, zero, copy), what it computes. */");
     emit_line(sb, "const pr_op_info pr_stage_%d_ops[N_OPS] = {", s);
@@ -320,7 +320,10 @@ static void emit_op_table(StrBuf *sb, int s, const StageSection *sections, int n
     for (int i = 0; i < n_sections; i++) {
         const OpList *l = sections[i].ops;
         if (!l) {
-            emit_line(sb, "{\"%s\", \"adamw\", \"AdamW update of one tensor\"},", sections[i].name);
+            static const char *const step_of[] = {[PR_OPT_ADAMW] = "AdamW", [PR_OPT_MUON] = "Muon (or its AdamW group's)",
+                                                  [PR_OPT_LAMB] = "LAMB", [PR_OPT_LARS] = "LARS"};
+            emit_line(sb, "{\"%s\", \"adamw\", \"%s update of one tensor\"},", sections[i].name,
+                      step_of[cfg->optimizer]);
             continue;
         }
         for (int k = 0; k < l->n; k++) {
@@ -546,7 +549,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "};");
     blank_line(sb);
     free(tensors);
-    emit_op_table(sb, s, sections, n_sections);
+    emit_op_table(sb, cfg, s, sections, n_sections);
 
     if (cfg->optimizer != PR_OPT_ADAMW) {
         emit_optim_rule(sb, cfg, s, n);
