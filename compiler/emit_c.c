@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pacic.h"
+#include "../runtime/pacirt.h"
 
 /* A C string literal for s (NULL stays NULL), the one way a user's string (a path, a folder)
  * enters generated code. It reads back as s in C and in CUDA C++, and may also sit inside a
@@ -313,7 +314,7 @@ static void emit_op_profile_hooks(StrBuf *sb, int s, const StageSection *section
 }
 
 /* pr_stage_S_ops: section, name and comment of every timed op, in number order. */
-static void emit_op_table(StrBuf *sb, int s, const StageSection *sections, int n_sections)
+static void emit_op_table(StrBuf *sb, const Config *cfg, int s, const StageSection *sections, int n_sections)
 {
     emit_line(sb, "/* The ops as the profile names them: section, kernel (or gemm, zero, copy), what it computes. */");
     emit_line(sb, "const pr_op_info pr_stage_%d_ops[N_OPS] = {", s);
@@ -321,7 +322,10 @@ static void emit_op_table(StrBuf *sb, int s, const StageSection *sections, int n
     for (int i = 0; i < n_sections; i++) {
         const OpList *l = sections[i].ops;
         if (!l) {
-            emit_line(sb, "{\"%s\", \"adamw\", \"AdamW update of one tensor\"},", sections[i].name);
+            static const char *const step_of[] = {[PR_OPT_ADAMW] = "AdamW", [PR_OPT_MUON] = "Muon (or its AdamW group's)",
+                                                  [PR_OPT_LAMB] = "LAMB", [PR_OPT_LARS] = "LARS"};
+            emit_line(sb, "{\"%s\", \"adamw\", \"%s update of one tensor\"},", sections[i].name,
+                      step_of[cfg->optimizer]);
             continue;
         }
         for (int k = 0; k < l->n; k++) {
@@ -343,6 +347,41 @@ static void mark_kernels(const OpList *l, bool *used)
     for (int i = 0; i < l->n; i++)
         if (l->ops[i].kind == OP_KERNEL)
             used[l->ops[i].kernel - kernel_descs] = true;
+}
+
+/* The stage's step under muon, lamb or lars: the rule's constants, and one runtime call per
+ * tensor (runtime/optim_rules.c), in the place and under the name of the AdamW step. */
+static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
+{
+    static const char *const names[] = {"adamw", "muon", "lamb", "lars"};
+    bool muon = cfg->optimizer == PR_OPT_MUON;
+    emit_line(sb, "/* optimizer %s (docs/dsl.md): its constants, then one update per tensor. */",
+              names[cfg->optimizer]);
+    emit_line(sb, "static const pr_optim_rule optim_rule = {");
+    sb->indent++;
+    emit_line(sb, ".kind = %d, .width = %d,", cfg->optimizer, cfg->width);
+    emit_line(sb, ".beta1 = %s, .beta2 = %s,", exact_double(muon ? cfg->group_beta1 : cfg->beta1),
+              exact_double(muon ? cfg->group_beta2 : cfg->beta2));
+    emit_line(sb, ".eps = %s, .weight_decay = %s,", exact_double(muon ? cfg->group_eps : cfg->eps),
+              exact_double(muon ? cfg->group_weight_decay : cfg->weight_decay));
+    emit_line(sb, ".momentum = %s, .trust_coefficient = %s,", exact_double(cfg->momentum),
+              exact_double(cfg->trust_coefficient));
+    emit_line(sb, ".nesterov = %d, .ns_steps = %d, .shape_scale = %d,", cfg->nesterov, cfg->ns_steps,
+              cfg->shape_scale);
+    emit_line(sb, ".muon_weight_decay = %s,", exact_double(cfg->weight_decay));
+    emit_line(sb, ".group_lr_ratio = %s, /* the AdamW group's lr %g over %g */",
+              exact_double(cfg->group_lr / cfg->lr_base), cfg->group_lr, cfg->lr_base);
+    sb->indent--;
+    emit_line(sb, "};");
+    blank_line(sb);
+    emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args)", s);
+    open_block(sb);
+    emit_open(sb, "for (int i = 0; i < %d; i++)", n_tensors);
+    emit_line(sb, "OP_BEGIN(OPS_adamw);");
+    emit_line(sb, "pr_optim_step(&optim_rule, &pr_stage_%d_tensors[i], args);", s);
+    emit_line(sb, "OP_END(OPS_adamw);");
+    emit_close(sb, "");
+    emit_close(sb, "");
 }
 
 void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
@@ -428,7 +467,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         mark_kernels(&ops->head_fwd, used);
         mark_kernels(&ops->head_bwd, used);
     }
-    used[kernel_find("adamw") - kernel_descs] = true;
+    used[kernel_find("adamw") - kernel_descs] = cfg->optimizer == PR_OPT_ADAMW;
     for (int i = 0; i < kernel_desc_count; i++)
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
@@ -512,8 +551,12 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "};");
     blank_line(sb);
     free(tensors);
-    emit_op_table(sb, s, sections, n_sections);
+    emit_op_table(sb, cfg, s, sections, n_sections);
 
+    if (cfg->optimizer != PR_OPT_ADAMW) {
+        emit_optim_rule(sb, cfg, s, n);
+        return;
+    }
     emit_line(sb, "/* AdamW on every tensor of the stage; weight decay where the table says so. */");
     emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args)", s);
     open_block(sb);
@@ -751,6 +794,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
               cfg->eval_batches, cfg->ckpt_every);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);
     emit_line(sb, ".on_nan = %d, /* 0: stop, 1: skip the step */", cfg->on_nan);
+    if (cfg->optimizer != PR_OPT_ADAMW)
+        emit_line(sb, ".optimizer = %d, /* enum pr_optimizer: state.bin records it */", cfg->optimizer);
     emit_data_path(sb, "train_data", cfg->train_data);
     emit_data_path(sb, "val_data", cfg->val_data);
     emit_string_field(sb, "ckpt_dir", cfg->ckpt_dir);

@@ -123,9 +123,10 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     free(what);
     emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, VP = %ld, BT = B * T };", cfg->micro,
               cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab, vocab_stride(cfg));
-    emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", cfg->beta1);
-    emit_line(sb, "#define ADAMW_BETA2 ((float)%.9g)", cfg->beta2);
-    emit_line(sb, "#define ADAMW_EPS ((float)%.9g)", cfg->eps);
+    bool group = cfg->optimizer == PR_OPT_MUON; // the adamw kernel serves Muon's AdamW group
+    emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", group ? cfg->group_beta1 : cfg->beta1);
+    emit_line(sb, "#define ADAMW_BETA2 ((float)%.9g)", group ? cfg->group_beta2 : cfg->beta2);
+    emit_line(sb, "#define ADAMW_EPS ((float)%.9g)", group ? cfg->group_eps : cfg->eps);
     emit_line(sb, "/* Indices run concurrently: accumulation shared between them is atomic. */");
     emit_line(sb, "#define RESTRICT __restrict__");
     emit_line(sb, "#define ATOMIC_ADD(ptr, value) atomicAdd((ptr), (value))");
@@ -464,29 +465,45 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_close(sb, "");
     sb_puts(sb, "\n");
 
-    emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments%s (see docs/gpu.md). */",
-              bf16 ? ", and the weights' bf16 copy written back" : "");
-    emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
-    open_brace(sb);
-    // The same doubles as the CPU AdamW, so both paths use the same corrections.
-    emit_line(sb, "float beta1_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta1);
-    emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta2);
-    emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
-    emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
-    emit_line(sb, "float *param = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;");
-    emit_line(sb, "const float *grad = args->grads + t->offset;");
-    emit_line(sb, "pr_bf16 *param_h = args->params_h ? args->params_h + t->offset : NULL;");
-    emit_line(sb, "long n = (long)t->size;");
-    emit_line(sb, "float lr = args->lr, weight_decay = t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, "
-                  "grad_scale = args->grad_scale;");
-    emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
-                  "&beta1_correction, &beta2_correction, &param_h};");
-    emit_line(sb, "OP_BEGIN(OPS_adamw);");
-    emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
-    emit_line(sb, "OP_END(OPS_adamw);");
-    emit_close(sb, "");
-    emit_close(sb, "");
-    sb_puts(sb, "\n");
+    if (cfg->optimizer != PR_OPT_ADAMW) {
+        emit_line(sb, "/* The optimizer per tensor on the device (runtime/cuda/optim.c), with the constants of");
+        emit_line(sb, " * the CPU step above. */");
+        emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
+        open_brace(sb);
+        emit_line(sb, "static const pr_optim_kernels kernels = {K_optim_momentum, K_scale_add, K_muon_apply, "
+                      "K_lamb_direction, K_lars_apply, K_adamw, K_to_bf16, CUDA_BLOCK};");
+        emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
+        emit_line(sb, "OP_BEGIN(OPS_adamw);");
+        emit_line(sb, "pr_cuda_optim_step(&optim_rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &kernels);", s);
+        emit_line(sb, "OP_END(OPS_adamw);");
+        emit_close(sb, "");
+        emit_close(sb, "");
+        sb_puts(sb, "\n");
+    } else {
+        emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments%s (see docs/gpu.md). */",
+                  bf16 ? ", and the weights' bf16 copy written back" : "");
+        emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
+        open_brace(sb);
+        // The same doubles as the CPU AdamW, so both paths use the same corrections.
+        emit_line(sb, "float beta1_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta1);
+        emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta2);
+        emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
+        emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
+        emit_line(sb, "float *param = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;");
+        emit_line(sb, "const float *grad = args->grads + t->offset;");
+        emit_line(sb, "pr_bf16 *param_h = args->params_h ? args->params_h + t->offset : NULL;");
+        emit_line(sb, "long n = (long)t->size;");
+        emit_line(sb, "float lr = args->lr, weight_decay = t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, "
+                      "grad_scale = args->grad_scale;");
+        emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
+                      "&beta1_correction, &beta2_correction, &param_h};");
+        emit_line(sb, "OP_BEGIN(OPS_adamw);");
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
+        emit_line(sb, "OP_END(OPS_adamw);");
+        emit_close(sb, "");
+        emit_close(sb, "");
+        sb_puts(sb, "\n");
+    }
 
     emit_line(sb, "/* params_h = the %ld weights of the block in bf16, after they change other than by AdamW. */",
               lay.params.total);

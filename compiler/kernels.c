@@ -677,6 +677,67 @@ const KernelDesc kernel_descs[] = {
                 "if (param_h)\n"
                 "    param_h[i] = pr_to_bf16(param[i]);",
     },
+    /* The GPU steps of muon, lamb and lars (runtime/cuda/optim.c launches them; the CPU runs
+     * runtime/optim_rules.c). A matrix element i = row * cols + col sits at `at` in the
+     * orthogonalisation's operand: transposed (col * rows + row) when `flip`. */
+    {
+        .name = "optim_momentum",
+        .doc = "momentum buffer buf = mu buf + g (g the gradient times grad_scale); out gets "
+               "g + mu buf under nesterov, else buf, transposed when flip",
+        .params = "const float *RESTRICT grad, float *RESTRICT buf, float *RESTRICT out, long n, long rows, "
+                  "long cols, int flip, float mu, int nesterov, float grad_scale",
+        .index = "i",
+        .extent = "n",
+        .body = "float g = grad[i] * grad_scale;\n"
+                "float b = mu * buf[i] + g;\n"
+                "buf[i] = b;\n"
+                "long at = flip ? (i % cols) * rows + i / cols : i;\n"
+                "out[at] = nesterov ? g + mu * b : b;",
+    },
+    {
+        .name = "scale_add",
+        .doc = "y = alpha x + beta y (x may be y); beta 0 never reads y",
+        .params = "const float *x, float *y, long n, float alpha, float beta",
+        .index = "i",
+        .extent = "n",
+        .body = "y[i] = beta == 0.0f ? alpha * x[i] : alpha * x[i] + beta * y[i];",
+    },
+    {
+        .name = "muon_apply",
+        .doc = "param -= lr (scale o + weight_decay param), o read transposed when flip",
+        .params = "float *RESTRICT param, const float *RESTRICT o, long n, long rows, long cols, int flip, "
+                  "float lr, float scale, float weight_decay",
+        .index = "i",
+        .extent = "n",
+        .body = "long at = flip ? (i % cols) * rows + i / cols : i;\n"
+                "param[i] -= lr * (scale * o[at] + weight_decay * param[i]);",
+    },
+    {
+        .name = "lamb_direction",
+        .doc = "LAMB's moments and direction d = m^ / (sqrt(v^) + eps) + weight_decay param",
+        .params = "const float *RESTRICT param, const float *RESTRICT grad, float *RESTRICT m, "
+                  "float *RESTRICT v, float *RESTRICT d, long n, float beta1, float beta2, float eps, "
+                  "float weight_decay, float grad_scale, float beta1_correction, float beta2_correction",
+        .index = "i",
+        .extent = "n",
+        .body = "float g = grad[i] * grad_scale;\n"
+                "float mi = beta1 * m[i] + (1.0f - beta1) * g;\n"
+                "float vi = beta2 * v[i] + (1.0f - beta2) * g * g;\n"
+                "m[i] = mi;\n"
+                "v[i] = vi;\n"
+                "d[i] = (mi / beta1_correction) / (sqrtf(vi / beta2_correction) + eps) + weight_decay * param[i];",
+    },
+    {
+        .name = "lars_apply",
+        .doc = "LARS: buf = mu buf + step (g + weight_decay param), param -= buf",
+        .params = "float *RESTRICT param, const float *RESTRICT grad, float *RESTRICT buf, long n, float mu, "
+                  "float step, float weight_decay, float grad_scale",
+        .index = "i",
+        .extent = "n",
+        .body = "float b = mu * buf[i] + step * (grad[i] * grad_scale + weight_decay * param[i]);\n"
+                "buf[i] = b;\n"
+                "param[i] -= b;",
+    },
     {
         .name = "to_bf16",
         .doc = "out[i] = x[i] in bf16, to nearest even: the bf16 copy of an fp32 tensor that a "

@@ -197,6 +197,16 @@ typedef struct Config {
     LrScale lr_scale;
     double lr;              /* peak lr for global_batch, derived by the scale rule */
     double beta1, beta2, eps, weight_decay, grad_clip;
+    /* the optimizer's name (enum pr_optimizer) and the keys only some optimizers take
+     * (docs/dsl.md); adamw uses the line above only */
+    int optimizer;
+    double momentum;          /* muon, lars; < 0: not written (muon 0.95, lars 0.9) */
+    bool nesterov;            /* muon */
+    int ns_steps;             /* muon: Newton-Schulz iterations */
+    int shape_scale;          /* muon: enum pr_muon_scale */
+    double trust_coefficient; /* lars: eta */
+    /* muon's inner `adamw` block: embeddings, head, biases and LayerNorm */
+    double group_lr, group_beta1, group_beta2, group_eps, group_weight_decay;
     long warmup_steps;
     int lr_decay;           /* enum pr_lr_decay in runtime/pacirt.h */
     double min_lr_ratio;

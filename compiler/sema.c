@@ -98,7 +98,10 @@ static const Preset presets[] = {
 };
 static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large",
                                           "gpt2-xl", NULL};
-static const char *const optimizer_names[] = {"adamw", NULL};
+/* In the order of enum pr_optimizer (runtime/pacirt.h). */
+static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", NULL};
+static const char *const shape_scale_words[] = {
+    [PR_MUON_SCALE_RATIO] = "ratio", [PR_MUON_SCALE_RMS] = "rms", NULL};
 
 _Static_assert(sizeof(enum paci_schedule_kind) == sizeof(int), "choices store an int");
 _Static_assert(sizeof(Precision) == sizeof(int), "choices store an int");
@@ -110,6 +113,8 @@ static void set_data(Sema *s, const Entry *e);
 static void set_val(Sema *s, const Entry *e);
 static void set_lr(Sema *s, const Entry *e);
 static void set_betas(Sema *s, const Entry *e);
+static void set_group_betas(Sema *s, const Entry *e);
+static void set_optimizer_name(Sema *s, const Entry *e);
 static void set_warmup(Sema *s, const Entry *e);
 static void set_ckpt_dir(Sema *s, const Entry *e);
 
@@ -147,12 +152,28 @@ static const KeyDef batch_keys[] = {
     CUSTOM_KEY("global", set_global),
     END_KEYS,
 };
+/* Muon's AdamW group; weight_decay -1: the optimizer block's. */
+static const KeyDef group_keys[] = {
+    {.name = "lr", .shape = SHAPE_NUMBER, .min = 0, .min_exclusive = true, .max = 10, .fallback = 3e-4, .field = AT(group_lr)},
+    CUSTOM_KEY("betas", set_group_betas),
+    POS_KEY("eps", group_eps, 1e-8),
+    NUM_KEY("weight_decay", group_weight_decay, 0, 1e30, -1),
+    END_KEYS,
+};
+static const BlockDef group_block = {"adamw", group_keys, NULL, false, NULL};
 static const KeyDef optimizer_keys[] = {
     CUSTOM_KEY("lr", set_lr),
     CUSTOM_KEY("betas", set_betas),
     POS_KEY("eps", eps, 1e-8),
     NUM_KEY("weight_decay", weight_decay, 0, 1e30, 0.1),
     NUM_KEY("clip", grad_clip, 0, 1e30, 1.0),
+    /* muon and lars only (check_optimizer); momentum -1: the optimizer's default */
+    NUM_KEY("momentum", momentum, 0, 0.9999, -1),
+    {.name = "nesterov", .shape = SHAPE_BOOL, .fallback = 1, .field = AT(nesterov)},
+    INT_KEY("ns_steps", ns_steps, 1, 20, 5),
+    CHOICE_KEY("shape_scale", shape_scale, shape_scale_words, PR_MUON_SCALE_RATIO),
+    POS_KEY("trust_coefficient", trust_coefficient, 0.001),
+    BLOCK_KEY("adamw", group_block),
     END_KEYS,
 };
 static const KeyDef lr_schedule_keys[] = {
@@ -171,7 +192,8 @@ static const KeyDef checkpoint_keys[] = {
     CUSTOM_KEY("dir", set_ckpt_dir),
     END_KEYS,
 };
-static const BlockDef optimizer_block = {"optimizer", optimizer_keys, optimizer_names, false, NULL};
+static const BlockDef optimizer_block = {"optimizer", optimizer_keys, optimizer_names, false,
+                                         set_optimizer_name};
 static const BlockDef lr_schedule_block = {"lr_schedule", lr_schedule_keys, NULL, false, NULL};
 static const BlockDef eval_block = {"eval", eval_keys, NULL, false, NULL};
 static const BlockDef checkpoint_block = {"checkpoint", checkpoint_keys, NULL, false, NULL};
@@ -219,7 +241,7 @@ static const BlockDef root_block = {"file", root_keys, NULL, false, NULL};
 
 static const BlockDef *const all_blocks[] = {
     &model_block, &pipeline_block, &batch_block, &train_block, &optimizer_block,
-    &lr_schedule_block, &eval_block, &checkpoint_block, &hardware_block, NULL,
+    &lr_schedule_block, &eval_block, &checkpoint_block, &hardware_block, &group_block, NULL,
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -554,28 +576,53 @@ fail:
     mark_failed(s, e);
 }
 
-static void set_betas(Sema *s, const Entry *e)
+/* `betas B1 B2` into beta[0..1]. */
+static bool parse_betas(Sema *s, const Entry *e, double beta[2])
 {
-    double beta[2];
     if (!expect_count(s, e, 2, "two numbers, e.g. 'betas 0.9 0.95'")) {
         mark_failed(s, e);
-        return;
+        return false;
     }
     for (int i = 0; i < 2; i++) {
         /* [0, 1): a beta of 1 would never forget; the range check is done here for the ')' */
         if (!check_number(s, "betas", e->values[i], 0, 1e30, false, false, &beta[i])) {
             mark_failed(s, e);
-            return;
+            return false;
         }
         if (beta[i] >= 1) {
             error_at(s->src, e->values[i]->span, "'betas' %s is out of range: it must be in [0, 1)",
                      e->values[i]->text);
             mark_failed(s, e);
-            return;
+            return false;
         }
     }
-    s->cfg->beta1 = beta[0];
-    s->cfg->beta2 = beta[1];
+    return true;
+}
+
+static void set_betas(Sema *s, const Entry *e)
+{
+    double beta[2];
+    if (parse_betas(s, e, beta)) {
+        s->cfg->beta1 = beta[0];
+        s->cfg->beta2 = beta[1];
+    }
+}
+
+static void set_group_betas(Sema *s, const Entry *e)
+{
+    double beta[2];
+    if (parse_betas(s, e, beta)) {
+        s->cfg->group_beta1 = beta[0];
+        s->cfg->group_beta2 = beta[1];
+    }
+}
+
+/* `optimizer NAME`: the name is checked against optimizer_names before this runs. */
+static void set_optimizer_name(Sema *s, const Entry *e)
+{
+    for (int i = 0; optimizer_names[i]; i++)
+        if (strcmp(e->block->name, optimizer_names[i]) == 0)
+            s->cfg->optimizer = i;
 }
 
 /* `warmup 200` steps or `warmup 1%` of the steps; a percentage is stored negated until the
@@ -790,8 +837,8 @@ static void set_defaults(Config *cfg)
     }
     cfg->lr_base = 3e-4;
     cfg->lr_scale = LR_SCALE_NONE;
-    cfg->beta1 = 0.9;
-    cfg->beta2 = 0.95;
+    cfg->beta1 = cfg->group_beta1 = 0.9;
+    cfg->beta2 = cfg->group_beta2 = 0.95;
     cfg->warmup_steps = -1; /* 1% of the steps */
     cfg->ckpt_dir = xstrdup("checkpoints");
 }
@@ -949,6 +996,40 @@ static void check_extents(Sema *s)
 }
 
 /* Learning rate by the scale rule, warmup from a percentage, and warnings on steps. */
+/* Each optimizer takes only its own keys (docs/dsl.md); the defaults that depend on the
+ * optimizer are set here, before the learning rate is scaled. */
+static void check_optimizer(Sema *s)
+{
+    static const char *const keys_of[] = {
+        [PR_OPT_ADAMW] = " lr betas eps weight_decay clip ",
+        [PR_OPT_MUON] = " lr momentum nesterov ns_steps shape_scale weight_decay clip adamw ",
+        [PR_OPT_LAMB] = " lr betas eps weight_decay clip ",
+        [PR_OPT_LARS] = " lr momentum trust_coefficient eps weight_decay clip ",
+    };
+    Config *cfg = s->cfg;
+    const char *name = optimizer_names[cfg->optimizer];
+    for (int i = 0; i < s->n_seen; i++) {
+        const Seen *seen = &s->seen[i];
+        if (seen->block != &optimizer_block || !seen->entry)
+            continue;
+        char word[64];
+        snprintf(word, sizeof word, " %s ", seen->key->name);
+        if (!strstr(keys_of[cfg->optimizer], word)) {
+            bool group_key = cfg->optimizer == PR_OPT_MUON && strstr(" betas eps ", word);
+            error_at(s->src, seen->entry->key_span, "'%s' is not a key of optimizer %s (its keys:%s)%s",
+                     seen->key->name, name, keys_of[cfg->optimizer],
+                     group_key ? "; the AdamW group's goes in its 'adamw { ... }' block" : "");
+            s->seen[i].failed = true;
+        }
+    }
+    if (cfg->momentum < 0)
+        cfg->momentum = cfg->optimizer == PR_OPT_MUON ? 0.95 : 0.9;
+    if (cfg->group_weight_decay < 0)
+        cfg->group_weight_decay = cfg->weight_decay;
+    if (cfg->optimizer == PR_OPT_MUON && !written(s, "optimizer", "lr"))
+        cfg->lr_base = 0.02;
+}
+
 static void derive_training(Sema *s)
 {
     Config *cfg = s->cfg;
@@ -1020,6 +1101,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_model(s);
     check_pipeline(s);
     check_extents(s);
+    check_optimizer(s);
     derive_training(s);
     if (cfg->device_flops == 0)
         cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;
@@ -1083,6 +1165,13 @@ void config_dump(FILE *out, const Config *cfg)
             cfg->lr_base_batch, scale_words[cfg->lr_scale]);
     fprintf(out, "  betas %g %g\n  eps %g\n  weight_decay %g\n  clip %g\n", cfg->beta1, cfg->beta2,
             cfg->eps, cfg->weight_decay, cfg->grad_clip);
+    if (cfg->optimizer != PR_OPT_ADAMW)
+        fprintf(out, "  optimizer %s: momentum %g, nesterov %s, ns_steps %d, shape_scale %s, "
+                "trust_coefficient %g; adamw group lr %g, betas %g %g, eps %g, weight_decay %g\n",
+                optimizer_names[cfg->optimizer], cfg->momentum, cfg->nesterov ? "true" : "false",
+                cfg->ns_steps, shape_scale_words[cfg->shape_scale], cfg->trust_coefficient,
+                cfg->group_lr, cfg->group_beta1, cfg->group_beta2, cfg->group_eps,
+                cfg->group_weight_decay);
     fprintf(out, "  warmup %ld steps\n  decay %s\n  floor %g\n", cfg->warmup_steps,
             decay_words[cfg->lr_decay], cfg->min_lr_ratio);
     fprintf(out, "  eval every %ld, %ld batches\n  checkpoint every %ld in %s\n", cfg->eval_every,

@@ -28,7 +28,18 @@
 #define STATE_HEADER_INTS 16
 
 enum { ST_MAGIC, ST_VERSION, ST_LAYERS, ST_WIDTH, ST_HEADS, ST_CONTEXT, ST_VOCAB, ST_TIED,
-       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS };
+       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS, ST_OPTIMIZER };
+
+/* Version 1 is AdamW's file (its optimizer field reads 0); version 2 adds the optimizer
+ * (enum pr_optimizer), whose state fills m and v. AdamW still writes version 1, so its
+ * files stay what they were and older runs keep reading them. */
+#define STATE_VERSION_OPTIMIZER 2
+static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars"};
+
+static const char *optimizer_name(int64_t kind)
+{
+    return kind >= 0 && kind <= PR_OPT_LARS ? optimizer_names[kind] : "unknown";
+}
 
 typedef struct part {
     const void *data;
@@ -226,7 +237,9 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     int32_t mh[MODEL_HEADER_INTS];
     model_header(prog, mh);
     int64_t sh[STATE_HEADER_INTS] = {
-        [ST_MAGIC] = PR_STATE_MAGIC, [ST_VERSION] = PR_STATE_VERSION, [ST_LAYERS] = prog->layers,
+        [ST_MAGIC] = PR_STATE_MAGIC,
+        [ST_VERSION] = prog->optimizer == PR_OPT_ADAMW ? PR_STATE_VERSION : STATE_VERSION_OPTIMIZER,
+        [ST_OPTIMIZER] = prog->optimizer, [ST_LAYERS] = prog->layers,
         [ST_WIDTH] = prog->width, [ST_HEADS] = prog->heads, [ST_CONTEXT] = prog->context,
         [ST_VOCAB] = prog->vocab, [ST_TIED] = prog->tied, [ST_SCHEDULE] = run->tab->schedule,
         [ST_STAGES] = prog->stages, [ST_STEP] = run->step, [ST_FLOATS] = total};
@@ -364,6 +377,21 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
         rc = pr_fail(err, "%s: truncated header", path);
     int64_t want[STATE_HEADER_INTS] = {PR_STATE_MAGIC, PR_STATE_VERSION, prog->layers, prog->width,
                                        prog->heads, prog->context, prog->vocab, prog->tied};
+    // Either version, as long as the optimizer that wrote it is the program's.
+    int64_t written_by = rc == 0 && sh[ST_VERSION] == STATE_VERSION_OPTIMIZER ? sh[ST_OPTIMIZER] : PR_OPT_ADAMW;
+    if (rc == 0 && sh[ST_MAGIC] == want[ST_MAGIC] && sh[ST_VERSION] == STATE_VERSION_OPTIMIZER) {
+        want[ST_VERSION] = STATE_VERSION_OPTIMIZER;
+        if (written_by != prog->optimizer)
+            rc = pr_fail(err, "%s: written by optimizer %s (%lld), the program uses %s: its state "
+                         "does not carry over (start from the weights with --init %s/%s/model.bin)",
+                         path, optimizer_name(written_by), (long long)written_by,
+                         optimizer_name(prog->optimizer), ckpt_dir, name);
+    } else if (rc == 0 && sh[ST_MAGIC] == want[ST_MAGIC] && sh[ST_VERSION] == PR_STATE_VERSION &&
+               prog->optimizer != PR_OPT_ADAMW) {
+        rc = pr_fail(err, "%s: state version %d holds AdamW's moments, the program uses %s: its "
+                     "state does not carry over (start from the weights with --init %s/%s/model.bin)",
+                     path, PR_STATE_VERSION, optimizer_name(prog->optimizer), ckpt_dir, name);
+    }
     for (int i = 0; rc == 0 && i <= ST_TIED; i++)
         if (sh[i] != want[i])
             rc = pr_fail(err, "%s: %s is %lld, the program has %lld", path, state_fields[i],

@@ -7,6 +7,7 @@
 #define PRT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -246,6 +247,20 @@ void pr_op_stats_close(int stage);
 void pr_op_stats_add(int stage, int32_t op, double seconds);
 /* Monotonic clock around each op: ops run on the stage's thread, one at a time. */
 extern const pr_op_timer pr_cpu_op_timer;
+
+/* ---- optim_rules.c: what the CPU and GPU steps of muon, lamb and lars share ------------ */
+
+/* Keller Jordan's quintic Newton-Schulz coefficients (a, b, c): X <- aX + (bA + cA^2)X, on X
+ * divided by its Frobenius norm plus PR_NS_NORM_EPS. */
+#define PR_NS_A 3.4445f
+#define PR_NS_B (-4.7750f)
+#define PR_NS_C 2.0315f
+#define PR_NS_NORM_EPS 1e-7
+/* Floats of one layer's slice of a per-layer tensor kind (enum pr_ckpt_tensor); 0 outside
+ * the blocks (embeddings, final LayerNorm, head): the whole tensor is one slice. */
+int64_t pr_optim_layer_floats(int32_t kind, int64_t C);
+/* Whether Muon orthogonalises a kind, and one matrix's shape (qkv: a C x C block). */
+bool pr_optim_muon_shape(int32_t kind, int64_t C, int64_t *rows, int64_t *cols);
 
 /* ---- optim.c: learning rate and clipping ----------------------------------------------- */
 

@@ -38,7 +38,10 @@ fi
 "$emu/trampolines.sh" "$gen/stages.cu" > "$scratch/kernels.cpp" || die "$paci: trampolines"
 "$cxx" -std=c++17 -O1 -Wall -Wno-unknown-pragmas -include "$emu/simt.h" -c "$scratch/kernels.cpp" \
     -o "$scratch/kernels.o" || die "$paci: stages.cu under simt.h"
+# the optimizers' GPU steps: libpacirt_cuda.a's file that calls only what the emulator provides
+"$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -c "$root/runtime/cuda/optim.c" -o "$scratch/optim.o" ||
+    die "runtime/cuda/optim.c does not build"
 # the generated C as pacic compiles it (compiler/build.c)
 # shellcheck disable=SC2086
 "$cc" ${PACIC_CFLAGS:--O3 -march=native} -std=c11 -I "$build/include/pacic" "$gen"/*.c "$scratch/kernels.o" \
-    "$obj" "$build/lib/pacic/libpacirt.a" -lstdc++ -ljansson -lopenblas -lpthread -lm -o "$out" || die "$paci: link"
+    "$obj" "$scratch/optim.o" "$build/lib/pacic/libpacirt.a" -lstdc++ -ljansson -lopenblas -lpthread -lm -o "$out" || die "$paci: link"

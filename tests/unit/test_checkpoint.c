@@ -479,6 +479,18 @@ static void test_malformed_checkpoints(void **state)
     expect_load_error(&run, "state.bin: magic is 7");
     write_variant(STATE, state_bytes, 8, 9, 8);
     expect_load_error(&run, "state.bin: version is 9");
+    // version 2 names the optimizer that wrote the state (field 12); AdamW's program reads
+    // only AdamW's
+    pristine[STATE][96] = PR_OPT_MUON;
+    write_variant(STATE, state_bytes, 8, 2, 8);
+    expect_load_error(&run, "state.bin: written by optimizer muon (1), the program uses adamw: its "
+                      "state does not carry over");
+    pristine[STATE][96] = PR_OPT_ADAMW;
+    write_variant(STATE, state_bytes, 8, 2, 8);
+    run.step = 3;
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
+    restore();
     write_variant(STATE, state_bytes, 56, 1, 8);
     expect_load_error(&run, "state.bin: tied is 1");
     write_variant(STATE, state_bytes, 80, 1000000000000, 8);

@@ -537,7 +537,50 @@ static void test_lr_errors(void **state)
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { lr 1e-3 at 32 scale sqr } }\n",
                          "t.paci:4:56: error: unknown lr scale rule 'sqr'; did you mean 'sqrt'?");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer sgd { } }\n",
-                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw)");
+                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw, muon, lamb, lars)");
+}
+
+/* Each optimizer's keys, its defaults, and located errors for keys of another optimizer. */
+static void test_optimizers(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { weight_decay 0.05; "
+                      "adamw { lr 1e-3; betas 0.8 0.9 } } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.optimizer, PR_OPT_MUON);
+    assert_true(c.cfg.lr_base == 0.02 && c.cfg.momentum == 0.95 && c.cfg.nesterov && c.cfg.ns_steps == 5);
+    assert_true(c.cfg.group_lr == 1e-3 && c.cfg.group_beta1 == 0.8 && c.cfg.group_beta2 == 0.9);
+    assert_true(c.cfg.group_weight_decay == 0.05 && c.cfg.shape_scale == PR_MUON_SCALE_RATIO);
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 5; optimizer lars { lr 0.1 } }\n");
+    assert_true(c.ok);
+    assert_true(c.cfg.optimizer == PR_OPT_LARS && c.cfg.momentum == 0.9 && c.cfg.trust_coefficient == 0.001);
+    done(&c);
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lars { betas 0.9 0.99 } }\n",
+                         "t.paci:4:35: error: 'betas' is not a key of optimizer lars (its keys: lr momentum "
+                         "trust_coefficient eps weight_decay clip )");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { momentum 0.9 } }\n",
+                         "t.paci:4:36: error: 'momentum' is not a key of optimizer adamw (its keys: lr betas "
+                         "eps weight_decay clip )");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lamb { adamw { lr 1e-3 } } }\n",
+                         "t.paci:4:35: error: 'adamw' is not a key of optimizer lamb (its keys: lr betas "
+                         "eps weight_decay clip )");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { betas 0.9 0.95 } }\n",
+                         "t.paci:4:35: error: 'betas' is not a key of optimizer muon (its keys: lr momentum "
+                         "nesterov ns_steps shape_scale weight_decay clip adamw ); the AdamW group's goes in "
+                         "its 'adamw { ... }' block");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { ns_steps 0 } }\n",
+                         "t.paci:4:44: error: 'ns_steps' 0 is out of range: it must be in 1..20");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { momentum 1 } }\n",
+                         "t.paci:4:44: error: 'momentum' 1 is out of range: it must be in [0, 0.9999]");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { shape_scale big } }\n",
+                         "t.paci:4:47: error: unknown shape_scale 'big' (expected one of: ratio, rms)");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { adamw { betas 0.9 1 } } }\n",
+                         "t.paci:4:53: error: 'betas' 1 is out of range: it must be in [0, 1)");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { adamw { nesterov true } } }\n",
+                         "t.paci:4:43: error: unknown key 'nesterov' in 'adamw'; it belongs in 'optimizer'");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lars { trust_coefficient 0 } }\n",
+                         "t.paci:4:53: error: 'trust_coefficient' 0 is out of range: it must be > 0");
 }
 
 /* ---- syntax ----------------------------------------------------------------------------- */
@@ -777,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_unknown_schedule_suggests),
         cmocka_unit_test(test_warnings_do_not_fail),
         cmocka_unit_test(test_lr_errors),
+        cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_syntax_unexpected_token),
         cmocka_unit_test(test_syntax_recovers_and_reports_each_error_once),
         cmocka_unit_test(test_unclosed_block_names_its_line),

@@ -1,0 +1,144 @@
+/* optim.c: muon, lamb and lars on the GPU, the same rules as runtime/optim_rules.c (see
+ * there and docs/dsl.md): elementwise kernels of the stage's unit (compiler/kernels.c), the
+ * Newton-Schulz products through cuBLASLt (pr_cuda_gemm, fp32), and each norm as a sum of
+ * squares the CUDA layer computes on the compute stream and brings back (one synchronisation
+ * per norm). Only pacirt.h's GPU calls and the device's table are used, so the CUDA
+ * emulator (tests/cuda_emu) runs this file unchanged. */
+#include <math.h>
+
+#include "../prt.h"
+
+/* A device scratch of `floats` floats for one call (zeroed by the device's alloc). */
+static float *scratch(int stage, int64_t floats)
+{
+    return pr_device_cuda.alloc(stage, (size_t)floats * sizeof(float));
+}
+
+static double norm_of(int stage, const float *x, int64_t n)
+{
+    pr_tensor whole = {.name = "optimizer operand", .size = n};
+    double sum;
+    pr_device_cuda.sumsq(stage, x, &whole, 1, &sum);
+    return sqrt(sum);
+}
+
+/* y = alpha x + beta y over n floats (x may be y). */
+static void scale_add(int stage, const pr_optim_kernels *k, const float *x, float *y, int64_t n,
+                      float alpha, float beta)
+{
+    long count = (long)n;
+    void *args[] = {&x, &y, &count, &alpha, &beta};
+    pr_cuda_launch(stage, k->scale_add, n, k->block, args);
+}
+
+static void muon_matrix(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, float *p,
+                        const float *grad, float *buf, int64_t rows, int64_t cols, float lr,
+                        float grad_scale)
+{
+    long n = (long)(rows * cols), lrows = (long)rows, lcols = (long)cols;
+    int flip = rows > cols, nesterov = r->nesterov;
+    int rr = (int)(flip ? cols : rows), cc = (int)(flip ? rows : cols);
+    float *x = scratch(stage, n), *y = scratch(stage, n);
+    float *a = scratch(stage, (int64_t)rr * rr), *b = scratch(stage, (int64_t)rr * rr);
+    float mu = (float)r->momentum;
+    void *momentum_args[] = {&grad, &buf, &x, &n, &lrows, &lcols, &flip, &mu, &nesterov, &grad_scale};
+    pr_cuda_launch(stage, k->momentum, n, k->block, momentum_args);
+    float inv = (float)(1.0 / (norm_of(stage, x, n) + PR_NS_NORM_EPS));
+    scale_add(stage, k, x, x, n, inv, 0.0f);
+    for (int step = 0; step < r->ns_steps; step++) {
+        pr_cuda_gemm(stage, PR_GEMM_FP32, 0, 1, rr, rr, cc, 1.0f, x, cc, x, cc, 0.0f, a, rr);
+        pr_cuda_gemm(stage, PR_GEMM_FP32, 0, 0, rr, rr, rr, PR_NS_C, a, rr, a, rr, 0.0f, b, rr);
+        scale_add(stage, k, a, b, (int64_t)rr * rr, PR_NS_B, 1.0f);
+        scale_add(stage, k, x, y, n, PR_NS_A, 0.0f);
+        pr_cuda_gemm(stage, PR_GEMM_FP32, 0, 0, rr, cc, rr, 1.0f, b, rr, x, cc, 1.0f, y, cc);
+        float *swap = x;
+        x = y;
+        y = swap;
+    }
+    float scale = r->shape_scale == PR_MUON_SCALE_RMS
+                      ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
+                      : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+    float wd = (float)r->muon_weight_decay;
+    void *apply_args[] = {&p, &x, &n, &lrows, &lcols, &flip, &lr, &scale, &wd};
+    pr_cuda_launch(stage, k->muon_apply, n, k->block, apply_args);
+    pr_device_cuda.release(stage, x);
+    pr_device_cuda.release(stage, y);
+    pr_device_cuda.release(stage, a);
+    pr_device_cuda.release(stage, b);
+}
+
+static void lamb_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, float *p,
+                       const float *g, float *m, float *v, int64_t size, float lr, int decay,
+                       float grad_scale, int64_t t)
+{
+    long n = (long)size;
+    float *d = scratch(stage, size);
+    float beta1 = (float)r->beta1, beta2 = (float)r->beta2, eps = (float)r->eps;
+    float wd = decay ? (float)r->weight_decay : 0.0f;
+    float c1 = (float)(1.0 - pow(r->beta1, (double)t)), c2 = (float)(1.0 - pow(r->beta2, (double)t));
+    void *args[] = {&p, &g, &m, &v, &d, &n, &beta1, &beta2, &eps, &wd, &grad_scale, &c1, &c2};
+    pr_cuda_launch(stage, k->lamb_direction, size, k->block, args);
+    double w_norm = norm_of(stage, p, size), d_norm = norm_of(stage, d, size);
+    float ratio = decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+    scale_add(stage, k, d, p, size, -(lr * ratio), 1.0f);
+    pr_device_cuda.release(stage, d);
+}
+
+static void lars_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, float *p,
+                       const float *g, float *buf, int64_t size, float lr, int decay, float grad_scale)
+{
+    long n = (long)size;
+    double w_norm = norm_of(stage, p, size), g_norm = norm_of(stage, g, size) * fabs((double)grad_scale);
+    double local = decay && w_norm > 0.0 && g_norm > 0.0
+                       ? r->trust_coefficient * w_norm / (g_norm + r->weight_decay * w_norm + r->eps)
+                       : 1.0;
+    float mu = (float)r->momentum, step = lr * (float)local;
+    float wd = decay ? (float)r->weight_decay : 0.0f;
+    void *args[] = {&p, &g, &buf, &n, &mu, &step, &wd, &grad_scale};
+    pr_cuda_launch(stage, k->lars_apply, size, k->block, args);
+}
+
+void pr_cuda_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_args *args,
+                        int32_t stage, const pr_optim_kernels *k)
+{
+    float *p = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;
+    const float *g = args->grads + t->offset;
+    pr_bf16 *param_h = args->params_h ? args->params_h + t->offset : NULL;
+    int64_t C = r->width, slice = pr_optim_layer_floats(t->ckpt_tensor, C), rows, cols;
+    if (slice == 0)
+        slice = t->size;
+    float gs = args->grad_scale;
+    switch (r->kind) {
+    case PR_OPT_MUON:
+        if (pr_optim_muon_shape(t->ckpt_tensor, C, &rows, &cols)) {
+            for (int64_t at = 0; at < t->size; at += rows * cols)
+                muon_matrix(r, stage, k, p + at, g + at, m + at, rows, cols, args->lr, gs);
+        } else {
+            // the unit's AdamW kernel, compiled with the group's betas and eps (emit_cuda.c)
+            long n = (long)t->size;
+            float lr = (float)((double)args->lr * r->group_lr_ratio);
+            float wd = t->decay ? (float)r->weight_decay : 0.0f;
+            float c1 = (float)(1.0 - pow(r->beta1, (double)args->t));
+            float c2 = (float)(1.0 - pow(r->beta2, (double)args->t));
+            void *adamw_args[] = {&p, &g, &m, &v, &n, &lr, &wd, &gs, &c1, &c2, &param_h};
+            pr_cuda_launch(stage, k->adamw, t->size, k->block, adamw_args);
+            return;
+        }
+        break;
+    case PR_OPT_LAMB:
+        for (int64_t at = 0; at < t->size; at += slice)
+            lamb_slice(r, stage, k, p + at, g + at, m + at, v + at, slice, args->lr, t->decay, gs, args->t);
+        break;
+    case PR_OPT_LARS:
+        for (int64_t at = 0; at < t->size; at += slice)
+            lars_slice(r, stage, k, p + at, g + at, m + at, slice, args->lr, t->decay, gs);
+        break;
+    default:
+        pr_internal("pr_cuda_optim_step: optimizer %d", (int)r->kind);
+    }
+    if (param_h) { // the products' bf16 copy of the weights
+        long n = (long)t->size;
+        void *copy_args[] = {&p, &param_h, &n};
+        pr_cuda_launch(stage, k->to_bf16, t->size, k->block, copy_args);
+    }
+}

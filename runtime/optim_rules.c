@@ -1,0 +1,209 @@
+/* optim_rules.c: the update rules besides AdamW (docs/dsl.md "optimizer"): Muon with an
+ * AdamW group, LAMB and LARS, one tensor of a stage per call, in float32 with norms summed
+ * in double. Every rule is local to a tensor, so stages stay independent. The per-layer
+ * tensors of a stage hold several layers back to back; the rules that look at a matrix or
+ * a norm see one layer's slice at a time, as if the layers were separate tensors. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prt.h"
+
+#define NS_A PR_NS_A
+#define NS_B PR_NS_B
+#define NS_C PR_NS_C
+#define NS_NORM_EPS PR_NS_NORM_EPS
+
+/* Floats of one layer's slice of a per-layer tensor; 0 for the tensors outside the blocks. */
+int64_t pr_optim_layer_floats(int32_t kind, int64_t C)
+{
+    switch (kind) {
+    case PR_CKPT_LN1W: case PR_CKPT_LN1B: case PR_CKPT_ATTPROJB: case PR_CKPT_LN2W:
+    case PR_CKPT_LN2B: case PR_CKPT_FCPROJB: return C;
+    case PR_CKPT_QKVB: return 3 * C;
+    case PR_CKPT_FCB: return 4 * C;
+    case PR_CKPT_ATTPROJW: return C * C;
+    case PR_CKPT_QKVW: return 3 * C * C;
+    case PR_CKPT_FCW: case PR_CKPT_FCPROJW: return 4 * C * C;
+    default: return 0;
+    }
+}
+
+/* The shape Muon orthogonalises (the GPU step shares these two): qkv as three C x C matrices (q, k and v are separate maps
+ * stacked for speed), fc as 4C x C, its projection C x 4C, the attention projection C x C.
+ * False for the tensors the AdamW group takes. */
+bool pr_optim_muon_shape(int32_t kind, int64_t C, int64_t *rows, int64_t *cols)
+{
+    *rows = *cols = C;
+    switch (kind) {
+    case PR_CKPT_QKVW: case PR_CKPT_ATTPROJW: return true;
+    case PR_CKPT_FCW: *rows = 4 * C; return true;
+    case PR_CKPT_FCPROJW: *cols = 4 * C; return true;
+    default: return false;
+    }
+}
+
+static double sumsq(const float *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+/* The bias corrections 1 - beta^t, computed as the generated AdamW computes them. */
+static void corrections(double beta1, double beta2, int64_t t, float *c1, float *c2)
+{
+    *c1 = (float)(1.0 - pow(beta1, (double)t));
+    *c2 = (float)(1.0 - pow(beta2, (double)t));
+}
+
+/* AdamW on n floats: the generated kernel's formula with the rule's own betas and eps. */
+static void adamw_slice(const pr_optim_rule *r, float *p, const float *grad, float *m, float *v,
+                        int64_t n, float lr, float wd, float grad_scale, int64_t t)
+{
+    float b1 = (float)r->beta1, b2 = (float)r->beta2, eps = (float)r->eps, c1, c2;
+    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        p[i] -= lr * ((m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * p[i]);
+    }
+}
+
+/* Newton-Schulz on x (r x c, r <= c, row-major), normalised first by its Frobenius norm;
+ * a and b are r x r scratch, y r x c scratch. The result is left in x. */
+static void newton_schulz(float *x, float *y, float *a, float *b, int r, int c, int steps)
+{
+    float inv = (float)(1.0 / (sqrt(sumsq(x, (int64_t)r * c)) + NS_NORM_EPS));
+    for (int64_t i = 0; i < (int64_t)r * c; i++)
+        x[i] *= inv;
+    for (int k = 0; k < steps; k++) {
+        pr_gemm(0, 1, r, r, c, 1.0f, x, c, x, c, 0.0f, a, r);          /* A = X X^T */
+        pr_gemm(0, 0, r, r, r, NS_C, a, r, a, r, 0.0f, b, r);          /* B = cA^2 ... */
+        for (int64_t i = 0; i < (int64_t)r * r; i++)                  /* ... + bA */
+            b[i] += NS_B * a[i];
+        for (int64_t i = 0; i < (int64_t)r * c; i++)
+            y[i] = NS_A * x[i];
+        pr_gemm(0, 0, r, c, r, 1.0f, b, r, x, c, 1.0f, y, c);          /* Y = aX + BX */
+        memcpy(x, y, (size_t)r * c * sizeof *x);
+    }
+}
+
+/* Muon on one rows x cols matrix: momentum, Nesterov, orthogonalisation, shape scaling,
+ * decoupled weight decay. */
+static void muon_matrix(const pr_optim_rule *r, float *p, const float *grad, float *buf,
+                        int64_t rows, int64_t cols, float lr, float grad_scale)
+{
+    float mu = (float)r->momentum, wd = (float)r->muon_weight_decay;
+    int64_t n = rows * cols;
+    bool flip = rows > cols; // orthogonalise the wide orientation: A = X X^T is the small side
+    int64_t rr = flip ? cols : rows, cc = flip ? rows : cols;
+    float *x = pr_alloc((size_t)n * sizeof *x), *y = pr_alloc((size_t)n * sizeof *y);
+    float *a = pr_alloc((size_t)(rr * rr) * sizeof *a), *b = pr_alloc((size_t)(rr * rr) * sizeof *b);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t at = i * cols + j;
+            float g = grad[at] * grad_scale;
+            buf[at] = mu * buf[at] + g;
+            float u = r->nesterov ? g + mu * buf[at] : buf[at];
+            x[flip ? j * rows + i : at] = u;
+        }
+    newton_schulz(x, y, a, b, (int)rr, (int)cc, r->ns_steps);
+    float scale = r->shape_scale == PR_MUON_SCALE_RMS
+                      ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
+                      : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t at = i * cols + j;
+            p[at] -= lr * (scale * x[flip ? j * rows + i : at] + wd * p[at]);
+        }
+    free(x);
+    free(y);
+    free(a);
+    free(b);
+}
+
+/* LAMB (You et al. 2019) on one slice: Adam's bias-corrected direction plus weight decay,
+ * scaled by the trust ratio ||w|| / ||direction||, 1 when either norm is 0. Slices without
+ * decay (biases, LayerNorm) take neither decay nor the trust ratio. */
+static void lamb_slice(const pr_optim_rule *r, float *p, const float *grad, float *m, float *v,
+                       int64_t n, float lr, int decay, float grad_scale, int64_t t)
+{
+    float b1 = (float)r->beta1, b2 = (float)r->beta2, eps = (float)r->eps, c1, c2;
+    float wd = decay ? (float)r->weight_decay : 0.0f;
+    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    double update_sq = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        float d = (m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * p[i];
+        update_sq += (double)d * (double)d;
+    }
+    double w_norm = sqrt(sumsq(p, n)), d_norm = sqrt(update_sq);
+    float ratio = decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+    for (int64_t i = 0; i < n; i++)
+        p[i] -= lr * ratio * ((m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * p[i]);
+}
+
+/* LARS (You et al. 2017) on one slice: local lr eta ||w|| / (||g|| + wd ||w|| + eps), 1 when
+ * either norm is 0, into a momentum buffer that holds lr-scaled steps. Slices without decay
+ * (biases, LayerNorm) take neither decay nor the local lr. */
+static void lars_slice(const pr_optim_rule *r, float *p, const float *grad, float *buf, int64_t n,
+                       float lr, int decay, float grad_scale)
+{
+    float mu = (float)r->momentum, wd = decay ? (float)r->weight_decay : 0.0f;
+    double g_sq = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        g_sq += (double)g * (double)g;
+    }
+    double w_norm = sqrt(sumsq(p, n)), g_norm = sqrt(g_sq);
+    double local = decay && w_norm > 0.0 && g_norm > 0.0
+                       ? r->trust_coefficient * w_norm / (g_norm + r->weight_decay * w_norm + r->eps)
+                       : 1.0;
+    float step = lr * (float)local;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        buf[i] = mu * buf[i] + step * (g + wd * p[i]);
+        p[i] -= buf[i];
+    }
+}
+
+void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_args *args)
+{
+    float *p = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;
+    const float *g = args->grads + t->offset;
+    int64_t C = r->width, slice = pr_optim_layer_floats(t->ckpt_tensor, C), rows, cols;
+    if (slice == 0)
+        slice = t->size;
+    if (t->size % slice != 0)
+        pr_internal("%s: %lld floats are not whole layers of %lld", t->name, (long long)t->size,
+                    (long long)slice);
+    switch (r->kind) {
+    case PR_OPT_MUON:
+        if (pr_optim_muon_shape(t->ckpt_tensor, C, &rows, &cols)) {
+            for (int64_t at = 0; at < t->size; at += rows * cols)
+                muon_matrix(r, p + at, g + at, m + at, rows, cols, args->lr, args->grad_scale);
+        } else {
+            float lr = (float)((double)args->lr * r->group_lr_ratio);
+            adamw_slice(r, p, g, m, v, t->size, lr, t->decay ? (float)r->weight_decay : 0.0f,
+                        args->grad_scale, args->t);
+        }
+        return;
+    case PR_OPT_LAMB:
+        for (int64_t at = 0; at < t->size; at += slice)
+            lamb_slice(r, p + at, g + at, m + at, v + at, slice, args->lr, t->decay,
+                       args->grad_scale, args->t);
+        return;
+    case PR_OPT_LARS:
+        for (int64_t at = 0; at < t->size; at += slice)
+            lars_slice(r, p + at, g + at, m + at, slice, args->lr, t->decay, args->grad_scale);
+        return;
+    default:
+        pr_internal("pr_optim_step: optimizer %d", (int)r->kind);
+    }
+}
