@@ -129,8 +129,11 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         char layers[32], acts[40];
-        snprintf(layers, sizeof layers, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
-                 sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
+        if (sp->n_layers == 0) /* an embedding-only first or head-only last stage */
+            snprintf(layers, sizeof layers, "%s", sp->has_embed ? "emb" : "head");
+        else
+            snprintf(layers, sizeof layers, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
+                     sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
         snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", MEM(sp->mem_acts), sp->slots, MEM(sp->act_bytes));
         fprintf(out, "%5d  %-9s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
                 layers, sp->params / 1e6, MEM(sp->mem_weights), MEM(sp->mem_grads), MEM(sp->mem_optim),

@@ -329,6 +329,8 @@ typedef struct SimResult {
 } SimResult;
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
+/* Seconds of one AdamW step over `params` parameters (the partitioner prices stages with it). */
+double cost_step_seconds(const Config *cfg, double params);
 /* Replaces costs with measured ones; false + message on a bad file. */
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm);
 

@@ -39,15 +39,20 @@
 
 #define HBM_BANDWIDTH 3.35e12 /* bytes/s: H100 SXM HBM3 */
 
+double cost_step_seconds(const Config *cfg, double params)
+{
+    double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
+    return params * adamw_bytes / HBM_BANDWIDTH;
+}
+
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
 {
     memset(cm, 0, sizeof *cm);
-    double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         cm->fwd[s] = sp->fwd_flops / cfg->device_flops;
         cm->bwd[s] = sp->bwd_flops / cfg->device_flops;
-        cm->step[s] = (double)sp->params * adamw_bytes / HBM_BANDWIDTH;
+        cm->step[s] = cost_step_seconds(cfg, (double)sp->params);
         cm->msg[s] = s + 1 < plan->stages
                          ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
                          : 0;
