@@ -329,8 +329,9 @@ typedef struct SimResult {
 } SimResult;
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
-/* Seconds of one AdamW step over `params` parameters (the partitioner prices stages with it). */
-double cost_step_seconds(const Config *cfg, double params);
+/* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step
+ * (cost_model_from_plan's prices; the partitioner balances stages with them too). */
+void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
 /* Replaces costs with measured ones; false + message on a bad file. */
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm);
 

@@ -108,12 +108,13 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
                     sp->mem_work;
 }
 
-/* A stage's predicted seconds per optimizer step, as cost_model_from_plan prices it: K
- * forwards and backwards and one AdamW step. */
+/* A stage's predicted seconds per optimizer step, as the cost model prices it (cost_stage):
+ * K forwards and backwards and one AdamW step. */
 static double stage_seconds(const Config *cfg, const StagePlan *sp)
 {
-    return cfg->window * (sp->fwd_flops + sp->bwd_flops) / cfg->device_flops +
-           cost_step_seconds(cfg, (double)sp->params);
+    double fwd, bwd, step;
+    cost_stage(cfg, sp, &fwd, &bwd, &step);
+    return cfg->window * (fwd + bwd) + step;
 }
 
 /* Balanced contiguous partition by dynamic programming: minimises the slowest stage's time
@@ -131,8 +132,10 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
     double *worst = xmalloc(cells * sizeof *worst);
     double *squares = xmalloc(cells * sizeof *squares);
     int *choice = xmalloc(cells * sizeof *choice);
-    /* one layer's time: normalises the squares */
-    double unit = cfg->window * 3 * m->layer_fwd / cfg->device_flops + cost_step_seconds(cfg, m->layer_params);
+    /* a scale for the squares: the whole model's time over its layers and head */
+    StagePlan whole;
+    stage_fill(cfg, m, 0, 0, layers, &whole);
+    double unit = stage_seconds(cfg, &whole) / (layers + 1);
 #define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
     for (int pass = 0; pass < 2; pass++) {
         bool check_memory = pass == 0;

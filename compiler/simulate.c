@@ -39,10 +39,12 @@
 
 #define HBM_BANDWIDTH 3.35e12 /* bytes/s: H100 SXM HBM3 */
 
-double cost_step_seconds(const Config *cfg, double params)
+void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step)
 {
     double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
-    return params * adamw_bytes / HBM_BANDWIDTH;
+    *fwd = sp->fwd_flops / cfg->device_flops;
+    *bwd = sp->bwd_flops / cfg->device_flops;
+    *step = (double)sp->params * adamw_bytes / HBM_BANDWIDTH;
 }
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
@@ -50,9 +52,7 @@ void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
     memset(cm, 0, sizeof *cm);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
-        cm->fwd[s] = sp->fwd_flops / cfg->device_flops;
-        cm->bwd[s] = sp->bwd_flops / cfg->device_flops;
-        cm->step[s] = cost_step_seconds(cfg, (double)sp->params);
+        cost_stage(cfg, sp, &cm->fwd[s], &cm->bwd[s], &cm->step[s]);
         cm->msg[s] = s + 1 < plan->stages
                          ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
                          : 0;
