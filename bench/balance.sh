@@ -5,7 +5,8 @@
 #
 #   old:      split [1, 2, 2, 1], what pacic chose before a stage could hold only the head
 #             (every stage at least one layer: the last one layer plus the head);
-#   balanced: the automatic split now (the head alone on the last stage).
+#   balanced: the automatic split now (the head alone on the last stage);
+#   measured: the split `pacic --balance` chooses from the old run's measured costs.
 #
 # Each program trains STEPS steps at one BLAS thread a stage with --profile-out; pacic then
 # replays its schedule with the costs that run measured (thread CPU seconds per instruction,
@@ -50,17 +51,27 @@ measure() {
     echo "$1|$split|$replay|$wall"
 }
 
+# split_of PACI [pacic flags]: the plan's layers per stage as a split list.
+split_of() {
+    "$pacic" "$@" --dump plan | awk '/^stage / { n = $4 == "none" ? 0 : substr($4, index($4, "..") + 2) - $4 + 1;
+        s = s (s ? ", " : "") n } END { print "[" s "]" }'
+}
+
 write old "; split [1, 2, 2, 1]"
 write balanced ""
 old=$(measure old)
 balanced=$(measure balanced)
+write measured "; split $(split_of "$work/balanced.paci" --balance "$work/old/profile.txt")"
+measured=$(measure measured)
 echo "bench/balance.sh: 6 layers, width 128, vocabulary 4096, 4 stages, paci, window 8, micro 8, $steps steps, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %-38s %16s %8s %14s\n' split "stages (layers)" "replayed tok/s" bubble "wall tok/s"
-for row in "$old" "$balanced"; do
+for row in "$old" "$balanced" "$measured"; do
     IFS='|' read -r name split replay wall <<< "$row"
     read -r tps bubble <<< "$replay"
     printf '%-9s %-38s %16.0f %8s %14s\n' "$name" "$split" "$tps" "$bubble" "$wall"
 done
 old_tps=$(echo "$old" | cut -d'|' -f3 | cut -d' ' -f1)
 new_tps=$(echo "$balanced" | cut -d'|' -f3 | cut -d' ' -f1)
-awk -v a="$new_tps" -v b="$old_tps" 'BEGIN { printf "balanced / old, replayed tokens/s: %.2fx\n", a / b }'
+measured_tps=$(echo "$measured" | cut -d'|' -f3 | cut -d' ' -f1)
+awk -v a="$new_tps" -v b="$old_tps" -v c="$measured_tps" \
+    'BEGIN { printf "replayed tokens/s: balanced / old %.2fx, measured / old %.2fx\n", a / b, c / b }'

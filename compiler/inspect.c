@@ -145,8 +145,12 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
 
-    fprintf(out, "\npredicted (%.0f TFLOP/s per device, %.0f GB/s links, %.1f us latency; %ld steps simulated):\n",
-            cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
+    if (cfg->measured)
+        fprintf(out, "\npredicted (compute costs measured (--balance), %.0f GB/s links, %.1f us latency; %ld steps "
+                     "simulated):\n", cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
+    else
+        fprintf(out, "\npredicted (%.0f TFLOP/s per device, %.0f GB/s links, %.1f us latency; %ld steps simulated):\n",
+                cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
     fprintf(out, "  step time %.4g s, %.4g tokens/s, bubble %.1f%% (steady state, includes stage imbalance)\n",
             sim->step_time, sim->tokens_per_s, 100 * sim->bubble);
 

@@ -215,6 +215,8 @@ typedef struct Config {
     Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
     /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
     bool cuda;
+    /* set by main from --balance: measured costs that replace the cost model's (cost_stage) */
+    const struct MeasuredCosts *measured;
 } Config;
 
 /* Checks ast and fills cfg; prints every error found; returns false if any. When
@@ -330,8 +332,22 @@ typedef struct SimResult {
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
 /* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step
- * (cost_model_from_plan's prices; the partitioner balances stages with them too). */
+ * (cost_model_from_plan's prices; the partitioner balances stages with them too). With
+ * cfg->measured, from the measured costs of each part of the model. */
 void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
+
+/* What each part of the model cost in a profiled run (`run --profile-out`, version 2),
+ * seconds: a layer's, the embedding's and the head's forward and backward per micro-batch
+ * (the per-op times of their sections), and AdamW per parameter (the stages' step times
+ * over the model's parameters). Independent of the split the profile was measured with. */
+typedef struct MeasuredCosts {
+    double layer_fwd, layer_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
+    double step_per_param;
+} MeasuredCosts;
+
+/* Reads them from a version 2 profile of a program with plan's stage count; false and a
+ * message naming the file if it cannot (no per-op times for a part of the model). */
+bool measured_costs_load(const char *path, const Plan *plan, MeasuredCosts *mc);
 /* Replaces costs with measured ones; false + message on a bad file. */
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm);
 

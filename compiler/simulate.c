@@ -41,6 +41,13 @@
 
 void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step)
 {
+    const MeasuredCosts *mc = cfg->measured;
+    if (mc) {
+        *fwd = sp->n_layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + (sp->has_head ? mc->head_fwd : 0);
+        *bwd = sp->n_layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + (sp->has_head ? mc->head_bwd : 0);
+        *step = (double)sp->params * mc->step_per_param;
+        return;
+    }
     double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
     *fwd = sp->fwd_flops / cfg->device_flops;
     *bwd = sp->bwd_flops / cfg->device_flops;
@@ -328,6 +335,56 @@ bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *
         op_profile_free(&r.ops);
     }
     return ok;
+}
+
+/* Seconds per call of a section, over every stage that ran it: the sum of its ops' times
+ * over the calls of one op (each op runs once per call: per layer for the blocks). */
+static double section_seconds(const OpProfile *ops, const char *section)
+{
+    double total = 0;
+    long calls = 0;
+    for (int s = 0; s < PACI_MAX_STAGES; s++) {
+        long stage_calls = 0;
+        for (int i = 0; i < ops->n_ops; i++) {
+            const ProfileOp *op = &ops->ops[i];
+            if (op->stage != s || strcmp(op->section, section) != 0)
+                continue;
+            total += op->total;
+            if (op->calls > stage_calls)
+                stage_calls = op->calls;
+        }
+        calls += stage_calls;
+    }
+    return calls > 0 ? total / (double)calls : -1;
+}
+
+bool measured_costs_load(const char *path, const Plan *plan, MeasuredCosts *mc)
+{
+    CostModel cm = {0};
+    OpProfile ops = {0};
+    if (!profile_load(path, plan, &cm, &ops))
+        return false;
+    static const char *const sections[6] = {"block_forward", "block_backward", "embed_forward",
+                                            "embed_backward", "head_forward", "head_backward"};
+    double seconds[6];
+    bool ok = true;
+    for (int i = 0; i < 6 && ok; i++) {
+        seconds[i] = section_seconds(&ops, sections[i]);
+        if (seconds[i] < 0) {
+            diag_plain(DIAG_ERROR, "%s has no per-op times for %s (--balance needs a profile that "
+                       "run --profile-out wrote, version 2)", path, sections[i]);
+            ok = false;
+        }
+    }
+    double step = 0;
+    for (int s = 0; s < plan->stages; s++)
+        step += cm.step[s];
+    op_profile_free(&ops);
+    if (!ok)
+        return false;
+    *mc = (MeasuredCosts){seconds[0], seconds[1], seconds[2], seconds[3], seconds[4], seconds[5],
+                          step / (double)plan->total_params};
+    return true;
 }
 
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm)

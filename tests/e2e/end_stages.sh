@@ -3,7 +3,8 @@
 # head-only last stage (`split [0, ..., 0]`). Such a program builds without a warning from
 # the C compiler, trains under a synchronous schedule to the same bits as one stage
 # (losses, model.bin, state.bin, and the Hugging Face export), resumes bit for bit under
-# PACI, and the automatic split gives a head that outweighs the layers a stage of its own.
+# PACI, and the automatic split gives a head that outweighs the layers a stage of its own;
+# `pacic --balance` splits by the costs such a run measured.
 source tests/e2e/lib.sh
 
 # model NAME STAGES SCHEDULE SPLIT [EVAL CKPT]: the small model, 20 steps, with SPLIT ("" = automatic).
@@ -65,7 +66,7 @@ model straight 4 paci "[0, 2, 2, 0]" 0 10
 build straight
 mkdir -p "$work/resumed"
 cp "$work/straight/run" "$work/resumed/run"
-run_it straight
+run_it straight --profile-out profile.txt
 run_it resumed --steps 10
 (cd "$work/resumed" && ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
 for f in model.bin state.bin; do
@@ -75,6 +76,18 @@ done
 [ "$(losses straight | tail -10)" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/resumed/resumed.jsonl")" ] ||
     fail "paci [0, 2, 2, 0]: losses of steps 11..20 differ after resume"
 echo "paci [0, 2, 2, 0]: 20 straight == 10 + resume + 10 (weights, optimizer state, losses)"
+
+# --balance: the split from the costs a run measured (its split in the file set aside).
+sed 's/; split \[0, 2, 2, 0\]//' "$work/straight.paci" > "$work/measured.paci"
+plan=$("$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --dump plan) ||
+    fail "--balance with run's profile: $plan"
+[ "$(printf '%s\n' "$plan" | grep -c '^stage ')" = 4 ] || fail "--balance: $plan"
+"$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --explain | grep -q "compute costs measured (--balance)" ||
+    fail "--explain does not say its costs were measured"
+out=$("$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --profile "$work/straight/profile.txt" --explain 2>&1) &&
+    fail "--balance with --profile was accepted"
+[ "$out" = "pacic: error: --balance and --profile both set the stages' costs: give one" ] || fail "unexpected message: $out"
+echo "--balance reads the profile run wrote; with --profile it is refused"
 
 # Automatic: at vocabulary 4096 and width 32 the head costs about 10 layers, so over 3
 # stages it goes alone on the last; 6 stages over 4 layers need both end stages empty.
