@@ -338,7 +338,8 @@ bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *
 }
 
 /* Seconds per call of a section, over every stage that ran it: the sum of its ops' times
- * over the calls of one op (each op runs once per call: per layer for the blocks). */
+ * over the section's calls (per layer for the blocks), the fewest calls of its ops (an op
+ * inside a loop, as matmul attention's per (sequence, head), runs more often). */
 static double section_seconds(const OpProfile *ops, const char *section)
 {
     double total = 0;
@@ -350,7 +351,7 @@ static double section_seconds(const OpProfile *ops, const char *section)
             if (op->stage != s || strcmp(op->section, section) != 0)
                 continue;
             total += op->total;
-            if (op->calls > stage_calls)
+            if (op->calls > 0 && (stage_calls == 0 || op->calls < stage_calls))
                 stage_calls = op->calls;
         }
         calls += stage_calls;

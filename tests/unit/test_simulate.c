@@ -199,7 +199,8 @@ static void test_profile(void **state)
 }
 
 /* --balance: a version 2 profile gives each part of the model its measured cost, the
- * sections' op times over their calls (a block's ops run once per layer), AdamW over the
+ * sections' op times over their calls (a block's ops run once per layer, an op in a loop
+ * more often), AdamW over the
  * parameters; the partitioner then prices stages with them: here the embedding costs
  * more than the 4 layers together and the head nothing, so stage 0 holds the embedding
  * alone and the head goes with two layers. A profile without a section's ops is an error naming it. */
@@ -216,9 +217,10 @@ static void test_measured_costs(void **state)
                             "op 0 0 embed_forward k calls 8 total 80 mean 10 \"e\"\n"
                             "op 0 1 block_forward k calls 16 total 8 mean 0.5 \"a\"\n"
                             "op 0 2 block_forward k calls 16 total 8 mean 0.5 \"b\"\n"
-                            "op 1 0 block_forward k calls 8 total 8 mean 1 \"a\"\n"
+                            "op 1 0 block_forward k calls 8 total 4 mean 0.5 \"a\"\n"
+                            "op 1 1 block_forward k calls 64 total 4 mean 0.0625 \"in a loop\"\n"
                             "op 0 3 block_backward k calls 16 total 32 mean 2 \"c\"\n"
-                            "op 1 1 block_backward k calls 8 total 16 mean 2 \"c\"\n"
+                            "op 1 2 block_backward k calls 8 total 16 mean 2 \"c\"\n"
                             "op 0 4 embed_backward k calls 8 total 80 mean 10 \"e\"\n"
                             "op 2 0 head_forward k calls 8 total 0 mean 0 \"h\"\n"
                             "op 2 1 head_backward k calls 8 total 0 mean 0 \"h\"\n");
