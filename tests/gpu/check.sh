@@ -16,8 +16,8 @@
 #   3. GPT-2 Small (124M) at context 1024 as one stage, 6 steps: tokens/s between steps 2
 #      and 6 and its share of the measured bf16 matmul rate (tests/gpu/matmul_rate.c)
 #   4. the 8-stage GPT-2 Medium example on the one GPU, 2 steps under paci and 1f1b; its 8
-#      stages need 108.6 GiB by `pacic --explain`'s totals, 110.8 with cuBLASLt's workspaces:
-#      where the memory check refuses that, again at micro-batch 12 (83.1 GiB), and the
+#      stages need 110.9 GiB by `pacic --explain`'s totals, 113.2 with cuBLASLt's workspaces:
+#      where the memory check refuses that, again at micro-batch 12 (84.9 GiB), and the
 #      figure says which ran
 #   5. measured per-stage instruction times and per-kernel times (CUDA events) written as a
 #      `pacic --profile` file, read back; the kernels' share of each stage's compute printed
