@@ -51,6 +51,11 @@ measure() {
     echo "$1|$split|$replay|$wall"
 }
 
+# tokens_per_s PACI [pacic flags]: the predicted tokens/s --explain prints.
+tokens_per_s() {
+    "$pacic" "$@" --explain | sed -n 's/^  step time .*, \([0-9.e+]*\) tokens\/s, bubble.*/\1/p'
+}
+
 # split_of PACI [pacic flags]: the plan's layers per stage as a split list.
 split_of() {
     "$pacic" "$@" --dump plan | awk '/^stage / { n = $4 == "none" ? 0 : substr($4, index($4, "..") + 2) - $4 + 1;
@@ -75,3 +80,10 @@ new_tps=$(echo "$balanced" | cut -d'|' -f3 | cut -d' ' -f1)
 measured_tps=$(echo "$measured" | cut -d'|' -f3 | cut -d' ' -f1)
 awk -v a="$new_tps" -v b="$old_tps" -v c="$measured_tps" \
     'BEGIN { printf "replayed tokens/s: balanced / old %.2fx, measured / old %.2fx\n", a / b, c / b }'
+# The runs' costs move with the machine's load; priced with one set of measured costs (the
+# old run's, per part of the model: pacic --balance with the split written in the file), the
+# ratio depends on the split alone.
+same_old=$(tokens_per_s "$work/old.paci" --balance "$work/old/profile.txt")
+same_measured=$(tokens_per_s "$work/measured.paci" --balance "$work/old/profile.txt")
+awk -v a="$same_measured" -v b="$same_old" \
+    'BEGIN { printf "both priced with the old run'"'"'s measured costs: %.0f and %.0f tokens/s, measured / old %.2fx\n", b, a, a / b }'

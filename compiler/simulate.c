@@ -337,25 +337,39 @@ bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *
     return ok;
 }
 
-/* Seconds per call of a section, over every stage that ran it: the sum of its ops' times
- * over the section's calls (per layer for the blocks), the fewest calls of its ops (an op
- * inside a loop, as matmul attention's per (sequence, head), runs more often). */
+/* Calls of a section at a stage, adding its ops' times to *total: the fewest calls of its
+ * ops (an op inside a loop, as matmul attention's per (sequence, head), runs more often). */
+static long stage_section_calls(const OpProfile *ops, int stage, const char *section, double *total)
+{
+    long calls = 0;
+    for (int i = 0; i < ops->n_ops; i++) {
+        const ProfileOp *op = &ops->ops[i];
+        if (op->stage != stage || strcmp(op->section, section) != 0)
+            continue;
+        *total += op->total;
+        if (op->calls > 0 && (calls == 0 || op->calls < calls))
+            calls = op->calls;
+    }
+    return calls;
+}
+
+/* How often a section ran, over every stage. */
+static long section_calls(const OpProfile *ops, const char *section)
+{
+    long calls = 0;
+    double ignored = 0;
+    for (int s = 0; s < PACI_MAX_STAGES; s++)
+        calls += stage_section_calls(ops, s, section, &ignored);
+    return calls;
+}
+
+/* Seconds per call of a section (per layer for the blocks), over every stage that ran it. */
 static double section_seconds(const OpProfile *ops, const char *section)
 {
     double total = 0;
     long calls = 0;
-    for (int s = 0; s < PACI_MAX_STAGES; s++) {
-        long stage_calls = 0;
-        for (int i = 0; i < ops->n_ops; i++) {
-            const ProfileOp *op = &ops->ops[i];
-            if (op->stage != s || strcmp(op->section, section) != 0)
-                continue;
-            total += op->total;
-            if (op->calls > 0 && (stage_calls == 0 || op->calls < stage_calls))
-                stage_calls = op->calls;
-        }
-        calls += stage_calls;
-    }
+    for (int s = 0; s < PACI_MAX_STAGES; s++)
+        calls += stage_section_calls(ops, s, section, &total);
     return calls > 0 ? total / (double)calls : -1;
 }
 
@@ -377,14 +391,25 @@ bool measured_costs_load(const char *path, const Plan *plan, MeasuredCosts *mc)
             ok = false;
         }
     }
-    double step = 0;
-    for (int s = 0; s < plan->stages; s++)
+    /* The ops are timed by a clock that counts waits (monotonic on the CPU, events on the
+     * GPU), the stage lines in the stages' own time, which --profile replays and AdamW is
+     * priced in: the ops' times are scaled to the stage lines' fwd and bwd over the run
+     * (every stage ran head_forward's count of forwards and backwards). */
+    double step = 0, stage_seconds = 0, op_seconds = 0;
+    for (int s = 0; s < plan->stages; s++) {
         step += cm.step[s];
+        stage_seconds += cm.fwd[s] + cm.bwd[s];
+    }
+    for (int i = 0; i < ops.n_ops; i++)
+        if (strcmp(ops.ops[i].section, "adamw") != 0)
+            op_seconds += ops.ops[i].total;
+    long passes = ok ? section_calls(&ops, "head_forward") : 0;
+    double scale = op_seconds > 0 && stage_seconds > 0 ? stage_seconds * (double)passes / op_seconds : 1;
     op_profile_free(&ops);
     if (!ok)
         return false;
-    *mc = (MeasuredCosts){seconds[0], seconds[1], seconds[2], seconds[3], seconds[4], seconds[5],
-                          step / (double)plan->total_params};
+    *mc = (MeasuredCosts){scale * seconds[0], scale * seconds[1], scale * seconds[2], scale * seconds[3],
+                          scale * seconds[4], scale * seconds[5], step / (double)plan->total_params};
     return true;
 }
 

@@ -200,7 +200,7 @@ static void test_profile(void **state)
 
 /* --balance: a version 2 profile gives each part of the model its measured cost, the
  * sections' op times over their calls (a block's ops run once per layer, an op in a loop
- * more often), AdamW over the
+ * more often), scaled to the stage lines' forward and backward times, AdamW over the
  * parameters; the partitioner then prices stages with them: here the embedding costs
  * more than the 4 layers together and the head nothing, so stage 0 holds the embedding
  * alone and the head goes with two layers. A profile without a section's ops is an error naming it. */
@@ -212,8 +212,9 @@ static void test_measured_costs(void **state)
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     assert_true(plan.stage[0].n_layers > 0);
+    /* the stage lines agree with the ops here (stage 0: 10 + 2 x 1 forward, 4 + 10 backward) */
     char *path = write_temp("version 2\n"
-                            "stage 0 fwd 1 bwd 1 step 0.5\nstage 1 fwd 1 bwd 1 step 0.25\nstage 2 fwd 1 bwd 1 step 0.25\n"
+                            "stage 0 fwd 12 bwd 14 step 0.5\nstage 1 fwd 1 bwd 2 step 0.25\nstage 2 fwd 0 bwd 0 step 0.25\n"
                             "op 0 0 embed_forward k calls 8 total 80 mean 10 \"e\"\n"
                             "op 0 1 block_forward k calls 16 total 8 mean 0.5 \"a\"\n"
                             "op 0 2 block_forward k calls 16 total 8 mean 0.5 \"b\"\n"
@@ -237,6 +238,19 @@ static void test_measured_costs(void **state)
     cost_model_from_plan(&cfg, &plan, &cm);
     assert_true(cm.fwd[0] == 10 && cm.bwd[0] == 10);
     assert_true(cm.fwd[1] == plan.stage[1].n_layers * 1.0 && cm.bwd[1] == plan.stage[1].n_layers * 2.0);
+    /* stage lines twice the ops' times (the ops' clock counted less): the ops scale to them */
+    char *first = read_file(path, NULL);
+    unlink(path);
+    free(path);
+    char *doubled = xasprintf("version 2\nstage 0 fwd 24 bwd 28 step 0.5\nstage 1 fwd 2 bwd 4 step 0.25\n%s",
+                              strstr(first, "stage 2 fwd"));
+    path = write_temp(doubled);
+    cfg.measured = NULL;
+    assert_true(measured_costs_load(path, &plan, &mc));
+    assert_true(mc.layer_fwd == 2 && mc.layer_bwd == 4 && mc.embed_fwd == 20 && mc.embed_bwd == 20);
+    assert_true(mc.step_per_param == 1.0 / (double)plan.total_params);
+    free(first);
+    free(doubled);
     unlink(path);
     free(path);
 
