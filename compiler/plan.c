@@ -73,12 +73,22 @@ static ModelCounts model_counts(const Config *cfg)
     return m;
 }
 
+/* The schedule's activation slots and stashed weight copies at every stage. */
+static void stage_slots(const Config *cfg, int *slots, int *stash)
+{
+    long segment = schedule_segment_steps(cfg);
+    for (int s = 0; s < cfg->stages; s++) {
+        slots[s] = schedule_slots(cfg->schedule, cfg->stages, s, cfg->window, segment);
+        stash[s] = schedule_stash(cfg->schedule, cfg->stages, s, cfg->window, segment);
+    }
+}
+
 /* Fills sp for stage s holding layers [first, first + n) (and the embedding on the first
  * stage, the head on the last): parameters, FLOPs and memory, with the schedule's slots. */
-static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, StagePlan *sp)
+static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, int slots, int stash,
+                       StagePlan *sp)
 {
     int p = cfg->stages;
-    long segment = schedule_segment_steps(cfg);
     memset(sp, 0, sizeof *sp);
     sp->first_layer = first;
     sp->n_layers = n;
@@ -92,8 +102,8 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->msg_bytes = (long)(m->input_acts * m->act_bytes);
     double acts = n * m->layer_acts + m->input_acts + (sp->has_head ? m->head_acts : 0);
     sp->act_bytes = (long)(acts * m->act_bytes);
-    sp->slots = schedule_slots(cfg->schedule, p, s, cfg->window, segment);
-    sp->stash = schedule_stash(cfg->schedule, p, s, cfg->window, segment);
+    sp->slots = slots;
+    sp->stash = stash;
     sp->mem_weights = sp->params * m->weight_bytes;
     sp->mem_grads = sp->params * 4;
     sp->mem_optim = sp->params * 8;
@@ -132,11 +142,23 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
     double *worst = xmalloc(cells * sizeof *worst);
     double *squares = xmalloc(cells * sizeof *squares);
     int *choice = xmalloc(cells * sizeof *choice);
+    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
+    stage_slots(cfg, slots, stash);
     /* a scale for the squares: the whole model's time over its layers and head */
     StagePlan whole;
-    stage_fill(cfg, m, 0, 0, layers, &whole);
+    stage_fill(cfg, m, 0, 0, layers, slots[0], stash[0], &whole);
     double unit = stage_seconds(cfg, &whole) / (layers + 1);
 #define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
+    /* stage_time[k][n], fits[k][n]: the k-th stage holding n layers (which ones does not matter) */
+    double *stage_time = xmalloc(cells * sizeof *stage_time);
+    bool *fits = xmalloc(cells * sizeof *fits);
+    for (int k = 1; k <= stages; k++)
+        for (int n = 0; n <= layers; n++) {
+            StagePlan sp;
+            stage_fill(cfg, m, k - 1, 0, n, slots[k - 1], stash[k - 1], &sp);
+            stage_time[AT(k, n)] = stage_seconds(cfg, &sp) / unit;
+            fits[AT(k, n)] = (double)sp.mem_total <= cfg->device_memory;
+        }
     for (int pass = 0; pass < 2; pass++) {
         bool check_memory = pass == 0;
         for (int l = 0; l <= layers; l++) {
@@ -151,16 +173,17 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
                 squares[at] = INFINITY;
                 choice[at] = -1;
                 /* the k-th stage takes layers [l - n, l); trying the largest n first gives
-                 * exact ties to later stages, which keep fewer slots in flight */
+                 * exact ties to later stages, which keep fewer slots in flight. worst[k-1][.]
+                 * grows with its layers, so once it is above the best so far, so is the rest. */
                 for (int n = l; n >= (end ? 0 : 1); n--) {
                     size_t prev = AT(k - 1, l - n);
+                    if (worst[prev] > worst[at] + 1e-9)
+                        break;
                     if (worst[prev] == INFINITY)
                         continue;
-                    StagePlan sp;
-                    stage_fill(cfg, m, k - 1, l - n, n, &sp);
-                    if (check_memory && (double)sp.mem_total > cfg->device_memory)
+                    if (check_memory && !fits[AT(k, n)])
                         continue;
-                    double here = stage_seconds(cfg, &sp) / unit;
+                    double here = stage_time[AT(k, n)];
                     double w = worst[prev] > here ? worst[prev] : here;
                     double sq = squares[prev] + here * here;
                     bool better = w < worst[at] - 1e-9 || (w <= worst[at] + 1e-9 && sq < squares[at] - 1e-9);
@@ -182,6 +205,8 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
         l -= split[k - 1];
     }
 #undef AT
+    free(stage_time);
+    free(fits);
     free(worst);
     free(squares);
     free(choice);
@@ -200,9 +225,11 @@ void plan_layout(const Config *cfg, Plan *plan)
         balanced_split(cfg, &m, split);
 
     plan->stages = p;
+    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
+    stage_slots(cfg, slots, stash);
     int next_layer = 0;
     for (int s = 0; s < p; s++) {
-        stage_fill(cfg, &m, s, next_layer, split[s], &plan->stage[s]);
+        stage_fill(cfg, &m, s, next_layer, split[s], slots[s], stash[s], &plan->stage[s]);
         next_layer += split[s];
         plan->total_params += plan->stage[s].params;
     }
