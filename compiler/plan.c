@@ -148,6 +148,8 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
     StagePlan whole;
     stage_fill(cfg, m, 0, 0, layers, slots[0], stash[0], &whole);
     double unit = stage_seconds(cfg, &whole) / (layers + 1);
+    if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
+        unit = 1;
 #define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
     /* stage_time[k][n], fits[k][n]: the k-th stage holding n layers (which ones does not matter) */
     double *stage_time = xmalloc(cells * sizeof *stage_time);
