@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "pacic.h"
+#include "../runtime/pacirt.h"
 
 /* A bf16 8192^3 product ran at 769-798 TFLOP/s, 0.78-0.81 of 989, on the H200 this work was
  * planned for (docs/gpu.md); GPT-2's products are smaller and have epilogues. */
@@ -311,6 +312,32 @@ COST_FN(cost_adamw) /* weight, gradient, two moments read; weight, moments writt
     *flops = 12 * l->n;
     *bytes = l->n * (32 + (l->bf16 ? 2 : 0));
 }
+/* The other optimizers' element-wise kernels (runtime/cuda/optim.c), n elements each. */
+COST_FN(cost_optim_momentum) /* gradient and buffer read; buffer and the product's operand written */
+{
+    *flops = 3 * l->n;
+    *bytes = 16 * l->n;
+}
+COST_FN(cost_scale_add)
+{
+    *flops = 2 * l->n;
+    *bytes = 12 * l->n;
+}
+COST_FN(cost_muon_apply) /* weight and orthogonalised update read; weight written */
+{
+    *flops = 3 * l->n;
+    *bytes = 12 * l->n;
+}
+COST_FN(cost_lamb_direction) /* weight, gradient, two moments read; moments and direction written */
+{
+    *flops = 12 * l->n;
+    *bytes = 28 * l->n;
+}
+COST_FN(cost_lars_apply) /* weight, gradient, buffer read; buffer and weight written */
+{
+    *flops = 5 * l->n;
+    *bytes = 20 * l->n;
+}
 COST_FN(cost_to_bf16)
 {
     *flops = l->n;
@@ -345,6 +372,11 @@ static const KernelCost kernel_costs[] = {
     {"bias_backward_tiles", ENGINE_VECTOR, cost_bias_backward, NULL},
     {"layernorm_backward_blocks", ENGINE_VECTOR, cost_layernorm_backward, NULL},
     {"adamw", ENGINE_VECTOR, cost_adamw, NULL},
+    {"optim_momentum", ENGINE_VECTOR, cost_optim_momentum, NULL},
+    {"scale_add", ENGINE_VECTOR, cost_scale_add, NULL},
+    {"muon_apply", ENGINE_VECTOR, cost_muon_apply, NULL},
+    {"lamb_direction", ENGINE_VECTOR, cost_lamb_direction, NULL},
+    {"lars_apply", ENGINE_VECTOR, cost_lars_apply, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
 };
 
@@ -607,32 +639,138 @@ static void cost_section(const Config *cfg, const Shapes *sh, const CostSection 
         ICE("an OP_LOOP without its OP_END in %s", cs->name);
 }
 
-/* AdamW: one launch per tensor, each its own roofline; reported as their mean. */
-static void cost_adamw_step(const Config *cfg, const StagePlan *sp, StageCosts *sc)
+/* The matrices Muon orthogonalises in one layer's slice of a tensor (as runtime/optim_rules.c
+ * cuts them: qkv as three C x C, fc 4C x C, its projection C x 4C, the attention projection
+ * C x C); 0 for a tensor its AdamW group takes. */
+static int muon_matrices(const TensorInfo *t, long C, long *rows, long *cols)
 {
+    *rows = *cols = C;
+    if (strcmp(t->ckpt_tensor, "PR_CKPT_QKVW") == 0)
+        return 3;
+    if (strcmp(t->ckpt_tensor, "PR_CKPT_ATTPROJW") == 0)
+        return 1;
+    if (strcmp(t->ckpt_tensor, "PR_CKPT_FCW") == 0) {
+        *rows = 4 * C;
+        return 1;
+    }
+    if (strcmp(t->ckpt_tensor, "PR_CKPT_FCPROJW") == 0) {
+        *cols = 4 * C;
+        return 1;
+    }
+    return 0;
+}
+
+/* One kernel's launch over n elements: its roofline seconds; adds its FLOPs and bytes. */
+static double priced_launch(const Config *cfg, const char *kernel, double n, double *flops, double *bytes)
+{
+    const KernelCost *kc = kernel_cost_find(kernel);
+    Launch l = {.n = n, .bf16 = cfg->precision == PREC_BF16};
+    double f, b;
+    CostBound bound;
+    kc->cost(&(Shapes){0}, &l, &f, &b);
+    *flops += f;
+    *bytes += b;
+    return roofline(cfg, kc->engine, f, b, &bound);
+}
+
+/* A sum of squares over n floats, as the trust ratios and Muon's normalisation take it. */
+static double priced_norm(const Config *cfg, double n, double *bytes)
+{
+    CostBound bound;
+    *bytes += 4 * n;
+    return roofline(cfg, ENGINE_VECTOR, 2 * n, 4 * n, &bound);
+}
+
+/* Newton-Schulz on an m x M matrix (m <= M, the shorter side first), `steps` times: A = X X^T,
+ * B = b A + c A A, X = a X + B X: fp32 products (cuBLASLt's fp32 rate, the CUDA cores'). */
+static double priced_newton_schulz(const Config *cfg, double m, double M, int steps, double *flops, double *bytes)
+{
+    double seconds = 0;
+    CostBound bound;
+    const double products[3][2] = {
+        {2 * m * m * M, 4 * (2 * m * M + m * m)},    /* X X^T */
+        {2 * m * m * m, 4 * (3 * m * m)},            /* A A, with b A added */
+        {2 * m * m * M, 4 * (m * m + 3 * m * M)},    /* B X, with a X added */
+    };
+    for (int i = 0; i < steps; i++)
+        for (int k = 0; k < 3; k++) {
+            *flops += products[k][0];
+            *bytes += products[k][1];
+            seconds += roofline(cfg, ENGINE_VECTOR, products[k][0], products[k][1], &bound);
+        }
+    return seconds;
+}
+
+/* The optimizer step: per tensor, each launch its own roofline; reported as one op whose
+ * figures are the mean per tensor. AdamW one kernel; LAMB its direction, two norms and the
+ * update; LARS two norms and its update; Muon, for the blocks' matrices, the momentum, a
+ * norm, the Newton-Schulz products and the update (its AdamW group as AdamW). */
+static void cost_optimizer_step(const Config *cfg, const StagePlan *sp, StageCosts *sc)
+{
+    static const char *const step_names[] = {[PR_OPT_ADAMW] = "adamw", [PR_OPT_MUON] = "muon step",
+                                              [PR_OPT_LAMB] = "lamb step", [PR_OPT_LARS] = "lars step"};
+    static const char *const what[] = {[PR_OPT_ADAMW] = "AdamW update of one tensor",
+                                       [PR_OPT_MUON] = "Muon (or its AdamW group's) update of one tensor",
+                                       [PR_OPT_LAMB] = "LAMB update of one tensor",
+                                       [PR_OPT_LARS] = "LARS update of one tensor"};
     StageLayout lay;
     stage_layout(cfg, sp, &lay);
     TensorInfo *tensors;
     int n = stage_tensors(cfg, sp, &lay, &tensors);
-    const KernelCost *kc = kernel_cost_find("adamw");
     OpCost *c = push_cost(sc);
     c->section = "adamw";
-    c->name = c->table_name = "adamw";
-    c->what = xstrdup("AdamW update of one tensor");
+    c->table_name = "adamw";
+    c->name = step_names[cfg->optimizer];
+    c->what = xstrdup(what[cfg->optimizer]);
     c->launches = n;
     c->calls_per_step = n;
     c->known = true;
+    double flops = 0, bytes = 0, largest = -1;
     for (int i = 0; i < n; i++) {
-        Launch l = {.n = (double)tensors[i].size, .bf16 = cfg->precision == PREC_BF16};
-        double flops, bytes;
-        kc->cost(&(Shapes){0}, &l, &flops, &bytes);
-        CostBound bound;
-        sc->step += roofline(cfg, kc->engine, flops, bytes, &bound);
-        c->flops += flops / n;
-        c->bytes += bytes / n;
-        if (i == 0 || tensors[i].size > tensors[0].size)
-            c->bound = bound; /* the largest tensor's */
+        double size = (double)tensors[i].size, f = 0, b = 0, seconds = 0;
+        long rows, cols;
+        int per_layer = muon_matrices(&tensors[i], cfg->width, &rows, &cols);
+        switch (cfg->optimizer) {
+        case PR_OPT_MUON:
+            if (per_layer) {
+                double matrices = size / ((double)rows * cols), m = rows < cols ? rows : cols,
+                       M = rows < cols ? cols : rows;
+                seconds += priced_launch(cfg, "optim_momentum", size, &f, &b);
+                for (double k = 0; k < matrices; k++) {
+                    seconds += priced_norm(cfg, m * M, &b);
+                    seconds += priced_launch(cfg, "scale_add", m * M, &f, &b);
+                    seconds += priced_newton_schulz(cfg, m, M, cfg->ns_steps, &f, &b);
+                }
+                seconds += priced_launch(cfg, "muon_apply", size, &f, &b);
+                break;
+            }
+            seconds += priced_launch(cfg, "adamw", size, &f, &b);
+            break;
+        case PR_OPT_LAMB:
+            seconds += priced_launch(cfg, "lamb_direction", size, &f, &b);
+            seconds += 2 * priced_norm(cfg, size, &b);
+            seconds += priced_launch(cfg, "scale_add", size, &f, &b);
+            break;
+        case PR_OPT_LARS:
+            seconds += 2 * priced_norm(cfg, size, &b);
+            seconds += priced_launch(cfg, "lars_apply", size, &f, &b);
+            break;
+        default:
+            seconds += priced_launch(cfg, "adamw", size, &f, &b);
+            break;
+        }
+        sc->step += seconds;
+        flops += f;
+        bytes += b;
+        if (size > largest) { /* the bound is the largest tensor's */
+            largest = size;
+            CostBound bound;
+            roofline(cfg, ENGINE_VECTOR, f, b, &bound);
+            c->bound = bound;
+        }
     }
+    c->flops = n ? flops / n : 0;
+    c->bytes = n ? bytes / n : 0;
     c->seconds = n ? sc->step / n : 0;
     free(tensors);
 }
@@ -651,7 +789,7 @@ void gpu_costs_build(const Config *cfg, const Plan *plan, GpuCosts *gc)
             if (sections[i].ops)
                 cost_section(cfg, &sh, &sections[i], sc);
             else
-                cost_adamw_step(cfg, &plan->stage[s], sc);
+                cost_optimizer_step(cfg, &plan->stage[s], sc);
         }
         gc->unknown += sc->unknown;
     }
@@ -764,8 +902,7 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
         const StageCosts *sc = &gc->stage[s];
         const StagePlan *sp = &plan->stage[s];
         char layers[32];
-        snprintf(layers, sizeof layers, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
-                 sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
+        stage_layers_label(sp, layers, sizeof layers);
         double compute = sc->fwd + sc->bwd;
         fprintf(out, "  %5d  %-9s %9.4g %9.4g  %9.4g  %7.1f%% %9.1f%% %6.1f%%\n", s, layers, sc->fwd * 1e3,
                 sc->bwd * 1e3, sc->step * 1e3, compute > 0 ? 100 * sc->by_kind[COST_GEMM] / compute : 0.0,

@@ -459,10 +459,10 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         mark_kernels(&ops->embed_fwd, used);
         mark_kernels(&ops->embed_bwd, used);
     }
-    if (sp->n_layers > 0) {
-        mark_kernels(&ops->block_fwd, used);
-        mark_kernels(&ops->block_bwd, used);
-    }
+    /* a stage with no layer still defines the block sections (the op numbering and the CUDA
+     * host code name them), so it needs their kernels too */
+    mark_kernels(&ops->block_fwd, used);
+    mark_kernels(&ops->block_bwd, used);
     if (sp->has_head) {
         mark_kernels(&ops->head_fwd, used);
         mark_kernels(&ops->head_bwd, used);

@@ -129,8 +129,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         char layers[32], acts[40];
-        snprintf(layers, sizeof layers, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
-                 sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
+        stage_layers_label(sp, layers, sizeof layers);
         snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", MEM(sp->mem_acts), sp->slots, MEM(sp->act_bytes));
         fprintf(out, "%5d  %-9s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
                 layers, sp->params / 1e6, MEM(sp->mem_weights), MEM(sp->mem_grads), MEM(sp->mem_optim),
@@ -142,8 +141,12 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
 
-    fprintf(out, "\npredicted (%.0f TFLOP/s per device, %.0f GB/s links, %.1f us latency; %ld steps simulated):\n",
-            cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
+    if (cfg->measured)
+        fprintf(out, "\npredicted (compute costs measured (--balance), %.0f GB/s links, %.1f us latency; %ld steps "
+                     "simulated):\n", cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
+    else
+        fprintf(out, "\npredicted (%.0f TFLOP/s per device, %.0f GB/s links, %.1f us latency; %ld steps simulated):\n",
+                cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
     fprintf(out, "  step time %.4g s, %.4g tokens/s, bubble %.1f%% (steady state, includes stage imbalance)\n",
             sim->step_time, sim->tokens_per_s, 100 * sim->bubble);
 

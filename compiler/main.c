@@ -41,6 +41,7 @@ typedef struct Options {
     const char *output;
     const char *keep_dir;
     const char *profile;
+    const char *balance;  /* a profile whose measured costs choose the split */
     const char *dump;
     Mode mode;
     EmitKind emit;
@@ -70,6 +71,9 @@ static void usage(FILE *out)
             "  --show-steps N   optimizer steps drawn by timeline, svg, trace (default 3)\n"
             "  --profile FILE   measured costs for the cost model (run --profile-out); with\n"
             "                   --explain, also the most expensive ops of each stage\n"
+            "  --balance FILE   split the layers by the costs measured in FILE (run\n"
+            "                   --profile-out) instead of the cost model's; a `split` in\n"
+            "                   the file still wins\n"
             "  --keep DIR       keep the generated sources of the build in DIR\n"
             "  --dump KIND      print an intermediate form: tokens, ast, config, plan\n"
             "  --version        print the version\n");
@@ -158,6 +162,9 @@ static void parse_options(int argc, char **argv, Options *opt)
         } else if (strcmp(a, "--profile") == 0) {
             NEED_VALUE();
             opt->profile = next;
+        } else if (strcmp(a, "--balance") == 0) {
+            NEED_VALUE();
+            opt->balance = next;
         } else if (strcmp(a, "--keep") == 0) {
             NEED_VALUE();
             opt->keep_dir = next;
@@ -291,6 +298,18 @@ int main(int argc, char **argv)
     }
 
     Plan plan;
+    MeasuredCosts measured;
+    if (opt.balance) {
+        if (opt.profile) {
+            diag_plain(DIAG_ERROR, "--balance and --profile both set the stages' costs: give one");
+            return EXIT_USER;
+        }
+        /* the model's plan only numbers the stages for the reader; the split comes after */
+        plan_layout(&cfg, &plan);
+        if (!measured_costs_load(opt.balance, &plan, &measured))
+            return EXIT_USER;
+        cfg.measured = &measured;
+    }
     if (!plan_build(&cfg, &plan))
         return EXIT_USER;
     if (opt.dump && strcmp(opt.dump, "plan") == 0) {

@@ -226,6 +226,8 @@ typedef struct Config {
     Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
     /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
     bool cuda;
+    /* set by main from --balance: measured costs that replace the cost model's (cost_stage) */
+    const struct MeasuredCosts *measured;
 } Config;
 
 /* Checks ast and fills cfg; prints every error found; returns false if any. When
@@ -262,6 +264,8 @@ typedef struct Plan {
 /* Partitions layers (manual split or balanced) and sizes memory; false + errors if the
  * plan does not fit the device memory. */
 bool plan_build(const Config *cfg, Plan *plan);
+/* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head". */
+void stage_layers_label(const StagePlan *sp, char *out, size_t size);
 /* The same plan without the memory check or any message (for comparisons). */
 void plan_layout(const Config *cfg, Plan *plan);
 /* The largest mem_total over the stages, and its stage. */
@@ -340,6 +344,23 @@ typedef struct SimResult {
 } SimResult;
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
+/* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step
+ * (cost_model_from_plan's prices; the partitioner balances stages with them too). With
+ * cfg->measured, from the measured costs of each part of the model. */
+void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
+
+/* What each part of the model cost in a profiled run (`run --profile-out`, version 2),
+ * seconds: a layer's, the embedding's and the head's forward and backward per micro-batch
+ * (the per-op times of their sections), and AdamW per parameter (the stages' step times
+ * over the model's parameters). Independent of the split the profile was measured with. */
+typedef struct MeasuredCosts {
+    double layer_fwd, layer_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
+    double step_per_param;
+} MeasuredCosts;
+
+/* Reads them from a version 2 profile of a program with plan's stage count; false and a
+ * message naming the file if it cannot (no per-op times for a part of the model). */
+bool measured_costs_load(const char *path, const Plan *plan, MeasuredCosts *mc);
 /* Replaces costs with measured ones; false + message on a bad file. */
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm);
 

@@ -73,55 +73,142 @@ static ModelCounts model_counts(const Config *cfg)
     return m;
 }
 
-/* Predicted compute time of a stage, in FLOPs (forward + backward = 3x forward). */
-static double stage_cost(const ModelCounts *m, int n_layers, bool embed, bool head)
+/* The schedule's activation slots and stashed weight copies at every stage. */
+static void stage_slots(const Config *cfg, int *slots, int *stash)
 {
-    return 3 * (n_layers * m->layer_fwd + (embed ? m->embed_fwd : 0) + (head ? m->head_fwd : 0));
+    long segment = schedule_segment_steps(cfg);
+    for (int s = 0; s < cfg->stages; s++) {
+        slots[s] = schedule_slots(cfg->schedule, cfg->stages, s, cfg->window, segment);
+        stash[s] = schedule_stash(cfg->schedule, cfg->stages, s, cfg->window, segment);
+    }
 }
 
-/* Balanced contiguous partition by dynamic programming: minimises the slowest stage's
- * cost, each stage holding at least one layer; among equal optima, the one with the least
- * sum of squared stage costs (the most even), so no stage idles when it need not. */
-static void balanced_split(const ModelCounts *m, int layers, int stages, int *split)
+/* Fills sp for stage s holding layers [first, first + n) (and the embedding on the first
+ * stage, the head on the last): parameters, FLOPs and memory, with the schedule's slots. */
+static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, int slots, int stash,
+                       StagePlan *sp)
 {
-    /* worst[k][l], squares[k][l]: best (max, sum of squares) of k stages over l layers. */
+    int p = cfg->stages;
+    memset(sp, 0, sizeof *sp);
+    sp->first_layer = first;
+    sp->n_layers = n;
+    sp->has_embed = s == 0;
+    sp->has_head = s == p - 1;
+    double params = n * m->layer_params + (sp->has_embed ? m->embed_params : 0) +
+                    (sp->has_head ? m->head_params : 0);
+    sp->params = (long)params;
+    sp->fwd_flops = n * m->layer_fwd + (sp->has_embed ? m->embed_fwd : 0) + (sp->has_head ? m->head_fwd : 0);
+    sp->bwd_flops = 2 * sp->fwd_flops;
+    sp->msg_bytes = (long)(m->input_acts * m->act_bytes);
+    double acts = n * m->layer_acts + m->input_acts + (sp->has_head ? m->head_acts : 0);
+    sp->act_bytes = (long)(acts * m->act_bytes);
+    sp->slots = slots;
+    sp->stash = stash;
+    sp->mem_weights = sp->params * m->weight_bytes;
+    sp->mem_grads = sp->params * 4;
+    sp->mem_optim = sp->params * 8;
+    sp->mem_acts = sp->act_bytes * sp->slots;
+    sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
+    sp->scratch_floats = (long)(m->scratch + (sp->has_head ? m->head_scratch : 0));
+    // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot
+    // int32 tokens and targets and float losses per token
+    double tokens = (double)cfg->micro * cfg->context;
+    sp->mem_work = (long)((sp->scratch_floats + 2 * m->input_acts) * 4 + sp->slots * tokens * 12);
+    sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
+                    sp->mem_work;
+}
+
+/* A stage's predicted seconds per optimizer step, as the cost model prices it (cost_stage):
+ * K forwards and backwards and one AdamW step. */
+static double stage_seconds(const Config *cfg, const StagePlan *sp)
+{
+    double fwd, bwd, step;
+    cost_stage(cfg, sp, &fwd, &bwd, &step);
+    return cfg->window * (fwd + bwd) + step;
+}
+
+/* Balanced contiguous partition by dynamic programming: minimises the slowest stage's time
+ * (stage_seconds) over the partitions whose every stage fits the device memory with its
+ * slots (stage s of PACI and 1F1B keeps p - s). Every stage holds at least one layer but the
+ * first and the last, which may hold only the embedding or only the head. Among equal
+ * optima, the one with the least sum of squared stage times (the most even), so no stage
+ * idles when it need not. With no partition that fits, the one that ignores memory (and
+ * plan_build reports the stage that does not fit). */
+static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
+{
+    int layers = cfg->layers, stages = cfg->stages;
+    /* worst[k][l], squares[k][l]: best (max, sum of squares) of the first k stages over l layers. */
     size_t cells = (size_t)(stages + 1) * (size_t)(layers + 1);
     double *worst = xmalloc(cells * sizeof *worst);
     double *squares = xmalloc(cells * sizeof *squares);
     int *choice = xmalloc(cells * sizeof *choice);
-    double unit = stage_cost(m, 1, false, false); /* normalises the squares */
+    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
+    stage_slots(cfg, slots, stash);
+    /* a scale for the squares: the whole model's time over its layers and head */
+    StagePlan whole;
+    stage_fill(cfg, m, 0, 0, layers, slots[0], stash[0], &whole);
+    double unit = stage_seconds(cfg, &whole) / (layers + 1);
+    if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
+        unit = 1;
 #define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
-    for (int l = 0; l <= layers; l++) {
-        worst[AT(0, l)] = l == 0 ? 0 : INFINITY;
-        squares[AT(0, l)] = 0;
-    }
-    for (int k = 1; k <= stages; k++) {
+    /* stage_time[k][n], fits[k][n]: the k-th stage holding n layers (which ones does not matter) */
+    double *stage_time = xmalloc(cells * sizeof *stage_time);
+    bool *fits = xmalloc(cells * sizeof *fits);
+    for (int k = 1; k <= stages; k++)
+        for (int n = 0; n <= layers; n++) {
+            StagePlan sp;
+            stage_fill(cfg, m, k - 1, 0, n, slots[k - 1], stash[k - 1], &sp);
+            stage_time[AT(k, n)] = stage_seconds(cfg, &sp) / unit;
+            fits[AT(k, n)] = (double)sp.mem_total <= cfg->device_memory;
+        }
+    for (int pass = 0; pass < 2; pass++) {
+        bool check_memory = pass == 0;
         for (int l = 0; l <= layers; l++) {
-            size_t at = AT(k, l);
-            worst[at] = INFINITY;
-            squares[at] = INFINITY;
-            choice[at] = 0;
-            /* the k-th stage takes layers [l - n, l), n >= 1; trying the largest n first
-             * gives exact ties to later stages, which keep fewer slots in flight */
-            for (int n = l - (k - 1); n >= 1; n--) {
-                size_t prev = AT(k - 1, l - n);
-                double here = stage_cost(m, n, k == 1, k == stages) / unit;
-                double w = worst[prev] > here ? worst[prev] : here;
-                double sq = squares[prev] + here * here;
-                bool better = w < worst[at] - 1e-9 || (w <= worst[at] + 1e-9 && sq < squares[at] - 1e-9);
-                if (better) {
-                    worst[at] = w;
-                    squares[at] = sq;
-                    choice[at] = n;
+            worst[AT(0, l)] = l == 0 ? 0 : INFINITY;
+            squares[AT(0, l)] = 0;
+        }
+        for (int k = 1; k <= stages; k++) {
+            bool end = stages > 1 && (k == 1 || k == stages); /* may hold no layer */
+            for (int l = 0; l <= layers; l++) {
+                size_t at = AT(k, l);
+                worst[at] = INFINITY;
+                squares[at] = INFINITY;
+                choice[at] = -1;
+                /* the k-th stage takes layers [l - n, l); trying the largest n first gives
+                 * exact ties to later stages, which keep fewer slots in flight. worst[k-1][.]
+                 * grows with its layers, so once it is above the best so far, so is the rest. */
+                for (int n = l; n >= (end ? 0 : 1); n--) {
+                    size_t prev = AT(k - 1, l - n);
+                    if (worst[prev] > worst[at] + 1e-9)
+                        break;
+                    if (worst[prev] == INFINITY)
+                        continue;
+                    if (check_memory && !fits[AT(k, n)])
+                        continue;
+                    double here = stage_time[AT(k, n)];
+                    double w = worst[prev] > here ? worst[prev] : here;
+                    double sq = squares[prev] + here * here;
+                    bool better = w < worst[at] - 1e-9 || (w <= worst[at] + 1e-9 && sq < squares[at] - 1e-9);
+                    if (better) {
+                        worst[at] = w;
+                        squares[at] = sq;
+                        choice[at] = n;
+                    }
                 }
             }
         }
+        if (worst[AT(stages, layers)] < INFINITY)
+            break;
     }
     for (int k = stages, l = layers; k >= 1; k--) {
         split[k - 1] = choice[AT(k, l)];
+        if (split[k - 1] < 0)
+            ICE("no partition of %d layers over %d stages", layers, stages);
         l -= split[k - 1];
     }
 #undef AT
+    free(stage_time);
+    free(fits);
     free(worst);
     free(squares);
     free(choice);
@@ -137,51 +224,28 @@ void plan_layout(const Config *cfg, Plan *plan)
     if (cfg->split)
         memcpy(split, cfg->split, (size_t)p * sizeof *split);
     else
-        balanced_split(&m, cfg->layers, p, split);
+        balanced_split(cfg, &m, split);
 
-    long segment = schedule_segment_steps(cfg);
     plan->stages = p;
+    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
+    stage_slots(cfg, slots, stash);
     int next_layer = 0;
     for (int s = 0; s < p; s++) {
-        StagePlan *sp = &plan->stage[s];
-        sp->first_layer = next_layer;
-        sp->n_layers = split[s];
+        stage_fill(cfg, &m, s, next_layer, split[s], slots[s], stash[s], &plan->stage[s]);
         next_layer += split[s];
-        sp->has_embed = s == 0;
-        sp->has_head = s == p - 1;
-        double params = sp->n_layers * m.layer_params + (sp->has_embed ? m.embed_params : 0) +
-                        (sp->has_head ? m.head_params : 0);
-        sp->params = (long)params;
-        sp->fwd_flops = sp->n_layers * m.layer_fwd + (sp->has_embed ? m.embed_fwd : 0) +
-                        (sp->has_head ? m.head_fwd : 0);
-        sp->bwd_flops = 2 * sp->fwd_flops;
-        sp->msg_bytes = (long)(m.input_acts * m.act_bytes);
-        double acts = sp->n_layers * m.layer_acts + m.input_acts + (sp->has_head ? m.head_acts : 0);
-        sp->act_bytes = (long)(acts * m.act_bytes);
-        sp->slots = schedule_slots(cfg->schedule, p, s, cfg->window, segment);
-        sp->stash = schedule_stash(cfg->schedule, p, s, cfg->window, segment);
-        sp->mem_weights = sp->params * m.weight_bytes;
-        sp->mem_grads = sp->params * 4;
-        sp->mem_optim = sp->params * 8;
-        sp->mem_acts = sp->act_bytes * sp->slots;
-        sp->mem_stash = sp->params * m.weight_bytes * (long)sp->stash;
-        sp->scratch_floats = (long)(m.scratch + (sp->has_head ? m.head_scratch : 0));
-        // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot
-        // int32 tokens and targets and float losses per token
-        double tokens = (double)cfg->micro * cfg->context;
-        sp->mem_work = (long)((sp->scratch_floats + 2 * m.input_acts) * 4 + sp->slots * tokens * 12);
-        sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
-                        sp->mem_work;
-        plan->total_params += sp->params;
+        plan->total_params += plan->stage[s].params;
     }
-    /* Every layer is on exactly one stage, in order: a wrong split is a compiler bug here. */
+    /* Every layer is on exactly one stage, in order, and only an end stage may hold none: a
+     * wrong split is a compiler bug here. */
     if (next_layer != cfg->layers)
         ICE("the partition covers %d of %d layers", next_layer, cfg->layers);
-    for (int s = 0; s < p; s++)
-        if (plan->stage[s].n_layers < 1 ||
+    for (int s = 0; s < p; s++) {
+        bool end = p > 1 && (s == 0 || s == p - 1);
+        if (plan->stage[s].n_layers < (end ? 0 : 1) ||
             plan->stage[s].first_layer != (s ? plan->stage[s - 1].first_layer + plan->stage[s - 1].n_layers : 0))
             ICE("stage %d of the partition holds layers from %d, %d of them", s,
                 plan->stage[s].first_layer, plan->stage[s].n_layers);
+    }
 }
 
 long plan_peak_memory(const Plan *plan, int *stage)
@@ -248,14 +312,25 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
             plan->total_params, paci_schedule_name(cfg->schedule), cfg->window);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
+        char layers[32] = "none";
+        if (sp->n_layers > 0)
+            snprintf(layers, sizeof layers, "%d..%d", sp->first_layer, sp->first_layer + sp->n_layers - 1);
         fprintf(out,
-                "stage %d: layers %d..%d%s%s params %ld fwd %.4g bwd %.4g FLOP msg %ld B "
+                "stage %d: layers %s%s%s params %ld fwd %.4g bwd %.4g FLOP msg %ld B "
                 "slot %ld B x %d stash %d | weights %ld grads %ld optim %ld acts %ld stash %ld work %ld "
                 "total %ld\n",
-                s, sp->first_layer, sp->first_layer + sp->n_layers - 1,
-                sp->has_embed ? " +embed" : "", sp->has_head ? " +head" : "", sp->params,
+                s, layers, sp->has_embed ? " +embed" : "", sp->has_head ? " +head" : "", sp->params,
                 sp->fwd_flops, sp->bwd_flops, sp->msg_bytes, sp->act_bytes, sp->slots, sp->stash,
                 sp->mem_weights, sp->mem_grads, sp->mem_optim, sp->mem_acts, sp->mem_stash,
                 sp->mem_work, sp->mem_total);
     }
+}
+
+void stage_layers_label(const StagePlan *sp, char *out, size_t size)
+{
+    if (sp->n_layers == 0) /* an embedding-only first or head-only last stage */
+        snprintf(out, size, "%s", sp->has_embed && sp->has_head ? "e+h" : sp->has_embed ? "emb" : "head");
+    else
+        snprintf(out, size, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
+                 sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
 }

@@ -413,7 +413,8 @@ static void set_model_name(Sema *s, const Entry *e)
     }
 }
 
-/* `split [n0, n1, ...]`: stored as written; checked against stages and layers later. */
+/* `split [n0, n1, ...]`: stored as written; checked against stages and layers later. A 0 is
+ * allowed only at either end: an embedding-only first stage or a head-only last stage. */
 static void set_split(Sema *s, const Entry *e)
 {
     if (!expect_count(s, e, 1, "one list of layers per stage, e.g. [3, 3, 2]"))
@@ -433,12 +434,15 @@ static void set_split(Sema *s, const Entry *e)
     for (int i = 0; i < list->n_items; i++) {
         const Value *item = list->items[i];
         double n;
-        if (item->kind == VAL_NUMBER && item->number == 0 && item->is_integer) {
-            error_at(s->src, item->span, "stage %d of 'split' has 0 layers; every stage needs at least one", i);
+        /* 0 layers: the first stage then holds only the embedding, the last only the head */
+        bool end = i == 0 || i == list->n_items - 1;
+        if (item->kind == VAL_NUMBER && item->number == 0 && item->is_integer && !end) {
+            error_at(s->src, item->span, "stage %d of 'split' has 0 layers; only the first stage (embedding "
+                     "only) or the last (LM head only) may hold none", i);
             free(split);
             goto fail;
         }
-        if (!check_number(s, "split", item, 1, 1024, false, true, &n)) {
+        if (!check_number(s, "split", item, end ? 0 : 1, 1024, false, true, &n)) {
             free(split);
             goto fail;
         }
@@ -885,9 +889,11 @@ static void check_pipeline(Sema *s)
     const Entry *global = written(s, "batch", "global");
     bool stages_ok = usable(s, "pipeline", "stages");
     bool layers_ok = usable(s, "model", "layers") && usable(s, "file", "model");
-    if (stages_ok && layers_ok && cfg->layers > 0 && cfg->stages > cfg->layers) {
+    /* the first stage may hold only the embedding and the last only the head: p <= layers + 2 */
+    if (stages_ok && layers_ok && cfg->layers > 0 && cfg->stages > cfg->layers + 2) {
         error_at(s->src, stages ? stages->values[0]->span : SPAN_FILE,
-                 "stages %d is more than the model's %d layers: every stage needs at least one layer",
+                 "stages %d is more than the model's %d layers + 2: every stage but an embedding-only "
+                 "first and a head-only last needs at least one layer",
                  cfg->stages, cfg->layers);
         stages_ok = false;
     }

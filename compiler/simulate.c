@@ -39,15 +39,27 @@
 
 #include "pacic.h"
 
+void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step)
+{
+    const MeasuredCosts *mc = cfg->measured;
+    if (mc) {
+        *fwd = sp->n_layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + (sp->has_head ? mc->head_fwd : 0);
+        *bwd = sp->n_layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + (sp->has_head ? mc->head_bwd : 0);
+        *step = (double)sp->params * mc->step_per_param;
+        return;
+    }
+    double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
+    *fwd = sp->fwd_flops / cfg->device_flops;
+    *bwd = sp->bwd_flops / cfg->device_flops;
+    *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
+}
+
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
 {
     memset(cm, 0, sizeof *cm);
-    double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
-        cm->fwd[s] = sp->fwd_flops / cfg->device_flops;
-        cm->bwd[s] = sp->bwd_flops / cfg->device_flops;
-        cm->step[s] = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
+        cost_stage(cfg, sp, &cm->fwd[s], &cm->bwd[s], &cm->step[s]);
         cm->msg[s] = s + 1 < plan->stages
                          ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
                          : 0;
@@ -323,6 +335,82 @@ bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *
         op_profile_free(&r.ops);
     }
     return ok;
+}
+
+/* Calls of a section at a stage, adding its ops' times to *total: the fewest calls of its
+ * ops (an op inside a loop, as matmul attention's per (sequence, head), runs more often). */
+static long stage_section_calls(const OpProfile *ops, int stage, const char *section, double *total)
+{
+    long calls = 0;
+    for (int i = 0; i < ops->n_ops; i++) {
+        const ProfileOp *op = &ops->ops[i];
+        if (op->stage != stage || strcmp(op->section, section) != 0)
+            continue;
+        *total += op->total;
+        if (op->calls > 0 && (calls == 0 || op->calls < calls))
+            calls = op->calls;
+    }
+    return calls;
+}
+
+/* How often a section ran, over every stage. */
+static long section_calls(const OpProfile *ops, const char *section)
+{
+    long calls = 0;
+    double ignored = 0;
+    for (int s = 0; s < PACI_MAX_STAGES; s++)
+        calls += stage_section_calls(ops, s, section, &ignored);
+    return calls;
+}
+
+/* Seconds per call of a section (per layer for the blocks), over every stage that ran it. */
+static double section_seconds(const OpProfile *ops, const char *section)
+{
+    double total = 0;
+    long calls = 0;
+    for (int s = 0; s < PACI_MAX_STAGES; s++)
+        calls += stage_section_calls(ops, s, section, &total);
+    return calls > 0 ? total / (double)calls : -1;
+}
+
+bool measured_costs_load(const char *path, const Plan *plan, MeasuredCosts *mc)
+{
+    CostModel cm = {0};
+    OpProfile ops = {0};
+    if (!profile_load(path, plan, &cm, &ops))
+        return false;
+    static const char *const sections[6] = {"block_forward", "block_backward", "embed_forward",
+                                            "embed_backward", "head_forward", "head_backward"};
+    double seconds[6];
+    bool ok = true;
+    for (int i = 0; i < 6 && ok; i++) {
+        seconds[i] = section_seconds(&ops, sections[i]);
+        if (seconds[i] < 0) {
+            diag_plain(DIAG_ERROR, "%s has no per-op times for %s (--balance needs a profile that "
+                       "run --profile-out wrote, version 2)", path, sections[i]);
+            ok = false;
+        }
+    }
+    /* The ops are timed by a clock that counts waits (monotonic on the CPU, events on the
+     * GPU), the stage lines in the stages' own time, which --profile replays and AdamW is
+     * priced in: the ops' times are scaled to the stage lines' fwd and bwd over the run
+     * (every stage ran head_forward's count of forwards and backwards). */
+    double step = 0, stage_seconds = 0, op_seconds = 0;
+    for (int s = 0; s < plan->stages; s++) {
+        step += cm.step[s];
+        stage_seconds += cm.fwd[s] + cm.bwd[s];
+    }
+    for (int i = 0; i < ops.n_ops; i++)
+        if (strcmp(ops.ops[i].section, "adamw") != 0)
+            op_seconds += ops.ops[i].total;
+    long passes = ok ? section_calls(&ops, "head_forward") : 0;
+    double scale = op_seconds > 0 && stage_seconds > 0 ? stage_seconds * (double)passes / op_seconds : 1;
+    op_profile_free(&ops);
+    if (!ok)
+        return false;
+    *mc = (MeasuredCosts){scale * seconds[0], scale * seconds[1], scale * seconds[2], scale * seconds[3],
+                          scale * seconds[4], scale * seconds[5], step / (double)plan->total_params};
+    return true;
 }
 
 bool cost_model_load_profile(const char *path, const Plan *plan, CostModel *cm)

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# One process per stage with unequal stages (split [1, 4, 1], 1f1b, global clipping): the
-# ranks exchange per-tensor gradient sums of different lengths every step. Trains
-# bit-identically to the threaded run. Under ASan (make sanitize) this is the case where a
-# rank sending more sums than its stage holds would read past its buffer.
+# One process per stage with unequal stages (split [1, 4, 1], and [0, 6, 0]: an
+# embedding-only and a head-only stage; 1f1b, global clipping): the ranks exchange
+# per-tensor gradient sums of different lengths every step. Trains bit-identically to the
+# threaded run. Under ASan (make sanitize) this is the case where a rank sending more sums
+# than its stage holds would read past its buffer.
 source tests/e2e/lib.sh
 
+for split in "1, 4, 1" "0, 6, 0"; do
 port=$((20000 + RANDOM % 20000))
+rm -rf "$work/unequal" "$work/mp"
 cat > "$work/unequal.paci" <<DSL
 model gpt2 { layers 6; width 32; heads 2; context 16; vocab 256 }
-pipeline { stages 3; schedule 1f1b; window 2; split [1, 4, 1] }
+pipeline { stages 3; schedule 1f1b; window 2; split [$split] }
 batch { micro 2 }
 train {
     data "$data/tiny_train.bin"
@@ -37,4 +40,5 @@ for f in model.bin state.bin; do
     cmp "$work/unequal/ckpt/step_00000004/$f" "$work/mp/rank0/ckpt/step_00000004/$f" \
         || fail "$f differs from the threaded run's"
 done
-echo "3 processes, split [1, 4, 1], global clipping: identical to the threaded run"
+echo "3 processes, split [$split], global clipping: identical to the threaded run"
+done

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "pacic.h"
+#include "../../runtime/pacirt.h"
 
 static const Source test_source = {.path = "test.paci", .text = "", .len = 0};
 
@@ -180,6 +181,44 @@ static void test_gpu_forms(void **state)
     gpu_costs_free(&gc);
 }
 
+/* The optimizer step by hand for one layer at C = 8: Muon's four weight matrices (qkv as three
+ * 8 x 8, fc 32 x 8, its projection 8 x 32, the attention projection 8 x 8) get momentum,
+ * normalisation, 5 Newton-Schulz steps of 4 m^2 M + 2 m^3 FLOPs (m the shorter side) and the
+ * update; every other tensor AdamW's 12 FLOPs a parameter. LARS costs less than AdamW. */
+static void test_optimizer_steps(void **state)
+{
+    (void)state;
+    Config cfg = tiny_config(PREC_FP32, ATTN_FLASH, 1, 1);
+    cfg.optimizer = PR_OPT_MUON;
+    cfg.ns_steps = 5;
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    GpuCosts gc;
+    gpu_costs_build(&cfg, &plan, &gc);
+    const OpCost *step = find_op(&gc.stage[0], "adamw", "Muon");
+    double C = 8, params = (double)plan.stage[0].params;
+    double matrices[][3] = {{3, 8, 8}, {1, 8, 8}, {1, 8, 32}, {1, 8, 32}}; /* count, m, M */
+    double muon_params = 0, want = 0;
+    for (int i = 0; i < 4; i++) {
+        double count = matrices[i][0], m = matrices[i][1], M = matrices[i][2];
+        muon_params += count * m * M;
+        want += count * (2 * m * M + 5 * (4 * m * m * M + 2 * m * m * m));
+    }
+    assert_close(muon_params, 12 * C * C, "Muon's parameters");
+    want += 6 * muon_params + 12 * (params - muon_params);
+    assert_close(step->flops * step->launches, want, "Muon step FLOPs");
+    double muon_seconds = gc.stage[0].step;
+    gpu_costs_free(&gc);
+    cfg.optimizer = PR_OPT_ADAMW;
+    gpu_costs_build(&cfg, &plan, &gc);
+    double adamw_seconds = gc.stage[0].step;
+    gpu_costs_free(&gc);
+    cfg.optimizer = PR_OPT_LARS;
+    gpu_costs_build(&cfg, &plan, &gc);
+    assert_true(gc.stage[0].step < adamw_seconds && adamw_seconds < muon_seconds);
+    gpu_costs_free(&gc);
+}
+
 /* The numbering is the generated code's: pr_stage_S_ops lists {section, name, comment} in
  * op order, which run --profile-out's op lines follow. */
 static void test_numbering_is_the_generated_codes(void **state)
@@ -264,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_figures_by_hand),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_gpu_forms),
+        cmocka_unit_test(test_optimizer_steps),
         cmocka_unit_test(test_numbering_is_the_generated_codes),
         cmocka_unit_test(test_every_kernel_has_a_cost),
         cmocka_unit_test(test_emit_with_profile),

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,25 +54,133 @@ static void test_gpt2_small_parameters(void **state)
     assert_true(plan.stage[0].bwd_flops == 2 * expected);
 }
 
-/* Every layer on exactly one stage, in order, each stage at least one, over many shapes. */
+/* Every layer on exactly one stage, in order, each stage at least one but an end stage
+ * (embedding only, head only), over many shapes, up to layers + 2 stages. */
 static void test_partition_covers_layers(void **state)
 {
     (void)state;
     for (int layers = 1; layers <= 48; layers += 5)
-        for (int p = 1; p <= layers && p <= 16; p++) {
+        for (int p = 1; p <= layers + 2 && p <= 16; p++) {
             Config cfg = gpt2(layers, 256, 4, p, PACI_SCHED_ONEF1B, 4);
             Plan plan;
             plan_layout(&cfg, &plan);
             int next = 0;
             for (int s = 0; s < p; s++) {
                 assert_int_equal(plan.stage[s].first_layer, next);
-                assert_true(plan.stage[s].n_layers >= 1);
+                bool end = p > 1 && (s == 0 || s == p - 1);
+                assert_true(plan.stage[s].n_layers >= (end ? 0 : 1));
                 next += plan.stage[s].n_layers;
                 assert_int_equal(plan.stage[s].has_embed, s == 0);
                 assert_int_equal(plan.stage[s].has_head, s == p - 1);
             }
             assert_int_equal(next, layers);
         }
+}
+
+/* The slowest stage's seconds per optimizer step as the cost model prices the plan: K
+ * forwards and backwards and one AdamW step. */
+static double bottleneck(const Config *cfg, const Plan *plan)
+{
+    CostModel cm;
+    cost_model_from_plan(cfg, plan, &cm);
+    double worst = 0;
+    for (int s = 0; s < plan->stages; s++) {
+        double t = cfg->window * (cm.fwd[s] + cm.bwd[s]) + cm.step[s];
+        worst = t > worst ? t : worst;
+    }
+    return worst;
+}
+
+static bool fits(const Config *cfg, const Plan *plan)
+{
+    for (int s = 0; s < plan->stages; s++)
+        if ((double)plan->stage[s].mem_total > cfg->device_memory)
+            return false;
+    return true;
+}
+
+/* The best bottleneck over every split that fits the memory, by enumeration (INFINITY if
+ * none fits): stage 0 and the last may hold no layer, the others at least one. */
+static double best_by_enumeration(Config *cfg, int *split, int s, int left)
+{
+    int p = cfg->stages;
+    if (s == p - 1) {
+        if (left < (p > 1 ? 0 : 1))
+            return INFINITY;
+        split[s] = left;
+        cfg->split = split;
+        Plan plan;
+        plan_layout(cfg, &plan);
+        cfg->split = NULL;
+        return fits(cfg, &plan) ? bottleneck(cfg, &plan) : INFINITY;
+    }
+    double best = INFINITY;
+    for (int n = s == 0 ? 0 : 1; n <= left; n++) {
+        split[s] = n;
+        double b = best_by_enumeration(cfg, split, s + 1, left - n);
+        best = b < best ? b : best;
+    }
+    return best;
+}
+
+/* The automatic split is the fastest that fits: its bottleneck equals the enumerated
+ * optimum, with the memory unbounded and with the memory just below what that split
+ * needs (then the partitioner must find another); heads of every weight relative to a
+ * layer (vocabulary 256 to 50257), and steps of so few tokens that the optimizer step
+ * outweighs the products. */
+static void test_partition_is_optimal_within_memory(void **state)
+{
+    (void)state;
+    int vocabs[] = {256, 8192, 50257};
+    int constrained = 0;
+    for (int v = 0; v < 3; v++)
+        for (int p = 1; p <= 5; p++)
+            for (int kind = 0; kind < 3; kind++) {
+                Config cfg = gpt2(7, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
+                cfg.vocab = vocabs[v];
+                if (kind == 2) { /* few tokens a step: AdamW's pass over the weights dominates */
+                    cfg.micro = 1;
+                    cfg.context = 16;
+                    cfg.window = 1;
+                    cfg.global_batch = 1;
+                }
+                cfg.device_memory = 1e15;
+                int split[PACI_MAX_STAGES];
+                Plan plan;
+                plan_layout(&cfg, &plan);
+                double best = best_by_enumeration(&cfg, split, 0, cfg.layers);
+                assert_true(fabs(bottleneck(&cfg, &plan) - best) <= 1e-9 * best);
+                /* a device just too small for the unconstrained choice */
+                cfg.device_memory = (double)plan_peak_memory(&plan, NULL) - 1;
+                best = best_by_enumeration(&cfg, split, 0, cfg.layers);
+                if (best == INFINITY)
+                    continue;
+                constrained++;
+                plan_layout(&cfg, &plan);
+                assert_true(fits(&cfg, &plan));
+                assert_true(fabs(bottleneck(&cfg, &plan) - best) <= 1e-9 * best);
+            }
+    assert_true(constrained >= 10); /* the memory bound took part (11 of the 45 cases) */
+}
+
+/* A stage may hold only the head: on the paper's setting (GPT-2 Medium, 8 stages) the head
+ * costs about 3.8 layers, and the last stage holds it alone. */
+static void test_head_only_stage(void **state)
+{
+    (void)state;
+    Config cfg = gpt2(24, 1024, 16, 8, PACI_SCHED_PACI, 8);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    assert_int_equal(plan.stage[7].n_layers, 0);
+    assert_int_equal(plan.stage[7].first_layer, 24);
+    assert_true(plan.stage[7].has_head);
+    int split[8] = {0, 4, 4, 4, 4, 4, 4, 0}; /* an embedding-only first stage, by hand */
+    cfg.split = split;
+    assert_true(plan_build(&cfg, &plan));
+    assert_int_equal(plan.stage[0].n_layers, 0);
+    assert_true(plan.stage[0].has_embed);
+    assert_int_equal(plan.stage[1].first_layer, 0);
+    assert_true(plan.stage[0].fwd_flops == 0);
 }
 
 /* The automatic split is no slower than the even split, and the head stage gets fewer layers. */
@@ -173,6 +282,8 @@ int main(void)
         cmocka_unit_test(test_gpt2_small_parameters),
         cmocka_unit_test(test_partition_covers_layers),
         cmocka_unit_test(test_partition_balances_head),
+        cmocka_unit_test(test_partition_is_optimal_within_memory),
+        cmocka_unit_test(test_head_only_stage),
         cmocka_unit_test(test_manual_split_respected),
         cmocka_unit_test(test_memory_by_schedule),
         cmocka_unit_test(test_memory_error),

@@ -431,7 +431,7 @@ static void test_more_stages_than_layers(void **state)
 {
     (void)state;
     assert_first_message(MODEL "pipeline { stages 8 }\n" BATCH TRAIN,
-                         "t.paci:2:19: error: stages 8 is more than the model's 4 layers: every stage needs at least one layer");
+                         "t.paci:2:19: error: stages 8 is more than the model's 4 layers + 2: every stage but an embedding-only first and a head-only last needs at least one layer");
 }
 
 static void test_window_zero(void **state)
@@ -458,13 +458,30 @@ static void test_global_batch_checks(void **state)
                          "t.paci:3:25: error: global 44 is not divisible by micro 8: the window would not be whole");
 }
 
+/* A 0 at either end: an embedding-only first stage, a head-only last one; 6 stages over 4
+ * layers then fit. */
+static void test_split_end_stages_may_be_empty(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 4; split [0, 2, 2, 0] }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.split[0], 0);
+    assert_int_equal(c.cfg.split[3], 0);
+    done(&c);
+    c = check(MODEL "pipeline { stages 6 }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    done(&c);
+}
+
 static void test_split_errors(void **state)
 {
     (void)state;
     assert_first_message(MODEL "pipeline { stages 3; split [2, 2] }\n" BATCH TRAIN,
                          "t.paci:2:28: error: 'split' has 2 entries but there are 3 stages");
     assert_first_message(MODEL "pipeline { stages 3; split [2, 0, 2] }\n" BATCH TRAIN,
-                         "t.paci:2:32: error: stage 1 of 'split' has 0 layers; every stage needs at least one");
+                         "t.paci:2:32: error: stage 1 of 'split' has 0 layers; only the first stage (embedding only) or the last (LM head only) may hold none");
+    assert_first_message(MODEL "pipeline { stages 3; split [2, 2, -1] }\n" BATCH TRAIN,
+                         "t.paci:2:35: error: 'split' -1 is out of range: it must be in 0..1024");
     assert_first_message(MODEL "pipeline { stages 2; split [1, 2] }\n" BATCH TRAIN,
                          "t.paci:2:28: error: 'split' covers 3 of the model's 4 layers: layer 3 would be in no stage");
     assert_first_message(MODEL "pipeline { stages 2; split [3, 3] }\n" BATCH TRAIN,
@@ -815,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_window_zero),
         cmocka_unit_test(test_global_batch_checks),
         cmocka_unit_test(test_split_errors),
+        cmocka_unit_test(test_split_end_stages_may_be_empty),
         cmocka_unit_test(test_tied_needs_one_stage),
         cmocka_unit_test(test_missing_required),
         cmocka_unit_test(test_unknown_schedule_suggests),

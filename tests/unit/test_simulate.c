@@ -198,6 +198,82 @@ static void test_profile(void **state)
     diag_reset();
 }
 
+/* --balance: a version 2 profile gives each part of the model its measured cost, the
+ * sections' op times over their calls (a block's ops run once per layer, an op in a loop
+ * more often), scaled to the stage lines' forward and backward times, AdamW over the
+ * parameters; the partitioner then prices stages with them: here the embedding costs
+ * more than the 4 layers together and the head nothing, so stage 0 holds the embedding
+ * alone and the head goes with two layers. A profile without a section's ops is an error naming it. */
+static void test_measured_costs(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 3, 4, 4);
+    cfg.layers = 4;
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    assert_true(plan.stage[0].n_layers > 0);
+    /* the stage lines agree with the ops here (stage 0: 10 + 2 x 1 forward, 4 + 10 backward) */
+    char *path = write_temp("version 2\n"
+                            "stage 0 fwd 12 bwd 14 step 0.5\nstage 1 fwd 1 bwd 2 step 0.25\nstage 2 fwd 0 bwd 0 step 0.25\n"
+                            "op 0 0 embed_forward k calls 8 total 80 mean 10 \"e\"\n"
+                            "op 0 1 block_forward k calls 16 total 8 mean 0.5 \"a\"\n"
+                            "op 0 2 block_forward k calls 16 total 8 mean 0.5 \"b\"\n"
+                            "op 1 0 block_forward k calls 8 total 4 mean 0.5 \"a\"\n"
+                            "op 1 1 block_forward k calls 64 total 4 mean 0.0625 \"in a loop\"\n"
+                            "op 0 3 block_backward k calls 16 total 32 mean 2 \"c\"\n"
+                            "op 1 2 block_backward k calls 8 total 16 mean 2 \"c\"\n"
+                            "op 0 4 embed_backward k calls 8 total 80 mean 10 \"e\"\n"
+                            "op 2 0 head_forward k calls 8 total 0 mean 0 \"h\"\n"
+                            "op 2 1 head_backward k calls 8 total 0 mean 0 \"h\"\n");
+    MeasuredCosts mc;
+    assert_true(measured_costs_load(path, &plan, &mc));
+    assert_true(mc.layer_fwd == 1 && mc.layer_bwd == 2 && mc.embed_fwd == 10 && mc.embed_bwd == 10);
+    assert_true(mc.head_fwd == 0 && mc.head_bwd == 0);
+    assert_true(mc.step_per_param == 1.0 / (double)plan.total_params);
+    cfg.measured = &mc;
+    assert_true(plan_build(&cfg, &plan));
+    assert_int_equal(plan.stage[0].n_layers, 0);
+    assert_int_equal(plan.stage[2].n_layers, 2);
+    CostModel cm;
+    cost_model_from_plan(&cfg, &plan, &cm);
+    assert_true(cm.fwd[0] == 10 && cm.bwd[0] == 10);
+    assert_true(cm.fwd[1] == plan.stage[1].n_layers * 1.0 && cm.bwd[1] == plan.stage[1].n_layers * 2.0);
+    /* stage lines twice the ops' times (the ops' clock counted less): the ops scale to them */
+    char *first = read_file(path, NULL);
+    unlink(path);
+    free(path);
+    char *doubled = xasprintf("version 2\nstage 0 fwd 24 bwd 28 step 0.5\nstage 1 fwd 2 bwd 4 step 0.25\n%s",
+                              strstr(first, "stage 2 fwd"));
+    path = write_temp(doubled);
+    cfg.measured = NULL;
+    assert_true(measured_costs_load(path, &plan, &mc));
+    assert_true(mc.layer_fwd == 2 && mc.layer_bwd == 4 && mc.embed_fwd == 20 && mc.embed_bwd == 20);
+    assert_true(mc.step_per_param == 1.0 / (double)plan.total_params);
+    free(first);
+    free(doubled);
+    unlink(path);
+    free(path);
+
+    char out_path[] = "/tmp/pacic_diag_XXXXXX";
+    FILE *diag = fdopen(mkstemp(out_path), "w+");
+    diag_set_stream(diag);
+    path = write_temp("stage 0 fwd 1 bwd 1 step 1\n");
+    assert_false(measured_costs_load(path, &plan, &mc));
+    diag_set_stream(stderr);
+    rewind(diag);
+    char text[1024] = {0};
+    assert_true(fread(text, 1, sizeof text - 1, diag) > 0);
+    char *want = xasprintf("%s has no per-op times for block_forward (--balance needs a profile that run "
+                           "--profile-out wrote, version 2)", path);
+    assert_non_null(strstr(text, want));
+    free(want);
+    fclose(diag);
+    unlink(out_path);
+    unlink(path);
+    free(path);
+    diag_reset();
+}
+
 /* Version 2: the op and compute lines are read into an OpProfile; stage lines still set the
  * costs; a malformed op line or an unknown version is an error naming file and line. */
 static void test_profile_ops(void **state)
@@ -276,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_partial_segment),
         cmocka_unit_test(test_profile),
         cmocka_unit_test(test_profile_ops),
+        cmocka_unit_test(test_measured_costs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
