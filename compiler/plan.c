@@ -181,14 +181,17 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
                     size_t prev = AT(k - 1, l - n);
                     if (worst[prev] > worst[at] + 1e-9)
                         break;
-                    if (worst[prev] == INFINITY)
+                    if (k > 1 ? choice[prev] < 0 : l - n != 0) /* no way to place layers [0, l - n) */
                         continue;
                     if (check_memory && !fits[AT(k, n)])
                         continue;
                     double here = stage_time[AT(k, n)];
                     double w = worst[prev] > here ? worst[prev] : here;
                     double sq = squares[prev] + here * here;
-                    bool better = w < worst[at] - 1e-9 || (w <= worst[at] + 1e-9 && sq < squares[at] - 1e-9);
+                    // the first candidate stands even at an infinite cost (a config without a
+                    // hardware block prices every stage at infinity); then only a better one
+                    bool better = choice[at] < 0 || w < worst[at] - 1e-9 ||
+                                  (w <= worst[at] + 1e-9 && sq < squares[at] - 1e-9);
                     if (better) {
                         worst[at] = w;
                         squares[at] = sq;
@@ -197,7 +200,7 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
                 }
             }
         }
-        if (worst[AT(stages, layers)] < INFINITY)
+        if (choice[AT(stages, layers)] >= 0)
             break;
     }
     for (int k = stages, l = layers; k >= 1; k--) {

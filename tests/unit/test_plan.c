@@ -34,6 +34,29 @@ static Config gpt2(int layers, int width, int heads, int stages, int kind, int w
     return cfg;
 }
 
+/* A config built by hand without a hardware block (no FLOP/s, no memory bandwidth, no
+ * memory: tests/numeric/gen_stages.c) prices every stage at infinity and fits none: the
+ * partition still places every layer, and at least one on each stage that must hold one. */
+static void test_partition_without_hardware(void **state)
+{
+    (void)state;
+    for (int stages = 1; stages <= 4; stages++) {
+        Config cfg = gpt2(4, 64, 2, stages, PACI_SCHED_PACI, 4);
+        cfg.device_flops = 0;
+        cfg.memory_bandwidth = 0;
+        cfg.device_memory = 0;
+        Plan plan;
+        plan_layout(&cfg, &plan);
+        int total = 0;
+        for (int s = 0; s < stages; s++) {
+            total += plan.stage[s].n_layers;
+            if (s > 0 && s < stages - 1)
+                assert_true(plan.stage[s].n_layers > 0);
+        }
+        assert_int_equal(total, 4);
+    }
+}
+
 /* GPT-2 Small with its tied head has 124,439,808 parameters (vocabulary 50257). */
 static void test_gpt2_small_parameters(void **state)
 {
@@ -280,6 +303,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_small_parameters),
+        cmocka_unit_test(test_partition_without_hardware),
         cmocka_unit_test(test_partition_covers_layers),
         cmocka_unit_test(test_partition_balances_head),
         cmocka_unit_test(test_partition_is_optimal_within_memory),
