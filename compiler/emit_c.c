@@ -137,30 +137,6 @@ static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
     blank_line(sb);
 }
 
-bool op_is_timed(const Op *op)
-{
-    return op->kind != OP_LOOP && op->kind != OP_END;
-}
-
-/* An op's name in the profile: its kernel, or what the op does. */
-static const char *op_profile_name(const Op *op)
-{
-    switch (op->kind) {
-    case OP_KERNEL:
-        return op->kernel->name;
-    case OP_GEMM:
-        return "gemm";
-    case OP_ZERO:
-        return "zero";
-    case OP_COPY:
-        return "copy";
-    case OP_LOOP:
-    case OP_END:
-        break;
-    }
-    unreachable();
-}
-
 /* A product's arguments for the CPU: under bf16 an operand kept in bf16 (its bf16 form is the
  * operand itself: layout_add_operand) is widened to fp32 first, by pr_widen_bf16 into the
  * calling thread's buffer `slot` (0 for a, 1 for b). */
@@ -257,40 +233,6 @@ static void emit_c_section(StrBuf *sb, const char *doc, const char *name, const 
     blank_line(sb);
 }
 
-/* The sections a stage is made of, in the order the per-op profile numbers their ops (the
- * stage's AdamW last, one op: it has no op list). */
-typedef struct StageSection {
-    const char *name;
-    const OpList *ops; /* NULL for adamw */
-} StageSection;
-
-static int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[7])
-{
-    int n = 0;
-    if (sp->has_embed)
-        out[n++] = (StageSection){"embed_forward", &ops->embed_fwd};
-    out[n++] = (StageSection){"block_forward", &ops->block_fwd};
-    if (sp->has_head) {
-        out[n++] = (StageSection){"head_forward", &ops->head_fwd};
-        out[n++] = (StageSection){"head_backward", &ops->head_bwd};
-    }
-    out[n++] = (StageSection){"block_backward", &ops->block_bwd};
-    if (sp->has_embed)
-        out[n++] = (StageSection){"embed_backward", &ops->embed_bwd};
-    out[n++] = (StageSection){"adamw", NULL};
-    return n;
-}
-
-static int timed_ops(const StageSection *section)
-{
-    if (!section->ops)
-        return 1;
-    int n = 0;
-    for (int i = 0; i < section->ops->n; i++)
-        n += op_is_timed(&section->ops->ops[i]);
-    return n;
-}
-
 /* The numbering of the timed ops, the stage's timer pointer and the hooks around each op. */
 static void emit_op_profile_hooks(StrBuf *sb, int s, const StageSection *sections, int n_sections)
 {
@@ -301,7 +243,7 @@ static void emit_op_profile_hooks(StrBuf *sb, int s, const StageSection *section
     int total = 0;
     for (int i = 0; i < n_sections; i++) {
         sb_printf(&bases, "OPS_%s = %d, ", sections[i].name, total);
-        total += timed_ops(&sections[i]);
+        total += section_timed_ops(&sections[i]);
     }
     emit_line(sb, "enum { %sN_OPS = %d };", bases.data, total);
     sb_free(&bases);
@@ -472,7 +414,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
 
-    StageSection sections[7];
+    StageSection sections[MAX_STAGE_SECTIONS];
     int n_sections = stage_sections(sp, ops, sections);
     emit_op_profile_hooks(sb, s, sections, n_sections);
 
@@ -572,19 +514,6 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "OP_END(OPS_adamw);");
     emit_close(sb, "");
     emit_close(sb, "");
-}
-
-/* The stage's timed ops (program.c states the tables' lengths). */
-static int stage_op_count(const Config *cfg, const StagePlan *sp)
-{
-    ModelOps ops;
-    model_ops_build(cfg, &ops);
-    StageSection sections[7];
-    int n_sections = stage_sections(sp, &ops, sections), total = 0;
-    for (int i = 0; i < n_sections; i++)
-        total += timed_ops(&sections[i]);
-    model_ops_free(&ops);
-    return total;
 }
 
 static const char *const op_enum_names[] = {

@@ -511,7 +511,55 @@ int flash_block_threads(const Config *cfg, const KernelDesc *k);
 /* The tiling constants and device functions the tiled kernels call (nothing where they do not fit). */
 void emit_flash_device(StrBuf *sb, const Config *cfg);
 
-/* ---- codegen.c, emit_c.c, emit_cuda.c: per-stage programs ---------------------------- */
+/* ---- layout.c: where each tensor of a stage lives ----------------------------------- */
+
+/* A named range of floats in one of a stage's blocks; the name becomes a constant. */
+typedef struct LayoutEntry {
+    const char *name;
+    long offset, size;
+    const char *doc;
+} LayoutEntry;
+
+typedef struct Layout {
+    LayoutEntry entry[24];
+    int n;
+    long total;
+} Layout;
+
+/* Where everything of a stage lives. Per-layer blocks repeat n_layers times after the
+ * stage block's LAYERS entry. */
+typedef struct StageLayout {
+    Layout layer_params; /* P_*: one layer's parameters */
+    Layout layer_acts;   /* A_*: one layer's saved activations */
+    Layout params;       /* PARAM_*: embedding, layers, final LN and head */
+    Layout acts;         /* ACT_*: input, layers, head */
+    Layout scratch;      /* S_*: backward scratch */
+    long in_offset, out_offset, probs_offset;
+} StageLayout;
+
+/* One parameter tensor of a stage, as the runtime's tensor table states it. */
+typedef struct TensorInfo {
+    char name[32];       /* e.g. "h3.qkvw" */
+    const char *ckpt_tensor; /* enumerator of pr_ckpt_tensor (runtime/pacirt.h), e.g. "PR_CKPT_QKVW" */
+    long ckpt_offset, offset, size;
+    bool decay;
+    const char *init;    /* enumerator of pr_init, e.g. "PR_INIT_NORMAL" */
+} TensorInfo;
+
+/* Floats per row of the logits and probabilities: the vocabulary rounded up to 64, so that
+ * every row starts on 256 bytes (128 in bf16), as the GPU's products want. */
+static inline long vocab_stride(const Config *cfg)
+{
+    return (cfg->vocab + 63L) / 64 * 64;
+}
+void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
+long layout_offset(const Layout *l, const char *name); /* internal error if absent */
+/* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */
+int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **out);
+/* An internal error unless every stage's blocks are the sizes plan.c counted. */
+void layout_check_plan(const Config *cfg, const Plan *plan);
+
+/* ---- ops.c: the model lowered to backend-neutral op lists ---------------------------- */
 
 /* Backend-neutral operations. Arguments are pointer expressions over the section's named
  * bases and the generated offset constants, valid C and CUDA host code alike. */
@@ -566,69 +614,46 @@ typedef struct ModelOps {
     OpList head_bwd, block_bwd, embed_bwd; /* backward, in this order */
 } ModelOps;
 
-/* A named range of floats in one of a stage's blocks; the name becomes a constant. */
-typedef struct LayoutEntry {
-    const char *name;
-    long offset, size;
-    const char *doc;
-} LayoutEntry;
-
-typedef struct Layout {
-    LayoutEntry entry[24];
-    int n;
-    long total;
-} Layout;
-
-/* Where everything of a stage lives. Per-layer blocks repeat n_layers times after the
- * stage block's LAYERS entry. */
-typedef struct StageLayout {
-    Layout layer_params; /* P_*: one layer's parameters */
-    Layout layer_acts;   /* A_*: one layer's saved activations */
-    Layout params;       /* PARAM_*: embedding, layers, final LN and head */
-    Layout acts;         /* ACT_*: input, layers, head */
-    Layout scratch;      /* S_*: backward scratch */
-    long in_offset, out_offset, probs_offset;
-} StageLayout;
-
-/* One parameter tensor of a stage, as the runtime's tensor table states it. */
-typedef struct TensorInfo {
-    char name[32];       /* e.g. "h3.qkvw" */
-    const char *ckpt_tensor; /* enumerator of pr_ckpt_tensor (runtime/pacirt.h), e.g. "PR_CKPT_QKVW" */
-    long ckpt_offset, offset, size;
-    bool decay;
-    const char *init;    /* enumerator of pr_init, e.g. "PR_INIT_NORMAL" */
-} TensorInfo;
-
-/* Floats per row of the logits and probabilities: the vocabulary rounded up to 64, so that
- * every row starts on 256 bytes (128 in bf16), as the GPU's products want. */
-static inline long vocab_stride(const Config *cfg)
-{
-    return (cfg->vocab + 63L) / 64 * 64;
-}
-void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
-long layout_offset(const Layout *l, const char *name); /* internal error if absent */
-/* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */
-int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **out);
-
 void model_ops_build(const Config *cfg, ModelOps *ops);
 void model_ops_free(ModelOps *ops);
 
-/* Renders one stage / the program as C source (emit_c.c). */
+/* A section of a stage, in the order the generated code numbers the ops for the per-op
+ * profile: embed_forward, block_forward, head_forward, head_backward, block_backward,
+ * embed_backward (those the stage has), then the optimizer step, one op with no op list. */
+typedef struct StageSection {
+    const char *name;
+    const OpList *ops;      /* NULL for the optimizer step ("adamw") */
+    int runs;               /* per micro-batch: 1, or the stage's layers for a block section */
+    bool forward;
+} StageSection;
+
+enum { MAX_STAGE_SECTIONS = 7 };
+int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS]);
+/* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
+bool op_is_timed(const Op *op);
+/* An op's name in the profile: its kernel, or gemm, zero, copy. */
+const char *op_profile_name(const Op *op);
+int section_timed_ops(const StageSection *section);
+/* The stage's timed ops (the length of pr_stage_S_ops). */
+int stage_op_count(const Config *cfg, const StagePlan *sp);
+
+/* ---- emit_c.c: a stage and the program as plain C ------------------------------------ */
+
 void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
 void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
 /* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
 void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
 /* A description's statements, one line at a time, at the current indentation. */
 void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
-/* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
-bool op_is_timed(const Op *op);
 /* OP_LOOP's "var, extent" as an opening for-loop; the same on the host of every backend. */
 void emit_op_loop(StrBuf *sb, const char *args);
 /* The banner every generated file starts with. */
 void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
 
+/* ---- codegen.c: the driver that writes the generated sources -------------------------- */
 
-/* Writes the generated sources for cfg into dir (stage_N.c, program.c). */
+/* Writes the generated sources for cfg into dir (stage_N.c, program.c; on the GPU path
+ * stages.cu, cuda_images.c, cuda_resources.txt). */
 bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
 
 /* ---- nvrtc.c, emit_cuda.c: the GPU path ----------------------------------------------- */
