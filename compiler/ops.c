@@ -347,20 +347,49 @@ const char *op_profile_name(const Op *op)
     unreachable();
 }
 
+/* The sections' generated functions: what each computes and its parameters, the bases the op
+ * lists' arguments name (model_ops_build); under bf16 the GPU's also take the weights' bf16
+ * copy, named by weights_h, after the first parameter. */
+static const struct {
+    const char *name, *doc, *params, *weights_h;
+} section_signatures[] = {
+    {"embed_forward", "Embedding forward.", "const float *params, float *acts, const int *tokens", NULL},
+    {"block_forward", "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
+     "const float *p, float *a, const float *x", "ph"},
+    {"head_forward", "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
+     "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h"},
+    {"head_backward", "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
+     "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
+     "params_h"},
+    {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph"},
+    {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL},
+    {"adamw", "The optimizer step.", "const pr_adamw_args *args", NULL},
+};
+
+static StageSection section(const char *name, const OpList *ops, int runs, bool forward)
+{
+    for (size_t i = 0; i < sizeof section_signatures / sizeof section_signatures[0]; i++)
+        if (strcmp(section_signatures[i].name, name) == 0)
+            return (StageSection){name, ops, runs, forward, section_signatures[i].doc, section_signatures[i].params,
+                                  section_signatures[i].weights_h};
+    ICE("no section '%s'", name);
+}
+
 int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS])
 {
     int n = 0;
     if (sp->has_embed)
-        out[n++] = (StageSection){"embed_forward", &ops->embed_fwd, 1, true};
-    out[n++] = (StageSection){"block_forward", &ops->block_fwd, sp->n_layers, true};
+        out[n++] = section("embed_forward", &ops->embed_fwd, 1, true);
+    out[n++] = section("block_forward", &ops->block_fwd, sp->n_layers, true);
     if (sp->has_head) {
-        out[n++] = (StageSection){"head_forward", &ops->head_fwd, 1, true};
-        out[n++] = (StageSection){"head_backward", &ops->head_bwd, 1, false};
+        out[n++] = section("head_forward", &ops->head_fwd, 1, true);
+        out[n++] = section("head_backward", &ops->head_bwd, 1, false);
     }
-    out[n++] = (StageSection){"block_backward", &ops->block_bwd, sp->n_layers, false};
+    out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers, false);
     if (sp->has_embed)
-        out[n++] = (StageSection){"embed_backward", &ops->embed_bwd, 1, false};
-    out[n++] = (StageSection){"adamw", NULL, 0, false};
+        out[n++] = section("embed_backward", &ops->embed_bwd, 1, false);
+    out[n++] = section("adamw", NULL, 0, false);
     return n;
 }
 

@@ -625,6 +625,10 @@ typedef struct StageSection {
     const OpList *ops;      /* NULL for the optimizer step ("adamw") */
     int runs;               /* per micro-batch: 1, or the stage's layers for a block section */
     bool forward;
+    const char *doc;        /* what its generated function computes */
+    const char *params;     /* that function's parameters: the bases its ops' arguments name */
+    const char *weights_h;  /* the parameter of the weights' bf16 copy the GPU's function also
+                               takes under bf16 (after the first), or NULL */
 } StageSection;
 
 enum { MAX_STAGE_SECTIONS = 7 };
@@ -637,18 +641,38 @@ int section_timed_ops(const StageSection *section);
 /* The stage's timed ops (the length of pr_stage_S_ops). */
 int stage_op_count(const Config *cfg, const StagePlan *sp);
 
+/* ---- emit_common.c: what every emitter writes alike --------------------------------- */
+
+/* The banner every generated file starts with. */
+void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
+/* s as a C string literal that is safe in C, CUDA C++ and comments (NULL: NULL). */
+void emit_c_string(StrBuf *sb, const char *s);
+/* A "{" on a line of its own (function bodies, initialisers), indenting what follows. */
+void emit_open_block(StrBuf *sb);
+/* The shape constants every generated unit names: B, T, C, NH, HS, V, VP, BT. */
+void emit_shape_constants(StrBuf *sb, const Config *cfg);
+/* A description's statements, one line at a time, at the current indentation. */
+void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
+/* A section's parameter list, with the weights' bf16 copy where `weights_h` (malloc'ed). */
+char *section_params(const StageSection *section, bool weights_h);
+/* OP_LOOP's "var, extent" as an opening for-loop; the same on the host of every backend. */
+void emit_op_loop(StrBuf *sb, const char *args);
+/* Renders an OP_LOOP or OP_END (alike on every backend) and returns true; false for an op that
+ * does work, which the backend renders between emit_op_begin and emit_op_end. */
+bool emit_loop_op(StrBuf *sb, const Op *op);
+/* The per-op profile's hooks around op `index` of `section`. */
+void emit_op_begin(StrBuf *sb, const char *section, int index);
+void emit_op_end(StrBuf *sb, const char *section, int index);
+/* A backend's rendering of op i of l, numbered `index` among the section's timed ops; returns
+ * how many ops it rendered (1, or more where it fused the next into it). */
+typedef int (*EmitOpFn)(StrBuf *sb, const OpList *l, int i, const char *section, int index, const void *ctx);
+/* Every op of a section in order, numbered as the per-op profile numbers them. */
+void emit_section_ops(StrBuf *sb, const OpList *l, const char *section, EmitOpFn emit_op, const void *ctx);
+
 /* ---- emit_c.c: a stage and the program as plain C ------------------------------------ */
 
 void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
 void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
-/* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
-void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
-/* A description's statements, one line at a time, at the current indentation. */
-void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
-/* OP_LOOP's "var, extent" as an opening for-loop; the same on the host of every backend. */
-void emit_op_loop(StrBuf *sb, const char *args);
-/* The banner every generated file starts with. */
-void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
 
 /* ---- codegen.c: the driver that writes the generated sources -------------------------- */
 
@@ -677,6 +701,8 @@ bool cuda_compile(const char *source, const char *unit_name, const char *arch, b
 void cuda_image_free(CudaImage *img);
 /* Appends "kernel arch registers / spills" lines from the log; returns kernels that spill. */
 int cuda_resource_report(StrBuf *out, const CudaImage *img);
+/* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
+void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
 /* The host half of stage s's GPU path, appended to its C file after emit_c_stage: the same
  * op lists as launches (pr_cuda_launch, pr_cuda_gemm) on the stage's stream. */
 void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
