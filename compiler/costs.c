@@ -452,7 +452,7 @@ static const KernelDesc *gpu_kernel_of(const Config *cfg, const Op *op)
 {
     if (op->gpu_kernel)
         return op->gpu_kernel;
-    const char *form = flash_gpu_form(cfg, op->kernel);
+    const char *form = attention_gpu_kernel(cfg, op->kernel);
     return form ? kernel_find(form) : op->kernel;
 }
 

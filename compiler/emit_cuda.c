@@ -39,8 +39,8 @@ static int kernel_lanes(const KernelDesc *k)
 static void emit_cuda_tiled_kernel(StrBuf *sb, const Config *cfg, const KernelDesc *k)
 {
     emit_line(sb, "/* %s */", k->doc);
-    bool fits = flash_fits(cfg);
-    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", fits ? flash_block_threads(cfg, k) : 32,
+    bool fits = attention_gpu_fits(cfg);
+    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", fits ? attention_gpu_block_threads(cfg, k) : 32,
               k->name, k->params);
     emit_line(sb, "{");
     sb->indent++;
@@ -164,7 +164,7 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "    return v;");
     emit_line(sb, "}");
     sb_puts(sb, "\n");
-    emit_flash_device(sb, cfg);
+    emit_attention_gpu_device(sb, cfg);
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, cfg, &kernel_descs[i]);
     emit_sumsq_kernel(sb);
@@ -195,7 +195,7 @@ static void param_type_name(const char *param, char *type, char *name)
  * attention, with the same arguments), a block per index. */
 static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const KernelDesc *k, const char *op_args)
 {
-    const char *gpu_form = flash_gpu_form(cfg, k);
+    const char *gpu_form = attention_gpu_kernel(cfg, k);
     if (gpu_form) {
         const KernelDesc *replaced = k;
         k = kernel_find(gpu_form);
@@ -234,7 +234,7 @@ static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const KernelDesc *k,
                   k->name, k->blocks, k->lanes, k->lanes, k->lanes);
     } else if (k->tiled)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)%ld * %d, %d, args); /* tiled: a block per index */",
-                  k->name, flash_blocks(cfg, k), flash_block_threads(cfg, k), flash_block_threads(cfg, k));
+                  k->name, attention_gpu_blocks(cfg, k), attention_gpu_block_threads(cfg, k), attention_gpu_block_threads(cfg, k));
     else if (kernel_lanes(k) == CUDA_WARP)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per index */",
                   k->name, extent, CUDA_WARP);
@@ -321,7 +321,7 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
  * gradient in the epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_dgelu returns
  * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
  * bf16 copy of its result; after a fused product the bias gradient's kernel, which reads the
- * fp32 result next, writes it on the way (codegen.c gives it the copy). */
+ * fp32 result next, writes it on the way (ops.c gives it the copy). */
 static void emit_fused_gelu(StrBuf *sb, const Config *cfg, const Op *gemm, const Op *gelu, const char *section, int index)
 {
     if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)

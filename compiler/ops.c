@@ -127,14 +127,19 @@ static void heads_end(OpList *l)
 #define COPY(base, name) "BF16_COPY(" base " + " name ")"
 #define STORE(base, name) "BF16_STORE(" base " + " name ")"
 
+/* The attention scores of head h of sequence b, q k^T / sqrt(HS), into the T x T `scores`. */
+static void scores_product(OpList *l, const char *comment, const char *scores)
+{
+    GEMM(l, comment, "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD
+         " + C, 3 * C, 0.0f, %s, T", scores);
+}
+
 /* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
  * softmax is the only elementwise part. */
 static void matmul_attention_forward(OpList *l)
 {
     heads_loop(l);
-    GEMM(l, "scores = q k^T / sqrt(HS)",
-         "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
-         "0.0f, a + A_ATT_WORK, T");
+    scores_product(l, "scores = q k^T / sqrt(HS)", "a + A_ATT_WORK");
     kernel_op(l, "attention_softmax_forward", "causal softmax of the scores",
               "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
     GEMM(l, "atty = probabilities v",
@@ -147,9 +152,7 @@ static void matmul_attention_forward(OpList *l)
 static void matmul_attention_backward(OpList *l)
 {
     heads_loop(l);
-    GEMM(l, "scores = q k^T / sqrt(HS), again",
-         "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
-         "0.0f, s + S_ATT_P, T");
+    scores_product(l, "scores = q k^T / sqrt(HS), again", "s + S_ATT_P");
     kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
               "s + S_ATT_P, a + A_ATT_LSE + " LSE_HEAD ", T");
     GEMM(l, "d v = probabilities^T d atty",

@@ -4,7 +4,19 @@
  *              -> [schedule.c] paci_table -> [verify.c] [simulate.c] [costs.c] [inspect.c]
  *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
  *
- * Data flows one way: no phase reads a form older than the one before it.
+ * Data flows one way: no phase reads a form older than the one before it. Code generation
+ * is layered the same way; each layer reads only the ones below it:
+ *
+ *   codegen.c       the driver: builds the op lists, has the emitters render each file, writes them
+ *   emit_c.c        C: a stage's kernels and sections, program.c with the schedule table
+ *   emit_cuda.c     CUDA: the device unit (NVRTC: nvrtc.c) and each stage's launches;
+ *                   attention_gpu.c: how attention is lowered for the GPU (tiles, WMMA)
+ *   emit_common.c   what both emitters write alike: banner, escaping, the op-loop skeleton
+ *   ops.c           how the model is lowered to backend-neutral op lists, and their numbering
+ *   layout.c        where each tensor of a stage lives
+ *   kernels.c       the kernels the op lists launch, described once for every backend
+ *
+ * costs.c (the GPU cost model) reads the op lists and layouts as the emitters do.
  */
 #ifndef PACIC_H
 #define PACIC_H
@@ -492,24 +504,27 @@ extern const int kernel_desc_count;
 /* The description named `name`; an internal error if there is none. */
 const KernelDesc *kernel_find(const char *name);
 
-/* ---- attention_gpu.c: attention lowered for the GPU ------------------------------------ */
+/* ---- attention_gpu.c: how attention is lowered for the GPU ------------------------------- */
+
+/* The CPU's attention kernels (kernels.c) are replaced on the GPU by tiled tensor-core ones
+ * where a tiling fits the head size; this section is the one place that decides it. */
 
 /* A tiling of the GPU attention: blocks of `warps` warps (16 rows each), the other side's rows
  * streamed in tiles of n; {0, 0} where none fits a block's static shared memory. */
-typedef struct FlashTiling {
+typedef struct AttentionGpuTiling {
     int warps, n;
-} FlashTiling;
+} AttentionGpuTiling;
 
-FlashTiling flash_tiling(const Config *cfg, bool backward);
+AttentionGpuTiling attention_gpu_tiling(const Config *cfg, bool backward);
 /* Whether the tiled kernels fit cfg's head size (else the GPU runs the row kernels). */
-bool flash_fits(const Config *cfg);
+bool attention_gpu_fits(const Config *cfg);
 /* The name of the kernel the GPU launches in place of k: k->gpu_form where it fits, else NULL. */
-const char *flash_gpu_form(const Config *cfg, const KernelDesc *k);
+const char *attention_gpu_kernel(const Config *cfg, const KernelDesc *k);
 /* A tiled kernel's grid: blocks, and threads per block. */
-long flash_blocks(const Config *cfg, const KernelDesc *k);
-int flash_block_threads(const Config *cfg, const KernelDesc *k);
+long attention_gpu_blocks(const Config *cfg, const KernelDesc *k);
+int attention_gpu_block_threads(const Config *cfg, const KernelDesc *k);
 /* The tiling constants and device functions the tiled kernels call (nothing where they do not fit). */
-void emit_flash_device(StrBuf *sb, const Config *cfg);
+void emit_attention_gpu_device(StrBuf *sb, const Config *cfg);
 
 /* ---- layout.c: where each tensor of a stage lives ----------------------------------- */
 
@@ -674,12 +689,6 @@ void emit_section_ops(StrBuf *sb, const OpList *l, const char *section, EmitOpFn
 void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
 void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
 
-/* ---- codegen.c: the driver that writes the generated sources -------------------------- */
-
-/* Writes the generated sources for cfg into dir (stage_N.c, program.c; on the GPU path
- * stages.cu, cuda_images.c, cuda_resources.txt). */
-bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
-
 /* ---- nvrtc.c, emit_cuda.c: the GPU path ----------------------------------------------- */
 
 /* One compiled image of a CUDA unit: a cubin for "sm_XY", PTX for "compute_XY". */
@@ -708,6 +717,12 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage)
 void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
 /* cuda_images.c: the images as byte arrays and the kernel names they hold. */
 void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, int n);
+
+/* ---- codegen.c: the driver that writes the generated sources -------------------------- */
+
+/* Writes the generated sources for cfg into dir (stage_N.c, program.c; on the GPU path
+ * stages.cu, cuda_images.c, cuda_resources.txt). */
+bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
 
 /* ---- build.c: compile generated sources and link the runtime ------------------------ */
 
