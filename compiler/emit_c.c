@@ -3,7 +3,8 @@
  *
  * A kernel becomes a static function looping over its iteration space; a section (the
  * embedding, one block, the head) becomes a static function calling kernels and pr_gemm
- * in op-list order; the stage's entry points compose the sections.
+ * in op-list order (ops.c; the walk over the list is emit_common.c's); the stage's entry
+ * points compose the sections. Offsets are the layout's (layout.c), written as constants.
  */
 #include <stdlib.h>
 #include <string.h>

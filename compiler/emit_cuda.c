@@ -2,11 +2,13 @@
  *
  * Device half: the same kernel descriptions as CUDA C, one __global__ function per
  * description with one thread (or warp) per index of its iteration space, or a block per
- * index for the tiled attention, whose device functions attention_gpu.c writes; NVRTC compiles it when
- * pacic runs (nvrtc.c) and the images are embedded in `run` (cuda_images.c).
- * Host half: the same op lists as the C emitter, rendered as launches through the runtime's
- * CUDA layer (pr_cuda_launch with the grid from the shapes, pr_cuda_gemm on cuBLASLt),
- * appended to the stage's C file so it shares the layout constants.
+ * index for the tiled attention (how attention is lowered for the GPU, and the device
+ * functions its kernels call: attention_gpu.c). NVRTC compiles it when pacic runs (nvrtc.c)
+ * and the images are embedded in `run` (cuda_images.c).
+ * Host half: the same op lists (ops.c) as the C emitter, walked by the same skeleton
+ * (emit_common.c), rendered as launches through the runtime's CUDA layer (pr_cuda_launch
+ * with the grid from the shapes, pr_cuda_gemm on cuBLASLt), appended to the stage's C file
+ * so it shares the layout constants.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -169,9 +171,6 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
         emit_cuda_kernel(sb, cfg, &kernel_descs[i]);
     emit_sumsq_kernel(sb);
 }
-
-const char *const cuda_archs[] = {"sm_80", "sm_90", "compute_90"};
-const int cuda_arch_count = (int)(sizeof cuda_archs / sizeof cuda_archs[0]);
 
 /* "const float *RESTRICT wte" -> type "const float *" and name "wte". */
 static void param_type_name(const char *param, char *type, char *name)

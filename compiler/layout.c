@@ -19,12 +19,12 @@
 #define INIT_ZEROS "PR_INIT_ZEROS"
 #define INIT_ONES "PR_INIT_ONES"
 
-/* Appends a named range; ranges follow each other with no gaps. */
 /* Every entry starts on 256 bytes and every block is a multiple of them, so any pointer a
  * generated op forms from the arena's start is as aligned as cuBLASLt's algorithms assume
  * unless told otherwise (and vector loads want). */
 enum { LAYOUT_ALIGN_FLOATS = 64 };
 
+/* Appends a named range after the last, padded to LAYOUT_ALIGN_FLOATS. */
 static void layout_add(Layout *l, const char *name, long size, const char *doc)
 {
     if (l->n == (int)(sizeof l->entry / sizeof l->entry[0]))
