@@ -246,19 +246,10 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
     emit_close(sb, "");
 }
 
-void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
+/* What the stage's code names: its includes, shapes, AdamW's constants, the kernels' macros as C
+ * defines them, and the layout's offsets. */
+static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, const StageLayout *lay)
 {
-    const StagePlan *sp = &plan->stage[s];
-    StageLayout lay;
-    stage_layout(cfg, sp, &lay);
-    char *what = xasprintf("Stage %d of %d: %s%d layer%s [%d, %d)%s. Forward, backward and AdamW, "
-                           "specialised to the shapes below.",
-                           s, plan->stages, sp->has_embed ? "embedding, " : "", sp->n_layers,
-                           sp->n_layers == 1 ? "" : "s", sp->first_layer,
-                           sp->first_layer + sp->n_layers,
-                           sp->has_head ? ", final LayerNorm, LM head and cross-entropy" : "");
-    emit_banner(sb, cfg, what);
-    free(what);
     emit_line(sb, "#include <math.h>");
     emit_line(sb, "#include <string.h>");
     blank_line(sb);
@@ -299,21 +290,37 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     emit_line(sb, "#define BF16_STORE(p) %s", cfg->precision == PREC_BF16 ? "((pr_bf16 *)(p))" : "((pr_bf16 *)0)");
     blank_line(sb);
     emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER. */");
-    emit_layout(sb, &lay.layer_params);
-    emit_line(sb, "#define PARAM_PER_LAYER %ldL", lay.layer_params.total);
+    emit_layout(sb, &lay->layer_params);
+    emit_line(sb, "#define PARAM_PER_LAYER %ldL", lay->layer_params.total);
     emit_line(sb, "/* One layer's saved activations, at ACT_LAYERS + l * ACT_PER_LAYER. */");
-    emit_layout(sb, &lay.layer_acts);
-    emit_line(sb, "#define ACT_PER_LAYER %ldL", lay.layer_acts.total);
-    emit_line(sb, "/* The stage's parameter block (%ld floats). */", lay.params.total);
-    emit_layout(sb, &lay.params);
+    emit_layout(sb, &lay->layer_acts);
+    emit_line(sb, "#define ACT_PER_LAYER %ldL", lay->layer_acts.total);
+    emit_line(sb, "/* The stage's parameter block (%ld floats). */", lay->params.total);
+    emit_layout(sb, &lay->params);
     if (sp->has_head && cfg->tied)
         emit_line(sb, "#define PARAM_LM_HEAD PARAM_WTE /* tied: the head reads the token embedding */");
-    emit_line(sb, "/* One activation slot (%ld floats). */", lay.acts.total);
-    emit_layout(sb, &lay.acts);
-    emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3 */", lay.out_offset);
-    emit_line(sb, "/* Backward scratch (%ld floats). */", lay.scratch.total);
-    emit_layout(sb, &lay.scratch);
+    emit_line(sb, "/* One activation slot (%ld floats). */", lay->acts.total);
+    emit_layout(sb, &lay->acts);
+    emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3 */", lay->out_offset);
+    emit_line(sb, "/* Backward scratch (%ld floats). */", lay->scratch.total);
+    emit_layout(sb, &lay->scratch);
     blank_line(sb);
+}
+
+void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
+{
+    const StagePlan *sp = &plan->stage[s];
+    StageLayout lay;
+    stage_layout(cfg, sp, &lay);
+    char *what = xasprintf("Stage %d of %d: %s%d layer%s [%d, %d)%s. Forward, backward and AdamW, "
+                           "specialised to the shapes below.",
+                           s, plan->stages, sp->has_embed ? "embedding, " : "", sp->n_layers,
+                           sp->n_layers == 1 ? "" : "s", sp->first_layer,
+                           sp->first_layer + sp->n_layers,
+                           sp->has_head ? ", final LayerNorm, LM head and cross-entropy" : "");
+    emit_banner(sb, cfg, what);
+    free(what);
+    emit_c_stage_constants(sb, cfg, sp, s, &lay);
 
     bool bf16 = cfg->precision == PREC_BF16, used[64] = {false};
     if (sp->has_embed) {
