@@ -37,34 +37,34 @@ static long shared_bytes(const Config *cfg, bool backward, int warps, int n)
     return own + streamed + warps * 16L * ldw * 4 + warps * 16L * n * e;
 }
 
-FlashTiling flash_tiling(const Config *cfg, bool backward)
+AttentionGpuTiling attention_gpu_tiling(const Config *cfg, bool backward)
 {
-    static const FlashTiling candidates[] = {{4, 64}, {4, 32}, {2, 64}, {2, 32}, {2, 16}, {1, 32}, {1, 16}};
+    static const AttentionGpuTiling candidates[] = {{4, 64}, {4, 32}, {2, 64}, {2, 32}, {2, 16}, {1, 32}, {1, 16}};
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
         if (shared_bytes(cfg, backward, candidates[i].warps, candidates[i].n) <= STATIC_SHARED_LIMIT)
             return candidates[i];
-    return (FlashTiling){0, 0};
+    return (AttentionGpuTiling){0, 0};
 }
 
-bool flash_fits(const Config *cfg)
+bool attention_gpu_fits(const Config *cfg)
 {
-    return flash_tiling(cfg, false).warps > 0 && flash_tiling(cfg, true).warps > 0;
+    return attention_gpu_tiling(cfg, false).warps > 0 && attention_gpu_tiling(cfg, true).warps > 0;
 }
 
-const char *flash_gpu_form(const Config *cfg, const KernelDesc *k)
+const char *attention_gpu_kernel(const Config *cfg, const KernelDesc *k)
 {
-    return k->gpu_form && flash_fits(cfg) ? k->gpu_form : NULL;
+    return k->gpu_form && attention_gpu_fits(cfg) ? k->gpu_form : NULL;
 }
 
-long flash_blocks(const Config *cfg, const KernelDesc *k)
+long attention_gpu_blocks(const Config *cfg, const KernelDesc *k)
 {
-    long rows = 16L * flash_tiling(cfg, k->tiled == TILED_BACKWARD).warps;
+    long rows = 16L * attention_gpu_tiling(cfg, k->tiled == TILED_BACKWARD).warps;
     return (long)cfg->micro * cfg->heads * ((cfg->context + rows - 1) / rows);
 }
 
-int flash_block_threads(const Config *cfg, const KernelDesc *k)
+int attention_gpu_block_threads(const Config *cfg, const KernelDesc *k)
 {
-    return 32 * flash_tiling(cfg, k->tiled == TILED_BACKWARD).warps;
+    return 32 * attention_gpu_tiling(cfg, k->tiled == TILED_BACKWARD).warps;
 }
 
 /* The device functions, one line an element. */
@@ -475,11 +475,11 @@ static const char *const flash_device_code[] = {
     "}",
 };
 
-void emit_flash_device(StrBuf *sb, const Config *cfg)
+void emit_attention_gpu_device(StrBuf *sb, const Config *cfg)
 {
-    if (!flash_fits(cfg))
+    if (!attention_gpu_fits(cfg))
         return;
-    FlashTiling fwd = flash_tiling(cfg, false), bwd = flash_tiling(cfg, true);
+    AttentionGpuTiling fwd = attention_gpu_tiling(cfg, false), bwd = attention_gpu_tiling(cfg, true);
     emit_line(sb, "/* Tiled attention (compiler/attention_gpu.c): heads padded to ATT_HSP dimensions, the forward's");
     emit_line(sb, " * blocks of ATT_FWD_WARPS warps streaming key tiles of ATT_FWD_N rows, the backward's likewise. */");
     emit_line(sb, "enum { ATT_HSP = %d, ATT_FWD_WARPS = %d, ATT_FWD_N = %d, ATT_BWD_WARPS = %d, ATT_BWD_N = %d };",

@@ -1,5 +1,5 @@
 /* costs.c: the GPU cost model, kernel by kernel. Every op of a stage's forward, backward
- * and optimizer step, taken from the op lists the code generators read (model_ops_build)
+ * and optimizer step, taken from the op lists the code generators read (ops.c)
  * and numbered as the generated code numbers them for `run --profile-out`, gets its FLOPs,
  * the fewest bytes it must move through device memory (each input read once, each output
  * written once) and a roofline time:
@@ -452,7 +452,7 @@ static const KernelDesc *gpu_kernel_of(const Config *cfg, const Op *op)
 {
     if (op->gpu_kernel)
         return op->gpu_kernel;
-    const char *form = flash_gpu_form(cfg, op->kernel);
+    const char *form = attention_gpu_kernel(cfg, op->kernel);
     return form ? kernel_find(form) : op->kernel;
 }
 
@@ -509,44 +509,6 @@ static void cost_gemm(const Config *cfg, const Shapes *sh, const Op *op, bool dg
 
 /* ---- a stage's ops, numbered as the generated code numbers them ---------------------------- */
 
-/* The sections of a stage in emit_c.c's numbering order, the stage's AdamW last. */
-typedef struct CostSection {
-    const char *name;
-    const OpList *ops; /* NULL: adamw */
-    int runs;          /* per micro-batch: 1, or the stage's layers for a block section */
-    bool forward;
-} CostSection;
-
-static int cost_sections(const StagePlan *sp, const ModelOps *ops, CostSection out[7])
-{
-    int n = 0;
-    if (sp->has_embed)
-        out[n++] = (CostSection){"embed_forward", &ops->embed_fwd, 1, true};
-    out[n++] = (CostSection){"block_forward", &ops->block_fwd, sp->n_layers, true};
-    if (sp->has_head) {
-        out[n++] = (CostSection){"head_forward", &ops->head_fwd, 1, true};
-        out[n++] = (CostSection){"head_backward", &ops->head_bwd, 1, false};
-    }
-    out[n++] = (CostSection){"block_backward", &ops->block_bwd, sp->n_layers, false};
-    if (sp->has_embed)
-        out[n++] = (CostSection){"embed_backward", &ops->embed_bwd, 1, false};
-    out[n++] = (CostSection){"adamw", NULL, 0, false};
-    return n;
-}
-
-static const char *op_name(const Op *op)
-{
-    switch (op->kind) {
-    case OP_KERNEL: return op->kernel->name;
-    case OP_GEMM: return "gemm";
-    case OP_ZERO: return "zero";
-    case OP_COPY: return "copy";
-    case OP_LOOP:
-    case OP_END: break;
-    }
-    unreachable();
-}
-
 static OpCost *push_cost(StageCosts *sc)
 {
     sc->ops = xrealloc(sc->ops, (size_t)(sc->n_ops + 1) * sizeof *sc->ops);
@@ -556,7 +518,7 @@ static OpCost *push_cost(StageCosts *sc)
 }
 
 /* The ops of one section; loops multiply the launches of the ops inside them. */
-static void cost_section(const Config *cfg, const Shapes *sh, const CostSection *cs, StageCosts *sc)
+static void cost_section(const Config *cfg, const Shapes *sh, const StageSection *cs, StageCosts *sc)
 {
     enum { MAX_LOOPS = 8 };
     double loops[MAX_LOOPS];
@@ -585,7 +547,7 @@ static void cost_section(const Config *cfg, const Shapes *sh, const CostSection 
         }
         OpCost *c = push_cost(sc);
         c->section = cs->name;
-        c->name = c->table_name = op_name(op);
+        c->name = c->table_name = op_profile_name(op);
         c->what = xstrdup(op->comment);
         c->forward = cs->forward;
         c->launches = launches;
@@ -783,8 +745,8 @@ void gpu_costs_build(const Config *cfg, const Plan *plan, GpuCosts *gc)
     model_ops_build(cfg, &ops);
     for (int s = 0; s < plan->stages; s++) {
         StageCosts *sc = &gc->stage[s];
-        CostSection sections[7];
-        int n = cost_sections(&plan->stage[s], &ops, sections);
+        StageSection sections[MAX_STAGE_SECTIONS];
+        int n = stage_sections(&plan->stage[s], &ops, sections);
         for (int i = 0; i < n; i++) {
             if (sections[i].ops)
                 cost_section(cfg, &sh, &sections[i], sc);

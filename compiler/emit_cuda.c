@@ -2,11 +2,13 @@
  *
  * Device half: the same kernel descriptions as CUDA C, one __global__ function per
  * description with one thread (or warp) per index of its iteration space, or a block per
- * index for the tiled attention, whose device functions attention_gpu.c writes; NVRTC compiles it when
- * pacic runs (nvrtc.c) and the images are embedded in `run` (cuda_images.c).
- * Host half: the same op lists as the C emitter, rendered as launches through the runtime's
- * CUDA layer (pr_cuda_launch with the grid from the shapes, pr_cuda_gemm on cuBLASLt),
- * appended to the stage's C file so it shares the layout constants.
+ * index for the tiled attention (how attention is lowered for the GPU, and the device
+ * functions its kernels call: attention_gpu.c). NVRTC compiles it when pacic runs (nvrtc.c)
+ * and the images are embedded in `run` (cuda_images.c).
+ * Host half: the same op lists (ops.c) as the C emitter, walked by the same skeleton
+ * (emit_common.c), rendered as launches through the runtime's CUDA layer (pr_cuda_launch
+ * with the grid from the shapes, pr_cuda_gemm on cuBLASLt), appended to the stage's C file
+ * so it shares the layout constants.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +41,8 @@ static int kernel_lanes(const KernelDesc *k)
 static void emit_cuda_tiled_kernel(StrBuf *sb, const Config *cfg, const KernelDesc *k)
 {
     emit_line(sb, "/* %s */", k->doc);
-    bool fits = flash_fits(cfg);
-    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", fits ? flash_block_threads(cfg, k) : 32,
+    bool fits = attention_gpu_fits(cfg);
+    emit_line(sb, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)", fits ? attention_gpu_block_threads(cfg, k) : 32,
               k->name, k->params);
     emit_line(sb, "{");
     sb->indent++;
@@ -121,8 +123,7 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
                            sp->first_layer + sp->n_layers, CUDA_BLOCK);
     emit_banner(sb, cfg, what);
     free(what);
-    emit_line(sb, "enum { B = %d, T = %d, C = %d, NH = %d, HS = %d, V = %d, VP = %ld, BT = B * T };", cfg->micro,
-              cfg->context, cfg->width, cfg->heads, cfg->width / cfg->heads, cfg->vocab, vocab_stride(cfg));
+    emit_shape_constants(sb, cfg);
     bool group = cfg->optimizer == PR_OPT_MUON; // the adamw kernel serves Muon's AdamW group
     emit_line(sb, "#define ADAMW_BETA1 ((float)%.9g)", group ? cfg->group_beta1 : cfg->beta1);
     emit_line(sb, "#define ADAMW_BETA2 ((float)%.9g)", group ? cfg->group_beta2 : cfg->beta2);
@@ -165,20 +166,10 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "    return v;");
     emit_line(sb, "}");
     sb_puts(sb, "\n");
-    emit_flash_device(sb, cfg);
+    emit_attention_gpu_device(sb, cfg);
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, cfg, &kernel_descs[i]);
     emit_sumsq_kernel(sb);
-}
-
-const char *const cuda_archs[] = {"sm_80", "sm_90", "compute_90"};
-const int cuda_arch_count = (int)(sizeof cuda_archs / sizeof cuda_archs[0]);
-
-/* A "{" on its own line, indenting what follows. */
-static void open_brace(StrBuf *sb)
-{
-    emit_line(sb, "{");
-    sb->indent++;
 }
 
 /* "const float *RESTRICT wte" -> type "const float *" and name "wte". */
@@ -203,7 +194,7 @@ static void param_type_name(const char *param, char *type, char *name)
  * attention, with the same arguments), a block per index. */
 static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const KernelDesc *k, const char *op_args)
 {
-    const char *gpu_form = flash_gpu_form(cfg, k);
+    const char *gpu_form = attention_gpu_kernel(cfg, k);
     if (gpu_form) {
         const KernelDesc *replaced = k;
         k = kernel_find(gpu_form);
@@ -214,7 +205,7 @@ static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const KernelDesc *k,
     int n_params = split_list(k->params, params, 16), n_args = split_list(op_args, args, 16);
     if (n_params != n_args)
         ICE("kernel %s takes %d arguments, the op gives %d", k->name, n_params, n_args);
-    open_brace(sb);
+    emit_open_block(sb);
     const char *extent = k->extent;
     char extent_var[16] = "";
     for (int i = 0; i < n_params; i++) {
@@ -242,7 +233,7 @@ static void emit_cuda_launch(StrBuf *sb, const Config *cfg, const KernelDesc *k,
                   k->name, k->blocks, k->lanes, k->lanes, k->lanes);
     } else if (k->tiled)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)%ld * %d, %d, args); /* tiled: a block per index */",
-                  k->name, flash_blocks(cfg, k), flash_block_threads(cfg, k), flash_block_threads(cfg, k));
+                  k->name, attention_gpu_blocks(cfg, k), attention_gpu_block_threads(cfg, k), attention_gpu_block_threads(cfg, k));
     else if (kernel_lanes(k) == CUDA_WARP)
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_%s, (int64_t)(%s) * %d, CUDA_BLOCK, args); /* a warp per index */",
                   k->name, extent, CUDA_WARP);
@@ -285,8 +276,9 @@ static void emit_cuda_op(StrBuf *sb, const Config *cfg, const Op *op, const char
         emit_line(sb, "/* (nothing here on the GPU: done by an earlier op) */");
         return;
     }
-    if (op_is_timed(op))
-        emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
+    if (emit_loop_op(sb, op)) /* the host loops, queueing one launch per iteration */
+        return;
+    emit_op_begin(sb, section, index);
     switch (op->kind) {
     case OP_KERNEL:
         emit_cuda_launch(sb, cfg, op->gpu_kernel ? op->gpu_kernel : op->kernel, op->gpu_args ? op->gpu_args : op->args);
@@ -306,15 +298,11 @@ static void emit_cuda_op(StrBuf *sb, const Config *cfg, const Op *op, const char
     case OP_COPY:
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, %s);", op->args);
         break;
-    case OP_LOOP: /* the host loops, queueing one launch per iteration */
-        emit_op_loop(sb, op->args);
-        break;
+    case OP_LOOP:
     case OP_END:
-        emit_close(sb, "");
-        break;
+        unreachable();
     }
-    if (op_is_timed(op))
-        emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
+    emit_op_end(sb, section, index);
 }
 
 /* A launch of to_bf16, the bf16 copy of count floats at src where no kernel writes it: the
@@ -332,45 +320,56 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
  * gradient in the epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_dgelu returns
  * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
  * bf16 copy of its result; after a fused product the bias gradient's kernel, which reads the
- * fp32 result next, writes it on the way (codegen.c gives it the copy). */
+ * fp32 result next, writes it on the way (ops.c gives it the copy). */
 static void emit_fused_gelu(StrBuf *sb, const Config *cfg, const Op *gemm, const Op *gelu, const char *section, int index)
 {
     if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
         ICE("a GELU epilogue that is not a product followed by gelu_backward");
     emit_line(sb, "/* %s; the next op in cuBLASLt's epilogue where it fuses */", gemm->comment);
-    emit_line(sb, "OP_BEGIN(OPS_%s + %d);", section, index);
+    emit_op_begin(sb, section, index);
     char *args = gemm_args(gemm, true);
     emit_line(sb, "int fused_%d = pr_cuda_gemm_dgelu(CUDA_STAGE, %s, %s);", index, args, gemm->epilogue_arg);
     emit_line(sb, "if (!fused_%d)", index);
     emit_line(sb, "    pr_cuda_gemm(CUDA_STAGE, %s);", args);
     free(args);
-    emit_line(sb, "OP_END(OPS_%s + %d);", section, index);
+    emit_op_end(sb, section, index);
     emit_open(sb, "if (!fused_%d)", index);
     emit_cuda_op(sb, cfg, gelu, section, index + 1, true);
     emit_close(sb, "");
 }
 
-/* Section `name` of the CPU half as `static void cuda_name(params)`, the same ops numbered
- * the same way. Under bf16 a product marked with the GELU gradient's epilogue fuses with the
- * op after it (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
-static void emit_cuda_section(StrBuf *sb, const Config *cfg, const char *name, const char *params, const OpList *l,
-                              bool bf16)
+/* What emit_cuda_op needs besides the op. */
+typedef struct CudaOpContext {
+    const Config *cfg;
+    bool bf16;
+} CudaOpContext;
+
+/* Op i of a section. Under bf16 a product marked with the GELU gradient's epilogue fuses with
+ * the op after it (fp32 keeps them apart: the CPU's GELU is what fp32 runs must match to 1e-5). */
+static int emit_cuda_section_op(StrBuf *sb, const OpList *l, int i, const char *section, int index, const void *ctx)
 {
-    emit_line(sb, "static void cuda_%s(%s)", name, params);
-    open_brace(sb);
-    for (int i = 0, timed = 0; i < l->n; i++) {
-        const Op *op = &l->ops[i];
-        if (bf16 && op->kind == OP_GEMM && op->epilogue != EPI_NONE) {
-            if (i + 1 == l->n)
-                ICE("a GELU epilogue on the last op of %s", name);
-            emit_fused_gelu(sb, cfg, op, &l->ops[i + 1], name, timed);
-            timed += 2;
-            i++;
-            continue;
-        }
-        emit_cuda_op(sb, cfg, op, name, timed, bf16);
-        timed += op_is_timed(op);
+    const CudaOpContext *c = ctx;
+    const Op *op = &l->ops[i];
+    if (c->bf16 && op->kind == OP_GEMM && op->epilogue != EPI_NONE) {
+        if (i + 1 == l->n)
+            ICE("a GELU epilogue on the last op of %s", section);
+        emit_fused_gelu(sb, c->cfg, op, &l->ops[i + 1], section, index);
+        return 2;
     }
+    emit_cuda_op(sb, c->cfg, op, section, index, c->bf16);
+    return 1;
+}
+
+/* A section of the CPU half as `static void cuda_name(params)`, the same ops numbered the
+ * same way; under bf16 it also takes the weights' bf16 copy where its products read them. */
+static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection *section, bool bf16)
+{
+    char *params = section_params(section, bf16);
+    emit_line(sb, "static void cuda_%s(%s)", section->name, params);
+    free(params);
+    emit_open_block(sb);
+    CudaOpContext ctx = {cfg, bf16};
+    emit_section_ops(sb, section->ops, section->name, emit_cuda_section_op, &ctx);
     emit_close(sb, "");
     sb_puts(sb, "\n");
 }
@@ -397,35 +396,16 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_line(sb, "enum { %s };", names.data ? names.data : "");
     sb_free(&names);
     sb_puts(sb, "\n");
-    // Under bf16 the sections that run products also take the weights' bf16 copy.
-    const char *ph = bf16 ? "const pr_bf16 *ph, " : "", *params_h = bf16 ? "const pr_bf16 *params_h, " : "";
-    if (sp->has_embed)
-        emit_cuda_section(sb, cfg, "embed_forward", "const float *params, float *acts, const int *tokens",
-                          &ops->embed_fwd, bf16);
-    char *params = xasprintf("const float *p, %sfloat *a, const float *x", ph);
-    emit_cuda_section(sb, cfg, "block_forward", params, &ops->block_fwd, bf16);
-    free(params);
-    if (sp->has_head) {
-        params = xasprintf("const float *params, %sfloat *acts, const float *x, const int *targets, float *losses",
-                           params_h);
-        emit_cuda_section(sb, cfg, "head_forward", params, &ops->head_fwd, bf16);
-        free(params);
-        params = xasprintf("const float *params, %sfloat *grads, float *acts, const float *x, float *scratch, "
-                           "const int *targets, float dloss", params_h);
-        emit_cuda_section(sb, cfg, "head_backward", params, &ops->head_bwd, bf16);
-        free(params);
-    }
-    params = xasprintf("const float *p, %sfloat *g, const float *a, const float *x, float *s", ph);
-    emit_cuda_section(sb, cfg, "block_backward", params, &ops->block_bwd, bf16);
-    free(params);
-    if (sp->has_embed)
-        emit_cuda_section(sb, cfg, "embed_backward", "float *grads, const float *scratch, const int *tokens",
-                          &ops->embed_bwd, bf16);
+    StageSection sections[MAX_STAGE_SECTIONS];
+    int n_sections = stage_sections(sp, ops, sections);
+    for (int i = 0; i < n_sections; i++)
+        if (sections[i].ops)
+            emit_cuda_section(sb, cfg, &sections[i], bf16);
 
     const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";
     const char *stage_h = bf16 ? "args->params_h, " : "";
     emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
-    open_brace(sb);
+    emit_open_block(sb);
     if (sp->has_embed)
         emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
@@ -439,7 +419,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     sb_puts(sb, "\n");
 
     emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
-    open_brace(sb);
+    emit_open_block(sb);
     if (sp->has_head) {
         emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->loss_scale / (float)BT);", stage_h);
@@ -447,7 +427,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
         if (bf16) {
             emit_line(sb, "/* the received gradient's bf16 copy, for the last layer's products */");
-            open_brace(sb);
+            emit_open_block(sb);
             emit_to_bf16(sb, "args->scratch + S_DRES", "args->scratch + S_DRES_H", "(long)BT * C");
             emit_close(sb, "");
         }
@@ -469,7 +449,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "/* The optimizer per tensor on the device (runtime/cuda/optim.c), with the constants of");
         emit_line(sb, " * the CPU step above. */");
         emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
-        open_brace(sb);
+        emit_open_block(sb);
         emit_line(sb, "static const pr_optim_kernels kernels = {K_optim_momentum, K_scale_add, K_muon_apply, "
                       "K_lamb_direction, K_lars_apply, K_adamw, K_to_bf16, CUDA_BLOCK};");
         emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
@@ -483,7 +463,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments%s (see docs/gpu.md). */",
                   bf16 ? ", and the weights' bf16 copy written back" : "");
         emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
-        open_brace(sb);
+        emit_open_block(sb);
         // The same doubles as the CPU AdamW, so both paths use the same corrections.
         emit_line(sb, "float beta1_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta1);
         emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta2);
@@ -508,7 +488,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_line(sb, "/* params_h = the %ld weights of the block in bf16, after they change other than by AdamW. */",
               lay.params.total);
     emit_line(sb, "void pr_stage_%d_cuda_weight_copy(const float *params, pr_bf16 *params_h)", s);
-    open_brace(sb);
+    emit_open_block(sb);
     char count[32];
     snprintf(count, sizeof count, "%ldL", lay.params.total);
     emit_to_bf16(sb, "params", "params_h", count);

@@ -13,7 +13,7 @@
  *
  * A few kernels are the GPU's alone (`blocks` set: block kernels with shared memory and
  * barriers, see KernelDesc): they stand in for a CPU kernel in the GPU's form of an op
- * (codegen.c), and the emulator test checks each against the kernel it replaces
+ * (ops.c), and the emulator test checks each against the kernel it replaces
  * (tests/e2e/cuda_kernels.sh).
  *
  * Shape constants: B micro-batch, T context, C width, NH heads, HS = C / NH, V vocabulary,

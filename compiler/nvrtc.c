@@ -13,6 +13,9 @@
 
 #include "pacic.h"
 
+const char *const cuda_archs[] = {"sm_80", "sm_90", "compute_90"};
+const int cuda_arch_count = (int)(sizeof cuda_archs / sizeof cuda_archs[0]);
+
 typedef struct NvrtcProgram *NvrtcProgramHandle;
 static struct {
     void *lib;

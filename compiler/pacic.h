@@ -4,7 +4,19 @@
  *              -> [schedule.c] paci_table -> [verify.c] [simulate.c] [costs.c] [inspect.c]
  *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
  *
- * Data flows one way: no phase reads a form older than the one before it.
+ * Data flows one way: no phase reads a form older than the one before it. Code generation
+ * is layered the same way; each layer reads only the ones below it:
+ *
+ *   codegen.c       the driver: builds the op lists, has the emitters render each file, writes them
+ *   emit_c.c        C: a stage's kernels and sections, program.c with the schedule table
+ *   emit_cuda.c     CUDA: the device unit (NVRTC: nvrtc.c) and each stage's launches;
+ *                   attention_gpu.c: how attention is lowered for the GPU (tiles, WMMA)
+ *   emit_common.c   what both emitters write alike: banner, escaping, the op-loop skeleton
+ *   ops.c           how the model is lowered to backend-neutral op lists, and their numbering
+ *   layout.c        where each tensor of a stage lives
+ *   kernels.c       the kernels the op lists launch, described once for every backend
+ *
+ * costs.c (the GPU cost model) reads the op lists and layouts as the emitters do.
  */
 #ifndef PACIC_H
 #define PACIC_H
@@ -492,26 +504,77 @@ extern const int kernel_desc_count;
 /* The description named `name`; an internal error if there is none. */
 const KernelDesc *kernel_find(const char *name);
 
-/* ---- attention_gpu.c: attention lowered for the GPU ------------------------------------ */
+/* ---- attention_gpu.c: how attention is lowered for the GPU ------------------------------- */
+
+/* The CPU's attention kernels (kernels.c) are replaced on the GPU by tiled tensor-core ones
+ * where a tiling fits the head size; this section is the one place that decides it. */
 
 /* A tiling of the GPU attention: blocks of `warps` warps (16 rows each), the other side's rows
  * streamed in tiles of n; {0, 0} where none fits a block's static shared memory. */
-typedef struct FlashTiling {
+typedef struct AttentionGpuTiling {
     int warps, n;
-} FlashTiling;
+} AttentionGpuTiling;
 
-FlashTiling flash_tiling(const Config *cfg, bool backward);
+AttentionGpuTiling attention_gpu_tiling(const Config *cfg, bool backward);
 /* Whether the tiled kernels fit cfg's head size (else the GPU runs the row kernels). */
-bool flash_fits(const Config *cfg);
+bool attention_gpu_fits(const Config *cfg);
 /* The name of the kernel the GPU launches in place of k: k->gpu_form where it fits, else NULL. */
-const char *flash_gpu_form(const Config *cfg, const KernelDesc *k);
+const char *attention_gpu_kernel(const Config *cfg, const KernelDesc *k);
 /* A tiled kernel's grid: blocks, and threads per block. */
-long flash_blocks(const Config *cfg, const KernelDesc *k);
-int flash_block_threads(const Config *cfg, const KernelDesc *k);
+long attention_gpu_blocks(const Config *cfg, const KernelDesc *k);
+int attention_gpu_block_threads(const Config *cfg, const KernelDesc *k);
 /* The tiling constants and device functions the tiled kernels call (nothing where they do not fit). */
-void emit_flash_device(StrBuf *sb, const Config *cfg);
+void emit_attention_gpu_device(StrBuf *sb, const Config *cfg);
 
-/* ---- codegen.c, emit_c.c, emit_cuda.c: per-stage programs ---------------------------- */
+/* ---- layout.c: where each tensor of a stage lives ----------------------------------- */
+
+/* A named range of floats in one of a stage's blocks; the name becomes a constant. */
+typedef struct LayoutEntry {
+    const char *name;
+    long offset, size;
+    const char *doc;
+} LayoutEntry;
+
+typedef struct Layout {
+    LayoutEntry entry[24];
+    int n;
+    long total;
+} Layout;
+
+/* Where everything of a stage lives. Per-layer blocks repeat n_layers times after the
+ * stage block's LAYERS entry. */
+typedef struct StageLayout {
+    Layout layer_params; /* P_*: one layer's parameters */
+    Layout layer_acts;   /* A_*: one layer's saved activations */
+    Layout params;       /* PARAM_*: embedding, layers, final LN and head */
+    Layout acts;         /* ACT_*: input, layers, head */
+    Layout scratch;      /* S_*: backward scratch */
+    long in_offset, out_offset, probs_offset;
+} StageLayout;
+
+/* One parameter tensor of a stage, as the runtime's tensor table states it. */
+typedef struct TensorInfo {
+    char name[32];       /* e.g. "h3.qkvw" */
+    const char *ckpt_tensor; /* enumerator of pr_ckpt_tensor (runtime/pacirt.h), e.g. "PR_CKPT_QKVW" */
+    long ckpt_offset, offset, size;
+    bool decay;
+    const char *init;    /* enumerator of pr_init, e.g. "PR_INIT_NORMAL" */
+} TensorInfo;
+
+/* Floats per row of the logits and probabilities: the vocabulary rounded up to 64, so that
+ * every row starts on 256 bytes (128 in bf16), as the GPU's products want. */
+static inline long vocab_stride(const Config *cfg)
+{
+    return (cfg->vocab + 63L) / 64 * 64;
+}
+void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
+long layout_offset(const Layout *l, const char *name); /* internal error if absent */
+/* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */
+int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **out);
+/* An internal error unless every stage's blocks are the sizes plan.c counted. */
+void layout_check_plan(const Config *cfg, const Plan *plan);
+
+/* ---- ops.c: the model lowered to backend-neutral op lists ---------------------------- */
 
 /* Backend-neutral operations. Arguments are pointer expressions over the section's named
  * bases and the generated offset constants, valid C and CUDA host code alike. */
@@ -566,70 +629,65 @@ typedef struct ModelOps {
     OpList head_bwd, block_bwd, embed_bwd; /* backward, in this order */
 } ModelOps;
 
-/* A named range of floats in one of a stage's blocks; the name becomes a constant. */
-typedef struct LayoutEntry {
-    const char *name;
-    long offset, size;
-    const char *doc;
-} LayoutEntry;
-
-typedef struct Layout {
-    LayoutEntry entry[24];
-    int n;
-    long total;
-} Layout;
-
-/* Where everything of a stage lives. Per-layer blocks repeat n_layers times after the
- * stage block's LAYERS entry. */
-typedef struct StageLayout {
-    Layout layer_params; /* P_*: one layer's parameters */
-    Layout layer_acts;   /* A_*: one layer's saved activations */
-    Layout params;       /* PARAM_*: embedding, layers, final LN and head */
-    Layout acts;         /* ACT_*: input, layers, head */
-    Layout scratch;      /* S_*: backward scratch */
-    long in_offset, out_offset, probs_offset;
-} StageLayout;
-
-/* One parameter tensor of a stage, as the runtime's tensor table states it. */
-typedef struct TensorInfo {
-    char name[32];       /* e.g. "h3.qkvw" */
-    const char *ckpt_tensor; /* enumerator of pr_ckpt_tensor (runtime/pacirt.h), e.g. "PR_CKPT_QKVW" */
-    long ckpt_offset, offset, size;
-    bool decay;
-    const char *init;    /* enumerator of pr_init, e.g. "PR_INIT_NORMAL" */
-} TensorInfo;
-
-/* Floats per row of the logits and probabilities: the vocabulary rounded up to 64, so that
- * every row starts on 256 bytes (128 in bf16), as the GPU's products want. */
-static inline long vocab_stride(const Config *cfg)
-{
-    return (cfg->vocab + 63L) / 64 * 64;
-}
-void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
-long layout_offset(const Layout *l, const char *name); /* internal error if absent */
-/* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */
-int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **out);
-
 void model_ops_build(const Config *cfg, ModelOps *ops);
 void model_ops_free(ModelOps *ops);
 
-/* Renders one stage / the program as C source (emit_c.c). */
-void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
-void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
-/* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
-void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
-/* A description's statements, one line at a time, at the current indentation. */
-void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
+/* A section of a stage, in the order the generated code numbers the ops for the per-op
+ * profile: embed_forward, block_forward, head_forward, head_backward, block_backward,
+ * embed_backward (those the stage has), then the optimizer step, one op with no op list. */
+typedef struct StageSection {
+    const char *name;
+    const OpList *ops;      /* NULL for the optimizer step ("adamw") */
+    int runs;               /* per micro-batch: 1, or the stage's layers for a block section */
+    bool forward;
+    const char *doc;        /* what its generated function computes */
+    const char *params;     /* that function's parameters: the bases its ops' arguments name */
+    const char *weights_h;  /* the parameter of the weights' bf16 copy the GPU's function also
+                               takes under bf16 (after the first), or NULL */
+} StageSection;
+
+enum { MAX_STAGE_SECTIONS = 7 };
+int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS]);
 /* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
 bool op_is_timed(const Op *op);
-/* OP_LOOP's "var, extent" as an opening for-loop; the same on the host of every backend. */
-void emit_op_loop(StrBuf *sb, const char *args);
+/* An op's name in the profile: its kernel, or gemm, zero, copy. */
+const char *op_profile_name(const Op *op);
+int section_timed_ops(const StageSection *section);
+/* The stage's timed ops (the length of pr_stage_S_ops). */
+int stage_op_count(const Config *cfg, const StagePlan *sp);
+
+/* ---- emit_common.c: what every emitter writes alike --------------------------------- */
+
 /* The banner every generated file starts with. */
 void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
+/* s as a C string literal that is safe in C, CUDA C++ and comments (NULL: NULL). */
+void emit_c_string(StrBuf *sb, const char *s);
+/* A "{" on a line of its own (function bodies, initialisers), indenting what follows. */
+void emit_open_block(StrBuf *sb);
+/* The shape constants every generated unit names: B, T, C, NH, HS, V, VP, BT. */
+void emit_shape_constants(StrBuf *sb, const Config *cfg);
+/* A description's statements, one line at a time, at the current indentation. */
+void emit_kernel_body(StrBuf *sb, const KernelDesc *k);
+/* A section's parameter list, with the weights' bf16 copy where `weights_h` (malloc'ed). */
+char *section_params(const StageSection *section, bool weights_h);
+/* OP_LOOP's "var, extent" as an opening for-loop; the same on the host of every backend. */
+void emit_op_loop(StrBuf *sb, const char *args);
+/* Renders an OP_LOOP or OP_END (alike on every backend) and returns true; false for an op that
+ * does work, which the backend renders between emit_op_begin and emit_op_end. */
+bool emit_loop_op(StrBuf *sb, const Op *op);
+/* The per-op profile's hooks around op `index` of `section`. */
+void emit_op_begin(StrBuf *sb, const char *section, int index);
+void emit_op_end(StrBuf *sb, const char *section, int index);
+/* A backend's rendering of op i of l, numbered `index` among the section's timed ops; returns
+ * how many ops it rendered (1, or more where it fused the next into it). */
+typedef int (*EmitOpFn)(StrBuf *sb, const OpList *l, int i, const char *section, int index, const void *ctx);
+/* Every op of a section in order, numbered as the per-op profile numbers them. */
+void emit_section_ops(StrBuf *sb, const OpList *l, const char *section, EmitOpFn emit_op, const void *ctx);
 
+/* ---- emit_c.c: a stage and the program as plain C ------------------------------------ */
 
-/* Writes the generated sources for cfg into dir (stage_N.c, program.c). */
-bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
+void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
+void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
 
 /* ---- nvrtc.c, emit_cuda.c: the GPU path ----------------------------------------------- */
 
@@ -652,11 +710,19 @@ bool cuda_compile(const char *source, const char *unit_name, const char *arch, b
 void cuda_image_free(CudaImage *img);
 /* Appends "kernel arch registers / spills" lines from the log; returns kernels that spill. */
 int cuda_resource_report(StrBuf *out, const CudaImage *img);
+/* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
+void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
 /* The host half of stage s's GPU path, appended to its C file after emit_c_stage: the same
  * op lists as launches (pr_cuda_launch, pr_cuda_gemm) on the stage's stream. */
 void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
 /* cuda_images.c: the images as byte arrays and the kernel names they hold. */
 void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, int n);
+
+/* ---- codegen.c: the driver that writes the generated sources -------------------------- */
+
+/* Writes the generated sources for cfg into dir (stage_N.c, program.c; on the GPU path
+ * stages.cu, cuda_images.c, cuda_resources.txt). */
+bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
 
 /* ---- build.c: compile generated sources and link the runtime ------------------------ */
 

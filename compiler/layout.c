@@ -1,0 +1,231 @@
+/* layout.c: where each tensor of a stage lives. The named ranges of a stage's blocks
+ * (parameters, saved activations, backward scratch; one layer's block repeated per layer)
+ * and the tensor table the runtime initialises, checkpoints and steps by.
+ *
+ * Both emitters and the GPU cost model read these layouts; nothing here emits code. The
+ * offsets become the generated files' constants (P_*, A_*, PARAM_*, ACT_*, S_*), which the
+ * op lists (ops.c) name in their arguments.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+/* The runtime's enumerators are written by name into the generated tables, so the
+ * compiler never depends on their values (it does not include runtime/pacirt.h). */
+#define CKPT(name) "PR_CKPT_" #name
+#define INIT_NORMAL "PR_INIT_NORMAL"
+#define INIT_RESIDUAL "PR_INIT_RESIDUAL"
+#define INIT_ZEROS "PR_INIT_ZEROS"
+#define INIT_ONES "PR_INIT_ONES"
+
+/* Every entry starts on 256 bytes and every block is a multiple of them, so any pointer a
+ * generated op forms from the arena's start is as aligned as cuBLASLt's algorithms assume
+ * unless told otherwise (and vector loads want). */
+enum { LAYOUT_ALIGN_FLOATS = 64 };
+
+/* Appends a named range after the last, padded to LAYOUT_ALIGN_FLOATS. */
+static void layout_add(Layout *l, const char *name, long size, const char *doc)
+{
+    if (l->n == (int)(sizeof l->entry / sizeof l->entry[0]))
+        ICE("layout overflow at %s", name);
+    l->entry[l->n++] = (LayoutEntry){name, l->total, size, doc};
+    l->total += (size + LAYOUT_ALIGN_FLOATS - 1) / LAYOUT_ALIGN_FLOATS * LAYOUT_ALIGN_FLOATS;
+}
+
+/* Under bf16, the bf16 copy of an n-element tensor a product reads (in floats: half as many). */
+static void layout_add_bf16(Layout *l, const Config *cfg, const char *name, long n, const char *doc)
+{
+    if (cfg->precision == PREC_BF16)
+        layout_add(l, name, (n + 1) / 2, doc);
+}
+
+/* An activation of n elements that only products (and the attention backward) read: under
+ * bf16, when `stored_bf16`, it is kept in bf16 on both devices (BF16_STORE), in half the floats. */
+static void layout_add_operand(Layout *l, const Config *cfg, bool stored_bf16, const char *name, long n,
+                               const char *doc)
+{
+    layout_add(l, name, cfg->precision == PREC_BF16 && stored_bf16 ? (n + 1) / 2 : n, doc);
+}
+
+long layout_offset(const Layout *l, const char *name)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->entry[i].name, name) == 0)
+            return l->entry[i].offset;
+    ICE("no layout entry '%s'", name);
+}
+
+/* One layer's parameters in llm.c's per-layer tensor order, so that a layer's tensors map
+ * to slices of the checkpoint's tensors one to one. */
+static const struct {
+    const char *name, *ckpt_name, *ckpt_tensor;
+    int rows, cols; /* in units of C (rows 0: a vector of cols * C) */
+    bool decay;
+    const char *init;
+} layer_tensors[] = {
+    {"P_LN1W", "ln1w", CKPT(LN1W), 0, 1, false, INIT_ONES},
+    {"P_LN1B", "ln1b", CKPT(LN1B), 0, 1, false, INIT_ZEROS},
+    {"P_QKVW", "qkvw", CKPT(QKVW), 3, 1, true, INIT_NORMAL},
+    {"P_QKVB", "qkvb", CKPT(QKVB), 0, 3, false, INIT_ZEROS},
+    {"P_ATTPROJW", "attprojw", CKPT(ATTPROJW), 1, 1, true, INIT_RESIDUAL},
+    {"P_ATTPROJB", "attprojb", CKPT(ATTPROJB), 0, 1, false, INIT_ZEROS},
+    {"P_LN2W", "ln2w", CKPT(LN2W), 0, 1, false, INIT_ONES},
+    {"P_LN2B", "ln2b", CKPT(LN2B), 0, 1, false, INIT_ZEROS},
+    {"P_FCW", "fcw", CKPT(FCW), 4, 1, true, INIT_NORMAL},
+    {"P_FCB", "fcb", CKPT(FCB), 0, 4, false, INIT_ZEROS},
+    {"P_FCPROJW", "fcprojw", CKPT(FCPROJW), 1, 4, true, INIT_RESIDUAL},
+    {"P_FCPROJB", "fcprojb", CKPT(FCPROJB), 0, 1, false, INIT_ZEROS},
+};
+enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0] };
+
+static long layer_tensor_size(int i, long C)
+{
+    long rows = layer_tensors[i].rows ? layer_tensors[i].rows * C : 1;
+    return rows * layer_tensors[i].cols * C;
+}
+
+/* Parameters: [wte wpe] layers... [lnfw lnfb lm_head]; activations: input, layers...,
+ * [lnf, its statistics, probabilities]; scratch: the backward's temporaries. */
+void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
+{
+    long B = cfg->micro, T = cfg->context, C = cfg->width, V = cfg->vocab, VP = vocab_stride(cfg), NH = cfg->heads;
+    long BT = B * T;
+    *lay = (StageLayout){0};
+
+    for (int i = 0; i < N_LAYER_TENSORS; i++)
+        layout_add(&lay->layer_params, layer_tensors[i].name, layer_tensor_size(i, C),
+                   layer_tensors[i].ckpt_name);
+
+    Layout *la = &lay->layer_acts;
+    bool flash = cfg->attention == ATTN_FLASH;
+    layout_add_operand(la, cfg, flash, "A_LN1", BT * C, "LayerNorm 1 output (bf16 under bf16, flash)");
+    layout_add(la, "A_LN1_MEAN", BT, "its row means");
+    layout_add(la, "A_LN1_RSTD", BT, "its row 1/std");
+    layout_add(la, "A_QKV", BT * 3 * C, "q | k | v per row");
+    layout_add_operand(la, cfg, flash, "A_ATTY", BT * C, "attention output, heads side by side (bf16 under bf16, flash)");
+    layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
+    if (cfg->attention == ATTN_MATMUL)
+        layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
+    layout_add(la, "A_RESID2", BT * C, "residual after attention");
+    layout_add_operand(la, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
+    layout_add(la, "A_LN2_MEAN", BT, "its row means");
+    layout_add(la, "A_LN2_RSTD", BT, "its row 1/std");
+    layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
+    layout_add_operand(la, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
+    layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+
+    Layout *p = &lay->params;
+    if (sp->has_embed) {
+        layout_add(p, "PARAM_WTE", V * C, "token embedding [V, C]");
+        layout_add(p, "PARAM_WPE", T * C, "position embedding [T, C]");
+    }
+    layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params.total, "the layers' blocks");
+    if (sp->has_head) {
+        layout_add(p, "PARAM_LNFW", C, "final LayerNorm weight");
+        layout_add(p, "PARAM_LNFB", C, "final LayerNorm bias");
+        if (!cfg->tied)
+            layout_add(p, "PARAM_LM_HEAD", V * C, "LM head [V, C]");
+    }
+
+    Layout *a = &lay->acts;
+    layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
+    layout_add(a, "ACT_LAYERS", sp->n_layers * la->total, "the layers' blocks");
+    if (sp->has_head) {
+        layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
+        layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
+        layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
+        layout_add(a, "ACT_PROBS", BT * VP, "probabilities, rows of VP (the backward turns them into dlogits); "
+                   "on the GPU logits (bf16 under bf16), which the forward turns into unscaled dlogits");
+    }
+
+    Layout *s = &lay->scratch;
+    layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");
+    layout_add(s, "S_DLN", BT * C, "d(loss)/d(LayerNorm output)");
+    layout_add(s, "S_DQKV", BT * 3 * C, "d(loss)/d(qkv)");
+    layout_add(s, "S_DATTY", BT * C, "d(loss)/d(attention output)");
+    layout_add(s, "S_DFC", BT * 4 * C, "d(loss)/d(GELU output), then d(pre-activation)");
+    if (cfg->attention == ATTN_MATMUL) {
+        layout_add(s, "S_ATT_P", T * T, "attention probabilities of one (batch, head), recomputed");
+        layout_add(s, "S_ATT_DP", T * T, "their gradient, then the scores' gradient");
+    } else {
+        layout_add(s, "S_ATT_DELTA", B * NH * T, "d(attention output) . attention output, per row");
+    }
+    layout_add_bf16(s, cfg, "S_DRES_H", BT * C, "S_DRES in bf16 (the GPU's product operand)");
+    layout_add_bf16(s, cfg, "S_DFC_H", BT * 4 * C, "S_DFC in bf16");
+    if (cfg->attention == ATTN_FLASH)
+        layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
+
+    lay->in_offset = layout_offset(a, "ACT_INPUT");
+    lay->out_offset = sp->n_layers > 0
+        ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * la->total + layout_offset(la, "A_RESID3")
+        : lay->in_offset;
+    lay->probs_offset = sp->has_head ? layout_offset(a, "ACT_PROBS") : 0;
+}
+
+/* The plan sizes memory with formulas (plan.c); the blocks laid out here must be what they
+ * count, up to the entries' padding, or --explain and the memory errors would be wrong. */
+void layout_check_plan(const Config *cfg, const Plan *plan)
+{
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        StageLayout lay;
+        stage_layout(cfg, sp, &lay);
+        long act_pad = (lay.acts.n + (long)lay.layer_acts.n * sp->n_layers) * LAYOUT_ALIGN_FLOATS;
+        if (labs(lay.scratch.total - sp->scratch_floats) > lay.scratch.n * LAYOUT_ALIGN_FLOATS ||
+            labs(lay.acts.total - sp->act_bytes / 4) > act_pad)
+            ICE("stage %d: the plan counts %ld scratch and %ld activation floats, the layout %ld and %ld", s,
+                sp->scratch_floats, sp->act_bytes / 4, lay.scratch.total, lay.acts.total);
+    }
+}
+
+static void tensor_add(TensorInfo *out, int *n, const char *name, const char *ckpt,
+                       long ckpt_offset, long offset, long size, bool decay, const char *init)
+{
+    TensorInfo *t = &out[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ckpt_tensor = ckpt;
+    t->ckpt_offset = ckpt_offset;
+    t->offset = offset;
+    t->size = size;
+    t->decay = decay;
+    t->init = init;
+}
+
+/* Every parameter tensor of the stage, in parameter-block order. A layer's tensor is the
+ * slice [layer * size, (layer + 1) * size) of llm.c's tensor of all layers. */
+int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **tensors)
+{
+    long C = cfg->width;
+    int n = 0;
+    TensorInfo *out = *tensors = xmalloc(sizeof *out * (size_t)(5 + N_LAYER_TENSORS * sp->n_layers));
+    if (sp->has_embed) {
+        tensor_add(out, &n, "wte", CKPT(WTE), 0, layout_offset(&lay->params, "PARAM_WTE"),
+                   (long)cfg->vocab * C, true, INIT_NORMAL);
+        tensor_add(out, &n, "wpe", CKPT(WPE), 0, layout_offset(&lay->params, "PARAM_WPE"),
+                   (long)cfg->context * C, true, INIT_NORMAL);
+    }
+    long layers = layout_offset(&lay->params, "PARAM_LAYERS");
+    for (int l = 0; l < sp->n_layers; l++) {
+        int layer = sp->first_layer + l;
+        for (int i = 0; i < N_LAYER_TENSORS; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "h%d.%s", layer, layer_tensors[i].ckpt_name);
+            long size = layer_tensor_size(i, C);
+            tensor_add(out, &n, name, layer_tensors[i].ckpt_tensor, layer * size,
+                       layers + l * lay->layer_params.total + lay->layer_params.entry[i].offset,
+                       size, layer_tensors[i].decay, layer_tensors[i].init);
+        }
+    }
+    if (sp->has_head) {
+        tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,
+                   false, INIT_ONES);
+        tensor_add(out, &n, "lnfb", CKPT(LNFB), 0, layout_offset(&lay->params, "PARAM_LNFB"), C,
+                   false, INIT_ZEROS);
+        if (!cfg->tied)
+            tensor_add(out, &n, "lm_head", CKPT(LM_HEAD), 0,
+                       layout_offset(&lay->params, "PARAM_LM_HEAD"), (long)cfg->vocab * C, true,
+                       INIT_NORMAL);
+    }
+    return n;
+}

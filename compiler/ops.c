@@ -1,0 +1,419 @@
+/* ops.c: how the model is lowered to operations. A stage is made of sections: the embedding
+ * (first stage), one transformer block repeated for each of its layers, and the head (last
+ * stage), forward and backward. Each section is a backend-neutral op list (kernel launches of
+ * kernels.c's descriptions, matrix products, zeroing, copies, loops) whose arguments name the
+ * layout's offsets (layout.c); the C emitter, the CUDA emitter and the GPU cost model all read
+ * these lists. Where the GPU runs an op otherwise, the op says so here (Op.gpu_kernel,
+ * gpu_args, gpu_skip); how attention's kernels are tiled for the GPU is attention_gpu.c's.
+ *
+ * The op lists of the sections are the same for every stage, so a layer computes bitwise the
+ * same whichever stage holds it, and pipelined synchronous training can equal training at
+ * p = 1.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pacic.h"
+
+static Op *op_push(OpList *l, OpKind kind, const char *comment, const char *fmt, va_list ap)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->ops = xrealloc(l->ops, (size_t)l->cap * sizeof *l->ops);
+    }
+    Op *op = &l->ops[l->n++];
+    *op = (Op){.kind = kind, .comment = xstrdup(comment)};
+    va_list copy;
+    va_copy(copy, ap);
+    int len = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    op->args = xmalloc((size_t)len + 1);
+    vsnprintf(op->args, (size_t)len + 1, fmt, ap);
+    return op;
+}
+
+static void PRINTF_LIKE(4, 5) kernel_op(OpList *l, const char *kernel, const char *comment, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    op_push(l, OP_KERNEL, comment, fmt, ap)->kernel = kernel_find(kernel);
+    va_end(ap);
+}
+
+static void PRINTF_LIKE(4, 5) plain_op(OpList *l, OpKind kind, const char *comment, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    op_push(l, kind, comment, fmt, ap);
+    va_end(ap);
+}
+
+#define GEMM(list, comment, ...) plain_op(list, OP_GEMM, comment, __VA_ARGS__)
+
+/* The GPU's form of the last op (Op.gpu_kernel, gpu_args): `kernel` (NULL: the op's own)
+ * with the arguments fmt. */
+static void PRINTF_LIKE(3, 4) gpu_instead(OpList *l, const char *kernel, const char *fmt, ...)
+{
+    Op *op = &l->ops[l->n - 1];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    op->gpu_args = xmalloc((size_t)len + 1);
+    va_start(ap, fmt);
+    vsnprintf(op->gpu_args, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    if (kernel)
+        op->gpu_kernel = kernel_find(kernel);
+}
+
+/* The GPU runs the last op, a kernel, as the block kernel `kernel` with the same arguments. */
+static void gpu_block_kernel(OpList *l, const char *kernel)
+{
+    gpu_instead(l, kernel, "%s", l->ops[l->n - 1].args);
+}
+
+/* Marks the last op, a matrix product, as reading the bf16 copies "a_h, b_h" of its operands
+ * on the GPU under bf16. */
+static void operands_h(OpList *l, const char *copies)
+{
+    Op *op = &l->ops[l->n - 1];
+    if (op->kind != OP_GEMM)
+        ICE("bf16 operands on an op that is not a matrix product");
+    op->operands_h = xstrdup(copies);
+}
+
+/* A matrix product whose rows then get `bias` added: beta must be 0. */
+static void gemm_bias(OpList *l, const char *comment, const char *args, const char *bias)
+{
+    plain_op(l, OP_GEMM, comment, "%s", args);
+    l->ops[l->n - 1].bias = xstrdup(bias);
+}
+
+/* Marks the last op, a matrix product, as followed by GELU's forward or backward op. */
+static void gelu_follows(OpList *l, OpEpilogue epilogue, const char *arg)
+{
+    Op *op = &l->ops[l->n - 1];
+    if (op->kind != OP_GEMM)
+        ICE("a GELU epilogue on an op that is not a matrix product");
+    op->epilogue = epilogue;
+    op->epilogue_arg = xstrdup(arg);
+}
+
+/* Offsets of head h of sequence b, inside the loops over (b, h): in qkv rows (its q; k and
+ * v are C and 2 C further), in rows of width C, and in the log-sum-exp of the rows. */
+#define QKV_HEAD "((long)b * T * 3 * C + h * HS)"
+#define ROW_HEAD "((long)b * T * C + h * HS)"
+#define LSE_HEAD "((long)(b * NH + h) * T)"
+#define SCORE_SCALE "1.0f / sqrtf((float)HS)"
+
+/* The loops over every (sequence, head) of the matmul attention. */
+static void heads_loop(OpList *l)
+{
+    plain_op(l, OP_LOOP, "every sequence of the micro-batch", "b, B");
+    plain_op(l, OP_LOOP, "every head", "h, NH");
+}
+
+static void heads_end(OpList *l)
+{
+    plain_op(l, OP_END, "end of the loop", "%s", "");
+    plain_op(l, OP_END, "end of the loop", "%s", "");
+}
+
+/* Kernel arguments: the bf16 copy at offset `name` of base `base`, which the GPU's products
+ * read (NULL on the CPU); and an activation kept in bf16 only under bf16, on both devices
+ * (layout_add_operand), which the kernels that produce it write in bf16 instead. */
+#define COPY(base, name) "BF16_COPY(" base " + " name ")"
+#define STORE(base, name) "BF16_STORE(" base " + " name ")"
+
+/* The attention scores of head h of sequence b, q k^T / sqrt(HS), into the T x T `scores`. */
+static void scores_product(OpList *l, const char *comment, const char *scores)
+{
+    GEMM(l, comment, "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD
+         " + C, 3 * C, 0.0f, %s, T", scores);
+}
+
+/* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
+ * softmax is the only elementwise part. */
+static void matmul_attention_forward(OpList *l)
+{
+    heads_loop(l);
+    scores_product(l, "scores = q k^T / sqrt(HS)", "a + A_ATT_WORK");
+    kernel_op(l, "attention_softmax_forward", "causal softmax of the scores",
+              "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
+    GEMM(l, "atty = probabilities v",
+         "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+         "0.0f, a + A_ATTY + " ROW_HEAD ", C");
+    heads_end(l);
+}
+
+/* Its backward: probabilities recomputed from the saved log-sum-exp into a T x T buffer. */
+static void matmul_attention_backward(OpList *l)
+{
+    heads_loop(l);
+    scores_product(l, "scores = q k^T / sqrt(HS), again", "s + S_ATT_P");
+    kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
+              "s + S_ATT_P, a + A_ATT_LSE + " LSE_HEAD ", T");
+    GEMM(l, "d v = probabilities^T d atty",
+         "1, 0, T, HS, T, 1.0f, s + S_ATT_P, T, s + S_DATTY + " ROW_HEAD ", C, "
+         "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C");
+    GEMM(l, "d probabilities = d atty v^T",
+         "0, 1, T, T, HS, 1.0f, s + S_DATTY + " ROW_HEAD ", C, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+         "0.0f, s + S_ATT_DP, T");
+    kernel_op(l, "attention_softmax_backward", "d scores, in place", "s + S_ATT_DP, s + S_ATT_P, T");
+    GEMM(l, "d q = d scores k",
+         "0, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
+         "0.0f, s + S_DQKV + " QKV_HEAD ", 3 * C");
+    GEMM(l, "d k = d scores^T q",
+         "1, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD ", 3 * C, "
+         "0.0f, s + S_DQKV + " QKV_HEAD " + C, 3 * C");
+    heads_end(l);
+}
+
+/* Section bases (the generated functions' parameters): embedding and head sections see the
+ * stage's `params`, `grads`, `acts`, `scratch`; a block sees its layer's `p`, `g`, `a`,
+ * its input `x` and the stage's scratch `s`. The head reads its input as `x`. */
+void model_ops_build(const Config *cfg, ModelOps *ops)
+{
+    /* shapes are the generated constants; only the attention's form depends on cfg */
+    *ops = (ModelOps){0};
+
+    OpList *l = &ops->embed_fwd;
+    kernel_op(l, "encoder_forward", "token + position embedding",
+              "acts + ACT_INPUT, tokens, params + PARAM_WTE, params + PARAM_WPE");
+
+    l = &ops->block_fwd;
+    // ln1 is also read by d qkvw's product, whose other operand has a bf16 copy with flash only
+    bool flash = cfg->attention == ATTN_FLASH;
+    kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)", "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, "
+              "p + P_LN1B, %s", flash ? STORE("a", "A_LN1") : "(pr_bf16 *)0");
+    gemm_bias(l, "qkv = ln1 qkvw^T + qkvb", "0, 1, BT, 3 * C, C, 1.0f, a + A_LN1, C, p + P_QKVW, C, 0.0f, a + A_QKV, 3 * C",
+              "p + P_QKVB");
+    if (flash)
+        operands_h(l, "a + A_LN1, ph + P_QKVW");
+    if (flash)
+        kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
+                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " STORE("a", "A_ATTY"));
+    else
+        matmul_attention_forward(l);
+    gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
+              "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C", "p + P_ATTPROJB");
+    if (flash) // the matmul attention's output comes from per-head products: no bf16 copy
+        operands_h(l, "a + A_ATTY, ph + P_ATTPROJW");
+    kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
+              "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B, "
+              STORE("a", "A_LN2"));
+    gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
+              "p + P_FCB");
+    operands_h(l, "a + A_LN2, ph + P_FCW");
+    // not fused into cuBLASLt's epilogue: it writes fp32 only, where the GPU wants bf16
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " STORE("a", "A_FC_GELU"));
+    gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
+              "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
+              "p + P_FCPROJB");
+    operands_h(l, "a + A_FC_GELU, ph + P_FCPROJW");
+    kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "a + A_RESID3, a + A_RESID2");
+
+    l = &ops->head_fwd;
+    kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
+              "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
+              STORE("acts", "ACT_LNF"));
+    GEMM(l, "logits = lnf lm_head^T", "0, 1, BT, V, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_PROBS, VP");
+    operands_h(l, "acts + ACT_LNF, params_h + PARAM_LM_HEAD");
+    l->ops[l->n - 1].out_h = true; // the GPU's logits are bf16 under bf16
+    kernel_op(l, "softmax_xent_forward", "per-token losses; probabilities (the GPU: unscaled dlogits)",
+              "acts + ACT_PROBS, losses, targets");
+    // the GPU's classifier: losses and unscaled dlogits in place, in one kernel (llm.c's)
+    gpu_instead(l, "classifier_fused", "acts + ACT_PROBS, BF16_COPY(acts + ACT_PROBS), losses, targets");
+
+    l = &ops->head_bwd;
+    kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities",
+              "acts + ACT_PROBS, targets, dloss, (pr_bf16 *)0");
+    l->ops[l->n - 1].gpu_skip = true; // classifier_fused wrote them in the forward
+    // On the GPU the dlogits are unscaled (and bf16 under bf16): the products scale by dloss.
+    GEMM(l, "d lm_head += dlogits^T lnf",
+         "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    operands_h(l, "NULL, acts + ACT_LNF"); // the CPU's: lnf is kept in bf16, the dlogits are not
+    gpu_instead(l, NULL, "1, 0, V, C, BT, dloss, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, acts + ACT_LNF");
+    GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    gpu_instead(l, NULL, "0, 0, BT, C, V, dloss, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, params_h + PARAM_LM_HEAD");
+    plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
+    kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
+              "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
+              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+
+    l = &ops->block_bwd;
+    kernel_op(l, "bias_backward", "d fcprojb", "g + P_FCPROJB, s + S_DRES, C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_FCPROJB, s + S_DRES, C, (pr_bf16 *)0");
+    GEMM(l, "d fcprojw += dres^T gelu",
+         "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
+    operands_h(l, "s + S_DRES_H, a + A_FC_GELU");
+    GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, p + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
+    operands_h(l, "s + S_DRES_H, ph + P_FCPROJW");
+    gelu_follows(l, EPI_DGELU, "a + A_FC_PRE");
+    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE, " COPY("s", "S_DFC_H"));
+    kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
+    // after a product fused with GELU's gradient nothing else writes the bf16 copy
+    gpu_instead(l, "bias_backward_tiles", "g + P_FCB, s + S_DFC, 4 * C, " COPY("s", "S_DFC_H"));
+    GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
+    operands_h(l, "s + S_DFC_H, a + A_LN2");
+    GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, p + P_FCW, C, 0.0f, s + S_DLN, C");
+    operands_h(l, "s + S_DFC_H, ph + P_FCW");
+    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
+              "s + S_DRES, g + P_LN2W, g + P_LN2B, s + S_DLN, a + A_RESID2, p + P_LN2W, a + A_LN2_MEAN, a + A_LN2_RSTD, "
+              COPY("s", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, s + S_DRES, C, (pr_bf16 *)0");
+    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
+    if (flash)
+        operands_h(l, "s + S_DRES_H, a + A_ATTY");
+    GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
+    operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
+    if (flash) {
+        kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
+                  ", " STORE("a", "A_ATTY"));
+        kernel_op(l, "attention_backward_key", "d k, d v",
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
+    } else {
+        matmul_attention_backward(l);
+    }
+    kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, s + S_DQKV, 3 * C, (pr_bf16 *)0");
+    GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
+    if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
+        operands_h(l, "s + S_DQKV_H, a + A_LN1");
+    GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
+    if (flash)
+        operands_h(l, "s + S_DQKV_H, ph + P_QKVW");
+    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
+              "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD, "
+              COPY("s", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+
+    l = &ops->embed_bwd;
+    kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
+}
+
+static void op_list_free(OpList *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free(l->ops[i].args);
+        free(l->ops[i].bias);
+        free(l->ops[i].epilogue_arg);
+        free(l->ops[i].operands_h);
+        free(l->ops[i].gpu_args);
+        free(l->ops[i].gpu_operands_h);
+        free(l->ops[i].comment);
+    }
+    free(l->ops);
+}
+
+void model_ops_free(ModelOps *ops)
+{
+    op_list_free(&ops->embed_fwd);
+    op_list_free(&ops->block_fwd);
+    op_list_free(&ops->head_fwd);
+    op_list_free(&ops->head_bwd);
+    op_list_free(&ops->block_bwd);
+    op_list_free(&ops->embed_bwd);
+}
+
+
+/* ---- numbering: the order the generated code and the per-op profile number ops in ---------- */
+
+bool op_is_timed(const Op *op)
+{
+    return op->kind != OP_LOOP && op->kind != OP_END;
+}
+
+const char *op_profile_name(const Op *op)
+{
+    switch (op->kind) {
+    case OP_KERNEL:
+        return op->kernel->name;
+    case OP_GEMM:
+        return "gemm";
+    case OP_ZERO:
+        return "zero";
+    case OP_COPY:
+        return "copy";
+    case OP_LOOP:
+    case OP_END:
+        break;
+    }
+    unreachable();
+}
+
+/* The sections' generated functions: what each computes and its parameters, the bases the op
+ * lists' arguments name (model_ops_build); under bf16 the GPU's also take the weights' bf16
+ * copy, named by weights_h, after the first parameter. */
+static const struct {
+    const char *name, *doc, *params, *weights_h;
+} section_signatures[] = {
+    {"embed_forward", "Embedding forward.", "const float *params, float *acts, const int *tokens", NULL},
+    {"block_forward", "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
+     "const float *p, float *a, const float *x", "ph"},
+    {"head_forward", "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
+     "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h"},
+    {"head_backward", "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
+     "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
+     "params_h"},
+    {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph"},
+    {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL},
+    {"adamw", "The optimizer step.", "const pr_adamw_args *args", NULL},
+};
+
+static StageSection section(const char *name, const OpList *ops, int runs, bool forward)
+{
+    for (size_t i = 0; i < sizeof section_signatures / sizeof section_signatures[0]; i++)
+        if (strcmp(section_signatures[i].name, name) == 0)
+            return (StageSection){name, ops, runs, forward, section_signatures[i].doc, section_signatures[i].params,
+                                  section_signatures[i].weights_h};
+    ICE("no section '%s'", name);
+}
+
+int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS])
+{
+    int n = 0;
+    if (sp->has_embed)
+        out[n++] = section("embed_forward", &ops->embed_fwd, 1, true);
+    out[n++] = section("block_forward", &ops->block_fwd, sp->n_layers, true);
+    if (sp->has_head) {
+        out[n++] = section("head_forward", &ops->head_fwd, 1, true);
+        out[n++] = section("head_backward", &ops->head_bwd, 1, false);
+    }
+    out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers, false);
+    if (sp->has_embed)
+        out[n++] = section("embed_backward", &ops->embed_bwd, 1, false);
+    out[n++] = section("adamw", NULL, 0, false);
+    return n;
+}
+
+int section_timed_ops(const StageSection *section)
+{
+    if (!section->ops)
+        return 1;
+    int n = 0;
+    for (int i = 0; i < section->ops->n; i++)
+        n += op_is_timed(&section->ops->ops[i]);
+    return n;
+}
+
+int stage_op_count(const Config *cfg, const StagePlan *sp)
+{
+    ModelOps ops;
+    model_ops_build(cfg, &ops);
+    StageSection sections[MAX_STAGE_SECTIONS];
+    int n_sections = stage_sections(sp, &ops, sections), total = 0;
+    for (int i = 0; i < n_sections; i++)
+        total += section_timed_ops(&sections[i]);
+    model_ops_free(&ops);
+    return total;
+}
