@@ -105,12 +105,13 @@ static void explain_prediction(FILE *out, const Plan *plan, const paci_table *t)
 {
     fprintf(out, "delay correction: predict: a forward whose backward comes d > 0 optimizer steps later runs "
                  "on W - d lr u (u: AdamW's update direction); cost per stage: one extra weight copy (not in "
-                 "the totals above), and per such forward one pass over the stage's weights (reads W, m, v, "
-                 "writes the copy: 16 bytes and about 8 flops per weight):\n");
+                 "the totals above), and per step one pass over the stage's weights for each delay its forwards "
+                 "meet (reads W, m, v, writes the copy: 16 bytes and about 8 flops per weight):\n");
     const paci_program *pg = &t->program[0];
     for (int s = 0; s < plan->stages; s++) {
         const paci_stage_program *sp = &pg->stage[s];
-        int predicting = 0, forwards = 0, most = 0, any = 0;
+        int predicting = 0, forwards = 0, most = 0, any = 0, passes = 0;
+        unsigned long long delays_seen = 0; // bit d-1: a forward of the step predicts d ahead
         // The runtime keeps the copy on a stage with any predicted forward in its lists.
         int32_t starts[3] = {sp->prologue, sp->body, sp->epilogue}, counts[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
         for (int part = 0; part < 3; part++)
@@ -120,10 +121,17 @@ static void explain_prediction(FILE *out, const Plan *plan, const paci_table *t)
             if (t->instrs[i].op == PACI_OP_FWD) {
                 forwards++;
                 predicting += t->instrs[i].aux > 0;
+                int d = t->instrs[i].aux;
+                if (d > 0 && (d > 64 || !(delays_seen >> (d - 1) & 1))) {
+                    passes++;
+                    if (d <= 64)
+                        delays_seen |= 1ULL << (d - 1);
+                }
                 most = t->instrs[i].aux > most ? t->instrs[i].aux : most;
             }
-        fprintf(out, "  stage %d: +%.2f MiB, %d of %d forwards per step predicted (d <= %d)\n", s,
-                any ? (double)plan->stage[s].params * 4 / (1 << 20) : 0.0, predicting, forwards, most);
+        fprintf(out, "  stage %d: +%.2f MiB, %d of %d forwards per step predicted (d <= %d), %d pass%s per step\n", s,
+                any ? (double)plan->stage[s].params * 4 / (1 << 20) : 0.0, predicting, forwards, most, passes,
+                passes == 1 ? "" : "es");
     }
 }
 

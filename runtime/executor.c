@@ -547,6 +547,9 @@ static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
     const pr_stage_code *sc = st->code;
     if (d <= 0 || st->t == 0)
         return st->params;
+    // W, m and v change only at a step, which moves t: the forwards of a step that share d share the copy.
+    if (st->predicted_t == st->t && st->predicted_d == d)
+        return st->predicted;
     float c1 = (float)(1.0 - pow(prog->beta1, (double)st->t));
     float c2 = (float)(1.0 - pow(prog->beta2, (double)st->t));
     float eps = (float)prog->eps, wd = (float)prog->weight_decay;
@@ -558,6 +561,8 @@ static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
             st->predicted[i] = st->params[i] - ahead * u;
         }
     }
+    st->predicted_t = st->t;
+    st->predicted_d = d;
     return st->predicted;
 }
 

@@ -304,6 +304,7 @@ typedef struct pr_stage_rt {
     /* `delay_correction predict`: the weights a forward with aux d > 0 runs on (one extra
      * copy of params), rewritten before each such forward; NULL when no forward predicts */
     float *predicted;
+    int64_t predicted_t, predicted_d;    /* the step count and delay `predicted` holds (t > 0) */
     int32_t *slot_tokens, *slot_targets; /* per slot, B*T each */
     float *slot_losses;                  /* per slot, B*T (last stage) */
     /* the same in device memory (aliases of the above on a host-memory device), and a
