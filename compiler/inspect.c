@@ -99,6 +99,42 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps)
     return cmp;
 }
 
+/* `delay_correction predict`: what it costs per stage, read off the table's forwards (their
+ * aux is the delay d) in one body repetition, i.e. per optimizer step of the steady state. */
+static void explain_prediction(FILE *out, const Plan *plan, const paci_table *t)
+{
+    fprintf(out, "delay correction: predict: a forward whose backward comes d > 0 optimizer steps later runs "
+                 "on W - d lr u (u: AdamW's update direction); cost per stage: one extra weight copy (not in "
+                 "the totals above), and per step one pass over the stage's weights for each delay its forwards "
+                 "meet (reads W, m, v, writes the copy: 16 bytes and about 8 flops per weight):\n");
+    const paci_program *pg = &t->program[0];
+    for (int s = 0; s < plan->stages; s++) {
+        const paci_stage_program *sp = &pg->stage[s];
+        int predicting = 0, forwards = 0, most = 0, any = 0, passes = 0;
+        unsigned long long delays_seen = 0; // bit d-1: a forward of the step predicts d ahead
+        // The runtime keeps the copy on a stage with any predicted forward in its lists.
+        int32_t starts[3] = {sp->prologue, sp->body, sp->epilogue}, counts[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
+        for (int part = 0; part < 3; part++)
+            for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
+                any |= t->instrs[i].op == PACI_OP_FWD && t->instrs[i].aux > 0;
+        for (int32_t i = sp->body; i < sp->body + sp->n_body; i++)
+            if (t->instrs[i].op == PACI_OP_FWD) {
+                forwards++;
+                predicting += t->instrs[i].aux > 0;
+                int d = t->instrs[i].aux;
+                if (d > 0 && (d > 64 || !(delays_seen >> (d - 1) & 1))) {
+                    passes++;
+                    if (d <= 64)
+                        delays_seen |= 1ULL << (d - 1);
+                }
+                most = t->instrs[i].aux > most ? t->instrs[i].aux : most;
+            }
+        fprintf(out, "  stage %d: +%.2f MiB, %d of %d forwards per step predicted (d <= %d), %d pass%s per step\n", s,
+                any ? (double)plan->stage[s].params * 4 / (1 << 20) : 0.0, predicting, forwards, most, passes,
+                passes == 1 ? "" : "es");
+    }
+}
+
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
                      const VerifyReport *rep, const SimResult *sim)
 {
@@ -140,6 +176,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
             MEM(peak), unit, gib(cfg->device_memory), cfg->device_memory);
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
+    if (cfg->delay_correction == DELAY_PREDICT)
+        explain_prediction(out, plan, t);
 
     if (cfg->measured)
         fprintf(out, "\npredicted (compute costs measured (--balance), %.0f GB/s links, %.1f us latency; %ld steps "
@@ -224,7 +262,8 @@ static int instr_token(char *buf, size_t size, paci_instr in)
 {
     switch (in.op) {
     case PACI_OP_RECV_ACT: return snprintf(buf, size, "ra%lld", (long long)in.mb);
-    case PACI_OP_FWD: return snprintf(buf, size, "F%lld", (long long)in.mb);
+    case PACI_OP_FWD:
+        return in.aux ? snprintf(buf, size, "F%lld+%d", (long long)in.mb, in.aux) : snprintf(buf, size, "F%lld", (long long)in.mb);
     case PACI_OP_SEND_ACT: return snprintf(buf, size, "sa%lld", (long long)in.mb);
     case PACI_OP_RECV_GRAD: return snprintf(buf, size, "rg%lld", (long long)in.mb);
     case PACI_OP_BWD:
@@ -270,6 +309,8 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
     if (t->schedule == PACI_SCHED_PIPEDREAM)
         fprintf(out, "# B3@j: backward with the weights in stash slot j; S>j: save the live weights into stash "
                      "slot j first (slots advance by one per repetition).\n");
+    if (cfg->delay_correction == DELAY_PREDICT)
+        fprintf(out, "# F3+d: forward on the weights predicted d optimizer steps ahead (delay_correction predict).\n");
     fprintf(out, "# %d instructions in the table.\n", t->n_instrs);
     for (int p = 0; p < t->n_programs; p++) {
         const paci_program *pg = &t->program[p];

@@ -188,6 +188,9 @@ typedef enum { PREC_FP32, PREC_BF16 } Precision;
 typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 
 /* Validated numbers only: nothing downstream interprets a string of the DSL. */
+/* `pipeline { delay_correction ... }` (docs/dsl.md); order = the DSL's word list. */
+enum delay_correction { DELAY_NONE, DELAY_PREDICT };
+
 typedef struct Config {
     const Source *src;
     /* model: a GPT-2 decoder */
@@ -198,6 +201,7 @@ typedef struct Config {
     enum paci_schedule_kind schedule;
     int window;             /* K: micro-batches per optimizer step, every schedule */
     int *split;             /* layers per stage (length stages), NULL = automatic */
+    int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
     /* batch */
     int micro;              /* sequences per micro-batch */
     long global_batch;      /* sequences per optimizer step = micro * window */

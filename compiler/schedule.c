@@ -408,6 +408,34 @@ static void extend_program(TableBuilder *tb, int stages, long gen, long steps, p
     }
 }
 
+/* `delay_correction predict`: each forward's aux becomes d, the optimizer steps its stage
+ * takes between that forward and the micro-batch's backward, read off the stage's own list. */
+static void mark_forward_delays(SegmentLists *sl)
+{
+    for (int s = 0; s < sl->stages; s++) {
+        paci_instr *list = sl->instrs[s];
+        long mbs = 0;
+        for (long i = 0; i < sl->count[s]; i++)
+            if (list[i].op == PACI_OP_FWD && list[i].mb + 1 > mbs)
+                mbs = list[i].mb + 1;
+        long *fwd_at = xmalloc((size_t)(mbs ? mbs : 1) * sizeof *fwd_at);
+        long *steps_at = xmalloc((size_t)(mbs ? mbs : 1) * sizeof *steps_at);
+        long steps = 0;
+        for (long i = 0; i < sl->count[s]; i++) {
+            if (list[i].op == PACI_OP_STEP) {
+                steps++;
+            } else if (list[i].op == PACI_OP_FWD) {
+                fwd_at[list[i].mb] = i;
+                steps_at[list[i].mb] = steps;
+            } else if (list[i].op == PACI_OP_BWD) {
+                list[fwd_at[list[i].mb]].aux = (int32_t)(steps - steps_at[list[i].mb]);
+            }
+        }
+        free(fwd_at);
+        free(steps_at);
+    }
+}
+
 /* Builds the table: one program for full segments and one for a shorter last segment. Each
  * is generated for at most generated_steps() steps and then extended to its length. */
 paci_table *schedule_build(const Config *cfg, const Plan *plan)
@@ -430,6 +458,8 @@ paci_table *schedule_build(const Config *cfg, const Plan *plan)
         long mark = tb.all.n;
         SegmentLists sl;
         schedule_generate(cfg->schedule, cfg->stages, cfg->window, gen, &sl);
+        if (cfg->delay_correction == DELAY_PREDICT)
+            mark_forward_delays(&sl);
         if (p == 0) {
             /* The longer program needs the most slots; the shorter one's mb mod slots
              * agrees because it never holds more micro-batches than it has. */
@@ -442,6 +472,8 @@ paci_table *schedule_build(const Config *cfg, const Plan *plan)
             /* No body to repeat (not expected past generated_steps): generate it all. */
             tb.all.n = mark;
             schedule_generate(cfg->schedule, cfg->stages, cfg->window, steps, &sl);
+            if (cfg->delay_correction == DELAY_PREDICT)
+                mark_forward_delays(&sl);
             compress_program(&tb, &sl, steps, &t->program[p]);
             segment_lists_free(&sl);
         } else if (gen < steps) {

@@ -98,6 +98,8 @@ static const Preset presets[] = {
 };
 static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large",
                                           "gpt2-xl", NULL};
+/* In the order of enum delay_correction (compiler/pacic.h). */
+static const char *const delay_correction_words[] = {"none", "predict", NULL};
 /* In the order of enum pr_optimizer (runtime/pacirt.h). */
 static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", NULL};
 static const char *const shape_scale_words[] = {
@@ -145,6 +147,7 @@ static const KeyDef pipeline_keys[] = {
     CHOICE_KEY("schedule", schedule, schedule_words, PACI_SCHED_PACI),
     INT_KEY("window", window, 1, 1000000, 0), /* 0: not written, derived */
     CUSTOM_KEY("split", set_split),
+    CHOICE_KEY("delay_correction", delay_correction, delay_correction_words, DELAY_NONE),
     END_KEYS,
 };
 static const KeyDef batch_keys[] = {
@@ -1036,6 +1039,29 @@ static void check_optimizer(Sema *s)
         cfg->lr_base = 0.02;
 }
 
+/* Weight prediction needs the forward-to-backward delay of an asynchronous schedule without
+ * weight stashing (paci), and AdamW's update direction (docs/dsl.md "delay_correction"). */
+static void check_delay_correction(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *e = written(s, "pipeline", "delay_correction");
+    if (!e || cfg->delay_correction == DELAY_NONE || !usable(s, "pipeline", "delay_correction"))
+        return;
+    Span at = e->values[0]->span;
+    if (paci_schedule_is_sync(cfg->schedule)) {
+        warning_at(s->src, at, "delay_correction predict does nothing under the synchronous schedule %s: "
+                   "every forward already sees the weights its backward sees", paci_schedule_name(cfg->schedule));
+        cfg->delay_correction = DELAY_NONE;
+    } else if (cfg->schedule == PACI_SCHED_PIPEDREAM) {
+        error_at(s->src, at, "delay_correction predict is not implemented for pipedream: its backward runs "
+                 "on the forward's stashed weights, so a predicted forward would not match it; use schedule paci");
+    } else if (cfg->optimizer != PR_OPT_ADAMW) {
+        error_at(s->src, at, "delay_correction predict extrapolates along AdamW's update direction; "
+                 "optimizer %s is not supported yet (use adamw or delay_correction none)",
+                 optimizer_names[cfg->optimizer]);
+    }
+}
+
 static void derive_training(Sema *s)
 {
     Config *cfg = s->cfg;
@@ -1108,6 +1134,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_pipeline(s);
     check_extents(s);
     check_optimizer(s);
+    check_delay_correction(s);
     derive_training(s);
     if (cfg->device_flops == 0)
         cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;

@@ -27,6 +27,7 @@ typedef struct StageRun {
     /* per micro-batch of the segment */
     uint8_t *fwd_count, *bwd_count, *act_received, *grad_received;
     int32_t *fwd_version;
+    int32_t *fwd_delay;    /* the forward's predicted delay (its aux): 0, or the drift it meets */
 } StageRun;
 
 typedef struct Verifier {
@@ -160,7 +161,7 @@ static enum Progress step_stage(Verifier *v, int s)
     enum Progress pr = RAN;
     if (in.op != PACI_OP_STEP && !mb_in_range(v, s, in))
         return BROKEN;
-    if (in.aux && in.op != PACI_OP_STEP && in.op != PACI_OP_BWD)
+    if (in.aux && in.op != PACI_OP_STEP && in.op != PACI_OP_BWD && in.op != PACI_OP_FWD)
         return broken(v, "stage %d: %s mb %lld carries aux %d", s, paci_op_name(in.op), (long long)in.mb, in.aux);
     switch (in.op) {
     case PACI_OP_RECV_ACT:
@@ -182,6 +183,7 @@ static enum Progress step_stage(Verifier *v, int s)
             return BROKEN;
         }
         sr->fwd_version[in.mb] = (int32_t)sr->version;
+        sr->fwd_delay[in.mb] = in.aux;
         break;
     case PACI_OP_SEND_ACT:
         pr = send(v, last ? NULL : &v->act[s], s, in, !last);
@@ -203,6 +205,9 @@ static enum Progress step_stage(Verifier *v, int s)
         if (!slot_holds(v, s, in))
             return BROKEN;
         long drift = sr->version - sr->fwd_version[in.mb];
+        if (sr->fwd_delay[in.mb] != 0 && sr->fwd_delay[in.mb] != drift)
+            return broken(v, "stage %d: the forward of mb %lld predicts %d optimizer steps ahead, but its "
+                          "backward comes %ld steps later", s, (long long)in.mb, sr->fwd_delay[in.mb], drift);
         if (drift > v->rep->max_drift[s])
             v->rep->max_drift[s] = (int)drift;
         if (drift > 0)
@@ -258,7 +263,7 @@ static paci_instr shift_instr(const paci_table *t, int s, paci_instr in, long re
         in.mb += rep * t->window;
         in.slot = (uint16_t)((((long)in.slot + rep * t->window) % slots + slots) % slots);
     }
-    if (in.aux > 0) {
+    if (in.aux > 0 && in.op != PACI_OP_FWD) {
         long stash = t->stash[s];
         in.aux = (int32_t)((((long)in.aux - 1 + rep) % stash + stash) % stash + 1);
     }
@@ -301,6 +306,7 @@ static void stage_init(Verifier *v, int s)
     sr->act_received = xcalloc((size_t)v->mbs, 1);
     sr->grad_received = xcalloc((size_t)v->mbs, 1);
     sr->fwd_version = xcalloc((size_t)v->mbs, sizeof *sr->fwd_version);
+    sr->fwd_delay = xcalloc((size_t)v->mbs, sizeof *sr->fwd_delay);
     for (Channel *c = &v->act[s]; c; c = c == &v->act[s] ? &v->grad[s] : NULL) {
         c->capacity = v->t->channel_capacity;
         c->mbs = xmalloc((size_t)c->capacity * sizeof *c->mbs);
@@ -317,6 +323,7 @@ static void stage_free(StageRun *sr, Channel *act, Channel *grad)
     free(sr->act_received);
     free(sr->grad_received);
     free(sr->fwd_version);
+    free(sr->fwd_delay);
     free(act->mbs);
     free(grad->mbs);
 }

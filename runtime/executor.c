@@ -38,6 +38,8 @@ static int check_range(const paci_table *tab, int s, int32_t first, int32_t n, c
         if (in->op != PACI_OP_STEP && in->slot >= tab->slots[s])
             return pr_fail(err, "schedule table: instruction %d uses slot %d of stage %d's %d",
                            i, in->slot, s, tab->slots[s]);
+        if (in->aux < 0)
+            return pr_fail(err, "schedule table: instruction %d has aux %d", i, in->aux);
         if ((in->op == PACI_OP_BWD || in->op == PACI_OP_STEP) && in->aux > tab->stash[s])
             return pr_fail(err, "schedule table: instruction %d uses stash %d of stage %d's %d",
                            i, in->aux, s, tab->stash[s]);
@@ -93,6 +95,21 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
     return 0;
 }
 
+/* Whether some forward of stage s runs on predicted weights (FWD aux > 0, `delay_correction
+ * predict`): the stage then keeps one more weight copy. */
+static int stage_predicts(const paci_table *tab, int s)
+{
+    for (int p = 0; p < tab->n_programs; p++) {
+        const paci_stage_program *sp = &tab->program[p].stage[s];
+        int32_t starts[3] = {sp->prologue, sp->body, sp->epilogue}, counts[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
+        for (int part = 0; part < 3; part++)
+            for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
+                if (tab->instrs[i].op == PACI_OP_FWD && tab->instrs[i].aux > 0)
+                    return 1;
+    }
+    return 0;
+}
+
 /* What a process keeps of stage s. Alone it runs every stage. One process per stage keeps
  * its own stage in full; rank 0 also keeps every other stage's weights and moments and one
  * activation slot (the gathers for evaluation and checkpoints land there), and other ranks
@@ -143,13 +160,23 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
     // Products that read bf16 weights: a copy of the weights, and of each stash slot.
     int weight_copies = prog->bf16_operands && dev->weight_copy;
+    int predicts[PACI_MAX_STAGES];
+    for (int s = 0; s < run->p; s++) {
+        predicts[s] = stage_predicts(tab, s);
+        // The prediction is computed on the host from AdamW's moments (docs/dsl.md).
+        if (predicts[s] && (!dev->host_memory || weight_copies))
+            return pr_fail(err, "%s: delay_correction predict runs on the CPU only for now; run with "
+                           "--device cpu, or compile with delay_correction none", prog->source);
+        if (predicts[s] && prog->optimizer != PR_OPT_ADAMW)
+            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw", prog->source);
+    }
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = &prog->stage[s];
         // floats of a copy, and 64 more to start the copies on 256 bytes as the products want
         int64_t n = sc->n_params, n_h = weight_copies ? (n + 1) / 2 : 0, pad = weight_copies ? 64 : 0;
         int hold = stage_holding(run, s);
         slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
-        floats_of[s] = hold == HOLD_FULL ? 4 * n + slots_of[s] * sc->act_floats + tab->stash[s] * (n + n_h) +
+        floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s]) * n + slots_of[s] * sc->act_floats + tab->stash[s] * (n + n_h) +
                                                sc->scratch_floats + 2 * BTC + n_h + pad
                        : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                        : 0;
@@ -197,6 +224,8 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->scratch = at, at += sc->scratch_floats;
             st->grad_in = at, at += BTC;
             st->grad_out = at, at += BTC;
+            if (predicts[s])
+                st->predicted = at, at += n;
             if (weight_copies) {
                 at = st->arena + (at - st->arena + 63) / 64 * 64;
                 st->params_h = (pr_bf16 *)at, at += n_h;
@@ -508,6 +537,35 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         run->on_step(run, st->t, step_loss_of(run, st->t - 1) / (double)run->K, lr, norm);
 }
 
+/* The weights a forward that meets its backward d optimizer steps later runs on:
+ * W - d * lr(t+1) * u, u = AdamW's update direction at this stage's moments after t steps,
+ * m_hat / (sqrt(v_hat) + eps) + weight_decay * W on decayed tensors. Before the first step
+ * there are no moments and the forward runs on W. */
+static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
+{
+    const pr_program *prog = run->prog;
+    const pr_stage_code *sc = st->code;
+    if (d <= 0 || st->t == 0)
+        return st->params;
+    // W, m and v change only at a step, which moves t: the forwards of a step that share d share the copy.
+    if (st->predicted_t == st->t && st->predicted_d == d)
+        return st->predicted;
+    float c1 = (float)(1.0 - pow(prog->beta1, (double)st->t));
+    float c2 = (float)(1.0 - pow(prog->beta2, (double)st->t));
+    float eps = (float)prog->eps, wd = (float)prog->weight_decay;
+    float ahead = (float)((double)d * pr_lr(prog, st->t + 1));
+    for (int k = 0; k < sc->n_tensors; k++) {
+        const pr_tensor *t = &sc->tensors[k];
+        for (int64_t i = t->offset; i < t->offset + t->size; i++) {
+            float u = (st->m[i] / c1) / (sqrtf(st->v[i] / c2) + eps) + (t->decay ? wd * st->params[i] : 0.0f);
+            st->predicted[i] = st->params[i] - ahead * u;
+        }
+    }
+    st->predicted_t = st->t;
+    st->predicted_d = d;
+    return st->predicted;
+}
+
 static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end,
                    double cpu)
 {
@@ -750,7 +808,8 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         st->slot_mb[in->slot] = mb;
         st->slot_fwd_step[in->slot] = st->t;
         float *losses = st->slot_losses + in->slot * BT, *dev_losses = st->dev_losses + in->slot * BT;
-        pr_fwd_args args = {st->params, slot, dev_tokens, dev_targets, dev_losses, st->params_h};
+        const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux) : st->params;
+        pr_fwd_args args = {weights, slot, dev_tokens, dev_targets, dev_losses, st->params_h};
         dev->forward(run->prog, s, &args);
         if (sc->has_head) {
             if (!dev->host_memory)

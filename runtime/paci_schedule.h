@@ -29,7 +29,7 @@
 /* Instruction kinds, listed once. Order is the on-disk encoding: append only. */
 #define PACI_OPS(X)                                                                      \
     X(RECV_ACT, "recv_act")   /* receive mb's activation from stage s-1 into slot */      \
-    X(FWD, "fwd")             /* forward of mb; saves activations in slot */              \
+    X(FWD, "fwd")             /* forward of mb; saves activations; aux = delay predicted */\
     X(SEND_ACT, "send_act")   /* send slot's output activation to stage s+1 */            \
     X(RECV_GRAD, "recv_grad") /* receive d(output) of mb from stage s+1 */                \
     X(BWD, "bwd")             /* backward of mb from slot; aux = weight version used */   \
@@ -57,7 +57,10 @@ enum paci_schedule_kind {
     PACI_SCHED_COUNT
 };
 
-/* aux for BWD: 0 = live weights, j > 0 = stash slot j-1 (PipeDream).
+/* aux for FWD: 0 = live weights; d > 0 = run on the weights predicted d optimizer steps ahead
+ * (`delay_correction predict`): d is this stage's steps between the forward and the backward
+ * of mb, so the same in every body repetition.
+ * aux for BWD: 0 = live weights, j > 0 = stash slot j-1 (PipeDream).
  * aux for STEP: 0 = nothing to stash, j > 0 = copy the live weights into stash slot j-1
  * before updating them (PipeDream). Other ops: aux = 0. */
 typedef struct paci_instr {
@@ -116,7 +119,7 @@ static inline paci_instr paci_body_instr(const paci_table *t, int32_t stage, pac
         in.mb += (int64_t)rep * t->window;
         in.slot = (uint16_t)(((int64_t)in.slot + (int64_t)rep * t->window) % t->slots[stage]);
     }
-    if (in.aux > 0)
+    if (in.aux > 0 && in.op != PACI_OP_FWD)
         in.aux = (int32_t)(((int64_t)in.aux - 1 + rep) % t->stash[stage] + 1);
     return in;
 }

@@ -301,6 +301,10 @@ typedef struct pr_stage_rt {
     /* the bf16 copies of params and of each stash slot when the device's products read them
      * (pr_device.weight_copy and the program's bf16_operands), else NULL */
     pr_bf16 *params_h, *stash_h;
+    /* `delay_correction predict`: the weights a forward with aux d > 0 runs on (one extra
+     * copy of params), rewritten before each such forward; NULL when no forward predicts */
+    float *predicted;
+    int64_t predicted_t, predicted_d;    /* the step count and delay `predicted` holds (t > 0) */
     int32_t *slot_tokens, *slot_targets; /* per slot, B*T each */
     float *slot_losses;                  /* per slot, B*T (last stage) */
     /* the same in device memory (aliases of the above on a host-memory device), and a

@@ -157,6 +157,15 @@ static void test_resume_bit_identical(void **state)
     check_resume(TOY_PACI, 4); // checkpoints sit at drains, so PACI resumes exactly too
 }
 
+/* `delay_correction predict` keeps no state of its own (the prediction is W, m, v and the
+ * step count's), so PACI with it resumes exactly as well: K = 2 at p = 4 predicts 1 and 2 steps. */
+static void test_resume_bit_identical_predict(void **state)
+{
+    toy_delay_correction = DELAY_PREDICT;
+    check_resume(TOY_PACI, 4);
+    toy_delay_correction = DELAY_NONE;
+}
+
 /* A stop inside a segment (--steps 5 of a 7-step segment) drains there: synchronous
  * schedules then resume mid-way to exactly the uninterrupted state; PACI's state at the stop
  * is exactly that of a schedule compiled to drain at step 5. */
@@ -616,6 +625,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_across_p),
         cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_resume_bit_identical_predict),
         cmocka_unit_test(test_stop_mid_segment),
         cmocka_unit_test(test_atomic_layout),
         cmocka_unit_test(test_same_step_saved_again),

@@ -233,6 +233,9 @@ typedef struct toy_table {
     long micro_batches;      /* in the whole run, the denominator of report.drift_share */
 } toy_table;
 
+/* The DSL's `delay_correction` the next toy_build_table compiles with (enum delay_correction). */
+static int toy_delay_correction = DELAY_NONE;
+
 /* The table for `total` steps of `kind` at p stages and window K, draining every `segment`
  * steps (a checkpoint interval, as the DSL's `checkpoint { every }` makes one); aborts if
  * the verifier rejects it. */
@@ -242,6 +245,7 @@ static void toy_build_table(toy_table *tt, enum toy_kind kind, int p, int K, int
     free((void *)tt->owned);
     Config cfg = pipeline_config((int)kind, p, K, total, TOY_L);
     cfg.ckpt_every = segment;
+    cfg.delay_correction = toy_delay_correction;
     Plan plan;
     plan_layout(&cfg, &plan);
     paci_table *t = schedule_build(&cfg, &plan);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# `delay_correction predict` end to end: PACI at p = 4, K = 2 (delays of 1 and 2 steps)
+# trains with it and the loss falls, and it resumes bit for bit; under 1f1b it only warns
+# and compiles to the same table as none. The forwards' weights themselves, and that
+# prediction changes a PACI run, are checked in tests/unit/test_predict.c (one compile
+# here keeps this quick).
+source tests/e2e/lib.sh
+
+# predict NAME: switches NAME.paci's pipeline to delay_correction predict.
+predict() { sed -i 's/pipeline { \(.*\) }/pipeline { \1; delay_correction predict }/' "$work/$1.paci"; }
+
+small_model straight 4 paci 2 12 0 6
+predict straight
+grep -q "delay_correction predict" "$work/straight.paci" || fail "the DSL edit did not apply"
+# Stage 0's steady state predicts its two forwards 1 and 2 steps ahead (ceil((p-1)/K) = 2).
+"$pacic" "$work/straight.paci" --emit schedule 2>/dev/null > "$work/listing.txt"
+grep -q "body x.*F3+1 sa3 rg0 B0 F4+2" "$work/listing.txt" || fail "stage 0's delays: $(grep -m1 'body' "$work/listing.txt")"
+train straight 2>/dev/null
+first=$(losses straight | head -1)
+last=$(losses straight | tail -1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "paci predict: loss did not fall ($first -> $last)"
+echo "paci K=2 predict: loss $first -> $last"
+
+# The same program, stopped at the checkpoint and resumed.
+mkdir -p "$work/resumed"
+cp "$work/straight/run" "$work/resumed/run"
+(cd "$work/resumed" && ./run --quiet --steps 6 && ./run --quiet --resume)
+for f in model.bin state.bin; do
+    cmp "$work/straight/ckpt/step_00000012/$f" "$work/resumed/ckpt/step_00000012/$f" \
+        || fail "predict: $f after resume differs from the straight run"
+done
+echo "paci predict: 12 straight == 6 + resume + 6"
+
+small_model sync 3 1f1b 2 4
+"$pacic" "$work/sync.paci" --emit schedule > "$work/sync-none.txt"
+predict sync
+"$pacic" "$work/sync.paci" --emit schedule > "$work/sync-predict.txt" 2> "$work/warning.txt"
+grep -q "does nothing under the synchronous schedule 1f1b" "$work/warning.txt" || fail "no warning for 1f1b: $(cat "$work/warning.txt")"
+cmp "$work/sync-none.txt" "$work/sync-predict.txt" || fail "1f1b with predict compiles to another table"
+echo "1f1b predict: warned, the same table as none"

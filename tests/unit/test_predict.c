@@ -1,0 +1,272 @@
+/* test_predict.c: `delay_correction predict` over toy stages. Every forward is recorded with
+ * the weights it ran on and the stage's state at that moment; its backward records how many
+ * optimizer steps the stage took in between (the delay the run realised, counted here, not
+ * read from the table). The forward must have run on W - d * lr(t+1) * u with that d and
+ * AdamW's direction u, recomputed here in double. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "toy_model.h"
+
+static char token_path[] = "/tmp/pacirt_predict_XXXXXX";
+
+#define MAX_RECORDS 4096
+
+typedef struct fwd_record {
+    int stage;
+    int64_t mb, t_fwd, t_bwd;
+    float *used, *w, *m, *v; /* copies, n_params floats each */
+} fwd_record;
+
+static pr_run *running;
+static fwd_record records[MAX_RECORDS];
+static int n_records;
+static double logged_loss[64];
+static int backwards_off_live; /* backwards that ran on other weights than the live ones */
+
+static int64_t slot_mb_of(const pr_stage_rt *st, const float *acts)
+{
+    return st->slot_mb[(acts - st->slots) / st->code->act_floats];
+}
+
+static float *copy_of(const float *src, int64_t n)
+{
+    float *dst = pr_alloc((size_t)n * sizeof(float));
+    memcpy(dst, src, (size_t)n * sizeof(float));
+    return dst;
+}
+
+/* The stage threads record under the run's statistics lock (one array for all stages). */
+static void recording_forward(int s, const pr_fwd_args *a)
+{
+    const pr_stage_rt *st = &running->stage[s];
+    int64_t n = st->code->n_params;
+    pthread_mutex_lock(&running->stats_mu);
+    if (n_records == MAX_RECORDS)
+        fail_msg("more than %d forwards", MAX_RECORDS);
+    records[n_records++] = (fwd_record){s, slot_mb_of(st, a->acts), st->t, -1, copy_of(a->params, n),
+                                        copy_of(st->params, n), copy_of(st->m, n), copy_of(st->v, n)};
+    pthread_mutex_unlock(&running->stats_mu);
+    toy_forward(s, a);
+}
+
+static void recording_backward(int s, const pr_bwd_args *a)
+{
+    const pr_stage_rt *st = &running->stage[s];
+    int64_t mb = slot_mb_of(st, a->acts);
+    pthread_mutex_lock(&running->stats_mu);
+    // PACI differentiates at the live weights: the version the gradient is applied to.
+    if (memcmp(a->params, st->params, (size_t)st->code->n_params * sizeof(float)) != 0)
+        backwards_off_live++;
+    for (int i = 0; i < n_records; i++)
+        if (records[i].stage == s && records[i].mb == mb && records[i].t_bwd < 0)
+            records[i].t_bwd = st->t;
+    pthread_mutex_unlock(&running->stats_mu);
+    toy_backward(s, a);
+}
+
+#define RECORDING(S)                                                                   \
+    static void rec_fwd##S(const pr_fwd_args *a) { recording_forward(S, a); }          \
+    static void rec_bwd##S(const pr_bwd_args *a) { recording_backward(S, a); }
+RECORDING(0)
+RECORDING(1)
+RECORDING(2)
+RECORDING(3)
+static void (*const rec_fwds[4])(const pr_fwd_args *) = {rec_fwd0, rec_fwd1, rec_fwd2, rec_fwd3};
+static void (*const rec_bwds[4])(const pr_bwd_args *) = {rec_bwd0, rec_bwd1, rec_bwd2, rec_bwd3};
+
+static void clear_records(void)
+{
+    for (int i = 0; i < n_records; i++) {
+        free(records[i].used);
+        free(records[i].w);
+        free(records[i].m);
+        free(records[i].v);
+    }
+    n_records = 0;
+}
+
+static void log_loss(pr_run *run, int64_t step, double loss, double lr, double grad_norm)
+{
+    if (step >= 1 && step <= 64)
+        logged_loss[step - 1] = loss;
+}
+
+static toy_table table;
+static pr_program prog;
+
+/* Trains the toy with `correction` compiled into the table; records the forwards if asked.
+ * Returns the gathered weights (caller frees); the run is freed. */
+static float *train(enum toy_kind kind, int p, int K, int steps, int correction, int recording, double lr)
+{
+    pr_run run;
+    char err[PR_ERR_LEN];
+    toy_build_stages(p);
+    if (recording)
+        for (int s = 0; s < p; s++) {
+            toy_codes[s].forward = rec_fwds[s];
+            toy_codes[s].backward = rec_bwds[s];
+        }
+    toy_delay_correction = correction;
+    toy_build_table(&table, kind, p, K, steps, steps);
+    toy_delay_correction = DELAY_NONE;
+    prog = toy_program(&table.t, steps);
+    prog.lr = lr;
+    prog.grad_clip = 1.0;
+    if (pr_run_init(&run, &prog, NULL, err) != 0)
+        fail_msg("%s", err);
+    running = &run;
+    run.on_step = log_loss;
+    assert_int_equal(pr_tokens_load(&run.train, token_path, TOY_V, TOY_B, TOY_T, err), 0);
+    int64_t offsets[PR_CKPT_COUNT];
+    int64_t n = pr_ckpt_offsets(&prog, offsets);
+    float *flat = pr_alloc((size_t)n * 4);
+    pr_init_params(&prog, flat);
+    pr_scatter(&run, 0, flat);
+    for (int seg = 0; seg < paci_segments(&table.t); seg++)
+        pr_run_segment(&run, seg);
+    assert_int_equal(run.step, steps);
+    pr_gather(&run, 0, flat);
+    pr_run_free(&run);
+    running = NULL;
+    return flat;
+}
+
+/* Each forward ran on W - d lr(t+1) u, d = the steps its stage took before the backward. */
+static void check_forwards_saw_prediction(int p, int K, int steps, int want_max_d)
+{
+    clear_records();
+    backwards_off_live = 0;
+    free(train(TOY_PACI, p, K, steps, DELAY_PREDICT, 1, 1e-2));
+    assert_int_equal(backwards_off_live, 0);
+    assert_int_equal(n_records, (long)p * K * steps);
+    int predicted = 0, max_d = 0;
+    for (int r = 0; r < n_records; r++) {
+        const fwd_record *rec = &records[r];
+        const pr_stage_code *sc = &toy_codes[rec->stage];
+        assert_true(rec->t_bwd >= rec->t_fwd);
+        int64_t d = rec->t_bwd - rec->t_fwd;
+        max_d = d > max_d ? (int)d : max_d;
+        if (d == 0 || rec->t_fwd == 0) { // no delay, or no moments yet: the live weights, exactly
+            if (memcmp(rec->used, rec->w, (size_t)sc->n_params * sizeof(float)) != 0)
+                fail_msg("stage %d mb %lld (d = %lld, t = %lld): the forward did not run on the live weights",
+                         rec->stage, (long long)rec->mb, (long long)d, (long long)rec->t_fwd);
+            continue;
+        }
+        predicted++;
+        double t = (double)rec->t_fwd, c1 = 1 - pow(prog.beta1, t), c2 = 1 - pow(prog.beta2, t);
+        double ahead = (double)d * pr_lr(&prog, rec->t_fwd + 1);
+        int moved = 0;
+        for (int k = 0; k < sc->n_tensors; k++) {
+            const pr_tensor *tn = &sc->tensors[k];
+            for (int64_t i = tn->offset; i < tn->offset + tn->size; i++) {
+                double w = rec->w[i];
+                double u = (rec->m[i] / c1) / (sqrt(rec->v[i] / c2) + prog.eps) + (tn->decay ? prog.weight_decay * w : 0);
+                double want = w - ahead * u;
+                if (fabs(rec->used[i] - want) > 1e-6 * (fabs(w) + fabs(ahead * u)) + 1e-9)
+                    fail_msg("stage %d mb %lld (d = %lld, t = %lld) %s[%lld]: forward used %.9g, W - d lr u = %.9g "
+                             "(W %.9g, lr(t+1) %.6g)", rec->stage, (long long)rec->mb, (long long)d,
+                             (long long)rec->t_fwd, tn->name, (long long)(i - tn->offset), rec->used[i], want,
+                             w, pr_lr(&prog, rec->t_fwd + 1));
+                moved += rec->used[i] != rec->w[i];
+            }
+        }
+        assert_true(moved > 0);
+    }
+    assert_true(predicted > 0);
+    assert_int_equal(max_d, want_max_d);
+    clear_records();
+}
+
+static void test_forward_sees_extrapolated_weights(void **state)
+{
+    check_forwards_saw_prediction(4, 2, 6, 2); // K < p-1: stage 0 meets 2 steps
+    check_forwards_saw_prediction(3, 3, 5, 1); // K >= p-1: the one-step delay
+}
+
+/* Synchronous schedules meet no delay: predict compiles to the same table and the same run. */
+static void test_sync_bit_identical(void **state)
+{
+    const enum toy_kind kinds[] = {TOY_GPIPE, TOY_1F1B};
+    for (int k = 0; k < 2; k++) {
+        float *plain = train(kinds[k], 3, 2, 6, DELAY_NONE, 0, 1e-2);
+        float *corrected = train(kinds[k], 3, 2, 6, DELAY_PREDICT, 0, 1e-2);
+        int64_t n = pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0});
+        assert_memory_equal(plain, corrected, (size_t)n * sizeof(float));
+        free(plain);
+        free(corrected);
+    }
+}
+
+/* PACI with prediction trains (the loss falls) and differs from PACI without it. */
+static void test_paci_predict_trains(void **state)
+{
+    enum { STEPS = 30 };
+    float *plain = train(TOY_PACI, 4, 2, STEPS, DELAY_NONE, 0, 3e-2);
+    float *corrected = train(TOY_PACI, 4, 2, STEPS, DELAY_PREDICT, 0, 3e-2);
+    int64_t n = pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0});
+    assert_true(memcmp(plain, corrected, (size_t)n * sizeof(float)) != 0);
+    double first = (logged_loss[0] + logged_loss[1]) / 2, last = (logged_loss[STEPS - 2] + logged_loss[STEPS - 1]) / 2;
+    if (!(last < 0.9 * first))
+        fail_msg("loss %.4f at the start, %.4f at the end", first, last);
+    free(plain);
+    free(corrected);
+}
+
+/* A device whose memory the host cannot read (the GPU path): predict is refused before
+ * anything is allocated on it, and so is predict under another optimizer. */
+static int one_gpu(char *err) { return 1; }
+
+static void test_refusals(void **state)
+{
+    static const pr_device gpu = {.name = "cuda", .host_memory = 0, .probe = one_gpu};
+    pr_run run;
+    char err[PR_ERR_LEN] = "";
+    toy_build_stages(4);
+    toy_delay_correction = DELAY_PREDICT;
+    toy_build_table(&table, TOY_PACI, 4, 2, 4, 4);
+    toy_delay_correction = DELAY_NONE;
+    prog = toy_program(&table.t, 4);
+    prog.cuda_device = &gpu;
+    prog.cuda = (const struct pr_cuda_stage *)&gpu; // any non-NULL: built with the GPU path
+    pr_options opt = {.device = "cuda"};
+    assert_int_equal(pr_run_init(&run, &prog, &opt, err), -1);
+    if (!strstr(err, "delay_correction predict runs on the CPU only"))
+        fail_msg("--device cuda: %s", err);
+    prog.cuda_device = NULL;
+    prog.cuda = NULL;
+    prog.optimizer = PR_OPT_LAMB;
+    assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
+    if (!strstr(err, "needs optimizer adamw"))
+        fail_msg("lamb: %s", err);
+}
+
+static int setup(void **state)
+{
+    int fd = mkstemp(token_path);
+    close(fd);
+    toy_write_tokens(token_path, 997, 42);
+    pr_blas_threads(1, 1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    unlink(token_path);
+    clear_records();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_sees_extrapolated_weights),
+        cmocka_unit_test(test_sync_bit_identical),
+        cmocka_unit_test(test_paci_predict_trains),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
