@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_ref import gpt2_loss  # noqa: E402
-from torch_train_ref import DECAYED, lr_at, read_floats, split  # noqa: E402
+from torch_train_ref import DECAYED, batch_reader, load_run, lr_at, read_checkpoint  # noqa: E402
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 MUON_KINDS = {"qkvw", "attprojw", "fcw", "fcprojw"}
@@ -113,28 +113,11 @@ def check(argv):
     peak, warmup, floor, clip = float(argv[8]), int(argv[9]), float(argv[10]), float(argv[11])
     rule = json.loads(argv[12])
     rule["lr"] = peak
-    header = np.fromfile(init, dtype=np.int32, count=256)
-    T, V, L, NH, C = (int(x) for x in header[2:7])
-    sh = np.fromfile(os.path.join(ckpt, "state.bin"), dtype=np.int64, count=16)
-    tied, done, total = int(sh[7]), int(sh[10]), int(sh[11])
-    if done != steps:
-        sys.exit(f"{ckpt}: step {done}, expected {steps}")
-    flat = read_floats(init, 1024, total - (0 if tied else V * C))
-    if not tied:
-        flat = np.concatenate([flat, flat[:V * C]])
-    shape = dict(layers=L, C=C, NH=NH, T=T, V=V, B=B, tied=tied)
-    start = split(flat, L, C, T, V, tied)
+    shape, start = load_run(init, ckpt, steps, B)
     weights = {n: a.copy() for n, a in start.items()}
     states = {n: {} for n in weights}
 
-    tokens = np.fromfile(data_path, dtype=np.uint16, offset=1024).astype(np.int64)
-    chunks = (len(tokens) - 1) // T
-
-    def batch(g):
-        rows = [((g * B + b) % chunks) * T for b in range(B)]
-        x = np.stack([tokens[r:r + T] for r in rows])
-        y = np.stack([tokens[r + 1:r + T + 1] for r in rows])
-        return torch.from_numpy(x), torch.from_numpy(y)
+    batch = batch_reader(data_path, shape["T"], B)
 
     logged = [rec for rec in map(json.loads, open(metrics)) if "loss" in rec]
     failures = 0
@@ -162,13 +145,7 @@ def check(argv):
         for n in weights:
             step(rule, n, weights[n], mean[n] * scale, states[n], lr, t + 1)
 
-    ours = split(np.concatenate([read_floats(os.path.join(ckpt, "model.bin"), 1024,
-                                             total - (0 if tied else V * C)),
-                                 read_floats(os.path.join(ckpt, "state.bin"), 128 + 8 * total,
-                                             0 if tied else V * C)]), L, C, T, V, tied)
-    ours_m = split(read_floats(os.path.join(ckpt, "state.bin"), 128, total), L, C, T, V, tied)
-    ours_v = split(read_floats(os.path.join(ckpt, "state.bin"), 128 + 4 * total, total),
-                   L, C, T, V, tied)
+    ours, ours_m, ours_v = read_checkpoint(ckpt, shape)
     worst = dict(weights=0.0, m=0.0, v=0.0)
     skipped = 0
     for n in weights:

@@ -95,10 +95,9 @@ def lr_at(t, peak, warmup, steps, floor):
     return low + (peak - low) * 0.5 * (1.0 + np.cos(np.pi * progress))
 
 
-def check(argv):
-    init, data_path, ckpt, metrics = argv[:4]
-    B, K, steps, total_steps = (int(a) for a in argv[4:8])
-    peak, warmup, floor, clip = float(argv[8]), int(argv[9]), float(argv[10]), float(argv[11])
+def load_run(init, ckpt, steps, B):
+    """The run's shape (from the init file's header and the checkpoint's, which must be at
+    step `steps`) and the initial weights by name, as run --init read them."""
     header = np.fromfile(init, dtype=np.int32, count=256)
     T, V, L, NH, C = (int(x) for x in header[2:7])
     sh = np.fromfile(os.path.join(ckpt, "state.bin"), dtype=np.int64, count=16)
@@ -108,17 +107,23 @@ def check(argv):
     flat = read_floats(init, 1024, total - (0 if tied else V * C))
     if not tied:
         flat = np.concatenate([flat, flat[:V * C]])  # run --init starts an untied head from wte
-    shape = dict(layers=L, C=C, NH=NH, T=T, V=V, B=B, tied=tied)
-    params = {name: torch.tensor(a.copy(), requires_grad=True)
-              for name, a in split(flat, L, C, T, V, tied).items()}
-    names = list(params)
-    opt = torch.optim.AdamW(
-        [dict(params=[params[n] for n in names if n.split(".")[-1] in DECAYED],
-              weight_decay=WEIGHT_DECAY),
-         dict(params=[params[n] for n in names if n.split(".")[-1] not in DECAYED],
-              weight_decay=0.0)],
-        lr=peak, betas=BETAS, eps=EPS)
+    shape = dict(layers=L, C=C, NH=NH, T=T, V=V, B=B, tied=tied, total=total)
+    return shape, split(flat, L, C, T, V, tied)
 
+
+def read_checkpoint(ckpt, shape):
+    """The checkpoint's weights (the head sits in state.bin when untied), m and v, by name."""
+    L, C, T, V, tied, total = (shape[k] for k in ("layers", "C", "T", "V", "tied", "total"))
+    state = os.path.join(ckpt, "state.bin")
+    head = 0 if tied else V * C
+    weights = np.concatenate([read_floats(os.path.join(ckpt, "model.bin"), 1024, total - head),
+                              read_floats(state, 128 + 8 * total, head)])
+    return (split(weights, L, C, T, V, tied), split(read_floats(state, 128, total), L, C, T, V, tied),
+            split(read_floats(state, 128 + 4 * total, total), L, C, T, V, tied))
+
+
+def batch_reader(data_path, T, B):
+    """batch(g): micro-batch g of the token file as the runtime cuts it, (inputs, targets)."""
     tokens = np.fromfile(data_path, dtype=np.uint16, offset=1024).astype(np.int64)
     chunks = (len(tokens) - 1) // T
 
@@ -127,6 +132,24 @@ def check(argv):
         x = np.stack([tokens[r:r + T] for r in rows])
         y = np.stack([tokens[r + 1:r + T + 1] for r in rows])
         return torch.from_numpy(x), torch.from_numpy(y)
+    return batch
+
+
+def check(argv):
+    init, data_path, ckpt, metrics = argv[:4]
+    B, K, steps, total_steps = (int(a) for a in argv[4:8])
+    peak, warmup, floor, clip = float(argv[8]), int(argv[9]), float(argv[10]), float(argv[11])
+    shape, start = load_run(init, ckpt, steps, B)
+    params = {name: torch.tensor(a.copy(), requires_grad=True) for name, a in start.items()}
+    names = list(params)
+    opt = torch.optim.AdamW(
+        [dict(params=[params[n] for n in names if n.split(".")[-1] in DECAYED],
+              weight_decay=WEIGHT_DECAY),
+         dict(params=[params[n] for n in names if n.split(".")[-1] not in DECAYED],
+              weight_decay=0.0)],
+        lr=peak, betas=BETAS, eps=EPS)
+
+    batch = batch_reader(data_path, shape["T"], B)
 
     logged = [rec for rec in map(json.loads, open(metrics)) if "loss" in rec]
     failures, clipped = 0, []
@@ -157,15 +180,7 @@ def check(argv):
             group["lr"] = lr
         opt.step()
 
-    # The checkpoint: weights (the head sits in state.bin when untied), then m and v.
-    ours = split(np.concatenate([read_floats(os.path.join(ckpt, "model.bin"), 1024,
-                                             total - (0 if tied else V * C)),
-                                 read_floats(os.path.join(ckpt, "state.bin"), 128 + 8 * total,
-                                             0 if tied else V * C)]), L, C, T, V, tied)
-    ours_m = split(read_floats(os.path.join(ckpt, "state.bin"), 128, total), L, C, T, V, tied)
-    ours_v = split(read_floats(os.path.join(ckpt, "state.bin"), 128 + 4 * total, total),
-                   L, C, T, V, tied)
-    start = split(flat, L, C, T, V, tied)
+    ours, ours_m, ours_v = read_checkpoint(ckpt, shape)
     worst = dict(weights=0.0, m=0.0, v=0.0)
     skipped = 0
     for n, p in params.items():
