@@ -8,4 +8,4 @@ set -euo pipefail
 seconds=${PACI_FUZZ_SECONDS:-10}
 [ "$seconds" = 0 ] && { echo "skipped: PACI_FUZZ_SECONDS=0"; exit 77; }
 command -v clang >/dev/null || { echo "FAIL: clang (with libFuzzer) is needed" >&2; exit 1; }
-tests/fuzz/run.sh "$seconds" frontend compile tokens checkpoint safetensors 2>&1 | grep '^fuzz \|ERROR\|SUMMARY'
+tests/fuzz/run.sh "$seconds" frontend compile tokens checkpoint safetensors 2>&1 | grep '^fuzz \|ERROR\|SUMMARY\|error:\|undefined reference'
