@@ -185,9 +185,7 @@ static void segment_unjoined(void *arg)
 /* A stage thread that cannot be joined ends the run with one error line naming the stage. */
 static void test_segment_refused_join(void **state)
 {
-    int fd = mkstemp(token_path);
-    close(fd);
-    toy_write_tokens(token_path, 997, 42);
+    toy_token_file(token_path);
     char text[512];
     int status = in_child(segment_unjoined, NULL, text, sizeof text);
     unlink(token_path);

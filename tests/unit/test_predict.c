@@ -246,9 +246,7 @@ static void test_refusals(void **state)
 
 static int setup(void **state)
 {
-    int fd = mkstemp(token_path);
-    close(fd);
-    toy_write_tokens(token_path, 997, 42);
+    toy_token_file(token_path);
     pr_blas_threads(1, 1);
     return 0;
 }

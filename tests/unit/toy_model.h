@@ -284,3 +284,16 @@ static void toy_write_tokens(const char *path, int64_t n, uint64_t seed)
     }
     fclose(f);
 }
+
+/* The toy token file the runtime tests train on: `path` is a mkstemp template, filled in
+ * (inline: not every includer uses it). */
+static inline void toy_token_file(char *path)
+{
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror(path);
+        abort();
+    }
+    close(fd);
+    toy_write_tokens(path, 997, 42);
+}
