@@ -218,6 +218,9 @@ typedef struct pr_program {
     /* a non-finite loss or gradient: stop the run (no checkpoint) or skip that step */
     int32_t on_nan;                            /* enum pr_on_nan */
     int32_t optimizer;                         /* enum pr_optimizer: state.bin records it */
+    /* data parallelism (`parallel { data D }`): D copies of the pipeline, each reading its own
+     * micro-batches, average each stage's gradients at that stage's step; 0 or 1: one */
+    int32_t replicas;
 } pr_program;
 
 /* ---- the GPU path (runtime/cuda/, libpacirt_cuda.a): what generated CUDA host code calls -- */
