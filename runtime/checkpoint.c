@@ -28,7 +28,7 @@
 #define STATE_HEADER_INTS 16
 
 enum { ST_MAGIC, ST_VERSION, ST_LAYERS, ST_WIDTH, ST_HEADS, ST_CONTEXT, ST_VOCAB, ST_TIED,
-       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS, ST_OPTIMIZER };
+       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS, ST_OPTIMIZER, ST_REPLICAS };
 
 /* Version 1 is AdamW's file (its optimizer field reads 0); version 2 adds the optimizer
  * (enum pr_optimizer), whose state fills m and v. AdamW still writes version 1, so its
@@ -242,7 +242,9 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
         [ST_OPTIMIZER] = prog->optimizer, [ST_LAYERS] = prog->layers,
         [ST_WIDTH] = prog->width, [ST_HEADS] = prog->heads, [ST_CONTEXT] = prog->context,
         [ST_VOCAB] = prog->vocab, [ST_TIED] = prog->tied, [ST_SCHEDULE] = run->tab->schedule,
-        [ST_STAGES] = prog->stages, [ST_STEP] = run->step, [ST_FLOATS] = total};
+        [ST_STAGES] = prog->stages, [ST_STEP] = run->step, [ST_FLOATS] = total,
+        // data D > 1 only: a one-pipeline file keeps the zero it always had there
+        [ST_REPLICAS] = prog->replicas > 1 ? prog->replicas : 0};
     part model[] = {{mh, sizeof mh}, {params, (size_t)offsets[PR_CKPT_LM_HEAD] * 4}};
     part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
                     {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
@@ -396,6 +398,15 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
         if (sh[i] != want[i])
             rc = pr_fail(err, "%s: %s is %lld, the program has %lld", path, state_fields[i],
                          (long long)sh[i], (long long)want[i]);
+    // Another D changes the global batch and the lr the compiler derived from it: the moments
+    // would continue under another schedule, so resume refuses (docs/launch.md).
+    int64_t written_d = rc == 0 && sh[ST_REPLICAS] > 1 ? sh[ST_REPLICAS] : 1;
+    int64_t program_d = prog->replicas > 1 ? prog->replicas : 1;
+    if (rc == 0 && written_d != program_d)
+        rc = pr_fail(err, "%s: written with data %lld (replicas), the program has data %lld: the global "
+                     "batch (micro x window x data) and the lr derived from it would change; resume "
+                     "with data %lld, or start from the weights with --init %s/%s/model.bin",
+                     path, (long long)written_d, (long long)program_d, (long long)written_d, ckpt_dir, name);
     if (rc == 0 && (sh[ST_FLOATS] != total || sh[ST_STEP] < 0 || sh[ST_STEP] > run->tab->total_steps))
         rc = pr_fail(err, "%s: step %lld or size %lld does not fit the program (%d steps, %lld floats)",
                      path, (long long)sh[ST_STEP], (long long)sh[ST_FLOATS], run->tab->total_steps,

@@ -154,6 +154,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     run->C = prog->width;
     run->K = tab->window;
     run->V = prog->vocab;
+    run->replicas = prog->replicas > 1 ? prog->replicas : 1;
+    // One process per stage and replica: rank = replica * p + stage (docs/launch.md).
+    run->replica = run->opt.world > 1 ? run->opt.rank / run->p : 0;
     int64_t BT = run->B * run->T, BTC = BT * run->C;
     // Everything a stage keeps on its device, checked against free memory before any of it
     // is allocated, so a plan that does not fit stops with the stage named.
@@ -315,6 +318,7 @@ void pr_run_free(pr_run *run)
 {
     if (!run->prog || !run->dev) /* nothing was allocated before the device was set */
         return;
+    pr_replicas_close(run);
     if (run->links)
         run->links->close(run);
     for (int kind = 0; kind < PR_LINK_KINDS; kind++)
@@ -475,12 +479,11 @@ static double step_loss_of(const pr_run *run, int64_t step)
  * ever written; on_nan skip drops this stage's update (m, v and weights stay as they were)
  * and goes on. The per-tensor sums of squares are finite exactly when every gradient is.
  * Returns whether the update is to be skipped. */
-static int non_finite_step(pr_run *run, pr_stage_rt *st)
+static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
 {
     const pr_stage_code *sc = st->code;
     const double *sums = st->tensor_sumsq[st->t & 1];
     char what[160] = "";
-    double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
     if (sc->has_head && !isfinite(loss))
         snprintf(what, sizeof what, "the loss is not finite (%g)", loss);
     for (int i = 0; i < sc->n_tensors && !what[0]; i++)
@@ -517,15 +520,24 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     const pr_device *dev = run->dev;
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
+    // Replicas: the step's gradient is the sum of every replica's (each scaled by 1/(D*K)).
+    double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
+    if (run->replicas > 1) {
+        int stop = st->index == 0 && pr_stop_signal() != 0;
+        pr_replicas_reduce(run, st, &loss, &stop);
+        if (st->index == 0 && stop)
+            run->stop_seen = 1;
+    }
+    double mean_loss = loss / (double)(run->K * run->replicas);
     double *sums = st->tensor_sumsq[st->t & 1];
     dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
     double norm = grad_norm(run, st);
     float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
-    if (non_finite_step(run, st)) {
+    if (non_finite_step(run, st, loss)) {
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
         st->t++;
         if (sc->has_head && run->on_step)
-            run->on_step(run, st->t, step_loss_of(run, st->t - 1) / (double)run->K, pr_lr(prog, st->t), norm);
+            run->on_step(run, st->t, mean_loss, pr_lr(prog, st->t), norm);
         return;
     }
     double lr = pr_lr(prog, st->t + 1);
@@ -534,7 +546,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
     if (sc->has_head && run->on_step)
-        run->on_step(run, st->t, step_loss_of(run, st->t - 1) / (double)run->K, lr, norm);
+        run->on_step(run, st->t, mean_loss, lr, norm);
 }
 
 /* The weights a forward that meets its backward d optimizer steps later runs on:
@@ -737,7 +749,9 @@ static void accept_stop(const pr_run *run, pr_stage_rt *st, int64_t mb, int64_t 
 static void decide_stop(const pr_run *run, pr_stage_rt *st, int64_t mb, int64_t segment_end)
 {
     int64_t stop = run->stop_at;
-    if (stop == PR_NO_STOP && pr_stop_signal())
+    // Replicas stop at the same step: the signal counts once their stage 0s have shared it
+    // at a step's reduction, after which all of them meet the same forward first.
+    if (stop == PR_NO_STOP && (run->replicas > 1 ? run->stop_seen : pr_stop_signal()))
         stop = (mb + run->K - 1) / run->K;
     if (stop < segment_end)
         st->cut_stop = stop;
@@ -799,7 +813,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         if (s > 0)
             expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
         if (sc->has_embed || sc->has_head) {
-            pr_tokens_batch(&run->train, mb, run->B, run->T, tokens, targets);
+            pr_tokens_batch(&run->train, pr_replica_batch(run, mb), run->B, run->T, tokens, targets);
             if (!dev->host_memory) {
                 dev->upload(s, dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
                 dev->upload(s, dev_targets, targets, (size_t)BT * sizeof(int32_t));
@@ -840,7 +854,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
                                    : st->params_h;
         pr_bwd_args args = {weights, st->grads, slot, st->scratch, dev_tokens, dev_targets,
                             sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
-                            1.0f / (float)run->K, weights_h};
+                            1.0f / (float)(run->K * run->replicas), weights_h};
         dev->backward(run->prog, s, &args);
         int64_t drift = st->t - st->slot_fwd_step[in->slot];
         pthread_mutex_lock(&run->stats_mu);
@@ -960,35 +974,49 @@ static void *stage_thread(void *arg)
 
 void pr_run_segment(pr_run *run, int32_t seg)
 {
-    pthread_t threads[PACI_MAX_STAGES];
-    stage_job jobs[PACI_MAX_STAGES];
     double start = pr_now();
-    // One process per stage runs only its own; alone, the process runs them all.
-    int first = run->opt.world > 1 ? run->opt.rank : 0;
-    int last = run->opt.world > 1 ? run->opt.rank : run->p - 1;
-    for (int s = first; s <= last; s++) {
-        jobs[s] = (stage_job){run, s, seg};
-        if (pthread_create(&threads[s], NULL, stage_thread, &jobs[s]) != 0)
-            pr_internal("cannot start the thread of stage %d", s);
+    // One process per stage runs only its own; alone, the process runs them all, of every
+    // replica it holds.
+    int first = run->opt.world > 1 ? run->opt.rank % run->p : 0;
+    int last = run->opt.world > 1 ? first : run->p - 1;
+    int held = run->replica_runs ? run->replicas : 1;
+    int n = (last - first + 1) * held;
+    pthread_t *threads = pr_alloc((size_t)n * sizeof *threads);
+    stage_job *jobs = pr_alloc((size_t)n * sizeof *jobs);
+    for (int r = 1; r < held; r++) { // the others follow replica 0's stop and data
+        run->replica_runs[r]->stop_at = run->stop_at;
+        run->replica_runs[r]->train = run->train;
     }
-    for (int s = first; s <= last; s++) {
-        int rc = pthread_join(threads[s], NULL);
+    for (int i = 0; i < n; i++) {
+        pr_run *rr = held > 1 ? run->replica_runs[i / (last - first + 1)] : run;
+        jobs[i] = (stage_job){rr, first + i % (last - first + 1), seg};
+        if (pthread_create(&threads[i], NULL, stage_thread, &jobs[i]) != 0)
+            pr_internal("cannot start the thread of stage %d", jobs[i].stage);
+    }
+    for (int i = 0; i < n; i++) {
+        int rc = pthread_join(threads[i], NULL);
         if (rc != 0) { // the stages' state is unknown: no checkpoint can be trusted, stop here
             fflush(stdout);
-            fprintf(stderr, "run: error: cannot join the thread of stage %d: %s\n", s, strerror(rc));
+            fprintf(stderr, "run: error: cannot join the thread of stage %d: %s\n", jobs[i].stage,
+                    strerror(rc));
             exit(1);
         }
     }
+    free(threads);
+    free(jobs);
     const paci_program *pg = paci_segment_program(run->tab, seg);
     int64_t end = (int64_t)seg * run->tab->segment_steps + pg->steps;
-    int64_t expected = run->stage[first].cut_stop < end ? run->stage[first].cut_stop : end;
-    run->steps_this_process += expected - run->step;
-    run->step = expected;
-    run->train_time += pr_now() - start;
-    for (int s = first; s <= last; s++)
-        if (run->stage[s].t != run->step)
-            pr_internal("after segment %d stage %d has taken %lld steps, expected %lld", seg, s,
-                        (long long)run->stage[s].t, (long long)run->step);
+    for (int r = 0; r < held; r++) {
+        pr_run *rr = held > 1 ? run->replica_runs[r] : run;
+        int64_t expected = rr->stage[first].cut_stop < end ? rr->stage[first].cut_stop : end;
+        rr->steps_this_process += expected - rr->step;
+        rr->step = expected;
+        rr->train_time += pr_now() - start;
+        for (int s = first; s <= last; s++)
+            if (rr->stage[s].t != rr->step)
+                pr_internal("after segment %d stage %d of replica %d has taken %lld steps, expected %lld",
+                            seg, s, r, (long long)rr->stage[s].t, (long long)rr->step);
+    }
 }
 
 /* Forward of one micro-batch through every stage in order, on the calling thread, in slot 0

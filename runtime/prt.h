@@ -383,6 +383,12 @@ typedef struct pr_run {
     void (*on_step)(struct pr_run *run, int64_t step, double loss, double lr, double grad_norm);
     void *user;
     int64_t stop_at;                  /* pr_train: end the next segment after this step, or PR_NO_STOP */
+    /* data parallelism (replicas.c): this pipeline is replica `replica` of `replicas`; in one
+     * process replica 0 owns the others (replica_runs[r], [0] itself) and what they share */
+    int replica, replicas;
+    struct pr_run **replica_runs;
+    struct pr_replicas *shared;
+    int stop_seen;                    /* stage 0: a replica saw a stop signal at the last step */
 } pr_run;
 
 /* Validates program and table, lays out arenas and channels. Parameters are zero. */
@@ -409,6 +415,32 @@ void pr_weights_changed(pr_run *run, int s);
 /* Flat checkpoint layout <-> stage arenas, for params (which 0), m (1) or v (2). */
 void pr_gather(const pr_run *run, int which, float *flat);
 void pr_scatter(pr_run *run, int which, const float *flat);
+
+/* ---- replicas.c: data parallelism, D copies of the pipeline ---------------------------- */
+
+#define PR_MAX_REPLICAS 1024
+
+/* Replica 0 of a one-process run (run->replicas > 1) makes the other D - 1 pipelines and what
+ * they share: every stage's reduction group and the training data. Only the CPU, whose
+ * stages keep nothing per stage outside their arenas, runs replicas in one process. */
+int pr_replicas_open(pr_run *run, char *err);
+void pr_replicas_close(pr_run *run);
+/* Replica 0's weights, moments and step counts to every other replica (after init or load). */
+void pr_replicas_sync(pr_run *run);
+/* Stage st's side of its step's reduction: every replica's gradients summed in replica order
+ * (the same bits on every replica and every transport), then each replica holds the sum. The
+ * last stage's loss sums add in replica order into *loss; *stop is whether any replica had
+ * seen a stop signal. A replica that does not come within the peer timeout is named and the
+ * process exits. */
+void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop);
+/* The training micro-batch that local micro-batch mb of this replica reads: replica r takes
+ * window positions [r*K, (r+1)*K) of the global window of D*K micro-batches, so D replicas
+ * of window K read what one pipeline of window D*K reads, in the same order. */
+static inline int64_t pr_replica_batch(const pr_run *run, int64_t mb)
+{
+    int64_t D = run->replicas > 1 ? run->replicas : 1;
+    return (mb / run->K) * run->K * D + (int64_t)run->replica * run->K + mb % run->K;
+}
 
 /* ---- checkpoint.c: model.bin (llm.c), state.bin, atomic directories -------------------- */
 

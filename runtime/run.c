@@ -673,8 +673,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     // --blas-threads gives every stage the same count at any p (cores N, one "stage").
     if (opt.blas_threads > 0)
         pr_blas_threads(opt.blas_threads, 1);
-    else
-        pr_blas_threads(opt.threads, prog->stages);
+    else // every replica's stages share the cores when one process runs them all
+        pr_blas_threads(opt.threads, prog->stages * (prog->replicas > 1 && launch.world == 1 ? prog->replicas : 1));
     pr_run run;
     pr_bootstrap boot = {0};
     if (pr_run_init(&run, prog, &opt, err) != 0) {
@@ -686,6 +686,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         }
         return fail_main(&run, err);
     }
+    if (pr_replicas_open(&run, err) != 0)
+        return fail_main(&run, err);
     if (opt.world > 1 && pr_launch_join(&run, &launch, opt.connect_timeout, &boot, err) != 0) {
         pr_bootstrap_close(&boot);
         return fail_main(&run, err);
@@ -724,6 +726,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     if (load_weights(&run, opt.resume, err) != 0)
         return fail_main(&run, err);
+    pr_replicas_sync(&run);
     if ((opt.world <= 1 || opt.rank == 0) && !opt.no_checkpoint && pr_ckpt_prepare(opt.ckpt_dir, err) != 0)
         return fail_main(&run, err);
     logger lg = {.tty = isatty(STDOUT_FILENO), .first_step = run.step, .begin = pr_now()};

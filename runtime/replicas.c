@@ -1,0 +1,230 @@
+/* replicas.c: data parallelism. `parallel { data D }` runs D copies of the pipeline; replica
+ * r reads its own micro-batches (pr_replica_batch), and at each optimizer step of stage s the
+ * D copies of stage s sum their gradients, so every copy takes the same step. The sum adds
+ * the replicas in order 0, 1, ..., D-1 element by element, on every transport, so a run's
+ * bits do not depend on how its replicas were started. Under paci each stage's group reduces
+ * when that stage steps, with no barrier across stages.
+ *
+ * In one process, replica 0 owns the other pipelines and one group per stage: the D stage
+ * threads meet at the group's barrier, each sums a slice of the elements into replica 0's
+ * gradients, and the others copy the sum back.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prt.h"
+
+/* The D threads of one stage, one per replica. */
+typedef struct replica_group {
+    pthread_mutex_t mu;
+    pthread_cond_t all_here;
+    int arrived;
+    int64_t round;       /* barrier rounds completed */
+    int64_t *entered;    /* per replica: the round it last entered (to name the missing) */
+    float **grads;       /* per replica: its stage's gradient block */
+    double *loss;        /* per replica: its step's loss sum (last stage) */
+    int *stop;           /* per replica: it had seen a stop signal */
+} replica_group;
+
+typedef struct pr_replicas {
+    int D;
+    replica_group group[PACI_MAX_STAGES];
+} pr_replicas;
+
+int pr_replicas_open(pr_run *run, char *err)
+{
+    int D = run->prog->replicas > 1 ? run->prog->replicas : 1;
+    run->replicas = D;
+    if (D == 1 || run->opt.world > 1)
+        return 0;
+    if (!run->dev->host_memory)
+        return pr_fail(err, "%s: data %d runs its replicas in one process on the CPU only; on GPUs "
+                       "start %d processes, one per stage and replica (docs/launch.md)",
+                       run->prog->source, D, run->p * D);
+    if (run->opt.profile_out)
+        return pr_fail(err, "--profile-out measures one pipeline: profile a build with data 1");
+    pr_replicas *sh = pr_alloc(sizeof *sh);
+    sh->D = D;
+    for (int s = 0; s < run->p; s++) {
+        replica_group *g = &sh->group[s];
+        if (pthread_mutex_init(&g->mu, NULL) != 0 || pthread_cond_init(&g->all_here, NULL) != 0)
+            pr_internal("cannot create the reduction group of stage %d", s);
+        g->entered = pr_alloc((size_t)D * sizeof *g->entered);
+        g->grads = pr_alloc((size_t)D * sizeof *g->grads);
+        g->loss = pr_alloc((size_t)D * sizeof *g->loss);
+        g->stop = pr_alloc((size_t)D * sizeof *g->stop);
+    }
+    run->shared = sh;
+    run->replica_runs = pr_alloc((size_t)D * sizeof *run->replica_runs);
+    run->replica_runs[0] = run;
+    pr_options quiet = run->opt;
+    quiet.quiet = 1;
+    for (int r = 1; r < D; r++) {
+        pr_run *other = pr_alloc(sizeof *other);
+        run->replica_runs[r] = other;
+        if (pr_run_init(other, run->prog, &quiet, err) != 0) {
+            char why[PR_ERR_LEN];
+            snprintf(why, sizeof why, "%s", err);
+            return pr_fail(err, "replica %d: %s", r, why);
+        }
+        other->replica = r;
+        other->replicas = D;
+        other->shared = sh;
+    }
+    return 0;
+}
+
+void pr_replicas_close(pr_run *run)
+{
+    if (!run->replica_runs)
+        return;
+    for (int r = 1; r < run->replicas; r++) {
+        pr_run *other = run->replica_runs[r];
+        if (!other)
+            continue;
+        memset(&other->train, 0, sizeof other->train); // borrowed from replica 0
+        memset(&other->val, 0, sizeof other->val);
+        pr_run_free(other);
+        free(other);
+    }
+    free(run->replica_runs);
+    run->replica_runs = NULL;
+    pr_replicas *sh = run->shared;
+    for (int s = 0; sh && s < run->p; s++) {
+        replica_group *g = &sh->group[s];
+        pthread_mutex_destroy(&g->mu);
+        pthread_cond_destroy(&g->all_here);
+        free(g->entered);
+        free(g->grads);
+        free(g->loss);
+        free(g->stop);
+    }
+    free(sh);
+    run->shared = NULL;
+}
+
+void pr_replicas_sync(pr_run *run)
+{
+    if (!run->replica_runs)
+        return;
+    for (int r = 1; r < run->replicas; r++) {
+        pr_run *other = run->replica_runs[r];
+        other->train = run->train;
+        other->val = run->val;
+        other->step = run->step;
+        for (int s = 0; s < run->p; s++) {
+            const pr_stage_rt *from = &run->stage[s];
+            pr_stage_rt *to = &other->stage[s];
+            size_t bytes = (size_t)from->code->n_params * sizeof(float);
+            memcpy(to->params, from->params, bytes);
+            memcpy(to->m, from->m, bytes);
+            memcpy(to->v, from->v, bytes);
+            to->t = from->t;
+            pr_weights_changed(other, s);
+        }
+    }
+}
+
+/* Waits until all D replicas of the group have entered this round; -1 after `timeout`
+ * seconds (0: forever), with the missing replicas listed in `missing`. */
+static int group_barrier(replica_group *g, int D, int replica, double timeout, char *missing,
+                         size_t size)
+{
+    pthread_mutex_lock(&g->mu);
+    int64_t round = g->round;
+    g->entered[replica] = round + 1;
+    if (++g->arrived == D) {
+        g->arrived = 0;
+        g->round++;
+        pthread_cond_broadcast(&g->all_here);
+        pthread_mutex_unlock(&g->mu);
+        return 0;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)timeout;
+    deadline.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L)
+        deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    int rc = 0;
+    while (g->round == round && rc != ETIMEDOUT)
+        rc = timeout > 0 ? pthread_cond_timedwait(&g->all_here, &g->mu, &deadline)
+                         : pthread_cond_wait(&g->all_here, &g->mu);
+    int late = g->round == round;
+    if (late) {
+        size_t used = 0;
+        missing[0] = 0;
+        for (int r = 0; r < D && used + 16 < size; r++)
+            if (g->entered[r] != round + 1)
+                used += (size_t)snprintf(missing + used, size - used, "%s%d", used ? ", " : "", r);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return late ? -1 : 0;
+}
+
+/* Exits naming the stage and replica that waited, and the ones that did not come. */
+static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *why)
+{
+    static atomic_flag exiting = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&exiting))
+        for (;;)
+            pause();
+    fflush(stdout);
+    fprintf(stderr, "run: error: stage %d of replica %d: %s (the gradient reduction of step %lld)\n",
+            st->index, run->replica, why, (long long)st->t + 1);
+    exit(1);
+}
+
+static void in_process_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    pr_replicas *sh = run->shared;
+    replica_group *g = &sh->group[st->index];
+    int D = sh->D, r = run->replica;
+    char missing[256], why[PR_ERR_LEN];
+    g->grads[r] = st->grads;
+    g->loss[r] = *loss;
+    g->stop[r] = *stop;
+    for (int phase = 0; phase < 3; phase++) {
+        if (group_barrier(g, D, r, run->opt.peer_timeout, missing, sizeof missing) != 0) {
+            snprintf(why, sizeof why, "replica %s of stage %d did not come for %g s", missing,
+                     st->index, run->opt.peer_timeout);
+            reduce_failed(run, st, why);
+        }
+        if (phase == 0) {
+            // Replica r sums its slice of the elements, replicas in order, into replica 0's.
+            int64_t n = st->code->n_params, slice = (n + D - 1) / D;
+            int64_t from = (int64_t)r * slice, to = from + slice < n ? from + slice : n;
+            float *sum = g->grads[0];
+            for (int64_t i = from; i < to; i++) {
+                float acc = sum[i];
+                for (int q = 1; q < D; q++)
+                    acc += g->grads[q][i];
+                sum[i] = acc;
+            }
+            double total = 0.0;
+            int any = 0;
+            for (int q = 0; q < D; q++) {
+                total += g->loss[q];
+                any |= g->stop[q];
+            }
+            *loss = total;
+            *stop = any;
+        } else if (phase == 1 && r != 0) {
+            memcpy(st->grads, g->grads[0], (size_t)st->code->n_params * sizeof(float));
+        }
+    }
+}
+
+void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    if (run->replicas <= 1)
+        return;
+    if (run->shared)
+        in_process_reduce(run, st, loss, stop);
+    else
+        pr_internal("stage %d: replicas across processes have no reduction yet", st->index);
+}
