@@ -187,7 +187,7 @@ static uint32_t get32(const unsigned char *p)
 /* Rank 0's answer to rank r: the id and the address table, or why it gave up. */
 static int send_reply(const pr_bootstrap *b, int fd, const char *abort_text, double deadline)
 {
-    unsigned char msg[16 + PR_BOOT_ID_BYTES + 8 * PACI_MAX_STAGES + MAX_ABORT_TEXT];
+    unsigned char msg[16 + PR_BOOT_ID_BYTES + 8 * PR_MAX_RANKS + MAX_ABORT_TEXT];
     size_t n = 12;
     put32(msg, BOOT_MAGIC);
     put32(msg + 4, BOOT_VERSION);
@@ -274,13 +274,13 @@ static int serve(const pr_launch *l, double deadline, double timeout_s, pr_boots
 {
     uint16_t port = (uint16_t)l->master_port;
     char why[PR_ERR_LEN];
-    int listener = pr_sock_listen(port, 2 * PACI_MAX_STAGES, NULL, why);
+    int listener = pr_sock_listen(port, 2 * PR_MAX_RANKS, NULL, why);
     if (listener < 0)
         return pr_fail(err, "rank 0: %s (--master-port or MASTER_PORT picks another)", why);
-    pending pend[PACI_MAX_STAGES];
+    pending pend[PR_MAX_RANKS];
     int n_pend = 0, joined = 1;
     while (joined < b->world) {
-        struct pollfd fds[PACI_MAX_STAGES + 1];
+        struct pollfd fds[PR_MAX_RANKS + 1];
         fds[0] = (struct pollfd){listener, POLLIN, 0};
         for (int i = 0; i < n_pend; i++)
             fds[i + 1] = (struct pollfd){pend[i].fd, POLLIN, 0};
@@ -322,7 +322,7 @@ static int serve(const pr_launch *l, double deadline, double timeout_s, pr_boots
             }
             pend[i] = pend[--n_pend];
         }
-        if ((fds[0].revents & POLLIN) && n_pend < PACI_MAX_STAGES) {
+        if ((fds[0].revents & POLLIN) && n_pend < PR_MAX_RANKS) {
             struct sockaddr_in from;
             socklen_t len = sizeof from;
             int fd = accept4(listener, (struct sockaddr *)&from, &len, SOCK_CLOEXEC);
@@ -378,7 +378,7 @@ static int ask(const pr_launch *l, int fd, uint16_t listen_port, double deadline
         }
         return pr_fail(err, "rank %d: rank 0 gave up: %s", l->rank, text);
     }
-    unsigned char table[8 * PACI_MAX_STAGES];
+    unsigned char table[8 * PR_MAX_RANKS];
     if (pr_sock_read(fd, b->id, PR_BOOT_ID_BYTES, reply_deadline) != 0 ||
         pr_sock_read(fd, table, 8 * (size_t)l->world, reply_deadline) != 0)
         return pr_fail(err, "rank %d: rank 0 closed the connection in the middle of the id",
@@ -429,11 +429,11 @@ int pr_bootstrap_tcp(const pr_launch *l, double timeout_s, uint16_t listen_port,
     b->rank = l->rank;
     b->world = l->world;
     b->timeout = timeout_s;
-    for (int r = 0; r < PACI_MAX_STAGES; r++)
+    for (int r = 0; r < PR_MAX_RANKS; r++)
         b->fd[r] = -1;
-    if (l->world < 1 || l->world > PACI_MAX_STAGES || l->rank < 0 || l->rank >= l->world)
+    if (l->world < 1 || l->world > PR_MAX_RANKS || l->rank < 0 || l->rank >= l->world)
         return pr_fail(err, "rank %d of %d: outside 1..%d ranks", l->rank, l->world,
-                       PACI_MAX_STAGES);
+                       PR_MAX_RANKS);
     double deadline = pr_now() + timeout_s;
     if (l->rank > 0)
         return join(l, deadline, timeout_s, listen_port, b, err);
@@ -445,7 +445,7 @@ int pr_bootstrap_tcp(const pr_launch *l, double timeout_s, uint16_t listen_port,
 
 void pr_bootstrap_close(pr_bootstrap *b)
 {
-    for (int r = 0; r < PACI_MAX_STAGES; r++)
+    for (int r = 0; r < PR_MAX_RANKS; r++)
         if (b->fd[r] >= 0) {
             close(b->fd[r]);
             b->fd[r] = -1;

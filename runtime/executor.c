@@ -117,7 +117,7 @@ static int stage_predicts(const paci_table *tab, int s)
 enum { HOLD_NONE, HOLD_COPY, HOLD_FULL };
 static int stage_holding(const pr_run *run, int s)
 {
-    if (run->opt.world <= 1 || s == run->opt.rank)
+    if (run->opt.world <= 1 || s == run->opt.rank % run->prog->stages)
         return HOLD_FULL;
     return run->opt.rank == 0 ? HOLD_COPY : HOLD_NONE;
 }
@@ -395,11 +395,11 @@ static void claim_exit(void)
  * its sums zero-padded from a row of that length, never past its own buffer. */
 static void exchange_sums(pr_run *run, pr_stage_rt *st)
 {
-    int most = 0, parity = (int)(st->t & 1);
+    int most = 0, parity = (int)(st->t & 1), world = run->opt.world;
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    double *all = pr_alloc((size_t)(run->p + 1) * (size_t)most * sizeof(double));
-    double *mine = all + (size_t)run->p * (size_t)most; // zeroed by pr_alloc past our count
+    double *all = pr_alloc((size_t)(world + 1) * (size_t)most * sizeof(double));
+    double *mine = all + (size_t)world * (size_t)most; // zeroed by pr_alloc past our count
     memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
     char err[PR_ERR_LEN];
     if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
@@ -408,8 +408,11 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
                 st->index, run->opt.rank, err, (long long)st->t + 1);
         exit(1);
     }
+    // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
+    // (the replicas' sums are equal: their gradients were reduced first).
+    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)most;
     for (int s = 0; s < run->p; s++)
-        memcpy(run->stage[s].tensor_sumsq[parity], all + (size_t)s * (size_t)most,
+        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)most,
                (size_t)run->stage[s].code->n_tensors * sizeof(double));
     free(all);
 }

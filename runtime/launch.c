@@ -134,7 +134,8 @@ const pr_mpi_ops *pr_mpi(void)
 
 /* Launcher variables -> rank, world, local rank, rank-0 host and port; checks world
  * against the program's stages (one process per stage, or one for all). */
-int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch *l, char *err)
+int pr_launch_parse(const char *const *env, int stages, int replicas, int port_flag, pr_launch *l,
+                    char *err)
 {
     memset(l, 0, sizeof *l);
     l->world = 1;
@@ -169,7 +170,11 @@ int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch
     }
     if (l->rank >= l->world)
         return pr_fail(err, "%s=%d is not below %s=%d", rank_var, l->rank, world_var, l->world);
-    if (l->world > 1 && l->world != stages)
+    if (replicas > 1 && l->world > 1 && l->world != stages * replicas)
+        return pr_fail(err, "%s=%d, but the program has %d stages x %d replicas (data %d): start one "
+                       "process per stage and replica (%d), or one process for all", world_var,
+                       l->world, stages, replicas, replicas, stages * replicas);
+    if (replicas <= 1 && l->world > 1 && l->world != stages)
         return pr_fail(err, "%s=%d, but the program has %d stages: start one process per stage "
                        "(%d), or one process for all", world_var, l->world, stages, stages);
     l->master_port = PR_DEFAULT_MASTER_PORT;
@@ -192,48 +197,99 @@ int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch
 
 #define LINK_MAGIC 0x5041434Cu /* "PACL" */
 
-/* A neighbour link's hello: magic, the connecting rank, which link (0 act, 1 grad), and
- * the run's id, so a connection from another run or program is refused. */
+/* A neighbour link's hello: magic, the connecting rank, which link (0 act, 1 grad, 2 the
+ * stage's reduction group), and the run's id, so a connection from another run or program
+ * is refused. */
 typedef struct link_hello {
     uint32_t magic, rank, link;
     unsigned char id[16];
 } link_hello;
 
-/* Rank r accepts rank r+1's two links (its act sender and grad receiver). */
+/* Whether a hello is one rank r expects: stage s+1's two links from rank r+1 (same
+ * replica), or, on replica 0 of stage s, the reduction link of another replica's stage s. */
+static int expected_hello(const pr_run *run, int r, const link_hello *h, const int *linked,
+                          const unsigned char *id)
+{
+    int p = run->p, s = r % p;
+    if (h->magic != LINK_MAGIC || memcmp(h->id, id, sizeof h->id) != 0 || h->rank >= PR_MAX_RANKS)
+        return 0;
+    if (h->link <= 1)
+        return s + 1 < p && h->rank == (uint32_t)r + 1 && !linked[h->link];
+    int from = (int)h->rank;
+    return h->link == 2 && r < p && from % p == s && from / p >= 1 && from / p < run->replicas &&
+           run->reduce_fd[from / p] < 0;
+}
+
+/* Rank r accepts rank r+1's two links (its act sender and grad receiver) and, on replica 0,
+ * its stage's D - 1 reduction links. */
 static int accept_links(pr_run *run, const pr_bootstrap *b, int listener, double deadline,
                         char *err)
 {
-    int r = b->rank, linked[2] = {0, 0};
-    while (!linked[0] || !linked[1]) {
-        struct pollfd p = {listener, POLLIN, 0};
+    int r = b->rank, p = run->p, s = r % p, linked[2] = {s + 1 >= p, s + 1 >= p};
+    int group = r < p && run->replicas > 1 ? run->replicas - 1 : 0;
+    while (!linked[0] || !linked[1] || group > 0) {
+        struct pollfd pfd = {listener, POLLIN, 0};
         int left = (int)((deadline - pr_now()) * 1000.0);
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return pr_fail(err, "rank %d: stage %d did not connect within the connect timeout",
-                           r, r + 1);
+        if (left <= 0 || poll(&pfd, 1, left) <= 0) {
+            if (!linked[0] || !linked[1])
+                return pr_fail(err, "rank %d: stage %d did not connect within the connect timeout",
+                               r, s + 1);
+            return pr_fail(err, "rank %d: %d replica(s) of stage %d did not connect within the "
+                           "connect timeout", r, group, s);
+        }
         int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
         link_hello h;
         if (fd < 0)
             continue;
-        if (pr_sock_read(fd, &h, sizeof h, pr_now() + 5.0) != 0 || h.magic != LINK_MAGIC ||
-            h.rank != (uint32_t)r + 1 || h.link > 1 || linked[h.link] ||
-            memcmp(h.id, b->id, sizeof h.id) != 0) {
-            fprintf(stderr, "run: notice: rank %d: refused a connection that is not stage %d's "
-                    "link of this run\n", r, r + 1);
+        if (pr_sock_read(fd, &h, sizeof h, pr_now() + 5.0) != 0 ||
+            !expected_hello(run, r, &h, linked, b->id)) {
+            fprintf(stderr, "run: notice: rank %d: refused a connection that is not a link of "
+                    "this run to stage %d\n", r, s);
             close(fd);
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        pr_channel_attach_socket(h.link == 0 ? &run->act[r] : &run->grad[r], fd);
+        if (h.link == 2) {
+            run->reduce_fd[h.rank / (uint32_t)p] = fd;
+            group--;
+            continue;
+        }
+        pr_channel_attach_socket(h.link == 0 ? &run->act[s] : &run->grad[s], fd);
         linked[h.link] = 1;
     }
+    return 0;
+}
+
+/* Replica r > 0 of stage s connects its reduction link to replica 0's rank s. */
+static int connect_group(pr_run *run, const pr_bootstrap *b, double deadline, char *err)
+{
+    int r = b->rank, s = r % run->p;
+    char why[PR_ERR_LEN] = "no attempt finished";
+    int fd = -1;
+    while (fd < 0 && pr_now() < deadline) {
+        fd = pr_sock_connect(b->addr[s], b->port[s], deadline, why);
+        if (fd < 0)
+            usleep(100000);
+    }
+    link_hello h = {LINK_MAGIC, (uint32_t)r, 2, {0}};
+    memcpy(h.id, b->id, sizeof h.id);
+    if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return pr_fail(err, "rank %d: cannot link stage %d of replica %d to replica 0 (rank %d): %s",
+                       r, s, run->replica, s, why);
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    run->reduce_fd[0] = fd;
     return 0;
 }
 
 /* Rank r connects its two links to rank r-1, where the bootstrap table says it listens. */
 static int connect_links(pr_run *run, const pr_bootstrap *b, double deadline, char *err)
 {
-    int r = b->rank;
+    int r = b->rank, s = r % run->p;
     for (uint32_t link = 0; link < 2; link++) {
         char why[PR_ERR_LEN] = "no attempt finished";
         int fd = -1;
@@ -247,9 +303,9 @@ static int connect_links(pr_run *run, const pr_bootstrap *b, double deadline, ch
         if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
             if (fd >= 0)
                 close(fd);
-            return pr_fail(err, "rank %d: cannot link to stage %d: %s", r, r - 1, why);
+            return pr_fail(err, "rank %d: cannot link to stage %d: %s", r, s - 1, why);
         }
-        pr_channel_attach_socket(link == 0 ? &run->act[r - 1] : &run->grad[r - 1], fd);
+        pr_channel_attach_socket(link == 0 ? &run->act[s - 1] : &run->grad[s - 1], fd);
     }
     return 0;
 }
@@ -264,9 +320,17 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
                        "between its memories, and this build has none", l->rank, run->dev->name);
     double deadline = pr_now() + connect_timeout;
     uint16_t port = 0;
-    int listener = -1;
+    int listener = -1, s = l->rank % run->p;
     char why[PR_ERR_LEN];
-    if (!native && l->rank + 1 < l->world && (listener = pr_sock_listen(0, 4, &port, why)) < 0)
+    // Replicas: the reduction group's sockets, and replica 0's listener takes the others'.
+    int grouped = run->replicas > 1;
+    if (grouped) {
+        run->reduce_fd = pr_alloc((size_t)run->replicas * sizeof *run->reduce_fd);
+        for (int r = 0; r < run->replicas; r++)
+            run->reduce_fd[r] = -1;
+    }
+    int listens = s + 1 < run->p || (grouped && !native && l->rank < run->p);
+    if (!native && listens && (listener = pr_sock_listen(0, 4 + run->replicas, &port, why)) < 0)
         return pr_fail(err, "rank %d: %s", l->rank, why);
     if (l->rank == 0) {
         // The id names this run, so neighbour links from another run are refused.
@@ -280,8 +344,10 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
     b->mpi = l->mpi ? pr_mpi() : NULL;
     if (rc == 0 && native)
         rc = run->dev->links->open_ranks(run, b, err);
-    else if (rc == 0 && l->rank > 0)
+    else if (rc == 0 && s > 0)
         rc = connect_links(run, b, deadline, err);
+    if (rc == 0 && !native && grouped && l->rank >= run->p)
+        rc = connect_group(run, b, deadline, err);
     if (rc == 0 && listener >= 0)
         rc = accept_links(run, b, listener, deadline, err);
     if (listener >= 0)
@@ -300,21 +366,24 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
     pr_bootstrap *b = run->opt.boot;
     const pr_device *dev = run->dev;
     int rc = 0;
+    // Replicas hold the same state: only replica 0's ranks (0..p-1) send, the others send nothing.
+    void **dst = pr_alloc((size_t)b->world * sizeof *dst);
+    size_t *bytes = pr_alloc((size_t)b->world * sizeof *bytes);
     for (int which = 0; which < (with_moments ? 3 : 1) && rc == 0; which++) {
-        void *dst[PACI_MAX_STAGES] = {0}, *stage_mem[PACI_MAX_STAGES] = {0};
-        size_t bytes[PACI_MAX_STAGES] = {0};
+        void *stage_mem[PACI_MAX_STAGES] = {0};
         for (int s = 0; s < run->p; s++) {
             pr_stage_rt *st = &run->stage[s];
             stage_mem[s] = which == 0 ? st->params : which == 1 ? st->m : st->v;
             bytes[s] = (size_t)st->code->n_params * sizeof(float);
             dst[s] = dev->host_memory ? stage_mem[s] : pr_alloc(bytes[s]);
         }
-        if (!dev->host_memory && b->rank > 0)
+        if (!dev->host_memory && b->rank > 0 && b->rank < run->p)
             dev->download(b->rank, dst[b->rank], stage_mem[b->rank], bytes[b->rank]);
         char why[PR_ERR_LEN];
-        rc = pr_bootstrap_gather(b, dst[b->rank], bytes[b->rank], dst, bytes, why);
+        rc = pr_bootstrap_gather(b, b->rank < run->p ? dst[b->rank] : NULL,
+                                 b->rank < run->p ? bytes[b->rank] : 0, dst, bytes, why);
         if (rc != 0)
-            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)", b->rank,
+            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)", b->rank % run->p,
                     b->rank, why, (long long)run->step);
         for (int s = 1; s < run->p && !dev->host_memory && rc == 0 && b->rank == 0; s++)
             dev->upload(s, stage_mem[s], dst[s], bytes[s]);
@@ -323,5 +392,7 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
         for (int s = 0; s < run->p && !dev->host_memory; s++)
             free(dst[s]);
     }
+    free(dst);
+    free(bytes);
     return rc;
 }

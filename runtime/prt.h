@@ -389,6 +389,10 @@ typedef struct pr_run {
     struct pr_run **replica_runs;
     struct pr_replicas *shared;
     int stop_seen;                    /* stage 0: a replica saw a stop signal at the last step */
+    /* one process per stage and replica: sockets of the stage's reduction group (replica 0:
+     * reduce_fd[r] leads to replica r; others: reduce_fd[0] leads to replica 0), -1 unused */
+    int *reduce_fd;
+    float *reduce_buffer;             /* replica 0: one replica's gradients as they arrive */
 } pr_run;
 
 /* Validates program and table, lays out arenas and channels. Parameters are zero. */
@@ -492,8 +496,10 @@ typedef struct pr_launch {
 } pr_launch;
 
 /* From a NULL-terminated "NAME=value" array (environ); port_flag > 0 overrides MASTER_PORT.
- * world > 1 must equal `stages`. Errors name the variable. */
-int pr_launch_parse(const char *const *env, int stages, int port_flag, pr_launch *l, char *err);
+ * world > 1 must equal stages x replicas (rank = replica * stages + stage). Errors name the
+ * variable. */
+int pr_launch_parse(const char *const *env, int stages, int replicas, int port_flag, pr_launch *l,
+                    char *err);
 const char *pr_launcher_name(int launcher);
 const char *pr_env_get(const char *const *env, const char *name);
 /* First host of a Slurm node list ("gpu[07-09],cpu1" -> "gpu07"); -1 if malformed. */
@@ -502,6 +508,7 @@ int pr_slurm_first_host(const char *list, char *host, size_t size);
 /* ---- bootstrap.c: rank 0 hands every rank an opaque id over TCP, and keeps the line ------ */
 
 #define PR_BOOT_ID_BYTES 128          /* sizeof(ncclUniqueId) */
+#define PR_MAX_RANKS 4096             /* processes of one run: stages x replicas */
 #define PR_DEFAULT_CONNECT_TIMEOUT 120 /* seconds */
 
 /* MPI, in `run` only when pacic linked libpacirt_mpi.a (runtime/mpi/): pr_mpi() is then
@@ -521,11 +528,11 @@ typedef struct pr_bootstrap {
     unsigned char id[PR_BOOT_ID_BYTES]; /* rank 0's blob, the same on every rank afterwards */
     /* every rank's IPv4 address (network order) as rank 0 saw it, and the port it listens
      * on for its neighbour (0: none); rank 0's own address is the one the others reached */
-    uint32_t addr[PACI_MAX_STAGES];
-    uint16_t port[PACI_MAX_STAGES];
+    uint32_t addr[PR_MAX_RANKS];
+    uint16_t port[PR_MAX_RANKS];
     /* the bootstrap connections, kept open for small collectives: on rank 0, fd[r] leads
      * to rank r (fd[0] = -1); on rank r > 0, fd[0] leads to rank 0 */
-    int fd[PACI_MAX_STAGES];
+    int fd[PR_MAX_RANKS];
     double timeout; /* seconds a collective waits for a peer */
 } pr_bootstrap;
 
@@ -555,7 +562,8 @@ int pr_sock_write(int fd, const void *buf, size_t bytes, double deadline);
 /* ---- launch.c (continued): one process per stage --------------------------------------- */
 
 /* world > 1: bootstraps with rank 0 and links this stage's channels to its neighbours'
- * processes over TCP; sets run->opt.boot = b. */
+ * processes over TCP (the same replica's ranks on either side), and, with replicas, each
+ * stage's replica r > 0 to its replica 0 for the gradient reduction; sets run->opt.boot = b. */
 int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_bootstrap *b,
                    char *err);
 /* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0. */

@@ -7,7 +7,9 @@
  *
  * In one process, replica 0 owns the other pipelines and one group per stage: the D stage
  * threads meet at the group's barrier, each sums a slice of the elements into replica 0's
- * gradients, and the others copy the sum back.
+ * gradients, and the others copy the sum back. With one process per stage and replica, each
+ * replica r > 0 of stage s sends its gradients over TCP to replica 0 of stage s (rank s),
+ * which adds them in replica order and sends the sum back (launch.c makes the sockets).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -80,6 +82,13 @@ int pr_replicas_open(pr_run *run, char *err)
 
 void pr_replicas_close(pr_run *run)
 {
+    for (int r = 0; run->reduce_fd && r < run->replicas; r++)
+        if (run->reduce_fd[r] >= 0)
+            close(run->reduce_fd[r]);
+    free(run->reduce_fd);
+    free(run->reduce_buffer);
+    run->reduce_fd = NULL;
+    run->reduce_buffer = NULL;
     if (!run->replica_runs)
         return;
     for (int r = 1; r < run->replicas; r++) {
@@ -219,12 +228,81 @@ static void in_process_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *s
     }
 }
 
+#define REDUCE_MAGIC 0x50414352u /* "PACR" */
+
+/* What travels before the gradients, both ways: the step, and the loss and stop flag (each
+ * replica's to replica 0, the sums from it). */
+typedef struct reduce_head {
+    uint32_t magic, replica;
+    int64_t step;
+    double loss;
+    int32_t stop, pad;
+} reduce_head;
+
+/* Moves the head and n floats over fd (reading when `in`); a failure names the peer replica
+ * and exits. */
+static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, reduce_head *h,
+                        float *data, size_t n)
+{
+    double deadline = run->opt.peer_timeout > 0 ? pr_now() + run->opt.peer_timeout : 0;
+    int rc = in ? pr_sock_read(fd, h, sizeof *h, deadline) : pr_sock_write(fd, h, sizeof *h, deadline);
+    if (rc == 0)
+        rc = in ? pr_sock_read(fd, data, n * sizeof(float), deadline)
+                : pr_sock_write(fd, data, n * sizeof(float), deadline);
+    char why[PR_ERR_LEN];
+    int rank = peer * run->p + st->index;
+    if (rc != 0 && errno == ETIMEDOUT)
+        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s for %g s", peer, st->index,
+                 rank, in ? "sent nothing" : "took nothing", run->opt.peer_timeout);
+    else if (rc != 0)
+        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) closed the connection", peer,
+                 st->index, rank);
+    else if (in && (h->magic != REDUCE_MAGIC || h->step != st->t))
+        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) sent step %lld's gradients, "
+                 "not step %lld's", peer, st->index, rank, (long long)h->step + 1, (long long)st->t + 1);
+    else
+        return;
+    reduce_failed(run, st, why);
+}
+
+static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    size_t n = (size_t)st->code->n_params;
+    reduce_head h = {REDUCE_MAGIC, (uint32_t)run->replica, st->t, *loss, *stop, 0};
+    if (run->replica > 0) {
+        reduce_move(run, st, run->reduce_fd[0], 0, 0, &h, st->grads, n);
+        reduce_move(run, st, run->reduce_fd[0], 0, 1, &h, st->grads, n);
+        *loss = h.loss;
+        *stop = h.stop;
+        return;
+    }
+    if (!run->reduce_buffer)
+        run->reduce_buffer = pr_alloc(n * sizeof(float));
+    double total = 0.0 + *loss;
+    int any = *stop;
+    for (int q = 1; q < run->replicas; q++) {
+        reduce_move(run, st, run->reduce_fd[q], q, 1, &h, run->reduce_buffer, n);
+        for (size_t i = 0; i < n; i++) // replica order, as in one process
+            st->grads[i] = st->grads[i] + run->reduce_buffer[i];
+        total += h.loss;
+        any |= h.stop;
+    }
+    h = (reduce_head){REDUCE_MAGIC, 0, st->t, total, any, 0};
+    for (int q = 1; q < run->replicas; q++)
+        reduce_move(run, st, run->reduce_fd[q], q, 0, &h, st->grads, n);
+    *loss = total;
+    *stop = any;
+}
+
 void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     if (run->replicas <= 1)
         return;
     if (run->shared)
         in_process_reduce(run, st, loss, stop);
+    else if (run->reduce_fd)
+        tcp_reduce(run, st, loss, stop);
     else
-        pr_internal("stage %d: replicas across processes have no reduction yet", st->index);
+        pr_internal("stage %d of replica %d: no way to reach the other replicas", st->index,
+                    run->replica);
 }

@@ -61,7 +61,8 @@ typedef struct logger {
 static double tokens_per_s(const pr_run *run, int64_t step, double now, const logger *lg)
 {
     double seconds = now - lg->begin;
-    return seconds > 0 ? (double)(step - lg->first_step) * (double)(run->K * run->B * run->T) / seconds
+    // every replica's tokens: the job's rate, as --explain predicts it
+    return seconds > 0 ? (double)(step - lg->first_step) * (double)(run->K * run->B * run->T * run->replicas) / seconds
                        : 0.0;
 }
 
@@ -209,7 +210,7 @@ int pr_train(pr_run *run, char *err)
         int64_t held = 0;
         for (int s = 0, shown = 0; s < run->p; s++) {
             held += run->stage[s].arena_bytes;
-            if (run->opt.world <= 1 || s == run->opt.rank)
+            if (run->opt.world <= 1 || s == run->opt.rank % run->p)
                 printf("%s stage %d %.2f MiB", shown++ ? "," : "", s,
                        (double)run->stage[s].arena_bytes / (1 << 20));
         }
@@ -622,7 +623,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return rc < 0 ? 1 : 0;
     char err[PR_ERR_LEN];
     pr_launch launch;
-    if (pr_launch_parse((const char *const *)environ, prog->stages, opt.master_port, &launch,
+    if (pr_launch_parse((const char *const *)environ, prog->stages, prog->replicas, opt.master_port, &launch,
                         err) != 0) {
         fprintf(stderr, "run: error: %s\n", err);
         return 1;
@@ -742,7 +743,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         fprintf(lg.metrics, "]}\n");
     }
     run.user = &lg;
-    run.on_step = log_step;
+    // Replicas log nothing of their own: replica 0's last stage logs the step's mean over all.
+    run.on_step = run.replica == 0 ? log_step : NULL;
     install_stop_handlers();
     // A file-size limit then fails a checkpoint write with EFBIG, reported like a full disk,
     // instead of killing the process.

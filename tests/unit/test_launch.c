@@ -13,7 +13,7 @@ static char err[PR_ERR_LEN];
 
 /* Parses a launch from the given variables for a program of `stages` stages. */
 #define PARSE(l, stages, port, ...)                                                      \
-    pr_launch_parse((const char *const[]){__VA_ARGS__, NULL}, stages, port, l, err)
+    pr_launch_parse((const char *const[]){__VA_ARGS__, NULL}, stages, 1, port, l, err)
 
 static void test_no_launcher_is_one_process(void **state)
 {
