@@ -462,6 +462,17 @@ static int send_block(const pr_bootstrap *b, int fd, const void *data, size_t by
     return pr_sock_write(fd, head, 8, deadline) || pr_sock_write(fd, data, bytes, deadline) ? -1 : 0;
 }
 
+/* "rank 3", or with replicas "rank 3 (stage 1 of replica 1)", so a failed peer is named as the
+ * user wrote the run. */
+static const char *rank_name(const pr_bootstrap *b, int r, char *buf, size_t size)
+{
+    if (b->stages > 0 && b->world > b->stages)
+        snprintf(buf, size, "rank %d (stage %d of replica %d)", r, r % b->stages, r / b->stages);
+    else
+        snprintf(buf, size, "rank %d", r);
+    return buf;
+}
+
 /* Receives a block of exactly `bytes` from rank `peer`; the error names both ranks. */
 static int recv_block(const pr_bootstrap *b, int peer, void *data, size_t bytes, char *err)
 {
@@ -471,9 +482,11 @@ static int recv_block(const pr_bootstrap *b, int peer, void *data, size_t bytes,
     if (pr_sock_read(fd, head, 8, deadline) != 0 ||
         (get32(head) == BLOCK_MAGIC && get32(head + 4) == bytes &&
          pr_sock_read(fd, data, bytes, deadline) != 0)) {
+        char who[64];
         if (errno == ETIMEDOUT)
-            return pr_fail(err, "no message from rank %d for %g s", peer, b->timeout);
-        return pr_fail(err, "rank %d closed the connection", peer);
+            return pr_fail(err, "no message from %s for %g s", rank_name(b, peer, who, sizeof who),
+                           b->timeout);
+        return pr_fail(err, "%s closed the connection", rank_name(b, peer, who, sizeof who));
     }
     if (get32(head) != BLOCK_MAGIC || get32(head + 4) != bytes)
         return pr_fail(err, "rank %d sent a block of %u bytes, %zu expected", peer,
@@ -497,9 +510,10 @@ int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void
     for (int r = 1; r < b->world; r++)
         if (recv_block(b, r, out + (size_t)r * bytes, bytes, err) != 0)
             return -1;
+    char who[64];
     for (int r = 1; r < b->world; r++)
         if (send_block(b, b->fd[r], all, bytes * (size_t)b->world) != 0)
-            return pr_fail(err, "rank %d closed the connection", r);
+            return pr_fail(err, "%s closed the connection", rank_name(b, r, who, sizeof who));
     return 0;
 }
 

@@ -404,8 +404,11 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     char err[PR_ERR_LEN];
     if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
         fflush(stdout);
-        fprintf(stderr, "run: error: stage %d (rank %d): %s (gradient-norm sums of step %lld)\n",
-                st->index, run->opt.rank, err, (long long)st->t + 1);
+        char of[32] = "";
+        if (run->replicas > 1)
+            snprintf(of, sizeof of, " of replica %d", run->replica);
+        fprintf(stderr, "run: error: stage %d%s (rank %d): %s (gradient-norm sums of step %lld)\n",
+                st->index, of, run->opt.rank, err, (long long)st->t + 1);
         exit(1);
     }
     // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
@@ -608,21 +611,25 @@ static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int6
 {
     claim_exit();
     fflush(stdout);
+    // With replicas the stages of every pipeline share numbers: say whose they are.
+    char of[32] = "";
+    if (run->replicas > 1)
+        snprintf(of, sizeof of, " of replica %d", run->replica);
     if (rc == PR_LINK_ERROR)
-        fprintf(stderr, "run: error: stage %d (rank %d): the %s link with stage %d failed: %s (%s "
-                "micro-batch %lld)\n", st->index, run->opt.rank, run->links ? run->links->name : "?",
-                peer, why, sending ? "sending" : "waiting for", (long long)mb);
+        fprintf(stderr, "run: error: stage %d%s (rank %d): the %s link with stage %d%s failed: %s (%s "
+                "micro-batch %lld)\n", st->index, of, run->opt.rank, run->links ? run->links->name : "?",
+                peer, of, why, sending ? "sending" : "waiting for", (long long)mb);
     else if (rc == PR_LINK_TIMEOUT && !sending)
-        fprintf(stderr, "run: error: stage %d (rank %d): no message from stage %d for %g s "
-                "(waiting for micro-batch %lld)\n", st->index, run->opt.rank, peer,
+        fprintf(stderr, "run: error: stage %d%s (rank %d): no message from stage %d%s for %g s "
+                "(waiting for micro-batch %lld)\n", st->index, of, run->opt.rank, peer, of,
                 run->opt.peer_timeout, (long long)mb);
     else if (rc == PR_LINK_TIMEOUT)
-        fprintf(stderr, "run: error: stage %d (rank %d): stage %d took no message for %g s "
-                "(sending micro-batch %lld)\n", st->index, run->opt.rank, peer,
+        fprintf(stderr, "run: error: stage %d%s (rank %d): stage %d%s took no message for %g s "
+                "(sending micro-batch %lld)\n", st->index, of, run->opt.rank, peer, of,
                 run->opt.peer_timeout, (long long)mb);
     else
-        fprintf(stderr, "run: error: stage %d (rank %d): stage %d closed the connection (%s "
-                "micro-batch %lld)\n", st->index, run->opt.rank, peer,
+        fprintf(stderr, "run: error: stage %d%s (rank %d): stage %d%s closed the connection (%s "
+                "micro-batch %lld)\n", st->index, of, run->opt.rank, peer, of,
                 sending ? "sending" : "waiting for", (long long)mb);
     exit(1);
 }

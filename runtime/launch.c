@@ -354,6 +354,7 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
         close(listener);
     // From here on rank 0 is a peer like the neighbours: the same patience applies.
     b->timeout = run->opt.peer_timeout > 0 ? run->opt.peer_timeout : 1e9;
+    b->stages = run->p;
     run->opt.boot = b;
     return rc;
 }

@@ -534,6 +534,7 @@ typedef struct pr_bootstrap {
      * to rank r (fd[0] = -1); on rank r > 0, fd[0] leads to rank 0 */
     int fd[PR_MAX_RANKS];
     double timeout; /* seconds a collective waits for a peer */
+    int stages;     /* set by pr_launch_join: with replicas, messages name a rank's stage and replica */
 } pr_bootstrap;
 
 /* Rank 0 listens on l->master_port and waits until every other rank has connected, then

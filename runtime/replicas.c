@@ -183,8 +183,11 @@ static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *
         for (;;)
             pause();
     fflush(stdout);
-    fprintf(stderr, "run: error: stage %d of replica %d: %s (the gradient reduction of step %lld)\n",
-            st->index, run->replica, why, (long long)st->t + 1);
+    char rank[32] = "";
+    if (run->opt.world > 1)
+        snprintf(rank, sizeof rank, " (rank %d)", run->opt.rank);
+    fprintf(stderr, "run: error: stage %d of replica %d%s: %s (the gradient reduction of step %lld)\n",
+            st->index, run->replica, rank, why, (long long)st->t + 1);
     exit(1);
 }
 
