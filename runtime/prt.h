@@ -170,6 +170,12 @@ typedef struct pr_link_ops {
     int (*recv)(struct pr_run *run, int stage, const pr_link_use *u, float *dst, int64_t *mb,
                 char *err);
     void (*close)(struct pr_run *run);
+    /* Replicas (one process per stage and replica): sums the n floats at grads (device
+     * memory) and the n_values doubles at values (host) over the stage's replicas, in place
+     * on every replica; the peer timeout and errors as for send and receive. NULL: the
+     * transport has no reduction. */
+    int (*reduce)(struct pr_run *run, int stage, float *grads, size_t n, double *values,
+                  int n_values, char *err);
 } pr_link_ops;
 
 /* A device layer. The executor reaches stage memory and stage code only through this table,

@@ -297,12 +297,32 @@ static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     *stop = any;
 }
 
+/* On GPUs: the device's transport (NCCL's allreduce; its order of addition is NCCL's). */
+static void native_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    double values[2] = {*loss, (double)*stop};
+    char err[PR_ERR_LEN] = "", why[PR_ERR_LEN];
+    int rc = run->links->reduce(run, st->index, st->grads, (size_t)st->code->n_params, values, 2, err);
+    if (rc == PR_LINK_TIMEOUT) {
+        snprintf(why, sizeof why, "no %s reduction with the other replicas of stage %d within %g s "
+                 "(one of them is stuck or gone)", run->links->name, st->index, run->opt.peer_timeout);
+        reduce_failed(run, st, why);
+    } else if (rc != PR_LINK_OK) {
+        snprintf(why, sizeof why, "the %s reduction failed: %s", run->links->name, err);
+        reduce_failed(run, st, why);
+    }
+    *loss = values[0];
+    *stop = values[1] > 0.0;
+}
+
 void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     if (run->replicas <= 1)
         return;
     if (run->shared)
         in_process_reduce(run, st, loss, stop);
+    else if (run->links && run->links->reduce)
+        native_reduce(run, st, loss, stop);
     else if (run->reduce_fd)
         tcp_reduce(run, st, loss, stop);
     else

@@ -56,7 +56,7 @@ _Static_assert(sizeof(ncclUniqueId) == PR_BOOT_ID_BYTES, "an NCCL id is the boot
 #define NCCL_FUNCTIONS(X)                                                                     \
     X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError)   \
     X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclSend) X(ncclRecv)           \
-    X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetErrorString) X(ncclGetLastError)
+    X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce)
 #define DRIVER_FUNCTIONS(X)                                                                   \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamWaitEvent) X(cuEventCreate)                \
     X(cuEventRecord) X(cuEventQuery) X(cuEventDestroy) X(cuMemcpyAsync) X(cuMemcpyDtoH)       \
@@ -89,6 +89,17 @@ typedef struct nccl_end {
 
 /* [kind][pair][sending]: in one process both ends of a link live here. */
 static nccl_end ends[PR_LINK_KINDS][PACI_MAX_STAGES][2];
+
+/* Replicas: this process's stage's reduction group, a communicator of D ranks (rank =
+ * replica) whose allreduce runs on the stage's compute stream, right where the step's
+ * update would read the gradients; the doubles travel through a small device buffer. */
+static struct {
+    int open, stage, replicas;
+    ncclComm_t comm;
+    CUevent done;
+    double *values;  /* device, PR_REDUCE_VALUES */
+} group;
+#define PR_REDUCE_VALUES 8
 
 int pr_nccl_load(const char *library, char *err)
 {
@@ -457,43 +468,130 @@ static int nccl_open_local(pr_run *run, char *err)
     return connect_ends(run, list, ids, n, err);
 }
 
-/* One process per stage: rank r makes the ids of its links to r+1 (act[r], grad[r]); one
- * allgather over the bootstrap gives every rank the ids of its links to r-1 as well. */
+/* One process per stage (and replica): rank r = replica * p + s makes the ids of its links
+ * to s+1 (act, grad), and replica 0 of each stage the id of the stage's reduction group; one
+ * allgather over the bootstrap gives every rank the ids it needs. */
 static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
 {
-    int r = b->rank;
+    int r = b->rank, p = run->p, s = r % p, replica = r / p;
     char why[PR_ERR_LEN];
     if (pr_nccl_load(NULL, why) < 0 || load_driver(why) != 0)
-        return pr_fail(err, "stage %d (rank %d): one process per stage on GPUs needs NCCL: %s", r, r,
+        return pr_fail(err, "stage %d (rank %d): one process per stage on GPUs needs NCCL: %s", s, r,
                        why);
-    ncclUniqueId mine[PR_LINK_KINDS];
+    enum { IDS = PR_LINK_KINDS + 1 }; // the links' ids, then the group's
+    ncclUniqueId mine[IDS];
     memset(mine, 0, sizeof mine);
-    for (int kind = 0; kind < PR_LINK_KINDS && r + 1 < b->world; kind++) {
-        ncclResult_t rc = api.ncclGetUniqueId(&mine[kind]);
+    for (int kind = 0; kind < IDS; kind++) {
+        int wanted = kind < PR_LINK_KINDS ? s + 1 < p : replica == 0 && run->replicas > 1;
+        ncclResult_t rc = wanted ? api.ncclGetUniqueId(&mine[kind]) : ncclSuccess;
         if (rc != ncclSuccess) {
             describe(NULL, rc, why);
-            return pr_fail(err, "stage %d (rank %d): no NCCL id for the link with stage %d: %s", r, r,
-                           r + 1, why);
+            return pr_fail(err, "stage %d (rank %d): no NCCL id for %s: %s", s, r,
+                           kind < PR_LINK_KINDS ? "the link with the next stage" : "the replicas' reduction", why);
         }
     }
     ncclUniqueId *all = pr_alloc((size_t)b->world * sizeof mine);
     if (pr_bootstrap_allgather(b, mine, sizeof mine, all, why) != 0) {
         free(all);
-        return pr_fail(err, "stage %d (rank %d): %s (exchanging the NCCL ids)", r, r, why);
+        return pr_fail(err, "stage %d (rank %d): %s (exchanging the NCCL ids)", s, r, why);
     }
     nccl_end *list[2 * PR_LINK_KINDS];
     ncclUniqueId ids[2 * PR_LINK_KINDS];
     int n = 0;
-    for (int index = r - 1; index <= r; index++) {
-        if (index < 0 || index + 1 >= b->world)
+    for (int index = s - 1; index <= s; index++) {
+        if (index < 0 || index + 1 >= p)
             continue;
         for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
-            ids[n] = all[(size_t)index * PR_LINK_KINDS + (size_t)kind];
-            list[n++] = open_end(run, r, kind, index);
+            ids[n] = all[(size_t)(replica * p + index) * IDS + (size_t)kind];
+            list[n++] = open_end(run, s, kind, index);
         }
     }
+    ncclUniqueId group_id = all[(size_t)s * IDS + PR_LINK_KINDS];
     free(all);
-    return connect_ends(run, list, ids, n, err);
+    int rc = n > 0 ? connect_ends(run, list, ids, n, err) : 0;
+    if (rc != 0 || run->replicas <= 1)
+        return rc;
+    // The group: D ranks, each replica's process of stage s.
+    memset(&group, 0, sizeof group);
+    group.stage = s;
+    group.replicas = run->replicas;
+    pr_cuda_enter(s);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t made = api.ncclCommInitRankConfig(&group.comm, run->replicas, group_id, replica, &config);
+    made = settle(group.comm, made, deadline_after(run->opt.connect_timeout));
+    if (made != ncclSuccess) {
+        if (made != ncclInProgress)
+            describe(group.comm, made, why);
+        if (group.comm)
+            api.ncclCommAbort(group.comm);
+        return made == ncclInProgress
+            ? pr_fail(err, "stage %d of replica %d (rank %d): the NCCL group of stage %d's replicas "
+                      "was not set up within %g s", s, replica, r, s, run->opt.connect_timeout)
+            : pr_fail(err, "stage %d of replica %d (rank %d): cannot set up the NCCL group of stage "
+                      "%d's replicas: %s", s, replica, r, s, why);
+    }
+    pr_cuda_check(s, api.cuEventCreate(&group.done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    group.values = pr_device_cuda.alloc(s, PR_REDUCE_VALUES * sizeof(double));
+    group.open = 1;
+    run->links = &pr_nccl_links;
+    return 0;
+}
+
+/* The allreduce of the step's gradients and values on the compute stream; the host waits
+ * for it (the values are the step's loss and stop flag, read at once). */
+static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *values,
+                       int n_values, char *err)
+{
+    if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
+        pr_internal("stage %d: no NCCL group for its replicas", stage);
+    pr_cuda_enter(stage);
+    CUstream compute = pr_cuda_compute_stream(stage);
+    pr_device_cuda.upload(stage, group.values, values, (size_t)n_values * sizeof(double));
+    double deadline = deadline_after(run->opt.peer_timeout);
+    ncclResult_t rc = api.ncclGroupStart(), op = ncclSuccess;
+    if (rc == ncclSuccess) {
+        op = api.ncclAllReduce(grads, grads, n, ncclFloat32, ncclSum, group.comm, (cudaStream_t)compute);
+        if (op == ncclSuccess || op == ncclInProgress)
+            op = api.ncclAllReduce(group.values, group.values, (size_t)n_values, ncclFloat64, ncclSum,
+                                   group.comm, (cudaStream_t)compute);
+        rc = api.ncclGroupEnd();
+        if (op != ncclSuccess && op != ncclInProgress)
+            rc = op;
+    }
+    rc = settle(group.comm, rc, deadline);
+    if (rc != ncclSuccess) {
+        if (rc != ncclInProgress)
+            describe(group.comm, rc, err);
+        api.ncclCommAbort(group.comm);
+        group.comm = NULL;
+        group.open = 0;
+        return rc == ncclInProgress ? PR_LINK_TIMEOUT : PR_LINK_ERROR;
+    }
+    pr_cuda_check(stage, api.cuEventRecord(group.done, compute), "cuEventRecord");
+    double pause = 1e-6;
+    for (;;) {
+        CUresult q = api.cuEventQuery(group.done);
+        if (q == CUDA_SUCCESS)
+            break;
+        if (q != CUDA_ERROR_NOT_READY)
+            pr_cuda_check(stage, q, "cuEventQuery on the replicas' reduction");
+        ncclResult_t async = ncclSuccess;
+        if (api.ncclCommGetAsyncError(group.comm, &async) != ncclSuccess)
+            async = ncclInternalError;
+        int failed = async != ncclSuccess && async != ncclInProgress;
+        if (failed || (deadline > 0 && pr_now() > deadline)) {
+            if (failed)
+                describe(group.comm, async, err);
+            api.ncclCommAbort(group.comm);
+            group.comm = NULL;
+            group.open = 0;
+            return failed ? PR_LINK_ERROR : PR_LINK_TIMEOUT;
+        }
+        nap(&pause);
+    }
+    pr_device_cuda.download(stage, values, group.values, (size_t)n_values * sizeof(double));
+    return PR_LINK_OK;
 }
 
 /* Flushes and frees every end; a communicator still busy at the peer timeout is aborted.
@@ -538,6 +636,18 @@ static void nccl_close(pr_run *run)
                 pr_device_cuda.release(e->stage, e->mbs);
                 memset(e, 0, sizeof *e);
             }
+    if (group.open) {
+        pr_cuda_enter(group.stage);
+        ncclResult_t rc = settle(group.comm, api.ncclCommFinalize(group.comm),
+                                 deadline_after(run->opt.peer_timeout));
+        if (rc == ncclSuccess)
+            api.ncclCommDestroy(group.comm);
+        else
+            api.ncclCommAbort(group.comm);
+        api.cuEventDestroy(group.done);
+        pr_device_cuda.release(group.stage, group.values);
+        memset(&group, 0, sizeof group);
+    }
     memset(run->native, 0, sizeof run->native);
     run->links = NULL;
 }
@@ -549,6 +659,7 @@ const pr_link_ops pr_nccl_links = {
     .send = nccl_send,
     .recv = nccl_recv,
     .close = nccl_close,
+    .reduce = nccl_reduce,
 };
 
 #else /* no nccl.h */

@@ -1,8 +1,11 @@
 /* nccl.c: the fake libnccl.so.2 of the fake CUDA stack (test tooling, never part of pacic or
- * run). It implements the NCCL calls runtime/cuda/nccl_transport.c makes, for two-rank
- * communicators, with NCCL's rules for point-to-point: the k-th send from a rank pairs with
- * the peer's k-th receive, a send completes only once the receiver has taken its data, work
- * is queued on the caller's stream at ncclGroupEnd, and ncclCommAbort stops what is queued.
+ * run). It implements the NCCL calls runtime/cuda/nccl_transport.c makes, with NCCL's rules
+ * for point-to-point on two-rank communicators: the k-th send from a rank pairs with the
+ * peer's k-th receive, a send completes only once the receiver has taken its data, work is
+ * queued on the caller's stream at ncclGroupEnd, and ncclCommAbort stops what is queued. And
+ * ncclAllReduce (sum, float32 or float64) on communicators of up to FAKE_MAX_RANKS ranks: the
+ * k-th allreduce of every rank meets the others' k-th, with the same count and type, and the
+ * sum adds the ranks in order 0, 1, ... (real NCCL promises no order).
  *
  * One mechanism serves ranks in one process and in several: each communicator is a POSIX
  * shared-memory segment named from its unique id ("/fakenccl-<hex>"), created by whichever
@@ -30,6 +33,7 @@
 #include "fake.h"
 
 #define STAGE_BYTES ((size_t)1 << 20)
+#define FAKE_MAX_RANKS 8
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "the segment's atomics must work across processes, so lock-free");
 
@@ -44,17 +48,32 @@ typedef struct {
     unsigned char stage[STAGE_BYTES];
 } channel;
 
+/* The allreduces of a communicator: every rank copies a chunk of its buffer into its slot,
+ * waits for all, sums the slots in rank order into its buffer, and marks the chunk taken; a
+ * slot is rewritten only once every rank has taken the chunk before. Pages of the slots are
+ * touched only by communicators that reduce. */
 typedef struct {
-    atomic_int joined[2];
+    atomic_ullong deposited[FAKE_MAX_RANKS], taken[FAKE_MAX_RANKS]; /* chunks, over the life */
+    atomic_int type[FAKE_MAX_RANKS];
+    atomic_ullong count[FAKE_MAX_RANKS]; /* of the allreduce each rank is in */
+    unsigned char slot[FAKE_MAX_RANKS][STAGE_BYTES];
+} collective;
+
+typedef struct {
+    atomic_int joined[FAKE_MAX_RANKS];
+    atomic_int nranks;   /* set by the first rank that maps the segment */
     atomic_int unlinked;
-    channel ch[2]; /* ch[r]: from rank r to rank 1 - r */
+    channel ch[2]; /* ch[r]: from rank r to rank 1 - r (two-rank communicators) */
+    collective coll;
 } segment;
 
 struct ncclComm {
     struct ncclComm *next;     /* the list of comms not yet freed */
     segment *seg;              /* mapped once per process: shared by its ranks here */
     char name[48];
-    int live, rank, gpu, blocking; /* live: until destroy or abort */
+    int live, rank, nranks, gpu, blocking; /* live: until destroy or abort */
+    atomic_ullong colls, colls_done; /* allreduces posted, finished (they run in order) */
+    unsigned long long chunks;  /* allreduce chunks this rank has taken */
     atomic_int refs;           /* the caller's, until destroy or abort, and one per posted op */
     atomic_int aborted, finalizing;
     atomic_long pending;       /* ops posted and not finished */
@@ -62,11 +81,11 @@ struct ncclComm {
     pthread_mutex_t step;      /* held while an op touches the segment or the caller's memory */
 };
 
-/* One send or receive; a queued batch holds a (group, stream)'s ops. */
+/* One send, receive or allreduce; a queued batch holds a (group, stream)'s ops. */
 typedef struct {
     struct ncclComm *comm;
     CUstream stream;
-    int send, type, state;
+    int send, reduce, type, state;
     size_t count, bytes, moved;
     unsigned char *host;
     unsigned long long seq;
@@ -140,7 +159,10 @@ static struct ncclComm *check_live(ncclComm_t comm, const char *call)
 
 static int ready(struct ncclComm *c)
 {
-    return atomic_load(&c->seg->joined[0]) && atomic_load(&c->seg->joined[1]);
+    for (int r = 0; r < c->nranks; r++)
+        if (!atomic_load(&c->seg->joined[r]))
+            return 0;
+    return 1;
 }
 
 static void release(struct ncclComm *c)
@@ -224,14 +246,14 @@ static segment *attach(const char *name)
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *config)
 {
-    if (nranks != 2)
-        die("ncclCommInitRankConfig with nranks %d: the fake has two-rank communicators only",
-            nranks);
+    if (nranks < 2 || nranks > FAKE_MAX_RANKS)
+        die("ncclCommInitRankConfig with nranks %d: the fake has communicators of 2..%d ranks",
+            nranks, FAKE_MAX_RANKS);
     const char *lazy = getenv("FAKE_CUDA_LAZY");
     if (lazy && strcmp(lazy, "0") != 0) // a lazy sender stream would never meet its receive
         die("FAKE_CUDA_LAZY with NCCL: not supported by the fake");
-    if (rank != 0 && rank != 1)
-        die("ncclCommInitRankConfig with rank %d of 2", rank);
+    if (rank < 0 || rank >= nranks)
+        die("ncclCommInitRankConfig with rank %d of %d", rank, nranks);
     int blocking = !config || config->blocking != 0;
     if (blocking && depth > 0)
         die("a blocking ncclCommInitRankConfig inside a group: not supported by the fake");
@@ -252,10 +274,15 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
         free(c);
         return ncclSystemError;
     }
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&c->seg->nranks, &expected, nranks) && expected != nranks)
+        die("rank %d joins communicator %s as one of %d ranks, another rank said %d", rank,
+            c->name, nranks, expected);
     if (atomic_exchange(&c->seg->joined[rank], 1))
         die("rank %d joins communicator %s twice", rank, c->name);
     c->live = 1;
     c->rank = rank;
+    c->nranks = nranks;
     c->gpu = fake_current_gpu();
     c->blocking = blocking;
     atomic_init(&c->refs, 1);
@@ -292,6 +319,67 @@ ncclResult_t ncclGroupStart(void)
     return ncclSuccess;
 }
 
+/* out[i] = slot 0's + slot 1's + ... (rank order), for n bytes of type t. */
+static void sum_slots(const collective *k, int nranks, int t, unsigned char *out, size_t n)
+{
+    if (t == ncclFloat32) {
+        float *o = (float *)out;
+        for (size_t i = 0; i < n / 4; i++) {
+            float acc = ((const float *)k->slot[0])[i];
+            for (int q = 1; q < nranks; q++)
+                acc += ((const float *)k->slot[q])[i];
+            o[i] = acc;
+        }
+    } else {
+        double *o = (double *)out;
+        for (size_t i = 0; i < n / 8; i++) {
+            double acc = ((const double *)k->slot[0])[i];
+            for (int q = 1; q < nranks; q++)
+                acc += ((const double *)k->slot[q])[i];
+            o[i] = acc;
+        }
+    }
+}
+
+/* An allreduce's next chunk: deposit (once every rank took the last chunk), then sum (once
+ * every rank deposited this one); 1 once the whole buffer holds the sum. */
+static int step_reduce(p2p *p, int *moved)
+{
+    struct ncclComm *c = p->comm;
+    collective *k = &c->seg->coll;
+    if (atomic_load(&c->colls_done) != p->seq) // an earlier allreduce of the comm runs first
+        return 0;
+    while (p->moved < p->bytes) {
+        size_t n = p->bytes - p->moved < STAGE_BYTES ? p->bytes - p->moved : STAGE_BYTES;
+        unsigned long long g = c->chunks;
+        if (p->state == 0) {
+            for (int q = 0; q < c->nranks; q++)
+                if (atomic_load(&k->taken[q]) < g)
+                    return 0;
+            // What this chunk belongs to, checked by every rank before any rewrites it.
+            atomic_store(&k->type[c->rank], p->type);
+            atomic_store(&k->count[c->rank], p->count);
+            memcpy(k->slot[c->rank], p->host + p->moved, n);
+            atomic_store(&k->deposited[c->rank], g + 1);
+            p->state = 1, *moved = 1;
+        }
+        for (int q = 0; q < c->nranks; q++)
+            if (atomic_load(&k->deposited[q]) < g + 1)
+                return 0;
+        for (int q = 0; q < c->nranks; q++)
+            if (atomic_load(&k->type[q]) != p->type || atomic_load(&k->count[q]) != p->count)
+                die("rank %d reduces %zu %s as allreduce %llu on %s, and rank %d %llu %s", c->rank,
+                    p->count, type_name(p->type), p->seq, c->name, q,
+                    (unsigned long long)atomic_load(&k->count[q]), type_name(atomic_load(&k->type[q])));
+        sum_slots(k, c->nranks, p->type, p->host + p->moved, n);
+        c->chunks = g + 1;
+        atomic_store(&k->taken[c->rank], g + 1);
+        p->moved += n, p->state = 0, *moved = 1;
+    }
+    atomic_fetch_add(&c->colls_done, 1);
+    return 1;
+}
+
 /* Advances op p as far as it can without waiting; 1 once it has finished. */
 static int step(p2p *p, int *moved)
 {
@@ -299,6 +387,8 @@ static int step(p2p *p, int *moved)
     channel *ch = &c->seg->ch[p->send ? c->rank : 1 - c->rank];
     if (atomic_load(&c->aborted))
         return 1;
+    if (p->reduce)
+        return step_reduce(p, moved);
     if (p->send) {
         if (atomic_load(&ch->broken))
             die("rank %d sent %zu %s as message %llu on %s, and rank %d expected %zu %s", c->rank,
@@ -370,7 +460,7 @@ static void run_batch(void *arg)
     int left = b->n;
     long delay = recv_delay_us();
     for (int i = 0; i < b->n && delay > 0; i++)
-        if (!b->op[i].send) {
+        if (!b->op[i].send && !b->op[i].reduce) {
             struct timespec late = {delay / 1000000, delay % 1000000 * 1000};
             nanosleep(&late, NULL);
             break;
@@ -413,7 +503,7 @@ static void launch(void)
         for (int j = i; j < npending; j++)
             if (pending[j].comm && pending[j].stream == s) {
                 b->op[b->n++] = pending[j];
-                fake_count(pending[j].send ? "ncclSend" : "ncclRecv");
+                fake_count(pending[j].reduce ? "ncclAllReduce" : pending[j].send ? "ncclSend" : "ncclRecv");
                 pending[j].comm = NULL;
             }
         fake_stream_enqueue(s, run_batch, b);
@@ -443,6 +533,9 @@ static ncclResult_t post(int send, void *buf, size_t count, ncclDataType_t type,
         die("%s on %s (rank %d) before its initialization completed", call, c->name, c->rank);
     if (atomic_load(&c->finalizing))
         die("%s on %s (rank %d) after ncclCommFinalize", call, c->name, c->rank);
+    if (c->nranks != 2)
+        die("%s on %s, a communicator of %d ranks: the fake sends and receives on two-rank ones only",
+            call, c->name, c->nranks);
     if (peer != 1 - c->rank)
         die("%s from rank %d to peer %d on a two-rank communicator", call, c->rank, peer);
     if ((int)type < 0 || (int)type >= ncclNumTypes)
@@ -457,6 +550,42 @@ static ncclResult_t post(int send, void *buf, size_t count, ncclDataType_t type,
         p.host = fake_device_range((CUdeviceptr)(uintptr_t)buf, p.bytes, gpu,
                                    send ? "ncclSend buffer" : "ncclRecv buffer");
     p.seq = atomic_fetch_add(send ? &c->sends : &c->recvs, 1);
+    atomic_fetch_add(&c->refs, 1);
+    atomic_fetch_add(&c->pending, 1);
+    if (npending == cap_pending) {
+        cap_pending = cap_pending ? 2 * cap_pending : 16;
+        if (!(pending = realloc(pending, (size_t)cap_pending * sizeof *pending)))
+            die("out of memory");
+    }
+    pending[npending++] = p;
+    if (!c->blocking)
+        group_nonblocking = 1;
+    return depth > 0 ? ncclSuccess : (depth++, ncclGroupEnd());
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                          cudaStream_t stream)
+{
+    struct ncclComm *c = check_live(comm, "ncclAllReduce");
+    if (!ready(c))
+        die("ncclAllReduce on %s (rank %d) before its initialization completed", c->name, c->rank);
+    if (atomic_load(&c->finalizing))
+        die("ncclAllReduce on %s (rank %d) after ncclCommFinalize", c->name, c->rank);
+    if (sendbuff != recvbuff)
+        die("ncclAllReduce out of place: the fake reduces in place only");
+    if (op != ncclSum || (datatype != ncclFloat32 && datatype != ncclFloat64))
+        die("ncclAllReduce with op %d, datatype %s: the fake sums float32 and float64 only", (int)op,
+            type_name(datatype));
+    int gpu = fake_stream_gpu((CUstream)stream);
+    if (c->gpu >= 0 && gpu != c->gpu)
+        die("ncclAllReduce on a stream of GPU %d, and communicator %s (rank %d) belongs to GPU %d",
+            gpu, c->name, c->rank, c->gpu);
+    p2p p = {.comm = c, .stream = (CUstream)stream, .reduce = 1, .type = datatype, .count = count,
+             .bytes = count * type_sizes[datatype]};
+    if (p.bytes > 0)
+        p.host = fake_device_range((CUdeviceptr)(uintptr_t)recvbuff, p.bytes, gpu, "ncclAllReduce buffer");
+    p.seq = atomic_fetch_add(&c->colls, 1);
     atomic_fetch_add(&c->refs, 1);
     atomic_fetch_add(&c->pending, 1);
     if (npending == cap_pending) {
