@@ -354,10 +354,23 @@ typedef struct SimEvent {
     double start, end;      /* seconds */
 } SimEvent;
 
+/* A simulated event that is no instruction of the table: stage s's gradient allreduce among
+ * its D replicas, just before its optimizer step (D > 1 only). */
+enum { SIM_OP_ALLREDUCE = PACI_OP_COUNT };
+
 typedef struct CostModel {
     double fwd[PACI_MAX_STAGES], bwd[PACI_MAX_STAGES], step[PACI_MAX_STAGES]; /* seconds */
     double msg[PACI_MAX_STAGES]; /* seconds to move one message from stage s to s+1 */
+    double allreduce[PACI_MAX_STAGES]; /* seconds of the replicas' allreduce before each step; 0: D = 1 */
 } CostModel;
+
+/* Stage sp's gradient allreduce among cfg's D replicas, once per optimizer step: its fp32
+ * gradients (4 bytes a parameter), what a ring allreduce sends (and receives) per rank,
+ * 2 (D-1)/D of them, and that over network_bandwidth (no latency term). All 0 when D = 1. */
+typedef struct Allreduce {
+    double bytes, ring_bytes, seconds;
+} Allreduce;
+Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp);
 
 typedef struct SimResult {
     double makespan;        /* seconds for the simulated steps */
