@@ -349,7 +349,7 @@ int drift_bound(const paci_table *t, int stage);
 /* ---- simulate.c: cost model and event simulation ------------------------------------- */
 
 typedef struct SimEvent {
-    int stage, op;
+    int stage, op;          /* op: enum paci_op, or SIM_OP_ALLREDUCE */
     long mb;
     double start, end;      /* seconds */
 } SimEvent;

@@ -178,6 +178,44 @@ static void test_simulated_allreduce_precedes_each_step(void **state)
         }
 }
 
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *at = strstr(text, what); at; at = strstr(at + 1, what))
+        n++;
+    return n;
+}
+
+/* The timeline, the picture and the trace draw one allreduce per stage and step (3 steps
+ * shown), named in their legends; with D = 1 none of them mentions it. */
+static void test_views_draw_the_allreduce(void **state)
+{
+    (void)state;
+    for (int replicas = 1; replicas <= 2; replicas++) {
+        Compiled *c = compile("paci", replicas);
+        CostModel cm;
+        cost_model_from_plan(&c->cfg, &c->plan, &cm);
+        SimResult sim;
+        simulate(&c->cfg, c->table, &cm, 3, &sim);
+        char *timeline = NULL, *svg = NULL, *trace = NULL;
+        CAPTURE(timeline, inspect_timeline(out, &c->cfg, &sim));
+        CAPTURE(svg, inspect_svg(out, &c->cfg, &sim));
+        CAPTURE(trace, inspect_trace(out, &c->cfg, &sim));
+        int expected = replicas > 1 ? 3 * c->plan.stages : 0;
+        assert_int_equal(count_of(trace, "{\"name\": \"allreduce\", \"cat\": \"allreduce\""), expected);
+        assert_int_equal(count_of(svg, "<title>allreduce "), expected);
+        assert_int_equal(count_of(svg, ">gradient allreduce</text>"), replicas > 1);
+        assert_int_equal(count_of(timeline, "A gradient allreduce among the replicas"), replicas > 1);
+        if (replicas > 1) /* allreduces that dwarf this small model's compute fill many of the 96 columns */
+            assert_true(count_of(timeline, "A") > 3 * c->plan.stages);
+        free(timeline);
+        free(svg);
+        free(trace);
+        sim_result_free(&sim);
+        compiled_free(c);
+    }
+}
+
 /* A stage row of --explain's table ends "drift-bound drifted-share% busy%": the first two
  * of those three, for each row, in one string. */
 static char *drift_columns(const char *explain, int stages)
@@ -275,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_replicas_emitted_only_above_one),
         cmocka_unit_test(test_allreduce_figures_by_hand),
         cmocka_unit_test(test_simulated_allreduce_precedes_each_step),
+        cmocka_unit_test(test_views_draw_the_allreduce),
         cmocka_unit_test(test_drift_unchanged_by_replicas),
         cmocka_unit_test(test_model_flops_per_token_is_per_pipeline),
     };
