@@ -924,7 +924,7 @@ static void check_pipeline(Sema *s)
     int replicas = cfg->replicas;
     const Entry *data = written(s, "parallel", "data");
     if (global && usable(s, "batch", "global") && micro_ok && usable(s, "parallel", "data")) {
-        long per_window = (long)cfg->micro * replicas; /* sequences per micro-batch of the window */
+        long per_window = (long)cfg->micro * replicas; /* sequences per micro-batch slot of the window, all replicas */
         if (window && usable(s, "pipeline", "window")) {
             long product = per_window * cfg->window;
             if (s->global != product && replicas == 1) {
