@@ -877,6 +877,11 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
                  "  %d x %.0f TFLOP/s: 6 per weight per token plus causal attention, as llm.c counts)\n",
             p->step_time, p->tokens_per_s, 100 * p->bubble, 100 * p->mfu, p->model_flops, cfg->stages,
             cfg->device_flops / 1e12);
+    int replicas = config_replicas(cfg);
+    if (replicas > 1)
+        fprintf(out, "  whole job: %d pipelines x %.4g tokens/s = %.4g tokens/s on %d GPUs (each stage's allreduce "
+                     "in the step time, not overlapped)\n",
+                replicas, p->tokens_per_s, replicas * p->tokens_per_s, replicas * cfg->stages);
 }
 
 /* A profile's mean seconds per call of stage s's op `index`, or < 0 when it has none. */
@@ -915,7 +920,8 @@ void gpu_costs_emit(FILE *out, const Config *cfg, const GpuCosts *gc, const GpuP
         }
         fprintf(out, "stage %d fwd %.6g bwd %.6g step %.6g\n", s, sc->fwd, sc->bwd, sc->step);
     }
-    double tokens_per_step = (double)cfg->global_batch * cfg->context;
+    /* model_flops counts one pipeline's step: its own tokens, not the D replicas' global batch */
+    double tokens_per_step = (double)cfg->micro * cfg->window * cfg->context;
     fprintf(out, "predicted step_time %.6g tokens_per_s %.6g bubble %.4f mfu %.4f model_flops_per_token %.6g\n",
             p->step_time, p->tokens_per_s, p->bubble, p->mfu, p->model_flops / tokens_per_step);
 }

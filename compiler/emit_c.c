@@ -640,6 +640,10 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, ".stages = %d,", plan->stages);
     emit_line(sb, ".stage = stages,");
     emit_line(sb, ".schedule = &schedule,");
+    /* only with data parallelism, so that one pipeline's program is what it was before D existed */
+    if (config_replicas(cfg) > 1)
+        emit_line(sb, ".replicas = %d, /* parallel { data D }: copies of the pipeline, rank = replica x %d + stage */",
+                  config_replicas(cfg), plan->stages);
     if (cfg->cuda)
         emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda, .bf16_operands = %d,",
                   cfg->precision == PREC_BF16);

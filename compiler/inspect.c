@@ -12,9 +12,10 @@ static double gib(double bytes)
     return bytes / (1024.0 * 1024.0 * 1024.0);
 }
 
-static bool is_compute(int op)
+/* What the timeline, the picture and the trace draw: compute, and the replicas' allreduce. */
+static bool is_drawn(int op)
 {
-    return op == PACI_OP_FWD || op == PACI_OP_BWD || op == PACI_OP_STEP;
+    return op == PACI_OP_FWD || op == PACI_OP_BWD || op == PACI_OP_STEP || op == SIM_OP_ALLREDUCE;
 }
 
 /* ---- --explain ------------------------------------------------------------------------ */
@@ -54,6 +55,40 @@ static void explain_lr(FILE *out, const Config *cfg)
     }
     fprintf(out, "; warmup %ld steps, %s decay to %.3gx\n", cfg->warmup_steps,
             decay_name(cfg->lr_decay), cfg->min_lr_ratio);
+}
+
+/* The pipeline line with D replicas, and the job's shape: D x p ranks. */
+static void explain_replicas(FILE *out, const Config *cfg, double tokens_per_step)
+{
+    int d = config_replicas(cfg), p = cfg->stages;
+    fprintf(out, "pipeline: %s, %d stages, window K = %d micro-batches of %d sequences, %d data-parallel replicas: "
+                 "global batch %d x %d x %d = %ld (%.0f tokens per step), %s\n",
+            paci_schedule_name(cfg->schedule), p, cfg->window, cfg->micro, d, cfg->micro, cfg->window, d,
+            cfg->global_batch, tokens_per_step, cfg->precision == PREC_BF16 ? "bf16" : "fp32");
+    fprintf(out, "data parallel: D = %d copies of the pipeline, world size p x D = %d x %d = %d ranks (one GPU "
+                 "each); rank = replica x %d + stage, so a pipeline's stages are consecutive ranks (one node) "
+                 "and the replicas of a stage are on different nodes\n",
+            d, p, d, p * d, p);
+}
+
+/* Each stage's gradient allreduce among the replicas, per optimizer step (stage_allreduce). */
+static void explain_allreduce(FILE *out, const Config *cfg, const Plan *plan)
+{
+    int d = config_replicas(cfg);
+    fprintf(out, "gradient allreduce per optimizer step: the %d replicas of each stage average its fp32 gradients "
+                 "before the stage's step (paci: each stage at its own step; synchronous schedules: at the flush); "
+                 "a ring sends 2(D-1)/D = %.3g of them per rank over %.3g GB/s network_bandwidth; not overlapped "
+                 "with the backward (the step waits for it)\n",
+            d, 2.0 * (d - 1) / d, cfg->network_bandwidth / 1e9);
+    fprintf(out, "  stage    params  gradients MB  ring sends MB per rank  allreduce ms\n");
+    double total = 0;
+    for (int s = 0; s < plan->stages; s++) {
+        Allreduce a = stage_allreduce(cfg, &plan->stage[s]);
+        total += a.bytes;
+        fprintf(out, "  %5d  %7.1fM  %12.4g  %22.4g  %12.3g\n", s, plan->stage[s].params / 1e6, a.bytes / 1e6,
+                a.ring_bytes / 1e6, a.seconds * 1e3);
+    }
+    fprintf(out, "  all stages: %.4g MB of gradients per replica per step\n", total / 1e6);
 }
 
 typedef struct Comparison {
@@ -139,13 +174,17 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                      const VerifyReport *rep, const SimResult *sim)
 {
     double tokens_per_step = (double)cfg->global_batch * cfg->context;
+    int replicas = config_replicas(cfg);
     fprintf(out, "model: GPT-2, %d layers, width %d, %d heads, context %d, vocab %d%s: %.1fM parameters\n",
             cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab,
             cfg->tied ? ", tied head" : "", plan->total_params / 1e6);
-    fprintf(out, "pipeline: %s, %d stages, window K = %d micro-batches of %d sequences: global batch %ld "
-                 "(%.0f tokens per step), %s\n",
-            paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, cfg->micro,
-            cfg->global_batch, tokens_per_step, cfg->precision == PREC_BF16 ? "bf16" : "fp32");
+    if (replicas == 1)
+        fprintf(out, "pipeline: %s, %d stages, window K = %d micro-batches of %d sequences: global batch %ld "
+                     "(%.0f tokens per step), %s\n",
+                paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, cfg->micro,
+                cfg->global_batch, tokens_per_step, cfg->precision == PREC_BF16 ? "bf16" : "fp32");
+    else
+        explain_replicas(out, cfg, tokens_per_step);
     fprintf(out, "run: %ld steps in %d segment%s of %d steps (the pipeline drains at every segment's end: "
                  "evaluation, checkpoint, end of training)\n",
             cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
@@ -178,6 +217,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
     if (cfg->delay_correction == DELAY_PREDICT)
         explain_prediction(out, plan, t);
+    if (replicas > 1)
+        explain_allreduce(out, cfg, plan);
 
     if (cfg->measured)
         fprintf(out, "\npredicted (compute costs measured (--balance), %.0f GB/s links, %.1f us latency; %ld steps "
@@ -187,6 +228,10 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                 cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
     fprintf(out, "  step time %.4g s, %.4g tokens/s, bubble %.1f%% (steady state, includes stage imbalance)\n",
             sim->step_time, sim->tokens_per_s, 100 * sim->bubble);
+    if (replicas > 1)
+        fprintf(out, "  whole job: %d pipelines x %.4g tokens/s = %.4g tokens/s on %d GPUs (per pipeline: the step "
+                     "time includes each stage's allreduce; bubble and busy count compute only)\n",
+                replicas, sim->tokens_per_s, replicas * sim->tokens_per_s, replicas * cfg->stages);
 
     fprintf(out, "\nschedules at window %d, micro-batch %d (bubble: uniform stage costs, free communication;\n"
                  "step time and tokens/s: this plan's costs):\n", cfg->window, cfg->micro);
@@ -205,6 +250,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     fprintf(out, "  (!! = over the device's memory; analytic 1F1B-flush bubble (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
             cfg->stages - 1, cfg->window + cfg->stages - 1,
             100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
+    if (replicas > 1)
+        fprintf(out, "  (step time and tokens/s: one pipeline of the %d, with its allreduce)\n", replicas);
 #undef MEM
 }
 
@@ -346,7 +393,7 @@ static void split_by_stage(const SimResult *sim, int stages, StageEvents *se)
         se[s] = (StageEvents){xmalloc((size_t)(sim->n_events + 1) * sizeof(SimEvent *)), 0};
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
-        if (is_compute(e->op) && e->end > e->start)
+        if (is_drawn(e->op) && e->end > e->start)
             se[e->stage].items[se[e->stage].n++] = e;
     }
 }
@@ -359,7 +406,7 @@ static void free_stage_events(StageEvents *se, int stages)
 
 static char op_char(int op)
 {
-    return op == PACI_OP_FWD ? 'F' : op == PACI_OP_BWD ? 'B' : 'S';
+    return op == PACI_OP_FWD ? 'F' : op == PACI_OP_BWD ? 'B' : op == SIM_OP_ALLREDUCE ? 'A' : 'S';
 }
 
 void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
@@ -392,7 +439,8 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
         fprintf(out, "| %5.1f%%\n", 100 * sim->busy[s]);
     }
     fprintf(out, "       0%*s%.4g s\n", COLUMNS - 4, "", sim->makespan);
-    fprintf(out, "legend: F forward, B backward, S optimizer step, . idle (waiting for a neighbour)\n");
+    fprintf(out, "legend: F forward, B backward, S optimizer step, . idle (waiting for a neighbour)%s\n",
+            config_replicas(cfg) > 1 ? ", A gradient allreduce among the replicas" : "");
     free_stage_events(se, stages);
 }
 
@@ -419,15 +467,17 @@ void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
     }
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
-        if (!is_compute(e->op) || e->end <= e->start)
+        if (!is_drawn(e->op) || e->end <= e->start)
             continue;
-        const char *fill = e->op == PACI_OP_FWD ? "#4e79a7" : e->op == PACI_OP_BWD ? "#f28e2b" : "#59a14f";
+        const char *fill = e->op == PACI_OP_FWD ? "#4e79a7" : e->op == PACI_OP_BWD ? "#f28e2b"
+                           : e->op == SIM_OP_ALLREDUCE ? "#b07aa1" : "#59a14f";
         double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
         int y = TOP + e->stage * ROW + 2;
         fprintf(out, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
                      "stroke-width=\"0.5\"><title>%s %ld: %.4g-%.4g s</title></rect>\n",
-                x, y, w, ROW - 4, fill, paci_op_name(e->op), e->mb, e->start, e->end);
-        if (e->op != PACI_OP_STEP && w >= 16)
+                x, y, w, ROW - 4, fill, e->op == SIM_OP_ALLREDUCE ? "allreduce" : paci_op_name(e->op), e->mb,
+                e->start, e->end);
+        if (e->op != PACI_OP_STEP && e->op != SIM_OP_ALLREDUCE && w >= 16)
             fprintf(out, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%ld</text>\n",
                     x + w / 2, y + ROW / 2 + 2, e->mb);
     }
@@ -444,8 +494,9 @@ void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
     int ly = axis + 40;
     static const struct { const char *name, *fill; } legend[] = {
         {"forward", "#4e79a7"}, {"backward", "#f28e2b"}, {"optimizer step", "#59a14f"}, {"idle", "#e8e8e8"},
+        {"gradient allreduce", "#b07aa1"},
     };
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < (config_replicas(cfg) > 1 ? 5 : 4); k++) {
         int x = LEFT + k * 150;
         fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, ly - 11, legend[k].fill);
         fprintf(out, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 20, ly, legend[k].name);
@@ -466,10 +517,12 @@ void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim)
                      "\"args\": {\"name\": \"stage %d\"}}", s, s);
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
-        if (!is_compute(e->op))
+        if (!is_drawn(e->op))
             continue;
         if (e->op == PACI_OP_STEP)
             fprintf(out, ",\n{\"name\": \"step\", \"cat\": \"step\"");
+        else if (e->op == SIM_OP_ALLREDUCE)
+            fprintf(out, ",\n{\"name\": \"allreduce\", \"cat\": \"allreduce\"");
         else
             fprintf(out, ",\n{\"name\": \"%c%ld\", \"cat\": \"%s\"", op_char(e->op), e->mb, paci_op_name(e->op));
         fprintf(out, ", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %ld}}",

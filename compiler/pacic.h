@@ -202,9 +202,11 @@ typedef struct Config {
     int window;             /* K: micro-batches per optimizer step, every schedule */
     int *split;             /* layers per stage (length stages), NULL = automatic */
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
+    /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
+    int replicas;           /* D >= 1; a Config built by hand may leave 0 (config_replicas) */
     /* batch */
     int micro;              /* sequences per micro-batch */
-    long global_batch;      /* sequences per optimizer step = micro * window */
+    long global_batch;      /* sequences per optimizer step = micro * window * replicas */
     /* training */
     char *train_data, *val_data; /* resolved against the DSL file's folder; may be NULL */
     long steps;
@@ -238,6 +240,7 @@ typedef struct Config {
     double link_latency;    /* seconds per message */
     double device_memory;   /* bytes per device */
     double memory_bandwidth;/* bytes/s between a device and its memory (HBM) */
+    double network_bandwidth;/* bytes/s per device between nodes: the replicas' allreduce */
     /* where things were written, for checks made by later phases */
     Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
     /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
@@ -245,6 +248,15 @@ typedef struct Config {
     /* set by main from --balance: measured costs that replace the cost model's (cost_stage) */
     const struct MeasuredCosts *measured;
 } Config;
+
+/* Ranks of one job, stages x replicas, at most (sema's check; docs/dsl.md). */
+enum { MAX_WORLD_SIZE = 4096 };
+
+/* The data-parallel replicas D of cfg: 0 (not set) counts as one pipeline. */
+static inline int config_replicas(const Config *cfg)
+{
+    return cfg->replicas > 1 ? cfg->replicas : 1;
+}
 
 /* Checks ast and fills cfg; prints every error found; returns false if any. When
  * `need_data` is false (inspection only), missing data files are warnings. */
@@ -337,15 +349,28 @@ int drift_bound(const paci_table *t, int stage);
 /* ---- simulate.c: cost model and event simulation ------------------------------------- */
 
 typedef struct SimEvent {
-    int stage, op;
+    int stage, op;          /* op: enum paci_op, or SIM_OP_ALLREDUCE */
     long mb;
     double start, end;      /* seconds */
 } SimEvent;
 
+/* A simulated event that is no instruction of the table: stage s's gradient allreduce among
+ * its D replicas, just before its optimizer step (D > 1 only). */
+enum { SIM_OP_ALLREDUCE = PACI_OP_COUNT };
+
 typedef struct CostModel {
     double fwd[PACI_MAX_STAGES], bwd[PACI_MAX_STAGES], step[PACI_MAX_STAGES]; /* seconds */
     double msg[PACI_MAX_STAGES]; /* seconds to move one message from stage s to s+1 */
+    double allreduce[PACI_MAX_STAGES]; /* seconds of the replicas' allreduce before each step; 0: D = 1 */
 } CostModel;
+
+/* Stage sp's gradient allreduce among cfg's D replicas, once per optimizer step: its fp32
+ * gradients (4 bytes a parameter), what a ring allreduce sends (and receives) per rank,
+ * 2 (D-1)/D of them, and that over network_bandwidth (no latency term). All 0 when D = 1. */
+typedef struct Allreduce {
+    double bytes, ring_bytes, seconds;
+} Allreduce;
+Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp);
 
 typedef struct SimResult {
     double makespan;        /* seconds for the simulated steps */

@@ -223,6 +223,13 @@ static const KeyDef hardware_keys[] = {
     NUM_KEY("latency", link_latency, 0, 1e30, 5e-6),
     POS_KEY("memory", device_memory, 80e9),
     POS_KEY("memory_bandwidth", memory_bandwidth, 3.35e12),
+    /* 200 Gb/s InfiniBand HDR, one port per GPU: the replicas' allreduce between nodes */
+    POS_KEY("network_bandwidth", network_bandwidth, 25e9),
+    END_KEYS,
+};
+/* D copies of the whole pipeline; stages x D <= MAX_WORLD_SIZE is checked in check_parallel. */
+static const KeyDef parallel_keys[] = {
+    INT_KEY("data", replicas, 1, 1024, 1),
     END_KEYS,
 };
 static const BlockDef model_block = {"model", model_keys, model_names, true, set_model_name};
@@ -230,6 +237,7 @@ static const BlockDef pipeline_block = {"pipeline", pipeline_keys, NULL, false, 
 static const BlockDef batch_block = {"batch", batch_keys, NULL, false, NULL};
 static const BlockDef train_block = {"train", train_keys, NULL, false, NULL};
 static const BlockDef hardware_block = {"hardware", hardware_keys, NULL, false, NULL};
+static const BlockDef parallel_block = {"parallel", parallel_keys, NULL, false, NULL};
 
 /* The top level holds blocks only; model, batch and train are required. */
 static const KeyDef root_keys[] = {
@@ -238,13 +246,15 @@ static const KeyDef root_keys[] = {
     {.name = "batch", .shape = SHAPE_BLOCK, .block = &batch_block, .required = true},
     {.name = "train", .shape = SHAPE_BLOCK, .block = &train_block, .required = true},
     BLOCK_KEY("hardware", hardware_block),
+    BLOCK_KEY("parallel", parallel_block), /* last: span_of's root indices stay */
     END_KEYS,
 };
 static const BlockDef root_block = {"file", root_keys, NULL, false, NULL};
 
 static const BlockDef *const all_blocks[] = {
     &model_block, &pipeline_block, &batch_block, &train_block, &optimizer_block,
-    &lr_schedule_block, &eval_block, &checkpoint_block, &hardware_block, &group_block, NULL,
+    &lr_schedule_block, &eval_block, &checkpoint_block, &hardware_block, &group_block,
+    &parallel_block, NULL,
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -691,7 +701,7 @@ static void unknown_key(Sema *s, const BlockDef *def, const Entry *e)
             error_at(s->src, e->key_span, "'%s' is a key of the '%s' block, not a block", e->key,
                      home->name);
         else
-            error_at(s->src, e->key_span, "unknown block '%s' (blocks: model, pipeline, batch, train, hardware)",
+            error_at(s->src, e->key_span, "unknown block '%s' (blocks: model, pipeline, batch, train, hardware, parallel)",
                      e->key);
     } else if (guess) {
         error_at(s->src, e->key_span, "unknown key '%s' in '%s'; did you mean '%s'?", e->key,
@@ -909,29 +919,49 @@ static void check_pipeline(Sema *s)
             note_at(s->src, stages->values[0]->span, "stages set here");
     }
     bool micro_ok = usable(s, "batch", "micro");
-    if (global && usable(s, "batch", "global") && micro_ok) {
+    /* D replicas each run micro x window sequences per step; D = 1 keeps the messages that
+     * do not mention data parallelism */
+    int replicas = cfg->replicas;
+    const Entry *data = written(s, "parallel", "data");
+    if (global && usable(s, "batch", "global") && micro_ok && usable(s, "parallel", "data")) {
+        long per_window = (long)cfg->micro * replicas; /* sequences per micro-batch slot of the window, all replicas */
         if (window && usable(s, "pipeline", "window")) {
-            if (s->global != (long)cfg->micro * cfg->window) {
+            long product = per_window * cfg->window;
+            if (s->global != product && replicas == 1) {
                 error_at(s->src, global->values[0]->span,
                          "global %ld is not micro x window = %d x %d = %ld",
-                         s->global, cfg->micro, cfg->window, (long)cfg->micro * cfg->window);
+                         s->global, cfg->micro, cfg->window, product);
                 note_at(s->src, window->values[0]->span, "window set here");
+            } else if (s->global != product) {
+                error_at(s->src, global->values[0]->span,
+                         "global %ld is not micro x window x data = %d x %d x %d = %ld",
+                         s->global, cfg->micro, cfg->window, replicas, product);
+                note_at(s->src, window->values[0]->span, "window set here");
+                note_at(s->src, data->values[0]->span, "data-parallel replicas set here");
             }
         } else if (!window) {
-            if (s->global % cfg->micro != 0)
+            if (s->global % per_window != 0 && replicas == 1)
                 error_at(s->src, global->values[0]->span,
                          "global %ld is not divisible by micro %d: the window would not be whole",
                          s->global, cfg->micro);
-            else if (s->global / cfg->micro > 1000000)
+            else if (s->global % per_window != 0)
+                error_at(s->src, global->values[0]->span,
+                         "global %ld is not divisible by micro x data = %d x %d = %ld: the window would "
+                         "not be whole", s->global, cfg->micro, replicas, per_window);
+            else if (s->global / per_window > 1000000 && replicas == 1)
                 error_at(s->src, global->values[0]->span,
                          "global %ld / micro %d gives a window above 1000000", s->global, cfg->micro);
+            else if (s->global / per_window > 1000000)
+                error_at(s->src, global->values[0]->span,
+                         "global %ld / (micro %d x data %d) gives a window above 1000000", s->global,
+                         cfg->micro, replicas);
             else
-                cfg->window = (int)(s->global / cfg->micro);
+                cfg->window = (int)(s->global / per_window);
         }
     }
     if (cfg->window == 0)
         cfg->window = cfg->stages;
-    cfg->global_batch = (long)cfg->micro * cfg->window;
+    cfg->global_batch = (long)cfg->micro * cfg->window * replicas;
     if (cfg->schedule == PACI_SCHED_GPIPE && cfg->window > PACI_MAX_SLOTS && usable(s, "pipeline", "schedule")) {
         Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
         error_at(s->src, at, "gpipe keeps an activation slot per micro-batch of the window: window %d is "
@@ -979,6 +1009,26 @@ static void check_pipeline(Sema *s)
                    "updates between a micro-batch's forward and backward; window >= p-1 bounds it to 1",
                    cfg->window, p - 1, crossings);
     }
+}
+
+/* Every rank runs one stage of one replica: stages x data ranks in all, at most
+ * MAX_WORLD_SIZE. */
+static void check_parallel(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *data = written(s, "parallel", "data");
+    if (!data || !usable(s, "parallel", "data") || !usable(s, "pipeline", "stages"))
+        return;
+    long world = (long)cfg->stages * cfg->replicas;
+    if (world <= MAX_WORLD_SIZE)
+        return;
+    error_at(s->src, data->values[0]->span,
+             "data %d x stages %d = %ld ranks (one GPU each) is above the limit of %d ranks in one job; "
+             "data %d fits these stages", cfg->replicas, cfg->stages, world, MAX_WORLD_SIZE,
+             MAX_WORLD_SIZE / cfg->stages);
+    const Entry *stages = written(s, "pipeline", "stages");
+    if (stages)
+        note_at(s->src, stages->values[0]->span, "stages set here");
 }
 
 /* One micro-batch's activations, micro x context x width values, within the generated code's
@@ -1132,6 +1182,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_block(s, &root_block, ast->root);
     check_model(s);
     check_pipeline(s);
+    check_parallel(s);
     check_extents(s);
     check_optimizer(s);
     check_delay_correction(s);
@@ -1189,6 +1240,7 @@ void config_dump(FILE *out, const Config *cfg)
     } else {
         fprintf(out, "automatic\n");
     }
+    fprintf(out, "parallel\n  data %d\n", config_replicas(cfg));
     fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
     fprintf(out, "train\n  data %s\n  val %s\n  steps %ld\n  seed %llu\n  precision %s\n  attention %s\n",
             cfg->train_data ? cfg->train_data : "(none)", cfg->val_data ? cfg->val_data : "(none)",
@@ -1209,8 +1261,10 @@ void config_dump(FILE *out, const Config *cfg)
             decay_words[cfg->lr_decay], cfg->min_lr_ratio);
     fprintf(out, "  eval every %ld, %ld batches\n  checkpoint every %ld in %s\n", cfg->eval_every,
             cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_dir);
-    fprintf(out, "hardware\n  flops %g\n  bandwidth %g\n  latency %g\n  memory %g\n  memory_bandwidth %g\n",
-            cfg->device_flops, cfg->link_bandwidth, cfg->link_latency, cfg->device_memory, cfg->memory_bandwidth);
+    fprintf(out, "hardware\n  flops %g\n  bandwidth %g\n  latency %g\n  memory %g\n  memory_bandwidth %g\n"
+                 "  network_bandwidth %g\n",
+            cfg->device_flops, cfg->link_bandwidth, cfg->link_latency, cfg->device_memory, cfg->memory_bandwidth,
+            cfg->network_bandwidth);
     fprintf(out, "spans\n");
     dump_span(out, cfg, "model", cfg->span_model);
     dump_span(out, cfg, "stages", cfg->span_stages);

@@ -5,7 +5,10 @@
  * moments, write weight and moments, zero the gradient: 32 bytes per parameter, 34 with
  * bf16's working copy) at the hardware block's memory_bandwidth; a message takes the
  * link latency plus its bytes over the link bandwidth and does not occupy the sender's
- * compute (a copy engine moves it). costs.c has a finer model, kernel by kernel, that
+ * compute (a copy engine moves it). With `parallel { data D }`, D > 1, each optimizer step
+ * waits first for the stage's gradient allreduce among its replicas (stage_allreduce: a ring
+ * over network_bandwidth), simulated as an event of its own, not overlapped with the
+ * backward and not counted as busy. costs.c has a finer model, kernel by kernel, that
  * --explain prints beside this one. Channels behave as in verification and in the
  * runtime: a send blocks while the link holds channel_capacity messages not yet received,
  * a receive blocks until its message has arrived. Segments end with a drain: the next
@@ -54,12 +57,24 @@ void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd
     *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
 }
 
+Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp)
+{
+    int d = config_replicas(cfg);
+    if (d == 1)
+        return (Allreduce){0};
+    Allreduce a = {.bytes = 4.0 * (double)sp->params};
+    a.ring_bytes = a.bytes * 2.0 * (d - 1) / d;
+    a.seconds = a.ring_bytes / cfg->network_bandwidth;
+    return a;
+}
+
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
 {
     memset(cm, 0, sizeof *cm);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         cost_stage(cfg, sp, &cm->fwd[s], &cm->bwd[s], &cm->step[s]);
+        cm->allreduce[s] = stage_allreduce(cfg, sp).seconds;
         cm->msg[s] = s + 1 < plan->stages
                          ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
                          : 0;
@@ -508,6 +523,13 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
         *clock += cm->bwd[s];
         break;
     case PACI_OP_STEP:
+        /* the replicas average the stage's gradients before it updates; not overlapped with
+         * the backward (docs/dsl.md "parallel") */
+        if (cm->allreduce[s] > 0) {
+            *clock += cm->allreduce[s];
+            add_event(ev, s, SIM_OP_ALLREDUCE, -1, start, *clock);
+            start = *clock;
+        }
         *clock += cm->step[s];
         break;
     }

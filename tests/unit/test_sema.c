@@ -458,6 +458,126 @@ static void test_global_batch_checks(void **state)
                          "t.paci:3:25: error: global 44 is not divisible by micro 8: the window would not be whole");
 }
 
+/* ---- data parallelism: parallel { data D } --------------------------------------------- */
+
+static void test_parallel_data_default_and_parsed(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.replicas, 1);
+    assert_true(c.cfg.network_bandwidth == 25e9);
+    done(&c);
+    c = check(MODEL PIPELINE "parallel { data 8 }\n" BATCH TRAIN "hardware { network_bandwidth 50e9 }\n");
+    assert_true(c.ok);
+    assert_string_equal(c.messages, "");
+    assert_int_equal(c.cfg.replicas, 8);
+    assert_int_equal(c.cfg.window, 4); /* the schedule is per pipeline: D leaves the window alone */
+    assert_int_equal(c.cfg.global_batch, 8 * 4 * 8);
+    assert_true(c.cfg.network_bandwidth == 50e9);
+    done(&c);
+}
+
+static void test_parallel_data_range_and_kind(void **state)
+{
+    (void)state;
+    assert_first_message(MODEL PIPELINE "parallel { data 0 }\n" BATCH TRAIN,
+                         "t.paci:3:17: error: 'data' 0 is out of range: it must be in 1..1024");
+    assert_first_message(MODEL PIPELINE "parallel { data 1025 }\n" BATCH TRAIN,
+                         "t.paci:3:17: error: 'data' 1025 is out of range: it must be in 1..1024");
+    assert_first_message(MODEL PIPELINE "parallel { data 2.5 }\n" BATCH TRAIN,
+                         "t.paci:3:17: error: 'data' must be an integer, not 2.5");
+    assert_first_message(MODEL PIPELINE "parallel { data eight }\n" BATCH TRAIN,
+                         "t.paci:3:17: error: 'data' must be an integer, not a word");
+    assert_first_message(MODEL PIPELINE "parallel { replicas 2 }\n" BATCH TRAIN,
+                         "t.paci:3:12: error: unknown key 'replicas' in 'parallel'");
+    assert_first_message(MODEL PIPELINE "paralel { data 2 }\n" BATCH TRAIN,
+                         "t.paci:3:1: error: unknown block 'paralel'; did you mean 'parallel'?");
+}
+
+/* stages x data ranks in one job, at most MAX_WORLD_SIZE (4096): 6 x 683 = 4098. */
+static void test_parallel_world_size_limit(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 6; window 6 }\nparallel { data 683 }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_string_equal(c.messages,
+                        "t.paci:3:17: error: data 683 x stages 6 = 4098 ranks (one GPU each) is above the limit "
+                        "of 4096 ranks in one job; data 682 fits these stages\n"
+                        "parallel { data 683 }\n"
+                        "                ^~~\n"
+                        "t.paci:2:19: note: stages set here\n"
+                        "pipeline { stages 6; window 6 }\n"
+                        "                  ^\n");
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 1024 }\n" BATCH TRAIN);
+    assert_true(c.ok); /* 4 x 1024 = 4096: the limit itself */
+    assert_int_equal(c.cfg.replicas, 1024);
+    done(&c);
+}
+
+/* global = micro x window x D; without a window, global / (micro x D) sets it. */
+static void test_global_batch_with_data(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 2 }\nbatch { micro 8; global 32 }\n"
+                      TRAIN);
+    assert_false(c.ok);
+    assert_string_equal(c.messages,
+                        "t.paci:4:25: error: global 32 is not micro x window x data = 8 x 4 x 2 = 64\n"
+                        "batch { micro 8; global 32 }\n"
+                        "                        ^~\n"
+                        "t.paci:2:29: note: window set here\n"
+                        "pipeline { stages 4; window 4 }\n"
+                        "                            ^\n"
+                        "t.paci:3:17: note: data-parallel replicas set here\n"
+                        "parallel { data 2 }\n"
+                        "                ^\n");
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 2 }\nbatch { micro 8; global 64 }\n" TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.global_batch, 64);
+    done(&c);
+    c = check(MODEL "pipeline { stages 4 }\nparallel { data 4 }\nbatch { micro 8; global 256 }\n" TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.window, 8); /* 256 / (8 x 4) */
+    assert_int_equal(c.cfg.global_batch, 256);
+    done(&c);
+    /* 40 is divisible by micro 8 but not by micro x data = 16 */
+    assert_first_message(MODEL "pipeline { stages 4 }\nparallel { data 2 }\nbatch { micro 8; global 40 }\n" TRAIN,
+                         "t.paci:4:25: error: global 40 is not divisible by micro x data = 8 x 2 = 16: the window "
+                         "would not be whole");
+    /* a broken data reports once, not again as a global mismatch */
+    c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 0 }\nbatch { micro 8; global 64 }\n" TRAIN);
+    assert_false(c.ok);
+    assert_null(strstr(c.messages, "global"));
+    done(&c);
+}
+
+/* The lr rule scales to micro x window x D: lr 1e-3 at 32, micro 4, window 4. */
+static void test_lr_scales_with_data(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 8 }\nbatch { micro 4 }\n"
+                      "train { steps 100; optimizer adamw { lr 1e-3 at 32 scale linear } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.global_batch, 128);
+    assert_true(fabs(c.cfg.lr - 4e-3) < 1e-15); /* 1e-3 x 128 / 32; without D: 1e-3 x 16 / 32 */
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 2 }\nbatch { micro 4 }\n"
+              "train { steps 100; optimizer adamw { lr 1e-3 at 64 scale sqrt } }\n");
+    assert_true(c.ok);
+    assert_true(fabs(c.cfg.lr - 1e-3 * sqrt(0.5)) < 1e-15); /* sqrt(32 / 64) */
+    done(&c);
+    /* no `at`: the lr is the global batch's own, which counts the replicas */
+    c = check(MODEL "pipeline { stages 4; window 4 }\nparallel { data 2 }\nbatch { micro 4 }\n"
+              "train { steps 100; optimizer adamw { lr 1e-3 } }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.lr_base_batch, 32);
+    assert_true(c.cfg.lr == 1e-3);
+    done(&c);
+}
+
 /* A 0 at either end: an embedding-only first stage, a head-only last one; 6 stages over 4
  * layers then fit. */
 static void test_split_end_stages_may_be_empty(void **state)
@@ -831,6 +951,11 @@ int main(void)
         cmocka_unit_test(test_more_stages_than_layers),
         cmocka_unit_test(test_window_zero),
         cmocka_unit_test(test_global_batch_checks),
+        cmocka_unit_test(test_parallel_data_default_and_parsed),
+        cmocka_unit_test(test_parallel_data_range_and_kind),
+        cmocka_unit_test(test_parallel_world_size_limit),
+        cmocka_unit_test(test_global_batch_with_data),
+        cmocka_unit_test(test_lr_scales_with_data),
         cmocka_unit_test(test_split_errors),
         cmocka_unit_test(test_split_end_stages_may_be_empty),
         cmocka_unit_test(test_tied_needs_one_stage),
