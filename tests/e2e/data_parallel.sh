@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Data parallelism (`parallel { data D }`, runtime/replicas.c) on the CPU:
+#   - 1f1b at p = 2 with D = 2 replicas of window 2 trains as one pipeline of window 4 (the same
+#     micro-batches, the same global batch): losses and weights agree to float rounding, not to
+#     the bit (the replicas' two partial sums are added at the end, where one pipeline adds
+#     every micro-batch to one sum; docs/launch.md). And D = 2 of window 2 is not D = 1 of
+#     window 2: the comparison can fail;
+#   - the same D = 2 program as 4 processes over TCP (torchrun-style variables), and under
+#     mpirun where run has MPI, gives the threaded run's bits: losses, model.bin, state.bin;
+#   - paci with D = 2 trains (the loss falls) with the drift of D = 1; stopped at a checkpoint
+#     and resumed, it ends bit-identical to the uninterrupted run; so does 1f1b with D = 2
+#     stopped by SIGTERM at any moment (the replicas agree on one step to stop after); a
+#     resume with another D is refused;
+#   - a killed replica, and a stuck one, are named (stage, replica, rank) by the ranks that
+#     wait for them; a world of the wrong size is refused.
+source tests/e2e/lib.sh
+
+port=$((20000 + RANDOM % 20000))
+
+# dp_model NAME SCHEDULE WINDOW STEPS D: the small model at p = 2 with D replicas.
+dp_model() {
+    small_model "$1" 2 "$2" "$3" "$4" 10 10
+    [ "$5" = 1 ] || echo "parallel { data $5 }" >> "$work/$1.paci"
+}
+
+# ranks NAME WORLD [run flags...]: NAME's program as WORLD processes in $work/NAME-mp/rankR.
+ranks() {
+    local name=$1 world=$2 pids=() rc=0
+    shift 2
+    port=$((port + 1))
+    for ((r = 0; r < world; r++)); do
+        mkdir -p "$work/$name-mp/rank$r"
+        (cd "$work/$name-mp/rank$r" && RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            "$work/$name/run" --quiet --metrics metrics.jsonl --blas-threads 1 --connect-timeout 60 "$@") &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    return $rc
+}
+
+# same_bits A_DIR B_DIR STEP: the two folders' checkpoints of STEP hold the same bytes.
+same_bits() {
+    cmp -s "$1/ckpt/step_0000$3/model.bin" "$2/ckpt/step_0000$3/model.bin" &&
+        cmp -s "$1/ckpt/step_0000$3/state.bin" "$2/ckpt/step_0000$3/state.bin"
+}
+
+# --- synchronous: D = 2 of window 2 against D = 1 of window 4 --------------------------------
+dp_model sync-d2 1f1b 2 20 2
+dp_model sync-k4 1f1b 4 20 1
+dp_model sync-k2 1f1b 2 20 1
+for name in sync-d2 sync-k4 sync-k2; do
+    train "$name" --blas-threads 1 || fail "$name did not train"
+done
+[ "$(losses sync-d2 | wc -l)" = 20 ] || fail "sync-d2: expected 20 logged steps"
+compare_devices "data 2 x window 2 against window 4" "$work/sync-d2" "$work/sync-k4" 1e-5 1e-5
+(compare_devices "data 2 x window 2 against window 2" "$work/sync-d2" "$work/sync-k2" 1e-5 1e-5) >/dev/null 2>&1 \
+    && fail "D = 2 of window 2 agrees with D = 1 of window 2: the comparison is blind"
+
+# --- processes: the threaded run's bits -----------------------------------------------------
+ranks sync-d2 4 || fail "sync-d2: a rank of 4 processes failed"
+same_bits "$work/sync-d2" "$work/sync-d2-mp/rank0" 0020 || fail "4 processes differ from the threads"
+[ "$(losses sync-d2)" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/sync-d2-mp/rank1/metrics.jsonl")" ] \
+    || fail "the last stage of replica 0 logged other losses than the threaded run"
+[ "$(grep -c '"loss"' "$work/sync-d2-mp/rank3/metrics.jsonl")" = 0 ] || fail "replica 1 logged losses"
+if command -v mpirun >/dev/null && [ -f "${PACI_BUILD:-build}/lib/pacic/libpacirt_mpi.a" ]; then
+    mkdir -p "$work/sync-d2-mpi"
+    (cd "$work/sync-d2-mpi" && unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE &&
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe \
+        --mca btl_vader_single_copy_mechanism none -np 4 "$work/sync-d2/run" --quiet --blas-threads 1 \
+        --connect-timeout 60 --master-port $((port + 500))) || fail "sync-d2 under mpirun failed"
+    same_bits "$work/sync-d2" "$work/sync-d2-mpi" 0020 || fail "mpirun's 4 processes differ from the threads"
+else
+    skip_part "no mpirun, or run was built without MPI: the mpirun case"
+fi
+
+# --- paci: trains, drift of D = 1, stops and resumes exactly --------------------------------
+dp_model paci-d2 paci 2 20 2
+dp_model paci-d1 paci 2 20 1
+train paci-d2 --blas-threads 1 || fail "paci-d2 did not train"
+(cd "$work/paci-d2" && ./run --blas-threads 1 --ckpt-dir again > out.txt 2>/dev/null) || fail "paci-d2 again"
+train paci-d1 --blas-threads 1 || fail "paci-d1 did not train"
+(cd "$work/paci-d1" && ./run --blas-threads 1 --ckpt-dir again > out.txt 2>/dev/null) || fail "paci-d1 again"
+first=$(losses paci-d2 | head -n 1) last=$(losses paci-d2 | tail -n 1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "paci-d2: loss $first -> $last did not fall"
+d2=$(grep '^drift:' "$work/paci-d2/out.txt") d1=$(grep '^drift:' "$work/paci-d1/out.txt")
+[ -n "$d1" ] && [ "$d2" = "$d1" ] || fail "drift with D = 2 ($d2) is not D = 1's ($d1)"
+mkdir -p "$work/paci-d2/cut"
+(cd "$work/paci-d2/cut" && ../run --quiet --blas-threads 1 --steps 10 && ../run --quiet --blas-threads 1 --resume) \
+    || fail "paci-d2: --steps 10 then --resume failed"
+same_bits "$work/paci-d2" "$work/paci-d2/cut" 0020 || fail "paci-d2 resumed at step 10 differs from the uninterrupted run"
+# A signal lands wherever the replicas are; they agree on one step to stop after.
+dp_model sync-long 1f1b 2 2000 2
+sed -i 's/every 10; batches/every 0; batches/; s/checkpoint { every 10;/checkpoint { every 0;/' "$work/sync-long.paci"
+train sync-long --blas-threads 1 --steps 300 || fail "sync-long did not train"
+mkdir -p "$work/sync-long/sig"
+(cd "$work/sync-long/sig" && exec ../run --blas-threads 1 > out.txt 2> err.txt) &
+pid=$!
+for ((i = 0; i < 600; i++)); do
+    grep -q '^step ' "$work/sync-long/sig/out.txt" 2>/dev/null && break
+    sleep 0.1
+done
+kill -TERM $pid
+wait $pid || fail "sync-long: the stopped run exited with $?"
+stopped=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\);.*/\1/p' "$work/sync-long/sig/err.txt")
+[ -n "$stopped" ] || fail "sync-long: no stop line: $(cat "$work/sync-long/sig/err.txt")"
+[ "$stopped" -lt 300 ] || skip_part "the SIGTERM came after step 300 (a very slow machine): its resume"
+if [ "$stopped" -lt 300 ]; then
+    (cd "$work/sync-long/sig" && ../run --quiet --blas-threads 1 --resume --steps 300) || fail "sync-long: resume"
+    same_bits "$work/sync-long" "$work/sync-long/sig" 0300 \
+        || fail "sync-long: stopped by SIGTERM after step $stopped and resumed, it differs from the uninterrupted run"
+fi
+# Another D on resume: refused, with both counts named.
+out=$(cd "$work/paci-d2" && ../paci-d1/run --resume 2>&1) && fail "data 1 resumed data 2's checkpoint"
+case "$out" in
+    *"state.bin: written with data 2 (replicas), the program has data 1: "*) ;;
+    *) fail "unexpected message: $out" ;;
+esac
+
+# --- failures: a wrong world, a killed and a stuck replica ----------------------------------
+out=$(cd "$work/sync-d2" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 ./run 2>&1) && fail "world 2 for 2 x 2 ran"
+[ "$out" = "run: error: WORLD_SIZE=2, but the program has 2 stages x 2 replicas (data 2): start one process per stage and replica (4), or one process for all" ] \
+    || fail "unexpected message: $out"
+dp_model long 1f1b 2 4000 2
+sed -i 's/clip 0.5/clip 0/' "$work/long.paci" # the reduction, not the norm's allgather, meets the failure
+"$pacic" "$work/long.paci" -o "$work/long.run"
+# replica_fails SIGNAL PATTERN TIMEOUT: 4 processes; SIGNAL to rank 3 (stage 1 of replica 1)
+# once rank 1 has logged a step; rank 1 (stage 1 of replica 0) must exit 1 with PATTERN.
+replica_fails() {
+    local signal=$1 pattern=$2 timeout=$3 pids=()
+    port=$((port + 1))
+    for r in 0 1 2 3; do
+        mkdir -p "$work/long$r"
+        (cd "$work/long$r" && exec env RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            "$work/long.run" --blas-threads 1 --peer-timeout "$timeout" >out.txt 2>err.txt) &
+        pids+=($!)
+    done
+    for ((i = 0; i < 600; i++)); do
+        grep -q '^step ' "$work/long1/out.txt" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q '^step ' "$work/long1/out.txt" || fail "rank 1 logged no step"
+    kill -"$signal" "${pids[3]}"
+    local rc=0
+    wait "${pids[1]}" || rc=$?
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    [ $rc = 1 ] || fail "rank 1 exited with $rc after SIG$signal to rank 3"
+    grep -Eq "$pattern" "$work/long1/err.txt" || fail "unexpected message: $(grep -v note "$work/long1/err.txt")"
+}
+replica_fails KILL "^run: error: stage 1 of replica 0 \\(rank 1\\): replica 1 of stage 1 \\(rank 3\\) closed the connection \\(the gradient reduction of step [0-9]+\\)\$" 60
+replica_fails STOP "^run: error: stage 1 of replica 0 \\(rank 1\\): replica 1 of stage 1 \\(rank 3\\) sent nothing for 3 s \\(the gradient reduction of step [0-9]+\\)\$" 3
+
+echo "data 2: window 2 x 2 agrees with window 4; threads, TCP and MPI give the same bits; paci drifts as D = 1 and resumes exactly; failed replicas named"
