@@ -75,7 +75,7 @@ need_cuda_emu() {
 # logged must be in CPU_DIR's and agree to LOSS_TOL relative; the last checkpoints
 # (DIR/ckpt/step_*/model.bin) must be of the same step and agree to WEIGHT_TOL absolute.
 compare_devices() {
-    python3 - "$@" <<'PY' || fail "$1: the GPU run and the CPU run disagree"
+    python3 - "$@" <<'PY' || fail "$1: the two runs disagree"
 import array, glob, json, os, sys
 label, gpu_dir, cpu_dir = sys.argv[1:4]
 loss_tol, weight_tol = float(sys.argv[4]), float(sys.argv[5])

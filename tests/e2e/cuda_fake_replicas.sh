@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Data parallelism on the GPU path, without a GPU: `parallel { data 2 }` at p = 2 as four
+# processes (rank = replica x 2 + stage), one fake GPU each (the local rank picks it), on the
+# fake CUDA stack of tests/cuda_fake: the stages' links over NCCL send/receive and each stage's
+# two replicas in an NCCL communicator of their own, whose ncclAllReduce sums the gradients
+# and the step's loss. It must train as the CPU runs the same program with its replicas as
+# threads (losses to LOSS_TOL relative, weights to WEIGHT_TOL, as tests/e2e/cuda_fake.sh).
+# Skips (exit 77) where tests/cuda_emu cannot run (need_cuda_emu) or pacic writes no stages.cu.
+source tests/e2e/lib.sh
+need_cuda_emu
+export PACIC_CACHE=$work/cache
+LOSS_TOL=1e-5
+WEIGHT_TOL=1e-4
+port=$((20000 + RANDOM % 20000))
+
+small_model dp 2 1f1b 2 6 3
+sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/dp.paci"
+echo "parallel { data 2 }" >> "$work/dp.paci"
+status=0
+PACIC=$pacic tests/cuda_fake/build.sh "$work/dp.paci" "$work/dp" || status=$?
+[ "$status" -ne 77 ] || skip "pacic wrote no stages.cu (no NVRTC here?)"
+[ "$status" -eq 0 ] || fail "building the fake CUDA stack"
+
+mkdir -p "$work/dp/cpu"
+(cd "$work/dp/cpu" && ../run --quiet --device cpu --metrics metrics.jsonl) || fail "--device cpu"
+pids=()
+for r in 0 1 2 3; do
+    mkdir -p "$work/dp/rank$r"
+    (cd "$work/dp/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        LD_LIBRARY_PATH=$work/dp/lib FAKE_CUDA_GPUS=4 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+        ../run --quiet --device cuda --metrics metrics.jsonl --connect-timeout 60 2> err.txt) &
+    pids+=($!)
+done
+for r in 0 1 2 3; do
+    wait "${pids[$r]}" || { cat "$work/dp/rank$r/err.txt" >&2; fail "rank $r"; }
+done
+# replica 0's last stage (rank 1) logs the losses; rank 0 holds the checkpoint
+mkdir -p "$work/dp/joined"
+cp "$work/dp/rank1/metrics.jsonl" "$work/dp/joined/metrics.jsonl"
+cp -r "$work/dp/rank0/ckpt" "$work/dp/joined/ckpt"
+compare_devices "data 2 x 2 stages, four GPUs" "$work/dp/joined" "$work/dp/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+for r in 0 1 2 3; do
+    reduces=$(sed -n 's/^fake cuda: calls:.* ncclAllReduce \([0-9]*\).*/\1/p' "$work/dp/rank$r/err.txt" | head -n 1)
+    # 6 steps, two allreduces each (gradients, then loss and stop flag)
+    [ "${reduces:-0}" = 12 ] || fail "rank $r: ${reduces:-no} ncclAllReduce calls, 12 expected"
+done
+[ "$(grep -c '"loss"' "$work/dp/rank3/metrics.jsonl")" = 0 ] || fail "replica 1 logged losses"
+echo "data 2 on four fake GPUs trains as the CPU's threads; 12 ncclAllReduce calls per rank"
