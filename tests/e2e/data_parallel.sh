@@ -88,21 +88,37 @@ mkdir -p "$work/paci-d2/cut"
 (cd "$work/paci-d2/cut" && ../run --quiet --blas-threads 1 --steps 10 && ../run --quiet --blas-threads 1 --resume) \
     || fail "paci-d2: --steps 10 then --resume failed"
 same_bits "$work/paci-d2" "$work/paci-d2/cut" 0020 || fail "paci-d2 resumed at step 10 differs from the uninterrupted run"
-# A signal lands wherever the replicas are; they agree on one step to stop after.
+# A signal lands wherever the replicas are; they agree on one step to stop after (under paci,
+# where stage 0 forwards the next step's micro-batches before its update, replicas that
+# decided alone would stop after different steps, and one would wait for the other's
+# reduction until the peer timeout: seen in 4 of 6 tries). Each try signals a fresh run
+# DELAY seconds after its first logged step; it must stop cleanly.
+# sigterm NAME DIR DELAY: prints the step the run stopped after.
+sigterm() {
+    mkdir -p "$work/$1/$2"
+    (cd "$work/$1/$2" && exec ../run --blas-threads 1 --peer-timeout 30 > out.txt 2> err.txt) &
+    local pid=$! i
+    for ((i = 0; i < 600; i++)); do
+        grep -q '^step ' "$work/$1/$2/out.txt" 2>/dev/null && break
+        sleep 0.1
+    done
+    sleep "$3"
+    kill -TERM $pid
+    wait $pid || fail "$1/$2: the stopped run exited with $?: $(grep -v note "$work/$1/$2/err.txt")"
+    sed -n 's/.*stopped by SIGTERM after step \([0-9]*\);.*/\1/p' "$work/$1/$2/err.txt" | grep . ||
+        fail "$1/$2: no stop line: $(cat "$work/$1/$2/err.txt")"
+}
+dp_model paci-long paci 2 4000 2
+sed -i 's/every 10; batches/every 0; batches/; s/checkpoint { every 10;/checkpoint { every 0;/' "$work/paci-long.paci"
+mkdir -p "$work/paci-long"
+"$pacic" "$work/paci-long.paci" -o "$work/paci-long/run"
+for delay in 0 0.3 0.7; do
+    sigterm paci-long "sig$delay" "$delay" > /dev/null
+done
 dp_model sync-long 1f1b 2 2000 2
 sed -i 's/every 10; batches/every 0; batches/; s/checkpoint { every 10;/checkpoint { every 0;/' "$work/sync-long.paci"
 train sync-long --blas-threads 1 --steps 300 || fail "sync-long did not train"
-mkdir -p "$work/sync-long/sig"
-(cd "$work/sync-long/sig" && exec ../run --blas-threads 1 > out.txt 2> err.txt) &
-pid=$!
-for ((i = 0; i < 600; i++)); do
-    grep -q '^step ' "$work/sync-long/sig/out.txt" 2>/dev/null && break
-    sleep 0.1
-done
-kill -TERM $pid
-wait $pid || fail "sync-long: the stopped run exited with $?"
-stopped=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\);.*/\1/p' "$work/sync-long/sig/err.txt")
-[ -n "$stopped" ] || fail "sync-long: no stop line: $(cat "$work/sync-long/sig/err.txt")"
+stopped=$(sigterm sync-long sig 0)
 [ "$stopped" -lt 300 ] || skip_part "the SIGTERM came after step 300 (a very slow machine): its resume"
 if [ "$stopped" -lt 300 ]; then
     (cd "$work/sync-long/sig" && ../run --quiet --blas-threads 1 --resume --steps 300) || fail "sync-long: resume"
