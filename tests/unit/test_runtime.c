@@ -122,12 +122,79 @@ static void toy_train(pr_run *run, enum toy_kind kind, int p, int K, int steps, 
     assert_int_equal(run->step, steps);
 }
 
+/* D replicas of the toy model in one process (replicas.c): pr_replicas_open makes the other
+ * pipelines, which train as threads beside replica 0's. */
+static void toy_train_replicas(pr_run *run, enum toy_kind kind, int p, int K, int D, int steps)
+{
+    static pr_program prog;
+    char err[PR_ERR_LEN];
+    toy_build_stages(p);
+    toy_build_table(&table, kind, p, K, steps, SEGMENT);
+    prog = toy_program(&table.t, steps);
+    prog.grad_clip = toy_clip;
+    prog.replicas = D;
+    assert_int_equal(pr_run_init(run, &prog, NULL, err), 0);
+    assert_int_equal(pr_replicas_open(run, err), 0);
+    assert_int_equal(pr_tokens_load(&run->train, token_path, TOY_V, TOY_B, TOY_T, err), 0);
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0}) * 4);
+    pr_init_params(&prog, flat);
+    pr_scatter(run, 0, flat);
+    free(flat);
+    pr_replicas_sync(run);
+    for (int seg = 0; seg < paci_segments(&table.t); seg++)
+        pr_run_segment(run, seg);
+    assert_int_equal(run->step, steps);
+}
+
 static float *gather_params(pr_run *run)
 {
     int64_t offsets[PR_CKPT_COUNT];
     float *flat = pr_alloc((size_t)pr_ckpt_offsets(run->prog, offsets) * 4);
     pr_gather(run, 0, flat);
     return flat;
+}
+
+/* Every replica ends with replica 0's bits (they took the same steps from the same sums), at
+ * D = 3 too, whose slices of the reduction are unequal; and D replicas of window K train as
+ * one pipeline of window D*K, to rounding (the partial sums are added at the end). */
+static void test_replicas_in_process(void **state)
+{
+    (void)state;
+    enum toy_kind kinds[] = {TOY_1F1B, TOY_PACI};
+    for (int k = 0; k < 2; k++)
+        for (int D = 2; D <= 3; D++) {
+            pr_run run, one;
+            toy_train_replicas(&run, kinds[k], 2, 2, D, STEPS);
+            float *lead = gather_params(&run);
+            int64_t offsets[PR_CKPT_COUNT], n = pr_ckpt_offsets(run.prog, offsets);
+            for (int r = 1; r < D; r++) {
+                float *other = gather_params(run.replica_runs[r]);
+                assert_memory_equal(lead, other, (size_t)n * sizeof(float));
+                assert_int_equal(run.replica_runs[r]->step, STEPS);
+                free(other);
+            }
+            pr_run_free(&run);
+            if (kinds[k] == TOY_1F1B) { // the same micro-batches as one pipeline of window 2D
+                toy_train(&one, TOY_1F1B, 2, 2 * D, STEPS, SEGMENT);
+                float *single = gather_params(&one);
+                double worst = 0.0;
+                for (int64_t i = 0; i < n; i++)
+                    worst = fmax(worst, fabs((double)lead[i] - (double)single[i]));
+                assert_true(worst < 1e-5);
+                // and not like one pipeline of window 2 (the data of replica 0 alone)
+                pr_run_free(&one);
+                toy_train(&one, TOY_1F1B, 2, 2, STEPS, SEGMENT);
+                float *alone = gather_params(&one);
+                worst = 0.0;
+                for (int64_t i = 0; i < n; i++)
+                    worst = fmax(worst, fabs((double)lead[i] - (double)alone[i]));
+                assert_true(worst > 1e-3);
+                free(alone);
+                free(single);
+                pr_run_free(&one);
+            }
+            free(lead);
+        }
 }
 
 static void test_sync_bit_identical_across_p(void **state)
@@ -232,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_channel_fifo_and_capacity),
         cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_sync_bit_identical_across_p),
+        cmocka_unit_test(test_replicas_in_process),
         cmocka_unit_test(test_paci_drift_matches_table),
         cmocka_unit_test(test_clip_norm_independent_of_p),
     };
