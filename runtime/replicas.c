@@ -49,6 +49,14 @@ int pr_replicas_open(pr_run *run, char *err)
                        run->prog->source, D, run->p * D);
     if (run->opt.profile_out)
         return pr_fail(err, "--profile-out measures one pipeline: profile a build with data 1");
+    // The D pipelines share the host's memory: replica 0's is allocated, the other D - 1
+    // must fit together in what is left, not each alone.
+    int64_t others[PACI_MAX_STAGES];
+    for (int s = 0; s < run->p; s++)
+        others[s] = run->stage[s].arena_bytes * (D - 1);
+    char why[PR_ERR_LEN];
+    if (run->dev->check_memory(run->prog, others, why) != 0)
+        return pr_fail(err, "data %d, replicas 1..%d: %s", D, D - 1, why);
     pr_replicas *sh = pr_alloc(sizeof *sh);
     sh->D = D;
     for (int s = 0; s < run->p; s++) {

@@ -12,7 +12,8 @@
 #     stopped by SIGTERM at any moment (the replicas agree on one step to stop after); a
 #     resume with another D is refused;
 #   - a killed replica, and a stuck one, are named (stage, replica, rank) by the ranks that
-#     wait for them; a world of the wrong size is refused.
+#     wait for them; a world of the wrong size is refused, and so are replicas that do not fit
+#     in the host's memory together.
 source tests/e2e/lib.sh
 
 port=$((20000 + RANDOM % 20000))
@@ -137,6 +138,21 @@ esac
 out=$(cd "$work/sync-d2" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 ./run 2>&1) && fail "world 2 for 2 x 2 ran"
 [ "$out" = "run: error: WORLD_SIZE=2, but the program has 2 stages x 2 replicas (data 2): start one process per stage and replica (4), or one process for all" ] \
     || fail "unexpected message: $out"
+# D pipelines in one process must fit in the host's memory together (about 200 MiB each here).
+cat > "$work/big.paci" <<DSL
+model gpt2 { layers 4; width 512; heads 8; context 16; vocab 256 }
+pipeline { stages 2; schedule paci; window 2 }
+batch { micro 2 }
+train { data "$data/tiny_train.bin"; steps 2; optimizer adamw { lr 1e-3 } }
+parallel { data 1024 }
+DSL
+mkdir -p "$work/big"
+"$pacic" "$work/big.paci" -o "$work/big/run"
+out=$(cd "$work/big" && ./run --quiet 2>&1) && fail "1024 replicas of 200 MiB ran"
+case "$out" in
+    "run: error: data 1024, replicas 1..1023: the stages need "*" GiB of host memory, "*" GiB is available (MemAvailable in /proc/meminfo)") ;;
+    *) fail "unexpected message: $out" ;;
+esac
 dp_model long 1f1b 2 4000 2
 sed -i 's/clip 0.5/clip 0/' "$work/long.paci" # the reduction, not the norm's allgather, meets the failure
 "$pacic" "$work/long.paci" -o "$work/long.run"
