@@ -28,6 +28,27 @@ static void test_no_launcher_is_one_process(void **state)
     assert_int_equal(l.world, 1);
 }
 
+/* With `parallel { data D }` the world is stages x D, from any launcher (rank = replica x p
+ * + stage: srun's 16 tasks for 8 stages x 2 replicas); another world names both counts. */
+static void test_world_of_replicas(void **state)
+{
+    pr_launch l;
+    assert_int_equal(pr_launch_parse((const char *const[]){"SLURM_PROCID=13", "SLURM_NTASKS=16",
+                                                           "SLURM_LOCALID=5", "MASTER_ADDR=n1", NULL},
+                                     8, 2, 0, &l, err), 0);
+    assert_int_equal(l.world, 16);
+    assert_int_equal(l.rank, 13);
+    assert_int_equal(l.local_rank, 5);
+    assert_int_equal(pr_launch_parse((const char *const[]){"RANK=0", "WORLD_SIZE=8",
+                                                           "MASTER_ADDR=h", NULL},
+                                     8, 2, 0, &l, err), -1);
+    assert_string_equal(err, "WORLD_SIZE=8, but the program has 8 stages x 2 replicas (data 2): start "
+                             "one process per stage and replica (16), or one process for all");
+    // One process still runs everything.
+    assert_int_equal(pr_launch_parse((const char *const[]){"HOME=/root", NULL}, 8, 2, 0, &l, err), 0);
+    assert_int_equal(l.world, 1);
+}
+
 static void test_torchrun(void **state)
 {
     pr_launch l;
@@ -174,6 +195,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_launcher_is_one_process),
         cmocka_unit_test(test_torchrun),
+        cmocka_unit_test(test_world_of_replicas),
         cmocka_unit_test(test_open_mpi),
         cmocka_unit_test(test_slurm),
         cmocka_unit_test(test_precedence),
