@@ -524,6 +524,23 @@ ncclResult_t ncclGroupEnd(void)
     return nonblocking ? ncclInProgress : ncclSuccess;
 }
 
+/* Adds op p to the calling thread's group (one op outside a group is a group of its own). */
+static ncclResult_t queue(const p2p *p)
+{
+    struct ncclComm *c = p->comm;
+    atomic_fetch_add(&c->refs, 1);
+    atomic_fetch_add(&c->pending, 1);
+    if (npending == cap_pending) {
+        cap_pending = cap_pending ? 2 * cap_pending : 16;
+        if (!(pending = realloc(pending, (size_t)cap_pending * sizeof *pending)))
+            die("out of memory");
+    }
+    pending[npending++] = *p;
+    if (!c->blocking)
+        group_nonblocking = 1;
+    return depth > 0 ? ncclSuccess : (depth++, ncclGroupEnd());
+}
+
 static ncclResult_t post(int send, void *buf, size_t count, ncclDataType_t type, int peer,
                          ncclComm_t comm, cudaStream_t stream)
 {
@@ -550,17 +567,7 @@ static ncclResult_t post(int send, void *buf, size_t count, ncclDataType_t type,
         p.host = fake_device_range((CUdeviceptr)(uintptr_t)buf, p.bytes, gpu,
                                    send ? "ncclSend buffer" : "ncclRecv buffer");
     p.seq = atomic_fetch_add(send ? &c->sends : &c->recvs, 1);
-    atomic_fetch_add(&c->refs, 1);
-    atomic_fetch_add(&c->pending, 1);
-    if (npending == cap_pending) {
-        cap_pending = cap_pending ? 2 * cap_pending : 16;
-        if (!(pending = realloc(pending, (size_t)cap_pending * sizeof *pending)))
-            die("out of memory");
-    }
-    pending[npending++] = p;
-    if (!c->blocking)
-        group_nonblocking = 1;
-    return depth > 0 ? ncclSuccess : (depth++, ncclGroupEnd());
+    return queue(&p);
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -586,17 +593,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (p.bytes > 0)
         p.host = fake_device_range((CUdeviceptr)(uintptr_t)recvbuff, p.bytes, gpu, "ncclAllReduce buffer");
     p.seq = atomic_fetch_add(&c->colls, 1);
-    atomic_fetch_add(&c->refs, 1);
-    atomic_fetch_add(&c->pending, 1);
-    if (npending == cap_pending) {
-        cap_pending = cap_pending ? 2 * cap_pending : 16;
-        if (!(pending = realloc(pending, (size_t)cap_pending * sizeof *pending)))
-            die("out of memory");
-    }
-    pending[npending++] = p;
-    if (!c->blocking)
-        group_nonblocking = 1;
-    return depth > 0 ? ncclSuccess : (depth++, ncclGroupEnd());
+    return queue(&p);
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,

@@ -101,8 +101,10 @@ static void record_norm(pr_run *run, int64_t step, double loss, double lr, doubl
     }
 }
 
-/* Trains the toy model with a fresh run; leaves the run for inspection. */
-static void toy_train(pr_run *run, enum toy_kind kind, int p, int K, int steps, int segment)
+/* Trains the toy model with a fresh run of D replicas in one process (replicas.c: the
+ * others train as threads beside replica 0's); leaves the run for inspection. */
+static void toy_train_replicas(pr_run *run, enum toy_kind kind, int p, int K, int D, int steps,
+                               int segment)
 {
     static pr_program prog;
     char err[PR_ERR_LEN];
@@ -110,31 +112,10 @@ static void toy_train(pr_run *run, enum toy_kind kind, int p, int K, int steps, 
     toy_build_table(&table, kind, p, K, steps, segment);
     prog = toy_program(&table.t, steps);
     prog.grad_clip = toy_clip;
-    assert_int_equal(pr_run_init(run, &prog, NULL, err), 0);
-    run->on_step = record_norm;
-    assert_int_equal(pr_tokens_load(&run->train, token_path, TOY_V, TOY_B, TOY_T, err), 0);
-    float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0}) * 4);
-    pr_init_params(&prog, flat);
-    pr_scatter(run, 0, flat);
-    free(flat);
-    for (int seg = 0; seg < paci_segments(&table.t); seg++)
-        pr_run_segment(run, seg);
-    assert_int_equal(run->step, steps);
-}
-
-/* D replicas of the toy model in one process (replicas.c): pr_replicas_open makes the other
- * pipelines, which train as threads beside replica 0's. */
-static void toy_train_replicas(pr_run *run, enum toy_kind kind, int p, int K, int D, int steps)
-{
-    static pr_program prog;
-    char err[PR_ERR_LEN];
-    toy_build_stages(p);
-    toy_build_table(&table, kind, p, K, steps, SEGMENT);
-    prog = toy_program(&table.t, steps);
-    prog.grad_clip = toy_clip;
     prog.replicas = D;
     assert_int_equal(pr_run_init(run, &prog, NULL, err), 0);
     assert_int_equal(pr_replicas_open(run, err), 0);
+    run->on_step = record_norm;
     assert_int_equal(pr_tokens_load(&run->train, token_path, TOY_V, TOY_B, TOY_T, err), 0);
     float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0}) * 4);
     pr_init_params(&prog, flat);
@@ -144,6 +125,12 @@ static void toy_train_replicas(pr_run *run, enum toy_kind kind, int p, int K, in
     for (int seg = 0; seg < paci_segments(&table.t); seg++)
         pr_run_segment(run, seg);
     assert_int_equal(run->step, steps);
+}
+
+/* One pipeline. */
+static void toy_train(pr_run *run, enum toy_kind kind, int p, int K, int steps, int segment)
+{
+    toy_train_replicas(run, kind, p, K, 1, steps, segment);
 }
 
 static float *gather_params(pr_run *run)
@@ -164,7 +151,7 @@ static void test_replicas_in_process(void **state)
     for (int k = 0; k < 2; k++)
         for (int D = 2; D <= 3; D++) {
             pr_run run, one;
-            toy_train_replicas(&run, kinds[k], 2, 2, D, STEPS);
+            toy_train_replicas(&run, kinds[k], 2, 2, D, STEPS, SEGMENT);
             float *lead = gather_params(&run);
             int64_t offsets[PR_CKPT_COUNT], n = pr_ckpt_offsets(run.prog, offsets);
             for (int r = 1; r < D; r++) {
