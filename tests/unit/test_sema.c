@@ -917,6 +917,29 @@ static void test_tabs_expand_under_the_caret(void **state)
     done(&c);
 }
 
+/* A line longer than 160 bytes is shown as a window around the error, cut with "...", the
+ * caret still under it; a short line is shown whole (above). */
+static void test_long_line_shown_as_a_window(void **state)
+{
+    (void)state;
+    StrBuf text = {0};
+    sb_puts(&text, "model gpt2 { layers 4;");
+    for (int i = 0; i < 100; i++)
+        sb_puts(&text, " width 4;");
+    sb_puts(&text, " @@");
+    for (int i = 0; i < 100; i++)
+        sb_puts(&text, " width 4;");
+    sb_puts(&text, " }\n");
+    Checked c = check(text.data);
+    const char *line = strchr(c.messages, '\n') + 1, *caret = strchr(line, '\n') + 1;
+    assert_true(strncmp(c.messages, "t.paci:1:924: error: unexpected '@@'", 36) == 0);
+    assert_true(strncmp(line, "...", 3) == 0 && strncmp(line + 3 + 60, "@@ width 4;", 11) == 0);
+    assert_int_equal(caret - line, 3 + 160 + 3 + 1); // "...", 160 bytes of the line, "...", '\n'
+    assert_true(strncmp(caret + 3 + 60, "^~\n", 3) == 0); // 60 bytes before the span
+    done(&c);
+    sb_free(&text);
+}
+
 static void test_did_you_mean(void **state)
 {
     (void)state;
@@ -976,6 +999,7 @@ int main(void)
         cmocka_unit_test(test_syntax_error_flood_stops),
         cmocka_unit_test(test_huge_file),
         cmocka_unit_test(test_tabs_expand_under_the_caret),
+        cmocka_unit_test(test_long_line_shown_as_a_window),
         cmocka_unit_test(test_did_you_mean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
