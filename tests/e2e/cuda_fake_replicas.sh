@@ -4,7 +4,8 @@
 # fake CUDA stack of tests/cuda_fake: the stages' links over NCCL send/receive and each stage's
 # two replicas in an NCCL communicator of their own, whose ncclAllReduce sums the gradients
 # and the step's loss. It must train as the CPU runs the same program with its replicas as
-# threads (losses to LOSS_TOL relative, weights to WEIGHT_TOL, as tests/e2e/cuda_fake.sh).
+# threads (losses to LOSS_TOL relative, weights to WEIGHT_TOL, as tests/e2e/cuda_fake.sh). A
+# replica stopped mid-run ends its group's other member at the peer timeout, named.
 # Skips (exit 77) where tests/cuda_emu cannot run (need_cuda_emu) or pacic writes no stages.cu.
 source tests/e2e/lib.sh
 need_cuda_emu
@@ -45,4 +46,33 @@ for r in 0 1 2 3; do
     [ "${reduces:-0}" = 12 ] || fail "rank $r: ${reduces:-no} ncclAllReduce calls, 12 expected"
 done
 [ "$(grep -c '"loss"' "$work/dp/rank3/metrics.jsonl")" = 0 ] || fail "replica 1 logged losses"
-echo "data 2 on four fake GPUs trains as the CPU's threads; 12 ncclAllReduce calls per rank"
+# A stuck replica: rank 3 (stage 1 of replica 1) is stopped once rank 1 has logged a step;
+# rank 1 (stage 1 of replica 0) gives up on the reduction at its peer timeout, aborts the
+# communicator and names the group.
+sed -i 's/steps 6/steps 40/; s/every 3; batches/every 0; batches/' "$work/dp.paci"
+"$pacic" "$work/dp.paci" -o "$work/dp/long.run" || fail "building the long run"
+pids=()
+port=$((port + 1))
+for r in 0 1 2 3; do
+    mkdir -p "$work/dp/long$r"
+    # (timeout: a hang guard, should the stuck replica never be noticed)
+    (cd "$work/dp/long$r" && exec timeout -k 10 600 env RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port LD_LIBRARY_PATH=$work/dp/lib FAKE_CUDA_GPUS=4 ../long.run --device cuda \
+        --peer-timeout 3 --connect-timeout 60 > out.txt 2> err.txt) &
+    pids+=($!)
+done
+for ((i = 0; i < 1200; i++)); do
+    grep -q '^step ' "$work/dp/long1/out.txt" 2>/dev/null && break
+    sleep 0.1
+done
+grep -q "^step " "$work/dp/long1/out.txt" || fail "rank 1 logged no step: $(cat "$work"/dp/long*/err.txt)"
+kill -STOP "${pids[3]}"
+rc=0
+wait "${pids[1]}" || rc=$?
+for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+[ $rc = 1 ] || fail "rank 1 exited with $rc after rank 3 was stopped"
+grep -Eq "^run: error: stage 1 of replica 0 \(rank 1\): no NCCL reduction with the other replicas of stage 1 within 3 s \(one of them is stuck or gone\) \(the gradient reduction of step [0-9]+\)\$" \
+    "$work/dp/long1/err.txt" || fail "unexpected message: $(grep -v note "$work/dp/long1/err.txt")"
+echo "data 2 on four fake GPUs trains as the CPU's threads; 12 ncclAllReduce calls per rank; a stuck replica is named"
+
