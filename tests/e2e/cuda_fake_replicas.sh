@@ -55,8 +55,7 @@ pids=()
 port=$((port + 1))
 for r in 0 1 2 3; do
     mkdir -p "$work/dp/long$r"
-    # (timeout: a hang guard, should the stuck replica never be noticed)
-    (cd "$work/dp/long$r" && exec timeout -k 10 600 env RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \
+    (cd "$work/dp/long$r" && exec env RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port LD_LIBRARY_PATH=$work/dp/lib FAKE_CUDA_GPUS=4 ../long.run --device cuda \
         --peer-timeout 3 --connect-timeout 60 > out.txt 2> err.txt) &
     pids+=($!)
@@ -67,6 +66,15 @@ for ((i = 0; i < 1200; i++)); do
 done
 grep -q "^step " "$work/dp/long1/out.txt" || fail "rank 1 logged no step: $(cat "$work"/dp/long*/err.txt)"
 kill -STOP "${pids[3]}"
+# a hang guard, should the stuck replica never be noticed
+for ((i = 0; i < 6000; i++)); do
+    kill -0 "${pids[1]}" 2>/dev/null || break
+    sleep 0.1
+done
+if kill -0 "${pids[1]}" 2>/dev/null; then
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    fail "rank 1 still waits 600 s after rank 3 was stopped (peer timeout 3 s)"
+fi
 rc=0
 wait "${pids[1]}" || rc=$?
 for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
