@@ -127,6 +127,9 @@ if [ "$stopped" -lt 300 ]; then
     same_bits "$work/sync-long" "$work/sync-long/sig" 0300 \
         || fail "sync-long: stopped by SIGTERM after step $stopped and resumed, it differs from the uninterrupted run"
 fi
+# The per-op profile measures one pipeline's stages: refused with replicas in one process.
+out=$(cd "$work/paci-d2" && ./run --quiet --profile-out p.txt --steps 1 --ckpt-dir prof 2>&1) && fail "--profile-out ran with data 2"
+[ "$out" = "run: error: --profile-out measures one pipeline: profile a build with data 1" ] || fail "unexpected message: $out"
 # Another D on resume: refused, with both counts named.
 out=$(cd "$work/paci-d2" && ../paci-d1/run --resume 2>&1) && fail "data 1 resumed data 2's checkpoint"
 case "$out" in
