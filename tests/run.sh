@@ -71,6 +71,8 @@ trap 'rm -f "$log"; rm -rf "$logs"' EXIT
 # builds skip NVRTC; scripts that set PACIC_CACHE themselves keep their own. Concurrent
 # scripts may share it: entries are written whole (renamed into place).
 export PACIC_CACHE=${PACIC_CACHE:-$logs/nvrtc-cache}
+# Likewise the fake CUDA stack's parts that do not depend on the model (tests/cuda_fake/build.sh).
+export FAKE_CACHE=${FAKE_CACHE:-$logs/fake-cache}
 declare -A started_at=() name_of=()
 running=0
 

@@ -60,13 +60,15 @@ losses() {
 
 # need_cuda_emu: skips (exit 77, see skip) where the CUDA emulator cannot run: the sanitizer
 # builds (its coroutines switch stacks, which ASan does not follow), a build without a CUDA
-# toolkit, no C++ compiler; else sets CXX (g++, or clang++).
+# toolkit, no C++ compiler; else sets CXX (g++, or clang++) and FAKE_CACHE.
 need_cuda_emu() {
     [ "${PACI_BUILD:-build}" = build ] || skip "the CUDA emulator does not run under the sanitizer builds (PACI_BUILD=${PACI_BUILD})"
     [ -f build/lib/pacic/libpacirt_cuda.a ] || skip "built without a CUDA toolkit (no build/lib/pacic/libpacirt_cuda.a)"
     CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
     [ -n "$CXX" ] || skip "no C++ compiler (g++ or clang++)"
     export CXX
+    # the fake CUDA stack's parts that do not depend on the model, built once (tests/cuda_fake/build.sh)
+    export FAKE_CACHE=${FAKE_CACHE:-$work/fake-cache}
 }
 
 # compare_devices LABEL GPU_DIR CPU_DIR LOSS_TOL WEIGHT_TOL: a GPU run (emulated or faked)
