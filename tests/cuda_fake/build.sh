@@ -8,7 +8,8 @@
 # Environment: PACIC (default $PACI_BUILD/bin/pacic, PACI_BUILD default build), CC, CXX,
 # CUDA_HOME (default /usr/local/cuda), FAKE_SED (a sed script applied to stages.cu before the
 # fake compiles it: a planted kernel fault), FAKE_CACHE (a folder where the parts that do not
-# depend on the model are kept between builds: see below).
+# depend on the model, and the kernels by their content (tests/cuda_emu/kernels.sh), are kept
+# between builds).
 # Exit 0: built; 77: no CUDA path here (pacic wrote no stages.cu, or no toolkit headers); 1:
 # anything else failed, with a message on stderr.
 set -euo pipefail
@@ -35,9 +36,8 @@ mkdir -p "$gen" "$lib" "$obj"
 [ -z "${FAKE_SED:-}" ] || sed -i -e "$FAKE_SED" "$gen/stages.cu"
 
 cflags=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -fPIC -I"$cuda/include" -I"$here" -I"$emu")
-"$emu/trampolines.sh" "$gen/stages.cu" > "$obj/kernels.cpp" || die "trampolines"
-"$cxx" -std=c++17 -O1 -g -fPIC -Wall -Wno-unknown-pragmas -include "$emu/simt.h" -c "$obj/kernels.cpp" \
-    -o "$obj/kernels.o" || die "$paci: stages.cu under simt.h"
+"$emu/kernels.sh" "$gen/stages.cu" "$obj/kernels.o" "$cxx" -O1 -g -fPIC -Wall -Wno-unknown-pragmas ||
+    die "$paci: stages.cu under simt.h"
 # The parts that do not depend on the model (driver.o, libcublasLt.so.13, libnccl.so.2) are
 # built into a folder of FAKE_CACHE named by the content of everything they are built from,
 # once per such content; they are only read from there (a new folder is renamed into place).
