@@ -44,12 +44,18 @@ train {
 DSL
 }
 
-# train NAME [run flags...]: compiles $work/NAME.paci and runs it in $work/NAME/.
+# train NAME [run flags...]: compiles $work/NAME.paci and runs it in $work/NAME/; a program
+# built there from the same text (kept in $work/NAME.built) runs again without a rebuild, as
+# for a --resume after a first stretch of steps.
 train() {
     local name=$1
     shift
     mkdir -p "$work/$name"
-    "$pacic" "$work/$name.paci" -o "$work/$name/run"
+    if [ ! -x "$work/$name/run" ] || ! cmp -s "$work/$name.paci" "$work/$name.built"; then
+        rm -f "$work/$name.built"
+        "$pacic" "$work/$name.paci" -o "$work/$name/run"
+        cp "$work/$name.paci" "$work/$name.built"
+    fi
     (cd "$work/$name" && ./run --quiet --metrics metrics.jsonl "$@")
 }
 
