@@ -137,13 +137,14 @@ bench: all
 # ---- sanitizers ---------------------------------------------------------------------
 # The whole suite (unit, golden, end-to-end, and the programs pacic generates in them,
 # through $$CC and $$PACIC_CFLAGS) under AddressSanitizer + UndefinedBehaviorSanitizer in
-# build/asan; then the threaded runtime (test_runtime, test_checkpoint and the e2e scripts
-# in TSAN_E2E) under ThreadSanitizer in build/tsan. ASAN_E2E limits the e2e scripts run
+# build/asan; then the threaded runtime (TSAN_UNIT, the only unit tests built there, and the
+# e2e scripts in TSAN_E2E) under ThreadSanitizer in build/tsan. ASAN_E2E limits the e2e scripts run
 # under ASan (names without .sh; empty: all). The fuzzers carry their own sanitizers.
 ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 TSAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 ASAN_E2E   ?=
 TSAN_E2E   ?= signals
+TSAN_UNIT  := test_runtime test_checkpoint
 unit: $(UNIT_BIN)
 
 sanitize:
@@ -151,8 +152,9 @@ sanitize:
 	CC=clang PACIC_CFLAGS="$(ASAN_FLAGS)" PACI_BUILD=build/asan PACI_E2E="$(ASAN_E2E)" \
 	    PACI_FUZZ_SECONDS=0 PACI_REQUIRE_ALL=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 tests/run.sh
-	CC=clang CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" B=build/tsan $(MAKE) --no-print-directory HAVE_MPI=0 all unit
-	CC=clang PACIC_CFLAGS="$(TSAN_FLAGS)" PACI_BUILD=build/tsan PACI_UNIT="test_runtime test_checkpoint" \
+	CC=clang CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" B=build/tsan $(MAKE) --no-print-directory HAVE_MPI=0 \
+	    all $(TSAN_UNIT:%=build/tsan/tests/%)
+	CC=clang PACIC_CFLAGS="$(TSAN_FLAGS)" PACI_BUILD=build/tsan PACI_UNIT="$(TSAN_UNIT)" \
 	    PACI_GOLDEN=0 PACI_E2E="$(TSAN_E2E)" PACI_REQUIRE_ALL=0 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh
 
 golden: all

@@ -158,7 +158,11 @@ bool cuda_compile(const char *source, const char *unit_name, const char *arch, b
     nvrtc.version(&major, &minor);
     char *dir = cache_dir(), *base = NULL;
     if (dir) {
-        uint64_t h = fnv1a(0xcbf29ce484222325ULL, source, strlen(source));
+        // The banner comment (the .paci path, the stage's layers) changes no image: units
+        // that differ only there share an entry, e.g. models of one shape but other depths.
+        const char *body = strstr(source, "*/");
+        body = body ? body + 2 : source;
+        uint64_t h = fnv1a(0xcbf29ce484222325ULL, body, strlen(body));
         h = fnv1a(h, arch, strlen(arch));
         h = fnv1a(h, &fast_math, sizeof fast_math);
         int version[2] = {major, minor};

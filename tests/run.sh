@@ -66,6 +66,13 @@ fi
 jobs=${PACI_JOBS:-$(nproc 2>/dev/null || echo 1)}
 logs=$(mktemp -d)
 trap 'rm -f "$log"; rm -rf "$logs"' EXIT
+# One NVRTC cache for the whole run, empty at its start (as on a fresh CI machine): pacic keys
+# it by the unit's content, which most scripts' models share (small_model's shape), so their
+# builds skip NVRTC; scripts that set PACIC_CACHE themselves keep their own. Concurrent
+# scripts may share it: entries are written whole (renamed into place).
+export PACIC_CACHE=${PACIC_CACHE:-$logs/nvrtc-cache}
+# Likewise the fake CUDA stack's parts that do not depend on the model (tests/cuda_fake/build.sh).
+export FAKE_CACHE=${FAKE_CACHE:-$logs/fake-cache}
 declare -A started_at=() name_of=()
 running=0
 

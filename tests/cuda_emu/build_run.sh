@@ -8,7 +8,8 @@
 # Environment: PACIC (default $PACI_BUILD/bin/pacic, PACI_BUILD default build), CC, CXX
 # (default g++, else clang++), PACIC_CFLAGS (default -O3 -march=native, as compiler/build.c),
 # CUDA_EMU_SED (a sed script applied to stages.cu before it is compiled), CUDA_EMU_OBJ (a
-# prebuilt emu_device.o; built into the scratch folder when unset or missing).
+# prebuilt emu_device.o; built into the scratch folder when unset or missing), FAKE_CACHE (a
+# folder where compiled kernels are kept by their content: tests/cuda_emu/kernels.sh).
 # Paths may be relative to the current folder. Exit 0: built; 77: pacic wrote no stages.cu (no NVRTC or no
 # libpacirt_cuda.a: the caller skips); 1: anything else failed, with a message on stderr.
 set -euo pipefail
@@ -35,9 +36,8 @@ fi
 "$pacic" "$paci" --emit c -o "$gen" || die "$paci: pacic --emit c"
 [ -f "$gen/stages.cu" ] || exit 77
 [ -z "${CUDA_EMU_SED:-}" ] || sed -i -e "$CUDA_EMU_SED" "$gen/stages.cu"
-"$emu/trampolines.sh" "$gen/stages.cu" > "$scratch/kernels.cpp" || die "$paci: trampolines"
-"$cxx" -std=c++17 -O1 -Wall -Wno-unknown-pragmas -include "$emu/simt.h" -c "$scratch/kernels.cpp" \
-    -o "$scratch/kernels.o" || die "$paci: stages.cu under simt.h"
+"$emu/kernels.sh" "$gen/stages.cu" "$scratch/kernels.o" "$cxx" -O1 -Wall -Wno-unknown-pragmas ||
+    die "$paci: stages.cu under simt.h"
 # the optimizers' GPU steps: libpacirt_cuda.a's file that calls only what the emulator provides
 "$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -c "$root/runtime/cuda/optim.c" -o "$scratch/optim.o" ||
     die "runtime/cuda/optim.c does not build"

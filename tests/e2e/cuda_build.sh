@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU path without a GPU: every example's generated CUDA compiles with NVRTC for sm_80,
-# sm_90 and PTX with no kernel spilling registers; `run` links the CUDA layer and still
-# trains with --device cpu; --device cuda without a usable GPU is one clear line and exit 1,
-# alone or as one rank of several; run holds the NCCL transport, which loads NCCL by dlopen
-# (a missing library is one line naming it).
+# sm_90 and PTX with no kernel spilling registers, cached by the unit's content less its
+# banner; `run` links the CUDA layer and still trains with --device cpu; --device cuda
+# without a usable GPU is one clear line and exit 1, alone or as one rank of several; run
+# holds the NCCL transport, which loads NCCL by dlopen (a missing library is one line naming it).
 # Skips (exit 77) when the build found no CUDA toolkit (no libpacirt_cuda.a).
 source tests/e2e/lib.sh
 [ -f build/lib/pacic/libpacirt_cuda.a ] || skip "built without a CUDA toolkit (no build/lib/pacic/libpacirt_cuda.a)"
@@ -29,7 +29,17 @@ done
 
 small_model gpu 2 paci 2 20
 mkdir -p "$work/gpu"
+cached=$(ls "$PACIC_CACHE" | wc -l)
 "$pacic" "$work/gpu.paci" -o "$work/gpu/run"
+# NVRTC's cache is keyed by the unit less its banner comment (the .paci path, the stage's
+# layers): a shape no example has compiles anew, the same shape at another depth and path
+# finds every image cached (tests share them: most use small_model's shape).
+after_gpu=$(ls "$PACIC_CACHE" | wc -l)
+[ "$after_gpu" -gt "$cached" ] || fail "small_model's shape found cached after the examples only"
+small_model deeper 3 paci 2 20
+sed -i "s/layers 4;/layers 6;/" "$work/deeper.paci"
+"$pacic" "$work/deeper.paci" --emit c -o "$work/deeper.gen" || fail "deeper: pacic --emit c"
+[ "$(ls "$PACIC_CACHE" | wc -l)" = "$after_gpu" ] || fail "the same shapes at another depth compiled again"
 [ "$(nm "$work/gpu/run" | grep -c " pr_device_cuda$")" -eq 1 ] || fail "run does not hold the CUDA layer"
 (cd "$work/gpu" && ./run --device cpu --quiet --metrics metrics.jsonl) || fail "--device cpu did not train"
 [ "$(losses gpu | wc -l)" -eq 20 ] || fail "--device cpu logged $(losses gpu | wc -l) steps, expected 20"

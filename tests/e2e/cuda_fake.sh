@@ -209,43 +209,42 @@ FAKE_CUDA_JITTER_US=300 FAKE_NCCL_RECV_DELAY_US=200000 on three stop 3 --device 
 [ "$(grep -c '"loss"' "$work/three/stop/metrics.jsonl")" = 2 ] || fail "three: --steps 2 logged no 2 steps"
 echo "three: stopped after step 2 with every NCCL receive 200 ms late"
 
-# Two processes, one stage each, on two GPUs (the local rank picks the GPU).
-case_model ranks 2 1f1b flash
-on ranks cpu 1 --device cpu || fail "ranks: --device cpu"
+# Two processes, one stage each, on two GPUs (the local rank picks the GPU): shared's program
+# (its attention is no matter here), against its CPU run.
 pids=()
 for r in 0 1; do
-    mkdir -p "$work/ranks/rank$r"
-    (cd "$work/ranks/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        LD_LIBRARY_PATH=$work/ranks/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+    mkdir -p "$work/shared/rank$r"
+    (cd "$work/shared/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        LD_LIBRARY_PATH=$work/shared/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
         ../run --quiet --device cuda --metrics metrics.jsonl --connect-timeout 60 2> err.txt) &
     pids+=($!)
 done
 for r in 0 1; do
-    wait "${pids[$r]}" || { cat "$work/ranks/rank$r/err.txt" >&2; fail "ranks: rank $r"; }
+    wait "${pids[$r]}" || { cat "$work/shared/rank$r/err.txt" >&2; fail "ranks: rank $r"; }
 done
 # the last rank logs the losses; rank 0 holds the checkpoint
-mkdir -p "$work/ranks/joined"
-cp "$work/ranks/rank1/metrics.jsonl" "$work/ranks/joined/metrics.jsonl"
-cp -r "$work/ranks/rank0/ckpt" "$work/ranks/joined/ckpt"
-compare_devices "two processes, two GPUs" "$work/ranks/joined" "$work/ranks/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
-[ "$(calls ranks rank0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL"
+mkdir -p "$work/shared/joined"
+cp "$work/shared/rank1/metrics.jsonl" "$work/shared/joined/metrics.jsonl"
+cp -r "$work/shared/rank0/ckpt" "$work/shared/joined/ckpt"
+compare_devices "two processes, two GPUs" "$work/shared/joined" "$work/shared/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+[ "$(calls shared rank0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL"
 
 # The same under mpirun where run has MPI: the NCCL ids travel by MPI_Allgather.
 if [ -f build/lib/pacic/libpacirt_mpi.a ] && command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # root in a container
-    mkdir -p "$work/ranks/mpi0" "$work/ranks/mpi1" "$work/ranks/mpi"
+    mkdir -p "$work/shared/mpi0" "$work/shared/mpi1" "$work/shared/mpi"
     (unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
-     LD_LIBRARY_PATH=$work/ranks/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+     LD_LIBRARY_PATH=$work/shared/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
         mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none -x LD_LIBRARY_PATH -x FAKE_CUDA_GPUS \
-        -x FAKE_CUDA_REPORT -x FAKE_CUDA_JITTER_US -np 2 sh -c "cd $work/ranks/mpi\$OMPI_COMM_WORLD_RANK && exec \
+        -x FAKE_CUDA_REPORT -x FAKE_CUDA_JITTER_US -np 2 sh -c "cd $work/shared/mpi\$OMPI_COMM_WORLD_RANK && exec \
         ../run --device cuda --metrics metrics.jsonl --master-port $((port + 1)) > out.txt 2> err.txt") ||
-        { cat "$work"/ranks/mpi*/err.txt >&2; fail "ranks: mpirun -np 2 ./run --device cuda"; }
-    cp "$work/ranks/mpi1/metrics.jsonl" "$work/ranks/mpi/metrics.jsonl"
-    cp -r "$work/ranks/mpi0/ckpt" "$work/ranks/mpi/ckpt"
-    compare_devices "mpirun, two GPUs" "$work/ranks/mpi" "$work/ranks/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
-    [ "$(calls ranks mpi0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL under mpirun"
-    grep -q "collectives over MPI" "$work/ranks/mpi0/out.txt" ||
-        fail "ranks: mpirun did not take the MPI bootstrap: $(head -2 "$work/ranks/mpi0/out.txt")"
+        { cat "$work"/shared/mpi*/err.txt >&2; fail "ranks: mpirun -np 2 ./run --device cuda"; }
+    cp "$work/shared/mpi1/metrics.jsonl" "$work/shared/mpi/metrics.jsonl"
+    cp -r "$work/shared/mpi0/ckpt" "$work/shared/mpi/ckpt"
+    compare_devices "mpirun, two GPUs" "$work/shared/mpi" "$work/shared/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+    [ "$(calls shared mpi0 ncclSend)" -gt 0 ] || fail "ranks: rank 0 sent nothing over NCCL under mpirun"
+    grep -q "collectives over MPI" "$work/shared/mpi0/out.txt" ||
+        fail "ranks: mpirun did not take the MPI bootstrap: $(head -2 "$work/shared/mpi0/out.txt")"
 else
     skip_part "mpirun -np 2 on two fake GPUs (run built without MPI, or no mpirun)"
 fi

@@ -44,12 +44,18 @@ train {
 DSL
 }
 
-# train NAME [run flags...]: compiles $work/NAME.paci and runs it in $work/NAME/.
+# train NAME [run flags...]: compiles $work/NAME.paci and runs it in $work/NAME/; a program
+# built there from the same text (kept in $work/NAME.built) runs again without a rebuild, as
+# for a --resume after a first stretch of steps.
 train() {
     local name=$1
     shift
     mkdir -p "$work/$name"
-    "$pacic" "$work/$name.paci" -o "$work/$name/run"
+    if [ ! -x "$work/$name/run" ] || ! cmp -s "$work/$name.paci" "$work/$name.built"; then
+        rm -f "$work/$name.built"
+        "$pacic" "$work/$name.paci" -o "$work/$name/run"
+        cp "$work/$name.paci" "$work/$name.built"
+    fi
     (cd "$work/$name" && ./run --quiet --metrics metrics.jsonl "$@")
 }
 
@@ -60,13 +66,15 @@ losses() {
 
 # need_cuda_emu: skips (exit 77, see skip) where the CUDA emulator cannot run: the sanitizer
 # builds (its coroutines switch stacks, which ASan does not follow), a build without a CUDA
-# toolkit, no C++ compiler; else sets CXX (g++, or clang++).
+# toolkit, no C++ compiler; else sets CXX (g++, or clang++) and FAKE_CACHE.
 need_cuda_emu() {
     [ "${PACI_BUILD:-build}" = build ] || skip "the CUDA emulator does not run under the sanitizer builds (PACI_BUILD=${PACI_BUILD})"
     [ -f build/lib/pacic/libpacirt_cuda.a ] || skip "built without a CUDA toolkit (no build/lib/pacic/libpacirt_cuda.a)"
     CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
     [ -n "$CXX" ] || skip "no C++ compiler (g++ or clang++)"
     export CXX
+    # the fake CUDA stack's parts that do not depend on the model, built once (tests/cuda_fake/build.sh)
+    export FAKE_CACHE=${FAKE_CACHE:-$work/fake-cache}
 }
 
 # compare_devices LABEL GPU_DIR CPU_DIR LOSS_TOL WEIGHT_TOL: a GPU run (emulated or faked)

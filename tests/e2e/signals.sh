@@ -73,14 +73,15 @@ done
 # makes) and a resume are bit-identical to a run whose schedule drains at N (a checkpoint
 # every N steps): steps 1..N are the uninterrupted run's, and after N the micro-batches in
 # flight at the stop cross no optimizer update, as after any drain. PipeDream's stashes
-# included (a mid-way resume refills those the skipped steps would have written).
+# included (a mid-way resume refills those the skipped steps would have written). Both are
+# programs of $steps steps run to step 40 (--steps); the stop's is the loop's above.
 for schedule in ${PACI_SIGNAL_SCHEDULES:-pipedream paci}; do
     [ $schedule = paci ] || [ $schedule = pipedream ] || continue
-    small_model "$schedule-cut" 3 $schedule 2 40
-    train "$schedule-cut" --steps 20
-    (cd "$work/$schedule-cut" && ./run --quiet --resume)
-    small_model "$schedule-drain" 3 $schedule 2 40 0 20
-    train "$schedule-drain"
+    mkdir -p "$work/$schedule-cut"
+    cp "$work/$schedule/run" "$work/$schedule-cut/"
+    (cd "$work/$schedule-cut" && ./run --quiet --steps 20 && ./run --quiet --resume --steps 40)
+    small_model "$schedule-drain" 3 $schedule 2 $steps 0 20
+    train "$schedule-drain" --steps 40
     for f in model.bin state.bin; do
         cmp -s "$work/$schedule-cut/ckpt/step_00000040/$f" "$work/$schedule-drain/ckpt/step_00000040/$f" \
             || fail "$schedule: $f of stop at 20 + resume differs from a schedule that drains at 20"
@@ -91,10 +92,13 @@ done
 # One process per stage (the launcher's variables): SIGTERM to rank 0 stops both ranks
 # after the same step (the stop travels down the links), both exit 0, and rank 0's
 # checkpoint is bit-identical to the threaded `run --steps N`.
+# A 2-stage 1F1B program long enough for any stop, here and for the two signals at the end.
+small_model twice 2 1f1b 2 5000
+mkdir -p "$work/twice"
+"$pacic" "$work/twice.paci" -o "$work/twice/run"
 if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
-    small_model mp 2 1f1b 2 400
     mkdir -p "$work/mp0" "$work/mp1" "$work/mp-threads"
-    "$pacic" "$work/mp.paci" -o "$work/mp.run"
+    cp "$work/twice/run" "$work/mp.run"
     port=$((20000 + RANDOM % 20000))
     (cd "$work/mp0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$work/mp.run" --quiet > out.txt 2> err.txt) &
@@ -110,7 +114,7 @@ if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
     wait $rank0 || fail "processes: rank 0 exited with $?: $(cat "$work/mp0/err.txt")"
     wait $rank1 || fail "processes: rank 1 exited with $?: $(cat "$work/mp1/err.txt")"
     n=$(sed -n 's|^run: stopped by SIGTERM after step \([0-9]*\); .*|\1|p' "$work/mp0/err.txt")
-    [ -n "$n" ] && [ "$n" -lt 400 ] || fail "processes: no stop before the end: $(cat "$work/mp0/err.txt")"
+    [ -n "$n" ] && [ "$n" -lt 5000 ] || fail "processes: no stop before the end: $(cat "$work/mp0/err.txt")"
     cp "$work/mp.run" "$work/mp-threads/run"
     (cd "$work/mp-threads" && ./run --quiet --steps "$n")
     for f in model.bin state.bin; do
@@ -123,13 +127,12 @@ fi
 # --no-checkpoint (trial runs): nothing is saved, neither at the end nor at a stop by signal,
 # and the stop says so; the run still exits 0.
 if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
-    small_model trial 2 paci 2 4
-    train trial --no-checkpoint
+    small_model trial 2 paci 2 $steps
+    train trial --no-checkpoint --steps 4
     [ "$(losses trial | wc -l)" = 4 ] || fail "--no-checkpoint: expected 4 logged steps"
     [ ! -e "$work/trial/ckpt" ] || fail "--no-checkpoint wrote $(ls "$work/trial/ckpt")"
-    small_model trial-stop 2 paci 2 $steps
     mkdir -p "$work/trial-stop"
-    "$pacic" "$work/trial-stop.paci" -o "$work/trial-stop/run"
+    cp "$work/trial/run" "$work/trial-stop/run"
     (cd "$work/trial-stop" && exec ./run --no-checkpoint > out.txt 2> err.txt) &
     pid=$!
     until grep -q '^step ' "$work/trial-stop/out.txt" 2>/dev/null; do
@@ -167,9 +170,6 @@ fi
 # Both are sent while the process is held by SIGSTOP, so they are both pending when it
 # goes on, however fast the machine; whichever is taken first asks for the stop, and the
 # other ends the run.
-small_model twice 2 1f1b 2 5000
-mkdir -p "$work/twice"
-"$pacic" "$work/twice.paci" -o "$work/twice/run"
 (cd "$work/twice" && exec ./run > out.txt 2> err.txt) &
 pid=$!
 until grep -q '^step ' "$work/twice/out.txt" 2>/dev/null; do
