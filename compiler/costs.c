@@ -775,7 +775,7 @@ void cost_model_from_gpu_costs(const Config *cfg, const Plan *plan, const GpuCos
         cm->fwd[s] = gc->stage[s].fwd;
         // recompute full reruns the forward's kernels before each backward's (MFU still counts
         // model FLOPs only: the rerun is not useful work)
-        cm->bwd[s] = gc->stage[s].bwd + (cfg->recompute == RECOMPUTE_FULL ? gc->stage[s].fwd : 0);
+        cm->bwd[s] = gc->stage[s].bwd + (plan->stage[s].recompute ? gc->stage[s].fwd : 0);
         cm->step[s] = gc->stage[s].step;
     }
 }

@@ -177,18 +177,22 @@ static void explain_recompute(FILE *out, const Config *cfg, const Plan *plan, co
     fprintf(out, "recompute full: a slot keeps only the stage's input (the first stage: its tokens), one workspace "
                  "of a full slot runs the forwards, and each backward first reruns its micro-batch's forward there "
                  "on the weights the backward uses, so the effective drift within a stage is 0 (the inputs "
-                 "received from upstream stages still carry theirs):\n");
-    fprintf(out, "  stage  activations %s without  with  saved   extra compute per step (%d forwards)\n", unit,
-            cfg->window);
+                 "received from upstream stages still carry theirs); a stage with one slot keeps it whole:\n");
+    fprintf(out, "  stage  activations %s without   with  saved   extra compute per step\n", unit);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         double without = (double)sp->act_bytes * sp->slots, with = (double)sp->mem_acts;
+        fprintf(out, "  %5d  %20.2f %6.2f %6.2f   ", s, without / unit_bytes, with / unit_bytes,
+                (without - with) / unit_bytes);
+        if (!sp->recompute) {
+            fprintf(out, "none (one slot, kept whole)\n");
+            continue;
+        }
         double fwd, bwd, step;
         cost_stage(cfg, sp, &fwd, &bwd, &step);
-        double plain = bwd; // the forward and the backward without its rerun (bwd - fwd)
-        fprintf(out, "  %5d  %20.2f %6.2f %6.2f   +%.4g ms (+%.0f%% of the stage's forward and backward)\n", s,
-                without / unit_bytes, with / unit_bytes, (without - with) / unit_bytes, cfg->window * fwd * 1e3,
-                plain > 0 ? 100 * fwd / plain : 0.0);
+        // bwd includes the rerun: the forward and backward without it are fwd + (bwd - fwd)
+        fprintf(out, "%d forwards, +%.4g ms (+%.0f%% of the stage's forwards and backwards)\n", cfg->window,
+                cfg->window * fwd * 1e3, bwd > 0 ? 100 * fwd / bwd : 0.0);
     }
 }
 
@@ -227,7 +231,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         const StagePlan *sp = &plan->stage[s];
         char layers[32], acts[40];
         stage_layers_label(sp, layers, sizeof layers);
-        if (plan->recompute) // slots of inputs, and the one workspace
+        if (sp->recompute) // slots of inputs, and the one workspace
             snprintf(acts, sizeof acts, "%6.2f (%d x %.2f + %.2f)", MEM(sp->mem_acts), sp->slots,
                      MEM(sp->keep_bytes), MEM(sp->act_bytes));
         else

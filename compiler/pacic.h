@@ -278,6 +278,7 @@ typedef struct StagePlan {
     long msg_bytes;         /* one activation (or gradient) message to the neighbour */
     long act_bytes;         /* one activation slot */
     long keep_bytes;        /* what a slot keeps with recompute full: the input (0 on the first stage) */
+    bool recompute;         /* recompute full on a stage with more than one slot (plan.c) */
     long scratch_floats;    /* the backward's scratch block (stage_layout's S_ entries) */
     int slots;              /* activation slots the schedule needs */
     int stash;              /* stashed weight copies (PipeDream) */
@@ -289,7 +290,7 @@ typedef struct StagePlan {
 
 typedef struct Plan {
     int stages;
-    bool recompute;         /* recompute full: mem_acts = slots x keep_bytes + one act_bytes workspace */
+    bool recompute;         /* recompute full: stages that recompute hold slots x keep_bytes + act_bytes */
     long total_params;
     StagePlan stage[PACI_MAX_STAGES];
 } Plan;

@@ -108,10 +108,12 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->mem_grads = sp->params * 4;
     sp->mem_optim = sp->params * 8;
     // recompute full: a slot keeps the stage's input only (the first stage's tokens are in
-    // mem_work), and one full slot is the workspace every forward and backward runs in
+    // mem_work), and one full slot is the workspace every forward and backward runs in. A
+    // stage with one slot keeps it whole: recomputing there would save nothing and cost a
+    // forward (runtime/executor.c decides alike).
     sp->keep_bytes = sp->has_embed ? 0 : (long)(m->input_acts * 4);
-    sp->mem_acts = cfg->recompute == RECOMPUTE_FULL ? sp->keep_bytes * sp->slots + sp->act_bytes
-                                                    : sp->act_bytes * sp->slots;
+    sp->recompute = cfg->recompute == RECOMPUTE_FULL && slots > 1;
+    sp->mem_acts = sp->recompute ? sp->keep_bytes * sp->slots + sp->act_bytes : sp->act_bytes * sp->slots;
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
     sp->scratch_floats = (long)(m->scratch + (sp->has_head ? m->head_scratch : 0));
     // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot

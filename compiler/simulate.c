@@ -55,8 +55,8 @@ void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd
         *bwd = sp->bwd_flops / cfg->device_flops;
         *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
     }
-    // recompute full: every backward reruns its forward first
-    if (cfg->recompute == RECOMPUTE_FULL)
+    // recompute full: every backward reruns its forward first (on stages with several slots)
+    if (sp->recompute)
         *bwd += *fwd;
 }
 

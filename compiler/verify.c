@@ -189,7 +189,7 @@ static enum Progress step_stage(Verifier *v, int s)
         break;
     case PACI_OP_SEND_ACT:
         // recompute full sends from the workspace: no other forward or backward in between
-        if (v->plan->recompute && sr->work_mb != in.mb)
+        if (v->plan->stage[s].recompute && sr->work_mb != in.mb)
             return broken(v, "stage %d sends the activation of mb %lld after its workspace was reused "
                           "(recompute full needs each send before the stage's next forward or backward)",
                           s, (long long)in.mb);
@@ -226,7 +226,7 @@ static enum Progress step_stage(Verifier *v, int s)
             used = sr->stash_version[in.aux - 1];
         }
         // recompute full reruns the forward on the weights the backward uses
-        long effective = v->plan->recompute ? 0 : labs(used - sr->fwd_version[in.mb]);
+        long effective = v->plan->stage[s].recompute ? 0 : labs(used - sr->fwd_version[in.mb]);
         sr->work_mb = -1;
         if (effective > v->rep->effective_drift[s])
             v->rep->effective_drift[s] = (int)effective;

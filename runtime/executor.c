@@ -162,8 +162,10 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     // is allocated, so a plan that does not fit stops with the stage named.
     int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
     // recompute full: a slot keeps the stage's input only (the first stage's tokens are kept
-    // beside), and one full slot is the workspace (docs/dsl.md "Recompute")
+    // beside), and one full slot is the workspace (docs/dsl.md "Recompute"); a stage with one
+    // slot keeps it whole, as compiler/plan.c counts it
     int64_t slot_floats[PACI_MAX_STAGES], work_floats[PACI_MAX_STAGES];
+    int recomputes[PACI_MAX_STAGES];
     // Products that read bf16 weights: a copy of the weights, and of each stash slot.
     int weight_copies = prog->bf16_operands && dev->weight_copy;
     int predicts[PACI_MAX_STAGES];
@@ -182,8 +184,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         int64_t n = sc->n_params, n_h = weight_copies ? (n + 1) / 2 : 0, pad = weight_copies ? 64 : 0;
         int hold = stage_holding(run, s);
         slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
-        slot_floats[s] = !prog->recompute ? sc->act_floats : s > 0 ? BTC : 0;
-        work_floats[s] = prog->recompute ? sc->act_floats : 0;
+        recomputes[s] = prog->recompute && tab->slots[s] > 1;
+        slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? BTC : 0;
+        work_floats[s] = recomputes[s] ? sc->act_floats : 0;
         floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s]) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
                                                tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * BTC + n_h + pad
                        : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
@@ -228,9 +231,10 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->m = at, at += n;
             st->v = at, at += n;
             st->slots = at, at += slots * slot_floats[s];
-            st->work = prog->recompute ? at : st->slots;
+            st->work = recomputes[s] ? at : st->slots;
             at += work_floats[s];
             st->slot_floats = slot_floats[s];
+            st->recompute = recomputes[s];
             st->stash = at, at += tab->stash[s] * n;
             st->scratch = at, at += sc->scratch_floats;
             st->grad_in = at, at += BTC;
@@ -798,7 +802,7 @@ static int keep(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb, 
     if (st->cut_stop == PR_NO_STOP || mb < st->cut_stop * run->K)
         return 1;
     if (in->op == PACI_OP_SEND_ACT && mb == st->cut_stop * run->K) { // its floats are not read
-        const float *out = (run->prog->recompute ? st->work : st->slots + (size_t)in->slot * (size_t)st->slot_floats) +
+        const float *out = (st->recompute ? st->work : st->slots + (size_t)in->slot * (size_t)st->slot_floats) +
                            st->code->out_offset;
         link_send(run, st, &run->act[st->index], st->index + 1, STOP_MARK(st->cut_stop), out);
     }
@@ -814,7 +818,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     float *slot = st->slots + (size_t)in->slot * (size_t)st->slot_floats;
     const pr_device *dev = run->dev;
     // recompute full: the slot holds the input alone, the forward and backward run in the workspace
-    int recompute = run->prog->recompute != 0;
+    int recompute = st->recompute;
     float *input = recompute ? slot : slot + sc->in_offset, *acts = recompute ? st->work : slot;
     int32_t *tokens = st->slot_tokens + in->slot * BT, *targets = st->slot_targets + in->slot * BT;
     int32_t *dev_tokens = st->dev_tokens + in->slot * BT, *dev_targets = st->dev_targets + in->slot * BT;

@@ -205,7 +205,7 @@ int pr_train(pr_run *run, char *err)
                    st->backwards ? 100.0 * (double)st->drifting / (double)st->backwards : 0.0);
             if (st->drift_effective_max != st->drift_max)
                 printf(" effective %lld (%s)", (long long)st->drift_effective_max,
-                       run->prog->recompute ? "recomputed forward" : "stashed weights");
+                       st->recompute ? "recomputed forward" : "stashed weights");
         }
         printf("\nmemory:");
         int64_t held = 0;
