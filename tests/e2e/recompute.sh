@@ -2,13 +2,14 @@
 # `recompute full` (docs/dsl.md "Recompute"): a slot keeps only the stage's input and each
 # backward reruns its forward. Under the synchronous schedules the rerun forward sees the
 # weights the first one saw, so gpipe and 1f1b at p = 2 and 3 give bit-identical losses,
-# model.bin and state.bin with and without it over 20 steps. Under PACI the rerun is at the
-# backward's weights: the run trains, differs from PACI without recompute, reports an
+# model.bin and state.bin with and without it over 20 steps; so does PipeDream, whose
+# backwards (and their reruns) use the forward's stashed weights. Under PACI the rerun is at
+# the backward's weights: the run trains, differs from PACI without recompute, reports an
 # effective drift of 0 where the raw drift is 1, resumes bit-exactly at a checkpoint, and
 # holds less memory. The generated program differs only by its one `.recompute` line.
 source tests/e2e/lib.sh
 
-# The generated C is compiled without optimisation: ten programs in well under 30 s. Both
+# The generated C is compiled without optimisation: twelve programs in well under 30 s. Both
 # sides of every comparison are compiled alike, and the property does not depend on the
 # flags (the same comparisons at the default -O3 agree too; see the commit that added this).
 export PACIC_CFLAGS=${RECOMPUTE_CFLAGS:--O0}
@@ -65,6 +66,15 @@ for schedule in gpipe 1f1b; do
     done
 done
 echo "gpipe and 1f1b at p = 2 and 3: recompute full == none (model.bin, state.bin, 20 losses)"
+
+# PipeDream's backwards run on stashed weights, and so does their rerun forward: the very
+# weights the first forward saw, so it too is unchanged by recompute.
+model pipedream-3-none 3 pipedream 2 none
+model pipedream-3-full 3 pipedream 2 full
+train pipedream-3-none --blas-threads 1
+train pipedream-3-full --blas-threads 1
+same pipedream-3-none pipedream-3-full || fail "pipedream at p = 3: recompute full changed the losses, model.bin or state.bin"
+echo "pipedream at p = 3 (stashed weights): recompute full == none"
 
 # PACI: the same window at p = 3 crosses one update on stages 0 and 1.
 model paci-none 3 paci 2 none 10
