@@ -13,7 +13,7 @@ source tests/e2e/lib.sh
 # sides of every comparison are compiled alike, and the property does not depend on the
 # flags (the same comparisons at the default -O3 agree too; see the commit that added this).
 export PACIC_CFLAGS=${RECOMPUTE_CFLAGS:--O0}
-export PACIC_NO_CUDA=1 # the CPU program only (tests/e2e/cuda_emu_recompute.sh runs the GPU path)
+export PACIC_NO_CUDA=1 # the CPU program only (tests/e2e/cuda_fake_recompute.sh runs the GPU path)
 
 # model NAME STAGES SCHEDULE WINDOW RECOMPUTE [CKPT]: the small model with `recompute`.
 model() {
