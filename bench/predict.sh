@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Weight prediction at a high learning rate: the study's model (study/study.paci.in) trained
-# under 1f1b, paci and paci with `delay_correction predict`, the same seed, data and tokens;
-# prints each run's final validation loss side by side. A measurement, not a test.
+# Weight prediction and recompute at a high learning rate: the study's model
+# (study/study.paci.in) trained under 1f1b, paci, paci with `delay_correction predict`, with
+# `recompute full` and with both, the same seed, data and tokens; prints each run's final
+# validation loss side by side. A measurement, not a test.
 #
 #   bench/predict.sh [--stages P] [--window K] [--steps N] [--lr PEAK] [--model-args "..."]
 set -euo pipefail
@@ -22,13 +23,13 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# run NAME SCHEDULE CORRECTION: compiles and trains; prints the last validation loss.
+# run NAME SCHEDULE CORRECTION [RECOMPUTE]: compiles and trains; prints the last validation loss.
 run() {
-    local name=$1 schedule=$2 correction=$3
+    local name=$1 schedule=$2 correction=$3 recompute=${4:-none}
     sed -e "s|@MODEL@|$model_args|" -e "s|@STAGES@|$stages|" -e "s|@SCHEDULE@|$schedule|" \
         -e "s|@WINDOW@|$window|" -e "s|@DATA@|$root/examples/data|" -e "s|@STEPS@|$steps|" \
         -e "s|@LR@|$lr|" -e "s|@EVAL@|$steps|" \
-        -e "s|^    window $window$|    window $window\n    delay_correction $correction|" \
+        -e "s|^    window $window$|    window $window\n    delay_correction $correction\n    recompute $recompute|" \
         "$root/study/study.paci.in" > "$work/$name.paci"
     grep -q "delay_correction $correction" "$work/$name.paci" || { echo "predict: template edit failed" >&2; exit 1; }
     mkdir -p "$work/$name"
@@ -38,7 +39,9 @@ run() {
 }
 
 echo "p = $stages, K = $window, $steps steps, peak lr $lr at global batch 32 (sqrt rule), model: $model_args"
-printf '%-22s %s\n' "run" "final val loss"
-printf '%-22s %s\n' "1f1b" "$(run sync 1f1b none)"
-printf '%-22s %s\n' "paci" "$(run paci paci none)"
-printf '%-22s %s\n' "paci, predict" "$(run predict paci predict)"
+printf '%-24s %s\n' "run" "final val loss"
+printf '%-24s %s\n' "1f1b" "$(run sync 1f1b none)"
+printf '%-24s %s\n' "paci" "$(run paci paci none)"
+printf '%-24s %s\n' "paci, predict" "$(run predict paci predict)"
+printf '%-24s %s\n' "paci, recompute" "$(run recompute paci none full)"
+printf '%-24s %s\n' "paci, recompute+predict" "$(run both paci predict full)"

@@ -773,7 +773,9 @@ void cost_model_from_gpu_costs(const Config *cfg, const Plan *plan, const GpuCos
     cost_model_from_plan(cfg, plan, cm); /* the links' costs */
     for (int s = 0; s < plan->stages; s++) {
         cm->fwd[s] = gc->stage[s].fwd;
-        cm->bwd[s] = gc->stage[s].bwd;
+        // recompute full reruns the forward's kernels before each backward's (MFU still counts
+        // model FLOPs only: the rerun is not useful work)
+        cm->bwd[s] = gc->stage[s].bwd + (plan->stage[s].recompute ? gc->stage[s].fwd : 0);
         cm->step[s] = gc->stage[s].step;
     }
 }

@@ -644,6 +644,9 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     if (config_replicas(cfg) > 1)
         emit_line(sb, ".replicas = %d, /* parallel { data D }: copies of the pipeline, rank = replica x %d + stage */",
                   config_replicas(cfg), plan->stages);
+    /* only when on, so that every program without it is what it was before recompute existed */
+    if (cfg->recompute == RECOMPUTE_FULL)
+        emit_line(sb, ".recompute = 1, /* recompute full: slots keep inputs, the backward reruns the forward */");
     if (cfg->cuda)
         emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda, .bf16_operands = %d,",
                   cfg->precision == PREC_BF16);

@@ -170,6 +170,32 @@ static void explain_prediction(FILE *out, const Plan *plan, const paci_table *t)
     }
 }
 
+/* `recompute full`: the activation memory it saves per stage and the forward it adds to each
+ * backward, priced as the cost model prices them (cost_stage). */
+static void explain_recompute(FILE *out, const Config *cfg, const Plan *plan, const char *unit, double unit_bytes)
+{
+    fprintf(out, "recompute full: a slot keeps only the stage's input (the first stage: its tokens), one workspace "
+                 "of a full slot runs the forwards, and each backward first reruns its micro-batch's forward there "
+                 "on the weights the backward uses, so the effective drift within a stage is 0 (the inputs "
+                 "received from upstream stages still carry theirs); a stage with one slot keeps it whole:\n");
+    fprintf(out, "  stage  activations %s without   with  saved   extra compute per step\n", unit);
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        double without = (double)sp->act_bytes * sp->slots, with = (double)sp->mem_acts;
+        fprintf(out, "  %5d  %20.2f %6.2f %6.2f   ", s, without / unit_bytes, with / unit_bytes,
+                (without - with) / unit_bytes);
+        if (!sp->recompute) {
+            fprintf(out, "none (one slot, kept whole)\n");
+            continue;
+        }
+        double fwd, bwd, step;
+        cost_stage(cfg, sp, &fwd, &bwd, &step);
+        // bwd includes the rerun: the forward and backward without it are fwd + (bwd - fwd)
+        fprintf(out, "%d forwards, +%.4g ms (+%.0f%% of the stage's forwards and backwards)\n", cfg->window,
+                cfg->window * fwd * 1e3, bwd > 0 ? 100 * fwd / bwd : 0.0);
+    }
+}
+
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
                      const VerifyReport *rep, const SimResult *sim)
 {
@@ -205,7 +231,11 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         const StagePlan *sp = &plan->stage[s];
         char layers[32], acts[40];
         stage_layers_label(sp, layers, sizeof layers);
-        snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", MEM(sp->mem_acts), sp->slots, MEM(sp->act_bytes));
+        if (sp->recompute) // slots of inputs, and the one workspace
+            snprintf(acts, sizeof acts, "%6.2f (%d x %.2f + %.2f)", MEM(sp->mem_acts), sp->slots,
+                     MEM(sp->keep_bytes), MEM(sp->act_bytes));
+        else
+            snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", MEM(sp->mem_acts), sp->slots, MEM(sp->act_bytes));
         fprintf(out, "%5d  %-9s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
                 layers, sp->params / 1e6, MEM(sp->mem_weights), MEM(sp->mem_grads), MEM(sp->mem_optim),
                 acts, MEM(sp->mem_stash), MEM(sp->mem_work), MEM(sp->mem_total), drift_bound(t, s),
@@ -215,6 +245,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
             MEM(peak), unit, gib(cfg->device_memory), cfg->device_memory);
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
+    if (plan->recompute)
+        explain_recompute(out, cfg, plan, unit, unit_bytes);
     if (cfg->delay_correction == DELAY_PREDICT)
         explain_prediction(out, plan, t);
     if (replicas > 1)

@@ -190,6 +190,8 @@ typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 /* Validated numbers only: nothing downstream interprets a string of the DSL. */
 /* `pipeline { delay_correction ... }` (docs/dsl.md); order = the DSL's word list. */
 enum delay_correction { DELAY_NONE, DELAY_PREDICT };
+/* `pipeline { recompute ... }` (docs/dsl.md); order = the DSL's word list. */
+enum recompute { RECOMPUTE_NONE, RECOMPUTE_FULL };
 
 typedef struct Config {
     const Source *src;
@@ -202,6 +204,7 @@ typedef struct Config {
     int window;             /* K: micro-batches per optimizer step, every schedule */
     int *split;             /* layers per stage (length stages), NULL = automatic */
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
+    int recompute;          /* enum recompute: full keeps a slot's input only, the backward reruns the forward */
     /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
     int replicas;           /* D >= 1; a Config built by hand may leave 0 (config_replicas) */
     /* batch */
@@ -274,6 +277,8 @@ typedef struct StagePlan {
     double bwd_flops;
     long msg_bytes;         /* one activation (or gradient) message to the neighbour */
     long act_bytes;         /* one activation slot */
+    long keep_bytes;        /* what a slot keeps with recompute full: the input (0 on the first stage) */
+    bool recompute;         /* recompute full on a stage with more than one slot (plan.c) */
     long scratch_floats;    /* the backward's scratch block (stage_layout's S_ entries) */
     int slots;              /* activation slots the schedule needs */
     int stash;              /* stashed weight copies (PipeDream) */
@@ -285,6 +290,7 @@ typedef struct StagePlan {
 
 typedef struct Plan {
     int stages;
+    bool recompute;         /* recompute full: stages that recompute hold slots x keep_bytes + act_bytes */
     long total_params;
     StagePlan stage[PACI_MAX_STAGES];
 } Plan;

@@ -107,7 +107,13 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->mem_weights = sp->params * m->weight_bytes;
     sp->mem_grads = sp->params * 4;
     sp->mem_optim = sp->params * 8;
-    sp->mem_acts = sp->act_bytes * sp->slots;
+    // recompute full: a slot keeps the stage's input only (the first stage's tokens are in
+    // mem_work), and one full slot is the workspace every forward and backward runs in. A
+    // stage with one slot keeps it whole: recomputing there would save nothing and cost a
+    // forward (runtime/executor.c decides alike).
+    sp->keep_bytes = sp->has_embed ? 0 : (long)(m->input_acts * 4);
+    sp->recompute = cfg->recompute == RECOMPUTE_FULL && slots > 1;
+    sp->mem_acts = sp->recompute ? sp->keep_bytes * sp->slots + sp->act_bytes : sp->act_bytes * sp->slots;
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
     sp->scratch_floats = (long)(m->scratch + (sp->has_head ? m->head_scratch : 0));
     // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot
@@ -230,6 +236,7 @@ void plan_layout(const Config *cfg, Plan *plan)
         balanced_split(cfg, &m, split);
 
     plan->stages = p;
+    plan->recompute = cfg->recompute == RECOMPUTE_FULL;
     int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
     stage_slots(cfg, slots, stash);
     int next_layer = 0;
@@ -291,11 +298,17 @@ bool plan_build(const Config *cfg, Plan *plan)
         if ((double)sp->mem_total <= cfg->device_memory)
             continue;
         double over = (double)sp->mem_total - cfg->device_memory;
+        char acts[96];
+        if (plan->recompute)
+            snprintf(acts, sizeof acts, "%d x %.2f inputs + %.2f workspace (recompute full)", sp->slots,
+                     gib(sp->keep_bytes), gib(sp->act_bytes));
+        else
+            snprintf(acts, sizeof acts, "%d x %.2f", sp->slots, gib(sp->act_bytes));
         char *msg = xasprintf("stage %d needs %.2f GiB (weights %.2f, gradients %.2f, optimizer %.2f, "
-                              "activations %d x %.2f, stash %.2f, working %.2f), %.0f bytes (%.2f GiB) more "
+                              "activations %s, stash %.2f, working %.2f), %.0f bytes (%.2f GiB) more "
                               "than the device's %.2f GiB",
                               s, gib(sp->mem_total), gib(sp->mem_weights), gib(sp->mem_grads),
-                              gib(sp->mem_optim), sp->slots, gib(sp->act_bytes), gib(sp->mem_stash),
+                              gib(sp->mem_optim), acts, gib(sp->mem_stash),
                               gib(sp->mem_work), over, gib(over), gib(cfg->device_memory));
         if (cfg->src) {
             Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;

@@ -100,6 +100,8 @@ static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "
                                           "gpt2-xl", NULL};
 /* In the order of enum delay_correction (compiler/pacic.h). */
 static const char *const delay_correction_words[] = {"none", "predict", NULL};
+/* In the order of enum recompute (compiler/pacic.h). */
+static const char *const recompute_words[] = {"none", "full", NULL};
 /* In the order of enum pr_optimizer (runtime/pacirt.h). */
 static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", NULL};
 static const char *const shape_scale_words[] = {
@@ -148,6 +150,7 @@ static const KeyDef pipeline_keys[] = {
     INT_KEY("window", window, 1, 1000000, 0), /* 0: not written, derived */
     CUSTOM_KEY("split", set_split),
     CHOICE_KEY("delay_correction", delay_correction, delay_correction_words, DELAY_NONE),
+    CHOICE_KEY("recompute", recompute, recompute_words, RECOMPUTE_NONE),
     END_KEYS,
 };
 static const KeyDef batch_keys[] = {
@@ -1240,6 +1243,8 @@ void config_dump(FILE *out, const Config *cfg)
     } else {
         fprintf(out, "automatic\n");
     }
+    if (cfg->recompute != RECOMPUTE_NONE) /* only when set: older dumps stay as they were */
+        fprintf(out, "  recompute %s\n", recompute_words[cfg->recompute]);
     fprintf(out, "parallel\n  data %d\n", config_replicas(cfg));
     fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
     fprintf(out, "train\n  data %s\n  val %s\n  steps %ld\n  seed %llu\n  precision %s\n  attention %s\n",

@@ -49,12 +49,15 @@ void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd
         *fwd = sp->n_layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + (sp->has_head ? mc->head_fwd : 0);
         *bwd = sp->n_layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + (sp->has_head ? mc->head_bwd : 0);
         *step = (double)sp->params * mc->step_per_param;
-        return;
+    } else {
+        double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
+        *fwd = sp->fwd_flops / cfg->device_flops;
+        *bwd = sp->bwd_flops / cfg->device_flops;
+        *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
     }
-    double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
-    *fwd = sp->fwd_flops / cfg->device_flops;
-    *bwd = sp->bwd_flops / cfg->device_flops;
-    *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
+    // recompute full: every backward reruns its forward first (on stages with several slots)
+    if (sp->recompute)
+        *bwd += *fwd;
 }
 
 Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp)

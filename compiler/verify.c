@@ -28,6 +28,7 @@ typedef struct StageRun {
     uint8_t *fwd_count, *bwd_count, *act_received, *grad_received;
     int32_t *fwd_version;
     int32_t *fwd_delay;    /* the forward's predicted delay (its aux): 0, or the drift it meets */
+    int64_t work_mb;       /* recompute full: the mb whose forward the one workspace holds, -1 none */
 } StageRun;
 
 typedef struct Verifier {
@@ -184,8 +185,14 @@ static enum Progress step_stage(Verifier *v, int s)
         }
         sr->fwd_version[in.mb] = (int32_t)sr->version;
         sr->fwd_delay[in.mb] = in.aux;
+        sr->work_mb = in.mb;
         break;
     case PACI_OP_SEND_ACT:
+        // recompute full sends from the workspace: no other forward or backward in between
+        if (v->plan->stage[s].recompute && sr->work_mb != in.mb)
+            return broken(v, "stage %d sends the activation of mb %lld after its workspace was reused "
+                          "(recompute full needs each send before the stage's next forward or backward)",
+                          s, (long long)in.mb);
         pr = send(v, last ? NULL : &v->act[s], s, in, !last);
         break;
     case PACI_OP_RECV_GRAD:
@@ -218,7 +225,9 @@ static enum Progress step_stage(Verifier *v, int s)
                 return broken(v, "stage %d: backward of mb %lld reads stash slot %d, which holds nothing", s, (long long)in.mb, in.aux - 1);
             used = sr->stash_version[in.aux - 1];
         }
-        long effective = labs(used - sr->fwd_version[in.mb]);
+        // recompute full reruns the forward on the weights the backward uses
+        long effective = v->plan->stage[s].recompute ? 0 : labs(used - sr->fwd_version[in.mb]);
+        sr->work_mb = -1;
         if (effective > v->rep->effective_drift[s])
             v->rep->effective_drift[s] = (int)effective;
         if (first)
@@ -307,6 +316,7 @@ static void stage_init(Verifier *v, int s)
     sr->grad_received = xcalloc((size_t)v->mbs, 1);
     sr->fwd_version = xcalloc((size_t)v->mbs, sizeof *sr->fwd_version);
     sr->fwd_delay = xcalloc((size_t)v->mbs, sizeof *sr->fwd_delay);
+    sr->work_mb = -1;
     for (Channel *c = &v->act[s]; c; c = c == &v->act[s] ? &v->grad[s] : NULL) {
         c->capacity = v->t->channel_capacity;
         c->mbs = xmalloc((size_t)c->capacity * sizeof *c->mbs);

@@ -161,6 +161,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     // Everything a stage keeps on its device, checked against free memory before any of it
     // is allocated, so a plan that does not fit stops with the stage named.
     int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
+    // recompute full: a slot keeps the stage's input only (the first stage's tokens are kept
+    // beside), and one full slot is the workspace (docs/dsl.md "Recompute"); a stage with one
+    // slot keeps it whole, as compiler/plan.c counts it
+    int64_t slot_floats[PACI_MAX_STAGES], work_floats[PACI_MAX_STAGES];
+    int recomputes[PACI_MAX_STAGES];
     // Products that read bf16 weights: a copy of the weights, and of each stash slot.
     int weight_copies = prog->bf16_operands && dev->weight_copy;
     int predicts[PACI_MAX_STAGES];
@@ -179,8 +184,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         int64_t n = sc->n_params, n_h = weight_copies ? (n + 1) / 2 : 0, pad = weight_copies ? 64 : 0;
         int hold = stage_holding(run, s);
         slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
-        floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s]) * n + slots_of[s] * sc->act_floats + tab->stash[s] * (n + n_h) +
-                                               sc->scratch_floats + 2 * BTC + n_h + pad
+        recomputes[s] = prog->recompute && tab->slots[s] > 1;
+        slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? BTC : 0;
+        work_floats[s] = recomputes[s] ? sc->act_floats : 0;
+        floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s]) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
+                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * BTC + n_h + pad
                        : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                        : 0;
         bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) +
@@ -222,7 +230,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->grads = at, at += n;
             st->m = at, at += n;
             st->v = at, at += n;
-            st->slots = at, at += slots * sc->act_floats;
+            st->slots = at, at += slots * slot_floats[s];
+            st->work = recomputes[s] ? at : st->slots;
+            at += work_floats[s];
+            st->slot_floats = slot_floats[s];
+            st->recompute = recomputes[s];
             st->stash = at, at += tab->stash[s] * n;
             st->scratch = at, at += sc->scratch_floats;
             st->grad_in = at, at += BTC;
@@ -239,7 +251,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->params = at, at += n;
             st->m = at, at += n;
             st->v = at, at += n;
-            st->slots = at, at += sc->act_floats;
+            st->slots = st->work = at, at += sc->act_floats;
             if (weight_copies) {
                 st->params_h = (pr_bf16 *)(st->arena + (at - st->arena + 63) / 64 * 64);
                 poison_copies(dev, s, st->params_h, (size_t)n);
@@ -264,7 +276,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         }
         for (int64_t i = 0; i < slots; i++)
             st->slot_mb[i] = -1;
-        st->grad_in_mb = st->grad_out_mb = -1;
+        st->grad_in_mb = st->grad_out_mb = st->work_mb = -1;
         for (int k = 0; k < 2; k++)
             st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
         if (run->opt.profile_out)
@@ -789,8 +801,8 @@ static int keep(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb, 
         decide_stop(run, st, mb, segment_end);
     if (st->cut_stop == PR_NO_STOP || mb < st->cut_stop * run->K)
         return 1;
-    if (in->op == PACI_OP_SEND_ACT && mb == st->cut_stop * run->K) {
-        const float *out = st->slots + (size_t)in->slot * (size_t)st->code->act_floats +
+    if (in->op == PACI_OP_SEND_ACT && mb == st->cut_stop * run->K) { // its floats are not read
+        const float *out = (st->recompute ? st->work : st->slots + (size_t)in->slot * (size_t)st->slot_floats) +
                            st->code->out_offset;
         link_send(run, st, &run->act[st->index], st->index + 1, STOP_MARK(st->cut_stop), out);
     }
@@ -803,14 +815,17 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     const pr_stage_code *sc = st->code;
     int s = st->index;
     int64_t BT = run->B * run->T;
-    float *slot = st->slots + (size_t)in->slot * (size_t)sc->act_floats;
+    float *slot = st->slots + (size_t)in->slot * (size_t)st->slot_floats;
     const pr_device *dev = run->dev;
+    // recompute full: the slot holds the input alone, the forward and backward run in the workspace
+    int recompute = st->recompute;
+    float *input = recompute ? slot : slot + sc->in_offset, *acts = recompute ? st->work : slot;
     int32_t *tokens = st->slot_tokens + in->slot * BT, *targets = st->slot_targets + in->slot * BT;
     int32_t *dev_tokens = st->dev_tokens + in->slot * BT, *dev_targets = st->dev_targets + in->slot * BT;
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
     case PACI_OP_RECV_ACT: {
-        int64_t got = link_recv(run, st, &run->act[s - 1], s - 1, mb, slot + sc->in_offset);
+        int64_t got = link_recv(run, st, &run->act[s - 1], s - 1, mb, input);
         if (got <= STOP_MARK(0)) {
             accept_stop(run, st, mb, got);
             break;
@@ -833,8 +848,11 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         st->slot_fwd_step[in->slot] = st->t;
         float *losses = st->slot_losses + in->slot * BT, *dev_losses = st->dev_losses + in->slot * BT;
         const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux) : st->params;
-        pr_fwd_args args = {weights, slot, dev_tokens, dev_targets, dev_losses, st->params_h};
+        if (recompute && s > 0)
+            dev->copy(s, acts + sc->in_offset, input, (size_t)(BT * run->C) * sizeof(float));
+        pr_fwd_args args = {weights, acts, dev_tokens, dev_targets, dev_losses, st->params_h};
         dev->forward(run->prog, s, &args);
+        st->work_mb = mb;
         if (sc->has_head) {
             if (!dev->host_memory)
                 dev->download(s, losses, dev_losses, (size_t)BT * sizeof(float));
@@ -847,7 +865,9 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     }
     case PACI_OP_SEND_ACT:
         expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        link_send(run, st, &run->act[s], s + 1, mb, slot + sc->out_offset);
+        if (recompute) // the table sends each forward's output before the next forward or backward (verify.c)
+            expect_mb(st, in->op, mb, st->work_mb, "the workspace");
+        link_send(run, st, &run->act[s], s + 1, mb, acts + sc->out_offset);
         break;
     case PACI_OP_RECV_GRAD:
         st->grad_in_mb = link_recv(run, st, &run->grad[s], s + 1, mb, st->grad_in);
@@ -862,7 +882,15 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         const pr_bf16 *weights_h = !st->params_h ? NULL
                                    : in->aux ? st->stash_h + (size_t)(in->aux - 1) * (size_t)sc->n_params
                                    : st->params_h;
-        pr_bwd_args args = {weights, st->grads, slot, st->scratch, dev_tokens, dev_targets,
+        if (recompute) { // the forward again, on the weights this backward uses: no drift within the stage
+            float *dev_losses = st->dev_losses + in->slot * BT;
+            if (s > 0)
+                dev->copy(s, acts + sc->in_offset, input, (size_t)(BT * run->C) * sizeof(float));
+            pr_fwd_args again = {weights, acts, dev_tokens, dev_targets, dev_losses, weights_h};
+            dev->forward(run->prog, s, &again);
+            st->work_mb = -1;
+        }
+        pr_bwd_args args = {weights, st->grads, acts, st->scratch, dev_tokens, dev_targets,
                             sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                             1.0f / (float)(run->K * run->replicas), weights_h};
         dev->backward(run->prog, s, &args);
@@ -873,7 +901,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
             st->drifting++;
         if (drift > st->drift_max)
             st->drift_max = drift;
-        if (in->aux == 0 && drift > st->drift_effective_max)
+        if (in->aux == 0 && !recompute && drift > st->drift_effective_max)
             st->drift_effective_max = drift;
         pthread_mutex_unlock(&run->stats_mu);
         st->grad_out_mb = mb;
@@ -1042,20 +1070,21 @@ static float *forward_through(pr_run *run, const int32_t *tokens, const int32_t 
         if (prev_out && dev->follow) // the copy reads what stage s-1's forward writes
             dev->follow(s, s - 1);
         if (prev_out)
-            dev->copy(s, st->slots + sc->in_offset, prev_out, (size_t)(BT * run->C) * sizeof(float));
+            dev->copy(s, st->work + sc->in_offset, prev_out, (size_t)(BT * run->C) * sizeof(float));
         if (!dev->host_memory) {
             dev->upload(s, st->dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
             dev->upload(s, st->dev_targets, targets, (size_t)BT * sizeof(int32_t));
         }
-        pr_fwd_args args = {st->params, st->slots, dev->host_memory ? tokens : st->dev_tokens,
+        pr_fwd_args args = {st->params, st->work, dev->host_memory ? tokens : st->dev_tokens,
                             dev->host_memory ? targets : st->dev_targets, st->dev_losses, st->params_h};
         dev->forward(run->prog, s, &args);
-        prev_out = st->slots + sc->out_offset;
+        st->work_mb = -1;
+        prev_out = st->work + sc->out_offset;
     }
     pr_stage_rt *last = &run->stage[run->p - 1];
     if (!dev->host_memory)
         dev->download(run->p - 1, last->slot_losses, last->dev_losses, (size_t)BT * sizeof(float));
-    return last->slots;
+    return last->work;
 }
 
 double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches)

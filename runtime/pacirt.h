@@ -221,6 +221,9 @@ typedef struct pr_program {
     /* data parallelism (`parallel { data D }`): D copies of the pipeline, each reading its own
      * micro-batches, average each stage's gradients at that stage's step; 0 or 1: one */
     int32_t replicas;
+    /* `recompute full`: a slot keeps only the stage's input (the first stage: its tokens); one
+     * activation workspace runs every forward, and a backward reruns its forward there first */
+    int32_t recompute;
 } pr_program;
 
 /* ---- the GPU path (runtime/cuda/, libpacirt_cuda.a): what generated CUDA host code calls -- */

@@ -311,6 +311,13 @@ typedef struct pr_stage_rt {
      * copy of params), rewritten before each such forward; NULL when no forward predicts */
     float *predicted;
     int64_t predicted_t, predicted_d;    /* the step count and delay `predicted` holds (t > 0) */
+    /* the activation slot forwards and backwards run in: slots' own with recompute none (slot
+     * 0 for evaluation), else one workspace while the slots keep slot_floats of input each;
+     * work_mb: the micro-batch whose forward the workspace holds, for its SEND_ACT; recompute:
+     * whether this stage recomputes (`recompute full` and more than one slot) */
+    float *work;
+    int64_t slot_floats, work_mb;
+    int recompute;
     int32_t *slot_tokens, *slot_targets; /* per slot, B*T each */
     float *slot_losses;                  /* per slot, B*T (last stage) */
     /* the same in device memory (aliases of the above on a host-memory device), and a

@@ -204,7 +204,8 @@ int pr_train(pr_run *run, char *err)
                    (long long)st->drift_max,
                    st->backwards ? 100.0 * (double)st->drifting / (double)st->backwards : 0.0);
             if (st->drift_effective_max != st->drift_max)
-                printf(" effective %lld (stashed weights)", (long long)st->drift_effective_max);
+                printf(" effective %lld (%s)", (long long)st->drift_effective_max,
+                       st->recompute ? "recomputed forward" : "stashed weights");
         }
         printf("\nmemory:");
         int64_t held = 0;

@@ -268,6 +268,77 @@ static void test_verify_catches_errors(void **state)
     schedule_free(t);
 }
 
+/* recompute full: every schedule still verifies; the rerun forward makes every backward's
+ * effective drift 0 while the raw drift stays; stages with several slots keep their inputs
+ * and one workspace (less memory), a stage with one slot keeps it whole. */
+static void test_recompute_plan_and_drift(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+        Config cfg = make_config(kind, 4, 2, 12, 0, 0), plain_cfg = cfg;
+        cfg.recompute = RECOMPUTE_FULL;
+        Plan plan, plain;
+        assert_true(plan_build(&cfg, &plan));
+        assert_true(plan_build(&plain_cfg, &plain));
+        paci_table *t = schedule_build(&cfg, &plan), *tp = schedule_build(&plain_cfg, &plain);
+        VerifyReport rep, rep_plain;
+        if (!verify_schedule(t, &plan, &rep))
+            fail_msg("%s with recompute: %s", paci_schedule_name(kind), rep.error);
+        assert_true(verify_schedule(tp, &plain, &rep_plain));
+        for (int s = 0; s < 4; s++) {
+            // (the automatic split may differ: the planner prices the rerun forwards)
+            const StagePlan *sp = &plan.stage[s];
+            assert_int_equal(rep.effective_drift[s], 0);
+            assert_int_equal(rep.max_drift[s], rep_plain.max_drift[s]);
+            assert_int_equal(sp->recompute, sp->slots > 1);
+            if (sp->recompute) {
+                assert_true(sp->mem_acts < sp->slots * sp->act_bytes);
+                assert_int_equal(sp->mem_acts, sp->slots * sp->keep_bytes + sp->act_bytes);
+            } else {
+                assert_int_equal(sp->mem_acts, sp->slots * sp->act_bytes);
+            }
+        }
+        if (kind == PACI_SCHED_PACI)
+            assert_true(rep_plain.effective_drift[0] > 0);
+        schedule_free(t);
+        schedule_free(tp);
+    }
+}
+
+/* recompute full sends from the one workspace: a table whose send of a forward's output
+ * comes after the stage's next forward is refused with it, and accepted without it. */
+static void test_verify_recompute_send_order(void **state)
+{
+    (void)state;
+    for (int recompute = 0; recompute < 2; recompute++) {
+        Config cfg = make_config(PACI_SCHED_ONEF1B, 3, 4, 1, 0, 0);
+        cfg.recompute = recompute ? RECOMPUTE_FULL : RECOMPUTE_NONE;
+        Plan plan;
+        assert_true(plan_build(&cfg, &plan));
+        paci_table *t = schedule_build(&cfg, &plan);
+        paci_instr *instrs = (paci_instr *)t->instrs;
+        const paci_stage_program *sp = &t->program[0].stage[0];
+        assert_int_equal(t->program[0].body_reps, 0);
+        /* stage 0 starts F0 sa0 F1: make it F0 F1 sa0 */
+        long at = sp->prologue;
+        assert_int_equal(instrs[at].op, PACI_OP_FWD);
+        assert_int_equal(instrs[at + 1].op, PACI_OP_SEND_ACT);
+        assert_int_equal(instrs[at + 2].op, PACI_OP_FWD);
+        paci_instr send = instrs[at + 1];
+        instrs[at + 1] = instrs[at + 2];
+        instrs[at + 2] = send;
+        VerifyReport rep;
+        bool ok = verify_schedule(t, &plan, &rep);
+        if (recompute) {
+            assert_false(ok);
+            assert_non_null(strstr(rep.error, "stage 0 sends the activation of mb 0 after its workspace was reused"));
+        } else if (!ok) {
+            fail_msg("without recompute the reordered table should verify: %s", rep.error);
+        }
+        schedule_free(t);
+    }
+}
+
 /* The largest example's shape, 10,000 steps in one segment, builds and verifies quickly. */
 static void test_long_run_is_compact(void **state)
 {
@@ -380,6 +451,8 @@ int main(void)
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_slots_and_stash),
         cmocka_unit_test(test_verify_catches_errors),
+        cmocka_unit_test(test_recompute_plan_and_drift),
+        cmocka_unit_test(test_verify_recompute_send_order),
         cmocka_unit_test(test_long_run_is_compact),
         cmocka_unit_test(test_capped_generation),
         cmocka_unit_test(test_million_steps),
