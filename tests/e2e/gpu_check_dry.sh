@@ -13,7 +13,7 @@
 #   3. a deadline already passed: every section is recorded as skipped, exit 1, no hang;
 #   4. a section that hangs: stopped at its budget and recorded as failed.
 # Its work is counted in steps and its limits are hang guards only (see check.sh), so a slow
-# machine takes longer but never fails it: about 100 s of CPU time (330 s of wall time on two
+# machine takes longer but never fails it: about 80 s of CPU time (it was 100 s before the shared NVRTC and kernel caches; 330 s of wall time on two
 # cores under a load of 8), most of it building the runs and their fake CUDA stacks; the
 # second and third runs take about 20 s of it.
 # Skips (exit 77) exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++
