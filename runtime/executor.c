@@ -391,14 +391,22 @@ static void expect_mb(const pr_stage_rt *st, int op, int64_t expected, int64_t g
                     op_name(op), (long long)expected, what, (long long)got);
 }
 
-/* Claims the right to end the process from a stage thread: exit() must run once, so a
- * second stage failing at the same time waits, silent, for the first one's exit. */
-static void claim_exit(void)
+void pr_claim_exit(void)
 {
     static atomic_flag exiting = ATOMIC_FLAG_INIT;
     if (atomic_flag_test_and_set(&exiting))
         for (;;)
             pause();
+}
+
+/* " of replica R" with replicas, whose pipelines share stage numbers, else "": so a message
+ * names the stage the user can find. */
+static const char *of_replica(const pr_run *run, char buf[32])
+{
+    if (run->replicas <= 1)
+        return "";
+    snprintf(buf, 32, " of replica %d", run->replica);
+    return buf;
 }
 
 /* One process per stage: every rank publishes its stage's per-tensor sums and takes the
@@ -416,11 +424,9 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     char err[PR_ERR_LEN];
     if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
         fflush(stdout);
-        char of[32] = "";
-        if (run->replicas > 1)
-            snprintf(of, sizeof of, " of replica %d", run->replica);
+        char of[32];
         fprintf(stderr, "run: error: stage %d%s (rank %d): %s (gradient-norm sums of step %lld)\n",
-                st->index, of, run->opt.rank, err, (long long)st->t + 1);
+                st->index, of_replica(run, of), run->opt.rank, err, (long long)st->t + 1);
         exit(1);
     }
     // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
@@ -518,7 +524,7 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
     if (!what[0])
         return 0;
     if (run->prog->on_nan != PR_ON_NAN_SKIP)
-        claim_exit();
+        pr_claim_exit();
     fflush(stdout);
     if (run->prog->on_nan == PR_ON_NAN_SKIP) {
         fprintf(stderr, "run: warning: step %lld, stage %d: %s; the step is skipped "
@@ -621,12 +627,10 @@ static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double star
 static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int64_t mb, int rc,
                         int sending, const char *why)
 {
-    claim_exit();
+    pr_claim_exit();
     fflush(stdout);
-    // With replicas the stages of every pipeline share numbers: say whose they are.
-    char of[32] = "";
-    if (run->replicas > 1)
-        snprintf(of, sizeof of, " of replica %d", run->replica);
+    char of_buf[32];
+    const char *of = of_replica(run, of_buf);
     if (rc == PR_LINK_ERROR)
         fprintf(stderr, "run: error: stage %d%s (rank %d): the %s link with stage %d%s failed: %s (%s "
                 "micro-batch %lld)\n", st->index, of, run->opt.rank, run->links ? run->links->name : "?",

@@ -293,6 +293,10 @@ void pr_init_params(const pr_program *prog, float *flat);
 
 /* ---- executor.c: arenas, stage threads, one segment ------------------------------------ */
 
+/* Claims the right to end the process from a stage thread: exit() must run once, so a
+ * second stage failing at the same time waits, silent, for the first one's exit. */
+void pr_claim_exit(void);
+
 typedef struct pr_trace_event {
     uint8_t op;
     int64_t mb;

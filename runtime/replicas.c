@@ -12,7 +12,6 @@
  * which adds them in replica order and sends the sum back (launch.c makes the sockets).
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -186,10 +185,7 @@ static int group_barrier(replica_group *g, int D, int replica, double timeout, c
 /* Exits naming the stage and replica that waited, and the ones that did not come. */
 static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *why)
 {
-    static atomic_flag exiting = ATOMIC_FLAG_INIT;
-    if (atomic_flag_test_and_set(&exiting))
-        for (;;)
-            pause();
+    pr_claim_exit();
     fflush(stdout);
     char rank[32] = "";
     if (run->opt.world > 1)
