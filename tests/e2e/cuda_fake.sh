@@ -30,14 +30,6 @@ LOSS_TOL=1e-5
 WEIGHT_TOL=1e-4
 port=$((20000 + RANDOM % 20000))
 
-# fake_build NAME: $work/NAME/run and its fake CUDA stack in $work/NAME/lib.
-fake_build() {
-    local status=0
-    PACIC=$pacic tests/cuda_fake/build.sh "$work/$1.paci" "$work/$1" || status=$?
-    [ "$status" -ne 77 ] || skip "pacic wrote no stages.cu (no NVRTC here?)"
-    [ "$status" -eq 0 ] || fail "$1: building the fake CUDA stack"
-}
-
 # on NAME DIR GPUS [run flags...]: runs NAME's program in $work/NAME/DIR on GPUS fake GPUs.
 on() {
     local name=$1 dir=$2 gpus=$3

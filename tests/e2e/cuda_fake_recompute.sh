@@ -18,10 +18,7 @@ model() {
     small_model "$1" 3 "$2" 2 4
     sed -i -e "s/layers 4;/layers 1;/" -e "s/window 2 }/window 2; split [0, 1, 0]; recompute full }/" "$work/$1.paci"
     grep -q "recompute full" "$work/$1.paci" || fail "model edit did not apply to $1"
-    local status=0
-    PACIC=$pacic tests/cuda_fake/build.sh "$work/$1.paci" "$work/$1" || status=$?
-    [ "$status" -ne 77 ] || skip "pacic wrote no stages.cu (no NVRTC here?)"
-    [ "$status" -eq 0 ] || fail "$1: building the fake CUDA stack"
+    fake_build "$1"
 }
 
 # on NAME DIR GPUS [run flags...]: runs NAME's program in $work/NAME/DIR on GPUS fake GPUs,

@@ -17,10 +17,7 @@ port=$((20000 + RANDOM % 20000))
 small_model dp 2 1f1b 2 6 3
 sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/dp.paci"
 echo "parallel { data 2 }" >> "$work/dp.paci"
-status=0
-PACIC=$pacic tests/cuda_fake/build.sh "$work/dp.paci" "$work/dp" || status=$?
-[ "$status" -ne 77 ] || skip "pacic wrote no stages.cu (no NVRTC here?)"
-[ "$status" -eq 0 ] || fail "building the fake CUDA stack"
+fake_build dp
 
 mkdir -p "$work/dp/cpu"
 (cd "$work/dp/cpu" && ../run --quiet --device cpu --metrics metrics.jsonl) || fail "--device cpu"

@@ -77,6 +77,15 @@ need_cuda_emu() {
     export FAKE_CACHE=${FAKE_CACHE:-$work/fake-cache}
 }
 
+# fake_build NAME: $work/NAME/run and its fake CUDA stack in $work/NAME/lib
+# (tests/cuda_fake/build.sh); skips where pacic writes no stages.cu.
+fake_build() {
+    local status=0
+    PACIC=$pacic tests/cuda_fake/build.sh "$work/$1.paci" "$work/$1" || status=$?
+    [ "$status" -ne 77 ] || skip "pacic wrote no stages.cu (no NVRTC here?)"
+    [ "$status" -eq 0 ] || fail "$1: building the fake CUDA stack"
+}
+
 # compare_devices LABEL GPU_DIR CPU_DIR LOSS_TOL WEIGHT_TOL: a GPU run (emulated or faked)
 # against the CPU's from the same seed. Every loss, validation loss and gradient norm (which
 # AdamW's updates hardly depend on, so only its log shows a wrong norm) GPU_DIR/metrics.jsonl
