@@ -103,7 +103,6 @@ void pr_replicas_close(pr_run *run)
         if (!other)
             continue;
         memset(&other->train, 0, sizeof other->train); // borrowed from replica 0
-        memset(&other->val, 0, sizeof other->val);
         pr_run_free(other);
         free(other);
     }
@@ -128,9 +127,7 @@ void pr_replicas_sync(pr_run *run)
     if (!run->replica_runs)
         return;
     for (int r = 1; r < run->replicas; r++) {
-        pr_run *other = run->replica_runs[r];
-        other->train = run->train;
-        other->val = run->val;
+        pr_run *other = run->replica_runs[r]; // its data: pr_run_segment lends replica 0's
         other->step = run->step;
         for (int s = 0; s < run->p; s++) {
             const pr_stage_rt *from = &run->stage[s];
@@ -285,7 +282,7 @@ static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     }
     if (!run->reduce_buffer)
         run->reduce_buffer = pr_alloc(n * sizeof(float));
-    double total = 0.0 + *loss;
+    double total = *loss;
     int any = *stop;
     for (int q = 1; q < run->replicas; q++) {
         reduce_move(run, st, run->reduce_fd[q], q, 1, &h, run->reduce_buffer, n);

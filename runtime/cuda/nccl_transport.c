@@ -185,9 +185,9 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double deadline)
     return rc;
 }
 
-/* Waits for ev (recorded after the end's last operation) until the deadline, watching the
- * communicator's asynchronous error; a timeout or an error aborts the communicator. */
-static int wait_done(nccl_end *e, CUevent ev, double deadline, char *err)
+/* Waits for ev (recorded after the communicator's last operation) until the deadline,
+ * watching *comm's asynchronous error; a timeout or an error aborts *comm and clears it. */
+static int wait_event(ncclComm_t *comm, int stage, CUevent ev, double deadline, char *err)
 {
     double pause = 1e-6;
     for (;;) {
@@ -195,21 +195,26 @@ static int wait_done(nccl_end *e, CUevent ev, double deadline, char *err)
         if (q == CUDA_SUCCESS)
             return PR_LINK_OK;
         if (q != CUDA_ERROR_NOT_READY)
-            pr_cuda_check(e->stage, q, "cuEventQuery on an NCCL link");
+            pr_cuda_check(stage, q, "cuEventQuery on an NCCL operation");
         ncclResult_t async = ncclSuccess;
-        if (api.ncclCommGetAsyncError(e->comm, &async) != ncclSuccess)
+        if (api.ncclCommGetAsyncError(*comm, &async) != ncclSuccess)
             async = ncclInternalError;
-        if (async != ncclSuccess && async != ncclInProgress) {
-            describe(e->comm, async, err);
-            abort_end(e);
-            return PR_LINK_ERROR;
-        }
-        if (deadline > 0 && pr_now() > deadline) {
-            abort_end(e);
-            return PR_LINK_TIMEOUT;
+        int failed = async != ncclSuccess && async != ncclInProgress;
+        if (failed || (deadline > 0 && pr_now() > deadline)) {
+            if (failed)
+                describe(*comm, async, err);
+            api.ncclCommAbort(*comm);
+            *comm = NULL;
+            return failed ? PR_LINK_ERROR : PR_LINK_TIMEOUT;
         }
         nap(&pause);
     }
+}
+
+/* The same for a link's end, after its last operation. */
+static int wait_done(nccl_end *e, CUevent ev, double deadline, char *err)
+{
+    return wait_event(&e->comm, e->stage, ev, deadline, err);
 }
 
 /* The link's stream waits for everything the stage's compute stream has queued. */
@@ -569,26 +574,10 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
         return rc == ncclInProgress ? PR_LINK_TIMEOUT : PR_LINK_ERROR;
     }
     pr_cuda_check(stage, api.cuEventRecord(group.done, compute), "cuEventRecord");
-    double pause = 1e-6;
-    for (;;) {
-        CUresult q = api.cuEventQuery(group.done);
-        if (q == CUDA_SUCCESS)
-            break;
-        if (q != CUDA_ERROR_NOT_READY)
-            pr_cuda_check(stage, q, "cuEventQuery on the replicas' reduction");
-        ncclResult_t async = ncclSuccess;
-        if (api.ncclCommGetAsyncError(group.comm, &async) != ncclSuccess)
-            async = ncclInternalError;
-        int failed = async != ncclSuccess && async != ncclInProgress;
-        if (failed || (deadline > 0 && pr_now() > deadline)) {
-            if (failed)
-                describe(group.comm, async, err);
-            api.ncclCommAbort(group.comm);
-            group.comm = NULL;
-            group.open = 0;
-            return failed ? PR_LINK_ERROR : PR_LINK_TIMEOUT;
-        }
-        nap(&pause);
+    int waited = wait_event(&group.comm, stage, group.done, deadline, err);
+    if (waited != PR_LINK_OK) {
+        group.open = 0;
+        return waited;
     }
     pr_device_cuda.download(stage, values, group.values, (size_t)n_values * sizeof(double));
     return PR_LINK_OK;

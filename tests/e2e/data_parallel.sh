@@ -141,7 +141,7 @@ esac
 out=$(cd "$work/sync-d2" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 ./run 2>&1) && fail "world 2 for 2 x 2 ran"
 [ "$out" = "run: error: WORLD_SIZE=2, but the program has 2 stages x 2 replicas (data 2): start one process per stage and replica (4), or one process for all" ] \
     || fail "unexpected message: $out"
-# D pipelines in one process must fit in the host's memory together (about 200 MiB each here).
+# D pipelines in one process must fit in the host's memory together (about 200 MiB each here: the other 1023 need 204 GiB, far above what a test machine has spare).
 cat > "$work/big.paci" <<DSL
 model gpt2 { layers 4; width 512; heads 8; context 16; vocab 256 }
 pipeline { stages 2; schedule paci; window 2 }
