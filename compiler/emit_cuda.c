@@ -418,11 +418,25 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_close(sb, "");
     sb_puts(sb, "\n");
 
+    emit_line(sb, "/* Replicas: grads[offset, offset + count) is final for this backward, so its allreduce may");
+    emit_line(sb, " * start while the backward goes on (pr_bwd_args.grads_ready; NULL outside the window's");
+    emit_line(sb, " * last backward). */");
+    emit_line(sb, "static void grads_ready(const pr_bwd_args *args, long offset, long count)");
+    emit_open_block(sb);
+    emit_open(sb, "if (args->grads_ready)");
+    emit_line(sb, "args->grads_ready(args->ready_ctx, offset, count);");
+    emit_close(sb, "");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+
     emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
     emit_open_block(sb);
     if (sp->has_head) {
+        long head = layout_offset(&lay.params, "PARAM_LNFW");
         emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->loss_scale / (float)BT);", stage_h);
+        emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay.params.total - head,
+                  cfg->tied ? "" : " and the head");
     } else {
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
         if (bf16) {
@@ -437,10 +451,13 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
                   "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", layer_h);
     emit_line(sb, "                    args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
                   "args->scratch);");
+    emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
     emit_close(sb, "");
-    if (sp->has_embed)
+    if (sp->has_embed) {
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
-    else
+        emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
+                  sp->has_head && cfg->tied ? ", the head's share of wte included" : "");
+    } else
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
     emit_close(sb, "");
     sb_puts(sb, "\n");

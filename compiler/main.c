@@ -341,6 +341,7 @@ int main(int argc, char **argv)
         cost_model_from_plan(&cfg, &plan, &cm);
         if (opt.profile && !profile_load(opt.profile, &plan, &cm, &op_profile))
             return EXIT_USER;
+        cost_model_allreduce(&cfg, &plan, &cm); /* hidden behind the backward measured or predicted */
         SimResult sim;
         /* Enough steps for the steady state to dominate, few enough to stay instant. */
         long shown = opt.mode == MODE_EXPLAIN ? EXPLAIN_SIM_STEPS : opt.show_steps;

@@ -300,6 +300,14 @@ typedef struct Plan {
 bool plan_build(const Config *cfg, Plan *plan);
 /* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head". */
 void stage_layers_label(const StagePlan *sp, char *out, size_t size);
+/* The ranges of a stage's gradients in the order its backward finishes them (the head's,
+ * each layer's from the last, the embeddings'), with the backward FLOPs that finish each:
+ * what the GPU backward reports to the replicas' overlapped allreduce. Fills out (room for
+ * n_layers + 2) and returns the count. */
+typedef struct GradRange {
+    double params, bwd_flops;
+} GradRange;
+int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out);
 /* The same plan without the memory check or any message (for comparisons). */
 void plan_layout(const Config *cfg, Plan *plan);
 /* The largest mem_total over the stages, and its stage. */
@@ -367,7 +375,8 @@ enum { SIM_OP_ALLREDUCE = PACI_OP_COUNT };
 typedef struct CostModel {
     double fwd[PACI_MAX_STAGES], bwd[PACI_MAX_STAGES], step[PACI_MAX_STAGES]; /* seconds */
     double msg[PACI_MAX_STAGES]; /* seconds to move one message from stage s to s+1 */
-    double allreduce[PACI_MAX_STAGES]; /* seconds of the replicas' allreduce before each step; 0: D = 1 */
+    double allreduce[PACI_MAX_STAGES]; /* seconds the step waits for the replicas' allreduce (its part
+                                        * the last backward does not hide); 0: D = 1 */
 } CostModel;
 
 /* Stage sp's gradient allreduce among cfg's D replicas, once per optimizer step: its fp32
@@ -377,6 +386,12 @@ typedef struct Allreduce {
     double bytes, ring_bytes, seconds;
 } Allreduce;
 Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp);
+/* What of that allreduce the step waits for on GPUs, where each range of gradients starts its
+ * allreduce once the window's last backward (bwd seconds) has finished it: the tail left
+ * after the backward. */
+double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd);
+/* Sets cm->allreduce from cm->bwd: each stage's exposed allreduce (0 when D = 1). */
+void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm);
 
 typedef struct SimResult {
     double makespan;        /* seconds for the simulated steps */

@@ -73,6 +73,19 @@ static ModelCounts model_counts(const Config *cfg)
     return m;
 }
 
+int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
+{
+    ModelCounts m = model_counts(cfg);
+    int n = 0;
+    if (sp->has_head)
+        out[n++] = (GradRange){m.head_params, 2 * m.head_fwd};
+    for (int l = 0; l < sp->n_layers; l++)
+        out[n++] = (GradRange){m.layer_params, 2 * m.layer_fwd};
+    if (sp->has_embed)
+        out[n++] = (GradRange){m.embed_params, 2 * m.embed_fwd};
+    return n;
+}
+
 /* The schedule's activation slots and stashed weight copies at every stage. */
 static void stage_slots(const Config *cfg, int *slots, int *stash)
 {

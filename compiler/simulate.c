@@ -7,8 +7,9 @@
  * link latency plus its bytes over the link bandwidth and does not occupy the sender's
  * compute (a copy engine moves it). With `parallel { data D }`, D > 1, each optimizer step
  * waits first for the stage's gradient allreduce among its replicas (stage_allreduce: a ring
- * over network_bandwidth), simulated as an event of its own, not overlapped with the
- * backward and not counted as busy. costs.c has a finer model, kernel by kernel, that
+ * over network_bandwidth): the part that the window's last backward does not hide
+ * (allreduce_exposed; the GPU runtime starts each range's allreduce as the backward finishes
+ * it), simulated as an event of its own and not counted as busy. costs.c has a finer model, kernel by kernel, that
  * --explain prints beside this one. Channels behave as in verification and in the
  * runtime: a send blocks while the link holds channel_capacity messages not yet received,
  * a receive blocks until its message has arrived. Segments end with a drain: the next
@@ -71,17 +72,46 @@ Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp)
     return a;
 }
 
+double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd)
+{
+    Allreduce whole = stage_allreduce(cfg, sp);
+    if (whole.seconds <= 0)
+        return 0;
+    GradRange *ranges = xmalloc((size_t)(sp->n_layers + 2) * sizeof *ranges);
+    int n = stage_grad_ranges(cfg, sp, ranges);
+    double flops = 0;
+    for (int i = 0; i < n; i++)
+        flops += ranges[i].bwd_flops;
+    // range i is final once the FLOPs up to it are done (after the rerun forward, with
+    // recompute); the ring reduces one range at a time
+    double rerun = sp->recompute ? bwd * sp->fwd_flops / (sp->fwd_flops + sp->bwd_flops) : 0;
+    double done = 0, reduced = 0;
+    for (int i = 0; i < n; i++) {
+        done += ranges[i].bwd_flops;
+        double ready = rerun + (flops > 0 ? (bwd - rerun) * done / flops : bwd - rerun);
+        reduced = (ready > reduced ? ready : reduced) + whole.seconds * ranges[i].params / (double)sp->params;
+    }
+    free(ranges);
+    return reduced > bwd ? reduced - bwd : 0;
+}
+
+void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm)
+{
+    for (int s = 0; s < plan->stages; s++)
+        cm->allreduce[s] = allreduce_exposed(cfg, &plan->stage[s], cm->bwd[s]);
+}
+
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
 {
     memset(cm, 0, sizeof *cm);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         cost_stage(cfg, sp, &cm->fwd[s], &cm->bwd[s], &cm->step[s]);
-        cm->allreduce[s] = stage_allreduce(cfg, sp).seconds;
         cm->msg[s] = s + 1 < plan->stages
                          ? cfg->link_latency + (double)sp->msg_bytes / cfg->link_bandwidth
                          : 0;
     }
+    cost_model_allreduce(cfg, plan, cm);
 }
 
 /* Reads a non-negative number of seconds at *p, advancing it; false if there is none. */
@@ -526,8 +556,8 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
         *clock += cm->bwd[s];
         break;
     case PACI_OP_STEP:
-        /* the replicas average the stage's gradients before it updates; not overlapped with
-         * the backward (docs/dsl.md "parallel") */
+        /* the replicas average the stage's gradients before it updates: the part of the
+         * allreduce the window's last backward did not hide (docs/dsl.md "parallel") */
         if (cm->allreduce[s] > 0) {
             *clock += cm->allreduce[s];
             add_event(ev, s, SIM_OP_ALLREDUCE, -1, start, *clock);

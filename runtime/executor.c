@@ -552,6 +552,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         if (st->index == 0 && stop)
             run->stop_seen = 1;
     }
+    st->window_backwards = 0;
     double mean_loss = loss / (double)(run->K * run->replicas);
     double *sums = st->tensor_sumsq[st->t & 1];
     dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
@@ -896,8 +897,14 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         }
         pr_bwd_args args = {weights, st->grads, acts, st->scratch, dev_tokens, dev_targets,
                             sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
-                            1.0f / (float)(run->K * run->replicas), weights_h};
+                            1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
+        pr_ready_ctx ready = {run, st};
+        if (pr_replicas_overlaps(run, st)) {
+            args.grads_ready = pr_replicas_ready;
+            args.ready_ctx = &ready;
+        }
         dev->backward(run->prog, s, &args);
+        st->window_backwards++;
         int64_t drift = st->t - st->slot_fwd_step[in->slot];
         pthread_mutex_lock(&run->stats_mu);
         st->backwards++;
@@ -992,6 +999,7 @@ static void *stage_thread(void *arg)
     st->cut_from = run->step;
     st->cut_stop = PR_NO_STOP;
     st->steps_met = first_step;
+    st->window_backwards = 0;
     // Per-op timing covers the schedule's instructions only, not evaluation or sampling,
     // which run the same stage code from the main thread between segments.
     const pr_op_timer **timer = st->code->op_timer;

@@ -104,6 +104,11 @@ typedef struct pr_bwd_args {
     float *dx_in;           /* B*T*C d(loss)/d(input) for the previous stage; NULL on the first */
     float loss_scale;       /* multiplies d(mean token loss): 1/window */
     const pr_bf16 *params_h; /* bf16 copy of params (the GPU path under bf16), else NULL */
+    /* Replicas on GPUs, in the window's last backward: told when grads[offset, offset +
+     * count) is final, so that its allreduce overlaps the rest of the backward; else NULL.
+     * The GPU backward reports every range once (the C backward never calls it). */
+    void (*grads_ready)(void *ctx, int64_t offset, int64_t count);
+    void *ready_ctx;
 } pr_bwd_args;
 
 typedef struct pr_adamw_args {

@@ -176,6 +176,11 @@ typedef struct pr_link_ops {
      * transport has no reduction. */
     int (*reduce)(struct pr_run *run, int stage, float *grads, size_t n, double *values,
                   int n_values, char *err);
+    /* Replicas, overlapped with the backward: starts the sum of the n floats at grads (a range
+     * of the stage's gradients the window's last backward has finished) after the work queued
+     * so far, and returns without waiting; the step's `reduce`, called with n = 0, then sums
+     * the values and waits for every started range. NULL: the step sums the whole block. */
+    int (*reduce_start)(struct pr_run *run, int stage, float *grads, size_t n, char *err);
 } pr_link_ops;
 
 /* A device layer. The executor reaches stage memory and stage code only through this table,
@@ -345,6 +350,9 @@ typedef struct pr_stage_rt {
      * steps after cut_from up to cut_stop (PR_NO_STOP until one is known); steps_met: the
      * number of the last STEP instruction met (from the segment's first step) */
     int64_t cut_from, cut_stop, steps_met;
+    /* replicas: backwards since the stage's last step, and the gradient floats whose
+     * allreduce the window's last backward has started (pr_replicas_ready) */
+    int64_t window_backwards, reduce_started;
 } pr_stage_rt;
 
 typedef struct pr_options {
@@ -454,6 +462,15 @@ void pr_replicas_sync(pr_run *run);
  * seen a stop signal. A replica that does not come within the peer timeout is named and the
  * process exits. */
 void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop);
+/* Overlap: whether the backward about to run on stage st completes its window and the
+ * transport can start the reduction range by range (reduce_start); then the executor passes
+ * pr_replicas_ready, with a pr_ready_ctx, as the backward's grads_ready. */
+int pr_replicas_overlaps(const pr_run *run, const pr_stage_rt *st);
+typedef struct pr_ready_ctx {
+    pr_run *run;
+    pr_stage_rt *st;
+} pr_ready_ctx;
+void pr_replicas_ready(void *ctx, int64_t offset, int64_t count);
 /* The training micro-batch that local micro-batch mb of this replica reads: replica r takes
  * window positions [r*K, (r+1)*K) of the global window of D*K micro-batches, so D replicas
  * of window K read what one pipeline of window D*K reads, in the same order. */

@@ -298,20 +298,54 @@ static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     *stop = any;
 }
 
-/* On GPUs: the device's transport (NCCL's allreduce; its order of addition is NCCL's). */
+/* A transport's failure, named: a timeout (a replica stuck or gone) or its own words. */
+static void native_failed(pr_run *run, pr_stage_rt *st, int rc, const char *err)
+{
+    char why[PR_ERR_LEN];
+    if (rc == PR_LINK_TIMEOUT)
+        snprintf(why, sizeof why, "no %s reduction with the other replicas of stage %d within %g s "
+                 "(one of them is stuck or gone)", run->links->name, st->index, run->opt.peer_timeout);
+    else
+        snprintf(why, sizeof why, "the %s reduction failed: %s", run->links->name, err);
+    reduce_failed(run, st, why);
+}
+
+int pr_replicas_overlaps(const pr_run *run, const pr_stage_rt *st)
+{
+    return run->replicas > 1 && !run->shared && run->links && run->links->reduce_start &&
+           st->window_backwards + 1 == run->K;
+}
+
+void pr_replicas_ready(void *ctx, int64_t offset, int64_t count)
+{
+    pr_ready_ctx *c = ctx;
+    pr_stage_rt *st = c->st;
+    if (offset < 0 || count <= 0 || offset + count > st->code->n_params)
+        pr_internal("stage %d's backward reported gradients [%lld, %lld) of %lld", st->index,
+                    (long long)offset, (long long)(offset + count), (long long)st->code->n_params);
+    char err[PR_ERR_LEN] = "";
+    int rc = c->run->links->reduce_start(c->run, st->index, st->grads + offset, (size_t)count, err);
+    if (rc != PR_LINK_OK)
+        native_failed(c->run, st, rc, err);
+    st->reduce_started += count;
+}
+
+/* On GPUs: the device's transport (NCCL's allreduce; its order of addition is NCCL's). With
+ * the overlap, the gradients' sums are already under way, and the step adds only the values. */
 static void native_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     double values[2] = {*loss, (double)*stop};
-    char err[PR_ERR_LEN] = "", why[PR_ERR_LEN];
-    int rc = run->links->reduce(run, st->index, st->grads, (size_t)st->code->n_params, values, 2, err);
-    if (rc == PR_LINK_TIMEOUT) {
-        snprintf(why, sizeof why, "no %s reduction with the other replicas of stage %d within %g s "
-                 "(one of them is stuck or gone)", run->links->name, st->index, run->opt.peer_timeout);
-        reduce_failed(run, st, why);
-    } else if (rc != PR_LINK_OK) {
-        snprintf(why, sizeof why, "the %s reduction failed: %s", run->links->name, err);
-        reduce_failed(run, st, why);
-    }
+    char err[PR_ERR_LEN] = "";
+    int64_t n = st->code->n_params;
+    if (st->reduce_started != 0 && st->reduce_started != n)
+        pr_internal("stage %d's last backward reported %lld of its %lld gradients", st->index,
+                    (long long)st->reduce_started, (long long)n);
+    if (st->reduce_started == n)
+        n = 0;
+    st->reduce_started = 0;
+    int rc = run->links->reduce(run, st->index, st->grads, (size_t)n, values, 2, err);
+    if (rc != PR_LINK_OK)
+        native_failed(run, st, rc, err);
     *loss = values[0];
     *stop = values[1] > 0.0;
 }

@@ -91,12 +91,16 @@ typedef struct nccl_end {
 static nccl_end ends[PR_LINK_KINDS][PACI_MAX_STAGES][2];
 
 /* Replicas: this process's stage's reduction group, a communicator of D ranks (rank =
- * replica) whose allreduce runs on the stage's compute stream, right where the step's
- * update would read the gradients; the doubles travel through a small device buffer. */
+ * replica). Its allreduces run on the group's own stream: the gradients' range by range as
+ * the window's last backward finishes them (reduce_start), each after an event of the
+ * compute stream, so the backward goes on meanwhile; then at the step the loss and stop
+ * flag (doubles, through a small device buffer), and the compute stream waits for them all
+ * before the step reads the sums. Without the overlap the step sums the whole block. */
 static struct {
     int open, stage, replicas;
     ncclComm_t comm;
-    CUevent done;
+    CUstream stream;
+    CUevent queued, done;
     double *values;  /* device, PR_REDUCE_VALUES */
 } group;
 #define PR_REDUCE_VALUES 8
@@ -536,6 +540,8 @@ static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
             : pr_fail(err, "stage %d of replica %d (rank %d): cannot set up the NCCL group of stage "
                       "%d's replicas: %s", s, replica, r, s, why);
     }
+    pr_cuda_check(s, api.cuStreamCreate(&group.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    pr_cuda_check(s, api.cuEventCreate(&group.queued, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     pr_cuda_check(s, api.cuEventCreate(&group.done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     group.values = pr_device_cuda.alloc(s, PR_REDUCE_VALUES * sizeof(double));
     group.open = 1;
@@ -543,8 +549,43 @@ static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
     return 0;
 }
 
-/* The allreduce of the step's gradients and values on the compute stream; the host waits
- * for it (the values are the step's loss and stop flag, read at once). */
+/* The group's stream waits for everything the stage's compute stream has queued. */
+static void group_follows_compute(int stage)
+{
+    pr_cuda_check(stage, api.cuEventRecord(group.queued, pr_cuda_compute_stream(stage)), "cuEventRecord");
+    pr_cuda_check(stage, api.cuStreamWaitEvent(group.stream, group.queued, 0), "cuStreamWaitEvent");
+}
+
+/* A call on the group that did not settle by the deadline, or failed: the group is aborted. */
+static int group_failed(ncclResult_t rc, char *err)
+{
+    if (rc != ncclInProgress)
+        describe(group.comm, rc, err);
+    api.ncclCommAbort(group.comm);
+    group.comm = NULL;
+    group.open = 0;
+    return rc == ncclInProgress ? PR_LINK_TIMEOUT : PR_LINK_ERROR;
+}
+
+/* Overlap: the allreduce of a range the window's last backward has just finished, queued on
+ * the group's stream behind that backward's kernels; returns without waiting for it. */
+static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, char *err)
+{
+    if (!group.open || group.stage != stage)
+        pr_internal("stage %d: no NCCL group for its replicas", stage);
+    pr_cuda_enter(stage);
+    group_follows_compute(stage);
+    ncclResult_t rc = api.ncclAllReduce(grads, grads, n, ncclFloat32, ncclSum, group.comm,
+                                        (cudaStream_t)group.stream);
+    rc = settle(group.comm, rc, deadline_after(run->opt.peer_timeout));
+    if (rc != ncclSuccess)
+        return group_failed(rc, err);
+    return PR_LINK_OK;
+}
+
+/* The step's allreduce: the gradients (n of them; 0 when reduce_start sent them all already)
+ * and the values, on the group's stream; the compute stream waits for it, and so does the
+ * host (the values are the step's loss and stop flag, read at once). */
 static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *values,
                        int n_values, char *err)
 {
@@ -553,27 +594,25 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
     pr_cuda_enter(stage);
     CUstream compute = pr_cuda_compute_stream(stage);
     pr_device_cuda.upload(stage, group.values, values, (size_t)n_values * sizeof(double));
+    group_follows_compute(stage);
     double deadline = deadline_after(run->opt.peer_timeout);
     ncclResult_t rc = api.ncclGroupStart(), op = ncclSuccess;
     if (rc == ncclSuccess) {
-        op = api.ncclAllReduce(grads, grads, n, ncclFloat32, ncclSum, group.comm, (cudaStream_t)compute);
+        if (n > 0)
+            op = api.ncclAllReduce(grads, grads, n, ncclFloat32, ncclSum, group.comm,
+                                   (cudaStream_t)group.stream);
         if (op == ncclSuccess || op == ncclInProgress)
             op = api.ncclAllReduce(group.values, group.values, (size_t)n_values, ncclFloat64, ncclSum,
-                                   group.comm, (cudaStream_t)compute);
+                                   group.comm, (cudaStream_t)group.stream);
         rc = api.ncclGroupEnd();
         if (op != ncclSuccess && op != ncclInProgress)
             rc = op;
     }
     rc = settle(group.comm, rc, deadline);
-    if (rc != ncclSuccess) {
-        if (rc != ncclInProgress)
-            describe(group.comm, rc, err);
-        api.ncclCommAbort(group.comm);
-        group.comm = NULL;
-        group.open = 0;
-        return rc == ncclInProgress ? PR_LINK_TIMEOUT : PR_LINK_ERROR;
-    }
-    pr_cuda_check(stage, api.cuEventRecord(group.done, compute), "cuEventRecord");
+    if (rc != ncclSuccess)
+        return group_failed(rc, err);
+    pr_cuda_check(stage, api.cuEventRecord(group.done, group.stream), "cuEventRecord");
+    pr_cuda_check(stage, api.cuStreamWaitEvent(compute, group.done, 0), "cuStreamWaitEvent");
     int waited = wait_event(&group.comm, stage, group.done, deadline, err);
     if (waited != PR_LINK_OK) {
         group.open = 0;
@@ -634,6 +673,8 @@ static void nccl_close(pr_run *run)
         else
             api.ncclCommAbort(group.comm);
         api.cuEventDestroy(group.done);
+        api.cuEventDestroy(group.queued);
+        api.cuStreamDestroy(group.stream);
         pr_device_cuda.release(group.stage, group.values);
         memset(&group, 0, sizeof group);
     }
@@ -649,6 +690,7 @@ const pr_link_ops pr_nccl_links = {
     .recv = nccl_recv,
     .close = nccl_close,
     .reduce = nccl_reduce,
+    .reduce_start = nccl_reduce_start,
 };
 
 #else /* no nccl.h */

@@ -117,9 +117,12 @@ static void test_allreduce_figures_by_hand(void **state)
         assert_true(a.bytes == 4.0 * (double)params);
         assert_true(fabs(a.ring_bytes - 4.0 * (double)params * 14.0 / 8.0) < 1e-6);
         assert_true(fabs(a.seconds - 4.0 * (double)params * 14.0 / 8.0 / 1e9) < 1e-15);
+        double fwd, bwd, step;
+        cost_stage(&c->cfg, &c->plan.stage[s], &fwd, &bwd, &step);
         char line[160];
-        snprintf(line, sizeof line, "\n  %5d  %7.1fM  %12.4g  %22.4g  %12.3g\n", s, params / 1e6,
-                 4.0 * params / 1e6, 7.0 * params / 1e6, 7.0 * params / 1e9 * 1e3);
+        snprintf(line, sizeof line, "\n  %5d  %7.1fM  %12.4g  %22.4g  %12.3g  %10.3g\n", s, params / 1e6,
+                 4.0 * params / 1e6, 7.0 * params / 1e6, 7.0 * params / 1e9 * 1e3,
+                 allreduce_exposed(&c->cfg, &c->plan.stage[s], bwd) * 1e3);
         if (!strstr(text, line))
             fail_msg("no allreduce line%s in\n%s", line, text);
     }
@@ -148,8 +151,8 @@ static void test_simulated_allreduce_precedes_each_step(void **state)
             SimResult sim;
             simulate(&c->cfg, c->table, &cm, 0, &sim);
             for (int s = 0; s < c->plan.stages; s++) {
-                double expected = replicas == 1 ? 0 : 4.0 * (double)c->plan.stage[s].params * 2 * (replicas - 1) /
-                                                        replicas / c->cfg.network_bandwidth;
+                double expected = allreduce_exposed(&c->cfg, &c->plan.stage[s], cm.bwd[s]);
+                assert_true(replicas == 1 ? expected == 0 : expected > 0);
                 long steps = 0, allreduces = 0;
                 const SimEvent *previous = NULL;
                 for (long i = 0; i < sim.n_events; i++) {
@@ -176,6 +179,32 @@ static void test_simulated_allreduce_precedes_each_step(void **state)
             sim_result_free(&sim);
             compiled_free(c);
         }
+}
+
+/* The overlap (GPU): a backward that takes no time hides nothing; a very long one hides all
+ * but what it finishes last (the others: their first layer, 12 C^2 + 13 C parameters; stage
+ * 0: that layer and the embeddings, V C + T C, whose backward the model counts as no FLOPs,
+ * so both are final only at the end); in between, the longer the backward, the less left. */
+static void test_allreduce_hidden_behind_backward(void **state)
+{
+    (void)state;
+    Compiled *c = compile("paci", 8);
+    double C = c->cfg.width, V = c->cfg.vocab, T = c->cfg.context;
+    for (int s = 0; s < c->plan.stages; s++) {
+        const StagePlan *sp = &c->plan.stage[s];
+        double whole = stage_allreduce(&c->cfg, sp).seconds;
+        double last = (s == 0 ? V * C + T * C : 0) + 12 * C * C + 13 * C;
+        assert_true(fabs(allreduce_exposed(&c->cfg, sp, 0) - whole) < 1e-12 * whole);
+        double tail = allreduce_exposed(&c->cfg, sp, 1e3 * whole);
+        assert_true(fabs(tail - whole * last / (double)sp->params) < 1e-9 * whole);
+        double before = whole;
+        for (double bwd = whole / 64; bwd < 4 * whole; bwd *= 2) {
+            double exposed = allreduce_exposed(&c->cfg, sp, bwd);
+            assert_true(exposed <= before + 1e-12 * whole && exposed >= tail - 1e-12 * whole);
+            before = exposed;
+        }
+    }
+    compiled_free(c);
 }
 
 static int count_of(const char *text, const char *what)
@@ -313,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_replicas_emitted_only_above_one),
         cmocka_unit_test(test_allreduce_figures_by_hand),
         cmocka_unit_test(test_simulated_allreduce_precedes_each_step),
+        cmocka_unit_test(test_allreduce_hidden_behind_backward),
         cmocka_unit_test(test_views_draw_the_allreduce),
         cmocka_unit_test(test_drift_unchanged_by_replicas),
         cmocka_unit_test(test_model_flops_per_token_is_per_pipeline),
