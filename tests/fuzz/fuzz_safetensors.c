@@ -20,7 +20,7 @@
 static toy_table table;
 static pr_program prog;
 static pr_run run;
-static char dir[] = "/tmp/fuzz_safetensors_XXXXXX";
+static char dir[64];
 static char folder[128], config_path[160], model_path[160], bare_path[160];
 
 /* The scratch folder goes when the fuzzer exits (libFuzzer leaves through exit()). */
@@ -58,6 +58,9 @@ static void write_seed(const char *out)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     char err[PR_ERR_LEN];
+    // memory-backed when the machine has /dev/shm: creating and truncating files on a disk
+    // file system took four fifths of the harness's time
+    snprintf(dir, sizeof dir, "%s/fuzz_safetensors_XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     if (!mkdtemp(dir))
         abort();
     atexit(remove_scratch);
