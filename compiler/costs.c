@@ -338,6 +338,11 @@ COST_FN(cost_lars_apply) /* weight, gradient, buffer read; buffer and weight wri
     *flops = 5 * l->n;
     *bytes = 20 * l->n;
 }
+COST_FN(cost_nadam_apply) /* weight, gradient, two moments read; weight, moments written */
+{
+    *flops = 14 * l->n;
+    *bytes = 28 * l->n;
+}
 COST_FN(cost_to_bf16)
 {
     *flops = l->n;
@@ -377,6 +382,7 @@ static const KernelCost kernel_costs[] = {
     {"muon_apply", ENGINE_VECTOR, cost_muon_apply, NULL},
     {"lamb_direction", ENGINE_VECTOR, cost_lamb_direction, NULL},
     {"lars_apply", ENGINE_VECTOR, cost_lars_apply, NULL},
+    {"nadam_apply", ENGINE_VECTOR, cost_nadam_apply, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
 };
 
@@ -664,17 +670,19 @@ static double priced_newton_schulz(const Config *cfg, double m, double M, int st
 }
 
 /* The optimizer step: per tensor, each launch its own roofline; reported as one op whose
- * figures are the mean per tensor. AdamW one kernel; LAMB its direction, two norms and the
- * update; LARS two norms and its update; Muon, for the blocks' matrices, the momentum, a
- * norm, the Newton-Schulz products and the update (its AdamW group as AdamW). */
+ * figures are the mean per tensor. AdamW and NAdamW one kernel; LAMB its direction, two norms
+ * and the update; LARS two norms and its update; Muon, for the blocks' matrices, the momentum,
+ * a norm, the Newton-Schulz products and the update (its AdamW group as AdamW). */
 static void cost_optimizer_step(const Config *cfg, const StagePlan *sp, StageCosts *sc)
 {
     static const char *const step_names[] = {[PR_OPT_ADAMW] = "adamw", [PR_OPT_MUON] = "muon step",
-                                              [PR_OPT_LAMB] = "lamb step", [PR_OPT_LARS] = "lars step"};
+                                              [PR_OPT_LAMB] = "lamb step", [PR_OPT_LARS] = "lars step",
+                                              [PR_OPT_NADAMW] = "nadamw step"};
     static const char *const what[] = {[PR_OPT_ADAMW] = "AdamW update of one tensor",
                                        [PR_OPT_MUON] = "Muon (or its AdamW group's) update of one tensor",
                                        [PR_OPT_LAMB] = "LAMB update of one tensor",
-                                       [PR_OPT_LARS] = "LARS update of one tensor"};
+                                       [PR_OPT_LARS] = "LARS update of one tensor",
+                                       [PR_OPT_NADAMW] = "NAdamW update of one tensor"};
     StageLayout lay;
     stage_layout(cfg, sp, &lay);
     TensorInfo *tensors;
@@ -716,6 +724,9 @@ static void cost_optimizer_step(const Config *cfg, const StagePlan *sp, StageCos
         case PR_OPT_LARS:
             seconds += 2 * priced_norm(cfg, size, &b);
             seconds += priced_launch(cfg, "lars_apply", size, &f, &b);
+            break;
+        case PR_OPT_NADAMW:
+            seconds += priced_launch(cfg, "nadam_apply", size, &f, &b);
             break;
         default:
             seconds += priced_launch(cfg, "adamw", size, &f, &b);

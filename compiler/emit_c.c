@@ -185,7 +185,8 @@ static void emit_op_table(StrBuf *sb, const Config *cfg, int s, const StageSecti
         const OpList *l = sections[i].ops;
         if (!l) {
             static const char *const step_of[] = {[PR_OPT_ADAMW] = "AdamW", [PR_OPT_MUON] = "Muon (or its AdamW group's)",
-                                                  [PR_OPT_LAMB] = "LAMB", [PR_OPT_LARS] = "LARS"};
+                                                  [PR_OPT_LAMB] = "LAMB", [PR_OPT_LARS] = "LARS",
+                                                  [PR_OPT_NADAMW] = "NAdamW"};
             emit_line(sb, "{\"%s\", \"adamw\", \"%s update of one tensor\"},", sections[i].name,
                       step_of[cfg->optimizer]);
             continue;
@@ -211,18 +212,25 @@ static void mark_kernels(const OpList *l, bool *used)
             used[l->ops[i].kernel - kernel_descs] = true;
 }
 
-/* The stage's step under muon, lamb or lars: the rule's constants, and one runtime call per
- * tensor (runtime/optim_rules.c), in the place and under the name of the AdamW step. */
+/* The stage's step under muon, lamb, lars or nadamw: the rule's constants, and one runtime
+ * call per tensor (runtime/optim_rules.c), in the place and under the name of the AdamW step. */
 static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
 {
-    static const char *const names[] = {"adamw", "muon", "lamb", "lars"};
+    static const char *const names[] = {"adamw", "muon", "lamb", "lars", "nadamw"};
     bool muon = cfg->optimizer == PR_OPT_MUON;
     emit_line(sb, "/* optimizer %s (docs/dsl.md): its constants, then one update per tensor. */",
               names[cfg->optimizer]);
+    if (cfg->delay_correction == DELAY_NESTEROV) {
+        emit_line(sb, "/* delay_correction nesterov: this stage's beta1 = %g + d (0.99 - %g) / p = %.6g, with",
+                  cfg->beta1, cfg->beta1, stage_beta1(cfg, s));
+        emit_line(sb, " * d = %d (the most optimizer steps a micro-batch's forward and backward straddle on",
+                  cfg->stage_delay[s]);
+        emit_line(sb, " * stage %d in the schedule table) and p = %d. */", s, cfg->stages);
+    }
     emit_line(sb, "static const pr_optim_rule optim_rule = {");
     sb->indent++;
     emit_line(sb, ".kind = %d, .width = %d,", cfg->optimizer, cfg->width);
-    emit_line(sb, ".beta1 = %s, .beta2 = %s,", exact_double(muon ? cfg->group_beta1 : cfg->beta1),
+    emit_line(sb, ".beta1 = %s, .beta2 = %s,", exact_double(muon ? cfg->group_beta1 : stage_beta1(cfg, s)),
               exact_double(muon ? cfg->group_beta2 : cfg->beta2));
     emit_line(sb, ".eps = %s, .weight_decay = %s,", exact_double(muon ? cfg->group_eps : cfg->eps),
               exact_double(muon ? cfg->group_weight_decay : cfg->weight_decay));
@@ -233,6 +241,7 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
     emit_line(sb, ".muon_weight_decay = %s,", exact_double(cfg->weight_decay));
     emit_line(sb, ".group_lr_ratio = %s, /* the AdamW group's lr %g over %g */",
               exact_double(cfg->group_lr / cfg->lr_base), cfg->group_lr, cfg->lr_base);
+    emit_line(sb, ".momentum_decay = %s,", exact_double(cfg->momentum_decay));
     sb->indent--;
     emit_line(sb, "};");
     blank_line(sb);

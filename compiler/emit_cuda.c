@@ -468,7 +468,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
         emit_open_block(sb);
         emit_line(sb, "static const pr_optim_kernels kernels = {K_optim_momentum, K_scale_add, K_muon_apply, "
-                      "K_lamb_direction, K_lars_apply, K_adamw, K_to_bf16, CUDA_BLOCK};");
+                      "K_lamb_direction, K_lars_apply, K_adamw, K_to_bf16, K_nadam_apply, CUDA_BLOCK};");
         emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
         emit_line(sb, "OP_BEGIN(OPS_adamw);");
         emit_line(sb, "pr_cuda_optim_step(&optim_rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &kernels);", s);

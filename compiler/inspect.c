@@ -57,6 +57,28 @@ static void explain_lr(FILE *out, const Config *cfg)
             decay_name(cfg->lr_decay), cfg->min_lr_ratio);
 }
 
+/* optimizer nadamw: its rule in one line (the other optimizers print none, as before). */
+static void explain_optimizer(FILE *out, const Config *cfg)
+{
+    if (cfg->optimizer != PR_OPT_NADAMW)
+        return;
+    fprintf(out, "optimizer: nadamw (Adam with Nesterov momentum, Dozat 2016, as torch.optim.NAdam; decoupled "
+                 "weight decay): betas %g %g, eps %g, weight_decay %g, momentum_decay %g; state m and v "
+                 "(8 bytes per parameter, as AdamW)\n",
+            cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, cfg->momentum_decay);
+}
+
+/* `delay_correction nesterov`: each stage's beta1 from its delay in the table (stage_beta1). */
+static void explain_nesterov(FILE *out, const Config *cfg)
+{
+    fprintf(out, "delay correction: nesterov (arXiv 2505.01099's delay-aware momentum, as its code does it): "
+                 "stage s runs NAdamW with beta1 = %g + d (0.99 - %g) / %d, d its most optimizer steps between "
+                 "a micro-batch's forward and backward in the schedule table; cost: no extra memory, no "
+                 "compute beyond NAdamW's step:\n", cfg->beta1, cfg->beta1, cfg->stages);
+    for (int s = 0; s < cfg->stages; s++)
+        fprintf(out, "  stage %d: d = %d, beta1 %.6g\n", s, cfg->stage_delay[s], stage_beta1(cfg, s));
+}
+
 /* The pipeline line with D replicas, and the job's shape: D x p ranks. */
 static void explain_replicas(FILE *out, const Config *cfg, double tokens_per_step)
 {
@@ -219,6 +241,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                  "evaluation, checkpoint, end of training)\n",
             cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
     explain_lr(out, cfg);
+    explain_optimizer(out, cfg);
 
     /* One unit for the whole table: GiB for real models, MiB for the CPU-sized ones. */
     int peak_stage = 0;
@@ -253,6 +276,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         explain_recompute(out, cfg, plan, unit, unit_bytes);
     if (cfg->delay_correction == DELAY_PREDICT)
         explain_prediction(out, plan, t);
+    if (cfg->delay_correction == DELAY_NESTEROV)
+        explain_nesterov(out, cfg);
     if (replicas > 1)
         explain_allreduce(out, cfg, plan);
 

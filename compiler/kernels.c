@@ -677,7 +677,7 @@ const KernelDesc kernel_descs[] = {
                 "if (param_h)\n"
                 "    param_h[i] = pr_to_bf16(param[i]);",
     },
-    /* The GPU steps of muon, lamb and lars (runtime/cuda/optim.c launches them; the CPU runs
+    /* The GPU steps of muon, lamb, lars and nadamw (runtime/cuda/optim.c launches them; the CPU runs
      * runtime/optim_rules.c). A matrix element i = row * cols + col sits at `at` in the
      * orthogonalisation's operand: transposed (col * rows + row) when `flip`. */
     {
@@ -737,6 +737,23 @@ const KernelDesc kernel_descs[] = {
         .body = "float b = mu * buf[i] + step * (grad[i] * grad_scale + weight_decay * param[i]);\n"
                 "buf[i] = b;\n"
                 "param[i] -= b;",
+    },
+    {
+        .name = "nadam_apply",
+        .doc = "NAdamW: Adam's moments, then param = keep param - (coef_g g + coef_m m) / "
+               "(sqrt(v / beta2_correction) + eps), the scalars of pr_nadam_scalars_at",
+        .params = "float *RESTRICT param, const float *RESTRICT grad, float *RESTRICT m, "
+                  "float *RESTRICT v, long n, float beta1, float beta2, float eps, float grad_scale, "
+                  "float beta2_correction, float coef_g, float coef_m, float keep",
+        .index = "i",
+        .extent = "n",
+        .body = "float g = grad[i] * grad_scale;\n"
+                "float mi = beta1 * m[i] + (1.0f - beta1) * g;\n"
+                "float vi = beta2 * v[i] + (1.0f - beta2) * g * g;\n"
+                "m[i] = mi;\n"
+                "v[i] = vi;\n"
+                "float denom = sqrtf(vi / beta2_correction) + eps;\n"
+                "param[i] = keep * param[i] - (coef_g * g + coef_m * mi) / denom;",
     },
     {
         .name = "to_bf16",

@@ -322,6 +322,8 @@ int main(int argc, char **argv)
     if (!verify_schedule(table, &plan, &report))
         ICE("the %s schedule failed verification: %s", paci_schedule_name(cfg.schedule),
             report.error);
+    for (int s = 0; s < cfg.stages; s++) // the static delays `delay_correction nesterov` reads
+        cfg.stage_delay[s] = report.max_drift[s];
 
     int status = 0;
     /* The GPU path is generated when NVRTC loads and the runtime was built with CUDA. */

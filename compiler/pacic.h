@@ -189,7 +189,7 @@ typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 
 /* Validated numbers only: nothing downstream interprets a string of the DSL. */
 /* `pipeline { delay_correction ... }` (docs/dsl.md); order = the DSL's word list. */
-enum delay_correction { DELAY_NONE, DELAY_PREDICT };
+enum delay_correction { DELAY_NONE, DELAY_PREDICT, DELAY_NESTEROV };
 /* `pipeline { recompute ... }` (docs/dsl.md); order = the DSL's word list. */
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_FULL };
 
@@ -226,6 +226,7 @@ typedef struct Config {
     int ns_steps;             /* muon: Newton-Schulz iterations */
     int shape_scale;          /* muon: enum pr_muon_scale */
     double trust_coefficient; /* lars: eta */
+    double momentum_decay;    /* nadamw: psi of NAdam's momentum schedule */
     /* muon's inner `adamw` block: embeddings, head, biases and LayerNorm */
     double group_lr, group_beta1, group_beta2, group_eps, group_weight_decay;
     long warmup_steps;
@@ -250,7 +251,14 @@ typedef struct Config {
     bool cuda;
     /* set by main from --balance: measured costs that replace the cost model's (cost_stage) */
     const struct MeasuredCosts *measured;
+    /* set by main from the verifier (max_drift): per stage, the most optimizer steps a
+     * micro-batch's forward and backward straddle; `delay_correction nesterov` reads it */
+    int stage_delay[PACI_MAX_STAGES];
 } Config;
+
+/* Stage s's beta1: cfg's, or under `delay_correction nesterov` (arXiv 2505.01099's
+ * adaptive momentum) beta1 + d_s (0.99 - beta1) / p with d_s = cfg->stage_delay[s]. */
+double stage_beta1(const Config *cfg, int s);
 
 /* Ranks of one job, stages x replicas, at most (sema's check; docs/dsl.md). */
 enum { MAX_WORLD_SIZE = 4096 };

@@ -99,11 +99,11 @@ static const Preset presets[] = {
 static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large",
                                           "gpt2-xl", NULL};
 /* In the order of enum delay_correction (compiler/pacic.h). */
-static const char *const delay_correction_words[] = {"none", "predict", NULL};
+static const char *const delay_correction_words[] = {"none", "predict", "nesterov", NULL};
 /* In the order of enum recompute (compiler/pacic.h). */
 static const char *const recompute_words[] = {"none", "full", NULL};
 /* In the order of enum pr_optimizer (runtime/pacirt.h). */
-static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", NULL};
+static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", "nadamw", NULL};
 static const char *const shape_scale_words[] = {
     [PR_MUON_SCALE_RATIO] = "ratio", [PR_MUON_SCALE_RMS] = "rms", NULL};
 
@@ -179,6 +179,7 @@ static const KeyDef optimizer_keys[] = {
     INT_KEY("ns_steps", ns_steps, 1, 20, 5),
     CHOICE_KEY("shape_scale", shape_scale, shape_scale_words, PR_MUON_SCALE_RATIO),
     POS_KEY("trust_coefficient", trust_coefficient, 0.001),
+    NUM_KEY("momentum_decay", momentum_decay, 0, 1e30, 0.004), /* nadamw only */
     BLOCK_KEY("adamw", group_block),
     END_KEYS,
 };
@@ -1067,6 +1068,7 @@ static void check_optimizer(Sema *s)
         [PR_OPT_MUON] = " lr momentum nesterov ns_steps shape_scale weight_decay clip adamw ",
         [PR_OPT_LAMB] = " lr betas eps weight_decay clip ",
         [PR_OPT_LARS] = " lr momentum trust_coefficient eps weight_decay clip ",
+        [PR_OPT_NADAMW] = " lr betas eps weight_decay momentum_decay clip ",
     };
     Config *cfg = s->cfg;
     const char *name = optimizer_names[cfg->optimizer];
@@ -1093,7 +1095,8 @@ static void check_optimizer(Sema *s)
 }
 
 /* Weight prediction needs the forward-to-backward delay of an asynchronous schedule without
- * weight stashing (paci), and AdamW's update direction (docs/dsl.md "delay_correction"). */
+ * weight stashing (paci), and AdamW's update direction; the Nesterov correction NAdamW and a
+ * delay, so an asynchronous schedule (docs/dsl.md "delay_correction"). */
 static void check_delay_correction(Sema *s)
 {
     Config *cfg = s->cfg;
@@ -1101,6 +1104,17 @@ static void check_delay_correction(Sema *s)
     if (!e || cfg->delay_correction == DELAY_NONE || !usable(s, "pipeline", "delay_correction"))
         return;
     Span at = e->values[0]->span;
+    if (cfg->delay_correction == DELAY_NESTEROV) {
+        if (cfg->optimizer != PR_OPT_NADAMW)
+            error_at(s->src, at, "delay_correction nesterov raises NAdamW's beta1 with each stage's delay; "
+                     "it needs optimizer nadamw, not %s (or delay_correction none)",
+                     optimizer_names[cfg->optimizer]);
+        else if (paci_schedule_is_sync(cfg->schedule))
+            error_at(s->src, at, "delay_correction nesterov needs an asynchronous schedule (paci or pipedream): "
+                     "under %s a micro-batch's forward and backward straddle no optimizer step "
+                     "(use delay_correction none)", paci_schedule_name(cfg->schedule));
+        return;
+    }
     if (paci_schedule_is_sync(cfg->schedule)) {
         warning_at(s->src, at, "delay_correction predict does nothing under the synchronous schedule %s: "
                    "every forward already sees the weights its backward sees", paci_schedule_name(cfg->schedule));
@@ -1113,6 +1127,13 @@ static void check_delay_correction(Sema *s)
                  "optimizer %s is not supported yet (use adamw or delay_correction none)",
                  optimizer_names[cfg->optimizer]);
     }
+}
+
+double stage_beta1(const Config *cfg, int s)
+{
+    if (cfg->delay_correction != DELAY_NESTEROV)
+        return cfg->beta1;
+    return cfg->beta1 + (double)cfg->stage_delay[s] * (0.99 - cfg->beta1) / (double)cfg->stages;
 }
 
 static void derive_training(Sema *s)
@@ -1255,7 +1276,10 @@ void config_dump(FILE *out, const Config *cfg)
             cfg->lr_base_batch, scale_words[cfg->lr_scale]);
     fprintf(out, "  betas %g %g\n  eps %g\n  weight_decay %g\n  clip %g\n", cfg->beta1, cfg->beta2,
             cfg->eps, cfg->weight_decay, cfg->grad_clip);
-    if (cfg->optimizer != PR_OPT_ADAMW)
+    if (cfg->optimizer == PR_OPT_NADAMW)
+        fprintf(out, "  optimizer nadamw: momentum_decay %g, delay_correction %s\n", cfg->momentum_decay,
+                delay_correction_words[cfg->delay_correction]);
+    else if (cfg->optimizer != PR_OPT_ADAMW)
         fprintf(out, "  optimizer %s: momentum %g, nesterov %s, ns_steps %d, shape_scale %s, "
                 "trust_coefficient %g; adamw group lr %g, betas %g %g, eps %g, weight_decay %g\n",
                 optimizer_names[cfg->optimizer], cfg->momentum, cfg->nesterov ? "true" : "false",

@@ -1,5 +1,5 @@
 /* optim_rules.c: the update rules besides AdamW (docs/dsl.md "optimizer"): Muon with an
- * AdamW group, LAMB and LARS, one tensor of a stage per call, in float32 with norms summed
+ * AdamW group, LAMB, LARS and NAdamW, one tensor of a stage per call, in float32 with norms summed
  * in double. Every rule is local to a tensor, so stages stay independent. The per-layer
  * tensors of a stage hold several layers back to back; the rules that look at a matrix or
  * a norm see one layer's slice at a time, as if the layers were separate tensors. */
@@ -173,6 +173,60 @@ static void lars_slice(const pr_optim_rule *r, float *p, const float *grad, floa
     }
 }
 
+/* mu_i of NAdam's momentum schedule (Dozat 2016; torch.optim.NAdam's momentum_decay psi). */
+static double nadam_mu(const pr_optim_rule *r, int64_t i)
+{
+    return r->beta1 * (1.0 - 0.5 * pow(0.96, (double)i * r->momentum_decay));
+}
+
+/* P_t = mu_1 ... mu_t. A stage's steps come one after another on one thread, so the product
+ * of the last call is extended by one factor: the same multiplications in the same order as
+ * computing it from 1, which a resumed run (or another rule) does. */
+static double nadam_mu_product(const pr_optim_rule *r, int64_t t)
+{
+    static _Thread_local struct { double beta1, psi, product; int64_t t; } last;
+    int64_t from = 0;
+    double product = 1.0;
+    if (last.t > 0 && last.t <= t && last.beta1 == r->beta1 && last.psi == r->momentum_decay) {
+        from = last.t;
+        product = last.product;
+    }
+    for (int64_t i = from + 1; i <= t; i++)
+        product *= nadam_mu(r, i);
+    last.beta1 = r->beta1;
+    last.psi = r->momentum_decay;
+    last.t = t;
+    last.product = product;
+    return product;
+}
+
+pr_nadam_scalars pr_nadam_scalars_at(const pr_optim_rule *r, int64_t t, float lr, float wd)
+{
+    double mu = nadam_mu(r, t), mu_next = nadam_mu(r, t + 1), product = nadam_mu_product(r, t);
+    return (pr_nadam_scalars){
+        .keep = (float)(1.0 - (double)lr * (double)wd),
+        .coef_g = (float)((double)lr * (1.0 - mu) / (1.0 - product)),
+        .coef_m = (float)((double)lr * mu_next / (1.0 - product * mu_next)),
+        .c2 = (float)(1.0 - pow(r->beta2, (double)t)),
+    };
+}
+
+/* NAdamW on n floats: Adam's moments, the Nesterov mix of the gradient and the momentum
+ * (pr_nadam_scalars), decoupled weight decay on the decayed tensors. */
+static void nadam_slice(const pr_optim_rule *r, float *p, const float *grad, float *m, float *v,
+                        int64_t n, float lr, int decay, float grad_scale, int64_t t)
+{
+    float b1 = (float)r->beta1, b2 = (float)r->beta2, eps = (float)r->eps;
+    pr_nadam_scalars k = pr_nadam_scalars_at(r, t, lr, decay ? (float)r->weight_decay : 0.0f);
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        float denom = sqrtf(v[i] / k.c2) + eps;
+        p[i] = k.keep * p[i] - (k.coef_g * g + k.coef_m * m[i]) / denom;
+    }
+}
+
 void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_args *args)
 {
     float *p = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;
@@ -202,6 +256,9 @@ void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_ar
     case PR_OPT_LARS:
         for (int64_t at = 0; at < t->size; at += slice)
             lars_slice(r, p + at, g + at, m + at, slice, args->lr, t->decay, args->grad_scale);
+        return;
+    case PR_OPT_NADAMW: // elementwise: one call for the whole tensor
+        nadam_slice(r, p, g, m, v, t->size, args->lr, t->decay, args->grad_scale, args->t);
         return;
     default:
         pr_internal("pr_optim_step: optimizer %d", (int)r->kind);

@@ -259,7 +259,7 @@ void pr_op_stats_add(int stage, int32_t op, double seconds);
 /* Monotonic clock around each op: ops run on the stage's thread, one at a time. */
 extern const pr_op_timer pr_cpu_op_timer;
 
-/* ---- optim_rules.c: what the CPU and GPU steps of muon, lamb and lars share ------------ */
+/* ---- optim_rules.c: what the CPU and GPU steps of muon, lamb, lars and nadamw share ---- */
 
 /* Keller Jordan's quintic Newton-Schulz coefficients (a, b, c): X <- aX + (bA + cA^2)X, on X
  * divided by its Frobenius norm plus PR_NS_NORM_EPS. */
@@ -272,6 +272,16 @@ extern const pr_op_timer pr_cpu_op_timer;
 int64_t pr_optim_layer_floats(int32_t kind, int64_t C);
 /* Whether Muon orthogonalises a kind, and one matrix's shape (qkv: a C x C block). */
 bool pr_optim_muon_shape(int32_t kind, int64_t C, int64_t *rows, int64_t *cols);
+/* NAdamW's scalars for step t (1-based) at learning rate lr on a tensor with decay wd (0 for
+ * the undecayed ones): with mu_i = beta1 (1 - 0.5 * 0.96^(i psi)) and P_t = mu_1 ... mu_t,
+ * the update is  W = keep W - (coef_g g + coef_m m) / (sqrt(v / c2) + eps)  where
+ * keep = 1 - lr wd, coef_g = lr (1 - mu_t) / (1 - P_t), coef_m = lr mu_{t+1} / (1 - P_t mu_{t+1}),
+ * c2 = 1 - beta2^t. P_t is a product in double in the order i = 1..t, so it depends on t only
+ * and a resumed run gets the same bits. */
+typedef struct pr_nadam_scalars {
+    float keep, coef_g, coef_m, c2;
+} pr_nadam_scalars;
+pr_nadam_scalars pr_nadam_scalars_at(const pr_optim_rule *rule, int64_t t, float lr, float wd);
 
 /* ---- optim.c: learning rate and clipping ----------------------------------------------- */
 

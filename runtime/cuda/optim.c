@@ -1,4 +1,4 @@
-/* optim.c: muon, lamb and lars on the GPU, the same rules as runtime/optim_rules.c (see
+/* optim.c: muon, lamb, lars and nadamw on the GPU, the same rules as runtime/optim_rules.c (see
  * there and docs/dsl.md): elementwise kernels of the stage's unit (compiler/kernels.c), the
  * Newton-Schulz products through cuBLASLt (pr_cuda_gemm, fp32), and each norm as a sum of
  * squares the CUDA layer computes on the compute stream and brings back (one synchronisation
@@ -98,6 +98,18 @@ static void lars_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels
     pr_cuda_launch(stage, k->lars_apply, size, k->block, args);
 }
 
+static void nadam_tensor(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, float *p,
+                         const float *g, float *m, float *v, int64_t size, float lr, int decay,
+                         float grad_scale, int64_t t)
+{
+    long n = (long)size;
+    float beta1 = (float)r->beta1, beta2 = (float)r->beta2, eps = (float)r->eps;
+    pr_nadam_scalars c = pr_nadam_scalars_at(r, t, lr, decay ? (float)r->weight_decay : 0.0f);
+    void *args[] = {&p, &g, &m, &v, &n, &beta1, &beta2, &eps, &grad_scale,
+                    &c.c2, &c.coef_g, &c.coef_m, &c.keep};
+    pr_cuda_launch(stage, k->nadam_apply, size, k->block, args);
+}
+
 void pr_cuda_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_args *args,
                         int32_t stage, const pr_optim_kernels *k)
 {
@@ -132,6 +144,9 @@ void pr_cuda_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_ada
     case PR_OPT_LARS:
         for (int64_t at = 0; at < t->size; at += slice)
             lars_slice(r, stage, k, p + at, g + at, m + at, slice, args->lr, t->decay, gs);
+        break;
+    case PR_OPT_NADAMW:
+        nadam_tensor(r, stage, k, p, g, m, v, t->size, args->lr, t->decay, gs, args->t);
         break;
     default:
         pr_internal("pr_cuda_optim_step: optimizer %d", (int)r->kind);

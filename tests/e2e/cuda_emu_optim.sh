@@ -2,8 +2,8 @@
 # The optimizers' GPU steps (runtime/cuda/optim.c: the kernels of compiler/kernels.c and the
 # Newton-Schulz products through pr_cuda_gemm) under the CUDA emulator, against the CPU's
 # (runtime/optim_rules.c) in one binary from one seed: muon (Nesterov, ratio scaling; p = 2,
-# so both its AdamW group and its matrices run on each stage), lamb and lars at p = 2, and
-# muon under precision bf16 (the weights' bf16 copy written back after each tensor's step),
+# so both its AdamW group and its matrices run on each stage), lamb, lars and nadamw (also
+# with delay_correction nesterov: stage 0's beta1 raised) at p = 2, and muon under precision bf16 (the weights' bf16 copy written back after each tensor's step),
 # losses to LOSS_TOL relative and weights to WEIGHT_TOL absolute as tests/e2e/cuda_emu.sh;
 # then muon through the real GPU layer on the fake CUDA stack (tests/e2e/cuda_fake.sh).
 # Skips as cuda_emu.sh does (no libpacirt_cuda.a, no C++ compiler, sanitizer builds).
@@ -20,12 +20,15 @@ declare -A rule=(
     [muon]="muon { lr 0.02; weight_decay 0.1; clip 0.5; adamw { lr 3e-3; betas 0.8 0.95 } }"
     [lamb]="lamb { lr 5e-3; betas 0.9 0.99; eps 1e-6; weight_decay 0.1; clip 0.5 }"
     [lars]="lars { lr 0.5; trust_coefficient 0.02; weight_decay 1e-3; clip 0.5 }"
+    [nadamw]="nadamw { lr 5e-3; betas 0.9 0.99; eps 1e-6; weight_decay 0.1; momentum_decay 0.004; clip 0.5 }"
 )
-for name in muon lamb lars muon-bf16; do
+for name in muon lamb lars nadamw nadamw-nesterov muon-bf16; do
     opt=${name%-bf16}
+    opt=${opt%-nesterov}
     small_model "$name" 2 paci 2 5 0
     sed -i "s/^    optimizer adamw.*/    optimizer ${rule[$opt]}/" "$work/$name.paci"
     [ "$name" = muon-bf16 ] && sed -i "s/^train {/train {\n    precision bf16/" "$work/$name.paci"
+    [ "$name" = nadamw-nesterov ] && sed -i "s/^pipeline { \(.*\) }/pipeline { \1; delay_correction nesterov }/" "$work/$name.paci"
     grep -q "optimizer $opt" "$work/$name.paci" || fail "$name: the optimizer was not set"
     mkdir -p "$work/$name"
     status=0
@@ -43,7 +46,8 @@ for name in muon lamb lars muon-bf16; do
         compare_devices "$name" "$work/$name/cuda" "$work/$name/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
     fi
 done
-echo "muon, lamb and lars under the emulated GPU match their CPU steps"
+grep -q "delay_correction nesterov" "$work/nadamw-nesterov.paci" || fail "nadamw-nesterov: the key was not set"
+echo "muon, lamb, lars and nadamw under the emulated GPU match their CPU steps"
 
 # The real GPU layer (runtime/cuda/ linked: device.c's allocation and sums of squares,
 # cuBLASLt) on the fake CUDA stack of tests/cuda_fake, whose device memory the host cannot

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Resume with each optimizer: 16 steps straight equal 8, stop, resume, 8, bit for bit
 # (model.bin, state.bin with Muon's momentum and its AdamW group's moments, LAMB's m and v,
-# LARS's momentum, and the losses), on the asynchronous paci schedule at p = 3. A state.bin
-# of another optimizer is refused with the way out, and so is AdamW's (version 1) under Muon.
+# LARS's momentum, NAdamW's m and v, and the losses), on the asynchronous paci schedule at
+# p = 3 (nadamw with delay_correction nesterov too: each stage its own beta1). A state.bin of
+# another optimizer is refused with the way out, and so is AdamW's (version 1) under Muon.
 source tests/e2e/lib.sh
 
-# opt_model NAME OPTIMIZER-BLOCK: a 3-stage paci program of 16 steps, checkpoints every 8.
+# opt_model NAME OPTIMIZER-BLOCK [PIPELINE-KEYS]: a 3-stage paci program of 16 steps,
+# checkpoints every 8.
 opt_model() {
     cat > "$work/$1.paci" <<DSL
 model gpt2 { layers 3; width 32; heads 2; context 16; vocab 256 }
-pipeline { stages 3; schedule paci; window 2 }
+pipeline { stages 3; schedule paci; window 2${3:+; $3} }
 batch { micro 2 }
 train {
     data "$data/tiny_train.bin"
@@ -30,10 +32,13 @@ declare -A rule=(
     [lamb]="lamb { lr 5e-3; weight_decay 0.01; clip 0.5 }"
     [lars]="lars { lr 0.5; trust_coefficient 0.01; weight_decay 1e-4; clip 0.5 }"
     [adamw]="adamw { lr 3e-3; clip 0.5 }"
+    [nadamw]="nadamw { lr 3e-3; betas 0.9 0.95; weight_decay 0.1; momentum_decay 0.004; clip 0.5 }"
+    [nadamw-nesterov]="nadamw { lr 3e-3; weight_decay 0.1; clip 0.5 }"
 )
+declare -A pipeline_keys=([nadamw-nesterov]="delay_correction nesterov")
 # One build per optimizer; the resumed run is the same program in another folder.
-for opt in muon lamb lars; do
-    opt_model "$opt-straight" "${rule[$opt]}"
+for opt in muon lamb lars nadamw nadamw-nesterov; do
+    opt_model "$opt-straight" "${rule[$opt]}" "${pipeline_keys[$opt]:-}"
     train "$opt-straight"
     mkdir -p "$work/$opt-resumed"
     cp "$work/$opt-straight/run" "$work/$opt-resumed/run"
@@ -60,6 +65,8 @@ mkdir -p "$work/switch"
 cp -r "$work/lamb-straight/ckpt" "$work/switch/ckpt"
 cp "$work/muon-straight/run" "$work/switch/run"
 refused "written by optimizer lamb (2), the program uses muon: its state does not carry over"
+cp "$work/nadamw-straight/run" "$work/switch/run"
+refused "written by optimizer lamb (2), the program uses nadamw: its state does not carry over"
 opt_model adamw "${rule[adamw]}"
 train adamw --steps 8
 rm -rf "$work/switch/ckpt" && cp -r "$work/adamw/ckpt" "$work/switch/ckpt"

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Muon, LAMB and LARS in float64, written from the published rules, against a checkpoint `run`
-wrote (PyTorch 1.13 has none of them; torch is used for the gradients only).
+"""Muon, LAMB, LARS and NAdamW in float64, written from the published rules, against a checkpoint
+`run` wrote (PyTorch 1.13 has none of the first three; torch is used for the gradients, and for
+NAdamW with weight_decay 0 its torch.optim.NAdam is a second reference).
 
   optim_ref.py check INIT DATA CKPT METRICS MICRO WINDOW STEPS TOTAL LR WARMUP FLOOR CLIP RULE
       replays `run --init INIT`'s first STEPS steps (of TOTAL) as torch_train_ref.py does
       (same micro-batches, mean gradient, global clipping, warmup and cosine decay), then
-      applies RULE, a JSON object: {"kind": "muon"|"lamb"|"lars", ...its hyperparameters};
+      applies RULE, a JSON object: {"kind": "muon"|"lamb"|"lars"|"nadamw", ...its hyperparameters};
       several groups of 13 check several runs
 
 The rules, per tensor of one layer (the checkpoint's per-layer arrays), g the clipped gradient:
@@ -22,6 +23,13 @@ The rules, per tensor of one layer (the checkpoint's per-layer arrays), g the cl
       decay and no ratio.
   lars (You et al. 2017): local = eta |W| / (|g| + wd |W| + eps), 1 when a norm is 0;
       B = mu B + lr local (g + wd W);  W -= B; biases and LayerNorm take no decay, local = 1.
+  nadamw (Dozat 2016's NAdam with torch.optim.NAdam's momentum schedule, decoupled decay):
+      mu_i = beta1 (1 - 0.5 * 0.96^(i psi)), P_t = mu_1 ... mu_t;  m, v as Adam;
+      D = sqrt(v / (1 - beta2^t)) + eps;  W *= 1 - lr wd;
+      W -= lr (1 - mu_t) / (1 - P_t) g / D + lr mu_{t+1} / (1 - P_t mu_{t+1}) m / D;
+      biases and LayerNorm take no decay. With weight_decay 0 the same steps also run through
+      torch.optim.NAdam (foreach=True: 1.13's single-tensor path divides the momentum term by
+      1 - P_t mu_t mu_{t+1}, counting mu_t twice) and its weights must match the reference's.
 Compared after the last step: the weights' change (to WEIGHT_RTOL of its largest value), the
 first state buffer (m: momentum or Adam's m) and, for lamb and Muon's AdamW group, v.
 """
@@ -41,6 +49,7 @@ MUON_KINDS = {"qkvw", "attprojw", "fcw", "fcprojw"}
 LOSS_RTOL = 1e-5
 STATE_RTOL = 1e-4
 WEIGHT_RTOL = 1e-3
+TORCH_RTOL = 1e-5
 
 
 def newton_schulz(u, steps):
@@ -72,6 +81,10 @@ def adam_direction(m, v, g, beta1, beta2, eps, t):
     return (m / (1 - beta1 ** t)) / (np.sqrt(v / (1 - beta2 ** t)) + eps)
 
 
+def nadam_mu(beta1, psi, i):
+    return beta1 * (1 - 0.5 * 0.96 ** (i * psi))
+
+
 def step(rule, name, w, g, state, lr, t):
     """One update of tensor `name` in place; state holds its buffers."""
     kind = name.split(".")[-1]
@@ -95,6 +108,18 @@ def step(rule, name, w, g, state, lr, t):
         wn, dn = np.linalg.norm(w), np.linalg.norm(d)
         ratio = wn / dn if decay and wn > 0 and dn > 0 else 1.0
         w -= lr * ratio * d
+    elif rule["kind"] == "nadamw":
+        beta1, beta2 = rule["betas"]
+        mu, mu_next = nadam_mu(beta1, rule["momentum_decay"], t), nadam_mu(beta1, rule["momentum_decay"], t + 1)
+        product = state.get("mu_product", 1.0) * mu
+        state["mu_product"] = product
+        m *= beta1
+        m += (1 - beta1) * g
+        v *= beta2
+        v += (1 - beta2) * g * g
+        denom = np.sqrt(v / (1 - beta2 ** t)) + rule["eps"]
+        w *= 1 - lr * (rule["weight_decay"] if decay else 0.0)
+        w -= lr * (1 - mu) / (1 - product) * g / denom + lr * mu_next / (1 - product * mu_next) * m / denom
     elif rule["kind"] == "lars":
         wd = rule["weight_decay"] if decay else 0.0
         wn, gn = np.linalg.norm(w), np.linalg.norm(g)
@@ -118,6 +143,12 @@ def check(argv):
     states = {n: {} for n in weights}
 
     batch = batch_reader(data_path, shape["T"], B)
+    # torch.optim.NAdam as a second reference (its weight_decay is L2, so only without decay)
+    torch_nadam = rule["kind"] == "nadamw" and rule["weight_decay"] == 0
+    if torch_nadam:
+        twins = {n: torch.tensor(a.copy()) for n, a in weights.items()}
+        nadam = torch.optim.NAdam(list(twins.values()), lr=peak, betas=tuple(rule["betas"]), eps=rule["eps"],
+                                  weight_decay=0.0, momentum_decay=rule["momentum_decay"], foreach=True)
 
     logged = [rec for rec in map(json.loads, open(metrics)) if "loss" in rec]
     failures = 0
@@ -144,6 +175,19 @@ def check(argv):
                 failures += 1
         for n in weights:
             step(rule, n, weights[n], mean[n] * scale, states[n], lr, t + 1)
+        if torch_nadam:
+            for n, p in twins.items():
+                p.grad = torch.tensor(mean[n] * scale)
+            nadam.param_groups[0]["lr"] = lr
+            nadam.step()
+    if torch_nadam:  # both float64 but torch's P_t, kept in float32
+        worst_torch = max(np.max(np.abs(twins[n].numpy() - weights[n])) / max(np.max(np.abs(weights[n] - start[n])), 1e-30)
+                          for n in weights)
+        print(f"nadamw: the reference against torch.optim.NAdam after {steps} steps: worst weight change "
+              f"error {worst_torch:.2e} of its largest value (tolerance {TORCH_RTOL})")
+        if not worst_torch <= TORCH_RTOL:
+            print("FAIL the float64 reference and torch.optim.NAdam disagree")
+            failures += 1
 
     ours, ours_m, ours_v = read_checkpoint(ckpt, shape)
     worst = dict(weights=0.0, m=0.0, v=0.0)

@@ -674,7 +674,7 @@ static void test_lr_errors(void **state)
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { lr 1e-3 at 32 scale sqr } }\n",
                          "t.paci:4:56: error: unknown lr scale rule 'sqr'; did you mean 'sqrt'?");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer sgd { } }\n",
-                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw, muon, lamb, lars)");
+                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw, muon, lamb, lars, nadamw)");
 }
 
 /* Each optimizer's keys, its defaults, and located errors for keys of another optimizer. */
@@ -718,6 +718,37 @@ static void test_optimizers(void **state)
                          "t.paci:4:43: error: unknown key 'nesterov' in 'adamw'; it belongs in 'optimizer'");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lars { trust_coefficient 0 } }\n",
                          "t.paci:4:53: error: 'trust_coefficient' 0 is out of range: it must be > 0");
+}
+
+/* nadamw's keys and defaults, and `delay_correction nesterov`'s requirements, each at its span. */
+static void test_nadamw(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; optimizer nadamw { betas 0.8 0.99 } }\n");
+    assert_true(c.ok);
+    assert_true(c.cfg.optimizer == PR_OPT_NADAMW && c.cfg.momentum_decay == 0.004 && c.cfg.beta1 == 0.8);
+    assert_true(c.cfg.weight_decay == 0.1 && c.cfg.eps == 1e-8 && c.cfg.delay_correction == DELAY_NONE);
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; schedule pipedream; delay_correction nesterov }\n" BATCH
+              "train { steps 5; optimizer nadamw { momentum_decay 0.01 } }\n");
+    assert_true(c.ok && c.cfg.delay_correction == DELAY_NESTEROV && c.cfg.momentum_decay == 0.01);
+    done(&c);
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer nadamw { momentum_decay -1 } }\n",
+                         "t.paci:4:52: error: 'momentum_decay' -1 is out of range: it must be >= 0");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer nadamw { momentum 0.9 } }\n",
+                         "t.paci:4:37: error: 'momentum' is not a key of optimizer nadamw (its keys: lr betas "
+                         "eps weight_decay momentum_decay clip )");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { momentum_decay 0.004 } }\n",
+                         "t.paci:4:36: error: 'momentum_decay' is not a key of optimizer adamw (its keys: lr "
+                         "betas eps weight_decay clip )");
+    assert_first_message(MODEL "pipeline { stages 4; delay_correction nesterov }\n" BATCH "train { steps 5 }\n",
+                         "t.paci:2:39: error: delay_correction nesterov raises NAdamW's beta1 with each stage's "
+                         "delay; it needs optimizer nadamw, not adamw (or delay_correction none)");
+    assert_first_message(MODEL "pipeline { stages 4; schedule 1f1b; delay_correction nesterov }\n" BATCH
+                         "train { steps 5; optimizer nadamw { } }\n",
+                         "t.paci:2:54: error: delay_correction nesterov needs an asynchronous schedule (paci or "
+                         "pipedream): under 1f1b a micro-batch's forward and backward straddle no optimizer step "
+                         "(use delay_correction none)");
 }
 
 /* ---- syntax ----------------------------------------------------------------------------- */
@@ -987,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_warnings_do_not_fail),
         cmocka_unit_test(test_lr_errors),
         cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_nadamw),
         cmocka_unit_test(test_syntax_unexpected_token),
         cmocka_unit_test(test_syntax_recovers_and_reports_each_error_once),
         cmocka_unit_test(test_unclosed_block_names_its_line),
