@@ -242,14 +242,14 @@ def main():
             lr_rows.append({"config": c, "m": m, "run": r, "tokens": tok, "seconds": sec,
                             "lowest_block": lowest_block(c, r), "best": best[c] is not None and best[c][0] == m})
     with open(os.path.join(out, "lr_table.csv"), "w") as f:
-        f.write("config,lr_multiplier,optimizer,final_val_loss,diverged,tokens_to_target,replayed_s_to_target,"
-                "lowest_block_train_loss,best,wall_s,cpu_s\n")
+        f.write("config,lr_multiplier,final_val_loss,diverged,tokens_to_target,replayed_s_to_target,"
+                "lowest_block_train_loss,best,wall_s,cpu_s,optimizer\n")
         for row in lr_rows:
             r = row["run"]
-            f.write('%s,%g,"%s",%s,%s,%s,%s,%s,%d,%s,%s\n' % (
-                row["config"], row["m"], r["lrs"], fmt(r["final_val"], "%.4f", ""), 1 if r["diverged"] else 0,
-                row["tokens"] or "", fmt(row["seconds"], "%.3f", ""), fmt(row["lowest_block"], "%.4f", ""),
-                row["best"], fmt(r["wall"], "%.1f", ""), fmt(r["cpu"], "%.1f", "")))
+            f.write('%s,%g,%s,%s,%s,%s,%s,%d,%s,%s,"%s"\n' % (
+                row["config"], row["m"], fmt(r["final_val"], "%.4f", ""), 1 if r["diverged"] else 0,
+                row["tokens"] or "", fmt(row["seconds"], "%.6f", ""), fmt(row["lowest_block"], "%.4f", ""),
+                row["best"], fmt(r["wall"], "%.1f", ""), fmt(r["cpu"], "%.1f", ""), r["lrs"].replace('"', '""')))
 
     # The summary: every configuration at its best lr.
     stages = first["stages"]
@@ -275,8 +275,8 @@ def main():
             r = row["run"]
             f.write("%s,%s,%g,%.4f,%s,%s,%s,%s,%s,%s,%s\n" % (
                 row["config"], schedule_of[row["config"]], row["m"], r["final_val"], fmt(row["gap"], "%.3f", ""),
-                row["tokens"] or "", fmt(row["seconds"], "%.3f", ""), fmt(row["speedup"], "%.3f", ""),
-                fmt(row["total"], "%.3f", ""),
+                row["tokens"] or "", fmt(row["seconds"], "%.6f", ""), fmt(row["speedup"], "%.4f", ""),
+                fmt(row["total"], "%.6f", ""),
                 ",".join("%.3f" % (b / 2**20) for b in r["stage_bytes"]) if r["stage_bytes"] else "," * (stages - 1),
                 ",".join(str(d) for d in r["drift"]) if r["drift"] else "," * (stages - 1)))
 
@@ -340,12 +340,12 @@ def main():
                   for c in finished if step_end[c]]
     time_series = [("%s x%g" % (c, best[c][0]), colors[c],
                     [(step_end[c][s - 1], v) for s, v in best[c][1]["val"]]) for c in finished if step_end[c]]
-    if tok_series:
+    if any(pts for _, _, pts in tok_series) and any(pts for _, _, pts in time_series):
         losses = [l for _, _, pts in tok_series + time_series for _, l in pts]
         ylo = math.floor(min(losses) * 5) / 5
         yhi = min(math.ceil(max(losses) * 5) / 5, ylo + 2)
-        xt = max(p[0] for _, _, pts in tok_series for p in pts)
-        xs = max(p[0] for _, _, pts in time_series for p in pts)
+        xt = max(p[0] for _, _, pts in tok_series for p in pts) or 1
+        xs = max(p[0] for _, _, pts in time_series for p in pts) or 1
         analyze.write_svg(os.path.join(out, "best_runs.svg"),
                           "Each configuration at its best learning rate, p = %d, K = %d" % (stages, first["window"]),
                           [("training loss (block means of %d micro-batches)" % args.block, tok_series,

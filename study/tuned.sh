@@ -7,7 +7,7 @@
 # tables and plots.
 #
 #   study/tuned.sh [--configs FILE] [--only "NAME ..."] [--lrs "0.25 0.5 1 2"] [--stages P]
-#                  [--window K] [--micro-batches M] [--evals N] [--target LOSS]
+#                  [--window K] [--micro-batches M] [--evals N] [--target LOSS] [--block B]
 #                  [--model-args "layers 8; width 64; heads 4"] [--out DIR] [--check-only]
 #
 # Every run sees M micro-batches (M / K optimizer steps) and N validation passes. --only
@@ -31,6 +31,7 @@ window=8
 micro_batches=4096
 evals=8
 target=2.6
+block=32  # micro-batches per block of the time-to-target rule
 model_args="layers 8; width 64; heads 4"
 out=$root/docs/study/tuned
 check_only=0
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     --micro-batches) micro_batches=$2 ;;
     --evals) evals=$2 ;;
     --target) target=$2 ;;
+    --block) block=$2 ;;
     --model-args) model_args=$2 ;;
     --out) out=$2 ;;
     *) echo "study: unknown option '$1' (see the head of $0)" >&2; exit 2 ;;
@@ -122,7 +124,7 @@ done
 (( refused == 0 )) || exit 1
 (( check_only == 0 )) || exit 0
 
-command_line="study/tuned.sh --configs ${configs#$root/} --lrs \"$lrs\" --stages $stages --window $window --micro-batches $micro_batches --evals $evals --target $target"
+command_line="study/tuned.sh --configs ${configs#$root/} --lrs \"$lrs\" --stages $stages --window $window --micro-batches $micro_batches --evals $evals --target $target --block $block"
 [ -z "$only" ] || command_line="$command_line --only \"$only\""
 rm -rf "$out/runs"
 mkdir -p "$out/runs"
@@ -172,4 +174,4 @@ for name in "${names[@]}"; do
         -o "$out/runs/$name/replay.json"
     "$pacic" "$dsl" --explain > "$out/runs/$name/explain.txt"
 done
-"$python" "$root/study/analyze_tuned.py" --target "$target" "$out"
+"$python" "$root/study/analyze_tuned.py" --target "$target" --block "$block" "$out"
