@@ -168,7 +168,10 @@ for name in "${names[@]}"; do
     # The replay: the compiler's simulator over the configuration's schedule table (the same
     # at every lr) with the per-stage median of the costs its finished runs measured: the
     # learning rate changes no instruction's cost, and the median damps a loaded machine.
-    "$python" "$root/study/analyze_tuned.py" --median-profile "$out/runs/$name" > "$out/runs/$name/profile.txt"
+    if ! "$python" "$root/study/analyze_tuned.py" --median-profile "$out/runs/$name" > "$out/runs/$name/profile.txt"; then
+        rm -f "$out/runs/$name/profile.txt"
+        continue  # every run diverged: no costs to replay with (the tables say so)
+    fi
     dsl=$out/runs/$name/lr-x$(awk '{ print $1 }' <<< "$lrs")/model.paci
     "$pacic" "$dsl" --profile "$out/runs/$name/profile.txt" --emit trace --show-steps "$steps" \
         -o "$out/runs/$name/replay.json"
