@@ -289,8 +289,10 @@ def main():
             "of the thread CPU times its runs measured per instruction, as if every stage had its own device "
             "(evaluation excluded)", "",
             "target: mean training loss <= %g over a block of %d micro-batches (%d tokens). Best lr: the lowest final "
-            "validation loss. Baseline: %s (the 1f1b configuration with the lowest final validation loss at its best lr)."
-            % (args.target, args.block, tokens_per_block, "`%s` at lr x%g" % (base, best[base][0]) if base else "none (no 1f1b configuration finished)"),
+            "validation loss. Baseline: %s."
+            % (args.target, args.block, tokens_per_block,
+               "`%s` at lr x%g (the 1f1b configuration with the lowest final validation loss at its best lr)"
+               % (base, best[base][0]) if base else "none (no 1f1b configuration finished a run)"),
             ""]
     if base and base_sec is None:
         text += ["The baseline does not reach the target: no speed-up can be given; choose a higher --target "
