@@ -2,7 +2,9 @@
 #
 #   make            build/bin/pacic, build/lib/pacic/libpacirt.a, build/include/pacic/
 #   make test       every test (unit, golden, end-to-end)
-#   make study      the schedule study (docs/study.md): 16 training runs, about 15 minutes
+#   make study      the study (docs/study.md): each line of study/configs.txt x 4 lrs at p = 8,
+#                   K = 8, each at its best lr (study/tuned.sh; time: docs/study.md "Time")
+#   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
 #   make sanitize   the tests under ASan+UBSan (build/asan) and the threads under TSan (build/tsan)
 #   make golden     regenerate the golden files after an intended change (review the diff)
@@ -125,9 +127,14 @@ $(B)/tests/%: tests/unit/%.c $(LIBPACIC) $(LIBRT)
 test: all $(UNIT_BIN)
 	tests/run.sh
 
-# STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--stages 4 --out /tmp/s4".
+# STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--target 2.4";
+# re-analyse without training: study/analyze_tuned.py --target 2.4 docs/study/tuned.
 study: all
-	study/run.sh $(STUDY_ARGS)
+	study/tuned.sh $(STUDY_ARGS)
+
+# The first edition; e.g. make study-schedules STUDY_SCHEDULES_ARGS="--stages 4 --out /tmp/s4".
+study-schedules: all
+	study/run.sh $(STUDY_SCHEDULES_ARGS)
 	study/run.sh --lr 5e-4 --windows "8 16" --schedules "1f1b paci" --wallclock-stages 0 \
 	    --target 3.4 --out docs/study/lr-5e-4
 
@@ -176,6 +183,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study bench golden install clean train sanitize unit
+.PHONY: all data test study study-schedules bench golden install clean train sanitize unit
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

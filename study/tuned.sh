@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The study, second edition: time to accuracy at tuned learning rates. Every configuration of
+# study/configs.txt (schedule, pipeline keys, optimizer) is trained at every learning-rate
+# multiplier, with the same model, seed, data order and tokens; each configuration's schedule
+# is then replayed with the instruction costs its runs measured, as if every stage had its
+# own device, and study/analyze_tuned.py picks each configuration's best lr and writes the
+# tables and plots.
+#
+#   study/tuned.sh [--configs FILE] [--only "NAME ..."] [--lrs "0.25 0.5 1 2"] [--stages P]
+#                  [--window K] [--micro-batches M] [--evals N] [--target LOSS] [--block B]
+#                  [--model-args "layers 8; width 64; heads 4"] [--out DIR] [--check-only]
+#
+# Every run sees M micro-batches (M / K optimizer steps) and N validation passes. --only
+# keeps the named configurations of FILE. --check-only has the compiler check every run's
+# file, prints each run's optimizer entry and trains nothing. Re-analyse without training:
+# study/analyze_tuned.py --target LOSS DIR.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# A private copy of the installed-layout build, so a rebuild during the study changes nothing.
+toolchain=$(mktemp -d)
+trap 'rm -rf "$toolchain"' EXIT
+cp -r "$root/build/bin" "$root/build/lib" "$root/build/include" "$toolchain/"
+pacic=$toolchain/bin/pacic
+python=${PYTHON:-/usr/bin/python3}
+
+configs=$root/study/configs.txt
+only=""
+lrs="0.25 0.5 1 2"
+stages=8
+window=8
+micro_batches=4096
+evals=8
+target=2.6
+block=32  # micro-batches per block of the time-to-target rule
+model_args="layers 8; width 64; heads 4"
+out=$root/docs/study/tuned
+check_only=0
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --check-only) check_only=1; shift; continue ;;
+    --configs) configs=$2 ;;
+    --only) only=$2 ;;
+    --lrs) lrs=$2 ;;
+    --stages) stages=$2 ;;
+    --window) window=$2 ;;
+    --micro-batches) micro_batches=$2 ;;
+    --evals) evals=$2 ;;
+    --target) target=$2 ;;
+    --block) block=$2 ;;
+    --model-args) model_args=$2 ;;
+    --out) out=$2 ;;
+    *) echo "study: unknown option '$1' (see the head of $0)" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+
+if (( micro_batches % (evals * window) != 0 )); then
+    echo "study: --micro-batches $micro_batches is not a multiple of evals x window ($evals x $window)" >&2
+    exit 2
+fi
+for m in $lrs; do
+    [[ $m =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v m="$m" 'BEGIN { exit !(m > 0) }' ||
+        { echo "study: learning-rate multiplier '$m' is not a positive number" >&2; exit 2; }
+done
+steps=$((micro_batches / window))
+every=$((micro_batches / evals / window))
+
+# The configurations: NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER, comments and blanks skipped.
+[ -r "$configs" ] || { echo "study: cannot read the configurations file $configs" >&2; exit 2; }
+trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }
+names=() ; declare -A schedule_of pipeline_of optimizer_of
+while IFS= read -r line; do
+    line=${line%%#*}
+    [[ $line =~ ^[[:space:]]*$ ]] && continue
+    IFS='|' read -r name schedule pipeline optimizer extra <<< "$line"
+    name=$(trim "$name") schedule=$(trim "$schedule") pipeline=$(trim "$pipeline") optimizer=$(trim "$optimizer")
+    if [ -n "$extra" ] || [ -z "$optimizer" ] || ! [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || [ -z "$schedule" ]; then
+        echo "study: $configs: expected 'NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER', NAME of letters, digits, '.', '_', '-', in: $line" >&2
+        exit 2
+    fi
+    [ -z "${schedule_of[$name]+x}" ] || { echo "study: $configs: configuration '$name' is declared twice" >&2; exit 2; }
+    [[ $optimizer == *"{"*[0-9]*"}"* ]] || { echo "study: $configs: configuration '$name' has no {LR} to scale in its optimizer" >&2; exit 2; }
+    names+=("$name"); schedule_of[$name]=$schedule pipeline_of[$name]=$pipeline optimizer_of[$name]=$optimizer
+done < "$configs"
+if [ -n "$only" ]; then
+    for name in $only; do
+        [ -n "${schedule_of[$name]+x}" ] || { echo "study: --only names '$name', which $configs does not declare (it has: ${names[*]})" >&2; exit 2; }
+    done
+    names=($only)
+fi
+
+# render NAME MULTIPLIER FILE: the DSL of one run. Each {X} of the optimizer becomes X x M.
+render() {
+    local name=$1 m=$2 file=$3 optimizer
+    optimizer=$(awk -v m="$m" -v text="${optimizer_of[$name]}" 'BEGIN {
+        while (match(text, /\{[-+0-9.eE]+\}/)) {
+            printf "%s%.6g", substr(text, 1, RSTART - 1), substr(text, RSTART + 1, RLENGTH - 2) * m
+            text = substr(text, RSTART + RLENGTH)
+        }
+        print text }')
+    sed -e "s|@STAGES@|$stages|; s|@SCHEDULE@|${schedule_of[$name]}|; s|@WINDOW@|$window|; s|@STEPS@|$steps|" \
+        -e "s|@EVAL@|$every|; s|@DATA@|$root/examples/data|; s|@MODEL@|$model_args|" \
+        -e "s|@PIPELINE@|${pipeline_of[$name]}|; s|@OPTIMIZER@|$optimizer|" \
+        "$root/study/tuned.paci.in" > "$file"
+}
+
+# Every run's file is checked before anything trains: a refused configuration costs seconds.
+check=$toolchain/check
+mkdir -p "$check"
+refused=0
+for name in "${names[@]}"; do
+    for m in $lrs; do
+        render "$name" "$m" "$check/model.paci"
+        if ! "$pacic" "$check/model.paci" --check > "$check/check.log" 2>&1; then
+            echo "study: configuration '$name' at lr x $m is refused by the compiler:" >&2
+            sed 's/^/    /' "$check/check.log" >&2
+            refused=1
+        elif (( check_only )); then
+            printf '%s x%s: %s\n' "$name" "$m" "$(sed -n 's/^ *optimizer //p' "$check/model.paci")"
+        fi
+    done
+done
+(( refused == 0 )) || exit 1
+(( check_only == 0 )) || exit 0
+
+command_line="study/tuned.sh --configs ${configs#$root/} --lrs \"$lrs\" --stages $stages --window $window --micro-batches $micro_batches --evals $evals --target $target --block $block"
+[ -z "$only" ] || command_line="$command_line --only \"$only\""
+rm -rf "$out/runs"
+mkdir -p "$out/runs"
+date -u +%Y-%m-%dT%H:%MZ > "$out/date.txt"
+echo "$command_line" > "$out/command.txt"
+# grid.csv: what the analysis reads (every run's folder), in the order the runs were made.
+echo "config,schedule,lr_multiplier,folder" > "$out/grid.csv"
+echo "study: ${#names[@]} configurations x lr multipliers ($lrs) at p = $stages, K = $window, $micro_batches micro-batches per run; results in $out"
+
+# one_run NAME MULTIPLIER: compile and train into runs/NAME/lr-xM/. A run that stops on a
+# non-finite loss or gradient (too high an lr) is recorded as diverged, not as a failure.
+one_run() {
+    local name=$1 m=$2 dir=$out/runs/$1/lr-x$2
+    mkdir -p "$dir"
+    render "$name" "$m" "$dir/model.paci"
+    "$pacic" "$dir/model.paci" -o "$dir/run" 2> "$dir/compile.log" || { cat "$dir/compile.log" >&2; exit 1; }
+    local status=0 TIMEFORMAT="%R %U %S"
+    { time (cd "$dir" && ./run --no-checkpoint --metrics metrics.jsonl --profile-out profile.txt \
+        > run.log 2> run.err) ; } 2> "$dir/time.txt" || status=$?
+    rm -f "$dir/run"
+    echo "${name},${schedule_of[$name]},$m,runs/$name/lr-x$m" >> "$out/grid.csv"
+    if (( status != 0 )); then
+        if grep -q 'is not finite' "$dir/run.err"; then
+            grep 'is not finite' "$dir/run.err" > "$dir/diverged.txt"
+            printf '  %-24s diverged: %s\n' "$name lr x$m" "$(cat "$dir/diverged.txt")"
+            return
+        fi
+        echo "study: $name at lr x $m failed (exit $status):" >&2
+        cat "$dir/run.err" >&2
+        exit 1
+    fi
+    read -r wall user sys < "$dir/time.txt"
+    printf '  %-24s %s (%.0f s wall, %.0f s CPU)\n' "$name lr x$m" "$(grep '^done:' "$dir/run.log" | cut -d';' -f2-)" \
+        "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')"
+}
+
+for name in "${names[@]}"; do
+    for m in $lrs; do
+        one_run "$name" "$m"
+    done
+    # The replay: the compiler's simulator over the configuration's schedule table (the same
+    # at every lr) with the per-stage median of the costs its finished runs measured: the
+    # learning rate changes no instruction's cost, and the median damps a loaded machine.
+    if ! "$python" "$root/study/analyze_tuned.py" --median-profile "$out/runs/$name" > "$out/runs/$name/profile.txt"; then
+        rm -f "$out/runs/$name/profile.txt"
+        continue  # every run diverged: no costs to replay with (the tables say so)
+    fi
+    dsl=$out/runs/$name/lr-x$(awk '{ print $1 }' <<< "$lrs")/model.paci
+    "$pacic" "$dsl" --profile "$out/runs/$name/profile.txt" --emit trace --show-steps "$steps" \
+        -o "$out/runs/$name/replay.json"
+    "$pacic" "$dsl" --explain > "$out/runs/$name/explain.txt"
+done
+"$python" "$root/study/analyze_tuned.py" --target "$target" --block "$block" "$out"
