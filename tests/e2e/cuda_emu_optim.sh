@@ -2,8 +2,10 @@
 # The optimizers' GPU steps (runtime/cuda/optim.c: the kernels of compiler/kernels.c and the
 # Newton-Schulz products through pr_cuda_gemm) under the CUDA emulator, against the CPU's
 # (runtime/optim_rules.c) in one binary from one seed: muon (Nesterov, ratio scaling; p = 2,
-# so both its AdamW group and its matrices run on each stage), lamb, lars and nadamw (also
-# with delay_correction nesterov: stage 0's beta1 raised) at p = 2, and muon under precision bf16 (the weights' bf16 copy written back after each tensor's step),
+# so both its AdamW group and its matrices run on each stage), lamb, lars and nadamw (with
+# delay_correction nesterov, so stage 0's beta1 is raised and stage 1's is not: one emulated
+# build covers the kernel and the per-stage beta1) at p = 2, and muon under precision bf16
+# (the weights' bf16 copy written back after each tensor's step),
 # losses to LOSS_TOL relative and weights to WEIGHT_TOL absolute as tests/e2e/cuda_emu.sh;
 # then muon through the real GPU layer on the fake CUDA stack (tests/e2e/cuda_fake.sh).
 # Skips as cuda_emu.sh does (no libpacirt_cuda.a, no C++ compiler, sanitizer builds).
@@ -22,7 +24,7 @@ declare -A rule=(
     [lars]="lars { lr 0.5; trust_coefficient 0.02; weight_decay 1e-3; clip 0.5 }"
     [nadamw]="nadamw { lr 5e-3; betas 0.9 0.99; eps 1e-6; weight_decay 0.1; momentum_decay 0.004; clip 0.5 }"
 )
-for name in muon lamb lars nadamw nadamw-nesterov muon-bf16; do
+for name in muon lamb lars nadamw-nesterov muon-bf16; do
     opt=${name%-bf16}
     opt=${opt%-nesterov}
     small_model "$name" 2 paci 2 5 0
