@@ -227,7 +227,7 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
                   cfg->stage_delay[s]);
         emit_line(sb, " * stage %d in the schedule table) and p = %d. */", s, cfg->stages);
     }
-    emit_line(sb, "static const pr_optim_rule optim_rule = {");
+    emit_line(sb, "const pr_optim_rule pr_stage_%d_optim_rule = {", s);
     sb->indent++;
     emit_line(sb, ".kind = %d, .width = %d,", cfg->optimizer, cfg->width);
     emit_line(sb, ".beta1 = %s, .beta2 = %s,", exact_double(muon ? cfg->group_beta1 : stage_beta1(cfg, s)),
@@ -249,7 +249,7 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
     emit_open_block(sb);
     emit_open(sb, "for (int i = 0; i < %d; i++)", n_tensors);
     emit_line(sb, "OP_BEGIN(OPS_adamw);");
-    emit_line(sb, "pr_optim_step(&optim_rule, &pr_stage_%d_tensors[i], args);", s);
+    emit_line(sb, "pr_optim_step(&pr_stage_%d_optim_rule, &pr_stage_%d_tensors[i], args);", s, s);
     emit_line(sb, "OP_END(OPS_adamw);");
     emit_close(sb, "");
     emit_close(sb, "");
@@ -568,6 +568,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args);", s);
         emit_line(sb, "extern const pr_op_info pr_stage_%d_ops[%d];", s, stage_op_count(cfg, &plan->stage[s]));
         emit_line(sb, "extern const pr_op_timer *pr_stage_%d_op_timer;", s);
+        if (cfg->optimizer != PR_OPT_ADAMW)
+            emit_line(sb, "extern const pr_optim_rule pr_stage_%d_optim_rule;", s);
         if (cfg->cuda) {
             emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args);", s);
             emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args);", s);
@@ -599,6 +601,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
                   s, s, s);
         emit_line(sb, ".n_ops = %d, .ops = pr_stage_%d_ops, .op_timer = &pr_stage_%d_op_timer,",
                   stage_op_count(cfg, sp), s, s);
+        if (cfg->optimizer != PR_OPT_ADAMW)
+            emit_line(sb, ".optim_rule = &pr_stage_%d_optim_rule,", s);
         emit_close(sb, ",");
     }
     sb->indent--;

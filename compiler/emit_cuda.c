@@ -471,7 +471,8 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
                       "K_lamb_direction, K_lars_apply, K_adamw, K_to_bf16, K_nadam_apply, CUDA_BLOCK};");
         emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
         emit_line(sb, "OP_BEGIN(OPS_adamw);");
-        emit_line(sb, "pr_cuda_optim_step(&optim_rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &kernels);", s);
+        emit_line(sb, "pr_cuda_optim_step(&pr_stage_%d_optim_rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &kernels);",
+                  s, s);
         emit_line(sb, "OP_END(OPS_adamw);");
         emit_close(sb, "");
         emit_close(sb, "");

@@ -162,12 +162,21 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps)
 
 /* `delay_correction predict`: what it costs per stage, read off the table's forwards (their
  * aux is the delay d) in one body repetition, i.e. per optimizer step of the steady state. */
-static void explain_prediction(FILE *out, const Plan *plan, const paci_table *t)
+static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t)
 {
+    char muon_cost[160] = "";
+    if (cfg->optimizer == PR_OPT_MUON)
+        snprintf(muon_cost, sizeof muon_cost, ", and on each block matrix the step's %d Newton-Schulz iterations",
+                 cfg->ns_steps);
     fprintf(out, "delay correction: predict: a forward whose backward comes d > 0 optimizer steps later runs "
-                 "on W - d lr u (u: AdamW's update direction); cost per stage: one extra weight copy (not in "
+                 "on W - d lr u (u: %s); cost per stage: one extra weight copy (not in "
                  "the totals above), and per step one pass over the stage's weights for each delay its forwards "
-                 "meet (reads W, m, v, writes the copy: 16 bytes and about 8 flops per weight):\n");
+                 "meet (reads W, m, v, writes the copy: 16 bytes and about 8 flops per weight%s):\n",
+            cfg->optimizer == PR_OPT_MUON     ? "Muon's orthogonalised momentum on the block matrices, AdamW's "
+                                                "update direction on the rest"
+            : cfg->optimizer == PR_OPT_NADAMW ? "NAdamW's update direction"
+                                              : "AdamW's update direction",
+            muon_cost);
     const paci_program *pg = &t->program[0];
     for (int s = 0; s < plan->stages; s++) {
         const paci_stage_program *sp = &pg->stage[s];
@@ -275,7 +284,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     if (plan->recompute)
         explain_recompute(out, cfg, plan, unit, unit_bytes);
     if (cfg->delay_correction == DELAY_PREDICT)
-        explain_prediction(out, plan, t);
+        explain_prediction(out, cfg, plan, t);
     if (cfg->delay_correction == DELAY_NESTEROV)
         explain_nesterov(out, cfg);
     if (replicas > 1)

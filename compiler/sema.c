@@ -1095,7 +1095,7 @@ static void check_optimizer(Sema *s)
 }
 
 /* Weight prediction needs the forward-to-backward delay of an asynchronous schedule without
- * weight stashing (paci), and AdamW's update direction; the Nesterov correction NAdamW and a
+ * weight stashing (paci), and an optimizer whose update direction the runtime predicts along; the Nesterov correction NAdamW and a
  * delay, so an asynchronous schedule (docs/dsl.md "delay_correction"). */
 static void check_delay_correction(Sema *s)
 {
@@ -1122,10 +1122,12 @@ static void check_delay_correction(Sema *s)
     } else if (cfg->schedule == PACI_SCHED_PIPEDREAM) {
         error_at(s->src, at, "delay_correction predict is not implemented for pipedream: its backward runs "
                  "on the forward's stashed weights, so a predicted forward would not match it; use schedule paci");
-    } else if (cfg->optimizer != PR_OPT_ADAMW) {
-        error_at(s->src, at, "delay_correction predict extrapolates along AdamW's update direction; "
-                 "optimizer %s is not supported yet (use adamw or delay_correction none)",
-                 optimizer_names[cfg->optimizer]);
+    } else if (cfg->optimizer == PR_OPT_LAMB || cfg->optimizer == PR_OPT_LARS) {
+        error_at(s->src, at, "delay_correction predict extrapolates along the optimizer's update direction, "
+                 "written for adamw, muon and nadamw; not for %s: %s (use one of those, or delay_correction none)",
+                 optimizer_names[cfg->optimizer],
+                 cfg->optimizer == PR_OPT_LARS ? "its local learning rate needs the next gradient's norm"
+                                               : "its trust-ratio-scaled direction is not written yet");
     }
 }
 

@@ -171,12 +171,15 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     int predicts[PACI_MAX_STAGES];
     for (int s = 0; s < run->p; s++) {
         predicts[s] = stage_predicts(tab, s);
-        // The prediction is computed on the host from AdamW's moments (docs/dsl.md).
+        // The prediction is computed on the host from the optimizer's state (docs/dsl.md).
         if (predicts[s] && (!dev->host_memory || weight_copies))
             return pr_fail(err, "%s: delay_correction predict runs on the CPU only for now; run with "
                            "--device cpu, or compile with delay_correction none", prog->source);
-        if (predicts[s] && prog->optimizer != PR_OPT_ADAMW)
-            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw", prog->source);
+        if (predicts[s] && prog->optimizer != PR_OPT_ADAMW && prog->optimizer != PR_OPT_MUON &&
+            prog->optimizer != PR_OPT_NADAMW)
+            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon or nadamw", prog->source);
+        if (predicts[s] && prog->optimizer != PR_OPT_ADAMW && !prog->stage[s].optim_rule)
+            return pr_fail(err, "%s: stage %d's code carries no optimizer rule to predict with", prog->source, s);
     }
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = &prog->stage[s];
@@ -575,9 +578,9 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 }
 
 /* The weights a forward that meets its backward d optimizer steps later runs on:
- * W - d * lr(t+1) * u, u = AdamW's update direction at this stage's moments after t steps,
- * m_hat / (sqrt(v_hat) + eps) + weight_decay * W on decayed tensors. Before the first step
- * there are no moments and the forward runs on W. */
+ * W - d * lr(t+1) * u, u the stage's optimizer's update direction from its state after t steps
+ * (pr_optim_predict; docs/dsl.md "Delay correction"). Before the first step there are no
+ * moments and the forward runs on W. */
 static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
 {
     const pr_program *prog = run->prog;
@@ -587,17 +590,13 @@ static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
     // W, m and v change only at a step, which moves t: the forwards of a step that share d share the copy.
     if (st->predicted_t == st->t && st->predicted_d == d)
         return st->predicted;
-    float c1 = (float)(1.0 - pow(prog->beta1, (double)st->t));
-    float c2 = (float)(1.0 - pow(prog->beta2, (double)st->t));
-    float eps = (float)prog->eps, wd = (float)prog->weight_decay;
-    float ahead = (float)((double)d * pr_lr(prog, st->t + 1));
-    for (int k = 0; k < sc->n_tensors; k++) {
-        const pr_tensor *t = &sc->tensors[k];
-        for (int64_t i = t->offset; i < t->offset + t->size; i++) {
-            float u = (st->m[i] / c1) / (sqrtf(st->v[i] / c2) + eps) + (t->decay ? wd * st->params[i] : 0.0f);
-            st->predicted[i] = st->params[i] - ahead * u;
-        }
-    }
+    // AdamW's constants are the program's; the other rules' are the stage file's.
+    pr_optim_rule adamw = {.kind = PR_OPT_ADAMW, .width = prog->width, .beta1 = prog->beta1,
+                           .beta2 = prog->beta2, .eps = prog->eps, .weight_decay = prog->weight_decay};
+    const pr_optim_rule *rule = prog->optimizer == PR_OPT_ADAMW ? &adamw : sc->optim_rule;
+    double lr = pr_lr(prog, st->t + 1);
+    for (int k = 0; k < sc->n_tensors; k++)
+        pr_optim_predict(rule, &sc->tensors[k], st->params, st->m, st->v, st->t, lr, d, st->predicted);
     st->predicted_t = st->t;
     st->predicted_d = d;
     return st->predicted;

@@ -59,6 +59,13 @@ static void corrections(double beta1, double beta2, int64_t t, float *c1, float 
     *c2 = (float)(1.0 - pow(beta2, (double)t));
 }
 
+/* Adam's bias-corrected direction m_hat / (sqrt(v_hat) + eps), shared by AdamW, LAMB and the
+ * prediction. */
+static inline float adam_direction(float m, float v, float c1, float c2, float eps)
+{
+    return (m / c1) / (sqrtf(v / c2) + eps);
+}
+
 /* AdamW on n floats: the generated kernel's formula with the rule's own betas and eps. */
 static void adamw_slice(const pr_optim_rule *r, float *p, const float *grad, float *m, float *v,
                         int64_t n, float lr, float wd, float grad_scale, int64_t t)
@@ -69,7 +76,7 @@ static void adamw_slice(const pr_optim_rule *r, float *p, const float *grad, flo
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;
         v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-        p[i] -= lr * ((m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * p[i]);
+        p[i] -= lr * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
     }
 }
 
@@ -92,38 +99,49 @@ static void newton_schulz(float *x, float *y, float *a, float *b, int r, int c, 
     }
 }
 
+/* Where element (i, j) of a rows x cols matrix sits in the orientation Muon orthogonalises:
+ * the wide one, so that A = X X^T is the small side. */
+static inline int64_t wide_at(int64_t i, int64_t j, int64_t rows, int64_t cols)
+{
+    return rows > cols ? j * rows + i : i * cols + j;
+}
+
+/* Orthogonalises x (rows x cols laid out by wide_at) in place with the rule's Newton-Schulz
+ * steps, and returns the rule's shape scaling for that matrix. */
+static float muon_orthogonalise(const pr_optim_rule *r, float *x, int64_t rows, int64_t cols)
+{
+    int64_t rr = rows > cols ? cols : rows, cc = rows > cols ? rows : cols;
+    float *y = pr_alloc((size_t)(rr * cc) * sizeof *y);
+    float *a = pr_alloc((size_t)(rr * rr) * sizeof *a), *b = pr_alloc((size_t)(rr * rr) * sizeof *b);
+    newton_schulz(x, y, a, b, (int)rr, (int)cc, r->ns_steps);
+    free(y);
+    free(a);
+    free(b);
+    return r->shape_scale == PR_MUON_SCALE_RMS ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
+                                               : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+}
+
 /* Muon on one rows x cols matrix: momentum, Nesterov, orthogonalisation, shape scaling,
  * decoupled weight decay. */
 static void muon_matrix(const pr_optim_rule *r, float *p, const float *grad, float *buf,
                         int64_t rows, int64_t cols, float lr, float grad_scale)
 {
     float mu = (float)r->momentum, wd = (float)r->muon_weight_decay;
-    int64_t n = rows * cols;
-    bool flip = rows > cols; // orthogonalise the wide orientation: A = X X^T is the small side
-    int64_t rr = flip ? cols : rows, cc = flip ? rows : cols;
-    float *x = pr_alloc((size_t)n * sizeof *x), *y = pr_alloc((size_t)n * sizeof *y);
-    float *a = pr_alloc((size_t)(rr * rr) * sizeof *a), *b = pr_alloc((size_t)(rr * rr) * sizeof *b);
+    float *x = pr_alloc((size_t)(rows * cols) * sizeof *x);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
             int64_t at = i * cols + j;
             float g = grad[at] * grad_scale;
             buf[at] = mu * buf[at] + g;
-            float u = r->nesterov ? g + mu * buf[at] : buf[at];
-            x[flip ? j * rows + i : at] = u;
+            x[wide_at(i, j, rows, cols)] = r->nesterov ? g + mu * buf[at] : buf[at];
         }
-    newton_schulz(x, y, a, b, (int)rr, (int)cc, r->ns_steps);
-    float scale = r->shape_scale == PR_MUON_SCALE_RMS
-                      ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
-                      : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+    float scale = muon_orthogonalise(r, x, rows, cols);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
             int64_t at = i * cols + j;
-            p[at] -= lr * (scale * x[flip ? j * rows + i : at] + wd * p[at]);
+            p[at] -= lr * (scale * x[wide_at(i, j, rows, cols)] + wd * p[at]);
         }
     free(x);
-    free(y);
-    free(a);
-    free(b);
 }
 
 /* LAMB (You et al. 2019) on one slice: Adam's bias-corrected direction plus weight decay,
@@ -140,13 +158,13 @@ static void lamb_slice(const pr_optim_rule *r, float *p, const float *grad, floa
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;
         v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-        float d = (m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * p[i];
+        float d = adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i];
         update_sq += (double)d * (double)d;
     }
     double w_norm = sqrt(sumsq(p, n)), d_norm = sqrt(update_sq);
     float ratio = decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
     for (int64_t i = 0; i < n; i++)
-        p[i] -= lr * ratio * ((m[i] / c1) / (sqrtf(v[i] / c2) + eps) + wd * p[i]);
+        p[i] -= lr * ratio * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
 }
 
 /* LARS (You et al. 2017) on one slice: local lr eta ||w|| / (||g|| + wd ||w|| + eps), 1 when
@@ -262,5 +280,75 @@ void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_ar
         return;
     default:
         pr_internal("pr_optim_step: optimizer %d", (int)r->kind);
+    }
+}
+
+/* Muon's predicted matrix: its direction with the momentum buffer standing in for the Nesterov
+ * mix (parallel to it under a constant gradient; Newton-Schulz ignores the length). */
+static void muon_predict_matrix(const pr_optim_rule *r, const float *p, const float *buf, int64_t rows,
+                                int64_t cols, float ahead, float *out)
+{
+    float wd = (float)r->muon_weight_decay;
+    float *x = pr_alloc((size_t)(rows * cols) * sizeof *x);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            x[wide_at(i, j, rows, cols)] = buf[i * cols + j];
+    float scale = muon_orthogonalise(r, x, rows, cols);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t at = i * cols + j;
+            out[at] = p[at] - ahead * (scale * x[wide_at(i, j, rows, cols)] + wd * p[at]);
+        }
+    free(x);
+}
+
+/* AdamW's predicted slice: Adam's direction at the moments after t steps, plus decay. */
+static void adamw_predict_slice(const pr_optim_rule *r, const float *p, const float *m, const float *v,
+                                int64_t n, float wd, int64_t t, float ahead, float *out)
+{
+    float eps = (float)r->eps, c1, c2;
+    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = p[i] - ahead * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
+}
+
+/* NAdamW's predicted slice: step t's Nesterov mix with m standing in for the gradient,
+ * (coef_g + coef_m) / lr * m / (sqrt(v / c2) + eps), plus decay. */
+static void nadam_predict_slice(const pr_optim_rule *r, const float *p, const float *m, const float *v,
+                                int64_t n, float wd, int64_t t, float ahead, float *out)
+{
+    pr_nadam_scalars k = pr_nadam_scalars_at(r, t, 1.0f, wd);
+    float eps = (float)r->eps, mix = k.coef_g + k.coef_m;
+    for (int64_t i = 0; i < n; i++)
+        out[i] = p[i] - ahead * (mix * m[i] / (sqrtf(v[i] / k.c2) + eps) + wd * p[i]);
+}
+
+void pr_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const float *params, const float *m,
+                      const float *v, int64_t steps_done, double lr, int32_t d, float *out)
+{
+    const float *p = params + t->offset;
+    m += t->offset;
+    v += t->offset;
+    out += t->offset;
+    int64_t rows, cols;
+    float ahead = (float)((double)d * lr), wd = t->decay ? (float)r->weight_decay : 0.0f;
+    switch (r->kind) {
+    case PR_OPT_ADAMW:
+        adamw_predict_slice(r, p, m, v, t->size, wd, steps_done, ahead, out);
+        return;
+    case PR_OPT_MUON:
+        if (pr_optim_muon_shape(t->ckpt_tensor, r->width, &rows, &cols)) {
+            for (int64_t at = 0; at < t->size; at += rows * cols)
+                muon_predict_matrix(r, p + at, m + at, rows, cols, ahead, out + at);
+        } else {
+            float group_ahead = (float)((double)d * lr * r->group_lr_ratio);
+            adamw_predict_slice(r, p, m, v, t->size, wd, steps_done, group_ahead, out);
+        }
+        return;
+    case PR_OPT_NADAMW:
+        nadam_predict_slice(r, p, m, v, t->size, wd, steps_done, ahead, out);
+        return;
+    default:
+        pr_internal("pr_optim_predict: optimizer %d has no prediction", (int)r->kind);
     }
 }

@@ -134,7 +134,7 @@ enum pr_muon_scale {
     PR_MUON_SCALE_RMS,   /* 0.2 * sqrt(max(rows, cols)): AdamW's update RMS (Moonlight) */
 };
 typedef struct pr_optim_rule {
-    int32_t kind;           /* enum pr_optimizer, not PR_OPT_ADAMW */
+    int32_t kind;           /* enum pr_optimizer; PR_OPT_ADAMW only for pr_optim_predict */
     int32_t width;          /* C: a block matrix's shape follows from its checkpoint tensor */
     double beta1, beta2, eps, weight_decay; /* LAMB, NAdamW; Muon's AdamW group; LARS's eps */
     double momentum, trust_coefficient;     /* Muon and LARS; LARS */
@@ -145,6 +145,11 @@ typedef struct pr_optim_rule {
 } pr_optim_rule;
 /* One step of `rule` on one tensor of a stage (args as for AdamW; t->offset into them). */
 void pr_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw_args *args);
+/* `delay_correction predict` on one tensor (docs/dsl.md "Delay correction"): out = W - d lr u,
+ * u the rule's update direction from its state after t >= 1 steps (params, m, v, indexed as
+ * the step indexes them), lr the next step's. Adamw, muon and nadamw; not lamb or lars. */
+void pr_optim_predict(const pr_optim_rule *rule, const pr_tensor *t, const float *params, const float *m,
+                      const float *v, int64_t steps_done, double lr, int32_t d, float *out);
 /* The same on the GPU (runtime/cuda/optim.c): kernels of the stage's unit, indexed as in its
  * list, and cuBLASLt products on the stage's compute stream; pointers in device memory. */
 typedef struct pr_optim_kernels {
@@ -190,6 +195,7 @@ typedef struct pr_stage_code {
     int32_t n_ops;                   /* the per-op profile's ops of this stage */
     const pr_op_info *ops;
     const pr_op_timer **op_timer;    /* the stage file's timer pointer, NULL between profiles */
+    const pr_optim_rule *optim_rule; /* the stage's rule under muon, lamb, lars, nadamw; NULL under adamw */
 } pr_stage_code;
 
 enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };

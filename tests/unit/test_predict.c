@@ -2,7 +2,7 @@
  * the weights it ran on and the stage's state at that moment; its backward records how many
  * optimizer steps the stage took in between (the delay the run realised, counted here, not
  * read from the table). The forward must have run on W - d * lr(t+1) * u with that d and
- * AdamW's direction u, recomputed here in double. */
+ * the optimizer's direction u (AdamW, Muon, NAdamW), recomputed here in double. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -98,6 +98,48 @@ static void log_loss(pr_run *run, int64_t step, double loss, double lr, double g
 static toy_table table;
 static pr_program prog;
 
+/* The optimizer the next train() steps with: adamw (the toy's own step) or a rule of
+ * runtime/optim_rules.c with these constants. */
+static int optimizer = PR_OPT_ADAMW;
+static pr_optim_rule rule = {.width = TOY_C, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                             .momentum = 0.95, .nesterov = 1, .ns_steps = 5, .shape_scale = PR_MUON_SCALE_RATIO,
+                             .muon_weight_decay = 0.05, .group_lr_ratio = 0.5, .momentum_decay = 4e-3};
+
+/* Muon's matrices as the rule reads them: kind, rows, cols of one matrix (qkv holds three). */
+static int muon_matrix_of(int kind, int64_t *rows, int64_t *cols)
+{
+    *rows = *cols = TOY_C;
+    if (kind == PR_CKPT_FCW)
+        *rows = 4 * TOY_C;
+    if (kind == PR_CKPT_FCPROJW)
+        *cols = 4 * TOY_C;
+    return kind == PR_CKPT_QKVW || kind == PR_CKPT_ATTPROJW || kind == PR_CKPT_FCW || kind == PR_CKPT_FCPROJW;
+}
+
+/* The rule's step on every tensor. The toy's forward never reads the block matrices, so
+ * they get a fixed pseudo-gradient here: Muon's momentum on them is then not zero. */
+static void rule_step(int s, const pr_adamw_args *a)
+{
+    const pr_stage_code *sc = &toy_codes[s];
+    int64_t rows, cols;
+    float *grads = copy_of(a->grads, sc->n_params);
+    pr_adamw_args fed = *a;
+    fed.grads = grads;
+    for (int k = 0; k < sc->n_tensors; k++) {
+        const pr_tensor *t = &sc->tensors[k];
+        if (muon_matrix_of(t->ckpt_tensor, &rows, &cols))
+            for (int64_t i = t->offset; i < t->offset + t->size; i++)
+                grads[i] += 1e-3f * sinf(0.7f * (float)i + 0.3f * (float)a->t + (float)s);
+        pr_optim_step(&rule, t, &fed);
+    }
+    free(grads);
+}
+static void rule_step0(const pr_adamw_args *a) { rule_step(0, a); }
+static void rule_step1(const pr_adamw_args *a) { rule_step(1, a); }
+static void rule_step2(const pr_adamw_args *a) { rule_step(2, a); }
+static void rule_step3(const pr_adamw_args *a) { rule_step(3, a); }
+static void (*const rule_steps[4])(const pr_adamw_args *) = {rule_step0, rule_step1, rule_step2, rule_step3};
+
 /* Trains the toy with `correction` compiled into the table; records the forwards if asked.
  * Returns the gathered weights (caller frees); the run is freed. */
 static float *train(enum toy_kind kind, int p, int K, int steps, int correction, int recording, double lr)
@@ -110,12 +152,20 @@ static float *train(enum toy_kind kind, int p, int K, int steps, int correction,
             toy_codes[s].forward = rec_fwds[s];
             toy_codes[s].backward = rec_bwds[s];
         }
+    if (optimizer != PR_OPT_ADAMW) {
+        rule.kind = optimizer;
+        for (int s = 0; s < p; s++) {
+            toy_codes[s].adamw = rule_steps[s];
+            toy_codes[s].optim_rule = &rule;
+        }
+    }
     toy_delay_correction = correction;
     toy_build_table(&table, kind, p, K, steps, steps);
     toy_delay_correction = DELAY_NONE;
     prog = toy_program(&table.t, steps);
     prog.lr = lr;
     prog.grad_clip = 1.0;
+    prog.optimizer = optimizer;
     if (pr_run_init(&run, &prog, NULL, err) != 0)
         fail_msg("%s", err);
     running = &run;
@@ -135,6 +185,85 @@ static float *train(enum toy_kind kind, int p, int K, int steps, int correction,
     return flat;
 }
 
+/* Newton-Schulz in double on x (r x c, r <= c), as the published Muon runs it: x / ||x||_F,
+ * then x <- a x + (b A + c A^2) x with A = x x^T. */
+static void newton_schulz_ref(double *x, int r, int c, int steps)
+{
+    double norm = 0, a[4 * TOY_C * TOY_C], aa[4 * TOY_C * TOY_C], y[4 * TOY_C * TOY_C];
+    for (int i = 0; i < r * c; i++)
+        norm += x[i] * x[i];
+    for (int i = 0; i < r * c; i++)
+        x[i] /= sqrt(norm) + 1e-7;
+    for (int k = 0; k < steps; k++) {
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < r; j++) {
+                a[i * r + j] = 0;
+                for (int l = 0; l < c; l++)
+                    a[i * r + j] += x[i * c + l] * x[j * c + l];
+            }
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < r; j++) {
+                aa[i * r + j] = 0;
+                for (int l = 0; l < r; l++)
+                    aa[i * r + j] += a[i * r + l] * a[l * r + j];
+            }
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++) {
+                y[i * c + j] = 3.4445 * x[i * c + j];
+                for (int l = 0; l < r; l++)
+                    y[i * c + j] += (-4.7750 * a[i * r + l] + 2.0315 * aa[i * r + l]) * x[l * c + j];
+            }
+        memcpy(x, y, (size_t)(r * c) * sizeof *x);
+    }
+}
+
+/* u and the step length d lr of one element in double, from the recorded state (t >= 1 steps):
+ * AdamW m_hat / (sqrt(v_hat) + eps) + wd W; NAdamW the Nesterov mix of step t with m as the
+ * gradient; Muon scale * NS(momentum) + wd W on its matrices (dir: that matrix's
+ * orthogonalised momentum, computed by the caller), its AdamW group elsewhere. */
+static double reference_u(const fwd_record *rec, const pr_tensor *tn, int64_t i, double t, const double *muon_dir,
+                          double *lr_factor)
+{
+    double w = rec->w[i], m = rec->m[i], v = rec->v[i];
+    *lr_factor = 1.0;
+    if (optimizer == PR_OPT_ADAMW)
+        return (m / (1 - pow(prog.beta1, t))) / (sqrt(v / (1 - pow(prog.beta2, t))) + prog.eps) +
+               (tn->decay ? prog.weight_decay * w : 0);
+    double wd = tn->decay ? rule.weight_decay : 0;
+    if (optimizer == PR_OPT_NADAMW) {
+        double product = 1, mu_t = 0, mu_next;
+        for (int k = 1; k <= (int)t; k++)
+            product *= mu_t = rule.beta1 * (1 - 0.5 * pow(0.96, k * rule.momentum_decay));
+        mu_next = rule.beta1 * (1 - 0.5 * pow(0.96, (t + 1) * rule.momentum_decay));
+        double mix = (1 - mu_t) / (1 - product) + mu_next / (1 - product * mu_next);
+        return mix * m / (sqrt(v / (1 - pow(rule.beta2, t))) + rule.eps) + wd * w;
+    }
+    if (muon_dir)
+        return *muon_dir + rule.muon_weight_decay * w;
+    *lr_factor = rule.group_lr_ratio;
+    return (m / (1 - pow(rule.beta1, t))) / (sqrt(v / (1 - pow(rule.beta2, t))) + rule.eps) + wd * w;
+}
+
+/* scale * NS(momentum) for every element of a Muon matrix tensor of the record, in double. */
+static void muon_directions(const fwd_record *rec, const pr_tensor *tn, double *dir)
+{
+    int64_t rows, cols;
+    muon_matrix_of(tn->ckpt_tensor, &rows, &cols);
+    int flip = rows > cols;
+    int r = (int)(flip ? cols : rows), c = (int)(flip ? rows : cols);
+    double scale = sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+    for (int64_t at = 0; at < tn->size; at += rows * cols) {
+        double x[4 * TOY_C * TOY_C];
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                x[flip ? j * rows + i : i * cols + j] = rec->m[tn->offset + at + i * cols + j];
+        newton_schulz_ref(x, r, c, rule.ns_steps);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                dir[at + i * cols + j] = scale * x[flip ? j * rows + i : i * cols + j];
+    }
+}
+
 /* Each forward ran on W - d lr(t+1) u, d = the steps its stage took before the backward. */
 static void check_forwards_saw_prediction(int p, int K, int steps, int want_max_d)
 {
@@ -143,7 +272,7 @@ static void check_forwards_saw_prediction(int p, int K, int steps, int want_max_
     free(train(TOY_PACI, p, K, steps, DELAY_PREDICT, 1, 1e-2));
     assert_int_equal(backwards_off_live, 0);
     assert_int_equal(n_records, (long)p * K * steps);
-    int predicted = 0, max_d = 0;
+    int predicted = 0, max_d = 0, muon_moved = 0;
     for (int r = 0; r < n_records; r++) {
         const fwd_record *rec = &records[r];
         const pr_stage_code *sc = &toy_codes[rec->stage];
@@ -157,26 +286,36 @@ static void check_forwards_saw_prediction(int p, int K, int steps, int want_max_
             continue;
         }
         predicted++;
-        double t = (double)rec->t_fwd, c1 = 1 - pow(prog.beta1, t), c2 = 1 - pow(prog.beta2, t);
+        double t = (double)rec->t_fwd;
         double ahead = (double)d * pr_lr(&prog, rec->t_fwd + 1);
         int moved = 0;
         for (int k = 0; k < sc->n_tensors; k++) {
             const pr_tensor *tn = &sc->tensors[k];
+            int64_t rows, cols;
+            double dir[4 * 4 * TOY_C * TOY_C];
+            int muon = optimizer == PR_OPT_MUON && muon_matrix_of(tn->ckpt_tensor, &rows, &cols);
+            if (muon)
+                muon_directions(rec, tn, dir);
             for (int64_t i = tn->offset; i < tn->offset + tn->size; i++) {
-                double w = rec->w[i];
-                double u = (rec->m[i] / c1) / (sqrt(rec->v[i] / c2) + prog.eps) + (tn->decay ? prog.weight_decay * w : 0);
-                double want = w - ahead * u;
-                if (fabs(rec->used[i] - want) > 1e-6 * (fabs(w) + fabs(ahead * u)) + 1e-9)
+                double w = rec->w[i], lr_factor;
+                double u = reference_u(rec, tn, i, t, muon ? &dir[i - tn->offset] : NULL, &lr_factor);
+                double want = w - lr_factor * ahead * u;
+                // Newton-Schulz amplifies rounding (up to a^5 ~ 500x at small singular values): float
+                // leaves double by ~1e-5 of the orthogonalised matrix's entries, which are O(1).
+                double tolerance = 1e-6 * (fabs(w) + fabs(lr_factor * ahead * u)) + 1e-9 + (muon ? 2e-4 * ahead : 0);
+                if (fabs(rec->used[i] - want) > tolerance)
                     fail_msg("stage %d mb %lld (d = %lld, t = %lld) %s[%lld]: forward used %.9g, W - d lr u = %.9g "
                              "(W %.9g, lr(t+1) %.6g)", rec->stage, (long long)rec->mb, (long long)d,
                              (long long)rec->t_fwd, tn->name, (long long)(i - tn->offset), rec->used[i], want,
                              w, pr_lr(&prog, rec->t_fwd + 1));
                 moved += rec->used[i] != rec->w[i];
+                muon_moved += muon && fabs(dir[i - tn->offset]) > 1e-3;
             }
         }
         assert_true(moved > 0);
     }
     assert_true(predicted > 0);
+    assert_true(optimizer != PR_OPT_MUON || muon_moved > 0); // the matrices' momentum was not zero
     assert_int_equal(max_d, want_max_d);
     clear_records();
 }
@@ -185,6 +324,20 @@ static void test_forward_sees_extrapolated_weights(void **state)
 {
     check_forwards_saw_prediction(4, 2, 6, 2); // K < p-1: stage 0 meets 2 steps
     check_forwards_saw_prediction(3, 3, 5, 1); // K >= p-1: the one-step delay
+}
+
+/* The same with Muon (Nesterov, then plain momentum) and NAdamW's directions. */
+static void test_forward_sees_muon_and_nadamw_prediction(void **state)
+{
+    optimizer = PR_OPT_MUON;
+    check_forwards_saw_prediction(4, 2, 6, 2);
+    rule.nesterov = 0;
+    check_forwards_saw_prediction(3, 3, 5, 1);
+    rule.nesterov = 1;
+    optimizer = PR_OPT_NADAMW;
+    check_forwards_saw_prediction(4, 2, 6, 2);
+    check_forwards_saw_prediction(3, 3, 5, 1);
+    optimizer = PR_OPT_ADAMW;
 }
 
 /* Synchronous schedules meet no delay: predict compiles to the same table and the same run. */
@@ -262,6 +415,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_sees_extrapolated_weights),
+        cmocka_unit_test(test_forward_sees_muon_and_nadamw_prediction),
         cmocka_unit_test(test_sync_bit_identical),
         cmocka_unit_test(test_paci_predict_trains),
         cmocka_unit_test(test_refusals),
