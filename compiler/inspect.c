@@ -175,6 +175,7 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
             cfg->optimizer == PR_OPT_MUON     ? "Muon's orthogonalised momentum on the block matrices, AdamW's "
                                                 "update direction on the rest"
             : cfg->optimizer == PR_OPT_NADAMW ? "NAdamW's update direction"
+            : cfg->optimizer == PR_OPT_LAMB   ? "LAMB's update direction, scaled by each layer's trust ratio"
                                               : "AdamW's update direction",
             muon_cost);
     const paci_program *pg = &t->program[0];

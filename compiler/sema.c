@@ -1122,12 +1122,10 @@ static void check_delay_correction(Sema *s)
     } else if (cfg->schedule == PACI_SCHED_PIPEDREAM) {
         error_at(s->src, at, "delay_correction predict is not implemented for pipedream: its backward runs "
                  "on the forward's stashed weights, so a predicted forward would not match it; use schedule paci");
-    } else if (cfg->optimizer == PR_OPT_LAMB || cfg->optimizer == PR_OPT_LARS) {
-        error_at(s->src, at, "delay_correction predict extrapolates along the optimizer's update direction, "
-                 "written for adamw, muon and nadamw; not for %s: %s (use one of those, or delay_correction none)",
-                 optimizer_names[cfg->optimizer],
-                 cfg->optimizer == PR_OPT_LARS ? "its local learning rate needs the next gradient's norm"
-                                               : "its trust-ratio-scaled direction is not written yet");
+    } else if (cfg->optimizer == PR_OPT_LARS) {
+        error_at(s->src, at, "delay_correction predict extrapolates along the optimizer's update direction; "
+                 "lars's step length comes from the next gradient's norm (its trust ratio ||w|| / ||g||), "
+                 "which a forward does not have: use adamw, muon, lamb or nadamw, or delay_correction none");
     }
 }
 

@@ -175,9 +175,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         if (predicts[s] && (!dev->host_memory || weight_copies))
             return pr_fail(err, "%s: delay_correction predict runs on the CPU only for now; run with "
                            "--device cpu, or compile with delay_correction none", prog->source);
-        if (predicts[s] && prog->optimizer != PR_OPT_ADAMW && prog->optimizer != PR_OPT_MUON &&
-            prog->optimizer != PR_OPT_NADAMW)
-            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon or nadamw", prog->source);
+        if (predicts[s] && prog->optimizer == PR_OPT_LARS)
+            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb or nadamw, "
+                           "not lars", prog->source);
         if (predicts[s] && prog->optimizer != PR_OPT_ADAMW && !prog->stage[s].optim_rule)
             return pr_fail(err, "%s: stage %d's code carries no optimizer rule to predict with", prog->source, s);
     }

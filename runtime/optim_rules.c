@@ -144,6 +144,14 @@ static void muon_matrix(const pr_optim_rule *r, float *p, const float *grad, flo
     free(x);
 }
 
+/* LAMB's trust ratio ||w|| / ||direction|| of a slice (update_sq: the direction's squared norm),
+ * 1 when either norm is 0 or the slice takes no decay. */
+static float lamb_trust_ratio(const float *p, int64_t n, int decay, double update_sq)
+{
+    double w_norm = sqrt(sumsq(p, n)), d_norm = sqrt(update_sq);
+    return decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+}
+
 /* LAMB (You et al. 2019) on one slice: Adam's bias-corrected direction plus weight decay,
  * scaled by the trust ratio ||w|| / ||direction||, 1 when either norm is 0. Slices without
  * decay (biases, LayerNorm) take neither decay nor the trust ratio. */
@@ -161,8 +169,7 @@ static void lamb_slice(const pr_optim_rule *r, float *p, const float *grad, floa
         float d = adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i];
         update_sq += (double)d * (double)d;
     }
-    double w_norm = sqrt(sumsq(p, n)), d_norm = sqrt(update_sq);
-    float ratio = decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+    float ratio = lamb_trust_ratio(p, n, decay, update_sq);
     for (int64_t i = 0; i < n; i++)
         p[i] -= lr * ratio * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
 }
@@ -323,6 +330,22 @@ static void nadam_predict_slice(const pr_optim_rule *r, const float *p, const fl
         out[i] = p[i] - ahead * (mix * m[i] / (sqrtf(v[i] / k.c2) + eps) + wd * p[i]);
 }
 
+/* LAMB's predicted slice: its trust-ratio-scaled direction at the moments after t steps. */
+static void lamb_predict_slice(const pr_optim_rule *r, const float *p, const float *m, const float *v,
+                               int64_t n, int decay, int64_t t, float ahead, float *out)
+{
+    float eps = (float)r->eps, wd = decay ? (float)r->weight_decay : 0.0f, c1, c2;
+    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    double update_sq = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float d = adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i];
+        update_sq += (double)d * (double)d;
+    }
+    float ratio = lamb_trust_ratio(p, n, decay, update_sq);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = p[i] - ahead * ratio * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
+}
+
 void pr_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const float *params, const float *m,
                       const float *v, int64_t steps_done, double lr, int32_t d, float *out)
 {
@@ -330,7 +353,7 @@ void pr_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const float *p
     m += t->offset;
     v += t->offset;
     out += t->offset;
-    int64_t rows, cols;
+    int64_t rows, cols, slice = pr_optim_layer_floats(t->ckpt_tensor, r->width);
     float ahead = (float)((double)d * lr), wd = t->decay ? (float)r->weight_decay : 0.0f;
     switch (r->kind) {
     case PR_OPT_ADAMW:
@@ -344,6 +367,11 @@ void pr_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const float *p
             float group_ahead = (float)((double)d * lr * r->group_lr_ratio);
             adamw_predict_slice(r, p, m, v, t->size, wd, steps_done, group_ahead, out);
         }
+        return;
+    case PR_OPT_LAMB: // the trust ratio per layer, as the step takes it
+        for (int64_t at = 0; at < t->size; at += slice ? slice : t->size)
+            lamb_predict_slice(r, p + at, m + at, v + at, slice ? slice : t->size, t->decay, steps_done, ahead,
+                               out + at);
         return;
     case PR_OPT_NADAMW:
         nadam_predict_slice(r, p, m, v, t->size, wd, steps_done, ahead, out);

@@ -2,7 +2,7 @@
  * the weights it ran on and the stage's state at that moment; its backward records how many
  * optimizer steps the stage took in between (the delay the run realised, counted here, not
  * read from the table). The forward must have run on W - d * lr(t+1) * u with that d and
- * the optimizer's direction u (AdamW, Muon, NAdamW), recomputed here in double. */
+ * the optimizer's direction u (AdamW, Muon, NAdamW, LAMB), recomputed here in double. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -238,6 +238,18 @@ static double reference_u(const fwd_record *rec, const pr_tensor *tn, int64_t i,
         double mix = (1 - mu_t) / (1 - product) + mu_next / (1 - product * mu_next);
         return mix * m / (sqrt(v / (1 - pow(rule.beta2, t))) + rule.eps) + wd * w;
     }
+    if (optimizer == PR_OPT_LAMB) {
+        double ratio = 1, w_sq = 0, d_sq = 0; // over the tensor: one layer's slice in the toy
+        for (int64_t j = tn->offset; j < tn->offset + tn->size; j++) {
+            double dj = (rec->m[j] / (1 - pow(rule.beta1, t))) / (sqrt(rec->v[j] / (1 - pow(rule.beta2, t))) + rule.eps) +
+                        wd * rec->w[j];
+            w_sq += (double)rec->w[j] * rec->w[j];
+            d_sq += dj * dj;
+        }
+        if (tn->decay && w_sq > 0 && d_sq > 0)
+            ratio = sqrt(w_sq) / sqrt(d_sq);
+        return ratio * ((m / (1 - pow(rule.beta1, t))) / (sqrt(v / (1 - pow(rule.beta2, t))) + rule.eps) + wd * w);
+    }
     if (muon_dir)
         return *muon_dir + rule.muon_weight_decay * w;
     *lr_factor = rule.group_lr_ratio;
@@ -326,9 +338,12 @@ static void test_forward_sees_extrapolated_weights(void **state)
     check_forwards_saw_prediction(3, 3, 5, 1); // K >= p-1: the one-step delay
 }
 
-/* The same with Muon (Nesterov, then plain momentum) and NAdamW's directions. */
-static void test_forward_sees_muon_and_nadamw_prediction(void **state)
+/* The same with Muon (Nesterov, then plain momentum), NAdamW's and LAMB's directions. */
+static void test_forward_sees_muon_nadamw_lamb_prediction(void **state)
 {
+    optimizer = PR_OPT_LAMB;
+    check_forwards_saw_prediction(4, 2, 6, 2);
+    check_forwards_saw_prediction(3, 3, 5, 1);
     optimizer = PR_OPT_MUON;
     check_forwards_saw_prediction(4, 2, 6, 2);
     rule.nesterov = 0;
@@ -391,16 +406,24 @@ static void test_refusals(void **state)
         fail_msg("--device cuda: %s", err);
     prog.cuda_device = NULL;
     prog.cuda = NULL;
-    prog.optimizer = PR_OPT_LAMB;
+    prog.optimizer = PR_OPT_LARS;
     assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
-    if (!strstr(err, "needs optimizer adamw"))
-        fail_msg("lamb: %s", err);
+    if (!strstr(err, "needs optimizer adamw, muon, lamb or nadamw, not lars"))
+        fail_msg("lars: %s", err);
 }
 
 static int setup(void **state)
 {
     toy_token_file(token_path);
     pr_blas_threads(1, 1);
+    return 0;
+}
+
+/* Each test starts under AdamW and Nesterov Muon, also after one that failed midway. */
+static int reset_optimizer(void **state)
+{
+    optimizer = PR_OPT_ADAMW;
+    rule.nesterov = 1;
     return 0;
 }
 
@@ -414,11 +437,11 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_forward_sees_extrapolated_weights),
-        cmocka_unit_test(test_forward_sees_muon_and_nadamw_prediction),
-        cmocka_unit_test(test_sync_bit_identical),
-        cmocka_unit_test(test_paci_predict_trains),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test_setup(test_forward_sees_extrapolated_weights, reset_optimizer),
+        cmocka_unit_test_setup(test_forward_sees_muon_nadamw_lamb_prediction, reset_optimizer),
+        cmocka_unit_test_setup(test_sync_bit_identical, reset_optimizer),
+        cmocka_unit_test_setup(test_paci_predict_trains, reset_optimizer),
+        cmocka_unit_test_setup(test_refusals, reset_optimizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
