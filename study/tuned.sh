@@ -69,16 +69,22 @@ every=$((micro_batches / evals / window))
 # The configurations: NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER, comments and blanks skipped.
 [ -r "$configs" ] || { echo "study: cannot read the configurations file $configs" >&2; exit 2; }
 trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }
-names=() ; declare -A schedule_of pipeline_of optimizer_of
+names=() ; declare -A schedule_of pipeline_of optimizer_of lrs_of
 while IFS= read -r line; do
     line=${line%%#*}
     [[ $line =~ ^[[:space:]]*$ ]] && continue
-    IFS='|' read -r name schedule pipeline optimizer extra <<< "$line"
+    IFS='|' read -r name schedule pipeline optimizer own_lrs extra <<< "$line"
     name=$(trim "$name") schedule=$(trim "$schedule") pipeline=$(trim "$pipeline") optimizer=$(trim "$optimizer")
+    own_lrs=$(trim "$own_lrs")
     if [ -n "$extra" ] || [ -z "$optimizer" ] || ! [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || [ -z "$schedule" ]; then
-        echo "study: $configs: expected 'NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER', NAME of letters, digits, '.', '_', '-', in: $line" >&2
+        echo "study: $configs: expected 'NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER [| LR MULTIPLIERS]', NAME of letters, digits, '.', '_', '-', in: $line" >&2
         exit 2
     fi
+    for m in $own_lrs; do
+        [[ $m =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v m="$m" 'BEGIN { exit !(m > 0) }' ||
+            { echo "study: $configs: configuration '$name': learning-rate multiplier '$m' is not a positive number" >&2; exit 2; }
+    done
+    lrs_of[$name]=$own_lrs
     [ -z "${schedule_of[$name]+x}" ] || { echo "study: $configs: configuration '$name' is declared twice" >&2; exit 2; }
     [[ $optimizer == *"{"*[0-9]*"}"* ]] || { echo "study: $configs: configuration '$name' has no {LR} to scale in its optimizer" >&2; exit 2; }
     names+=("$name"); schedule_of[$name]=$schedule pipeline_of[$name]=$pipeline optimizer_of[$name]=$optimizer
@@ -109,8 +115,10 @@ render() {
 check=$toolchain/check
 mkdir -p "$check"
 refused=0
+# A configuration's own multipliers (a fifth field) replace --lrs for it.
+lrs_for() { echo "${lrs_of[$1]:-$lrs}"; }
 for name in "${names[@]}"; do
-    for m in $lrs; do
+    for m in $(lrs_for "$name"); do
         render "$name" "$m" "$check/model.paci"
         if ! "$pacic" "$check/model.paci" --check > "$check/check.log" 2>&1; then
             echo "study: configuration '$name' at lr x $m is refused by the compiler:" >&2
@@ -162,7 +170,7 @@ one_run() {
 }
 
 for name in "${names[@]}"; do
-    for m in $lrs; do
+    for m in $(lrs_for "$name"); do
         one_run "$name" "$m"
     done
     # The replay: the compiler's simulator over the configuration's schedule table (the same
@@ -172,7 +180,7 @@ for name in "${names[@]}"; do
         rm -f "$out/runs/$name/profile.txt"
         continue  # every run diverged: no costs to replay with (the tables say so)
     fi
-    dsl=$out/runs/$name/lr-x$(awk '{ print $1 }' <<< "$lrs")/model.paci
+    dsl=$out/runs/$name/lr-x$(awk '{ print $1 }' <<< "$(lrs_for "$name")")/model.paci
     "$pacic" "$dsl" --profile "$out/runs/$name/profile.txt" --emit trace --show-steps "$steps" \
         -o "$out/runs/$name/replay.json"
     "$pacic" "$dsl" --explain > "$out/runs/$name/explain.txt"
