@@ -140,7 +140,7 @@ date -u +%Y-%m-%dT%H:%MZ > "$out/date.txt"
 echo "$command_line" > "$out/command.txt"
 # grid.csv: what the analysis reads (every run's folder), in the order the runs were made.
 echo "config,schedule,lr_multiplier,folder" > "$out/grid.csv"
-echo "study: ${#names[@]} configurations x lr multipliers ($lrs) at p = $stages, K = $window, $micro_batches micro-batches per run; results in $out"
+echo "study: ${#names[@]} configurations x lr multipliers ($lrs, or a configuration's own) at p = $stages, K = $window, $micro_batches micro-batches per run; results in $out"
 
 # one_run NAME MULTIPLIER: compile and train into runs/NAME/lr-xM/. A run that stops on a
 # non-finite loss or gradient (too high an lr) is recorded as diverged, not as a failure.
