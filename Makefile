@@ -2,7 +2,7 @@
 #
 #   make            build/bin/pacic, build/lib/pacic/libpacirt.a, build/include/pacic/
 #   make test       every test (unit, golden, end-to-end)
-#   make study      the study (docs/study.md): each line of study/configs.txt x 4 lrs at p = 8,
+#   make study      the study (docs/study.md): each line of study/configs.txt x its lrs at p = 8,
 #                   K = 8, each at its best lr (study/tuned.sh; time: docs/study.md "Time")
 #   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
