@@ -16,20 +16,29 @@ import sys
 COLORS = {"gpipe": "#7f7f7f", "1f1b": "#1f77b4", "pipedream": "#2ca02c", "paci": "#d62728"}
 
 
-def read_run(folder):
-    """Everything one run left behind, parsed."""
+def read_metrics(folder):
+    """A run's shape (from its model.paci, returned too) and its metrics.jsonl: the per-step
+    records, the validation losses and the stage bytes (study/analyze_tuned.py reads runs so
+    too)."""
     text = open(os.path.join(folder, "model.paci")).read()
     key = lambda k: int(re.search(r"\b%s (\d+)" % k, text).group(1))
     run = {"window": key("window"), "micro": key("micro"), "context": key("context"),
-           "stages": key("stages"), "steps": [], "val": []}
+           "stages": key("stages"), "total_steps": key("steps"), "steps": [], "val": [],
+           "stage_bytes": None}
     for line in open(os.path.join(folder, "metrics.jsonl")):
         rec = json.loads(line)
         if "stage_bytes" in rec:
             run["stage_bytes"] = rec["stage_bytes"]
         elif "val_loss" in rec:
             run["val"].append((rec["step"], rec["val_loss"]))
-        else:
+        elif "loss" in rec:
             run["steps"].append(rec)
+    return run, text
+
+
+def read_run(folder):
+    """Everything one run left behind, parsed."""
+    run, _ = read_metrics(folder)
     log = open(os.path.join(folder, "run.log")).read()
     run["pipeline_seconds"] = float(re.search(r"\(([0-9.]+) s in the pipeline", log).group(1))
     drift = re.search(r"^drift: (.*)$", log, re.M).group(1)

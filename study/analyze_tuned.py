@@ -63,20 +63,9 @@ def median_profile(config_dir):
 
 def read_run(folder):
     """One run's losses, memory, drift and times; diverged runs keep the steps they logged."""
-    text = open(os.path.join(folder, "model.paci")).read()
-    key = lambda k: int(re.search(r"\b%s (\d+)" % k, text).group(1))
-    run = {"window": key("window"), "micro": key("micro"), "context": key("context"),
-           "stages": key("stages"), "total_steps": key("steps"), "steps": [], "val": [],
-           "stage_bytes": None, "drift": None, "drift_effective": None,
-           "lrs": re.search(r"^\s*optimizer (.*)$", text, re.M).group(1)}
-    for line in open(os.path.join(folder, "metrics.jsonl")):
-        rec = json.loads(line)
-        if "stage_bytes" in rec:
-            run["stage_bytes"] = rec["stage_bytes"]
-        elif "val_loss" in rec:
-            run["val"].append((rec["step"], rec["val_loss"]))
-        elif "loss" in rec:
-            run["steps"].append(rec)
+    run, text = analyze.read_metrics(folder)
+    run.update({"drift": None, "drift_effective": None,
+                "lrs": re.search(r"^\s*optimizer (.*)$", text, re.M).group(1)})
     diverged = os.path.join(folder, "diverged.txt")
     run["diverged"] = open(diverged).read().strip() if os.path.exists(diverged) else None
     done = len(run["steps"]) == run["total_steps"] and run["val"] and run["val"][-1][0] == run["total_steps"]

@@ -12,12 +12,7 @@
 # at the same token counts. --wallclock-stages 0 skips the real wall-clock check.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-# A private copy of the installed-layout build, so a rebuild during the study changes nothing.
-toolchain=$(mktemp -d)
-trap 'rm -rf "$toolchain"' EXIT
-cp -r "$root/build/bin" "$root/build/lib" "$root/build/include" "$toolchain/"
-pacic=$toolchain/bin/pacic
-python=${PYTHON:-/usr/bin/python3}
+source "$root/study/toolchain.sh"  # $toolchain: a private copy of the build; $pacic, $python
 
 stages=8
 windows="1 4 8 16"

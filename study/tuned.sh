@@ -16,12 +16,7 @@
 # study/analyze_tuned.py --target LOSS DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-# A private copy of the installed-layout build, so a rebuild during the study changes nothing.
-toolchain=$(mktemp -d)
-trap 'rm -rf "$toolchain"' EXIT
-cp -r "$root/build/bin" "$root/build/lib" "$root/build/include" "$toolchain/"
-pacic=$toolchain/bin/pacic
-python=${PYTHON:-/usr/bin/python3}
+source "$root/study/toolchain.sh"  # $toolchain: a private copy of the build; $pacic, $python
 
 configs=$root/study/configs.txt
 only=""
@@ -59,10 +54,15 @@ if (( micro_batches % (evals * window) != 0 )); then
     echo "study: --micro-batches $micro_batches is not a multiple of evals x window ($evals x $window)" >&2
     exit 2
 fi
-for m in $lrs; do
-    [[ $m =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v m="$m" 'BEGIN { exit !(m > 0) }' ||
-        { echo "study: learning-rate multiplier '$m' is not a positive number" >&2; exit 2; }
-done
+# check_multipliers WHERE LIST: every multiplier a positive number, else an error naming WHERE.
+check_multipliers() {
+    local m
+    for m in $2; do
+        [[ $m =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v m="$m" 'BEGIN { exit !(m > 0) }' ||
+            { echo "study: ${1}learning-rate multiplier '$m' is not a positive number" >&2; exit 2; }
+    done
+}
+check_multipliers "" "$lrs"
 steps=$((micro_batches / window))
 every=$((micro_batches / evals / window))
 
@@ -80,10 +80,7 @@ while IFS= read -r line; do
         echo "study: $configs: expected 'NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER [| LR MULTIPLIERS]', NAME of letters, digits, '.', '_', '-', in: $line" >&2
         exit 2
     fi
-    for m in $own_lrs; do
-        [[ $m =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v m="$m" 'BEGIN { exit !(m > 0) }' ||
-            { echo "study: $configs: configuration '$name': learning-rate multiplier '$m' is not a positive number" >&2; exit 2; }
-    done
+    check_multipliers "$configs: configuration '$name': " "$own_lrs"
     lrs_of[$name]=$own_lrs
     [ -z "${schedule_of[$name]+x}" ] || { echo "study: $configs: configuration '$name' is declared twice" >&2; exit 2; }
     [[ $optimizer == *"{"*[0-9]*"}"* ]] || { echo "study: $configs: configuration '$name' has no {LR} to scale in its optimizer" >&2; exit 2; }
