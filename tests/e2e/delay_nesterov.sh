@@ -7,11 +7,7 @@
 # weight as 1 - sqrt(m^2 (1 - beta2) / v), and must be beta1 + d (0.99 - beta1) / p with
 # that stage's realised d. Under 1f1b the key is refused at its value.
 source tests/e2e/lib.sh
-python=
-for candidate in python3 /usr/bin/python3; do
-    if "$candidate" -c 'import numpy' 2>/dev/null; then python=$candidate; break; fi
-done
-[ -n "$python" ] || fail "no python3 with numpy"
+python_with "numpy"
 
 # nesterov_model NAME WINDOW SCHEDULE: a 4-stage program of 8 steps with nadamw and the key.
 nesterov_model() {

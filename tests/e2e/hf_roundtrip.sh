@@ -9,11 +9,7 @@
 # and hostile files and folders: one line naming the file and the tensor, exit 1.
 source tests/e2e/lib.sh
 
-python=
-for candidate in python3 /usr/bin/python3; do
-    if "$candidate" -c 'import torch, numpy' 2>/dev/null; then python=$candidate; break; fi
-done
-[ -n "$python" ] || fail "no python3 with torch and numpy"
+python_with "torch, numpy"
 ref() { "$python" "$root/tests/numeric/hf_ref.py" "$@"; }
 
 # model NAME STAGES TIED: 2 layers, 2 heads, window 2 (step 1 = micro-batches 0 and 1),

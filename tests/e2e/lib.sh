@@ -19,6 +19,17 @@ finish() {
 }
 trap finish EXIT
 
+# python_with MODULES: the first of python3 and Debian's /usr/bin/python3 that imports MODULES
+# (e.g. "torch, numpy"), into $python; the test fails without one.
+python_with() {
+    local candidate
+    python=
+    for candidate in python3 /usr/bin/python3; do
+        if "$candidate" -c "import $1" 2>/dev/null; then python=$candidate; return 0; fi
+    done
+    fail "no python3 with $1"
+}
+
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # skip REASON: this test cannot run here; tests/run.sh counts exit 77 as a skip, with REASON.
 skip() { echo "skipped: $*"; exit 77; }
