@@ -61,7 +61,7 @@ if [ "${PACI_GOLDEN:-1}" != 0 ]; then
 fi
 
 # The e2e scripts run PACI_JOBS at a time (default: one per CPU); each has its own scratch
-# folder and picks its own ports, and none measures time, so only the order of the lines
+# folder and its own block of TCP ports, and none measures time, so only the order of the lines
 # depends on the machine. Results are counted as each script ends.
 jobs=${PACI_JOBS:-$(nproc 2>/dev/null || echo 1)}
 logs=$(mktemp -d)
@@ -74,7 +74,7 @@ export PACIC_CACHE=${PACIC_CACHE:-$logs/nvrtc-cache}
 # Likewise the fake CUDA stack's parts that do not depend on the model (tests/cuda_fake/build.sh).
 export FAKE_CACHE=${FAKE_CACHE:-$logs/fake-cache}
 declare -A started_at=() name_of=()
-running=0
+running=0 index=0
 
 # collect PID STATUS: counts the finished script's result and prints its line.
 collect() {
@@ -108,7 +108,8 @@ for t in "$here"/e2e/*.sh; do
         continue
     fi
     while [ "$running" -ge "$jobs" ]; do wait_one; done
-    (cd "$root" && exec "$t") >"$logs/$name.log" 2>&1 &
+    index=$((index + 1))
+    (cd "$root" && PACI_TEST_PORT=$((10000 + 100 * index)) exec "$t") >"$logs/$name.log" 2>&1 &
     started_at[$!]=$(date +%s) name_of[$!]=$name
     running=$((running + 1))
 done

@@ -16,7 +16,7 @@ expect_error() {
     [ $status != 0 ] || fail "$what: exit status 0"
     [ $status -lt 128 ] || fail "$what: killed by signal $((status - 128))"
     [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "$what: expected one line, got: $out"
-    printf '%s\n' "$out" | grep -qE "$pattern" || fail "$what: '$out' does not match '$pattern'"
+    grep -qE "$pattern" <<< "$out" || fail "$what: '$out' does not match '$pattern'"
     echo "$what: $out"
 }
 
@@ -33,7 +33,7 @@ expect_error "empty token file" "empty\.bin" --data "$work/empty.bin"
 sed -i 's/vocab 256/vocab 64/' "$work/m.paci"
 "$pacic" "$work/m.paci" -o "$work/m/run64" 2>/dev/null
 out=$(./run64 --quiet 2>&1) && fail "vocab 64 on byte data trained"
-printf '%s\n' "$out" | grep -qE "tiny_train\.bin.*token.*64" || fail "out-of-vocabulary: '$out'"
+grep -qE "tiny_train\.bin.*token.*64" <<< "$out" || fail "out-of-vocabulary: '$out'"
 echo "token outside the vocabulary: $out"
 
 # A checkpoint of another model shape.
@@ -41,7 +41,7 @@ sed -i 's/vocab 64/vocab 256/; s/width 32/width 48/' "$work/m.paci"
 "$pacic" "$work/m.paci" -o "$work/m/run48" 2>/dev/null
 out=$(./run48 --quiet --init "$work/m/ckpt/step_00000004/model.bin" 2>&1) && fail "--init of another shape was accepted"
 [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "another shape: expected one line, got: $out"
-printf '%s\n' "$out" | grep -qE "model\.bin.*(width|channels|C)" || fail "another shape: '$out' does not name the file and field"
+grep -qE "model\.bin.*(width|channels|C)" <<< "$out" || fail "another shape: '$out' does not name the file and field"
 echo "checkpoint of another shape: $out"
 
 # An unwritable checkpoint folder (a path through a regular file: root ignores modes).

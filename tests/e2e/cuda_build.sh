@@ -63,7 +63,7 @@ echo "run links the CUDA layer; --device cpu trains 20 steps"
 # The NCCL transport is in run, and NCCL is loaded with dlopen: a missing library is one
 # line naming it, the toolkit's own loads with every symbol the transport calls.
 [ "$(nm "$work/gpu/run" | grep -c " pr_nccl_links$")" -eq 1 ] || fail "run does not hold the NCCL transport"
-nm "$work/gpu/run" | grep -q " U ncclSend" && fail "run links NCCL directly (it must dlopen it)"
+grep -q " U ncclSend" <<< "$(nm "$work/gpu/run")" && fail "run links NCCL directly (it must dlopen it)"
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -Iruntime -I"${CUDA_HOME:-/usr/local/cuda}/include" tests/e2e/nccl_load.c \
     build/lib/pacic/libpacirt_cuda.a build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) \
     -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load" || fail "nccl_load does not build against libpacirt_cuda.a"

@@ -28,7 +28,6 @@ need_cuda_emu
 export PACIC_CACHE=$work/cache
 LOSS_TOL=1e-5
 WEIGHT_TOL=1e-4
-port=$((20000 + RANDOM % 20000))
 
 # on NAME DIR GPUS [run flags...]: runs NAME's program in $work/NAME/DIR on GPUS fake GPUs.
 on() {

@@ -13,7 +13,6 @@ need_cuda_emu
 export PACIC_CACHE=$work/cache
 LOSS_TOL=1e-5
 WEIGHT_TOL=1e-4
-port=$((20000 + RANDOM % 20000))
 
 small_model dp 2 1f1b 2 6 3
 sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/dp.paci"
@@ -60,11 +59,7 @@ for r in 0 1 2 3; do
         --peer-timeout 3 --connect-timeout 60 > out.txt 2> err.txt) &
     pids+=($!)
 done
-for ((i = 0; i < 1200; i++)); do
-    grep -q '^step ' "$work/dp/long1/out.txt" 2>/dev/null && break
-    sleep 0.1
-done
-grep -q "^step " "$work/dp/long1/out.txt" || fail "rank 1 logged no step: $(cat "$work"/dp/long*/err.txt)"
+await_step "$work/dp/long1/out.txt" "${pids[1]}" || fail "rank 1 ended before logging a step: $(cat "$work"/dp/long*/err.txt)"
 kill -STOP "${pids[3]}"
 # a hang guard, should the stuck replica never be noticed
 for ((i = 0; i < 6000; i++)); do

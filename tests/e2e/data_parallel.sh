@@ -16,7 +16,6 @@
 #     in the host's memory together.
 source tests/e2e/lib.sh
 
-port=$((20000 + RANDOM % 20000))
 
 # dp_model NAME SCHEDULE WINDOW STEPS D: the small model at p = 2 with D replicas.
 dp_model() {
@@ -68,7 +67,7 @@ if command -v mpirun >/dev/null && [ -f "${PACI_BUILD:-build}/lib/pacic/libpacir
     (cd "$work/sync-d2-mpi" && unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE &&
         OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe \
         --mca btl_vader_single_copy_mechanism none -np 4 "$work/sync-d2/run" --quiet --blas-threads 1 \
-        --connect-timeout 60 --master-port $((port + 500))) || fail "sync-d2 under mpirun failed"
+        --connect-timeout 60 --master-port $((port + 90))) || fail "sync-d2 under mpirun failed"
     same_bits "$work/sync-d2" "$work/sync-d2-mpi" 0020 || fail "mpirun's 4 processes differ from the threads"
 else
     skip_part "no mpirun, or run was built without MPI: the mpirun case"
@@ -99,11 +98,8 @@ same_bits "$work/paci-d2" "$work/paci-d2/cut" 0020 || fail "paci-d2 resumed at s
 sigterm() {
     mkdir -p "$work/$1/$2"
     (cd "$work/$1/$2" && exec ../run --blas-threads 1 --peer-timeout 30 > out.txt 2> err.txt) &
-    local pid=$! i
-    for ((i = 0; i < 600; i++)); do
-        grep -q '^step ' "$work/$1/$2/out.txt" 2>/dev/null && break
-        sleep 0.1
-    done
+    local pid=$!
+    await_step "$work/$1/$2/out.txt" $pid || fail "$1/$2: the run ended before logging a step: $(cat "$work/$1/$2/err.txt")"
     sleep "$3"
     kill -TERM $pid
     wait $pid || fail "$1/$2: the stopped run exited with $?: $(grep -v note "$work/$1/$2/err.txt")"
@@ -170,11 +166,7 @@ replica_fails() {
             "$work/long.run" --blas-threads 1 --peer-timeout "$timeout" >out.txt 2>err.txt) &
         pids+=($!)
     done
-    for ((i = 0; i < 600; i++)); do
-        grep -q '^step ' "$work/long1/out.txt" 2>/dev/null && break
-        sleep 0.1
-    done
-    grep -q '^step ' "$work/long1/out.txt" || fail "rank 1 logged no step"
+    await_step "$work/long1/out.txt" "${pids[1]}" || fail "rank 1 ended before logging a step: $(cat "$work"/long*/err.txt)"
     kill -"$signal" "${pids[3]}"
     local rc=0
     wait "${pids[1]}" || rc=$?

@@ -46,7 +46,7 @@ run_it one
 model ends-gpipe 4 gpipe "[0, 2, 2, 0]"
 model ends-1f1b 3 1f1b "[0, 4, 0]"
 for name in ends-gpipe ends-1f1b; do
-    "$pacic" "$work/$name.paci" --dump plan | grep -q "layers none" || fail "$name: no stage without layers in the plan"
+    grep -q "layers none" <<< "$("$pacic" "$work/$name.paci" --dump plan)" || fail "$name: no stage without layers in the plan"
     build $name
     run_it $name
     same one $name || fail "$name: weights, optimizer state or losses differ from one stage"
@@ -81,8 +81,10 @@ echo "paci [0, 2, 2, 0]: 20 straight == 10 + resume + 10 (weights, optimizer sta
 sed 's/; split \[0, 2, 2, 0\]//' "$work/straight.paci" > "$work/measured.paci"
 plan=$("$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --dump plan) ||
     fail "--balance with run's profile: $plan"
-[ "$(printf '%s\n' "$plan" | grep -c '^stage ')" = 4 ] || fail "--balance: $plan"
-"$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --explain | grep -q "compute costs measured (--balance)" ||
+[ "$(grep -c '^stage ' <<< "$plan")" = 4 ] || fail "--balance: $plan"
+# (captured first: grep -q stops reading at the match, and under pipefail the writer's SIGPIPE would fail the test)
+explain=$("$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --explain)
+grep -q "compute costs measured (--balance)" <<< "$explain" ||
     fail "--explain does not say its costs were measured"
 out=$("$pacic" "$work/measured.paci" --balance "$work/straight/profile.txt" --profile "$work/straight/profile.txt" --explain 2>&1) &&
     fail "--balance with --profile was accepted"
@@ -94,10 +96,10 @@ echo "--balance reads the profile run wrote; with --profile it is refused"
 model auto 3 paci ""
 sed -i 's/vocab 256 }/vocab 4096 }/' "$work/auto.paci"
 plan=$("$pacic" "$work/auto.paci" --dump plan)
-printf '%s\n' "$plan" | grep -q "^stage 2: layers none +head" || fail "the automatic split did not isolate the head: $plan"
+grep -q "^stage 2: layers none +head" <<< "$plan" || fail "the automatic split did not isolate the head: $plan"
 model six 6 paci ""
 sed -i 's/window 4 }/window 6 }/' "$work/six.paci"
 plan=$("$pacic" "$work/six.paci" --dump plan)
-printf '%s\n' "$plan" | grep -q "^stage 0: layers none +embed" && printf '%s\n' "$plan" | grep -q "^stage 5: layers none +head" ||
+grep -q "^stage 0: layers none +embed" <<< "$plan" && grep -q "^stage 5: layers none +head" <<< "$plan" ||
     fail "6 stages over 4 layers: $plan"
 echo "automatic split: the head alone on the last stage at vocabulary 4096; 6 stages over 4 layers"

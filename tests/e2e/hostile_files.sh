@@ -11,9 +11,9 @@ one_line() {
     shift 2
     out=$("$@" 2>&1) || status=$?
     [ $status = 1 ] || fail "$what: exit status $status: $out"
-    [ "$(printf '%s\n' "$out" | grep -vc '^run: note:')" = 1 ] || fail "$what: expected one line, got: $out"
-    printf '%s\n' "$out" | grep -qE "$pattern" || fail "$what: '$out' does not match '$pattern'"
-    echo "$what: $(printf '%s\n' "$out" | grep -v '^run: note:')"
+    [ "$(grep -vc '^run: note:' <<< "$out")" = 1 ] || fail "$what: expected one line, got: $out"
+    grep -qE "$pattern" <<< "$out" || fail "$what: '$out' does not match '$pattern'"
+    echo "$what: $(grep -v '^run: note:' <<< "$out")"
 }
 
 mkdir -p "$work/folder.paci"

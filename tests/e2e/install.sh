@@ -13,5 +13,5 @@ cd "$work/elsewhere"
 # Moved away from both the install and the source tree, pacic names what it misses.
 cp "$work/prefix/bin/pacic" "$work/lonely-pacic"
 out=$("$work/lonely-pacic" "$work/m.paci" -o run2 2>&1) && fail "pacic built without its runtime"
-printf '%s\n' "$out" | grep -q "libpacirt" || fail "no mention of the missing runtime: $out"
+grep -q "libpacirt" <<< "$out" || fail "no mention of the missing runtime: $out"
 echo "installed pacic builds and trains outside the source tree"

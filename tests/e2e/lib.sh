@@ -6,6 +6,9 @@ pacic=$root/${PACI_BUILD:-build}/bin/pacic
 data=$root/examples/data
 work=$(mktemp -d)
 skipped_parts=()
+# The first TCP port of this script's block: tests/run.sh gives each script 100 of its own,
+# below Linux's ephemeral range (32768 up), where a connection's local port never lands.
+port=${PACI_TEST_PORT:-$((10000 + RANDOM % 20000))}
 # On exit: the scratch folder goes; a script that passed but left out a part (skip_part)
 # exits 77 naming it, so tests/run.sh counts it as skipped, not passed.
 finish() {
@@ -35,6 +38,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "skipped: $*"; exit 77; }
 # skip_part REASON: a part of this test cannot run here; the rest goes on (see finish).
 skip_part() { echo "part skipped: $*"; skipped_parts+=("$*"); }
+
+# await_step FILE PID: returns once FILE (a run's stdout) holds a logged step, or 1 if PID
+# ends first. No time limit but a 20-minute hang guard: a slow, busy machine only waits longer.
+await_step() {
+    local i
+    for ((i = 0; i < 24000; i++)); do
+        grep -q '^step ' "$1" 2>/dev/null && return 0
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.05
+    done
+    grep -q '^step ' "$1" 2>/dev/null
+}
 
 # small_model NAME STAGES SCHEDULE WINDOW STEPS [EVAL] [CKPT]: writes $work/NAME.paci, a
 # model small enough that 20 steps take a second, with clipping on so it is tested too.

@@ -17,7 +17,6 @@ small_model clip 2 1f1b 3 12 6
 train clip
 unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE
 mkdir -p "$work/mp/rank0" "$work/mp/rank1"
-port=$((20000 + RANDOM % 20000))
 mpirun "${mpi_flags[@]}" -np 2 sh -c "cd $work/mp/rank\$OMPI_COMM_WORLD_RANK && exec $work/clip/run \
     --metrics metrics.jsonl --master-port $port > out.txt 2>&1" || {
     cat "$work"/mp/rank*/out.txt

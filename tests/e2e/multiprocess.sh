@@ -5,7 +5,6 @@
 # with the stages named; a bad launch is refused with the variable named.
 source tests/e2e/lib.sh
 
-port=$((20000 + RANDOM % 20000))
 
 # ranks NAME P [run flags...]: runs NAME's program as P processes in $work/NAME-mp/rankR.
 ranks() {
@@ -56,10 +55,10 @@ mkdir -p "$work/bad"
 out=$(cd "$work/bad" && RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 ./run 2>&1) && fail "world 3 for 2 stages ran"
 [ "$out" = "run: error: WORLD_SIZE=3, but the program has 2 stages: start one process per stage (2), or one process for all" ] \
     || fail "unexpected message: $out"
-out=$(cd "$work/bad" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 100)) ./run --quiet --connect-timeout 1 2>&1) \
+out=$(cd "$work/bad" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 99)) ./run --quiet --connect-timeout 1 2>&1) \
     && fail "rank 1 ran without rank 0"
 case "$out" in
-    "run: error: rank 1: cannot reach rank 0 at 127.0.0.1:$((port + 100)) within 1 s"*) ;;
+    "run: error: rank 1: cannot reach rank 0 at 127.0.0.1:$((port + 99)) within 1 s"*) ;;
     *) fail "unexpected message: $out" ;;
 esac
 
@@ -79,11 +78,7 @@ stuck_peer() {
     (cd "$work/long1" && exec env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$work/long.run" --peer-timeout "$timeout" >out.txt 2>err.txt) &
     local rank1=$!
-    for ((i = 0; i < 600; i++)); do
-        grep -q '^step ' "$work/long1/out.txt" 2>/dev/null && break
-        sleep 0.1
-    done
-    grep -q '^step ' "$work/long1/out.txt" || fail "rank 1 logged no step"
+    await_step "$work/long1/out.txt" $rank1 || fail "rank 1 ended before logging a step: $(cat "$work/long1/err.txt")"
     kill -"$signal" $rank0
     local rc=0
     wait $rank1 || rc=$?

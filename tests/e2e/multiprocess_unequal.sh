@@ -7,7 +7,6 @@
 source tests/e2e/lib.sh
 
 for split in "1, 4, 1" "0, 6, 0"; do
-port=$((20000 + RANDOM % 20000))
 rm -rf "$work/unequal" "$work/mp"
 cat > "$work/unequal.paci" <<DSL
 model gpt2 { layers 6; width 32; heads 2; context 16; vocab 256 }

@@ -89,7 +89,7 @@ for schedule in 1f1b paci; do
         fail "$schedule, on_nan stop: the run went on past a NaN"
     fi
     line=$(grep -m1 '^run: error: ' "$work/$stop.err")
-    printf '%s\n' "$line" | grep -Eq "^run: error: step $first, stage [01]: (the loss is not finite|the gradient of [a-z0-9_.]+ is not finite|stage [01]'s gradient of [a-z0-9_.]+ is not finite)" \
+    grep -Eq "^run: error: step $first, stage [01]: (the loss is not finite|the gradient of [a-z0-9_.]+ is not finite|stage [01]'s gradient of [a-z0-9_.]+ is not finite)" <<< "$line" \
         || fail "$schedule, on_nan stop: expected an error at step $first naming stage and tensor, got: $(cat "$work/$stop.err")"
     last_ok=$(( (first - 1) / 2 * 2 ))
     [ "$(cat "$work/$stop/ckpt/latest")" = "$(printf 'step_%08d' $last_ok)" ] \

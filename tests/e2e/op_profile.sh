@@ -66,9 +66,9 @@ for case in "tiny 2" "three 3"; do
     check_profile "$name" "$stages"
     explain=$("$pacic" "$work/$name.paci" --profile "$work/$name/profile.txt" --explain 2>"$work/err.txt") ||
         fail "$name: pacic --profile cannot read the profile run wrote: $(cat "$work/err.txt")"
-    printf '%s\n' "$explain" | grep -q "^measured ops (" || fail "$name: --explain has no op table"
+    grep -q "^measured ops (" <<< "$explain" || fail "$name: --explain has no op table"
     for ((s = 0; s < stages; s++)); do
-        printf '%s\n' "$explain" | grep -qE "^  stage $s: [0-9]+ ops, " || fail "$name: no op table for stage $s"
+        grep -qE "^  stage $s: [0-9]+ ops, " <<< "$explain" || fail "$name: no op table for stage $s"
     done
     printf '%s\n' "$explain" | sed -n '/^measured ops/,$p'
     # The same costs without the op lines (a version 1 file) predict the same.
@@ -86,8 +86,8 @@ expect_profile_error() {
     out=$("$pacic" "$work/tiny.paci" --profile "$file" --explain 2>&1 >/dev/null) || status=$?
     [ $status = 1 ] || fail "$what: exit status $status, expected 1"
     [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "$what: expected one line, got: $out"
-    printf '%s\n' "$out" | grep -qF "$file:$line: " || fail "$what: '$out' does not name $file:$line"
-    printf '%s\n' "$out" | grep -qE "$pattern" || fail "$what: '$out' does not match '$pattern'"
+    grep -qF "$file:$line: " <<< "$out" || fail "$what: '$out' does not name $file:$line"
+    grep -qE "$pattern" <<< "$out" || fail "$what: '$out' does not match '$pattern'"
     echo "$what: $out"
 }
 

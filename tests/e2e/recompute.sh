@@ -88,9 +88,9 @@ first=$(losses paci-straight | head -1)
 last=$(losses paci-straight | tail -5 | awk '{ s += $1 } END { printf "%.4f", s / NR }')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' ||
     fail "paci with recompute full does not train: first loss $first, mean of the last 5 $last"
-drift=$(printf '%s\n' "$summary" | grep '^drift:') || fail "no drift line in: $summary"
+drift=$(grep '^drift:' <<< "$summary") || fail "no drift line in: $summary"
 for s in 0 1; do
-    printf '%s\n' "$drift" | grep -q "stage $s max 1 ([0-9]*% of micro-batches) effective 0 (recomputed forward)" ||
+    grep -q "stage $s max 1 ([0-9]*% of micro-batches) effective 0 (recomputed forward)" <<< "$drift" ||
         fail "paci stage $s: expected raw drift 1 and effective 0 (recomputed forward): $drift"
 done
 echo "paci with recompute full: loss $first -> $last (mean of the last 5), differs from none; $drift"
@@ -113,7 +113,7 @@ echo "paci with recompute full: 20 straight == 10 + resume + 10 (weights, optimi
 # to the runtime's alignment of each activation tensor, which the plan does not count (1%),
 # and on the last stage nothing at all.
 mem_none=$(again paci-none paci-none-mem --blas-threads 1 --no-checkpoint | grep '^memory:')
-mem_full=$(printf '%s\n' "$summary" | grep '^memory:')
+mem_full=$(grep '^memory:' <<< "$summary")
 "$pacic" "$work/paci-none.paci" --dump plan > "$work/plan-none.txt"
 "$pacic" "$work/paci-full.paci" --dump plan > "$work/plan-full.txt"
 python3 - "$mem_none" "$mem_full" "$work" <<'PY' || fail "recompute full does not shrink the memory as planned: $mem_none / $mem_full"

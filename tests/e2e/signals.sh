@@ -99,7 +99,7 @@ mkdir -p "$work/twice"
 if [ -z "${PACI_SIGNAL_SCHEDULES:-}" ]; then
     mkdir -p "$work/mp0" "$work/mp1" "$work/mp-threads"
     cp "$work/twice/run" "$work/mp.run"
-    port=$((20000 + RANDOM % 20000))
+    port=$((port + 50)) # a block of its own, clear of the ports used above
     (cd "$work/mp0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$work/mp.run" --quiet > out.txt 2> err.txt) &
     rank0=$!
