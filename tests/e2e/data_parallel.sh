@@ -176,6 +176,6 @@ replica_fails() {
     grep -Eq "$pattern" "$work/long1/err.txt" || fail "unexpected message: $(grep -v note "$work/long1/err.txt")"
 }
 replica_fails KILL "^run: error: stage 1 of replica 0 \\(rank 1\\): replica 1 of stage 1 \\(rank 3\\) closed the connection \\(the gradient reduction of step [0-9]+\\)\$" 60
-replica_fails STOP "^run: error: stage 1 of replica 0 \\(rank 1\\): replica 1 of stage 1 \\(rank 3\\) sent nothing for 3 s \\(the gradient reduction of step [0-9]+\\)\$" 3
+replica_fails STOP "^run: error: stage 1 of replica 0 \\(rank 1\\): replica 1 of stage 1 \\(rank 3\\) sent nothing for 10 s \\(the gradient reduction of step [0-9]+\\)\$" 10
 
 echo "data 2: window 2 x 2 agrees with window 4; threads, TCP and MPI give the same bits; paci drifts as D = 1 and resumes exactly; failed replicas named"
