@@ -166,6 +166,16 @@ int pr_sock_connect(uint32_t addr, uint16_t port, double deadline, char *err)
         close(fd);
         return pr_fail(err, "%s", strerror(e));
     }
+    // A port in the ephemeral range that nobody listens on yet can be given to this very
+    // socket as its own local port, and TCP then connects it to itself: retry instead.
+    struct sockaddr_in self, peer;
+    socklen_t self_len = sizeof self, peer_len = sizeof peer;
+    if (getsockname(fd, (struct sockaddr *)&self, &self_len) == 0 &&
+        getpeername(fd, (struct sockaddr *)&peer, &peer_len) == 0 &&
+        self.sin_port == peer.sin_port && self.sin_addr.s_addr == peer.sin_addr.s_addr) {
+        close(fd);
+        return pr_fail(err, "connected to itself (nothing listens on port %u yet)", port);
+    }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     no_delay(fd);
     return fd;

@@ -62,6 +62,25 @@ case "$out" in
     *) fail "unexpected message: $out" ;;
 esac
 
+# Rank 1 up before rank 0, its connection to the master port given to itself (the shim makes
+# the kernel's chance certain): it must see that, retry, and train with rank 0 once it comes.
+# (Unseen, it reads its own hello as rank 0's reply and waits for the rest until its timeout.)
+${CC:-cc} -shared -fPIC -O1 -o "$work/self_connect.so" tests/e2e/self_connect.c -ldl
+port=$((port + 1))
+mkdir -p "$work/early0" "$work/early1"
+(cd "$work/early1" && exec env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    SELF_CONNECT_PORT=$port SELF_CONNECT_MARK="$work/early1/self" LD_PRELOAD="$work/self_connect.so" \
+    ../bad/run --quiet --connect-timeout 60 > out.txt 2> err.txt) &
+early1=$!
+until [ -e "$work/early1/self" ] || ! kill -0 $early1 2>/dev/null; do sleep 0.05; done
+[ -e "$work/early1/self" ] || fail "rank 1 never connected to itself: $(cat "$work/early1/err.txt")"
+(cd "$work/early0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ../bad/run --quiet \
+    --connect-timeout 600 2> err.txt) &
+early0=$!
+wait $early1 || { kill -KILL $early0; fail "rank 1, once connected to itself, did not train: $(cat "$work/early1/err.txt")"; }
+wait $early0 || fail "rank 0 after a self-connected rank 1: $(cat "$work/early0/err.txt")"
+echo "rank 1 connected to itself before rank 0 was up, retried, and trained"
+
 # stuck_peer SIGNAL PATTERN TIMEOUT: starts a long 2-process run, sends SIGNAL to rank 0 once
 # rank 1 has logged a step, and expects rank 1 (--peer-timeout TIMEOUT) to exit 1 with a line
 # matching PATTERN. Rank 0 keeps the default peer timeout (600 s): on a loaded machine a slow
