@@ -660,6 +660,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     /* only when on, so that every program without it is what it was before recompute existed */
     if (cfg->recompute == RECOMPUTE_FULL)
         emit_line(sb, ".recompute = 1, /* recompute full: slots keep inputs, the backward reruns the forward */");
+    if (cfg->accumulate == ACCUMULATE_PAIRWISE)
+        emit_line(sb, ".accumulate_pairwise = 1, /* a window's gradients summed as a binary tree */");
     if (cfg->cuda)
         emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda, .bf16_operands = %d,",
                   cfg->precision == PREC_BF16);

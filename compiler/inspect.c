@@ -284,6 +284,11 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
     if (plan->recompute)
         explain_recompute(out, cfg, plan, unit, unit_bytes);
+    if (cfg->accumulate == ACCUMULATE_PAIRWISE)
+        fprintf(out, "accumulate pairwise: each backward's gradient is computed alone and the window's %d are "
+                "added as a binary tree, as the replicas' reduction adds theirs (D replicas of window K give "
+                "the bits of window D K when both are powers of two); the grads column holds %d more "
+                "gradient buffers per stage; CPU only\n", cfg->window, pr_pairwise_buffers(cfg->window));
     if (cfg->delay_correction == DELAY_PREDICT)
         explain_prediction(out, cfg, plan, t);
     if (cfg->delay_correction == DELAY_NESTEROV)

@@ -192,6 +192,8 @@ typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 enum delay_correction { DELAY_NONE, DELAY_PREDICT, DELAY_NESTEROV };
 /* `pipeline { recompute ... }` (docs/dsl.md); order = the DSL's word list. */
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_FULL };
+/* `batch { accumulate ... }` (docs/dsl.md); order = the DSL's word list. */
+enum accumulate { ACCUMULATE_SEQUENTIAL, ACCUMULATE_PAIRWISE };
 
 typedef struct Config {
     const Source *src;
@@ -210,6 +212,7 @@ typedef struct Config {
     /* batch */
     int micro;              /* sequences per micro-batch */
     long global_batch;      /* sequences per optimizer step = micro * window * replicas */
+    int accumulate;         /* enum accumulate: pairwise sums a window's gradients as a binary tree */
     /* training */
     char *train_data, *val_data; /* resolved against the DSL file's folder; may be NULL */
     long steps;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/pacirt.h"
 #include "pacic.h"
 
 typedef struct ModelCounts {
@@ -118,7 +119,9 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->slots = slots;
     sp->stash = stash;
     sp->mem_weights = sp->params * m->weight_bytes;
-    sp->mem_grads = sp->params * 4;
+    // accumulate pairwise: the tree's buffers beside the stage's gradients (runtime/pacirt.h)
+    sp->mem_grads = sp->params * 4 *
+                    (1 + (cfg->accumulate == ACCUMULATE_PAIRWISE ? pr_pairwise_buffers(cfg->window) : 0));
     sp->mem_optim = sp->params * 8;
     // recompute full: a slot keeps the stage's input only (the first stage's tokens are in
     // mem_work), and one full slot is the workspace every forward and backward runs in. A

@@ -102,6 +102,8 @@ static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "
 static const char *const delay_correction_words[] = {"none", "predict", "nesterov", NULL};
 /* In the order of enum recompute (compiler/pacic.h). */
 static const char *const recompute_words[] = {"none", "full", NULL};
+/* In the order of enum accumulate (compiler/pacic.h). */
+static const char *const accumulate_words[] = {"sequential", "pairwise", NULL};
 /* In the order of enum pr_optimizer (runtime/pacirt.h). */
 static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", "nadamw", NULL};
 static const char *const shape_scale_words[] = {
@@ -156,6 +158,7 @@ static const KeyDef pipeline_keys[] = {
 static const KeyDef batch_keys[] = {
     {.name = "micro", .shape = SHAPE_INT, .min = 1, .max = 1000000, .required = true, .field = AT(micro)},
     CUSTOM_KEY("global", set_global),
+    CHOICE_KEY("accumulate", accumulate, accumulate_words, ACCUMULATE_SEQUENTIAL),
     END_KEYS,
 };
 /* Muon's AdamW group; weight_decay -1: the optimizer block's. */
@@ -1268,6 +1271,8 @@ void config_dump(FILE *out, const Config *cfg)
         fprintf(out, "  recompute %s\n", recompute_words[cfg->recompute]);
     fprintf(out, "parallel\n  data %d\n", config_replicas(cfg));
     fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
+    if (cfg->accumulate != ACCUMULATE_SEQUENTIAL) /* only when set: older dumps stay as they were */
+        fprintf(out, "  accumulate %s\n", accumulate_words[cfg->accumulate]);
     fprintf(out, "train\n  data %s\n  val %s\n  steps %ld\n  seed %llu\n  precision %s\n  attention %s\n",
             cfg->train_data ? cfg->train_data : "(none)", cfg->val_data ? cfg->val_data : "(none)",
             cfg->steps, (unsigned long long)cfg->seed, precision_words[cfg->precision],

@@ -181,6 +181,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         if (predicts[s] && prog->optimizer != PR_OPT_ADAMW && !prog->stage[s].optim_rule)
             return pr_fail(err, "%s: stage %d's code carries no optimizer rule to predict with", prog->source, s);
     }
+    // The tree's additions run on the host, over the stage's gradient buffers.
+    if (prog->accumulate_pairwise && !dev->host_memory)
+        return pr_fail(err, "%s: accumulate pairwise runs on the CPU only for now; run with --device cpu, "
+                       "or compile with accumulate sequential", prog->source);
+    int acc_buffers = prog->accumulate_pairwise ? pr_pairwise_buffers(tab->window) : 0;
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = &prog->stage[s];
         // floats of a copy, and 64 more to start the copies on 256 bytes as the products want
@@ -190,7 +195,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         recomputes[s] = prog->recompute && tab->slots[s] > 1;
         slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? BTC : 0;
         work_floats[s] = recomputes[s] ? sc->act_floats : 0;
-        floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s]) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
+        floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s] + acc_buffers) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
                                                tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * BTC + n_h + pad
                        : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                        : 0;
@@ -244,6 +249,12 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->grad_out = at, at += BTC;
             if (predicts[s])
                 st->predicted = at, at += n;
+            if (acc_buffers > 0) {
+                st->acc_level = pr_alloc(64 * sizeof *st->acc_level);
+                st->acc_free = pr_alloc((size_t)acc_buffers * sizeof *st->acc_free);
+                for (st->acc_n_free = 0; st->acc_n_free < acc_buffers; st->acc_n_free++)
+                    st->acc_free[st->acc_n_free] = at, at += n;
+            }
             if (weight_copies) {
                 at = st->arena + (at - st->arena + 63) / 64 * 64;
                 st->params_h = (pr_bf16 *)at, at += n_h;
@@ -356,6 +367,8 @@ void pr_run_free(pr_run *run)
         free(st->slot_losses);
         free(st->slot_mb);
         free(st->slot_fwd_step);
+        free(st->acc_level);
+        free(st->acc_free);
         free(st->tensor_sumsq[0]);
         free(st->tensor_sumsq[1]);
         free(st->trace);
@@ -540,6 +553,52 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
     exit(1);
 }
 
+/* accumulate pairwise (docs/dsl.md): the backward's gradient g, computed alone, joins the
+ * window's tree: while level j holds a sum of as many micro-batches as g, the two are added
+ * and move up a level. Floating-point addition commutes, so only this grouping decides the
+ * bits, and it is the one a replica reduction of the same micro-batches makes. */
+static void pairwise_insert(pr_stage_rt *st, float *g)
+{
+    int64_t n = st->code->n_params;
+    int j = 0;
+    for (; st->acc_count >> j & 1; j++) {
+        float *held = st->acc_level[j];
+        for (int64_t i = 0; i < n; i++)
+            held[i] = held[i] + g[i];
+        st->acc_free[st->acc_n_free++] = g;
+        g = held;
+        st->acc_level[j] = NULL;
+    }
+    st->acc_level[j] = g;
+    st->acc_count++;
+}
+
+/* The window's sum into grads: the levels from the highest (the earliest micro-batches) down;
+ * for a window of 2^k micro-batches there is one. */
+static void pairwise_finish(pr_stage_rt *st)
+{
+    int64_t n = st->code->n_params;
+    float *sum = NULL;
+    for (int j = 63; j >= 0; j--) {
+        float *held = st->acc_level[j];
+        if (!held)
+            continue;
+        if (!sum) {
+            sum = held;
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                sum[i] = sum[i] + held[i];
+            st->acc_free[st->acc_n_free++] = held;
+        }
+        st->acc_level[j] = NULL;
+    }
+    if (sum) {
+        memcpy(st->grads, sum, (size_t)n * sizeof(float));
+        st->acc_free[st->acc_n_free++] = sum;
+    }
+    st->acc_count = 0;
+}
+
 static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
@@ -547,6 +606,8 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     const pr_device *dev = run->dev;
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
+    if (st->acc_level)
+        pairwise_finish(st);
     // Replicas: the step's gradient is the sum of every replica's (each scaled by 1/(D*K)).
     double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
     if (run->replicas > 1) {
@@ -894,7 +955,16 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
             dev->forward(run->prog, s, &again);
             st->work_mb = -1;
         }
-        pr_bwd_args args = {weights, st->grads, acts, st->scratch, dev_tokens, dev_targets,
+        // accumulate pairwise: this micro-batch's gradient alone, in a buffer of its own
+        float *grads = st->grads;
+        if (st->acc_level) {
+            if (st->acc_n_free == 0) // pr_pairwise_buffers holds for K backwards per step
+                pr_internal("stage %d: backward %lld of a window of %lld has no free gradient buffer",
+                            s, (long long)st->acc_count + 1, (long long)run->K);
+            grads = st->acc_free[--st->acc_n_free];
+            memset(grads, 0, (size_t)sc->n_params * sizeof(float));
+        }
+        pr_bwd_args args = {weights, grads, acts, st->scratch, dev_tokens, dev_targets,
                             sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                             1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
         pr_ready_ctx ready = {run, st};
@@ -903,6 +973,8 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
             args.ready_ctx = &ready;
         }
         dev->backward(run->prog, s, &args);
+        if (st->acc_level)
+            pairwise_insert(st, grads);
         st->window_backwards++;
         int64_t drift = st->t - st->slot_fwd_step[in->slot];
         pthread_mutex_lock(&run->stats_mu);

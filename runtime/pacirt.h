@@ -237,7 +237,22 @@ typedef struct pr_program {
     /* `recompute full`: a slot keeps only the stage's input (the first stage: its tokens); one
      * activation workspace runs every forward, and a backward reruns its forward there first */
     int32_t recompute;
+    /* `accumulate pairwise`: each backward's gradient is computed alone and a window's are
+     * summed as a binary tree (pr_pairwise_buffers), as the replicas' reduction adds them, so
+     * D replicas of window K give the bits of one pipeline of window D K (docs/dsl.md) */
+    int32_t accumulate_pairwise;
 } pr_program;
+
+/* `accumulate pairwise`: the gradient buffers a stage adds beside its own for window K:
+ * a sum of 2^j micro-batches per level held at once (at most floor(log2 K) levels, before
+ * the window's last backward merges them), and the one the running backward writes. */
+static inline int pr_pairwise_buffers(int64_t K)
+{
+    int levels = 0;
+    while ((K >>= 1) > 0)
+        levels++;
+    return levels + 1;
+}
 
 /* ---- the GPU path (runtime/cuda/, libpacirt_cuda.a): what generated CUDA host code calls -- */
 

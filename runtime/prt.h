@@ -363,6 +363,12 @@ typedef struct pr_stage_rt {
     /* replicas: backwards since the stage's last step, and the gradient floats whose
      * allreduce the window's last backward has started (pr_replicas_ready) */
     int64_t window_backwards, reduce_started;
+    /* `accumulate pairwise`: acc_level[j], the sum of 2^j of the window's micro-batches, or
+     * NULL; acc_free, the buffers not in use (the next backward takes one); acc_count, the
+     * window's backwards so far. NULL acc_level: the backward adds to grads in place. */
+    float **acc_level, **acc_free;
+    int acc_n_free;
+    int64_t acc_count;
 } pr_stage_rt;
 
 typedef struct pr_options {

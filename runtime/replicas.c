@@ -10,6 +10,9 @@
  * gradients, and the others copy the sum back. With one process per stage and replica, each
  * replica r > 0 of stage s sends its gradients over TCP to replica 0 of stage s (rank s),
  * which adds them in replica order and sends the sum back (launch.c makes the sockets).
+ * Under `accumulate pairwise` the replicas' sums are added as a binary tree instead
+ * (pairwise_sum), the grouping each stage's window uses: D replicas of window K then give the
+ * bits of one pipeline of window D K when both are powers of two.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -192,6 +195,54 @@ static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *
     exit(1);
 }
 
+/* The sum of v[0..n) grouped as a binary tree: sums of 2^j consecutive values, the earliest
+ * blocks first, as executor.c's pairwise_insert and pairwise_finish group a window. */
+static float pairwise_sum(const float *v, int n)
+{
+    float level[32];
+    unsigned held = 0;
+    for (int q = 0; q < n; q++) {
+        float x = v[q];
+        int j = 0;
+        for (; held >> j & 1u; j++) {
+            x = level[j] + x;
+            held &= ~(1u << j);
+        }
+        level[j] = x;
+        held |= 1u << j;
+    }
+    float sum = 0.0f;
+    int first = 1;
+    for (int j = 31; j >= 0; j--)
+        if (held >> j & 1u) {
+            sum = first ? level[j] : sum + level[j];
+            first = 0;
+        }
+    return sum;
+}
+
+/* Replica 0's gradients become the sum of all D: sum[i] = the replicas' i-th elements added
+ * in order 0, 1, ..., D-1, or as pairwise_sum groups them (`accumulate pairwise`). */
+static void sum_replicas(const pr_run *run, float *sum, float *const *others, int D, int64_t from, int64_t to)
+{
+    if (run->prog->accumulate_pairwise && D > 2) {
+        float v[PR_MAX_RANKS];
+        for (int64_t i = from; i < to; i++) {
+            v[0] = sum[i];
+            for (int q = 1; q < D; q++)
+                v[q] = others[q][i];
+            sum[i] = pairwise_sum(v, D);
+        }
+        return;
+    }
+    for (int64_t i = from; i < to; i++) {
+        float acc = sum[i];
+        for (int q = 1; q < D; q++)
+            acc += others[q][i];
+        sum[i] = acc;
+    }
+}
+
 static void in_process_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     pr_replicas *sh = run->shared;
@@ -208,16 +259,10 @@ static void in_process_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *s
             reduce_failed(run, st, why);
         }
         if (phase == 0) {
-            // Replica r sums its slice of the elements, replicas in order, into replica 0's.
+            // Replica r sums its slice of the elements into replica 0's.
             int64_t n = st->code->n_params, slice = (n + D - 1) / D;
             int64_t from = (int64_t)r * slice, to = from + slice < n ? from + slice : n;
-            float *sum = g->grads[0];
-            for (int64_t i = from; i < to; i++) {
-                float acc = sum[i];
-                for (int q = 1; q < D; q++)
-                    acc += g->grads[q][i];
-                sum[i] = acc;
-            }
+            sum_replicas(run, g->grads[0], g->grads, D, from, to);
             double total = 0.0;
             int any = 0;
             for (int q = 0; q < D; q++) {
@@ -280,16 +325,27 @@ static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
         *stop = h.stop;
         return;
     }
+    // A pairwise sum of more than two needs every replica's gradients at once.
+    int D = run->replicas, keep_all = run->prog->accumulate_pairwise && D > 2;
     if (!run->reduce_buffer)
-        run->reduce_buffer = pr_alloc(n * sizeof(float));
+        run->reduce_buffer = pr_alloc((size_t)(keep_all ? D - 1 : 1) * n * sizeof(float));
     double total = *loss;
     int any = *stop;
-    for (int q = 1; q < run->replicas; q++) {
-        reduce_move(run, st, run->reduce_fd[q], q, 1, &h, run->reduce_buffer, n);
-        for (size_t i = 0; i < n; i++) // replica order, as in one process
-            st->grads[i] = st->grads[i] + run->reduce_buffer[i];
+    for (int q = 1; q < D; q++) {
+        float *in = run->reduce_buffer + (keep_all ? (size_t)(q - 1) * n : 0);
+        reduce_move(run, st, run->reduce_fd[q], q, 1, &h, in, n);
+        if (!keep_all)
+            for (size_t i = 0; i < n; i++) // replica order, as in one process
+                st->grads[i] = st->grads[i] + in[i];
         total += h.loss;
         any |= h.stop;
+    }
+    if (keep_all) {
+        float **others = pr_alloc((size_t)D * sizeof *others);
+        for (int q = 1; q < D; q++)
+            others[q] = run->reduce_buffer + (size_t)(q - 1) * n;
+        sum_replicas(run, st->grads, others, D, 0, (int64_t)n);
+        free(others);
     }
     h = (reduce_head){REDUCE_MAGIC, 0, st->t, total, any, 0};
     for (int q = 1; q < run->replicas; q++)

@@ -77,5 +77,13 @@ for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 [ $rc = 1 ] || fail "rank 1 exited with $rc after rank 3 was stopped"
 grep -Eq "^run: error: stage 1 of replica 0 \(rank 1\): no NCCL reduction with the other replicas of stage 1 within 10 s \(one of them is stuck or gone\) \(the gradient reduction of step [0-9]+\)\$" \
     "$work/dp/long1/err.txt" || fail "unexpected message: $(grep -v note "$work/dp/long1/err.txt")"
-echo "data 2 on four fake GPUs trains as the CPU's threads; 18 ncclAllReduce calls per rank (overlapped with the backward); a stuck replica is named"
 
+# accumulate pairwise adds on the host: the GPU path refuses it, naming the way out.
+small_model pw 2 1f1b 2 2
+sed -i -e "s/^batch { micro 2 }/batch { micro 2; accumulate pairwise }/" -e "s/layers 4;/layers 2;/" "$work/pw.paci"
+fake_build pw
+out=$(cd "$work/pw" && LD_LIBRARY_PATH=$work/pw/lib FAKE_CUDA_GPUS=2 ./run --quiet --device cuda 2>&1) &&
+    fail "accumulate pairwise ran on the fake GPUs"
+grep -q "accumulate pairwise runs on the CPU only for now; run with --device cpu" <<< "$out" ||
+    fail "accumulate pairwise on --device cuda: $out"
+echo "data 2 on four fake GPUs trains as the CPU's threads; 18 ncclAllReduce calls per rank (overlapped with the backward); a stuck replica is named; accumulate pairwise is refused"

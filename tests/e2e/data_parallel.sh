@@ -5,6 +5,9 @@
 #     the bit (the replicas' two partial sums are added at the end, where one pipeline adds
 #     every micro-batch to one sum; docs/launch.md). And D = 2 of window 2 is not D = 1 of
 #     window 2: the comparison can fail;
+#   - with `accumulate pairwise` they agree to the bit: D = 2 of window 2 and D = 4 of window 1
+#     give one pipeline of window 4's model.bin and state.bin (past its header, which records
+#     D), as threads, as 4 and 8 processes over TCP, and under mpirun;
 #   - the same D = 2 program as 4 processes over TCP (torchrun-style variables), and under
 #     mpirun where run has MPI, gives the threaded run's bits: losses, model.bin, state.bin;
 #   - paci with D = 2 trains (the loss falls) with the drift of D = 1; stopped at a checkpoint
@@ -17,10 +20,11 @@
 source tests/e2e/lib.sh
 
 
-# dp_model NAME SCHEDULE WINDOW STEPS D: the small model at p = 2 with D replicas.
+# dp_model NAME SCHEDULE WINDOW STEPS D [ACCUMULATE]: the small model at p = 2 with D replicas.
 dp_model() {
     small_model "$1" 2 "$2" "$3" "$4" 10 10
     [ "$5" = 1 ] || echo "parallel { data $5 }" >> "$work/$1.paci"
+    [ -z "${6:-}" ] || sed -i "s/^batch { micro 2 }/batch { micro 2; accumulate $6 }/" "$work/$1.paci"
 }
 
 # ranks NAME WORLD [run flags...]: NAME's program as WORLD processes in $work/NAME-mp/rankR.
@@ -56,6 +60,28 @@ compare_devices "data 2 x window 2 against window 4" "$work/sync-d2" "$work/sync
 (compare_devices "data 2 x window 2 against window 2" "$work/sync-d2" "$work/sync-k2" 1e-5 1e-5) >/dev/null 2>&1 \
     && fail "D = 2 of window 2 agrees with D = 1 of window 2: the comparison is blind"
 
+# --- accumulate pairwise: D = 2 x window 2 and D = 4 x window 1 give window 4's bits ----------
+# (state.bin's 16-word header records D; the moments and the head after it must match)
+# same_training A_DIR B_DIR: the same model.bin, and state.bin past its header, at step 20.
+same_training() {
+    cmp -s "$1/ckpt/step_00000020/model.bin" "$2/ckpt/step_00000020/model.bin" &&
+        cmp -s -i 128 "$1/ckpt/step_00000020/state.bin" "$2/ckpt/step_00000020/state.bin"
+}
+dp_model pair-d2 1f1b 2 20 2 pairwise
+dp_model pair-d4 1f1b 1 20 4 pairwise
+dp_model pair-k4 1f1b 4 20 1 pairwise
+for name in pair-d2 pair-d4 pair-k4; do
+    train "$name" --blas-threads 1 || fail "$name did not train"
+done
+same_training "$work/pair-d2" "$work/pair-k4" || fail "pairwise: data 2 x window 2 is not window 4's bits"
+same_training "$work/pair-d4" "$work/pair-k4" || fail "pairwise: data 4 x window 1 is not window 4's bits"
+same_training "$work/sync-d2" "$work/sync-k4" && fail "sequential data 2 x window 2 has window 4's bits: the pairwise check is blind"
+ranks pair-d2 4 || fail "pair-d2: a rank of 4 processes failed"
+same_bits "$work/pair-d2" "$work/pair-d2-mp/rank0" 0020 || fail "pairwise: 4 processes differ from the threads"
+ranks pair-d4 8 || fail "pair-d4: a rank of 8 processes failed"
+same_bits "$work/pair-d4" "$work/pair-d4-mp/rank0" 0020 || fail "pairwise: 8 processes differ from the threads"
+echo "accumulate pairwise: data 2 x window 2 and data 4 x window 1 (threads, 4 and 8 processes) == window 4, to the bit"
+
 # --- processes: the threaded run's bits -----------------------------------------------------
 ranks sync-d2 4 || fail "sync-d2: a rank of 4 processes failed"
 same_bits "$work/sync-d2" "$work/sync-d2-mp/rank0" 0020 || fail "4 processes differ from the threads"
@@ -69,6 +95,12 @@ if command -v mpirun >/dev/null && [ -f "${PACI_BUILD:-build}/lib/pacic/libpacir
         --mca btl_vader_single_copy_mechanism none -np 4 "$work/sync-d2/run" --quiet --blas-threads 1 \
         --connect-timeout 60 --master-port $((port + 90))) || fail "sync-d2 under mpirun failed"
     same_bits "$work/sync-d2" "$work/sync-d2-mpi" 0020 || fail "mpirun's 4 processes differ from the threads"
+    mkdir -p "$work/pair-d2-mpi"
+    (cd "$work/pair-d2-mpi" && unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE &&
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe \
+        --mca btl_vader_single_copy_mechanism none -np 4 "$work/pair-d2/run" --quiet --blas-threads 1 \
+        --connect-timeout 60 --master-port $((port + 91))) || fail "pair-d2 under mpirun failed"
+    same_training "$work/pair-k4" "$work/pair-d2-mpi" || fail "pairwise: mpirun's 4 processes are not window 4's bits"
 else
     skip_part "no mpirun, or run was built without MPI: the mpirun case"
 fi
