@@ -7,7 +7,8 @@
 #     window 2: the comparison can fail;
 #   - with `accumulate pairwise` they agree to the bit: D = 2 of window 2 and D = 4 of window 1
 #     give one pipeline of window 4's model.bin and state.bin (past its header, which records
-#     D), as threads, as 4 and 8 processes over TCP, and under mpirun;
+#     D), as threads, as 4 and 8 processes over TCP, and under mpirun; at window 3 under paci it
+#     agrees with the sequential sum to rounding and resumes bit-exactly;
 #   - the same D = 2 program as 4 processes over TCP (torchrun-style variables), and under
 #     mpirun where run has MPI, gives the threaded run's bits: losses, model.bin, state.bin;
 #   - paci with D = 2 trains (the loss falls) with the drift of D = 1; stopped at a checkpoint
@@ -120,6 +121,18 @@ mkdir -p "$work/paci-d2/cut"
 (cd "$work/paci-d2/cut" && ../run --quiet --blas-threads 1 --steps 10 && ../run --quiet --blas-threads 1 --resume) \
     || fail "paci-d2: --steps 10 then --resume failed"
 same_bits "$work/paci-d2" "$work/paci-d2/cut" 0020 || fail "paci-d2 resumed at step 10 differs from the uninterrupted run"
+# The same with accumulate pairwise at window 3 (not a power of two: the tree keeps two
+# levels at the step): a checkpoint falls between windows, so the tree is empty there.
+dp_model paci-pair paci 3 20 2 pairwise
+train paci-pair --blas-threads 1 || fail "paci-pair did not train"
+mkdir -p "$work/paci-pair/cut"
+(cd "$work/paci-pair/cut" && ../run --quiet --blas-threads 1 --steps 10 && ../run --quiet --blas-threads 1 --resume) \
+    || fail "paci-pair: --steps 10 then --resume failed"
+same_bits "$work/paci-pair" "$work/paci-pair/cut" 0020 || fail "paci-pair resumed at step 10 differs from the uninterrupted run"
+# and it sums every micro-batch of the window: the sequential sum agrees to rounding
+dp_model paci-seq paci 3 20 2
+train paci-seq --blas-threads 1 || fail "paci-seq did not train"
+compare_devices "paci, data 2 x window 3: pairwise against sequential" "$work/paci-pair" "$work/paci-seq" 1e-5 1e-5
 # A signal lands wherever the replicas are; they agree on one step to stop after (under paci,
 # where stage 0 forwards the next step's micro-batches before its update, replicas that
 # decided alone would stop after different steps, and one would wait for the other's
