@@ -1038,6 +1038,23 @@ static void check_parallel(Sema *s)
         note_at(s->src, stages->values[0]->span, "stages set here");
 }
 
+/* accumulate pairwise with replicas: one pipeline of window D x K adds its micro-batches as the
+ * D replicas do only when that tree splits into theirs, so when D and K are powers of two. */
+static void check_accumulate(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *e = written(s, "batch", "accumulate");
+    int D = config_replicas(cfg), K = cfg->window;
+    if (!e || cfg->accumulate != ACCUMULATE_PAIRWISE || !usable(s, "batch", "accumulate") || D < 2 || K < 1)
+        return;
+    if ((K & (K - 1)) == 0 && (D & (D - 1)) == 0)
+        return;
+    warning_at(s->src, e->values[0]->span,
+               "accumulate pairwise with data %d x window %d: the run is reproducible, but it gives the bits "
+               "of one pipeline of window %ld only when data and window are both powers of two", D, K,
+               (long)D * K);
+}
+
 /* One micro-batch's activations, micro x context x width values, within the generated code's
  * 32-bit int arithmetic: its shape constants are C enums, and BT * C, B * NH * T and the row
  * counts the matrix products take (BLAS's int) are all products of at most these three. */
@@ -1210,6 +1227,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_model(s);
     check_pipeline(s);
     check_parallel(s);
+    check_accumulate(s);
     check_extents(s);
     check_optimizer(s);
     check_delay_correction(s);
