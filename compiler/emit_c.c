@@ -148,6 +148,8 @@ static void emit_c_section(StrBuf *sb, const StageSection *section, bool bf16)
     emit_line(sb, "/* %s */", section->doc);
     emit_line(sb, "static void %s(%s)", section->name, section->params);
     emit_open_block(sb);
+    if (section->prelude)
+        emit_line(sb, "%s", section->prelude);
     emit_section_ops(sb, section->ops, section->name, emit_c_op, &bf16);
     emit_close(sb, "");
     blank_line(sb);
@@ -298,21 +300,85 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
     emit_line(sb, "#define BF16_STORE(p) %s", cfg->precision == PREC_BF16 ? "((pr_bf16 *)(p))" : "((pr_bf16 *)0)");
     blank_line(sb);
-    emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER. */");
-    emit_layout(sb, &lay->layer_params);
-    emit_line(sb, "#define PARAM_PER_LAYER %ldL", lay->layer_params.total);
-    emit_line(sb, "/* One layer's saved activations, at ACT_LAYERS + l * ACT_PER_LAYER. */");
-    emit_layout(sb, &lay->layer_acts);
-    emit_line(sb, "#define ACT_PER_LAYER %ldL", lay->layer_acts.total);
+    emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER: its attention half's, then");
+    emit_line(sb, " * at P_MLP its MLP half's (each half's offsets from its start). */");
+    emit_layout(sb, &lay->attn_params);
+    emit_line(sb, "#define P_MLP %ldL", lay->attn_params.total);
+    emit_layout(sb, &lay->mlp_params);
+    emit_line(sb, "#define PARAM_PER_LAYER %ldL", lay->layer_params);
+    emit_line(sb, "/* One layer's saved activations, at ACT_LAYERS + l * ACT_PER_LAYER: the attention half's, then");
+    emit_line(sb, " * at A_MLP the MLP half's. */");
+    emit_layout(sb, &lay->attn_acts);
+    emit_line(sb, "#define A_MLP %ldL", lay->attn_acts.total);
+    emit_layout(sb, &lay->mlp_acts);
+    emit_line(sb, "#define ACT_PER_LAYER %ldL", lay->layer_acts);
     emit_line(sb, "/* The stage's parameter block (%ld floats). */", lay->params.total);
     emit_layout(sb, &lay->params);
     if (sp->has_head && cfg->tied)
         emit_line(sb, "#define PARAM_LM_HEAD PARAM_WTE /* tied: the head reads the token embedding */");
     emit_line(sb, "/* One activation slot (%ld floats). */", lay->acts.total);
     emit_layout(sb, &lay->acts);
-    emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3 */", lay->out_offset);
+    emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3%s */", lay->out_offset,
+              sp->tail_attn ? " (here the trailing attention half's resid2)" : "");
     emit_line(sb, "/* Backward scratch (%ld floats). */", lay->scratch.total);
     emit_layout(sb, &lay->scratch);
+    blank_line(sb);
+}
+
+/* pr_stage_S_forward and _backward: the sections in order over the stage's layers. */
+static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
+{
+    emit_line(sb, "/* The input of layer l: the stage's input (or the leading MLP half's output) or the previous");
+    emit_line(sb, " * layer's output. */");
+    emit_line(sb, "static float *layer_input(float *acts, int l)");
+    emit_open_block(sb);
+    emit_line(sb, "return l == 0 ? acts + %s : acts + ACT_LAYERS + (long)(l - 1) * ACT_PER_LAYER + A_MLP + A_RESID3;",
+              sp->lead_mlp ? "ACT_LEAD_MLP + A_RESID3" : "ACT_INPUT");
+    emit_close(sb, "");
+    blank_line(sb);
+
+    emit_line(sb, "void pr_stage_%d_forward(const pr_fwd_args *args)", s);
+    emit_open_block(sb);
+    if (sp->has_embed)
+        emit_line(sb, "embed_forward(args->params, args->acts, args->tokens);");
+    if (sp->lead_mlp)
+        emit_line(sb, "mlp_forward(args->params + PARAM_LEAD_MLP, args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT);");
+    emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
+    emit_line(sb, "block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
+                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));");
+    emit_close(sb, "");
+    if (sp->tail_attn)
+        emit_line(sb, "attn_forward(args->params + PARAM_TAIL_ATTN, args->acts + ACT_TAIL_ATTN, "
+                      "layer_input(args->acts, N_LAYERS));");
+    if (sp->has_head)
+        emit_line(sb, "head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, args->losses);");
+    emit_close(sb, "");
+    blank_line(sb);
+
+    emit_line(sb, "/* Gradients are added to args->grads; d(mean token loss) is scaled by loss_scale. */");
+    emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args)", s);
+    emit_open_block(sb);
+    if (sp->has_head)
+        emit_line(sb, "head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->loss_scale / (float)BT);");
+    else
+        emit_line(sb, "memcpy(args->scratch + S_DRES, args->dx_out, sizeof(float) * BT * C);");
+    if (sp->tail_attn)
+        emit_line(sb, "attn_backward(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
+                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);");
+    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
+    emit_line(sb, "block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
+                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,");
+    emit_line(sb, "               args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), args->scratch);");
+    emit_close(sb, "");
+    if (sp->lead_mlp)
+        emit_line(sb, "mlp_backward(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
+                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);");
+    if (sp->has_embed)
+        emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
+    else
+        emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
+    emit_close(sb, "");
     blank_line(sb);
 }
 
@@ -321,12 +387,17 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     const StagePlan *sp = &plan->stage[s];
     StageLayout lay;
     stage_layout(cfg, sp, &lay);
-    char *what = xasprintf("Stage %d of %d: %s%d layer%s [%d, %d)%s. Forward, backward and AdamW, "
+    char *lead = sp->lead_mlp ? xasprintf("the MLP half of layer %d, ", sp->first_layer - 1) : xstrdup("");
+    char *tail = sp->tail_attn ? xasprintf(", the attention half of layer %d", sp->first_layer + sp->n_layers)
+                               : xstrdup("");
+    char *what = xasprintf("Stage %d of %d: %s%s%d layer%s [%d, %d)%s%s. Forward, backward and AdamW, "
                            "specialised to the shapes below.",
-                           s, plan->stages, sp->has_embed ? "embedding, " : "", sp->n_layers,
+                           s, plan->stages, sp->has_embed ? "embedding, " : "", lead, sp->n_layers,
                            sp->n_layers == 1 ? "" : "s", sp->first_layer,
-                           sp->first_layer + sp->n_layers,
+                           sp->first_layer + sp->n_layers, tail,
                            sp->has_head ? ", final LayerNorm, LM head and cross-entropy" : "");
+    free(lead);
+    free(tail);
     emit_banner(sb, cfg, what);
     free(what);
     emit_c_stage_constants(sb, cfg, sp, s, &lay);
@@ -340,6 +411,14 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
      * host code name them), so it needs their kernels too */
     mark_kernels(&ops->block_fwd, used);
     mark_kernels(&ops->block_bwd, used);
+    if (sp->lead_mlp) {
+        mark_kernels(&ops->mlp_fwd, used);
+        mark_kernels(&ops->mlp_bwd, used);
+    }
+    if (sp->tail_attn) {
+        mark_kernels(&ops->attn_fwd, used);
+        mark_kernels(&ops->attn_bwd, used);
+    }
     if (sp->has_head) {
         mark_kernels(&ops->head_fwd, used);
         mark_kernels(&ops->head_bwd, used);
@@ -357,45 +436,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         if (sections[i].ops)
             emit_c_section(sb, &sections[i], bf16);
 
-    emit_line(sb, "/* The input of layer l: the stage's input or the previous layer's output. */");
-    emit_line(sb, "static float *layer_input(float *acts, int l)");
-    emit_open_block(sb);
-    emit_line(sb, "return l == 0 ? acts + ACT_INPUT : acts + ACT_LAYERS + (long)(l - 1) * ACT_PER_LAYER + A_RESID3;");
-    emit_close(sb, "");
-    blank_line(sb);
-
-    emit_line(sb, "void pr_stage_%d_forward(const pr_fwd_args *args)", s);
-    emit_open_block(sb);
-    if (sp->has_embed)
-        emit_line(sb, "embed_forward(args->params, args->acts, args->tokens);");
-    emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
-    emit_line(sb, "block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
-                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));");
-    emit_close(sb, "");
-    if (sp->has_head)
-        emit_line(sb, "head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, args->losses);");
-    emit_close(sb, "");
-    blank_line(sb);
-
-    emit_line(sb, "/* Gradients are added to args->grads; d(mean token loss) is scaled by loss_scale. */");
-    emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args)", s);
-    emit_open_block(sb);
-    if (sp->has_head)
-        emit_line(sb, "head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->loss_scale / (float)BT);");
-    else
-        emit_line(sb, "memcpy(args->scratch + S_DRES, args->dx_out, sizeof(float) * BT * C);");
-    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
-    emit_line(sb, "block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,");
-    emit_line(sb, "               args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), args->scratch);");
-    emit_close(sb, "");
-    if (sp->has_embed)
-        emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
-    else
-        emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
-    emit_close(sb, "");
-    blank_line(sb);
+    emit_c_stage_driver(sb, sp, s);
 
     TensorInfo *tensors;
     int n = stage_tensors(cfg, sp, &lay, &tensors);

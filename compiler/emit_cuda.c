@@ -118,9 +118,10 @@ static void emit_sumsq_kernel(StrBuf *sb)
 void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
 {
     const StagePlan *sp = &plan->stage[s];
-    char *what = xasprintf("Stage %d of %d, CUDA kernels (layers [%d, %d)): one thread per index, "
+    char *what = xasprintf("Stage %d of %d, CUDA kernels (layers [%d, %d)%s%s): one thread per index, "
                            "%d threads per block.", s, plan->stages, sp->first_layer,
-                           sp->first_layer + sp->n_layers, CUDA_BLOCK);
+                           sp->first_layer + sp->n_layers, sp->lead_mlp ? ", after an MLP half" : "",
+                           sp->tail_attn ? ", then an attention half" : "", CUDA_BLOCK);
     emit_banner(sb, cfg, what);
     free(what);
     emit_shape_constants(sb, cfg);
@@ -368,6 +369,10 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
     emit_line(sb, "static void cuda_%s(%s)", section->name, params);
     free(params);
     emit_open_block(sb);
+    if (section->prelude)
+        emit_line(sb, "%s", section->prelude);
+    if (section->prelude_h && bf16)
+        emit_line(sb, "%s", section->prelude_h);
     CudaOpContext ctx = {cfg, bf16};
     emit_section_ops(sb, section->ops, section->name, emit_cuda_section_op, &ctx);
     emit_close(sb, "");
@@ -404,14 +409,22 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
 
     const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";
     const char *stage_h = bf16 ? "args->params_h, " : "";
+    const char *lead_h = bf16 ? "args->params_h + PARAM_LEAD_MLP, " : "";
+    const char *tail_h = bf16 ? "args->params_h + PARAM_TAIL_ATTN, " : "";
     emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
     emit_open_block(sb);
     if (sp->has_embed)
         emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
+    if (sp->lead_mlp)
+        emit_line(sb, "cuda_mlp_forward(args->params + PARAM_LEAD_MLP, %sargs->acts + ACT_LEAD_MLP, "
+                      "args->acts + ACT_INPUT);", lead_h);
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
     emit_line(sb, "cuda_block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
                   "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));", layer_h);
     emit_close(sb, "");
+    if (sp->tail_attn)
+        emit_line(sb, "cuda_attn_forward(args->params + PARAM_TAIL_ATTN, %sargs->acts + ACT_TAIL_ATTN, "
+                      "layer_input(args->acts, N_LAYERS));", tail_h);
     if (sp->has_head)
         emit_line(sb, "cuda_head_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets, "
                       "args->losses);", stage_h);
@@ -446,6 +459,12 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
             emit_close(sb, "");
         }
     }
+    if (sp->tail_attn) {
+        emit_line(sb, "cuda_attn_backward(args->params + PARAM_TAIL_ATTN, %sargs->grads + PARAM_TAIL_ATTN, "
+                      "args->acts + ACT_TAIL_ATTN,", tail_h);
+        emit_line(sb, "                   layer_input(args->acts, N_LAYERS), args->scratch);");
+        emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN, P_MLP);");
+    }
     emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
     emit_line(sb, "cuda_block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
                   "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", layer_h);
@@ -453,6 +472,12 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
                   "args->scratch);");
     emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
     emit_close(sb, "");
+    if (sp->lead_mlp) {
+        emit_line(sb, "cuda_mlp_backward(args->params + PARAM_LEAD_MLP, %sargs->grads + PARAM_LEAD_MLP, "
+                      "args->acts + ACT_LEAD_MLP,", lead_h);
+        emit_line(sb, "                  args->acts + ACT_INPUT, args->scratch);");
+        emit_line(sb, "grads_ready(args, PARAM_LEAD_MLP, PARAM_PER_LAYER - P_MLP);");
+    }
     if (sp->has_embed) {
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",

@@ -57,7 +57,8 @@ long layout_offset(const Layout *l, const char *name)
 }
 
 /* One layer's parameters in llm.c's per-layer tensor order, so that a layer's tensors map
- * to slices of the checkpoint's tensors one to one. */
+ * to slices of the checkpoint's tensors one to one: the attention half's six, then the MLP
+ * half's six. */
 static const struct {
     const char *name, *ckpt_name, *ckpt_tensor;
     int rows, cols; /* in units of C (rows 0: a vector of cols * C) */
@@ -77,7 +78,7 @@ static const struct {
     {"P_FCPROJW", "fcprojw", CKPT(FCPROJW), 1, 4, true, INIT_RESIDUAL},
     {"P_FCPROJB", "fcprojb", CKPT(FCPROJB), 0, 1, false, INIT_ZEROS},
 };
-enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0] };
+enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0], N_ATTN_TENSORS = 6 };
 
 static long layer_tensor_size(int i, long C)
 {
@@ -94,10 +95,11 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     *lay = (StageLayout){0};
 
     for (int i = 0; i < N_LAYER_TENSORS; i++)
-        layout_add(&lay->layer_params, layer_tensors[i].name, layer_tensor_size(i, C),
-                   layer_tensors[i].ckpt_name);
+        layout_add(i < N_ATTN_TENSORS ? &lay->attn_params : &lay->mlp_params, layer_tensors[i].name,
+                   layer_tensor_size(i, C), layer_tensors[i].ckpt_name);
+    lay->layer_params = lay->attn_params.total + lay->mlp_params.total;
 
-    Layout *la = &lay->layer_acts;
+    Layout *la = &lay->attn_acts;
     bool flash = cfg->attention == ATTN_FLASH;
     layout_add_operand(la, cfg, flash, "A_LN1", BT * C, "LayerNorm 1 output (bf16 under bf16, flash)");
     layout_add(la, "A_LN1_MEAN", BT, "its row means");
@@ -107,20 +109,26 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
     if (cfg->attention == ATTN_MATMUL)
         layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
-    layout_add(la, "A_RESID2", BT * C, "residual after attention");
-    layout_add_operand(la, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
-    layout_add(la, "A_LN2_MEAN", BT, "its row means");
-    layout_add(la, "A_LN2_RSTD", BT, "its row 1/std");
-    layout_add(la, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
-    layout_add_operand(la, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
-    layout_add(la, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+    layout_add(la, "A_RESID2", BT * C, "residual after attention: the half's output");
+    Layout *lm = &lay->mlp_acts;
+    layout_add_operand(lm, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
+    layout_add(lm, "A_LN2_MEAN", BT, "its row means");
+    layout_add(lm, "A_LN2_RSTD", BT, "its row 1/std");
+    layout_add(lm, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
+    layout_add_operand(lm, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
+    layout_add(lm, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+    lay->layer_acts = la->total + lm->total;
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
         layout_add(p, "PARAM_WTE", V * C, "token embedding [V, C]");
         layout_add(p, "PARAM_WPE", T * C, "position embedding [T, C]");
     }
-    layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params.total, "the layers' blocks");
+    if (sp->lead_mlp)
+        layout_add(p, "PARAM_LEAD_MLP", lay->mlp_params.total, "the MLP half of the layer before the first");
+    layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params, "the layers' blocks");
+    if (sp->tail_attn)
+        layout_add(p, "PARAM_TAIL_ATTN", lay->attn_params.total, "the attention half of the layer after the last");
     if (sp->has_head) {
         layout_add(p, "PARAM_LNFW", C, "final LayerNorm weight");
         layout_add(p, "PARAM_LNFB", C, "final LayerNorm bias");
@@ -130,7 +138,11 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
 
     Layout *a = &lay->acts;
     layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
-    layout_add(a, "ACT_LAYERS", sp->n_layers * la->total, "the layers' blocks");
+    if (sp->lead_mlp)
+        layout_add(a, "ACT_LEAD_MLP", lm->total, "the leading MLP half's block");
+    layout_add(a, "ACT_LAYERS", sp->n_layers * lay->layer_acts, "the layers' blocks");
+    if (sp->tail_attn)
+        layout_add(a, "ACT_TAIL_ATTN", la->total, "the trailing attention half's block");
     if (sp->has_head) {
         layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
@@ -157,9 +169,11 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
 
     lay->in_offset = layout_offset(a, "ACT_INPUT");
-    lay->out_offset = sp->n_layers > 0
-        ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * la->total + layout_offset(la, "A_RESID3")
-        : lay->in_offset;
+    lay->out_offset = sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + layout_offset(la, "A_RESID2")
+                      : sp->n_layers > 0 ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * lay->layer_acts +
+                                               la->total + layout_offset(lm, "A_RESID3")
+                      : sp->lead_mlp ? layout_offset(a, "ACT_LEAD_MLP") + layout_offset(lm, "A_RESID3")
+                                     : lay->in_offset;
     lay->probs_offset = sp->has_head ? layout_offset(a, "ACT_PROBS") : 0;
 }
 
@@ -171,7 +185,8 @@ void layout_check_plan(const Config *cfg, const Plan *plan)
         const StagePlan *sp = &plan->stage[s];
         StageLayout lay;
         stage_layout(cfg, sp, &lay);
-        long act_pad = (lay.acts.n + (long)lay.layer_acts.n * sp->n_layers) * LAYOUT_ALIGN_FLOATS;
+        long act_pad = (lay.acts.n + (long)(lay.attn_acts.n + lay.mlp_acts.n) * (sp->n_layers + 1)) *
+                       LAYOUT_ALIGN_FLOATS;
         if (labs(lay.scratch.total - sp->scratch_floats) > lay.scratch.n * LAYOUT_ALIGN_FLOATS ||
             labs(lay.acts.total - sp->act_bytes / 4) > act_pad)
             ICE("stage %d: the plan counts %ld scratch and %ld activation floats, the layout %ld and %ld", s,
@@ -192,31 +207,45 @@ static void tensor_add(TensorInfo *out, int *n, const char *name, const char *ck
     t->init = init;
 }
 
+/* Layer `layer`'s tensors [from, to) of layer_tensors, in the half block at `block` laid out by half. */
+static void layer_tensors_add(TensorInfo *out, int *n, long C, int layer, int from, int to, long block,
+                              const Layout *half)
+{
+    for (int i = from; i < to; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "h%d.%s", layer, layer_tensors[i].ckpt_name);
+        long size = layer_tensor_size(i, C);
+        tensor_add(out, n, name, layer_tensors[i].ckpt_tensor, layer * size, block + half->entry[i - from].offset,
+                   size, layer_tensors[i].decay, layer_tensors[i].init);
+    }
+}
+
 /* Every parameter tensor of the stage, in parameter-block order. A layer's tensor is the
  * slice [layer * size, (layer + 1) * size) of llm.c's tensor of all layers. */
 int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **tensors)
 {
     long C = cfg->width;
     int n = 0;
-    TensorInfo *out = *tensors = xmalloc(sizeof *out * (size_t)(5 + N_LAYER_TENSORS * sp->n_layers));
+    TensorInfo *out = *tensors = xmalloc(sizeof *out * (size_t)(5 + N_LAYER_TENSORS * (sp->n_layers + 1)));
     if (sp->has_embed) {
         tensor_add(out, &n, "wte", CKPT(WTE), 0, layout_offset(&lay->params, "PARAM_WTE"),
                    (long)cfg->vocab * C, true, INIT_NORMAL);
         tensor_add(out, &n, "wpe", CKPT(WPE), 0, layout_offset(&lay->params, "PARAM_WPE"),
                    (long)cfg->context * C, true, INIT_NORMAL);
     }
+    if (sp->lead_mlp)
+        layer_tensors_add(out, &n, C, sp->first_layer - 1, N_ATTN_TENSORS, N_LAYER_TENSORS,
+                          layout_offset(&lay->params, "PARAM_LEAD_MLP"), &lay->mlp_params);
     long layers = layout_offset(&lay->params, "PARAM_LAYERS");
     for (int l = 0; l < sp->n_layers; l++) {
-        int layer = sp->first_layer + l;
-        for (int i = 0; i < N_LAYER_TENSORS; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "h%d.%s", layer, layer_tensors[i].ckpt_name);
-            long size = layer_tensor_size(i, C);
-            tensor_add(out, &n, name, layer_tensors[i].ckpt_tensor, layer * size,
-                       layers + l * lay->layer_params.total + lay->layer_params.entry[i].offset,
-                       size, layer_tensors[i].decay, layer_tensors[i].init);
-        }
+        long block = layers + l * lay->layer_params;
+        layer_tensors_add(out, &n, C, sp->first_layer + l, 0, N_ATTN_TENSORS, block, &lay->attn_params);
+        layer_tensors_add(out, &n, C, sp->first_layer + l, N_ATTN_TENSORS, N_LAYER_TENSORS,
+                          block + lay->attn_params.total, &lay->mlp_params);
     }
+    if (sp->tail_attn)
+        layer_tensors_add(out, &n, C, sp->first_layer + sp->n_layers, 0, N_ATTN_TENSORS,
+                          layout_offset(&lay->params, "PARAM_TAIL_ATTN"), &lay->attn_params);
     if (sp->has_head) {
         tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,
                    false, INIT_ONES);

@@ -171,19 +171,11 @@ static void matmul_attention_backward(OpList *l)
     heads_end(l);
 }
 
-/* Section bases (the generated functions' parameters): embedding and head sections see the
- * stage's `params`, `grads`, `acts`, `scratch`; a block sees its layer's `p`, `g`, `a`,
- * its input `x` and the stage's scratch `s`. The head reads its input as `x`. */
-void model_ops_build(const Config *cfg, ModelOps *ops)
+/* A layer's attention half forward, from its input x: ln1, qkv, attention, the projection into
+ * resid2. In a whole layer (`then_ln2`) the residual add fuses with the MLP half's LayerNorm 2,
+ * which writes through the MLP half's bases; alone, the half ends with the residual add. */
+static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
 {
-    /* shapes are the generated constants; only the attention's form depends on cfg */
-    *ops = (ModelOps){0};
-
-    OpList *l = &ops->embed_fwd;
-    kernel_op(l, "encoder_forward", "token + position embedding",
-              "acts + ACT_INPUT, tokens, params + PARAM_WTE, params + PARAM_WPE");
-
-    l = &ops->block_fwd;
     // ln1 is also read by d qkvw's product, whose other operand has a bf16 copy with flash only
     bool flash = cfg->attention == ATTN_FLASH;
     kernel_op(l, "layernorm_forward", "ln1 = LayerNorm(x)", "a + A_LN1, a + A_LN1_MEAN, a + A_LN1_RSTD, x, p + P_LN1W, "
@@ -201,19 +193,110 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C", "p + P_ATTPROJB");
     if (flash) // the matmul attention's output comes from per-head products: no bf16 copy
         operands_h(l, "a + A_ATTY, ph + P_ATTPROJW");
-    kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
-              "a + A_RESID2, x, a + A_LN2, a + A_LN2_MEAN, a + A_LN2_RSTD, p + P_LN2W, p + P_LN2B, "
-              STORE("a", "A_LN2"));
-    gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, a + A_LN2, C, p + P_FCW, C, 0.0f, a + A_FC_PRE, 4 * C",
-              "p + P_FCB");
-    operands_h(l, "a + A_LN2, ph + P_FCW");
+    if (then_ln2)
+        kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
+                  "a + A_RESID2, x, am + A_LN2, am + A_LN2_MEAN, am + A_LN2_RSTD, pm + P_LN2W, pm + P_LN2B, "
+                  STORE("am", "A_LN2"));
+    else
+        kernel_op(l, "residual_forward", "resid2 = x + projection", "a + A_RESID2, x");
+}
+
+/* A layer's MLP half forward, from its input xm (resid2): ln2 (unless the attention half
+ * fused it), fc, GELU, the projection, resid3. Its bases are pm, am and pmh (the bf16 copy). */
+static void mlp_half_forward(OpList *l, bool with_ln2)
+{
+    if (with_ln2)
+        kernel_op(l, "layernorm_forward", "ln2 = LayerNorm(resid2)",
+                  "am + A_LN2, am + A_LN2_MEAN, am + A_LN2_RSTD, xm, pm + P_LN2W, pm + P_LN2B, " STORE("am", "A_LN2"));
+    gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, am + A_LN2, C, pm + P_FCW, C, 0.0f, am + A_FC_PRE, 4 * C",
+              "pm + P_FCB");
+    operands_h(l, "am + A_LN2, pmh + P_FCW");
     // not fused into cuBLASLt's epilogue: it writes fp32 only, where the GPU wants bf16
-    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "a + A_FC_PRE, a + A_FC_GELU, " STORE("a", "A_FC_GELU"));
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "am + A_FC_PRE, am + A_FC_GELU, " STORE("am", "A_FC_GELU"));
     gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
-              "0, 1, BT, C, 4 * C, 1.0f, a + A_FC_GELU, 4 * C, p + P_FCPROJW, 4 * C, 0.0f, a + A_RESID3, C",
-              "p + P_FCPROJB");
-    operands_h(l, "a + A_FC_GELU, ph + P_FCPROJW");
-    kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "a + A_RESID3, a + A_RESID2");
+              "0, 1, BT, C, 4 * C, 1.0f, am + A_FC_GELU, 4 * C, pm + P_FCPROJW, 4 * C, 0.0f, am + A_RESID3, C",
+              "pm + P_FCPROJB");
+    operands_h(l, "am + A_FC_GELU, pmh + P_FCPROJW");
+    kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "am + A_RESID3, xm");
+}
+
+/* The MLP half's backward: S_DRES holds d(resid3) on entry and d(resid2) on exit. */
+static void mlp_half_backward(OpList *l)
+{
+    kernel_op(l, "bias_backward", "d fcprojb", "gm + P_FCPROJB, s + S_DRES, C");
+    gpu_instead(l, "bias_backward_tiles", "gm + P_FCPROJB, s + S_DRES, C, (pr_bf16 *)0");
+    GEMM(l, "d fcprojw += dres^T gelu",
+         "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, am + A_FC_GELU, 4 * C, 1.0f, gm + P_FCPROJW, 4 * C");
+    operands_h(l, "s + S_DRES_H, am + A_FC_GELU");
+    GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, pm + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
+    operands_h(l, "s + S_DRES_H, pmh + P_FCPROJW");
+    gelu_follows(l, EPI_DGELU, "am + A_FC_PRE");
+    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, am + A_FC_PRE, " COPY("s", "S_DFC_H"));
+    kernel_op(l, "bias_backward", "d fcb", "gm + P_FCB, s + S_DFC, 4 * C");
+    // after a product fused with GELU's gradient nothing else writes the bf16 copy
+    gpu_instead(l, "bias_backward_tiles", "gm + P_FCB, s + S_DFC, 4 * C, " COPY("s", "S_DFC_H"));
+    GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, am + A_LN2, C, 1.0f, gm + P_FCW, C");
+    operands_h(l, "s + S_DFC_H, am + A_LN2");
+    GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, pm + P_FCW, C, 0.0f, s + S_DLN, C");
+    operands_h(l, "s + S_DFC_H, pmh + P_FCW");
+    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
+              "s + S_DRES, gm + P_LN2W, gm + P_LN2B, s + S_DLN, xm, pm + P_LN2W, am + A_LN2_MEAN, am + A_LN2_RSTD, "
+              COPY("s", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+}
+
+/* The attention half's backward: S_DRES holds d(resid2) on entry and d(x) on exit. */
+static void attention_half_backward(OpList *l, const Config *cfg)
+{
+    bool flash = cfg->attention == ATTN_FLASH;
+    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, s + S_DRES, C, (pr_bf16 *)0");
+    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
+    if (flash)
+        operands_h(l, "s + S_DRES_H, a + A_ATTY");
+    GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
+    operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
+    if (flash) {
+        kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
+                  ", " STORE("a", "A_ATTY"));
+        kernel_op(l, "attention_backward_key", "d k, d v",
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
+    } else {
+        matmul_attention_backward(l);
+    }
+    kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
+    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, s + S_DQKV, 3 * C, (pr_bf16 *)0");
+    GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
+    if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
+        operands_h(l, "s + S_DQKV_H, a + A_LN1");
+    GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
+    if (flash)
+        operands_h(l, "s + S_DQKV_H, ph + P_QKVW");
+    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
+              "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD, "
+              COPY("s", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+}
+
+/* Section bases (the generated functions' parameters): embedding and head sections see the
+ * stage's `params`, `grads`, `acts`, `scratch`; an attention half sees its layer's `p`, `g`,
+ * `a`, its input `x` and the stage's scratch `s`, an MLP half `pm`, `gm`, `am` and its input
+ * `xm`; a whole layer's block declares the MLP half's bases inside its own (section_signatures).
+ * The head reads its input as `x`. */
+void model_ops_build(const Config *cfg, ModelOps *ops)
+{
+    /* shapes are the generated constants; only the attention's form depends on cfg */
+    *ops = (ModelOps){0};
+
+    OpList *l = &ops->embed_fwd;
+    kernel_op(l, "encoder_forward", "token + position embedding",
+              "acts + ACT_INPUT, tokens, params + PARAM_WTE, params + PARAM_WPE");
+
+    attention_half_forward(&ops->block_fwd, cfg, true);
+    mlp_half_forward(&ops->block_fwd, false);
+    attention_half_forward(&ops->attn_fwd, cfg, false);
+    mlp_half_forward(&ops->mlp_fwd, true);
 
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
@@ -246,55 +329,10 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
     gpu_block_kernel(l, "layernorm_backward_blocks");
 
-    l = &ops->block_bwd;
-    kernel_op(l, "bias_backward", "d fcprojb", "g + P_FCPROJB, s + S_DRES, C");
-    gpu_instead(l, "bias_backward_tiles", "g + P_FCPROJB, s + S_DRES, C, (pr_bf16 *)0");
-    GEMM(l, "d fcprojw += dres^T gelu",
-         "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, a + A_FC_GELU, 4 * C, 1.0f, g + P_FCPROJW, 4 * C");
-    operands_h(l, "s + S_DRES_H, a + A_FC_GELU");
-    GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, p + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
-    operands_h(l, "s + S_DRES_H, ph + P_FCPROJW");
-    gelu_follows(l, EPI_DGELU, "a + A_FC_PRE");
-    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, a + A_FC_PRE, " COPY("s", "S_DFC_H"));
-    kernel_op(l, "bias_backward", "d fcb", "g + P_FCB, s + S_DFC, 4 * C");
-    // after a product fused with GELU's gradient nothing else writes the bf16 copy
-    gpu_instead(l, "bias_backward_tiles", "g + P_FCB, s + S_DFC, 4 * C, " COPY("s", "S_DFC_H"));
-    GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, a + A_LN2, C, 1.0f, g + P_FCW, C");
-    operands_h(l, "s + S_DFC_H, a + A_LN2");
-    GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, p + P_FCW, C, 0.0f, s + S_DLN, C");
-    operands_h(l, "s + S_DFC_H, ph + P_FCW");
-    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
-              "s + S_DRES, g + P_LN2W, g + P_LN2B, s + S_DLN, a + A_RESID2, p + P_LN2W, a + A_LN2_MEAN, a + A_LN2_RSTD, "
-              COPY("s", "S_DRES_H"));
-    gpu_block_kernel(l, "layernorm_backward_blocks");
-    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
-    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, s + S_DRES, C, (pr_bf16 *)0");
-    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
-    if (flash)
-        operands_h(l, "s + S_DRES_H, a + A_ATTY");
-    GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
-    operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
-    if (flash) {
-        kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
-                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
-                  ", " STORE("a", "A_ATTY"));
-        kernel_op(l, "attention_backward_key", "d k, d v",
-                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
-    } else {
-        matmul_attention_backward(l);
-    }
-    kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
-    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, s + S_DQKV, 3 * C, (pr_bf16 *)0");
-    GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
-    if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
-        operands_h(l, "s + S_DQKV_H, a + A_LN1");
-    GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
-    if (flash)
-        operands_h(l, "s + S_DQKV_H, ph + P_QKVW");
-    kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
-              "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD, "
-              COPY("s", "S_DRES_H"));
-    gpu_block_kernel(l, "layernorm_backward_blocks");
+    mlp_half_backward(&ops->block_bwd);
+    attention_half_backward(&ops->block_bwd, cfg);
+    mlp_half_backward(&ops->mlp_bwd);
+    attention_half_backward(&ops->attn_bwd, cfg);
 
     l = &ops->embed_bwd;
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
@@ -322,6 +360,10 @@ void model_ops_free(ModelOps *ops)
     op_list_free(&ops->head_bwd);
     op_list_free(&ops->block_bwd);
     op_list_free(&ops->embed_bwd);
+    op_list_free(&ops->attn_fwd);
+    op_list_free(&ops->mlp_fwd);
+    op_list_free(&ops->mlp_bwd);
+    op_list_free(&ops->attn_bwd);
 }
 
 
@@ -351,23 +393,36 @@ const char *op_profile_name(const Op *op)
 }
 
 /* The sections' generated functions: what each computes and its parameters, the bases the op
- * lists' arguments name (model_ops_build); under bf16 the GPU's also take the weights' bf16
- * copy, named by weights_h, after the first parameter. */
+ * lists' arguments name (model_ops_build), and what a whole layer's block declares for its MLP
+ * half; under bf16 the GPU's also take the weights' bf16 copy, named by weights_h, after the
+ * first parameter. */
+#define MLP_BASES "const float *pm = p + P_MLP; float *am = a + A_MLP; const float *xm = a + A_RESID2;"
 static const struct {
-    const char *name, *doc, *params, *weights_h;
+    const char *name, *doc, *params, *weights_h, *prelude, *prelude_h;
 } section_signatures[] = {
-    {"embed_forward", "Embedding forward.", "const float *params, float *acts, const int *tokens", NULL},
+    {"embed_forward", "Embedding forward.", "const float *params, float *acts, const int *tokens", NULL, NULL, NULL},
+    {"mlp_forward", "The MLP half of the layer before the stage's first: pm, am are its parameters and "
+     "activations, xm its input (that layer's resid2).", "const float *pm, float *am, const float *xm", "pmh", NULL, NULL},
     {"block_forward", "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
-     "const float *p, float *a, const float *x", "ph"},
+     "const float *p, float *a, const float *x", "ph", MLP_BASES, "const pr_bf16 *pmh = ph + P_MLP;"},
+    {"attn_forward", "The attention half of the layer after the stage's last: p, a are its parameters and "
+     "activations, x its input; its output is a + A_RESID2.", "const float *p, float *a, const float *x", "ph", NULL, NULL},
     {"head_forward", "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
-     "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h"},
+     "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h", NULL, NULL},
     {"head_backward", "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
      "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
-     "params_h"},
+     "params_h", NULL, NULL},
+    {"attn_backward", "The trailing attention half backward: S_DRES holds d(resid2) on entry and d(x) on exit.",
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
     {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
-     "const float *p, float *g, const float *a, const float *x, float *s", "ph"},
-    {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL},
-    {"adamw", "The optimizer step.", "const pr_adamw_args *args", NULL},
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph",
+     "const float *pm = p + P_MLP; float *gm = g + P_MLP; const float *am = a + A_MLP; const float *xm = a + A_RESID2;",
+     "const pr_bf16 *pmh = ph + P_MLP;"},
+    {"mlp_backward", "The leading MLP half backward: S_DRES holds d(resid3) on entry and d(xm) on exit.",
+     "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},
+    {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL,
+     NULL, NULL},
+    {"adamw", "The optimizer step.", "const pr_adamw_args *args", NULL, NULL, NULL},
 };
 
 static StageSection section(const char *name, const OpList *ops, int runs, bool forward)
@@ -375,7 +430,8 @@ static StageSection section(const char *name, const OpList *ops, int runs, bool 
     for (size_t i = 0; i < sizeof section_signatures / sizeof section_signatures[0]; i++)
         if (strcmp(section_signatures[i].name, name) == 0)
             return (StageSection){name, ops, runs, forward, section_signatures[i].doc, section_signatures[i].params,
-                                  section_signatures[i].weights_h};
+                                  section_signatures[i].weights_h, section_signatures[i].prelude,
+                                  section_signatures[i].prelude_h};
     ICE("no section '%s'", name);
 }
 
@@ -384,12 +440,20 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
     int n = 0;
     if (sp->has_embed)
         out[n++] = section("embed_forward", &ops->embed_fwd, 1, true);
+    if (sp->lead_mlp)
+        out[n++] = section("mlp_forward", &ops->mlp_fwd, 1, true);
     out[n++] = section("block_forward", &ops->block_fwd, sp->n_layers, true);
+    if (sp->tail_attn)
+        out[n++] = section("attn_forward", &ops->attn_fwd, 1, true);
     if (sp->has_head) {
         out[n++] = section("head_forward", &ops->head_fwd, 1, true);
         out[n++] = section("head_backward", &ops->head_bwd, 1, false);
     }
+    if (sp->tail_attn)
+        out[n++] = section("attn_backward", &ops->attn_bwd, 1, false);
     out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers, false);
+    if (sp->lead_mlp)
+        out[n++] = section("mlp_backward", &ops->mlp_bwd, 1, false);
     if (sp->has_embed)
         out[n++] = section("embed_backward", &ops->embed_bwd, 1, false);
     out[n++] = section("adamw", NULL, 0, false);

@@ -204,7 +204,7 @@ typedef struct Config {
     int stages;
     enum paci_schedule_kind schedule;
     int window;             /* K: micro-batches per optimizer step, every schedule */
-    int *split;             /* layers per stage (length stages), NULL = automatic */
+    int *split_halves;      /* half layers per stage (length stages; `split [3.5, ...]` is 7), NULL = automatic */
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
     int recompute;          /* enum recompute: full keeps a slot's input only, the backward reruns the forward */
     /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
@@ -280,8 +280,14 @@ void config_dump(FILE *out, const Config *cfg);
 
 /* ---- plan.c: sizes, FLOPs, partition, memory ---------------------------------------- */
 
+/* A stage holds a contiguous run of half layers: a layer's attention half (LayerNorm 1, qkv,
+ * attention, its projection and residual) and then its MLP half (LayerNorm 2, the MLP and its
+ * residual). Whole layers are [first_layer, first_layer + n_layers); a stage may also start
+ * with the MLP half of layer first_layer - 1 (lead_mlp) and end with the attention half of
+ * layer first_layer + n_layers (tail_attn). */
 typedef struct StagePlan {
     int first_layer, n_layers;
+    bool lead_mlp, tail_attn;
     bool has_embed, has_head;
     long params;            /* parameters held by the stage */
     double fwd_flops;       /* per micro-batch */
@@ -309,16 +315,20 @@ typedef struct Plan {
 /* Partitions layers (manual split or balanced) and sizes memory; false + errors if the
  * plan does not fit the device memory. */
 bool plan_build(const Config *cfg, Plan *plan);
-/* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head". */
+/* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head";
+ * a half layer by its letter, a (attention) or b (MLP): "2b-5a" is layer 2's MLP, layers 3
+ * and 4, and layer 5's attention. */
 void stage_layers_label(const StagePlan *sp, char *out, size_t size);
 /* The ranges of a stage's gradients in the order its backward finishes them (the head's,
- * each layer's from the last, the embeddings'), with the backward FLOPs that finish each:
- * what the GPU backward reports to the replicas' overlapped allreduce. Fills out (room for
- * n_layers + 2) and returns the count. */
+ * the trailing attention half's, each layer's from the last, the leading MLP half's, the
+ * embeddings'), with the backward FLOPs that finish each: what the GPU backward reports to
+ * the replicas' overlapped allreduce. Fills out (room for n_layers + 4) and returns the count. */
 typedef struct GradRange {
     double params, bwd_flops;
 } GradRange;
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out);
+/* The layers a stage holds, a half layer counted by its share of a layer's FLOPs. */
+double stage_layer_count(const Config *cfg, const StagePlan *sp);
 /* The same plan without the memory check or any message (for comparisons). */
 void plan_layout(const Config *cfg, Plan *plan);
 /* The largest mem_total over the stages, and its stage. */
@@ -605,8 +615,13 @@ typedef struct Layout {
 /* Where everything of a stage lives. Per-layer blocks repeat n_layers times after the
  * stage block's LAYERS entry. */
 typedef struct StageLayout {
-    Layout layer_params; /* P_*: one layer's parameters */
-    Layout layer_acts;   /* A_*: one layer's saved activations */
+    /* A layer's block is its attention half's block and then its MLP half's (at P_MLP, A_MLP);
+     * P_* and A_* are offsets inside their half's block. */
+    Layout attn_params;  /* P_*: the attention half's parameters */
+    Layout mlp_params;   /* P_*: the MLP half's parameters */
+    Layout attn_acts;    /* A_*: the attention half's saved activations; its output A_RESID2 */
+    Layout mlp_acts;     /* A_*: the MLP half's; its output A_RESID3 */
+    long layer_params, layer_acts; /* floats of a whole layer's blocks */
     Layout params;       /* PARAM_*: embedding, layers, final LN and head */
     Layout acts;         /* ACT_*: input, layers, head */
     Layout scratch;      /* S_*: backward scratch */
@@ -688,14 +703,19 @@ typedef struct OpList {
 typedef struct ModelOps {
     OpList embed_fwd, block_fwd, head_fwd; /* forward, in this order */
     OpList head_bwd, block_bwd, embed_bwd; /* backward, in this order */
+    /* a layer's halves alone, for a stage that starts with an MLP half or ends with an
+     * attention half; a whole layer runs block_fwd, which fuses the residual between them
+     * into LayerNorm 2 (to the same bits) */
+    OpList attn_fwd, mlp_fwd, mlp_bwd, attn_bwd;
 } ModelOps;
 
 void model_ops_build(const Config *cfg, ModelOps *ops);
 void model_ops_free(ModelOps *ops);
 
 /* A section of a stage, in the order the generated code numbers the ops for the per-op
- * profile: embed_forward, block_forward, head_forward, head_backward, block_backward,
- * embed_backward (those the stage has), then the optimizer step, one op with no op list. */
+ * profile: embed_forward, mlp_forward, block_forward, attn_forward, head_forward,
+ * head_backward, attn_backward, block_backward, mlp_backward, embed_backward (those the
+ * stage has), then the optimizer step, one op with no op list. */
 typedef struct StageSection {
     const char *name;
     const OpList *ops;      /* NULL for the optimizer step ("adamw") */
@@ -705,9 +725,11 @@ typedef struct StageSection {
     const char *params;     /* that function's parameters: the bases its ops' arguments name */
     const char *weights_h;  /* the parameter of the weights' bf16 copy the GPU's function also
                                takes under bf16 (after the first), or NULL */
+    const char *prelude;    /* declarations its ops name beside the parameters, or NULL */
+    const char *prelude_h;  /* and those that name the bf16 copy (the GPU's, under bf16) */
 } StageSection;
 
-enum { MAX_STAGE_SECTIONS = 7 };
+enum { MAX_STAGE_SECTIONS = 11 };
 int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS]);
 /* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
 bool op_is_timed(const Op *op);

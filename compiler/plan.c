@@ -33,12 +33,15 @@
 #include "../runtime/pacirt.h"
 #include "pacic.h"
 
+/* Per micro-batch (FLOPs, slot elements) or in all (parameters); a layer's are its attention
+ * half's (index HALF_ATTN) plus its MLP half's (HALF_MLP). */
+enum { HALF_ATTN, HALF_MLP };
 typedef struct ModelCounts {
-    double layer_params, embed_params, head_params;
-    double layer_fwd, embed_fwd, head_fwd;     /* FLOPs per micro-batch */
-    double layer_acts, input_acts, head_acts;  /* elements per slot */
-    double scratch, head_scratch;              /* elements of the backward's scratch; the last stage's extra */
-    int act_bytes, weight_bytes;               /* bytes per element */
+    double half_params[2], embed_params, head_params;
+    double half_fwd[2], embed_fwd, head_fwd;     /* FLOPs per micro-batch */
+    double half_acts[2], input_acts, head_acts;  /* elements per slot */
+    double scratch, head_scratch;                /* elements of the backward's scratch; the last stage's extra */
+    int act_bytes, weight_bytes;                 /* bytes per element */
 } ModelCounts;
 
 static ModelCounts model_counts(const Config *cfg)
@@ -46,14 +49,17 @@ static ModelCounts model_counts(const Config *cfg)
     double C = cfg->width, T = cfg->context, V = cfg->vocab, B = cfg->micro, NH = cfg->heads;
     double tokens = B * T;
     ModelCounts m;
-    m.layer_params = 12 * C * C + 13 * C;
+    m.half_params[HALF_ATTN] = 4 * C * C + 6 * C;  /* ln1, qkv, attention projection */
+    m.half_params[HALF_MLP] = 8 * C * C + 7 * C;   /* ln2, fc, MLP projection */
     m.embed_params = V * C + T * C;
     m.head_params = 2 * C + (cfg->tied ? 0 : V * C);
-    m.layer_fwd = 2 * 12 * C * C * tokens + 2 * B * T * T * C;
+    m.half_fwd[HALF_ATTN] = 2 * 4 * C * C * tokens + 2 * B * T * T * C;
+    m.half_fwd[HALF_MLP] = 2 * 8 * C * C * tokens;
     m.embed_fwd = 0;
     m.head_fwd = 2 * V * C * tokens;
-    /* what stage_layout gives a layer: the matmul attention adds its T x T workspace */
-    m.layer_acts = tokens * (16 * C + 4 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
+    /* what stage_layout gives each half: the matmul attention adds its T x T workspace */
+    m.half_acts[HALF_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
+    m.half_acts[HALF_MLP] = tokens * (10 * C + 2);
     m.input_acts = tokens * C;
     m.head_acts = tokens * (C + 2) + tokens * (double)vocab_stride(cfg); /* losses: mem_work */
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
@@ -67,21 +73,43 @@ static ModelCounts model_counts(const Config *cfg)
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
         // ln2 and the GELU output (and ln1 and attention's output with flash attention) per
         // layer, and the final LayerNorm, are kept in bf16: half their floats
-        m.layer_acts -= tokens * (2.5 * C + (flash ? C : 0));
+        m.half_acts[HALF_ATTN] -= tokens * (flash ? C : 0);
+        m.half_acts[HALF_MLP] -= tokens * 2.5 * C;
         m.head_acts -= tokens * C / 2;
         m.weight_bytes = 6;
     }
     return m;
 }
 
+/* Sums a count over the stage's halves: the leading MLP half, whole layers, the trailing attention half. */
+static double over_halves(const StagePlan *sp, const double per_half[2])
+{
+    return (sp->lead_mlp ? per_half[HALF_MLP] : 0) + sp->n_layers * (per_half[HALF_ATTN] + per_half[HALF_MLP]) +
+           (sp->tail_attn ? per_half[HALF_ATTN] : 0);
+}
+
+double stage_layer_count(const Config *cfg, const StagePlan *sp)
+{
+    ModelCounts m = model_counts(cfg);
+    double layer = m.half_fwd[HALF_ATTN] + m.half_fwd[HALF_MLP];
+    return sp->n_layers + (sp->lead_mlp ? m.half_fwd[HALF_MLP] / layer : 0) +
+           (sp->tail_attn ? m.half_fwd[HALF_ATTN] / layer : 0);
+}
+
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
 {
     ModelCounts m = model_counts(cfg);
+    double layer_params = m.half_params[HALF_ATTN] + m.half_params[HALF_MLP];
+    double layer_fwd = m.half_fwd[HALF_ATTN] + m.half_fwd[HALF_MLP];
     int n = 0;
     if (sp->has_head)
         out[n++] = (GradRange){m.head_params, 2 * m.head_fwd};
+    if (sp->tail_attn)
+        out[n++] = (GradRange){m.half_params[HALF_ATTN], 2 * m.half_fwd[HALF_ATTN]};
     for (int l = 0; l < sp->n_layers; l++)
-        out[n++] = (GradRange){m.layer_params, 2 * m.layer_fwd};
+        out[n++] = (GradRange){layer_params, 2 * layer_fwd};
+    if (sp->lead_mlp)
+        out[n++] = (GradRange){m.half_params[HALF_MLP], 2 * m.half_fwd[HALF_MLP]};
     if (sp->has_embed)
         out[n++] = (GradRange){m.embed_params, 2 * m.embed_fwd};
     return n;
@@ -97,24 +125,28 @@ static void stage_slots(const Config *cfg, int *slots, int *stash)
     }
 }
 
-/* Fills sp for stage s holding layers [first, first + n) (and the embedding on the first
- * stage, the head on the last): parameters, FLOPs and memory, with the schedule's slots. */
+/* Fills sp for stage s holding the half layers [first, first + n) (half 2l is layer l's
+ * attention, 2l + 1 its MLP; and the embedding on the first stage, the head on the last):
+ * parameters, FLOPs and memory, with the schedule's slots. */
 static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, int slots, int stash,
                        StagePlan *sp)
 {
-    int p = cfg->stages;
+    int p = cfg->stages, end = first + n;
     memset(sp, 0, sizeof *sp);
-    sp->first_layer = first;
-    sp->n_layers = n;
+    sp->lead_mlp = n > 0 && first % 2 == 1;
+    sp->tail_attn = n > 0 && end % 2 == 1;
+    sp->first_layer = (first + 1) / 2;
+    sp->n_layers = n > 0 ? end / 2 - sp->first_layer : 0;
     sp->has_embed = s == 0;
     sp->has_head = s == p - 1;
-    double params = n * m->layer_params + (sp->has_embed ? m->embed_params : 0) +
+    double params = over_halves(sp, m->half_params) + (sp->has_embed ? m->embed_params : 0) +
                     (sp->has_head ? m->head_params : 0);
     sp->params = (long)params;
-    sp->fwd_flops = n * m->layer_fwd + (sp->has_embed ? m->embed_fwd : 0) + (sp->has_head ? m->head_fwd : 0);
+    sp->fwd_flops = over_halves(sp, m->half_fwd) + (sp->has_embed ? m->embed_fwd : 0) +
+                    (sp->has_head ? m->head_fwd : 0);
     sp->bwd_flops = 2 * sp->fwd_flops;
     sp->msg_bytes = (long)(m->input_acts * m->act_bytes);
-    double acts = n * m->layer_acts + m->input_acts + (sp->has_head ? m->head_acts : 0);
+    double acts = over_halves(sp, m->half_acts) + m->input_acts + (sp->has_head ? m->head_acts : 0);
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;
@@ -149,18 +181,20 @@ static double stage_seconds(const Config *cfg, const StagePlan *sp)
     return cfg->window * (fwd + bwd) + step;
 }
 
-/* Balanced contiguous partition by dynamic programming: minimises the slowest stage's time
- * (stage_seconds) over the partitions whose every stage fits the device memory with its
- * slots (stage s of PACI and 1F1B keeps p - s). Every stage holds at least one layer but the
- * first and the last, which may hold only the embedding or only the head. Among equal
- * optima, the one with the least sum of squared stage times (the most even), so no stage
- * idles when it need not. With no partition that fits, the one that ignores memory (and
- * plan_build reports the stage that does not fit). */
-static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
+/* Balanced contiguous partition by dynamic programming over the model's 2 x layers halves
+ * (step 1) or its whole layers (step 2): minimises the slowest stage's time (stage_seconds)
+ * over the partitions whose every stage fits the device memory with its slots (stage s of
+ * PACI and 1F1B keeps p - s), and returns that time. Every stage holds at least one step of
+ * halves but the first and the last, which may hold only the embedding or only the head.
+ * Among equal optima, the one with the least sum of squared stage times (the most even), so
+ * no stage idles when it need not. With no partition that fits, the one that ignores memory
+ * (and plan_build reports the stage that does not fit; *fits_memory false). split[] gets
+ * halves per stage. */
+static double balanced_split(const Config *cfg, const ModelCounts *m, int step, int *split, bool *fits_memory)
 {
-    int layers = cfg->layers, stages = cfg->stages;
-    /* worst[k][l], squares[k][l]: best (max, sum of squares) of the first k stages over l layers. */
-    size_t cells = (size_t)(stages + 1) * (size_t)(layers + 1);
+    int units = 2 * cfg->layers, stages = cfg->stages;
+    /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u halves. */
+    size_t cells = (size_t)(stages + 1) * (size_t)(units + 1);
     double *worst = xmalloc(cells * sizeof *worst);
     double *squares = xmalloc(cells * sizeof *squares);
     int *choice = xmalloc(cells * sizeof *choice);
@@ -168,46 +202,51 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
     stage_slots(cfg, slots, stash);
     /* a scale for the squares: the whole model's time over its layers and head */
     StagePlan whole;
-    stage_fill(cfg, m, 0, 0, layers, slots[0], stash[0], &whole);
-    double unit = stage_seconds(cfg, &whole) / (layers + 1);
+    stage_fill(cfg, m, 0, 0, units, slots[0], stash[0], &whole);
+    double unit = stage_seconds(cfg, &whole) / (cfg->layers + 1);
     if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
         unit = 1;
-#define AT(k, l) ((size_t)(k) * (size_t)(layers + 1) + (size_t)(l))
-    /* stage_time[k][n], fits[k][n]: the k-th stage holding n layers (which ones does not matter) */
-    double *stage_time = xmalloc(cells * sizeof *stage_time);
-    bool *fits = xmalloc(cells * sizeof *fits);
+#define AT(k, u) ((size_t)(k) * (size_t)(units + 1) + (size_t)(u))
+    /* stage_time[k][n][parity], fits[.]: the k-th stage holding n halves from one of that
+     * parity (an odd first half is an MLP half; beyond that, which ones does not matter) */
+    size_t time_cells = cells * 2;
+    double *stage_time = xmalloc(time_cells * sizeof *stage_time);
+    bool *fits = xmalloc(time_cells * sizeof *fits);
     for (int k = 1; k <= stages; k++)
-        for (int n = 0; n <= layers; n++) {
-            StagePlan sp;
-            stage_fill(cfg, m, k - 1, 0, n, slots[k - 1], stash[k - 1], &sp);
-            stage_time[AT(k, n)] = stage_seconds(cfg, &sp) / unit;
-            fits[AT(k, n)] = (double)sp.mem_total <= cfg->device_memory;
-        }
-    for (int pass = 0; pass < 2; pass++) {
+        for (int n = 0; n <= units; n++)
+            for (int parity = 0; parity < 2; parity++) {
+                StagePlan sp;
+                stage_fill(cfg, m, k - 1, parity, n, slots[k - 1], stash[k - 1], &sp);
+                stage_time[2 * AT(k, n) + parity] = stage_seconds(cfg, &sp) / unit;
+                fits[2 * AT(k, n) + parity] = (double)sp.mem_total <= cfg->device_memory;
+            }
+    int pass;
+    for (pass = 0; pass < 2; pass++) {
         bool check_memory = pass == 0;
-        for (int l = 0; l <= layers; l++) {
-            worst[AT(0, l)] = l == 0 ? 0 : INFINITY;
-            squares[AT(0, l)] = 0;
+        for (int u = 0; u <= units; u++) {
+            worst[AT(0, u)] = u == 0 ? 0 : INFINITY;
+            squares[AT(0, u)] = 0;
         }
         for (int k = 1; k <= stages; k++) {
             bool end = stages > 1 && (k == 1 || k == stages); /* may hold no layer */
-            for (int l = 0; l <= layers; l++) {
-                size_t at = AT(k, l);
+            for (int u = 0; u <= units; u += step) {
+                size_t at = AT(k, u);
                 worst[at] = INFINITY;
                 squares[at] = INFINITY;
                 choice[at] = -1;
-                /* the k-th stage takes layers [l - n, l); trying the largest n first gives
+                /* the k-th stage takes halves [u - n, u); trying the largest n first gives
                  * exact ties to later stages, which keep fewer slots in flight. worst[k-1][.]
-                 * grows with its layers, so once it is above the best so far, so is the rest. */
-                for (int n = l; n >= (end ? 0 : 1); n--) {
-                    size_t prev = AT(k - 1, l - n);
+                 * grows with its halves, so once it is above the best so far, so is the rest. */
+                for (int n = u; n >= (end ? 0 : step); n -= step) {
+                    size_t prev = AT(k - 1, u - n);
                     if (worst[prev] > worst[at] + 1e-9)
                         break;
-                    if (k > 1 ? choice[prev] < 0 : l - n != 0) /* no way to place layers [0, l - n) */
+                    if (k > 1 ? choice[prev] < 0 : u - n != 0) /* no way to place halves [0, u - n) */
                         continue;
-                    if (check_memory && !fits[AT(k, n)])
+                    size_t cost = 2 * AT(k, n) + (size_t)((u - n) % 2);
+                    if (check_memory && !fits[cost])
                         continue;
-                    double here = stage_time[AT(k, n)];
+                    double here = stage_time[cost];
                     double w = worst[prev] > here ? worst[prev] : here;
                     double sq = squares[prev] + here * here;
                     // the first candidate stands even at an infinite cost (a config without a
@@ -222,14 +261,16 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
                 }
             }
         }
-        if (choice[AT(stages, layers)] >= 0)
+        if (choice[AT(stages, units)] >= 0)
             break;
     }
-    for (int k = stages, l = layers; k >= 1; k--) {
-        split[k - 1] = choice[AT(k, l)];
+    double slowest = worst[AT(stages, units)] * unit;
+    *fits_memory = pass == 0;
+    for (int k = stages, u = units; k >= 1; k--) {
+        split[k - 1] = choice[AT(k, u)];
         if (split[k - 1] < 0)
-            ICE("no partition of %d layers over %d stages", layers, stages);
-        l -= split[k - 1];
+            ICE("no partition of %d halves over %d stages", units, stages);
+        u -= split[k - 1];
     }
 #undef AT
     free(stage_time);
@@ -237,6 +278,23 @@ static void balanced_split(const Config *cfg, const ModelCounts *m, int *split)
     free(worst);
     free(squares);
     free(choice);
+    return slowest;
+}
+
+/* The automatic split: whole layers, unless boundaries inside layers (between a layer's
+ * attention and its MLP) make the slowest stage at least 1% faster; a half boundary costs
+ * nothing more (the message is the same residual stream), but whole layers read better.
+ * Measured costs (--balance) split whole layers only. */
+static void automatic_split(const Config *cfg, const ModelCounts *m, int *split)
+{
+    int halves[PACI_MAX_STAGES];
+    bool whole_fits, half_fits;
+    double whole = balanced_split(cfg, m, 2, split, &whole_fits);
+    if (cfg->measured) /* a profile measures whole layers: it cannot price their halves apart */
+        return;
+    double half = balanced_split(cfg, m, 1, halves, &half_fits);
+    if (half_fits > whole_fits || (half_fits == whole_fits && half < whole * 0.99))
+        memcpy(split, halves, (size_t)cfg->stages * sizeof *split);
 }
 
 /* Fills every number of the plan; never fails and prints nothing. */
@@ -245,32 +303,34 @@ void plan_layout(const Config *cfg, Plan *plan)
     memset(plan, 0, sizeof *plan);
     ModelCounts m = model_counts(cfg);
     int p = cfg->stages;
-    int split[PACI_MAX_STAGES];
-    if (cfg->split)
-        memcpy(split, cfg->split, (size_t)p * sizeof *split);
+    int split[PACI_MAX_STAGES]; /* halves per stage */
+    if (cfg->split_halves)
+        memcpy(split, cfg->split_halves, (size_t)p * sizeof *split);
     else
-        balanced_split(cfg, &m, split);
+        automatic_split(cfg, &m, split);
 
     plan->stages = p;
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
     int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
     stage_slots(cfg, slots, stash);
-    int next_layer = 0;
+    int next = 0;
     for (int s = 0; s < p; s++) {
-        stage_fill(cfg, &m, s, next_layer, split[s], slots[s], stash[s], &plan->stage[s]);
-        next_layer += split[s];
+        stage_fill(cfg, &m, s, next, split[s], slots[s], stash[s], &plan->stage[s]);
+        next += split[s];
         plan->total_params += plan->stage[s].params;
     }
-    /* Every layer is on exactly one stage, in order, and only an end stage may hold none: a
-     * wrong split is a compiler bug here. */
-    if (next_layer != cfg->layers)
-        ICE("the partition covers %d of %d layers", next_layer, cfg->layers);
-    for (int s = 0; s < p; s++) {
+    /* Every half layer is on exactly one stage, in order, and only an end stage may hold
+     * none: a wrong split is a compiler bug here. */
+    if (next != 2 * cfg->layers)
+        ICE("the partition covers %d of %d half layers", next, 2 * cfg->layers);
+    for (int s = 0, at = 0; s < p; s++) {
+        const StagePlan *sp = &plan->stage[s];
         bool end = p > 1 && (s == 0 || s == p - 1);
-        if (plan->stage[s].n_layers < (end ? 0 : 1) ||
-            plan->stage[s].first_layer != (s ? plan->stage[s - 1].first_layer + plan->stage[s - 1].n_layers : 0))
-            ICE("stage %d of the partition holds layers from %d, %d of them", s,
-                plan->stage[s].first_layer, plan->stage[s].n_layers);
+        int first = 2 * sp->first_layer - sp->lead_mlp;
+        int n = sp->lead_mlp + 2 * sp->n_layers + sp->tail_attn;
+        if (n < (end ? 0 : 1) || (n > 0 && first != at) || n != split[s])
+            ICE("stage %d of the partition holds %d halves from %d", s, n, first);
+        at += n;
     }
 }
 
@@ -338,15 +398,31 @@ bool plan_build(const Config *cfg, Plan *plan)
     return ok;
 }
 
+/* The first and the last half layer a stage holds, "3" or "2b" and "5" or "6a" (false: none). */
+static bool stage_ends(const StagePlan *sp, char *first, char *last, size_t size)
+{
+    if (sp->n_layers == 0 && !sp->lead_mlp && !sp->tail_attn)
+        return false;
+    if (sp->lead_mlp)
+        snprintf(first, size, "%db", sp->first_layer - 1);
+    else
+        snprintf(first, size, "%d%s", sp->first_layer, sp->n_layers == 0 ? "a" : "");
+    if (sp->tail_attn)
+        snprintf(last, size, "%da", sp->first_layer + sp->n_layers);
+    else
+        snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers - 1, sp->n_layers == 0 ? "b" : "");
+    return true;
+}
+
 void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
 {
     fprintf(out, "plan: %d stages, %ld parameters, schedule %s, window %d\n", plan->stages,
             plan->total_params, paci_schedule_name(cfg->schedule), cfg->window);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
-        char layers[32] = "none";
-        if (sp->n_layers > 0)
-            snprintf(layers, sizeof layers, "%d..%d", sp->first_layer, sp->first_layer + sp->n_layers - 1);
+        char layers[40] = "none", first[16], last[16];
+        if (stage_ends(sp, first, last, sizeof first))
+            snprintf(layers, sizeof layers, "%s..%s", first, last);
         fprintf(out,
                 "stage %d: layers %s%s%s params %ld fwd %.4g bwd %.4g FLOP msg %ld B "
                 "slot %ld B x %d stash %d | weights %ld grads %ld optim %ld acts %ld stash %ld work %ld "
@@ -360,9 +436,12 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
 
 void stage_layers_label(const StagePlan *sp, char *out, size_t size)
 {
-    if (sp->n_layers == 0) /* an embedding-only first or head-only last stage */
+    char first[16], last[16];
+    if (!stage_ends(sp, first, last, sizeof first)) { /* an embedding-only first or head-only last stage */
         snprintf(out, size, "%s", sp->has_embed && sp->has_head ? "e+h" : sp->has_embed ? "emb" : "head");
-    else
-        snprintf(out, size, "%d-%d%s", sp->first_layer, sp->first_layer + sp->n_layers - 1,
-                 sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
+        return;
+    }
+    bool half_alone = sp->n_layers == 0 && sp->lead_mlp != sp->tail_attn; /* "5a", not "5a-5a" */
+    snprintf(out, size, "%s%s%s%s", first, half_alone ? "" : "-", half_alone ? "" : last,
+             sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
 }

@@ -433,8 +433,10 @@ static void set_model_name(Sema *s, const Entry *e)
     }
 }
 
-/* `split [n0, n1, ...]`: stored as written; checked against stages and layers later. A 0 is
- * allowed only at either end: an embedding-only first stage or a head-only last stage. */
+/* `split [n0, n1, ...]`: layers per stage, whole or half (3.5: the stage's last layer ends
+ * after its attention, and the next stage starts with that layer's MLP); stored in halves,
+ * checked against stages and layers later. A 0 is allowed only at either end: an
+ * embedding-only first stage or a head-only last stage. */
 static void set_split(Sema *s, const Entry *e)
 {
     if (!expect_count(s, e, 1, "one list of layers per stage, e.g. [3, 3, 2]"))
@@ -456,20 +458,26 @@ static void set_split(Sema *s, const Entry *e)
         double n;
         /* 0 layers: the first stage then holds only the embedding, the last only the head */
         bool end = i == 0 || i == list->n_items - 1;
-        if (item->kind == VAL_NUMBER && item->number == 0 && item->is_integer && !end) {
+        if (item->kind == VAL_NUMBER && item->number == 0 && !end) {
             error_at(s->src, item->span, "stage %d of 'split' has 0 layers; only the first stage (embedding "
                      "only) or the last (LM head only) may hold none", i);
             free(split);
             goto fail;
         }
-        if (!check_number(s, "split", item, end ? 0 : 1, 1024, false, true, &n)) {
+        if (!check_number(s, "split", item, 0, 1024, false, false, &n)) {
             free(split);
             goto fail;
         }
-        split[i] = (int)n;
+        if (2 * n != floor(2 * n)) {
+            error_at(s->src, item->span, "'split' counts whole or half layers (3.5: the stage ends after layer "
+                     "3's attention, the next starts with its MLP), not %s", item->text);
+            free(split);
+            goto fail;
+        }
+        split[i] = (int)(2 * n);
     }
-    free(s->cfg->split);
-    s->cfg->split = split;
+    free(s->cfg->split_halves);
+    s->cfg->split_halves = split;
     s->cfg->span_split = list->span;
     return;
 fail:
@@ -900,6 +908,19 @@ static void layer_range(char *buf, size_t size, int first, int last)
         snprintf(buf, size, "layers %d..%d", first, last);
 }
 
+/* Half layers [first, last] in words: "layers 3..5" when whole, else by their halves. */
+static void half_range(char *buf, size_t size, int first, int last)
+{
+    static const char *const half[] = {"attention", "MLP"};
+    if (first % 2 == 0 && last % 2 == 1)
+        layer_range(buf, size, first / 2, last / 2);
+    else if (first == last)
+        snprintf(buf, size, "layer %d's %s half", first / 2, half[first % 2]);
+    else
+        snprintf(buf, size, "layer %d's %s half to layer %d's %s half", first / 2, half[first % 2], last / 2,
+                 half[last % 2]);
+}
+
 /* Stages, window, global batch and split agree with each other and with the model. */
 static void check_pipeline(Sema *s)
 {
@@ -977,34 +998,33 @@ static void check_pipeline(Sema *s)
 
     const Entry *split = written(s, "pipeline", "split");
     bool split_ok = false;
-    if (split && cfg->split && stages_ok) {
+    if (split && cfg->split_halves && stages_ok) {
         const Value *list = split->values[0];
-        int sum = 0;
+        int sum = 0, halves = 2 * cfg->layers;
         for (int i = 0; i < list->n_items; i++)
-            sum += cfg->split[i];
+            sum += cfg->split_halves[i];
         if (list->n_items != cfg->stages) {
             error_at(s->src, list->span, "'split' has %d entr%s but there %s %d stage%s", list->n_items,
                      list->n_items == 1 ? "y" : "ies", cfg->stages == 1 ? "is" : "are", cfg->stages,
                      cfg->stages == 1 ? "" : "s");
         } else if (layers_ok && cfg->layers > 0) {
-            split_ok = sum == cfg->layers;
-            char range[64];
-            if (sum != cfg->layers)
-                layer_range(range, sizeof range, sum < cfg->layers ? sum : cfg->layers,
-                            (sum < cfg->layers ? cfg->layers : sum) - 1);
-            if (sum < cfg->layers)
+            split_ok = sum == halves;
+            char range[96];
+            if (sum != halves)
+                half_range(range, sizeof range, sum < halves ? sum : halves, (sum < halves ? halves : sum) - 1);
+            if (sum < halves)
                 error_at(s->src, list->span,
-                         "'split' covers %d of the model's %d layers: %s would be in no stage",
-                         sum, cfg->layers, range);
-            else if (sum > cfg->layers)
+                         "'split' covers %g of the model's %d layers: %s would be in no stage",
+                         sum / 2.0, cfg->layers, range);
+            else if (sum > halves)
                 error_at(s->src, list->span,
-                         "'split' assigns %d layers but the model has %d: %s would not exist",
-                         sum, cfg->layers, range);
+                         "'split' assigns %g layers but the model has %d: %s would not exist",
+                         sum / 2.0, cfg->layers, range);
         }
     }
     if (!split_ok) {
-        free(cfg->split);
-        cfg->split = NULL;
+        free(cfg->split_halves);
+        cfg->split_halves = NULL;
     }
 
     int p = cfg->stages;
@@ -1244,7 +1264,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
                        : written(s, "batch", "global") ? span_of(s, "batch", "global", 2)
                                                        : cfg->span_stages;
     cfg->span_micro = span_of(s, "batch", "micro", 2);
-    if (!cfg->split)
+    if (!cfg->split_halves)
         cfg->span_split = cfg->span_stages;
     cfg->span_memory = span_of(s, "hardware", "memory", 4);
     free(s);
@@ -1253,7 +1273,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
 
 void config_free(Config *cfg)
 {
-    free(cfg->split);
+    free(cfg->split_halves);
     free(cfg->train_data);
     free(cfg->val_data);
     free(cfg->ckpt_dir);
@@ -1278,9 +1298,9 @@ void config_dump(FILE *out, const Config *cfg)
             cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab, cfg->tied ? "true" : "false");
     fprintf(out, "pipeline\n  stages %d\n  schedule %s\n  window %d\n  split ", cfg->stages,
             schedule_words[cfg->schedule], cfg->window);
-    if (cfg->split) {
+    if (cfg->split_halves) {
         for (int i = 0; i < cfg->stages; i++)
-            fprintf(out, "%s%d", i ? " " : "[", cfg->split[i]);
+            fprintf(out, "%s%g", i ? " " : "[", cfg->split_halves[i] / 2.0);
         fprintf(out, "]\n");
     } else {
         fprintf(out, "automatic\n");

@@ -47,8 +47,10 @@ void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd
 {
     const MeasuredCosts *mc = cfg->measured;
     if (mc) {
-        *fwd = sp->n_layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + (sp->has_head ? mc->head_fwd : 0);
-        *bwd = sp->n_layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + (sp->has_head ? mc->head_bwd : 0);
+        // a profile measures whole layers; a half layer is priced by its share of the FLOPs
+        double layers = stage_layer_count(cfg, sp);
+        *fwd = layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + (sp->has_head ? mc->head_fwd : 0);
+        *bwd = layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + (sp->has_head ? mc->head_bwd : 0);
         *step = (double)sp->params * mc->step_per_param;
     } else {
         double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
@@ -77,7 +79,7 @@ double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd)
     Allreduce whole = stage_allreduce(cfg, sp);
     if (whole.seconds <= 0)
         return 0;
-    GradRange *ranges = xmalloc((size_t)(sp->n_layers + 2) * sizeof *ranges);
+    GradRange *ranges = xmalloc((size_t)(sp->n_layers + 4) * sizeof *ranges);
     int n = stage_grad_ranges(cfg, sp, ranges);
     double flops = 0;
     for (int i = 0; i < n; i++)

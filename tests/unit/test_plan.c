@@ -87,16 +87,19 @@ static void test_partition_covers_layers(void **state)
             Config cfg = gpt2(layers, 256, 4, p, PACI_SCHED_ONEF1B, 4);
             Plan plan;
             plan_layout(&cfg, &plan);
-            int next = 0;
+            int next = 0; /* in halves */
             for (int s = 0; s < p; s++) {
-                assert_int_equal(plan.stage[s].first_layer, next);
+                const StagePlan *sp = &plan.stage[s];
+                int halves = sp->lead_mlp + 2 * sp->n_layers + sp->tail_attn;
+                if (halves > 0)
+                    assert_int_equal(2 * sp->first_layer - sp->lead_mlp, next);
                 bool end = p > 1 && (s == 0 || s == p - 1);
-                assert_true(plan.stage[s].n_layers >= (end ? 0 : 1));
-                next += plan.stage[s].n_layers;
-                assert_int_equal(plan.stage[s].has_embed, s == 0);
-                assert_int_equal(plan.stage[s].has_head, s == p - 1);
+                assert_true(halves >= (end ? 0 : 1));
+                next += halves;
+                assert_int_equal(sp->has_embed, s == 0);
+                assert_int_equal(sp->has_head, s == p - 1);
             }
-            assert_int_equal(next, layers);
+            assert_int_equal(next, 2 * layers);
         }
 }
 
@@ -123,39 +126,50 @@ static bool fits(const Config *cfg, const Plan *plan)
 }
 
 /* The best bottleneck over every split that fits the memory, by enumeration (INFINITY if
- * none fits): stage 0 and the last may hold no layer, the others at least one. */
-static double best_by_enumeration(Config *cfg, int *split, int s, int left)
+ * none fits): stage 0 and the last may hold no layer, the others at least one step of half
+ * layers; `left` and split[] count halves, in steps of `step` (2: whole layers). */
+static double best_by_enumeration(Config *cfg, int *split, int s, int left, int step)
 {
     int p = cfg->stages;
     if (s == p - 1) {
         if (left < (p > 1 ? 0 : 1))
             return INFINITY;
         split[s] = left;
-        cfg->split = split;
+        cfg->split_halves = split;
         Plan plan;
         plan_layout(cfg, &plan);
-        cfg->split = NULL;
+        cfg->split_halves = NULL;
         return fits(cfg, &plan) ? bottleneck(cfg, &plan) : INFINITY;
     }
     double best = INFINITY;
-    for (int n = s == 0 ? 0 : 1; n <= left; n++) {
+    for (int n = s == 0 ? 0 : step; n <= left; n += step) {
         split[s] = n;
-        double b = best_by_enumeration(cfg, split, s + 1, left - n);
+        double b = best_by_enumeration(cfg, split, s + 1, left - n, step);
         best = b < best ? b : best;
     }
     return best;
+}
+
+/* What the automatic split must reach: the best over whole layers, or over half layers when
+ * that is at least 1% faster. */
+static double best_automatic(Config *cfg)
+{
+    int split[PACI_MAX_STAGES];
+    double whole = best_by_enumeration(cfg, split, 0, 2 * cfg->layers, 2);
+    double half = best_by_enumeration(cfg, split, 0, 2 * cfg->layers, 1);
+    return half < whole * 0.99 ? half : whole;
 }
 
 /* The automatic split is the fastest that fits: its bottleneck equals the enumerated
  * optimum, with the memory unbounded and with the memory just below what that split
  * needs (then the partitioner must find another); heads of every weight relative to a
  * layer (vocabulary 256 to 50257), and steps of so few tokens that the optimizer step
- * outweighs the products. */
+ * outweighs the products. Some of these cases split inside a layer. */
 static void test_partition_is_optimal_within_memory(void **state)
 {
     (void)state;
     int vocabs[] = {256, 8192, 50257};
-    int constrained = 0;
+    int constrained = 0, halved = 0;
     for (int v = 0; v < 3; v++)
         for (int p = 1; p <= 5; p++)
             for (int kind = 0; kind < 3; kind++) {
@@ -168,14 +182,15 @@ static void test_partition_is_optimal_within_memory(void **state)
                     cfg.global_batch = 1;
                 }
                 cfg.device_memory = 1e15;
-                int split[PACI_MAX_STAGES];
                 Plan plan;
                 plan_layout(&cfg, &plan);
-                double best = best_by_enumeration(&cfg, split, 0, cfg.layers);
+                double best = best_automatic(&cfg);
                 assert_true(fabs(bottleneck(&cfg, &plan) - best) <= 1e-9 * best);
+                for (int s = 0; s < p; s++)
+                    halved += plan.stage[s].lead_mlp || plan.stage[s].tail_attn;
                 /* a device just too small for the unconstrained choice */
                 cfg.device_memory = (double)plan_peak_memory(&plan, NULL) - 1;
-                best = best_by_enumeration(&cfg, split, 0, cfg.layers);
+                best = best_automatic(&cfg);
                 if (best == INFINITY)
                     continue;
                 constrained++;
@@ -183,7 +198,8 @@ static void test_partition_is_optimal_within_memory(void **state)
                 assert_true(fits(&cfg, &plan));
                 assert_true(fabs(bottleneck(&cfg, &plan) - best) <= 1e-9 * best);
             }
-    assert_true(constrained >= 10); /* the memory bound took part (11 of the 45 cases) */
+    assert_true(constrained >= 10); /* the memory bound took part */
+    assert_true(halved >= 5);       /* and so did boundaries inside layers */
 }
 
 /* A stage may hold only the head: on the paper's setting (GPT-2 Medium, 8 stages) the head
@@ -197,8 +213,8 @@ static void test_head_only_stage(void **state)
     assert_int_equal(plan.stage[7].n_layers, 0);
     assert_int_equal(plan.stage[7].first_layer, 24);
     assert_true(plan.stage[7].has_head);
-    int split[8] = {0, 4, 4, 4, 4, 4, 4, 0}; /* an embedding-only first stage, by hand */
-    cfg.split = split;
+    int split[8] = {0, 8, 8, 8, 8, 8, 8, 0}; /* an embedding-only first stage, by hand (in halves) */
+    cfg.split_halves = split;
     assert_true(plan_build(&cfg, &plan));
     assert_int_equal(plan.stage[0].n_layers, 0);
     assert_true(plan.stage[0].has_embed);
@@ -217,8 +233,8 @@ static void test_partition_balances_head(void **state)
     for (int s = 0; s < 8; s++)
         if (plan.stage[s].fwd_flops > slowest)
             slowest = plan.stage[s].fwd_flops;
-    int even[8] = {3, 3, 3, 3, 3, 3, 3, 3};
-    cfg.split = even;
+    int even[8] = {6, 6, 6, 6, 6, 6, 6, 6}; /* 3 layers each, in halves */
+    cfg.split_halves = even;
     Plan even_plan;
     plan_layout(&cfg, &even_plan);
     double even_slowest = 0;
@@ -233,8 +249,8 @@ static void test_manual_split_respected(void **state)
 {
     (void)state;
     Config cfg = gpt2(10, 256, 4, 3, PACI_SCHED_PACI, 4);
-    int split[3] = {5, 1, 4};
-    cfg.split = split;
+    int split[3] = {10, 2, 8}; /* [5, 1, 4] in halves */
+    cfg.split_halves = split;
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     assert_int_equal(plan.stage[0].n_layers, 5);
@@ -242,6 +258,84 @@ static void test_manual_split_respected(void **state)
     assert_int_equal(plan.stage[1].n_layers, 1);
     assert_int_equal(plan.stage[2].first_layer, 6);
     assert_int_equal(plan.stage[2].n_layers, 4);
+}
+
+/* Splits inside layers, [1.5, 0.5, 2, 1]: each stage holds the halves it was given (flags,
+ * labels), the parameters add up to the model's, and every slice of every checkpoint tensor
+ * belongs to exactly one stage's tensor table, at the layer offsets of llm.c's file. */
+static void test_half_layer_split(void **state)
+{
+    (void)state;
+    Config cfg = gpt2(5, 64, 4, 4, PACI_SCHED_ONEF1B, 4);
+    cfg.vocab = 128;
+    Plan whole, plan;
+    plan_layout(&cfg, &whole);
+    int split[4] = {3, 1, 4, 2};
+    cfg.split_halves = split;
+    assert_true(plan_build(&cfg, &plan));
+    static const struct {
+        int first, n;
+        bool lead, tail;
+        const char *label;
+    } want[4] = {{0, 1, false, true, "0-1a+emb"}, {2, 0, true, false, "1b"}, {2, 2, false, false, "2-3"},
+                 {4, 1, false, false, "4-4+head"}};
+    long params = 0;
+    for (int s = 0; s < 4; s++) {
+        const StagePlan *sp = &plan.stage[s];
+        assert_int_equal(sp->first_layer, want[s].first);
+        assert_int_equal(sp->n_layers, want[s].n);
+        assert_int_equal(sp->lead_mlp, want[s].lead);
+        assert_int_equal(sp->tail_attn, want[s].tail);
+        char label[32];
+        stage_layers_label(sp, label, sizeof label);
+        assert_string_equal(label, want[s].label);
+        params += sp->params;
+    }
+    assert_int_equal(params, whole.total_params);
+    assert_int_equal(plan.total_params, whole.total_params);
+    /* a 2.5-layer stage: layer 1's MLP half, layer 2, layer 3's attention half */
+    int odd[4] = {3, 4, 1, 2};
+    cfg.split_halves = odd;
+    Plan other;
+    assert_true(plan_build(&cfg, &other));
+    char label[32];
+    stage_layers_label(&other.stage[1], label, sizeof label);
+    assert_string_equal(label, "1b-3a");
+    stage_layers_label(&other.stage[2], label, sizeof label);
+    assert_string_equal(label, "3b");
+
+    /* every checkpoint tensor's elements covered once; the checkpoint's tensors are the
+     * runtime's enumerators, named here by their strings */
+    enum { MAX_TENSORS = 32 };
+    const char *names[MAX_TENSORS] = {0};
+    long covered[MAX_TENSORS] = {0}, expected[MAX_TENSORS] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        const Plan *pl = pass == 0 ? &whole : &plan;
+        for (int s = 0; s < pl->stages; s++) {
+            StageLayout lay;
+            stage_layout(&cfg, &pl->stage[s], &lay);
+            TensorInfo *t;
+            int n = stage_tensors(&cfg, &pl->stage[s], &lay, &t);
+            for (int i = 0; i < n; i++) {
+                int k = 0;
+                while (names[k] && strcmp(names[k], t[i].ckpt_tensor) != 0)
+                    k++;
+                assert_true(k < MAX_TENSORS - 1);
+                names[k] = t[i].ckpt_tensor;
+                /* a checksum of the slices: their sizes, and where they start */
+                long sum = t[i].size * 1000003L + t[i].ckpt_offset;
+                if (pass == 0)
+                    expected[k] += sum;
+                else
+                    covered[k] += sum;
+                /* inside the stage's parameter block */
+                assert_true(t[i].offset >= 0 && t[i].offset + t[i].size <= lay.params.total);
+            }
+            free(t);
+        }
+    }
+    for (int k = 0; names[k]; k++)
+        assert_int_equal(covered[k], expected[k]);
 }
 
 /* Slots and memory by schedule: PACI and 1F1B agree, GPipe keeps K, PipeDream adds stash. */
@@ -309,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_partition_is_optimal_within_memory),
         cmocka_unit_test(test_head_only_stage),
         cmocka_unit_test(test_manual_split_respected),
+        cmocka_unit_test(test_half_layer_split),
         cmocka_unit_test(test_memory_by_schedule),
         cmocka_unit_test(test_memory_error),
     };

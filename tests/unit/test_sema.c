@@ -96,7 +96,7 @@ static void test_valid_file_fills_config(void **state)
     assert_int_equal(c.cfg.micro, 8);
     assert_int_equal(c.cfg.global_batch, 32);
     assert_int_equal(c.cfg.steps, 1000);
-    assert_null(c.cfg.split);
+    assert_null(c.cfg.split_halves);
     done(&c);
 }
 
@@ -293,10 +293,10 @@ static void test_split_and_spans(void **state)
     const char *text = MODEL "pipeline {\n  stages 3\n  split [2, 1,\n   1]\n}\n" BATCH TRAIN;
     Checked c = check(text);
     assert_true(c.ok);
-    assert_non_null(c.cfg.split);
-    assert_int_equal(c.cfg.split[0], 2);
-    assert_int_equal(c.cfg.split[1], 1);
-    assert_int_equal(c.cfg.split[2], 1);
+    assert_non_null(c.cfg.split_halves); /* in half layers */
+    assert_int_equal(c.cfg.split_halves[0], 4);
+    assert_int_equal(c.cfg.split_halves[1], 2);
+    assert_int_equal(c.cfg.split_halves[2], 2);
     assert_int_equal(c.cfg.span_stages.begin, (int)(strstr(text, "3\n") - text));
     assert_int_equal(c.cfg.span_split.begin, (int)(strstr(text, "[2") - text));
     assert_int_equal(c.cfg.span_split.end, (int)(strstr(text, "]") - text) + 1);
@@ -578,6 +578,28 @@ static void test_lr_scales_with_data(void **state)
     done(&c);
 }
 
+/* Half layers: 1.5 ends a stage after a layer's attention; 0.5 is a half alone; the sum
+ * counts halves; anything else is an error at the entry. */
+static void test_split_half_layers(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL "pipeline { stages 3; split [1.5, 0.5, 2] }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.split_halves[0], 3);
+    assert_int_equal(c.cfg.split_halves[1], 1);
+    assert_int_equal(c.cfg.split_halves[2], 4);
+    done(&c);
+    c = check(MODEL "pipeline { stages 3; split [1.25, 0.75, 2] }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_non_null(strstr(c.messages, "'split' counts whole or half layers"));
+    assert_non_null(strstr(c.messages, "not 1.25"));
+    done(&c);
+    c = check(MODEL "pipeline { stages 3; split [1.5, 0.5, 1.5] }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_non_null(strstr(c.messages, "'split' covers 3.5 of the model's 4 layers: layer 3's MLP half would be in no stage"));
+    done(&c);
+}
+
 /* A 0 at either end: an embedding-only first stage, a head-only last one; 6 stages over 4
  * layers then fit. */
 static void test_split_end_stages_may_be_empty(void **state)
@@ -585,8 +607,8 @@ static void test_split_end_stages_may_be_empty(void **state)
     (void)state;
     Checked c = check(MODEL "pipeline { stages 4; split [0, 2, 2, 0] }\n" BATCH TRAIN);
     assert_true(c.ok);
-    assert_int_equal(c.cfg.split[0], 0);
-    assert_int_equal(c.cfg.split[3], 0);
+    assert_int_equal(c.cfg.split_halves[0], 0);
+    assert_int_equal(c.cfg.split_halves[3], 0);
     done(&c);
     c = check(MODEL "pipeline { stages 6 }\n" BATCH TRAIN);
     assert_true(c.ok);
@@ -601,7 +623,7 @@ static void test_split_errors(void **state)
     assert_first_message(MODEL "pipeline { stages 3; split [2, 0, 2] }\n" BATCH TRAIN,
                          "t.paci:2:32: error: stage 1 of 'split' has 0 layers; only the first stage (embedding only) or the last (LM head only) may hold none");
     assert_first_message(MODEL "pipeline { stages 3; split [2, 2, -1] }\n" BATCH TRAIN,
-                         "t.paci:2:35: error: 'split' -1 is out of range: it must be in 0..1024");
+                         "t.paci:2:35: error: 'split' -1 is out of range: it must be in [0, 1024]");
     assert_first_message(MODEL "pipeline { stages 2; split [1, 2] }\n" BATCH TRAIN,
                          "t.paci:2:28: error: 'split' covers 3 of the model's 4 layers: layer 3 would be in no stage");
     assert_first_message(MODEL "pipeline { stages 2; split [3, 3] }\n" BATCH TRAIN,
@@ -997,6 +1019,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_schedules_by_name),
         cmocka_unit_test(test_split_and_spans),
+        cmocka_unit_test(test_split_half_layers),
         cmocka_unit_test(test_data_paths_resolve_against_the_file),
         cmocka_unit_test(test_unknown_key_suggests),
         cmocka_unit_test(test_duplicate_key_with_note),
