@@ -501,8 +501,22 @@ static int read_config(const pr_program *prog, const char *path, hf_config *cfg,
     FILE *f = fopen(path, "rb");
     if (!f)
         return pr_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    char *data = malloc(1 << 20);
-    size_t len = data ? fread(data, 1, 1 << 20, f) : 0;
+    // a config is a few hundred bytes: the buffer grows as it fills, up to 1 MiB
+    size_t cap = 4096, len = 0;
+    char *data = malloc(cap);
+    while (data) {
+        len += fread(data + len, 1, cap - len, f);
+        if (len < cap || cap == 1 << 20)
+            break;
+        char *grown = realloc(data, 2 * cap);
+        if (!grown) {
+            free(data);
+            data = NULL;
+        } else {
+            data = grown;
+            cap *= 2;
+        }
+    }
     int too_big = data && len == 1 << 20 && fgetc(f) != EOF;
     fclose(f);
     if (!data || too_big) {

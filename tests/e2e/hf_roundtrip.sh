@@ -118,6 +118,15 @@ one_line "extra layer" "extra\.safetensors: tensor 'transformer\.h\.9\.ln_1\.wei
     init "$bad/extra.safetensors"
 one_line "config.json of other heads" "heads/config\.json: n_head is 4, the program has 2" init "$bad/heads"
 one_line "untied config without lm_head" "headless/model\.safetensors: tensor 'lm_head\.weight' is missing" init "$bad/headless"
+# config.json up to 1 MiB is read whole (here 300 KiB of it blanks after the object); past that it is refused
+for size in 300000 1048577; do
+    cp -r "$work/untied/hf" "$bad/config$size"
+    pad=$(( size - $(stat -c %s "$bad/config$size/config.json") ))
+    head -c "$pad" /dev/zero | tr '\0' ' ' >> "$bad/config$size/config.json"
+    [ "$(stat -c %s "$bad/config$size/config.json")" = "$size" ] || fail "padding config.json to $size bytes"
+done
+init "$bad/config300000" >/dev/null 2>&1 || fail "a config.json of 300000 bytes (blanks after the object) was refused"
+one_line "config.json over 1 MiB" "config1048577/config\.json: larger than 1 MiB" init "$bad/config1048577"
 
 # Export never mixes with what is there: a non-empty folder or a file is refused, untouched.
 before=$(cat "$work/untied/hf/"* | md5sum)
