@@ -15,46 +15,7 @@
 # the ratio, and the wall-clock tokens/s of the real runs (their stages share this machine's
 # cores, so the wall clock is not the pipeline's speed). No assertions: figures only.
 # Environment: STEPS (default 20).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-steps=${STEPS:-20}
-pacic=$root/build/bin/pacic
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-make -s all >/dev/null
-
-# write NAME SPLIT_LINE: the model, with `split` as given ("" = automatic).
-write() {
-    cat > "$work/$1.paci" <<DSL
-model gpt2 { layers 6; width 128; heads 4; context 64; vocab 4096 }
-pipeline { stages 4; schedule paci; window 8 $2 }
-batch { micro 8 }
-train {
-    data "$root/examples/data/tiny_train.bin"
-    steps $steps
-    optimizer adamw { lr 1e-3 }
-}
-DSL
-}
-
-# measure NAME: trains, profiles and replays; prints split, replayed and wall-clock figures.
-measure() {
-    local dir=$work/$1
-    mkdir -p "$dir"
-    "$pacic" "$work/$1.paci" -o "$dir/run"
-    (cd "$dir" && ./run --blas-threads 1 --profile-out profile.txt --ckpt-dir ckpt > run.log 2>&1)
-    local split replay wall
-    split=$("$pacic" "$work/$1.paci" --dump plan | sed -n 's/^stage \([0-9]\): layers \([^ ]*\)\( +[a-z]*\)* params.*/\2\3/p' | paste -sd ' ')
-    replay=$("$pacic" "$work/$1.paci" --profile "$dir/profile.txt" --explain | sed -n 's/^  step time .*, \([0-9.e+]*\) tokens\/s, bubble \([0-9.]*%\).*/\1 \2/p')
-    wall=$(sed -n 's/^done: .*, \([0-9]*\) tokens\/s;.*/\1/p' "$dir/run.log")
-    echo "$1|$split|$replay|$wall"
-}
-
-# tokens_per_s PACI [pacic flags]: the predicted tokens/s --explain prints.
-tokens_per_s() {
-    "$pacic" "$@" --explain | sed -n 's/^  step time .*, \([0-9.e+]*\) tokens\/s, bubble.*/\1/p'
-}
+source "$(dirname "$0")/replay_lib.sh"
 
 # split_of PACI [pacic flags]: the plan's layers per stage as a split list.
 split_of() {
@@ -62,16 +23,16 @@ split_of() {
         s = s (s ? ", " : "") n } END { print "[" s "]" }'
 }
 
-write old "; split [1, 2, 2, 1]"
-write balanced ""
+write old 6 "; split [1, 2, 2, 1]"
+write balanced 6 ""
 old=$(measure old)
 balanced=$(measure balanced)
-write measured "; split $(split_of "$work/balanced.paci" --balance "$work/old/profile.txt")"
+write measured 6 "; split $(split_of "$work/balanced.paci" --balance "$work/old/profile.txt")"
 measured=$(measure measured)
 echo "bench/balance.sh: 6 layers, width 128, vocabulary 4096, 4 stages, paci, window 8, micro 8, $steps steps, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %-38s %16s %8s %14s\n' split "stages (layers)" "replayed tok/s" bubble "wall tok/s"
 for row in "$old" "$balanced" "$measured"; do
-    IFS='|' read -r name split replay wall <<< "$row"
+    IFS='|' read -r name split replay _ wall <<< "$row"
     read -r tps bubble <<< "$replay"
     printf '%-9s %-38s %16.0f %8s %14s\n' "$name" "$split" "$tps" "$bubble" "$wall"
 done

@@ -15,51 +15,16 @@
 # bench/balance.sh and the study do. Printed: both splits, their replayed tokens/s, bubble
 # and stage busy fractions, and the ratio. No assertions: figures only. Environment: STEPS
 # (default 20).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-steps=${STEPS:-20}
-pacic=$root/build/bin/pacic
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-make -s all >/dev/null
+source "$(dirname "$0")/replay_lib.sh"
 
-# write NAME SPLIT_LINE: the model, with `split` as given ("" = automatic).
-write() {
-    cat > "$work/$1.paci" <<DSL
-model gpt2 { layers 7; width 128; heads 4; context 64; vocab 4096 }
-pipeline { stages 4; schedule paci; window 8 $2 }
-batch { micro 8 }
-train {
-    data "$root/examples/data/tiny_train.bin"
-    steps $steps
-    optimizer adamw { lr 1e-3 }
-}
-DSL
-}
-
-# measure NAME: trains, profiles and replays; prints the split, replayed tokens/s, bubble and busy fractions.
-measure() {
-    local dir=$work/$1
-    mkdir -p "$dir"
-    "$pacic" "$work/$1.paci" -o "$dir/run"
-    (cd "$dir" && ./run --blas-threads 1 --profile-out profile.txt --ckpt-dir ckpt > run.log 2>&1)
-    local explain split replay busy
-    explain=$("$pacic" "$work/$1.paci" --profile "$dir/profile.txt" --explain)
-    split=$(sed -n '/^stage  layers/,/^memory/s/^ *[0-9]  \([^ ]*\) .*/\1/p' <<< "$explain" | paste -sd ' ')
-    replay=$(sed -n 's/^  step time .*, \([0-9.e+]*\) tokens\/s, bubble \([0-9.]*%\).*/\1 \2/p' <<< "$explain")
-    busy=$(sed -n '/^stage  layers/,/^memory/s/.* \([0-9.]*%\)$/\1/p' <<< "$explain" | paste -sd ' ')
-    echo "$1|$split|$replay|$busy"
-}
-
-write whole "; split [2, 2, 3, 0]"
-write automatic ""
+write whole 7 "; split [2, 2, 3, 0]"
+write automatic 7 ""
 whole=$(measure whole)
 automatic=$(measure automatic)
 echo "bench/half_layers.sh: 7 layers, width 128, vocabulary 4096, 4 stages, paci, window 8, micro 8, $steps steps, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-10s %-30s %16s %8s   %s\n' split "stages (layers)" "replayed tok/s" bubble "busy per stage"
 for row in "$whole" "$automatic"; do
-    IFS='|' read -r name split replay busy <<< "$row"
+    IFS='|' read -r name split replay busy _ <<< "$row"
     read -r tps bubble <<< "$replay"
     printf '%-10s %-30s %16.0f %8s   %s\n' "$name" "$split" "$tps" "$bubble" "$busy"
 done
@@ -68,10 +33,7 @@ awk -v a="$(cut -d'|' -f3 <<< "$automatic" | cut -d' ' -f1)" -v b="$(cut -d'|' -
 # The runs' costs move with the machine's load; priced with one set of measured costs (the
 # whole run's, per part of the model: pacic --balance, a half layer at its share of a layer's
 # FLOPs), the ratio depends on the split alone.
-tokens_per_s() {
-    "$pacic" "$@" --explain | sed -n 's/^  step time .*, \([0-9.e+]*\) tokens\/s, bubble.*/\1/p'
-}
-write fixed "; split [2, 2.5, 2.5, 0]"
+write fixed 7 "; split [2, 2.5, 2.5, 0]"
 same_whole=$(tokens_per_s "$work/whole.paci" --balance "$work/whole/profile.txt")
 same_automatic=$(tokens_per_s "$work/fixed.paci" --balance "$work/whole/profile.txt")
 awk -v a="$same_automatic" -v b="$same_whole" \

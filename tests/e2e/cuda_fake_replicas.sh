@@ -14,31 +14,11 @@ export PACIC_CACHE=$work/cache
 LOSS_TOL=1e-5
 WEIGHT_TOL=1e-4
 
-small_model dp 2 1f1b 2 6 3
-sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/dp.paci"
-echo "parallel { data 2 }" >> "$work/dp.paci"
-fake_build dp
-
-mkdir -p "$work/dp/cpu"
-(cd "$work/dp/cpu" && ../run --quiet --device cpu --metrics metrics.jsonl) || fail "--device cpu"
-pids=()
-for r in 0 1 2 3; do
-    mkdir -p "$work/dp/rank$r"
-    (cd "$work/dp/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        LD_LIBRARY_PATH=$work/dp/lib FAKE_CUDA_GPUS=4 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
-        ../run --quiet --device cuda --metrics metrics.jsonl --connect-timeout 60 2> err.txt) &
-    pids+=($!)
-done
-for r in 0 1 2 3; do
-    wait "${pids[$r]}" || { cat "$work/dp/rank$r/err.txt" >&2; fail "rank $r"; }
-done
-# replica 0's last stage (rank 1) logs the losses; rank 0 holds the checkpoint
-mkdir -p "$work/dp/joined"
-cp "$work/dp/rank1/metrics.jsonl" "$work/dp/joined/metrics.jsonl"
-cp -r "$work/dp/rank0/ckpt" "$work/dp/joined/ckpt"
+fake_replicas_model dp
+fake_replicas_run dp
 compare_devices "data 2 x 2 stages, four GPUs" "$work/dp/joined" "$work/dp/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
 for r in 0 1 2 3; do
-    reduces=$(sed -n 's/^fake cuda: calls:.* ncclAllReduce \([0-9]*\).*/\1/p' "$work/dp/rank$r/err.txt" | head -n 1)
+    reduces=$(allreduce_calls dp $r)
     # 6 steps, three allreduces each: the window's last backward starts one per range of
     # gradients as it finishes them (stage 0: its layer, then the embeddings; stage 1: the
     # head, then its layer), then the step sums the loss and stop flag

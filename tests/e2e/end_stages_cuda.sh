@@ -7,30 +7,4 @@ source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
 
-# ends NAME PRECISION: the 2-layer model over 3 stages, split [0, 2, 0], with its fake CUDA stack.
-ends() {
-    small_model "$1" 3 1f1b 2 4 2
-    sed -i -e "s/^train {/train {\n    precision $2/" -e "s/layers 4;/layers 2;/" \
-        -e "s/^pipeline { \(.*\) }$/pipeline { \1; split [0, 2, 0] }/" "$work/$1.paci"
-    grep -qF "split [0, 2, 0]" "$work/$1.paci" || fail "split edit did not apply"
-    fake_build "$1"
-}
-
-# on NAME DIR [run flags...]: runs NAME's program in $work/NAME/DIR on 3 fake GPUs.
-on() {
-    local name=$1 dir=$2
-    shift 2
-    mkdir -p "$work/$name/$dir"
-    (cd "$work/$name/$dir" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=3 \
-        ../run --quiet --threads 1 --metrics metrics.jsonl "$@" 2> err.txt) ||
-        { cat "$work/$name/$dir/err.txt" >&2; return 1; }
-}
-
-ends fp32 fp32
-on fp32 cuda --device cuda || fail "fp32: --device cuda"
-on fp32 cpu --device cpu || fail "fp32: --device cpu"
-compare_devices "[0, 2, 0] fp32, three GPUs" "$work/fp32/cuda" "$work/fp32/cpu" 1e-5 1e-4
-ends bf16 bf16
-on bf16 cuda --device cuda || fail "bf16: --device cuda"
-on bf16 cpu --device cpu || fail "bf16: --device cpu"
-compare_devices "[0, 2, 0] bf16, three GPUs" "$work/bf16/cuda" "$work/bf16/cpu" 1e-2 2e-2
+fake_split_devices "[0, 2, 0]"

@@ -70,6 +70,73 @@ train {
 DSL
 }
 
+# split_model NAME STAGES SCHEDULE SPLIT [EVAL CKPT]: the small model, window 4, 20 steps, a
+# checkpoint every CKPT (default 20) steps, with `split SPLIT` ("" = automatic).
+split_model() {
+    small_model "$1" "$2" "$3" 4 20 0 "${6:-20}"
+    if [ -n "$4" ]; then
+        sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; split $4 }/" "$work/$1.paci"
+        grep -qF "split $4" "$work/$1.paci" || fail "split edit did not apply"
+    fi
+}
+
+# build_quiet NAME: compiles $work/NAME.paci into $work/NAME/run; pacic and the C compiler
+# must print nothing.
+build_quiet() {
+    mkdir -p "$work/$1"
+    local out
+    out=$("$pacic" "$work/$1.paci" -o "$work/$1/run" 2>&1) || fail "$1: pacic failed: $out"
+    [ -z "$out" ] || fail "$1: building printed: $(printf '%s' "$out" | head -5)"
+}
+
+# run_quiet NAME [flags]: runs NAME's program in $work/NAME/ at one BLAS thread a stage.
+run_quiet() {
+    local name=$1
+    shift
+    (cd "$work/$name" && ./run --quiet --blas-threads 1 --metrics metrics.jsonl "$@")
+}
+
+# same_step20 A B: the same step-20 checkpoint (state.bin but its schedule and stage count,
+# int64 fields 8 and 9) and the same losses.
+same_step20() {
+    local a=$work/$1/ckpt/step_00000020 b=$work/$2/ckpt/step_00000020
+    cmp -s "$a/model.bin" "$b/model.bin" && cmp -s -n 64 "$a/state.bin" "$b/state.bin" &&
+        cmp -s -i 80 "$a/state.bin" "$b/state.bin" && [ "$(losses "$1")" = "$(losses "$2")" ]
+}
+
+# export_equals_one NAME LABEL: NAME's Hugging Face export equals the one-stage program's
+# ($work/one, trained alike), and NAME starts from its own export.
+export_equals_one() {
+    run_quiet one --export hf hf-one >/dev/null
+    run_quiet "$1" --export hf hf >/dev/null
+    cmp -s "$work/one/hf-one/model.safetensors" "$work/$1/hf/model.safetensors" ||
+        fail "the export of $2 differs from one stage's"
+    run_quiet "$1" --init hf --steps 1 >/dev/null || fail "$2 cannot start from its own export"
+    echo "Hugging Face export of $2 == one stage's; it loads back into $2"
+}
+
+# resume_equals_straight STAGES SPLIT [run flags...]: under PACI with SPLIT, 20 steps straight
+# (run with the flags, in $work/straight) == 10, stop, resume, 10: weights, optimizer state and
+# losses.
+resume_equals_straight() {
+    local stages=$1 split=$2 f
+    shift 2
+    split_model straight "$stages" paci "$split" 0 10
+    build_quiet straight
+    mkdir -p "$work/resumed"
+    cp "$work/straight/run" "$work/resumed/run"
+    run_quiet straight "$@"
+    run_quiet resumed --steps 10
+    (cd "$work/resumed" && ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
+    for f in model.bin state.bin; do
+        cmp -s "$work/straight/ckpt/step_00000020/$f" "$work/resumed/ckpt/step_00000020/$f" ||
+            fail "paci $split: $f after resume differs from the straight run"
+    done
+    [ "$(losses straight | tail -10)" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/resumed/resumed.jsonl")" ] ||
+        fail "paci $split: losses of steps 11..20 differ after resume"
+    echo "paci $split: 20 straight == 10 + resume + 10 (weights, optimizer state, losses)"
+}
+
 # train NAME [run flags...]: compiles $work/NAME.paci and runs it in $work/NAME/; a program
 # built there from the same text (kept in $work/NAME.built) runs again without a rebuild, as
 # for a --resume after a first stretch of steps.
@@ -110,6 +177,84 @@ fake_build() {
     PACIC=$pacic tests/cuda_fake/build.sh "$work/$1.paci" "$work/$1" || status=$?
     [ "$status" -ne 77 ] || skip "pacic wrote no stages.cu (no NVRTC here?)"
     [ "$status" -eq 0 ] || fail "$1: building the fake CUDA stack"
+}
+
+# fake_split_model NAME PRECISION SPLIT: the 2-layer small model over 3 stages (1F1B, window
+# 2, 4 steps, evaluation every 2) with `split SPLIT`, and its fake CUDA stack (fake_build).
+fake_split_model() {
+    small_model "$1" 3 1f1b 2 4 2
+    sed -i -e "s/^train {/train {\n    precision $2/" -e "s/layers 4;/layers 2;/" \
+        -e "s/^pipeline { \(.*\) }$/pipeline { \1; split $3 }/" "$work/$1.paci"
+    grep -qF "split $3" "$work/$1.paci" || fail "split edit did not apply"
+    fake_build "$1"
+}
+
+# fake_split_devices SPLIT: fake_split_model in fp32 and bf16 on three fake GPUs, each against
+# the CPU path of the same program, to cuda_fake.sh's tolerances.
+fake_split_devices() {
+    local precision tolerances
+    for precision in fp32 bf16; do
+        fake_split_model "$precision" "$precision" "$1"
+        on_fake_gpus 3 "$precision" cuda --device cuda || fail "$precision: --device cuda"
+        on_fake_gpus 3 "$precision" cpu --device cpu || fail "$precision: --device cpu"
+        tolerances="1e-5 1e-4"
+        [ "$precision" = bf16 ] && tolerances="1e-2 2e-2"
+        # shellcheck disable=SC2086 # two numbers
+        compare_devices "$1 $precision, three GPUs" "$work/$precision/cuda" "$work/$precision/cpu" $tolerances
+    done
+}
+
+# on_fake_gpus N NAME DIR [run flags...]: runs NAME's program in $work/NAME/DIR on N fake GPUs
+# (its stderr in DIR/err.txt, printed if the run fails).
+on_fake_gpus() {
+    local gpus=$1 name=$2 dir=$3
+    shift 3
+    mkdir -p "$work/$name/$dir"
+    (cd "$work/$name/$dir" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=$gpus \
+        ../run --quiet --threads 1 --metrics metrics.jsonl "$@" 2> err.txt) ||
+        { cat "$work/$name/$dir/err.txt" >&2; return 1; }
+}
+
+# fake_replicas_model NAME [SPLIT]: the 2-layer small model with flash attention over 2 stages
+# (1F1B, window 2, 6 steps, evaluation every 3), `parallel { data 2 }` and `split SPLIT` if
+# given; its fake CUDA stack (fake_build), and the CPU run of it (replicas as threads) in
+# $work/NAME/cpu, the reference for the GPU runs.
+fake_replicas_model() {
+    small_model "$1" 2 1f1b 2 6 3
+    sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/$1.paci"
+    if [ -n "${2:-}" ]; then
+        sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; split $2 }/" "$work/$1.paci"
+        grep -qF "split $2" "$work/$1.paci" || fail "split edit did not apply"
+    fi
+    echo "parallel { data 2 }" >> "$work/$1.paci"
+    fake_build "$1"
+    mkdir -p "$work/$1/cpu"
+    (cd "$work/$1/cpu" && ../run --quiet --device cpu --metrics metrics.jsonl) || fail "$1: --device cpu"
+}
+
+# fake_replicas_run NAME: NAME's program (data 2 x 2 stages) as four processes on the port
+# $port, one fake GPU each (in $work/NAME/rank0..3, stderr in err.txt, with the fake stack's
+# call report), then replica 0's losses (rank 1) and checkpoint (rank 0) in $work/NAME/joined.
+fake_replicas_run() {
+    local name=$1 r pids=()
+    for r in 0 1 2 3; do
+        mkdir -p "$work/$name/rank$r"
+        (cd "$work/$name/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=4 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+            ../run --quiet --device cuda --metrics metrics.jsonl --connect-timeout 60 2> err.txt) &
+        pids+=($!)
+    done
+    for r in 0 1 2 3; do
+        wait "${pids[$r]}" || { cat "$work/$name/rank$r/err.txt" >&2; fail "$name: rank $r"; }
+    done
+    mkdir -p "$work/$name/joined"
+    cp "$work/$name/rank1/metrics.jsonl" "$work/$name/joined/metrics.jsonl"
+    cp -r "$work/$name/rank0/ckpt" "$work/$name/joined/ckpt"
+}
+
+# allreduce_calls NAME RANK: the ncclAllReduce calls the fake stack reported for that rank.
+allreduce_calls() {
+    sed -n 's/^fake cuda: calls:.* ncclAllReduce \([0-9]*\).*/\1/p' "$work/$1/rank$2/err.txt" | head -n 1
 }
 
 # compare_devices LABEL GPU_DIR CPU_DIR LOSS_TOL WEIGHT_TOL: a GPU run (emulated or faked)
