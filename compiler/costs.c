@@ -873,14 +873,14 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
         explain_section(out, gc, sections[i]);
     fprintf(out, "  per stage: ms per micro-batch forward and backward, ms per optimizer step, and the shares of\n"
                  "  forward + backward by kind of op\n");
-    fprintf(out, "  stage  layers      forward  backward  optimizer  products  attention   other\n");
+    fprintf(out, "  stage  layers         forward  backward  optimizer  products  attention   other\n");
     for (int s = 0; s < gc->stages; s++) {
         const StageCosts *sc = &gc->stage[s];
         const StagePlan *sp = &plan->stage[s];
         char layers[32];
         stage_layers_label(sp, layers, sizeof layers);
         double compute = sc->fwd + sc->bwd;
-        fprintf(out, "  %5d  %-9s %9.4g %9.4g  %9.4g  %7.1f%% %9.1f%% %6.1f%%\n", s, layers, sc->fwd * 1e3,
+        fprintf(out, "  %5d  %-12s %9.4g %9.4g  %9.4g  %7.1f%% %9.1f%% %6.1f%%\n", s, layers, sc->fwd * 1e3,
                 sc->bwd * 1e3, sc->step * 1e3, compute > 0 ? 100 * sc->by_kind[COST_GEMM] / compute : 0.0,
                 compute > 0 ? 100 * sc->by_kind[COST_ATTENTION] / compute : 0.0,
                 compute > 0 ? 100 * sc->by_kind[COST_OTHER] / compute : 0.0);

@@ -260,9 +260,9 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     double unit_bytes = peak >= (1L << 30) ? (double)(1L << 30) : (double)(1L << 20);
 #define MEM(bytes) ((double)(bytes) / unit_bytes)
 
-    fprintf(out, "\nstage  layers    params    weights  grads  optim  activations        stash   work  total  "
+    fprintf(out, "\nstage  layers       params    weights  grads  optim  activations        stash   work  total  "
                  " drift  drifted  busy\n");
-    fprintf(out, "                             %s     %s    %s    %s (slots x each)  %s    %s    %s  "
+    fprintf(out, "                                %s     %s    %s    %s (slots x each)  %s    %s    %s  "
                  "  bound   share\n", unit, unit, unit, unit, unit, unit, unit);
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
@@ -273,7 +273,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                      MEM(sp->keep_bytes), MEM(sp->act_bytes));
         else
             snprintf(acts, sizeof acts, "%6.2f (%d x %.2f)", MEM(sp->mem_acts), sp->slots, MEM(sp->act_bytes));
-        fprintf(out, "%5d  %-9s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
+        fprintf(out, "%5d  %-12s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
                 layers, sp->params / 1e6, MEM(sp->mem_weights), MEM(sp->mem_grads), MEM(sp->mem_optim),
                 acts, MEM(sp->mem_stash), MEM(sp->mem_work), MEM(sp->mem_total), drift_bound(t, s),
                 100 * rep->drift_share[s], 100 * sim->steady_busy[s]);
