@@ -4,15 +4,23 @@
 # a crash; the crashing input is left in build/fuzz/NAME/ as crash-* (or leak-*, timeout-*,
 # oom-*). Prints one line per harness: executions, and the corpus size it ended with.
 #   tests/fuzz/run.sh [SECONDS] [NAME...]     default 60 seconds each, every harness
-#   tests/fuzz/run.sh --runs N [NAME...]      N executions each, however long that takes
+#   tests/fuzz/run.sh --runs N [--jobs J] [NAME...]
+#                                             N executions each, however long that takes; with
+#                                             J > 1, as J processes of N / J executions at once
+#                                             on the same corpus folder (libFuzzer reloads it, so
+#                                             each takes up what the others found): N in all
 # Harnesses: frontend (parse and check), compile (up to the verified schedule), tokens (the
 # token-file reader), checkpoint (the checkpoint reader), safetensors (the Hugging Face
 # reader of run --init; its seed is the toy model exported by the harness itself).
 set -eu
-runs_limit=0
+runs_limit=0 jobs=1
 if [ "${1:-}" = --runs ]; then
     runs_limit=$2 seconds=0
     shift 2
+    if [ "${1:-}" = --jobs ]; then
+        jobs=$2
+        shift 2
+    fi
 else
     seconds=${1:-60}
     shift || true
@@ -107,17 +115,24 @@ for name in $names; do
     if [ "$name" = safetensors ] && [ ! -e "$work/corpus/seed" ]; then
         FUZZ_SAFETENSORS_SEED="$work/corpus/seed" "$out/fuzz_$name" >/dev/null 2>&1
     fi
-    log=$work/log
     start=$(date +%s)
-    if (cd "$work" && "$out/fuzz_$name" -max_total_time="$seconds" -runs="$((runs_limit > 0 ? runs_limit : -1))" \
+    pids=() runs=0 result=ok
+    for ((job = 1; job <= jobs; job++)); do
+        log=$work/log$([ "$jobs" = 1 ] || echo ".$job")
+        (cd "$work" && exec "$out/fuzz_$name" -max_total_time="$seconds" \
+            -runs="$((runs_limit > 0 ? (runs_limit + jobs - 1) / jobs : -1))" \
             -max_len="$(max_len_of "$name")" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus) \
-            >"$log" 2>&1; then
-        result=ok
-    else
-        result=FAILED; status=1
-        tail -60 "$log"
-    fi
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    echo "fuzz $name: $result, ${runs:-0} executions in $(( $(date +%s) - start ))s, corpus $(ls "$work/corpus" | wc -l) inputs"
+            >"$log" 2>&1 &
+        pids+=($!)
+    done
+    for ((job = 1; job <= jobs; job++)); do
+        log=$work/log$([ "$jobs" = 1 ] || echo ".$job")
+        if ! wait "${pids[$((job - 1))]}"; then
+            result=FAILED; status=1
+            tail -60 "$log"
+        fi
+        runs=$((runs + $(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | head -n 1 | grep . || echo 0)))
+    done
+    echo "fuzz $name: $result, $runs executions in $(( $(date +%s) - start ))s$([ "$jobs" = 1 ] || echo " ($jobs processes)"), corpus $(ls "$work/corpus" | wc -l) inputs"
 done
 exit $status
