@@ -148,8 +148,7 @@ static void emit_c_section(StrBuf *sb, const StageSection *section, bool bf16)
     emit_line(sb, "/* %s */", section->doc);
     emit_line(sb, "static void %s(%s)", section->name, section->params);
     emit_open_block(sb);
-    if (section->prelude)
-        emit_line(sb, "%s", section->prelude);
+    emit_section_prelude(sb, section, false);
     emit_section_ops(sb, section->ops, section->name, emit_c_op, &bf16);
     emit_close(sb, "");
     blank_line(sb);
@@ -387,15 +386,20 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
     const StagePlan *sp = &plan->stage[s];
     StageLayout lay;
     stage_layout(cfg, sp, &lay);
-    char *lead = sp->lead_mlp ? xasprintf("the MLP half of layer %d, ", sp->first_layer - 1) : xstrdup("");
-    char *tail = sp->tail_attn ? xasprintf(", the attention half of layer %d", sp->first_layer + sp->n_layers)
+    char *lead = sp->lead_mlp ? xasprintf("the MLP half of layer %d%s", sp->first_layer - 1,
+                                          sp->n_layers > 0 || sp->tail_attn ? ", " : "")
+                              : xstrdup("");
+    char *tail = sp->tail_attn ? xasprintf("%sthe attention half of layer %d", sp->n_layers > 0 ? ", " : "",
+                                           sp->first_layer + sp->n_layers)
                                : xstrdup("");
-    char *what = xasprintf("Stage %d of %d: %s%s%d layer%s [%d, %d)%s%s. Forward, backward and AdamW, "
-                           "specialised to the shapes below.",
-                           s, plan->stages, sp->has_embed ? "embedding, " : "", lead, sp->n_layers,
-                           sp->n_layers == 1 ? "" : "s", sp->first_layer,
-                           sp->first_layer + sp->n_layers, tail,
+    char *layers = sp->n_layers > 0 || (!sp->lead_mlp && !sp->tail_attn)
+                       ? xasprintf("%d layer%s [%d, %d)", sp->n_layers, sp->n_layers == 1 ? "" : "s",
+                                   sp->first_layer, sp->first_layer + sp->n_layers)
+                       : xstrdup("");
+    char *what = xasprintf("Stage %d of %d: %s%s%s%s%s. Forward, backward and AdamW, specialised to the shapes below.",
+                           s, plan->stages, sp->has_embed ? "embedding, " : "", lead, layers, tail,
                            sp->has_head ? ", final LayerNorm, LM head and cross-entropy" : "");
+    free(layers);
     free(lead);
     free(tail);
     emit_banner(sb, cfg, what);

@@ -127,3 +127,15 @@ void emit_section_ops(StrBuf *sb, const OpList *l, const char *section, EmitOpFn
         i += used;
     }
 }
+
+void emit_section_prelude(StrBuf *sb, const StageSection *section, bool weights_h)
+{
+    const char *parts[2] = {section->prelude, weights_h ? section->prelude_h : NULL};
+    for (int i = 0; i < 2; i++)
+        for (const char *line = parts[i]; line && *line;) {
+            const char *end = strchr(line, '\n');
+            int len = end ? (int)(end - line) : (int)strlen(line);
+            emit_line(sb, "%.*s", len, line);
+            line += len + (end ? 1 : 0);
+        }
+}

@@ -369,10 +369,7 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
     emit_line(sb, "static void cuda_%s(%s)", section->name, params);
     free(params);
     emit_open_block(sb);
-    if (section->prelude)
-        emit_line(sb, "%s", section->prelude);
-    if (section->prelude_h && bf16)
-        emit_line(sb, "%s", section->prelude_h);
+    emit_section_prelude(sb, section, bf16);
     CudaOpContext ctx = {cfg, bf16};
     emit_section_ops(sb, section->ops, section->name, emit_cuda_section_op, &ctx);
     emit_close(sb, "");

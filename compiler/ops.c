@@ -396,7 +396,7 @@ const char *op_profile_name(const Op *op)
  * lists' arguments name (model_ops_build), and what a whole layer's block declares for its MLP
  * half; under bf16 the GPU's also take the weights' bf16 copy, named by weights_h, after the
  * first parameter. */
-#define MLP_BASES "const float *pm = p + P_MLP; float *am = a + A_MLP; const float *xm = a + A_RESID2;"
+#define MLP_BASES "const float *pm = p + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;"
 static const struct {
     const char *name, *doc, *params, *weights_h, *prelude, *prelude_h;
 } section_signatures[] = {
@@ -416,7 +416,7 @@ static const struct {
      "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
     {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
      "const float *p, float *g, const float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP; float *gm = g + P_MLP; const float *am = a + A_MLP; const float *xm = a + A_RESID2;",
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = a + A_RESID2;",
      "const pr_bf16 *pmh = ph + P_MLP;"},
     {"mlp_backward", "The leading MLP half backward: S_DRES holds d(resid3) on entry and d(xm) on exit.",
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},

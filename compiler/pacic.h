@@ -725,7 +725,7 @@ typedef struct StageSection {
     const char *params;     /* that function's parameters: the bases its ops' arguments name */
     const char *weights_h;  /* the parameter of the weights' bf16 copy the GPU's function also
                                takes under bf16 (after the first), or NULL */
-    const char *prelude;    /* declarations its ops name beside the parameters, or NULL */
+    const char *prelude;    /* declarations its ops name beside the parameters, one a line, or NULL */
     const char *prelude_h;  /* and those that name the bf16 copy (the GPU's, under bf16) */
 } StageSection;
 
@@ -741,6 +741,8 @@ int stage_op_count(const Config *cfg, const StagePlan *sp);
 
 /* ---- emit_common.c: what every emitter writes alike --------------------------------- */
 
+/* A section's prelude (and under weights_h its bf16 one), a line each. */
+void emit_section_prelude(StrBuf *sb, const StageSection *section, bool weights_h);
 /* The banner every generated file starts with. */
 void emit_banner(StrBuf *sb, const Config *cfg, const char *what);
 /* s as a C string literal that is safe in C, CUDA C++ and comments (NULL: NULL). */
