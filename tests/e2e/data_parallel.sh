@@ -206,6 +206,7 @@ replica_fails() {
     local signal=$1 pattern=$2 timeout=$3 pids=()
     port=$((port + 1))
     for r in 0 1 2 3; do
+        rm -rf "$work/long$r" # await_step must not find an earlier call's steps in out.txt
         mkdir -p "$work/long$r"
         (cd "$work/long$r" && exec env RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
             "$work/long.run" --blas-threads 1 --peer-timeout "$timeout" >out.txt 2>err.txt) &

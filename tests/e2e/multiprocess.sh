@@ -90,6 +90,9 @@ stuck_peer() {
     small_model long 2 1f1b 4 4000
     "$pacic" "$work/long.paci" -o "$work/long.run"
     port=$((port + 1))
+    # fresh folders: await_step must not find the previous call's steps in out.txt before
+    # this run truncates it
+    rm -rf "$work/long0" "$work/long1"
     mkdir -p "$work/long0" "$work/long1"
     (cd "$work/long0" && exec env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$work/long.run" --quiet) &
