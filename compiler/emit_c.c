@@ -256,6 +256,19 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
     emit_close(sb, "");
 }
 
+/* One layer's block of `what`: the attention half's entries, then the MLP half's from `mlp`
+ * (each half's offsets from its own start), and the whole block's size as `per_layer`. */
+static void emit_layer_layout(StrBuf *sb, const char *what, const char *block, const char *per_layer,
+                              const char *mlp, const Layout *attn_half, const Layout *mlp_half)
+{
+    emit_line(sb, "/* One layer's %s, at %s_LAYERS + l * %s: its attention half's,", what, block, per_layer);
+    emit_line(sb, " * then from %s its MLP half's (each half's offsets from its start). */", mlp);
+    emit_layout(sb, attn_half);
+    emit_line(sb, "#define %s %ldL", mlp, attn_half->total);
+    emit_layout(sb, mlp_half);
+    emit_line(sb, "#define %s %ldL", per_layer, attn_half->total + mlp_half->total);
+}
+
 /* What the stage's code names: its includes, shapes, AdamW's constants, the kernels' macros as C
  * defines them, and the layout's offsets. */
 static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, const StageLayout *lay)
@@ -299,18 +312,8 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
     emit_line(sb, "#define BF16_STORE(p) %s", cfg->precision == PREC_BF16 ? "((pr_bf16 *)(p))" : "((pr_bf16 *)0)");
     blank_line(sb);
-    emit_line(sb, "/* One layer's parameters, at PARAM_LAYERS + l * PARAM_PER_LAYER: its attention half's, then");
-    emit_line(sb, " * at P_MLP its MLP half's (each half's offsets from its start). */");
-    emit_layout(sb, &lay->attn_params);
-    emit_line(sb, "#define P_MLP %ldL", lay->attn_params.total);
-    emit_layout(sb, &lay->mlp_params);
-    emit_line(sb, "#define PARAM_PER_LAYER %ldL", lay->layer_params);
-    emit_line(sb, "/* One layer's saved activations, at ACT_LAYERS + l * ACT_PER_LAYER: the attention half's, then");
-    emit_line(sb, " * at A_MLP the MLP half's. */");
-    emit_layout(sb, &lay->attn_acts);
-    emit_line(sb, "#define A_MLP %ldL", lay->attn_acts.total);
-    emit_layout(sb, &lay->mlp_acts);
-    emit_line(sb, "#define ACT_PER_LAYER %ldL", lay->layer_acts);
+    emit_layer_layout(sb, "parameters", "PARAM", "PARAM_PER_LAYER", "P_MLP", &lay->attn_params, &lay->mlp_params);
+    emit_layer_layout(sb, "saved activations", "ACT", "ACT_PER_LAYER", "A_MLP", &lay->attn_acts, &lay->mlp_acts);
     emit_line(sb, "/* The stage's parameter block (%ld floats). */", lay->params.total);
     emit_layout(sb, &lay->params);
     if (sp->has_head && cfg->tied)
