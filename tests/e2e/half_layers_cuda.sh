@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The GPU path with stage boundaries inside layers (split [0.5, 1, 0.5] over 2 layers: layer
-# 0's attention half with the embedding, layer 0's MLP half and layer 1's attention half, then
-# layer 1's MLP half with the head; three fake GPUs, NCCL between them, 1F1B, fp32 and bf16):
-# it trains as the CPU path of the same program (tests/e2e/half_layers.sh shows the CPU path
-# equal to one stage), to cuda_fake.sh's tolerances. Skips where tests/cuda_emu cannot run
-# (need_cuda_emu).
+# The GPU path with stages that hold part of the model only: split [0, 0.5, 1.5, 0] over 2
+# layers is an embedding-only stage, layer 0's attention half alone, layer 0's MLP half with
+# layer 1, and a head-only stage (four fake GPUs, NCCL between them, 1F1B, fp32 and bf16). It
+# trains as the CPU path of the same program (tests/e2e/half_layers.sh and end_stages.sh show
+# the CPU path equal to one stage), to cuda_fake.sh's tolerances. Skips where tests/cuda_emu
+# cannot run (need_cuda_emu).
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
 
-fake_split_devices "[0.5, 1, 0.5]"
+fake_split_devices "[0, 0.5, 1.5, 0]"
 
 # Data parallelism with halves: `parallel { data 2 }` at p = 2, split [1.5, 0.5], as four
 # processes with a fake GPU each. The window's last backward starts an allreduce per range of

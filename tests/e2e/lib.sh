@@ -179,28 +179,36 @@ fake_build() {
     [ "$status" -eq 0 ] || fail "$1: building the fake CUDA stack"
 }
 
-# fake_split_model NAME PRECISION SPLIT: the 2-layer small model over 3 stages (1F1B, window
-# 2, 4 steps, evaluation every 2) with `split SPLIT`, and its fake CUDA stack (fake_build).
+# fake_split_model NAME PRECISION SPLIT: the 2-layer small model over as many stages as SPLIT
+# has entries (1F1B, window 2, 4 steps, evaluation every 2) with `split SPLIT`, and its fake
+# CUDA stack (fake_build).
 fake_split_model() {
-    small_model "$1" 3 1f1b 2 4 2
+    small_model "$1" "$(split_stages "$3")" 1f1b 2 4 2
     sed -i -e "s/^train {/train {\n    precision $2/" -e "s/layers 4;/layers 2;/" \
         -e "s/^pipeline { \(.*\) }$/pipeline { \1; split $3 }/" "$work/$1.paci"
     grep -qF "split $3" "$work/$1.paci" || fail "split edit did not apply"
     fake_build "$1"
 }
 
-# fake_split_devices SPLIT: fake_split_model in fp32 and bf16 on three fake GPUs, each against
-# the CPU path of the same program, to cuda_fake.sh's tolerances.
+# split_stages SPLIT: the number of entries of a split such as "[0, 0.5, 1]".
+split_stages() {
+    local commas=${1//[^,]/}
+    echo $((${#commas} + 1))
+}
+
+# fake_split_devices SPLIT: fake_split_model in fp32 and bf16, a fake GPU per stage, each
+# against the CPU path of the same program, to cuda_fake.sh's tolerances.
 fake_split_devices() {
-    local precision tolerances
+    local precision tolerances gpus
+    gpus=$(split_stages "$1")
     for precision in fp32 bf16; do
         fake_split_model "$precision" "$precision" "$1"
-        on_fake_gpus 3 "$precision" cuda --device cuda || fail "$precision: --device cuda"
-        on_fake_gpus 3 "$precision" cpu --device cpu || fail "$precision: --device cpu"
+        on_fake_gpus "$gpus" "$precision" cuda --device cuda || fail "$precision: --device cuda"
+        on_fake_gpus "$gpus" "$precision" cpu --device cpu || fail "$precision: --device cpu"
         tolerances="1e-5 1e-4"
         [ "$precision" = bf16 ] && tolerances="1e-2 2e-2"
         # shellcheck disable=SC2086 # two numbers
-        compare_devices "$1 $precision, three GPUs" "$work/$precision/cuda" "$work/$precision/cpu" $tolerances
+        compare_devices "$1 $precision, $gpus GPUs" "$work/$precision/cuda" "$work/$precision/cpu" $tolerances
     done
 }
 
