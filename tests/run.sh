@@ -99,7 +99,17 @@ wait_one() {
     running=$((running - 1))
 }
 
+# The longest scripts start first, so that the run does not end with one of them on one core
+# while the other cores idle (their order only: every script runs, and none is timed).
+long_first=(cuda_fake study_smoke cuda_emu gpu_check_dry data_parallel cuda_emu_optim fuzz)
+scripts=()
+for name in "${long_first[@]}"; do
+    [ ! -e "$here/e2e/$name.sh" ] || scripts+=("$here/e2e/$name.sh")
+done
 for t in "$here"/e2e/*.sh; do
+    [[ " ${long_first[*]} " == *" $(basename "$t" .sh) "* ]] || scripts+=("$t")
+done
+for t in "${scripts[@]}"; do
     name=$(basename "$t" .sh)
     [ "$name" != lib ] || continue # sourced by the others
     selected "${PACI_E2E:-}" "$name" || continue
