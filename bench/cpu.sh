@@ -42,15 +42,12 @@ run_model() {
     local dir=$work/$(basename "$1" .paci)
     mkdir -p "$dir"
     "$pacic" "$1" --steps "$2" -o "$dir/run" 2>/dev/null
-    (cd "$dir" && ./run --threads "$threads" --ckpt-dir "$dir/ckpt" | grep -E '^(done|busy):')
+    (cd "$dir" && ./run --threads "$threads" --ckpt-dir "$dir/ckpt" | grep -E '^(done|busy|blas):')
 }
 
 echo "pacic CPU benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: nproc $(nproc), $(lscpu | sed -n 's/^Model name: *//p' | head -1), load average" \
      "$(cut -d' ' -f1-3 /proc/loadavg) at start (the cores may be shared)"
-echo "OpenBLAS kernels: ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=}${OPENBLAS_CORETYPE:-chosen by the library}" \
-     "(the same for run, PyTorch and sgemm_rate)"
-echo
 
 # (a)
 # seconds per optimizer step in the pipeline (without the final checkpoint), from
@@ -63,6 +60,11 @@ pacic_out=$(run_model bench/gpt6.paci "$steps")
 pacic_tps=$(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')
 echo "(a) build/bin/pacic bench/gpt6.paci --steps $steps -o run && ./run --threads $threads"
 echo "    $(head -1 <<<"$pacic_out")"
+# PyTorch and sgemm_rate get the kernels run chose (run replaces a generic fallback of
+# OpenBLAS's by the kernels the CPU allows, unless OPENBLAS_CORETYPE is set: runtime/gemm.c).
+kernels=$(sed -n 's/^blas: OpenBLAS, \([A-Za-z0-9]*\) kernels.*/\1/p' <<<"$pacic_out")
+[ -n "${OPENBLAS_CORETYPE:-}" ] || [ -z "$kernels" ] || export OPENBLAS_CORETYPE=$kernels
+echo "    OpenBLAS kernels: ${OPENBLAS_CORETYPE:-chosen by the library} (the same for run, PyTorch and sgemm_rate)"
 
 # (b)
 if "$python" -c 'import torch' 2>/dev/null; then

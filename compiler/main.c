@@ -2,6 +2,7 @@
  * next one's only input. */
 #include <errno.h>
 #include <ftw.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -224,11 +225,35 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return remove(path);
 }
 
+/* The executable can be written at OUT (its folder exists and takes files, OUT is no folder):
+ * checked before anything is generated, so a mistyped -o costs no compile. */
+static bool writable_output(const char *out)
+{
+    char *copy = xstrdup(out);
+    const char *folder = dirname(copy);
+    struct stat st;
+    bool ok = false;
+    if (stat(folder, &st) != 0)
+        fprintf(stderr, "pacic: error: cannot write %s: no folder %s (%s)\n", out, folder, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        fprintf(stderr, "pacic: error: cannot write %s: %s is not a folder\n", out, folder);
+    else if (access(folder, W_OK | X_OK) != 0)
+        fprintf(stderr, "pacic: error: cannot write %s: folder %s: %s\n", out, folder, strerror(errno));
+    else if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        fprintf(stderr, "pacic: error: cannot write %s: it is a folder (-o names the executable)\n", out);
+    else
+        ok = true;
+    free(copy);
+    return ok;
+}
+
 /* Generates the sources into --keep DIR or a temporary folder and links the executable. */
 static int build(const char *argv0, const Options *opt, const Config *cfg, const Plan *plan,
                  const paci_table *table)
 {
     const char *out = opt->output ? opt->output : "run";
+    if (!writable_output(out))
+        return EXIT_USER;
     char tmp_template[] = "/tmp/pacic-XXXXXX";
     const char *dir = opt->keep_dir;
     if (dir) {

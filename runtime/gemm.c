@@ -1,6 +1,7 @@
 /* gemm.c: matrix products behind pr_gemm (OpenBLAS), and its thread count. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -79,4 +80,68 @@ int pr_blas_threads(int cores, int stages)
         per_stage = 1;
     openblas_set_num_threads(per_stage);
     return per_stage;
+}
+
+/* The kernels to run OpenBLAS with instead of the ones it chose (LIBRARY_CORE), or NULL to keep
+ * them: when the user named none (USER_CORETYPE, OPENBLAS_CORETYPE's value) and the library
+ * fell back to kernels of SSE3 to AVX on a CPU whose instruction sets allow CPU_CORE. */
+const char *pr_blas_better_kernels(const char *user_coretype, const char *library_core, const char *cpu_core)
+{
+    static const char *const fallbacks[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge"};
+    if (user_coretype || !library_core || !cpu_core)
+        return NULL;
+    for (size_t i = 0; i < sizeof fallbacks / sizeof *fallbacks; i++)
+        if (strcmp(library_core, fallbacks[i]) == 0)
+            return cpu_core;
+    return NULL;
+}
+
+/* The OpenBLAS kernels this CPU can run, by its instruction sets; NULL if no better than SSE3. */
+static const char *blas_kernels_for_cpu(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+#endif
+    return NULL;
+}
+
+#define BLAS_FALLBACK_VAR "PACIRT_BLAS_FALLBACK"
+
+/* OpenBLAS picks its kernels when it loads, before main, from the CPU's model number; a model
+ * newer than the library (0.3.21 and Emerald Rapids, family 6 model 207) gets a generic
+ * fallback whose sgemm is up to 5x slower. Then the program runs itself again, before it has
+ * started anything, with OPENBLAS_CORETYPE naming the kernels the CPU's instruction sets allow. */
+void pr_blas_choose_kernels(char **argv)
+{
+    if (getenv(BLAS_FALLBACK_VAR))
+        return; /* this is the run again */
+    const char *better = pr_blas_better_kernels(getenv("OPENBLAS_CORETYPE"), openblas_get_corename(),
+                                                blas_kernels_for_cpu());
+    if (!better)
+        return;
+    if (setenv("OPENBLAS_CORETYPE", better, 1) == 0 && setenv(BLAS_FALLBACK_VAR, openblas_get_corename(), 1) == 0)
+        execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* no /proc: run on with the library's choice */
+    unsetenv(BLAS_FALLBACK_VAR);
+}
+
+/* The name of the kernels OpenBLAS runs ("SkylakeX"). */
+const char *pr_blas_kernels(void) { return openblas_get_corename(); }
+
+/* After pr_blas_choose_kernels ran the program again: says so once, on stderr. */
+void pr_blas_kernels_note(int quiet)
+{
+    const char *fallback = getenv(BLAS_FALLBACK_VAR);
+    if (!fallback)
+        return;
+    if (!quiet)
+        fprintf(stderr, "run: note: OpenBLAS does not know this CPU and chose its %s kernels; running with "
+                "OPENBLAS_CORETYPE=%s, which this CPU's instruction sets allow (set OPENBLAS_CORETYPE to "
+                "choose yourself)\n", fallback, openblas_get_corename());
+    unsetenv(BLAS_FALLBACK_VAR);
 }

@@ -43,6 +43,10 @@ double pr_rng_normal(pr_rng *r);  /* N(0, 1) */
 
 /* BLAS threads per stage thread: max(1, cores / stages); cores <= 0 means all online. */
 int pr_blas_threads(int cores, int stages);
+const char *pr_blas_better_kernels(const char *user_coretype, const char *library_core, const char *cpu_core);
+void pr_blas_choose_kernels(char **argv);
+const char *pr_blas_kernels(void);
+void pr_blas_kernels_note(int quiet);
 
 /* ---- data.c: token files (llm.c format) ------------------------------------------------ */
 

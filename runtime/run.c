@@ -219,6 +219,9 @@ int pr_train(pr_run *run, char *err)
             printf(" (this process: %.2f MiB)\n", (double)held / (1 << 20));
         else
             printf(" (allocated by the runtime)\n");
+        if (run->dev->host_memory)
+            printf("blas: OpenBLAS, %s kernels, %d thread%s a stage\n", pr_blas_kernels(),
+                   run->opt.blas_threads, run->opt.blas_threads == 1 ? "" : "s");
     }
     return 0;
 }
@@ -618,10 +621,12 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
 
 int pr_main(int argc, char **argv, const pr_program *prog)
 {
+    pr_blas_choose_kernels(argv);
     pr_options opt = {.peer_timeout = 600, .connect_timeout = PR_DEFAULT_CONNECT_TIMEOUT};
     int rc = parse_flags(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 1 : 0;
+    pr_blas_kernels_note(opt.quiet);
     char err[PR_ERR_LEN];
     pr_launch launch;
     if (pr_launch_parse((const char *const *)environ, prog->stages, prog->replicas, opt.master_port, &launch,
@@ -676,7 +681,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     if (opt.blas_threads > 0)
         pr_blas_threads(opt.blas_threads, 1);
     else // every replica's stages share the cores when one process runs them all
-        pr_blas_threads(opt.threads, prog->stages * (prog->replicas > 1 && launch.world == 1 ? prog->replicas : 1));
+        opt.blas_threads = pr_blas_threads(opt.threads, prog->stages * (prog->replicas > 1 && launch.world == 1
+                                                                          ? prog->replicas : 1));
     pr_run run;
     pr_bootstrap boot = {0};
     if (pr_run_init(&run, prog, &opt, err) != 0) {

@@ -56,4 +56,15 @@ expect_error "unwritable checkpoint folder" "plainfile" --ckpt-dir "$work/plainf
 # A folder whose parents are missing is made whole, as the examples' checkpoints/NAME needs.
 ./run --quiet --steps 1 --ckpt-dir "$work/nested/a/b" || fail "a nested checkpoint folder was not created"
 [ -d "$work/nested/a/b/step_00000001" ] || fail "no checkpoint in the nested folder"
+# pacic -o where no executable can be written: one error naming the path, exit 1 (a user's
+# mistake, not pacic's), before anything is compiled, and nothing left behind.
+: > "$work/afile"
+for out in "$work/no/such/run" "$work" "$work/afile/run"; do
+    status=0
+    msg=$("$pacic" "$work/m.paci" -o "$out" 2>&1) || status=$?
+    [ "$status" = 1 ] || fail "pacic -o $out: exit $status, expected 1"
+    [[ $msg == "pacic: error: cannot write $out: "* ]] || fail "pacic -o $out: '$msg'"
+    echo "pacic -o $out: $msg"
+done
+[ -z "$(find "$work" -name "*.tmp*")" ] || fail "pacic left a temporary file behind"
 echo "all bad inputs rejected cleanly"

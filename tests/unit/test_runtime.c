@@ -280,6 +280,24 @@ static int teardown(void **state)
     return 0;
 }
 
+/* ---- OpenBLAS's kernels ------------------------------------------------------------------ */
+
+/* A generic fallback on a CPU that allows better is replaced; a user's choice, the library's
+ * own choice of real kernels, or a CPU no better than SSE3 is kept. */
+static void test_blas_better_kernels(void **state)
+{
+    (void)state;
+    assert_string_equal(pr_blas_better_kernels(NULL, "Prescott", "SkylakeX"), "SkylakeX");
+    assert_string_equal(pr_blas_better_kernels(NULL, "Sandybridge", "Haswell"), "Haswell");
+    assert_null(pr_blas_better_kernels("Prescott", "Prescott", "SkylakeX"));
+    assert_null(pr_blas_better_kernels("", "Prescott", "SkylakeX"));
+    assert_null(pr_blas_better_kernels(NULL, "Haswell", "SkylakeX"));
+    assert_null(pr_blas_better_kernels(NULL, "SkylakeX", "SkylakeX"));
+    assert_null(pr_blas_better_kernels(NULL, "Zen", "Haswell"));
+    assert_null(pr_blas_better_kernels(NULL, "Prescott", NULL));
+    assert_null(pr_blas_better_kernels(NULL, NULL, "Haswell"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_replicas_in_process),
         cmocka_unit_test(test_paci_drift_matches_table),
         cmocka_unit_test(test_clip_norm_independent_of_p),
+        cmocka_unit_test(test_blas_better_kernels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
