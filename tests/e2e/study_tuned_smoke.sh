@@ -17,9 +17,12 @@ grep -q '^paci-muon x4: ' "$work/check.log" || fail "paci-muon's own multipliers
 ! grep -q '^paci x0.25: ' "$work/check.log" || fail "paci took a multiplier of another line"
 grep -q '^paci x0.5: ' "$work/check.log" || fail "paci did not take --lrs"
 
+# 1f1b and paci of configs.txt, both at --lrs (1f1b's own multipliers dropped).
+{ grep '^1f1b ' study/configs.txt | sed 's/ | [0-9. ]*$//'; grep '^paci ' study/configs.txt; } > "$work/configs.txt"
+[ "$(grep -c 'adamw {' "$work/configs.txt")" = 2 ] || fail "no 1f1b and paci lines in configs.txt"
 grid=(--stages 2 --window 2 --micro-batches 16 --evals 2 --lrs "0.5 2" --target 5.35 --block 4
-      --model-args "layers 2; width 16; heads 2")
-study/tuned.sh "${grid[@]}" --only "1f1b paci" --out "$work/a" > "$work/a.log"
+      --model-args "layers 2; width 16; heads 2" --configs "$work/configs.txt")
+study/tuned.sh "${grid[@]}" --out "$work/a" > "$work/a.log"
 study/tuned.sh "${grid[@]}" --only paci --lrs 2 --out "$work/b" > "$work/b.log"
 for f in grid.csv losses.csv lr_table.csv summary.csv lr_curve.svg best_runs.svg results.md; do
     [ -s "$work/a/$f" ] || fail "study wrote no $f"
