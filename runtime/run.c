@@ -626,7 +626,6 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     int rc = parse_flags(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 1 : 0;
-    pr_blas_kernels_note(opt.quiet);
     char err[PR_ERR_LEN];
     pr_launch launch;
     if (pr_launch_parse((const char *const *)environ, prog->stages, prog->replicas, opt.master_port, &launch,
@@ -750,6 +749,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         fprintf(lg.metrics, "]}\n");
     }
     run.user = &lg;
+    if (run.dev->host_memory) // said as training starts, so that an error stays one line
+        pr_blas_kernels_note(opt.quiet);
     // Replicas log nothing of their own: replica 0's last stage logs the step's mean over all.
     run.on_step = run.replica == 0 ? log_step : NULL;
     install_stop_handlers();
