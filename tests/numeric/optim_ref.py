@@ -48,7 +48,13 @@ NS_COEFFS = (3.4445, -4.7750, 2.0315)
 MUON_KINDS = {"qkvw", "attprojw", "fcw", "fcprojw"}
 LOSS_RTOL = 1e-5
 STATE_RTOL = 1e-4
-WEIGHT_RTOL = 1e-3
+# Of the largest weight change of the tensor. Adam-type steps divide m by sqrt(v); where a
+# coordinate's momentum nearly cancels between steps, float32 rounding of its gradients is
+# amplified: at h1.qkvw of nadamw_nodecay one coordinate's change was off by 1.1e-3 of the
+# largest change under OpenBLAS's SkylakeX kernels and 2.0e-3 under Haswell's (its m agreed
+# to 2e-5), where Prescott's gave under 1e-3. A wrong rule is off by far more (the mutants
+# of the note: 1e-2 and above).
+WEIGHT_RTOL = 5e-3
 TORCH_RTOL = 1e-5
 
 
