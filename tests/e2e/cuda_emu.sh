@@ -5,7 +5,7 @@
 # of libpacirt_cuda.a (host memory, OpenBLAS for cuBLASLt). First the emulator's primitives on
 # their own (tests/cuda_emu/simt_test.cpp, and three misuses it must refuse), and the tiled
 # attention kernels against the row kernels (tests/cuda_emu/attention_check.cpp); then small models
-# at p = 1 and 2 under `attention flash` and `attention matmul` train from the same seed with
+# at p = 1 under `attention flash` and `attention matmul`, and at p = 2 under flash, train from the same seed with
 # --device cuda (emulated) and --device cpu in one binary, and the losses per step, the
 # validation losses and the final weights must agree: losses to LOSS_TOL relative and weights
 # to WEIGHT_TOL absolute (the row kernels' warp reductions sum in another order than the CPU
@@ -77,6 +77,8 @@ build_emu() {
 for p in 1 2; do
     [ -z "${TILES_ONLY:-}" ] || break
     for attention in flash matmul; do
+        # matmul's kernels are the same at p = 2 as at p = 1; flash covers the stage boundary
+        [ "$attention-$p" != matmul-2 ] || continue
         name=$attention-$p
         small_model "$name" $p paci 2 6 3
         sed -i "s/^train {/train {\n    attention $attention/" "$work/$name.paci"
