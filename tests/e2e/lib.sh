@@ -74,10 +74,13 @@ DSL
 # checkpoint every CKPT (default 20) steps, with `split SPLIT` ("" = automatic).
 split_model() {
     small_model "$1" "$2" "$3" 4 20 0 "${6:-20}"
-    if [ -n "$4" ]; then
-        sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; split $4 }/" "$work/$1.paci"
-        grep -qF "split $4" "$work/$1.paci" || fail "split edit did not apply"
-    fi
+    [ -z "$4" ] || set_split "$1" "$4"
+}
+
+# set_split NAME SPLIT: adds `split SPLIT` to $work/NAME.paci's pipeline block.
+set_split() {
+    sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; split $2 }/" "$work/$1.paci"
+    grep -qF "split $2" "$work/$1.paci" || fail "split edit did not apply"
 }
 
 # build_quiet NAME: compiles $work/NAME.paci into $work/NAME/run; pacic and the C compiler
@@ -184,9 +187,8 @@ fake_build() {
 # CUDA stack (fake_build).
 fake_split_model() {
     small_model "$1" "$(split_stages "$3")" 1f1b 2 4 2
-    sed -i -e "s/^train {/train {\n    precision $2/" -e "s/layers 4;/layers 2;/" \
-        -e "s/^pipeline { \(.*\) }$/pipeline { \1; split $3 }/" "$work/$1.paci"
-    grep -qF "split $3" "$work/$1.paci" || fail "split edit did not apply"
+    sed -i -e "s/^train {/train {\n    precision $2/" -e "s/layers 4;/layers 2;/" "$work/$1.paci"
+    set_split "$1" "$3"
     fake_build "$1"
 }
 
@@ -230,10 +232,7 @@ on_fake_gpus() {
 fake_replicas_model() {
     small_model "$1" 2 1f1b 2 6 3
     sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/$1.paci"
-    if [ -n "${2:-}" ]; then
-        sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; split $2 }/" "$work/$1.paci"
-        grep -qF "split $2" "$work/$1.paci" || fail "split edit did not apply"
-    fi
+    [ -z "${2:-}" ] || set_split "$1" "$2"
     echo "parallel { data 2 }" >> "$work/$1.paci"
     fake_build "$1"
     mkdir -p "$work/$1/cpu"
