@@ -298,8 +298,16 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#ifdef PR_OMP_SIMD");
     emit_line(sb, "#define PR_PRAGMA(x) _Pragma(#x)");
     emit_line(sb, "#define SIMD_SUM(...) PR_PRAGMA(omp simd reduction(+ : __VA_ARGS__))");
+    emit_line(sb, "#define SIMD_MAX(x) PR_PRAGMA(omp simd reduction(max : x))");
+    emit_line(sb, "/* glibc's libmvec has expf on vectors, but math.h declares it only under -ffast-math:");
+    emit_line(sb, " * declared here, the rows that call expf (GELU, softmax) vectorise too. */");
+    emit_line(sb, "#if defined(__x86_64__) && defined(__GLIBC__)");
+    emit_line(sb, "#pragma omp declare simd notinbranch");
+    emit_line(sb, "float expf(float);");
+    emit_line(sb, "#endif");
     emit_line(sb, "#else");
     emit_line(sb, "#define SIMD_SUM(...)");
+    emit_line(sb, "#define SIMD_MAX(x)");
     emit_line(sb, "#endif");
     emit_line(sb, "/* Row kernels: one index walks its whole row (the GPU splits it over a warp). */");
     emit_line(sb, "#define ROW_LOOP(i, from, to) for (int i = (from); i < (to); i++)");

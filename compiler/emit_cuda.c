@@ -135,6 +135,7 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
     emit_line(sb, "/* Loops over a thread's local arrays unroll fully, so the arrays live in registers. */");
     emit_line(sb, "#define UNROLL _Pragma(\"unroll\")");
     emit_line(sb, "#define SIMD_SUM(...) /* a hint for the C compiler */");
+    emit_line(sb, "#define SIMD_MAX(x) /* a hint for the C compiler */");
     emit_line(sb, "/* Row kernels: a warp per row; lane l takes elements l, l + 32, ... (adjacent lanes read");
     emit_line(sb, " * adjacent floats), and sums and maxima combine over the warp by butterfly shuffles. */");
     emit_line(sb, "#define ROW_LOOP(i, from, to) for (int i = (from) + lane; i < (to); i += %d)", CUDA_WARP);

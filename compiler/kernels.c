@@ -7,7 +7,8 @@
  * same time may add to the same element (plain += in C, where indices run in order, so the
  * C result is deterministic). Local arrays have a constant size (HS), and loops over them are
  * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
- * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars.
+ * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars;
+ * SIMD_MAX(var) likewise for a maximum (exact in any order).
  * A description with `gpu_form` is replaced on the GPU by that GPU-only `tiled` one (a block
  * per index, the attention's tiles: attention_gpu.c), with the same arguments.
  *
@@ -247,7 +248,8 @@ const KernelDesc kernel_descs[] = {
         .name = "attention_softmax_forward",
         .doc = "causal softmax, in place, of rows of T attention scores (already scaled by "
                "1/sqrt(HS)); row r is query position r % T; saves each row's log-sum-exp so the "
-               "backward recomputes probabilities instead of storing them",
+               "backward recomputes probabilities instead of storing them; the exponentials have a loop "
+               "of their own, apart from the in-order sum, so that the CPU's compiler vectorises them",
         .params = "float *RESTRICT att, float *RESTRICT lse, int rows",
         .index = "r",
         .extent = "rows",
@@ -255,15 +257,14 @@ const KernelDesc kernel_descs[] = {
         .body = "int t = r % T;\n"
                 "float *w = att + (long)r * T;\n"
                 "float mx = -3.0e38f;\n"
-                "ROW_LOOP(t2, 0, t + 1)\n"
+                "SIMD_MAX(mx) ROW_LOOP(t2, 0, t + 1)\n"
                 "    mx = fmaxf(mx, w[t2]);\n"
                 "mx = ROW_MAX(mx);\n"
+                "ROW_LOOP(t2, 0, t + 1)\n"
+                "    w[t2] = expf(w[t2] - mx);\n"
                 "float sum = 0.0f;\n"
-                "ROW_LOOP(t2, 0, t + 1) {\n"
-                "    float e = expf(w[t2] - mx);\n"
-                "    w[t2] = e;\n"
-                "    sum += e;\n"
-                "}\n"
+                "SIMD_SUM(sum) ROW_LOOP(t2, 0, t + 1)\n"
+                "    sum += w[t2];\n"
                 "sum = ROW_SUM(sum);\n"
                 "float inv = 1.0f / sum;\n"
                 "ROW_LOOP(t2, 0, t + 1)\n"
