@@ -2,8 +2,9 @@
  *
  * The runtime is found the way an installed pacic finds it: $PACIC_HOME, else the folder
  * above the executable, each holding lib/pacic/libpacirt.a and include/pacic/pacirt.h.
- * The output is linked under a temporary name and renamed, so a failed build never leaves
- * a half-written executable; a C compiler failure on generated code is a pacic bug.
+ * The sources compile to objects in parallel, then link. The output is linked under a
+ * temporary name and renamed, so a failed build never leaves a half-written executable; a C
+ * compiler failure on generated code is a pacic bug.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -102,6 +103,18 @@ static int list_sources(const char *dir, char ***out)
     return n;
 }
 
+/* Waits for pid: its exit status, 128 + the signal that ended it, or -1 (errno set). */
+static int wait_status(pid_t pid)
+{
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 /* Runs argv and waits; the exit status, or -1 (errno set) if it could not start. */
 static int run_command(char **argv)
 {
@@ -111,13 +124,70 @@ static int run_command(char **argv)
         errno = err;
         return -1;
     }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return wait_status(pid);
+}
+
+static void cannot_run(const char *cc)
+{
+    fprintf(stderr, "pacic: error: cannot run the C compiler '%s': %s (set CC to choose one)\n", cc,
+            strerror(errno));
+}
+
+/* Generated code that does not compile is a pacic bug: it never returns. */
+NORETURN static void compiler_failed(int status, const char *what, const char *dir)
+{
+    fprintf(stderr, "pacic: internal error: the C compiler failed (status %d) %s the generated "
+                    "sources, kept in %s\nThis is a bug in pacic; please report it with the "
+                    "input file.\n", status, what, dir);
+    exit(EXIT_INTERNAL);
+}
+
+/* Compiles every source to its object, as many at once as there are CPUs online: the stages
+ * are independent units (the study's 8 stages build in 5.6 s this way on 2 cores, 7.7 to 9.0
+ * s in one compiler process). cmd holds the compiler and its flags. False, with the message
+ * printed, if the compiler cannot start. */
+static bool compile_all(Argv *cmd, const char *include, char **sources, char **objects, int n, const char *dir)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int width = cpus > 0 ? (cpus < 64 ? (int)cpus : 64) : 1;
+    int words = cmd->n;
+    pid_t *running = xmalloc((size_t)n * sizeof *running);
+    int started = 0, waited = 0, failed = 0, spawn_errno = 0;
+    while (waited < started || (started < n && !spawn_errno)) {
+        if (started < n && !spawn_errno && started - waited < width) {
+            cmd->n = words;
+            cmd->items[cmd->n] = NULL;
+            argv_push(cmd, "-std=c11");
+            argv_push(cmd, "-I");
+            argv_push(cmd, include);
+            argv_push(cmd, "-c");
+            argv_push(cmd, sources[started]);
+            argv_push(cmd, "-o");
+            argv_push(cmd, objects[started]);
+            int err = posix_spawnp(&running[started], cmd->items[0], NULL, NULL, cmd->items, environ);
+            for (int i = words; i < cmd->n; i++)
+                free(cmd->items[i]);
+            cmd->n = words;
+            cmd->items[cmd->n] = NULL;
+            if (err != 0)
+                spawn_errno = err;
+            else
+                started++;
+            continue;
+        }
+        int status = wait_status(running[waited++]);
+        if (status != 0 && !failed)
+            failed = status;
+    }
+    free(running);
+    if (spawn_errno) {
+        errno = spawn_errno;
+        cannot_run(cmd->items[0]);
+        return false;
+    }
+    if (failed)
+        compiler_failed(failed, "on", dir);
+    return true;
 }
 
 bool runtime_has_cuda(const char *argv0)
@@ -173,7 +243,7 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
     char *include = xasprintf("%s/include/pacic", home);
     char *header = xasprintf("%s/pacirt.h", include);
     char *tmp = xasprintf("%s.tmp.%ld", out, (long)getpid());
-    char **sources = NULL;
+    char **sources = NULL, **objects = NULL;
     int n_sources = 0;
     Argv cmd = {0};
     bool ok = false;
@@ -193,14 +263,22 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
 
     const char *cc = getenv("CC");
     const char *cflags = getenv("PACIC_CFLAGS");
+    // the compiler and its flags start both the compilations and the link (sanitizers link too)
     argv_push_words(&cmd, cc && *cc ? cc : "cc");
     // -fno-math-errno: sqrtf then vectorises (AdamW); nothing reads errno, results are the same.
     argv_push_words(&cmd, cflags ? cflags : "-O3 -march=native -fno-math-errno -fopenmp-simd -DPR_OMP_SIMD");
-    argv_push(&cmd, "-std=c11");
-    argv_push(&cmd, "-I");
-    argv_push(&cmd, include);
+    int words = cmd.n;
+    objects = xmalloc((size_t)n_sources * sizeof *objects);
+    for (int i = 0; i < n_sources; i++) {
+        size_t len = strlen(sources[i]);
+        objects[i] = xasprintf("%.*s.o", (int)(len - 2), sources[i]); /* NAME.c -> NAME.o */
+    }
+    if (!compile_all(&cmd, include, sources, objects, n_sources, dir))
+        goto done;
+    cmd.n = words;
+    cmd.items[cmd.n] = NULL;
     for (int i = 0; i < n_sources; i++)
-        argv_push(&cmd, sources[i]);
+        argv_push(&cmd, objects[i]);
     if (cuda)
         push_cuda_link(&cmd, home);
     push_mpi_link(&cmd, home);
@@ -210,16 +288,12 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
 
     int status = run_command(cmd.items);
     if (status < 0) {
-        fprintf(stderr, "pacic: error: cannot run the C compiler '%s': %s (set CC to choose one)\n",
-                cmd.items[0], strerror(errno));
+        cannot_run(cmd.items[0]);
         goto done;
     }
     if (status != 0) {
         unlink(tmp);
-        fprintf(stderr, "pacic: internal error: the C compiler failed (status %d) on the generated "
-                        "sources, kept in %s\nThis is a bug in pacic; please report it with the "
-                        "input file.\n", status, dir);
-        exit(EXIT_INTERNAL);
+        compiler_failed(status, "linking", dir);
     }
     if (rename(tmp, out) != 0) {
         fprintf(stderr, "pacic: error: cannot write %s: %s\n", out, strerror(errno));
@@ -229,9 +303,13 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
     ok = true;
 done:
     argv_free(&cmd);
-    for (int i = 0; i < n_sources; i++)
+    for (int i = 0; i < n_sources; i++) {
         free(sources[i]);
+        if (objects)
+            free(objects[i]);
+    }
     free(sources);
+    free(objects);
     free(home);
     free(lib);
     free(include);

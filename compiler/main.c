@@ -254,23 +254,30 @@ static int build(const char *argv0, const Options *opt, const Config *cfg, const
     const char *out = opt->output ? opt->output : "run";
     if (!writable_output(out))
         return EXIT_USER;
-    char tmp_template[] = "/tmp/pacic-XXXXXX";
+    const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *tmp_template = xasprintf("%s/pacic-XXXXXX", tmpdir);
     const char *dir = opt->keep_dir;
+    int status = 0;
     if (dir) {
         if (make_dir(dir) != 0)
-            return EXIT_USER;
+            status = EXIT_USER;
     } else if (!(dir = mkdtemp(tmp_template))) {
-        fprintf(stderr, "pacic: error: cannot create a temporary folder: %s\n", strerror(errno));
-        return EXIT_INTERNAL;
+        fprintf(stderr, "pacic: error: cannot create a temporary folder in %s (TMPDIR): %s\n", tmpdir,
+                strerror(errno));
+        status = EXIT_USER; /* TMPDIR names no writable folder */
     }
-    if (!codegen_write(cfg, plan, table, dir))
-        return EXIT_INTERNAL;
-    bool ok = build_executable(argv0, dir, out);
-    /* On failure the sources stay for inspection: build_executable said where. */
-    if (!opt->keep_dir && ok)
+    if (status == 0 && !codegen_write(cfg, plan, table, dir))
+        status = EXIT_INTERNAL;
+    /* A C compiler failure on the sources exits in build_executable and keeps them, saying
+     * where; the other failures (no runtime, no compiler, an unwritable output) are not
+     * about them. */
+    if (status == 0 && !build_executable(argv0, dir, out))
+        status = EXIT_INTERNAL;
+    if (dir && !opt->keep_dir)
         nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    if (!ok)
-        return EXIT_INTERNAL;
+    free(tmp_template);
+    if (status != 0)
+        return status;
     if (opt->keep_dir)
         fprintf(stderr, "pacic: generated sources kept in %s\n", opt->keep_dir);
     return 0;
