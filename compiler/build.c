@@ -144,8 +144,8 @@ NORETURN static void compiler_failed(int status, const char *what, const char *d
 
 /* Compiles every source to its object, as many at once as there are CPUs online: the stages
  * are independent units (the study's 8 stages build in 5.6 s this way on 2 cores, 7.7 to 9.0
- * s in one compiler process). cmd holds the compiler and its flags. False, with the message
- * printed, if the compiler cannot start. */
+ * s in one compiler process). cmd holds the compiler and its flags, and holds just them again
+ * on return. False, with the message printed, if the compiler cannot start. */
 static bool compile_all(Argv *cmd, const char *include, char **sources, char **objects, int n, const char *dir)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -155,8 +155,6 @@ static bool compile_all(Argv *cmd, const char *include, char **sources, char **o
     int started = 0, waited = 0, failed = 0, spawn_errno = 0;
     while (waited < started || (started < n && !spawn_errno)) {
         if (started < n && !spawn_errno && started - waited < width) {
-            cmd->n = words;
-            cmd->items[cmd->n] = NULL;
             argv_push(cmd, "-std=c11");
             argv_push(cmd, "-I");
             argv_push(cmd, include);
@@ -267,7 +265,6 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
     argv_push_words(&cmd, cc && *cc ? cc : "cc");
     // -fno-math-errno: sqrtf then vectorises (AdamW); nothing reads errno, results are the same.
     argv_push_words(&cmd, cflags ? cflags : "-O3 -march=native -fno-math-errno -fopenmp-simd -DPR_OMP_SIMD");
-    int words = cmd.n;
     objects = xmalloc((size_t)n_sources * sizeof *objects);
     for (int i = 0; i < n_sources; i++) {
         size_t len = strlen(sources[i]);
@@ -275,8 +272,6 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
     }
     if (!compile_all(&cmd, include, sources, objects, n_sources, dir))
         goto done;
-    cmd.n = words;
-    cmd.items[cmd.n] = NULL;
     for (int i = 0; i < n_sources; i++)
         argv_push(&cmd, objects[i]);
     if (cuda)
