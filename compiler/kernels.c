@@ -8,7 +8,8 @@
  * C result is deterministic). Local arrays have a constant size (HS), and loops over them are
  * marked UNROLL so that the CUDA compiler keeps them in registers. SIMD_SUM(vars) before a
  * dot-product loop lets the C compiler vectorise it by reassociating the sums of vars;
- * SIMD_MAX(var) likewise for a maximum (exact in any order).
+ * SIMD_MAX(var) likewise for a maximum (exact in any order), written as a comparison: without
+ * -ffinite-math-only, fmaxf is a libm call per element that keeps the loop scalar.
  * A description with `gpu_form` is replaced on the GPU by that GPU-only `tiled` one (a block
  * per index, the attention's tiles: attention_gpu.c), with the same arguments.
  *
@@ -258,7 +259,7 @@ const KernelDesc kernel_descs[] = {
                 "float *w = att + (long)r * T;\n"
                 "float mx = -3.0e38f;\n"
                 "SIMD_MAX(mx) ROW_LOOP(t2, 0, t + 1)\n"
-                "    mx = fmaxf(mx, w[t2]);\n"
+                "    mx = w[t2] > mx ? w[t2] : mx;\n"
                 "mx = ROW_MAX(mx);\n"
                 "ROW_LOOP(t2, 0, t + 1)\n"
                 "    w[t2] = expf(w[t2] - mx);\n"
@@ -508,14 +509,14 @@ const KernelDesc kernel_descs[] = {
         .body = "float *p = probs + (long)row * VP;\n"
                 "float target_logit = p[targets[row]];\n"
                 "float mx = -3.0e38f;\n"
-                "ROW_LOOP(v, 0, V)\n"
-                "    mx = fmaxf(mx, p[v]);\n"
+                "SIMD_MAX(mx) ROW_LOOP(v, 0, V)\n"
+                "    mx = p[v] > mx ? p[v] : mx;\n"
                 "mx = ROW_MAX(mx);\n"
-                "float sum = 0.0f;\n"
-                "ROW_LOOP(v, 0, V) {\n"
+                "ROW_LOOP(v, 0, V)\n"
                 "    p[v] = expf(p[v] - mx);\n"
+                "float sum = 0.0f;\n"
+                "ROW_LOOP(v, 0, V)\n"
                 "    sum += p[v];\n"
-                "}\n"
                 "sum = ROW_SUM(sum);\n"
                 "float inv = 1.0f / sum;\n"
                 "ROW_LOOP(v, 0, V)\n"
