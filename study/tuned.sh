@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The study, second edition: time to accuracy at tuned learning rates. Every configuration of
 # study/configs.txt (schedule, pipeline keys, optimizer) is trained at every learning-rate
-# multiplier, with the same model, seed, data order and tokens; each configuration's schedule
-# is then replayed with the instruction costs its runs measured, as if every stage had its
-# own device, and study/analyze_tuned.py picks each configuration's best lr and writes the
-# tables and plots.
+# multiplier, with the same model, seed, data order and tokens, the configurations taking
+# turns; each configuration's schedule is then replayed with the instruction costs its runs
+# measured, as if every stage had its own device, and study/analyze_tuned.py picks each
+# configuration's best lr and writes the tables and plots.
 #
 #   study/tuned.sh [--configs FILE] [--only "NAME ..."] [--lrs "0.25 0.5 1 2"] [--stages P]
 #                  [--window K] [--micro-batches M] [--evals N] [--target LOSS] [--block B]
@@ -166,10 +166,21 @@ one_run() {
         "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')"
 }
 
+# The runs interleave the configurations (every configuration's first lr, then every one's
+# second, ...), so that a machine whose speed drifts over the study prices every
+# configuration's instructions over the same stretch of time.
+rounds=0
 for name in "${names[@]}"; do
-    for m in $(lrs_for "$name"); do
-        one_run "$name" "$m"
+    read -r -a own <<< "$(lrs_for "$name")"
+    if (( ${#own[@]} > rounds )); then rounds=${#own[@]}; fi
+done
+for (( round = 0; round < rounds; round++ )); do
+    for name in "${names[@]}"; do
+        read -r -a own <<< "$(lrs_for "$name")"
+        if (( round < ${#own[@]} )); then one_run "$name" "${own[round]}"; fi
     done
+done
+for name in "${names[@]}"; do
     # The replay: the compiler's simulator over the configuration's schedule table (the same
     # at every lr) with the per-stage median of the costs its finished runs measured: the
     # learning rate changes no instruction's cost, and the median damps a loaded machine.

@@ -3,7 +3,8 @@
 # learning rates. Every configuration of study/configs.txt must pass the compiler's check; a
 # second study (paci at one of the lrs) must log the same loss bytes; the best lr must be the lowest final
 # validation loss of each configuration; the speed-up column must be the baseline's replayed
-# time to target over each configuration's, re-analysed at a target every best run reaches.
+# time to target over each configuration's, re-analysed at a target every best run reaches;
+# the runs must take turns between the configurations.
 source tests/e2e/lib.sh
 python=${PYTHON:-/usr/bin/python3}
 
@@ -27,6 +28,10 @@ study/tuned.sh "${grid[@]}" --only paci --lrs 2 --out "$work/b" > "$work/b.log"
 for f in grid.csv losses.csv lr_table.csv summary.csv lr_curve.svg best_runs.svg results.md; do
     [ -s "$work/a/$f" ] || fail "study wrote no $f"
 done
+# The configurations take turns, so a machine's drift in speed prices them alike.
+order=$(awk -F, 'NR > 1 { printf "%s x%s ", $1, $3 }' "$work/a/grid.csv")
+[ "$order" = "1f1b x0.5 paci x0.5 1f1b x2 paci x2 " ] ||
+    fail "the runs were made in the order $order, not one lr of every configuration at a time"
 paci_rows() { awk -F, 'NR == 1 || ($1 == "paci" && $2 == 2)' "$1"; }
 [ "$(paci_rows "$work/b/losses.csv" | wc -l)" = $((1 + 8)) ] || fail "the second study logged no 8 steps"
 cmp <(paci_rows "$work/a/losses.csv") <(paci_rows "$work/b/losses.csv") ||
