@@ -343,6 +343,16 @@ COST_FN(cost_nadam_apply) /* weight, gradient, two moments read; weight, moments
     *flops = 14 * l->n;
     *bytes = 28 * l->n;
 }
+COST_FN(cost_optim_predict) /* weight and two moments read; the predicted weight written */
+{
+    *flops = 8 * l->n;
+    *bytes = 16 * l->n;
+}
+COST_FN(cost_wide_copy)
+{
+    *flops = 0;
+    *bytes = 8 * l->n;
+}
 COST_FN(cost_to_bf16)
 {
     *flops = l->n;
@@ -383,6 +393,8 @@ static const KernelCost kernel_costs[] = {
     {"lamb_direction", ENGINE_VECTOR, cost_lamb_direction, NULL},
     {"lars_apply", ENGINE_VECTOR, cost_lars_apply, NULL},
     {"nadam_apply", ENGINE_VECTOR, cost_nadam_apply, NULL},
+    {"optim_predict", ENGINE_VECTOR, cost_optim_predict, NULL},
+    {"wide_copy", ENGINE_VECTOR, cost_wide_copy, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
 };
 

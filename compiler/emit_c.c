@@ -631,6 +631,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
             emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args);", s);
             emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args);", s);
             emit_line(sb, "void pr_stage_%d_cuda_weight_copy(const float *params, pr_bf16 *params_h);", s);
+            if (cfg->delay_correction == DELAY_PREDICT)
+                emit_line(sb, "void pr_stage_%d_cuda_predict(const pr_optim_rule *rule, const pr_predict_args *args);", s);
         }
     }
     blank_line(sb);
@@ -671,10 +673,14 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         emit_line(sb, "extern const char *const pr_cuda_kernel_names[%d];", kernel_desc_count);
         emit_line(sb, "static const pr_cuda_stage cuda_stages[%d] = {", plan->stages);
         sb->indent++;
-        for (int s = 0; s < plan->stages; s++)
+        for (int s = 0; s < plan->stages; s++) {
+            char predict[48] = "NULL"; // the prediction's code exists under delay_correction predict only
+            if (cfg->delay_correction == DELAY_PREDICT)
+                snprintf(predict, sizeof predict, "pr_stage_%d_cuda_predict", s);
             emit_line(sb, "{%d, pr_cuda_images, %d, pr_cuda_kernel_names, pr_stage_%d_cuda_forward, "
-                          "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy},",
-                      cuda_arch_count, kernel_desc_count, s, s, s, s);
+                          "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy, %s},",
+                      cuda_arch_count, kernel_desc_count, s, s, s, s, predict);
+        }
         sb->indent--;
         emit_line(sb, "};");
         blank_line(sb);

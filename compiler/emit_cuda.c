@@ -307,6 +307,36 @@ static void emit_cuda_op(StrBuf *sb, const Config *cfg, const Op *op, const char
     emit_op_end(sb, section, index);
 }
 
+/* The kernels runtime/cuda/optim.c launches for the optimizer rules and the prediction. */
+static void emit_optim_kernels(StrBuf *sb)
+{
+    emit_line(sb, "/* The kernels runtime/cuda/optim.c launches for the optimizer rules and the prediction. */");
+    emit_line(sb, "static const pr_optim_kernels optim_kernels = {");
+    sb->indent++;
+    emit_line(sb, ".momentum = K_optim_momentum, .scale_add = K_scale_add, .muon_apply = K_muon_apply,");
+    emit_line(sb, ".lamb_direction = K_lamb_direction, .lars_apply = K_lars_apply, .adamw = K_adamw,");
+    emit_line(sb, ".to_bf16 = K_to_bf16, .nadam_apply = K_nadam_apply, .optim_predict = K_optim_predict,");
+    emit_line(sb, ".wide_copy = K_wide_copy, .block = CUDA_BLOCK,");
+    sb->indent--;
+    emit_line(sb, "};");
+    sb_puts(sb, "\n");
+}
+
+/* delay_correction predict on the device: the runtime passes the rule (AdamW's from the
+ * program's constants, the others' from the stage file). */
+static void emit_cuda_predict(StrBuf *sb, int s)
+{
+    emit_line(sb, "/* delay_correction predict: the weights a forward runs on, extrapolated along the rule's");
+    emit_line(sb, " * update direction (runtime/cuda/optim.c, as the CPU's pr_optim_predict). */");
+    emit_line(sb, "void pr_stage_%d_cuda_predict(const pr_optim_rule *rule, const pr_predict_args *args)", s);
+    emit_open_block(sb);
+    emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
+    emit_line(sb, "pr_cuda_optim_predict(rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &optim_kernels);", s);
+    emit_close(sb, "");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+}
+
 /* A launch of to_bf16, the bf16 copy of count floats at src where no kernel writes it: the
  * statements of a block the caller opens. */
 static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const char *count)
@@ -485,16 +515,19 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_close(sb, "");
     sb_puts(sb, "\n");
 
+    bool predicts = cfg->delay_correction == DELAY_PREDICT;
+    if (cfg->optimizer != PR_OPT_ADAMW || predicts)
+        emit_optim_kernels(sb);
+    if (predicts)
+        emit_cuda_predict(sb, s);
     if (cfg->optimizer != PR_OPT_ADAMW) {
         emit_line(sb, "/* The optimizer per tensor on the device (runtime/cuda/optim.c), with the constants of");
         emit_line(sb, " * the CPU step above. */");
         emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
         emit_open_block(sb);
-        emit_line(sb, "static const pr_optim_kernels kernels = {K_optim_momentum, K_scale_add, K_muon_apply, "
-                      "K_lamb_direction, K_lars_apply, K_adamw, K_to_bf16, K_nadam_apply, CUDA_BLOCK};");
         emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
         emit_line(sb, "OP_BEGIN(OPS_adamw);");
-        emit_line(sb, "pr_cuda_optim_step(&pr_stage_%d_optim_rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &kernels);",
+        emit_line(sb, "pr_cuda_optim_step(&pr_stage_%d_optim_rule, &pr_stage_%d_tensors[i], args, CUDA_STAGE, &optim_kernels);",
                   s, s);
         emit_line(sb, "OP_END(OPS_adamw);");
         emit_close(sb, "");

@@ -168,8 +168,9 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
     if (cfg->optimizer == PR_OPT_MUON)
         snprintf(muon_cost, sizeof muon_cost, ", and on each block matrix the step's %d Newton-Schulz iterations",
                  cfg->ns_steps);
+    bool bf16 = cfg->precision == PREC_BF16;
     fprintf(out, "delay correction: predict: a forward whose backward comes d > 0 optimizer steps later runs "
-                 "on W - d lr u (u: %s); cost per stage: one extra weight copy (not in "
+                 "on W - d lr u (u: %s); cost per stage: one extra weight copy%s (not in "
                  "the totals above), and per step one pass over the stage's weights for each delay its forwards "
                  "meet (reads W, m, v, writes the copy: 16 bytes and about 8 flops per weight%s):\n",
             cfg->optimizer == PR_OPT_MUON     ? "Muon's orthogonalised momentum on the block matrices, AdamW's "
@@ -177,7 +178,7 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
             : cfg->optimizer == PR_OPT_NADAMW ? "NAdamW's update direction"
             : cfg->optimizer == PR_OPT_LAMB   ? "LAMB's update direction, scaled by each layer's trust ratio"
                                               : "AdamW's update direction",
-            muon_cost);
+            bf16 ? ", and on the GPU its bf16 copy for the products" : "", muon_cost);
     const paci_program *pg = &t->program[0];
     for (int s = 0; s < plan->stages; s++) {
         const paci_stage_program *sp = &pg->stage[s];
@@ -201,7 +202,7 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
                 most = t->instrs[i].aux > most ? t->instrs[i].aux : most;
             }
         fprintf(out, "  stage %d: +%.2f MiB, %d of %d forwards per step predicted (d <= %d), %d pass%s per step\n", s,
-                any ? (double)plan->stage[s].params * 4 / (1 << 20) : 0.0, predicting, forwards, most, passes,
+                any ? (double)plan->stage[s].params * (bf16 ? 6 : 4) / (1 << 20) : 0.0, predicting, forwards, most, passes,
                 passes == 1 ? "" : "es");
     }
 }

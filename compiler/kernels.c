@@ -757,6 +757,31 @@ const KernelDesc kernel_descs[] = {
                 "float denom = sqrtf(vi / beta2_correction) + eps;\n"
                 "param[i] = keep * param[i] - (coef_g * g + coef_m * mi) / denom;",
     },
+    /* delay_correction predict on the GPU (runtime/cuda/optim.c): the forward's weights,
+     * extrapolated along the update direction, as runtime/optim_rules.c's pr_optim_predict. */
+    {
+        .name = "optim_predict",
+        .doc = "Adam's direction d = (mix m / beta1_correction) / (sqrt(v / beta2_correction) + eps) "
+               "+ weight_decay param from the moments as they stand (AdamW: mix 1; NAdamW: its "
+               "Nesterov mix and beta1_correction 1); out = param - ahead d, or d itself when "
+               "direction_only (LAMB's trust ratio needs its norm first)",
+        .params = "const float *RESTRICT param, const float *RESTRICT m, const float *RESTRICT v, "
+                  "float *RESTRICT out, long n, float mix, float beta1_correction, float beta2_correction, "
+                  "float eps, float weight_decay, float ahead, int direction_only",
+        .index = "i",
+        .extent = "n",
+        .body = "float d = (mix * m[i]) / beta1_correction / (sqrtf(v[i] / beta2_correction) + eps) + "
+                "weight_decay * param[i];\n"
+                "out[i] = direction_only ? d : param[i] - ahead * d;",
+    },
+    {
+        .name = "wide_copy",
+        .doc = "out = x, transposed when flip: a matrix into the orientation Muon orthogonalises",
+        .params = "const float *RESTRICT x, float *RESTRICT out, long n, long rows, long cols, int flip",
+        .index = "i",
+        .extent = "n",
+        .body = "out[flip ? (i % cols) * rows + i / cols : i] = x[i];",
+    },
     {
         .name = "to_bf16",
         .doc = "out[i] = x[i] in bf16, to nearest even: the bf16 copy of an fp32 tensor that a "

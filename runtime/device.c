@@ -93,6 +93,13 @@ static void cpu_adamw(const pr_program *prog, int stage, const pr_adamw_args *ar
     prog->stage[stage].adamw(args);
 }
 
+static void cpu_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *a)
+{
+    const pr_stage_code *sc = &prog->stage[stage];
+    for (int k = 0; k < sc->n_tensors; k++)
+        pr_optim_predict(rule, &sc->tensors[k], a->params, a->m, a->v, a->steps_done, a->lr, a->d, a->out);
+}
+
 static void cpu_close_stage(int stage)
 {
     (void)stage;
@@ -114,6 +121,7 @@ const pr_device pr_device_cpu = {
     .forward = cpu_forward,
     .backward = cpu_backward,
     .adamw = cpu_adamw,
+    .predict = cpu_predict,
     .close_stage = cpu_close_stage,
     .op_timer = &pr_cpu_op_timer,
 };

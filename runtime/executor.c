@@ -171,10 +171,6 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     int predicts[PACI_MAX_STAGES];
     for (int s = 0; s < run->p; s++) {
         predicts[s] = stage_predicts(tab, s);
-        // The prediction is computed on the host from the optimizer's state (docs/dsl.md).
-        if (predicts[s] && (!dev->host_memory || weight_copies))
-            return pr_fail(err, "%s: delay_correction predict runs on the CPU only for now; run with "
-                           "--device cpu, or compile with delay_correction none", prog->source);
         if (predicts[s] && prog->optimizer == PR_OPT_LARS)
             return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb or nadamw, "
                            "not lars", prog->source);
@@ -196,7 +192,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? BTC : 0;
         work_floats[s] = recomputes[s] ? sc->act_floats : 0;
         floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s] + acc_buffers) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
-                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * BTC + n_h + pad
+                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * BTC + (1 + predicts[s]) * n_h + pad
                        : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                        : 0;
         bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) +
@@ -259,7 +255,8 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
                 at = st->arena + (at - st->arena + 63) / 64 * 64;
                 st->params_h = (pr_bf16 *)at, at += n_h;
                 st->stash_h = (pr_bf16 *)at;
-                poison_copies(dev, s, st->params_h, (size_t)(n * (1 + tab->stash[s])));
+                st->predicted_h = predicts[s] ? st->stash_h + (size_t)tab->stash[s] * (size_t)n : NULL;
+                poison_copies(dev, s, st->params_h, (size_t)(n * (1 + tab->stash[s] + predicts[s])));
             }
         } else if (hold == HOLD_COPY) { // weights, moments and the evaluation's slot
             st->params = at, at += n;
@@ -640,14 +637,17 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 
 /* The weights a forward that meets its backward d optimizer steps later runs on:
  * W - d * lr(t+1) * u, u the stage's optimizer's update direction from its state after t steps
- * (pr_optim_predict; docs/dsl.md "Delay correction"). Before the first step there are no
- * moments and the forward runs on W. */
-static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
+ * (pr_optim_predict, on the device: docs/dsl.md "Delay correction"), and their bf16 copy in
+ * *weights_h where the products read one. Before the first step there are no moments and the
+ * forward runs on W. */
+static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d, const pr_bf16 **weights_h)
 {
     const pr_program *prog = run->prog;
     const pr_stage_code *sc = st->code;
+    *weights_h = st->params_h;
     if (d <= 0 || st->t == 0)
         return st->params;
+    *weights_h = st->predicted_h;
     // W, m and v change only at a step, which moves t: the forwards of a step that share d share the copy.
     if (st->predicted_t == st->t && st->predicted_d == d)
         return st->predicted;
@@ -655,9 +655,9 @@ static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d)
     pr_optim_rule adamw = {.kind = PR_OPT_ADAMW, .width = prog->width, .beta1 = prog->beta1,
                            .beta2 = prog->beta2, .eps = prog->eps, .weight_decay = prog->weight_decay};
     const pr_optim_rule *rule = prog->optimizer == PR_OPT_ADAMW ? &adamw : sc->optim_rule;
-    double lr = pr_lr(prog, st->t + 1);
-    for (int k = 0; k < sc->n_tensors; k++)
-        pr_optim_predict(rule, &sc->tensors[k], st->params, st->m, st->v, st->t, lr, d, st->predicted);
+    pr_predict_args args = {st->params, st->m, st->v, st->t, pr_lr(prog, st->t + 1), d, st->predicted,
+                            st->predicted_h};
+    run->dev->predict(prog, st->index, rule, &args);
     st->predicted_t = st->t;
     st->predicted_d = d;
     return st->predicted;
@@ -912,10 +912,11 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         st->slot_mb[in->slot] = mb;
         st->slot_fwd_step[in->slot] = st->t;
         float *losses = st->slot_losses + in->slot * BT, *dev_losses = st->dev_losses + in->slot * BT;
-        const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux) : st->params;
+        const pr_bf16 *weights_h = st->params_h;
+        const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux, &weights_h) : st->params;
         if (recompute && s > 0)
             dev->copy(s, acts + sc->in_offset, input, (size_t)(BT * run->C) * sizeof(float));
-        pr_fwd_args args = {weights, acts, dev_tokens, dev_targets, dev_losses, st->params_h};
+        pr_fwd_args args = {weights, acts, dev_tokens, dev_targets, dev_losses, weights_h};
         dev->forward(run->prog, s, &args);
         st->work_mb = mb;
         if (sc->has_head) {

@@ -150,14 +150,27 @@ void pr_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw
  * the step indexes them), lr the next step's. Adamw, muon, lamb and nadamw; not lars. */
 void pr_optim_predict(const pr_optim_rule *rule, const pr_tensor *t, const float *params, const float *m,
                       const float *v, int64_t steps_done, double lr, int32_t d, float *out);
+/* A stage's whole prediction (the device layer's `predict`): out = W - d lr u over every
+ * tensor as pr_optim_predict, and out_h, when given, its bf16 copy (the GPU under bf16). */
+typedef struct pr_predict_args {
+    const float *params, *m, *v;
+    int64_t steps_done;     /* t >= 1: the state is the one after t steps */
+    double lr;              /* the next step's */
+    int32_t d;              /* steps ahead, from the schedule table */
+    float *out;
+    pr_bf16 *out_h;
+} pr_predict_args;
 /* The same on the GPU (runtime/cuda/optim.c): kernels of the stage's unit, indexed as in its
  * list, and cuBLASLt products on the stage's compute stream; pointers in device memory. */
 typedef struct pr_optim_kernels {
     int32_t momentum, scale_add, muon_apply, lamb_direction, lars_apply, adamw, to_bf16, nadam_apply;
+    int32_t optim_predict, wide_copy;
     int32_t block;          /* threads per block the unit's kernels are bounded to */
 } pr_optim_kernels;
 void pr_cuda_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw_args *args,
                         int32_t stage, const pr_optim_kernels *kernels);
+void pr_cuda_optim_predict(const pr_optim_rule *rule, const pr_tensor *t, const pr_predict_args *args,
+                           int32_t stage, const pr_optim_kernels *kernels);
 
 /* One op of a stage's generated sections, as the per-op profile (run --profile-out) names
  * it; pr_stage_code.ops lists them in the order the stage file numbers them. */
@@ -276,6 +289,8 @@ typedef struct pr_cuda_stage {
     void (*adamw)(const pr_adamw_args *);
     /* params_h = bf16(params) over the whole block: after weights change other than by AdamW */
     void (*weight_copy)(const float *params, pr_bf16 *params_h);
+    /* delay_correction predict: pr_cuda_optim_predict over the stage's tensors */
+    void (*predict)(const pr_optim_rule *rule, const pr_predict_args *);
 } pr_cuda_stage;
 
 extern const struct pr_device pr_device_cuda;

@@ -215,6 +215,8 @@ typedef struct pr_device {
     void (*forward)(const pr_program *prog, int stage, const pr_fwd_args *args);
     void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
     void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
+    /* delay_correction predict: the stage's predicted weights under `rule` (pr_predict_args) */
+    void (*predict)(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args);
     void (*close_stage)(int stage);
     /* One process per stage: every stage of this process goes on GPU `gpu` (the local
      * rank); -1 with err when there is no such GPU. NULL: nothing to choose. */
@@ -333,6 +335,7 @@ typedef struct pr_stage_rt {
     /* `delay_correction predict`: the weights a forward with aux d > 0 runs on (one extra
      * copy of params), rewritten before each such forward; NULL when no forward predicts */
     float *predicted;
+    pr_bf16 *predicted_h;                /* its bf16 copy, where the products read one */
     int64_t predicted_t, predicted_d;    /* the step count and delay `predicted` holds (t > 0) */
     /* the activation slot forwards and backwards run in: slots' own with recompute none (slot
      * 0 for evaluation), else one workspace while the slots keep slot_floats of input each;

@@ -514,6 +514,12 @@ static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *a
     prog->cuda[stage].adamw(args);
 }
 
+static void cuda_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args)
+{
+    enter(stage);
+    prog->cuda[stage].predict(rule, args);
+}
+
 static void cuda_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
 {
     enter(stage);
@@ -574,6 +580,7 @@ const pr_device pr_device_cuda = {
     .forward = cuda_forward,
     .backward = cuda_backward,
     .adamw = cuda_adamw,
+    .predict = cuda_predict,
     .close_stage = cuda_close_stage,
     .pin = cuda_pin,
     .links = &pr_nccl_links,

@@ -114,6 +114,11 @@ static void emu_adamw(const pr_program *prog, int stage, const pr_adamw_args *ar
     prog->cuda[stage].adamw(args);
 }
 
+static void emu_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args)
+{
+    prog->cuda[stage].predict(rule, args);
+}
+
 static void emu_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
 {
     prog->cuda[stage].weight_copy(params, params_h);
@@ -135,6 +140,7 @@ const pr_device pr_device_cuda = {
     .forward = emu_forward,
     .backward = emu_backward,
     .adamw = emu_adamw,
+    .predict = emu_predict,
     .close_stage = emu_close_stage,
     .op_timer = &pr_cpu_op_timer,
     .weight_copy = emu_weight_copy,
