@@ -8,9 +8,12 @@
 #
 #   study/tuned.sh [--configs FILE] [--only "NAME ..."] [--lrs "0.25 0.5 1 2"] [--stages P]
 #                  [--window K] [--micro-batches M] [--evals N] [--target LOSS] [--block B]
-#                  [--model-args "layers 8; width 64; heads 4"] [--out DIR] [--check-only]
+#                  [--model-args "layers 8; width 64; heads 4"] [--jobs J] [--out DIR] [--check-only]
 #
-# Every run sees M micro-batches (M / K optimizer steps) and N validation passes. --only
+# Every run sees M micro-batches (M / K optimizer steps) and N validation passes. J runs train
+# at once (default 2): a run's stage threads leave part of the CPUs idle (1F1B's bubbles,
+# links), which a second run fills; the replay prices instructions in thread CPU time, and
+# the configurations take turns, so each configuration's runs meet the same company. --only
 # keeps the named configurations of FILE. --check-only has the compiler check every run's
 # file, prints each run's optimizer entry and trains nothing. Re-analyse without training:
 # study/analyze_tuned.py --target LOSS DIR.
@@ -30,6 +33,7 @@ block=32  # micro-batches per block of the time-to-target rule
 model_args="layers 8; width 64; heads 4"
 out=$root/docs/study/tuned
 check_only=0
+jobs_max=2
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -44,12 +48,14 @@ while [ $# -gt 0 ]; do
     --target) target=$2 ;;
     --block) block=$2 ;;
     --model-args) model_args=$2 ;;
+    --jobs) jobs_max=$2 ;;
     --out) out=$2 ;;
     *) echo "study: unknown option '$1' (see the head of $0)" >&2; exit 2 ;;
     esac
     shift 2
 done
 
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || { echo "study: --jobs '$jobs_max' is not a positive whole number" >&2; exit 2; }
 if (( micro_batches % (evals * window) != 0 )); then
     echo "study: --micro-batches $micro_batches is not a multiple of evals x window ($evals x $window)" >&2
     exit 2
@@ -135,7 +141,7 @@ rm -rf "$out/runs"
 mkdir -p "$out/runs"
 date -u +%Y-%m-%dT%H:%MZ > "$out/date.txt"
 echo "$command_line" > "$out/command.txt"
-# grid.csv: what the analysis reads (every run's folder), in the order the runs were made.
+# grid.csv: what the analysis reads (every run's folder), in the order the runs were started.
 echo "config,schedule,lr_multiplier,folder" > "$out/grid.csv"
 echo "study: ${#names[@]} configurations x lr multipliers ($lrs, or a configuration's own) at p = $stages, K = $window, $micro_batches micro-batches per run; results in $out"
 
@@ -150,7 +156,6 @@ one_run() {
     { time (cd "$dir" && ./run --no-checkpoint --metrics metrics.jsonl --profile-out profile.txt \
         > run.log 2> run.err) ; } 2> "$dir/time.txt" || status=$?
     rm -f "$dir/run"
-    echo "${name},${schedule_of[$name]},$m,runs/$name/lr-x$m" >> "$out/grid.csv"
     if (( status != 0 )); then
         if grep -q 'is not finite' "$dir/run.err"; then
             grep 'is not finite' "$dir/run.err" > "$dir/diverged.txt"
@@ -174,11 +179,25 @@ for name in "${names[@]}"; do
     read -r -a own <<< "$(lrs_for "$name")"
     if (( ${#own[@]} > rounds )); then rounds=${#own[@]}; fi
 done
+# At most jobs_max runs at once; a failed run (one_run exits 1) stops the study and its peers.
+trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
+running=0
 for (( round = 0; round < rounds; round++ )); do
     for name in "${names[@]}"; do
         read -r -a own <<< "$(lrs_for "$name")"
-        if (( round < ${#own[@]} )); then one_run "$name" "${own[round]}"; fi
+        (( round < ${#own[@]} )) || continue
+        if (( running == jobs_max )); then
+            wait -n
+            running=$((running - 1))
+        fi
+        echo "${name},${schedule_of[$name]},${own[round]},runs/$name/lr-x${own[round]}" >> "$out/grid.csv"
+        one_run "$name" "${own[round]}" &
+        running=$((running + 1))
     done
+done
+while (( running > 0 )); do
+    wait -n
+    running=$((running - 1))
 done
 for name in "${names[@]}"; do
     # The replay: the compiler's simulator over the configuration's schedule table (the same
