@@ -48,13 +48,14 @@ NS_COEFFS = (3.4445, -4.7750, 2.0315)
 MUON_KINDS = {"qkvw", "attprojw", "fcw", "fcprojw"}
 LOSS_RTOL = 1e-5
 STATE_RTOL = 1e-4
-# Of the largest weight change of the tensor. Adam-type steps divide m by sqrt(v); where a
-# coordinate's momentum nearly cancels between steps, float32 rounding of its gradients is
-# amplified: at h1.qkvw of nadamw_nodecay one coordinate's change was off by 1.1e-3 of the
-# largest change under OpenBLAS's SkylakeX kernels and 2.0e-3 under Haswell's (its m agreed
-# to 2e-5), where Prescott's gave under 1e-3. A wrong rule is off by far more (the mutants
-# of the note: 1e-2 and above).
-WEIGHT_RTOL = 5e-3
+# Of the largest weight change of the tensor, where the weights are compared: at coordinates
+# whose sqrt(v) is at least CONDITIONED of the tensor's largest, as torch_train_ref.py. An
+# Adam-type step divides m by sqrt(v), so at a fraction f the float32 rounding of m (about
+# 1e-6 of the largest m) is amplified 1/f: at f 1e-3, h1.qkvw of nadamw_nodecay was off by
+# 1.1e-3 to 2.0e-3 of its largest change (OpenBLAS's SkylakeX and Haswell kernels) where m
+# agreed to 2e-5. A wrong rule is off by far more (the mutants of the note: 1e-2 and above).
+WEIGHT_RTOL = 3e-4
+CONDITIONED = 1e-2
 TORCH_RTOL = 1e-5
 
 
@@ -205,7 +206,7 @@ def check(argv):
         # torch_train_ref.py; those coordinates are left out of the weights' check. A
         # gradient of exactly zero (a token never seen) is no noise: its step is decay only.
         rms = np.sqrt(st["v"])
-        conditioned = (rms == 0) | (rms >= 1e-3 * max(np.max(rms), 1e-30))
+        conditioned = (rms == 0) | (rms >= CONDITIONED * max(np.max(rms), 1e-30))
         skipped += int(np.sum(~conditioned))
         pairs = (("weights", (ours[n] - start[n])[conditioned], (weights[n] - start[n])[conditioned],
                   WEIGHT_RTOL), ("m", ours_m[n], st["m"], STATE_RTOL), ("v", ours_v[n], st["v"], STATE_RTOL))
