@@ -11,11 +11,11 @@ python=${PYTHON:-/usr/bin/python3}
 study/tuned.sh --check-only --lrs "0.5 2" > "$work/check.log" ||
     fail "a line of study/configs.txt is refused by the compiler"
 # {X} is X times the multiplier, every rate of a configuration alike (muon's AdamW group too).
-# Muon's lines carry their own multipliers (0.25 .. 4), which replace --lrs for them alone.
-grep -q '^1f1b-muon x0.25: muon { lr 0.005 at 32 scale sqrt;.* adamw { lr 0.0005;' "$work/check.log" ||
-    fail "the optimizer's learning rates are not scaled by the multiplier: $(grep '^1f1b-muon x0.25' "$work/check.log")"
+# Muon's lines carry their own multipliers (0.5 .. 4 or 8), which replace --lrs for them alone.
+grep -q '^1f1b-muon x0.5: muon { lr 0.01 at 32 scale sqrt;.* adamw { lr 0.001;' "$work/check.log" ||
+    fail "the optimizer's learning rates are not scaled by the multiplier: $(grep '^1f1b-muon x0.5' "$work/check.log")"
 grep -q '^paci-muon x4: ' "$work/check.log" || fail "paci-muon's own multipliers were not used"
-! grep -q '^paci x0.25: ' "$work/check.log" || fail "paci took a multiplier of another line"
+! grep -q '^paci x4: ' "$work/check.log" || fail "paci took a multiplier of another line"
 grep -q '^paci x0.5: ' "$work/check.log" || fail "paci did not take --lrs"
 
 # 1f1b and paci of configs.txt, both at --lrs (1f1b's own multipliers dropped).
