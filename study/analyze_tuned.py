@@ -31,9 +31,10 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 # ---- the per-configuration profile the replay uses -------------------------------------------
 
 def median_profile(config_dir):
-    """Per stage and link, the median of what the configuration's finished runs measured
-    (version 1 of the profile format: stage and link lines)."""
-    runs = sorted(d for d in os.listdir(config_dir) if d.startswith("lr-x"))
+    """Per stage and link, the median of what the configuration's finished runs measured: the
+    run folders under config_dir (tuned.sh's calibration passes, or lr-xM training runs),
+    version 1 of the profile format (stage and link lines)."""
+    runs = sorted(d for d in os.listdir(config_dir) if os.path.isdir(os.path.join(config_dir, d)))
     stage, link, used = {}, {}, []
     for d in runs:
         folder = os.path.join(config_dir, d)
@@ -275,8 +276,11 @@ def main():
             "command: `%s`  " % open(os.path.join(out, "command.txt")).read().strip(),
             "analysis: `study/analyze_tuned.py --target %g --block %d %s`  " % (args.target, args.block, out),
             "time axis: each configuration's schedule replayed by the compiler's simulator with the per-stage median "
-            "of the thread CPU times its runs measured per instruction, as if every stage had its own device "
-            "(evaluation excluded)", "",
+            "of the thread CPU times per instruction %s, as if every stage had its own device "
+            "(evaluation excluded)" % ("of its calibration runs (every configuration's program, one after another "
+                                       "after the training, twice; study/tuned.sh)"
+                                       if os.path.isdir(os.path.join(out, "calibration"))
+                                       else "its runs measured"), "",
             "target: mean training loss <= %g over a block of %d micro-batches (%d tokens). Best lr: the lowest final "
             "validation loss. Baseline: %s."
             % (args.target, args.block, tokens_per_block,

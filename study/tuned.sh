@@ -8,12 +8,21 @@
 #
 #   study/tuned.sh [--configs FILE] [--only "NAME ..."] [--lrs "0.25 0.5 1 2"] [--stages P]
 #                  [--window K] [--micro-batches M] [--evals N] [--target LOSS] [--block B]
-#                  [--model-args "layers 8; width 64; heads 4"] [--jobs J] [--out DIR] [--check-only]
+#                  [--model-args "layers 8; width 64; heads 4"] [--jobs J] [--calibration-steps S]
+#                  [--out DIR] [--check-only] [--replay-only]
 #
 # Every run sees M micro-batches (M / K optimizer steps) and N validation passes. J runs train
 # at once (default 2): a run's stage threads leave part of the CPUs idle (1F1B's bubbles,
 # links), which a second run fills; the replay prices instructions in thread CPU time, and
-# the configurations take turns, so each configuration's runs meet the same company. --only
+# the configurations take turns, so each configuration's runs meet the same company.
+# The replay's costs are not the training runs' own: a machine's speed drifts over the study
+# (this VM's doubled within one), and a configuration priced over another stretch of time
+# than its baseline carries that into the speed-ups. After the training, every
+# configuration's program runs S more optimizer steps (default 64; at most its run's) alone, all
+# of them one after another, twice (the second pass in reverse order, so a steady drift
+# weighs on each alike): the calibration, in DIR/calibration/NAME/pass-N/, whose per-stage
+# medians the replay uses. --replay-only redoes the calibration, replays and analysis of the
+# runs already in DIR, training nothing. --only
 # keeps the named configurations of FILE. --check-only has the compiler check every run's
 # file, prints each run's optimizer entry and trains nothing. Re-analyse without training:
 # study/analyze_tuned.py --target LOSS DIR.
@@ -33,11 +42,15 @@ block=32  # micro-batches per block of the time-to-target rule
 model_args="layers 8; width 64; heads 4"
 out=$root/docs/study/tuned
 check_only=0
+replay_only=0
 jobs_max=2
+calibration_steps=64
 
 while [ $# -gt 0 ]; do
     case $1 in
     --check-only) check_only=1; shift; continue ;;
+    --replay-only) replay_only=1; shift; continue ;;
+    --calibration-steps) calibration_steps=$2 ;;
     --configs) configs=$2 ;;
     --only) only=$2 ;;
     --lrs) lrs=$2 ;;
@@ -56,6 +69,8 @@ while [ $# -gt 0 ]; do
 done
 
 [[ $jobs_max =~ ^[1-9][0-9]*$ ]] || { echo "study: --jobs '$jobs_max' is not a positive whole number" >&2; exit 2; }
+[[ $calibration_steps =~ ^[1-9][0-9]*$ ]] ||
+    { echo "study: --calibration-steps '$calibration_steps' is not a positive whole number" >&2; exit 2; }
 if (( micro_batches % (evals * window) != 0 )); then
     echo "study: --micro-batches $micro_batches is not a multiple of evals x window ($evals x $window)" >&2
     exit 2
@@ -135,6 +150,54 @@ done
 (( refused == 0 )) || exit 1
 (( check_only == 0 )) || exit 0
 
+# calibrate_and_replay: the calibration (see the head of this file), then each configuration's
+# replay with its medians, then the analysis.
+calibrate_and_replay() {
+    local name pass dir first dsl order run_steps
+    rm -rf "$out/calibration"
+    for pass in 1 2; do
+        order=("${names[@]}")
+        if (( pass == 2 )); then
+            order=()
+            for (( i = ${#names[@]} - 1; i >= 0; i-- )); do order+=("${names[i]}"); done
+        fi
+        for name in "${order[@]}"; do
+            first=$(awk '{ print $1 }' <<< "$(lrs_for "$name")")
+            dsl=$out/runs/$name/lr-x$first/model.paci
+            [ -r "$dsl" ] || { echo "study: no run of $name at lr x$first in $out/runs to calibrate" >&2; exit 1; }
+            run_steps=$(sed -n 's/^ *steps \([0-9_]*\).*/\1/p' "$dsl" | tr -d _)
+            (( run_steps < calibration_steps )) || run_steps=$calibration_steps  # at most the run's own
+            dir=$out/calibration/$name/pass-$pass
+            mkdir -p "$dir"
+            if [ ! -x "$out/calibration/$name/run" ]; then
+                "$pacic" "$dsl" -o "$out/calibration/$name/run" 2> "$dir/compile.log" ||
+                    { cat "$dir/compile.log" >&2; exit 1; }
+            fi
+            (cd "$dir" && ../run --no-checkpoint --steps "$run_steps" --profile-out profile.txt \
+                > run.log 2> run.err) || { echo "study: the calibration of $name failed:" >&2; cat "$dir/run.err" >&2; exit 1; }
+        done
+    done
+    for name in "${names[@]}"; do
+        rm -f "$out/calibration/$name/run"
+        first=$(awk '{ print $1 }' <<< "$(lrs_for "$name")")
+        dsl=$out/runs/$name/lr-x$first/model.paci
+        run_steps=$(sed -n 's/^ *steps \([0-9_]*\).*/\1/p' "$dsl" | tr -d _)
+        # The replay: the compiler's simulator over the configuration's schedule table (the
+        # same at every lr: the lr changes no instruction's cost) with the calibration's medians.
+        "$python" "$root/study/analyze_tuned.py" --median-profile "$out/calibration/$name" > "$out/runs/$name/profile.txt"
+        "$pacic" "$dsl" --profile "$out/runs/$name/profile.txt" --emit trace --show-steps "$run_steps" \
+            -o "$out/runs/$name/replay.json"
+        "$pacic" "$dsl" --explain > "$out/runs/$name/explain.txt"
+    done
+    "$python" "$root/study/analyze_tuned.py" --target "$target" --block "$block" "$out"
+}
+
+if (( replay_only )); then
+    [ -s "$out/grid.csv" ] || { echo "study: --replay-only: no study in $out (no grid.csv)" >&2; exit 2; }
+    calibrate_and_replay
+    exit 0
+fi
+
 command_line="study/tuned.sh --configs ${configs#$root/} --lrs \"$lrs\" --stages $stages --window $window --micro-batches $micro_batches --evals $evals --target $target --block $block"
 [ -z "$only" ] || command_line="$command_line --only \"$only\""
 rm -rf "$out/runs"
@@ -172,15 +235,15 @@ one_run() {
 }
 
 # The runs interleave the configurations (every configuration's first lr, then every one's
-# second, ...), so that a machine whose speed drifts over the study prices every
-# configuration's instructions over the same stretch of time.
+# second, ...), so that a machine whose speed drifts over the study weighs on their measured
+# times (time.txt) alike.
 rounds=0
 for name in "${names[@]}"; do
     read -r -a own <<< "$(lrs_for "$name")"
     if (( ${#own[@]} > rounds )); then rounds=${#own[@]}; fi
 done
 # At most jobs_max runs at once; a failed run (one_run exits 1) stops the study and its peers.
-trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
+trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$toolchain"' EXIT  # toolchain.sh's trap, kept
 running=0
 for (( round = 0; round < rounds; round++ )); do
     for name in "${names[@]}"; do
@@ -199,17 +262,4 @@ while (( running > 0 )); do
     wait -n
     running=$((running - 1))
 done
-for name in "${names[@]}"; do
-    # The replay: the compiler's simulator over the configuration's schedule table (the same
-    # at every lr) with the per-stage median of the costs its finished runs measured: the
-    # learning rate changes no instruction's cost, and the median damps a loaded machine.
-    if ! "$python" "$root/study/analyze_tuned.py" --median-profile "$out/runs/$name" > "$out/runs/$name/profile.txt"; then
-        rm -f "$out/runs/$name/profile.txt"
-        continue  # every run diverged: no costs to replay with (the tables say so)
-    fi
-    dsl=$out/runs/$name/lr-x$(awk '{ print $1 }' <<< "$(lrs_for "$name")")/model.paci
-    "$pacic" "$dsl" --profile "$out/runs/$name/profile.txt" --emit trace --show-steps "$steps" \
-        -o "$out/runs/$name/replay.json"
-    "$pacic" "$dsl" --explain > "$out/runs/$name/explain.txt"
-done
-"$python" "$root/study/analyze_tuned.py" --target "$target" --block "$block" "$out"
+calibrate_and_replay

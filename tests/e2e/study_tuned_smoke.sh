@@ -4,7 +4,8 @@
 # second study (paci at one of the lrs) must log the same loss bytes; the best lr must be the lowest final
 # validation loss of each configuration; the speed-up column must be the baseline's replayed
 # time to target over each configuration's, re-analysed at a target every best run reaches;
-# the runs must take turns between the configurations.
+# the runs must take turns between the configurations; the replay's costs must be the
+# calibration's, and --replay-only must redo them without training.
 source tests/e2e/lib.sh
 python=${PYTHON:-/usr/bin/python3}
 
@@ -28,6 +29,21 @@ study/tuned.sh "${grid[@]}" --only paci --lrs 2 --out "$work/b" > "$work/b.log"
 for f in grid.csv losses.csv lr_table.csv summary.csv lr_curve.svg best_runs.svg results.md; do
     [ -s "$work/a/$f" ] || fail "study wrote no $f"
 done
+# The replay's costs come from the calibration after the training: every configuration's
+# program twice, one after another (not from the training runs, made over other stretches of
+# time); --replay-only redoes it on the same runs without training.
+for c in 1f1b paci; do
+    for pass in 1 2; do
+        [ -s "$work/a/calibration/$c/pass-$pass/profile.txt" ] || fail "$c: no calibration pass $pass"
+    done
+    grep -q "measured by pass-1 pass-2 " "$work/a/runs/$c/profile.txt" ||
+        fail "$c: the replay's costs are not the calibration's: $(head -1 "$work/a/runs/$c/profile.txt")"
+done
+grep -q "^time axis: .* of its calibration runs" "$work/a/results.md" || fail "results.md does not say the costs are the calibration's"
+cp "$work/a/losses.csv" "$work/losses-before.csv"
+study/tuned.sh "${grid[@]}" --replay-only --out "$work/a" > "$work/replay.log" || fail "--replay-only failed"
+cmp "$work/a/losses.csv" "$work/losses-before.csv" || fail "--replay-only changed the losses"
+[ -s "$work/a/runs/paci/replay.json" ] || fail "--replay-only wrote no replay"
 # The configurations take turns, so a machine's drift in speed prices them alike.
 order=$(awk -F, 'NR > 1 { printf "%s x%s ", $1, $3 }' "$work/a/grid.csv")
 [ "$order" = "1f1b x0.5 paci x0.5 1f1b x2 paci x2 " ] ||
