@@ -278,7 +278,7 @@ def main():
             "time axis: each configuration's schedule replayed by the compiler's simulator with the per-stage median "
             "of the thread CPU times per instruction %s, as if every stage had its own device "
             "(evaluation excluded)" % ("of its calibration runs (every configuration's program, one after another "
-                                       "after the training, twice; study/tuned.sh)"
+                                       "after the training, three times; study/tuned.sh)"
                                        if os.path.isdir(os.path.join(out, "calibration"))
                                        else "its runs measured"), "",
             "target: mean training loss <= %g over a block of %d micro-batches (%d tokens). Best lr: the lowest final "

@@ -19,8 +19,8 @@
 # (this VM's doubled within one), and a configuration priced over another stretch of time
 # than its baseline carries that into the speed-ups. After the training, every
 # configuration's program runs S more optimizer steps (default 64; at most its run's) alone, all
-# of them one after another, twice (the second pass in reverse order, so a steady drift
-# weighs on each alike): the calibration, in DIR/calibration/NAME/pass-N/, whose per-stage
+# of them one after another, three times (the second pass in reverse order, so a steady drift
+# weighs on each alike, and the median of three drops one pass caught by a change of speed): the calibration, in DIR/calibration/NAME/pass-N/, whose per-stage
 # medians the replay uses. --replay-only redoes the calibration, replays and analysis of the
 # runs already in DIR, training nothing. --only
 # keeps the named configurations of FILE. --check-only has the compiler check every run's
@@ -155,7 +155,7 @@ done
 calibrate_and_replay() {
     local name pass dir first dsl order run_steps
     rm -rf "$out/calibration"
-    for pass in 1 2; do
+    for pass in 1 2 3; do
         order=("${names[@]}")
         if (( pass == 2 )); then
             order=()

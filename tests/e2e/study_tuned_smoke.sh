@@ -30,13 +30,13 @@ for f in grid.csv losses.csv lr_table.csv summary.csv lr_curve.svg best_runs.svg
     [ -s "$work/a/$f" ] || fail "study wrote no $f"
 done
 # The replay's costs come from the calibration after the training: every configuration's
-# program twice, one after another (not from the training runs, made over other stretches of
+# program three times, one after another (not from the training runs, made over other stretches of
 # time); --replay-only redoes it on the same runs without training.
 for c in 1f1b paci; do
-    for pass in 1 2; do
+    for pass in 1 2 3; do
         [ -s "$work/a/calibration/$c/pass-$pass/profile.txt" ] || fail "$c: no calibration pass $pass"
     done
-    grep -q "measured by pass-1 pass-2 " "$work/a/runs/$c/profile.txt" ||
+    grep -q "measured by pass-1 pass-2 pass-3 " "$work/a/runs/$c/profile.txt" ||
         fail "$c: the replay's costs are not the calibration's: $(head -1 "$work/a/runs/$c/profile.txt")"
 done
 grep -q "^time axis: .* of its calibration runs" "$work/a/results.md" || fail "results.md does not say the costs are the calibration's"
