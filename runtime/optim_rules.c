@@ -52,11 +52,10 @@ static double sumsq(const float *x, int64_t n)
     return s;
 }
 
-/* The bias corrections 1 - beta^t, computed as the generated AdamW computes them. */
-static void corrections(double beta1, double beta2, int64_t t, float *c1, float *c2)
+void pr_adam_corrections(const pr_optim_rule *r, int64_t t, float *c1, float *c2)
 {
-    *c1 = (float)(1.0 - pow(beta1, (double)t));
-    *c2 = (float)(1.0 - pow(beta2, (double)t));
+    *c1 = (float)(1.0 - pow(r->beta1, (double)t));
+    *c2 = (float)(1.0 - pow(r->beta2, (double)t));
 }
 
 /* Adam's bias-corrected direction m_hat / (sqrt(v_hat) + eps), shared by AdamW, LAMB and the
@@ -71,7 +70,7 @@ static void adamw_slice(const pr_optim_rule *r, float *p, const float *grad, flo
                         int64_t n, float lr, float wd, float grad_scale, int64_t t)
 {
     float b1 = (float)r->beta1, b2 = (float)r->beta2, eps = (float)r->eps, c1, c2;
-    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    pr_adam_corrections(r, t, &c1, &c2);
     for (int64_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;
@@ -160,7 +159,7 @@ static void lamb_slice(const pr_optim_rule *r, float *p, const float *grad, floa
 {
     float b1 = (float)r->beta1, b2 = (float)r->beta2, eps = (float)r->eps, c1, c2;
     float wd = decay ? (float)r->weight_decay : 0.0f;
-    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    pr_adam_corrections(r, t, &c1, &c2);
     double update_sq = 0.0;
     for (int64_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
@@ -314,7 +313,7 @@ static void adamw_predict_slice(const pr_optim_rule *r, const float *p, const fl
                                 int64_t n, float wd, int64_t t, float ahead, float *out)
 {
     float eps = (float)r->eps, c1, c2;
-    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    pr_adam_corrections(r, t, &c1, &c2);
     for (int64_t i = 0; i < n; i++)
         out[i] = p[i] - ahead * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
 }
@@ -335,7 +334,7 @@ static void lamb_predict_slice(const pr_optim_rule *r, const float *p, const flo
                                int64_t n, int decay, int64_t t, float ahead, float *out)
 {
     float eps = (float)r->eps, wd = decay ? (float)r->weight_decay : 0.0f, c1, c2;
-    corrections(r->beta1, r->beta2, t, &c1, &c2);
+    pr_adam_corrections(r, t, &c1, &c2);
     double update_sq = 0.0;
     for (int64_t i = 0; i < n; i++) {
         float d = adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i];

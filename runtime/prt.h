@@ -288,6 +288,10 @@ typedef struct pr_nadam_scalars {
     float keep, coef_g, coef_m, c2;
 } pr_nadam_scalars;
 pr_nadam_scalars pr_nadam_scalars_at(const pr_optim_rule *rule, int64_t t, float lr, float wd);
+/* Adam's bias corrections c1 = 1 - beta1^t, c2 = 1 - beta2^t of the rule's betas, computed as the
+ * generated AdamW computes them (in double, then float): every Adam-type step and prediction,
+ * on the CPU and the GPU, takes them from here. */
+void pr_adam_corrections(const pr_optim_rule *rule, int64_t t, float *c1, float *c2);
 
 /* ---- optim.c: learning rate and clipping ----------------------------------------------- */
 

@@ -93,7 +93,8 @@ static void lamb_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels
     float *d = scratch(stage, size);
     float beta1 = (float)r->beta1, beta2 = (float)r->beta2, eps = (float)r->eps;
     float wd = decay ? (float)r->weight_decay : 0.0f;
-    float c1 = (float)(1.0 - pow(r->beta1, (double)t)), c2 = (float)(1.0 - pow(r->beta2, (double)t));
+    float c1, c2;
+    pr_adam_corrections(r, t, &c1, &c2);
     void *args[] = {&p, &g, &m, &v, &d, &n, &beta1, &beta2, &eps, &wd, &grad_scale, &c1, &c2};
     pr_cuda_launch(stage, k->lamb_direction, size, k->block, args);
     double w_norm = norm_of(stage, p, size), d_norm = norm_of(stage, d, size);
@@ -148,8 +149,8 @@ void pr_cuda_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_ada
             long n = (long)t->size;
             float lr = (float)((double)args->lr * r->group_lr_ratio);
             float wd = t->decay ? (float)r->weight_decay : 0.0f;
-            float c1 = (float)(1.0 - pow(r->beta1, (double)args->t));
-            float c2 = (float)(1.0 - pow(r->beta2, (double)args->t));
+            float c1, c2;
+            pr_adam_corrections(r, args->t, &c1, &c2);
             void *adamw_args[] = {&p, &g, &m, &v, &n, &lr, &wd, &gs, &c1, &c2, &param_h};
             pr_cuda_launch(stage, k->adamw, t->size, k->block, adamw_args);
             return;
@@ -190,13 +191,6 @@ static void predict_slice(const pr_optim_rule *r, int stage, const pr_optim_kern
     pr_cuda_launch(stage, k->optim_predict, size, k->block, args);
 }
 
-/* The bias corrections 1 - beta^t, computed as the CPU's rules compute them. */
-static void corrections(const pr_optim_rule *r, int64_t t, float *c1, float *c2)
-{
-    *c1 = (float)(1.0 - pow(r->beta1, (double)t));
-    *c2 = (float)(1.0 - pow(r->beta2, (double)t));
-}
-
 /* Muon's predicted matrix: the momentum buffer orthogonalised (the CPU's muon_predict_matrix). */
 static void muon_predict_matrix(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, const float *p,
                                 const float *buf, float *out, int64_t rows, int64_t cols, float ahead)
@@ -219,7 +213,7 @@ static void lamb_predict_slice(const pr_optim_rule *r, int stage, const pr_optim
                                float ahead)
 {
     float c1, c2, wd = decay ? (float)r->weight_decay : 0.0f;
-    corrections(r, t, &c1, &c2);
+    pr_adam_corrections(r, t, &c1, &c2);
     float *d = scratch(stage, size);
     predict_slice(r, stage, k, p, m, v, d, size, 1.0f, c1, c2, wd, 0.0f, 1);
     double w_norm = norm_of(stage, p, size), d_norm = norm_of(stage, d, size);
@@ -237,7 +231,7 @@ void pr_cuda_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const pr_
     float ahead = (float)((double)args->d * args->lr), wd = t->decay ? (float)r->weight_decay : 0.0f, c1, c2;
     switch (r->kind) {
     case PR_OPT_ADAMW:
-        corrections(r, args->steps_done, &c1, &c2);
+        pr_adam_corrections(r, args->steps_done, &c1, &c2);
         predict_slice(r, stage, k, p, m, v, out, t->size, 1.0f, c1, c2, wd, ahead, 0);
         break;
     case PR_OPT_MUON:
@@ -246,7 +240,7 @@ void pr_cuda_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const pr_
                 muon_predict_matrix(r, stage, k, p + at, m + at, out + at, rows, cols, ahead);
         } else {
             float group_ahead = (float)((double)args->d * args->lr * r->group_lr_ratio);
-            corrections(r, args->steps_done, &c1, &c2);
+            pr_adam_corrections(r, args->steps_done, &c1, &c2);
             predict_slice(r, stage, k, p, m, v, out, t->size, 1.0f, c1, c2, wd, group_ahead, 0);
         }
         break;
