@@ -105,6 +105,17 @@ static inline int64_t wide_at(int64_t i, int64_t j, int64_t rows, int64_t cols)
     return rows > cols ? j * rows + i : i * cols + j;
 }
 
+float pr_muon_shape_scale(const pr_optim_rule *r, int64_t rows, int64_t cols)
+{
+    return r->shape_scale == PR_MUON_SCALE_RMS ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
+                                               : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+}
+
+float pr_lamb_trust_ratio(int decay, double w_norm, double d_norm)
+{
+    return decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+}
+
 /* Orthogonalises x (rows x cols laid out by wide_at) in place with the rule's Newton-Schulz
  * steps, and returns the rule's shape scaling for that matrix. */
 static float muon_orthogonalise(const pr_optim_rule *r, float *x, int64_t rows, int64_t cols)
@@ -116,8 +127,7 @@ static float muon_orthogonalise(const pr_optim_rule *r, float *x, int64_t rows, 
     free(y);
     free(a);
     free(b);
-    return r->shape_scale == PR_MUON_SCALE_RMS ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
-                                               : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+    return pr_muon_shape_scale(r, rows, cols);
 }
 
 /* Muon on one rows x cols matrix: momentum, Nesterov, orthogonalisation, shape scaling,
@@ -143,12 +153,10 @@ static void muon_matrix(const pr_optim_rule *r, float *p, const float *grad, flo
     free(x);
 }
 
-/* LAMB's trust ratio ||w|| / ||direction|| of a slice (update_sq: the direction's squared norm),
- * 1 when either norm is 0 or the slice takes no decay. */
+/* LAMB's trust ratio of a slice (update_sq: the direction's squared norm). */
 static float lamb_trust_ratio(const float *p, int64_t n, int decay, double update_sq)
 {
-    double w_norm = sqrt(sumsq(p, n)), d_norm = sqrt(update_sq);
-    return decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+    return pr_lamb_trust_ratio(decay, sqrt(sumsq(p, n)), sqrt(update_sq));
 }
 
 /* LAMB (You et al. 2019) on one slice: Adam's bias-corrected direction plus weight decay,

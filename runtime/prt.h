@@ -292,6 +292,10 @@ pr_nadam_scalars pr_nadam_scalars_at(const pr_optim_rule *rule, int64_t t, float
  * generated AdamW computes them (in double, then float): every Adam-type step and prediction,
  * on the CPU and the GPU, takes them from here. */
 void pr_adam_corrections(const pr_optim_rule *rule, int64_t t, float *c1, float *c2);
+/* Muon's shape scaling of the orthogonalised update of a rows x cols matrix (rule->shape_scale). */
+float pr_muon_shape_scale(const pr_optim_rule *rule, int64_t rows, int64_t cols);
+/* LAMB's trust ratio ||w|| / ||direction||, 1 when either norm is 0 or the slice takes no decay. */
+float pr_lamb_trust_ratio(int decay, double w_norm, double d_norm);
 
 /* ---- optim.c: learning rate and clipping ----------------------------------------------- */
 

@@ -54,8 +54,7 @@ static float orthogonalise(const pr_optim_rule *r, int stage, const pr_optim_ker
     }
     pr_device_cuda.release(stage, a);
     pr_device_cuda.release(stage, b);
-    return r->shape_scale == PR_MUON_SCALE_RMS ? (float)(0.2 * sqrt((double)(rows > cols ? rows : cols)))
-                                               : (float)sqrt(rows > cols ? (double)rows / (double)cols : 1.0);
+    return pr_muon_shape_scale(r, rows, cols);
 }
 
 /* p -= lr (scale o + decay p), o the orthogonalised matrix in the wide orientation. */
@@ -98,7 +97,7 @@ static void lamb_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels
     void *args[] = {&p, &g, &m, &v, &d, &n, &beta1, &beta2, &eps, &wd, &grad_scale, &c1, &c2};
     pr_cuda_launch(stage, k->lamb_direction, size, k->block, args);
     double w_norm = norm_of(stage, p, size), d_norm = norm_of(stage, d, size);
-    float ratio = decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+    float ratio = pr_lamb_trust_ratio(decay, w_norm, d_norm);
     scale_add(stage, k, d, p, size, -(lr * ratio), 1.0f);
     pr_device_cuda.release(stage, d);
 }
@@ -217,7 +216,7 @@ static void lamb_predict_slice(const pr_optim_rule *r, int stage, const pr_optim
     float *d = scratch(stage, size);
     predict_slice(r, stage, k, p, m, v, d, size, 1.0f, c1, c2, wd, 0.0f, 1);
     double w_norm = norm_of(stage, p, size), d_norm = norm_of(stage, d, size);
-    float ratio = decay && w_norm > 0.0 && d_norm > 0.0 ? (float)(w_norm / d_norm) : 1.0f;
+    float ratio = pr_lamb_trust_ratio(decay, w_norm, d_norm);
     predict_slice(r, stage, k, p, m, v, out, size, 1.0f, c1, c2, wd, ahead * ratio, 0);
     pr_device_cuda.release(stage, d);
 }
