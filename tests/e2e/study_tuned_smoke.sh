@@ -5,16 +5,18 @@
 # validation loss of each configuration; the speed-up column must be the baseline's replayed
 # time to target over each configuration's, re-analysed at a target every best run reaches;
 # the runs must take turns between the configurations; the replay's costs must be the
-# calibration's, and --replay-only must redo them without training.
+# calibration's, and --replay-only must redo them without training; the instruction set and
+# BLAS kernels must be pinned where the CPU allows.
 source tests/e2e/lib.sh
+unset OPENBLAS_CORETYPE # the study's own choice is under test (some machines' images set one)
 python=${PYTHON:-/usr/bin/python3}
 
 study/tuned.sh --check-only --lrs "0.5 2" > "$work/check.log" ||
     fail "a line of study/configs.txt is refused by the compiler"
 # {X} is X times the multiplier, every rate of a configuration alike (muon's AdamW group too).
-# Muon's lines carry their own multipliers (0.5 .. 4 or 8), which replace --lrs for them alone.
-grep -q '^1f1b-muon x0.5: muon { lr 0.01 at 32 scale sqrt;.* adamw { lr 0.001;' "$work/check.log" ||
-    fail "the optimizer's learning rates are not scaled by the multiplier: $(grep '^1f1b-muon x0.5' "$work/check.log")"
+# Muon's lines carry their own multipliers (0.5 or 1 .. 4 or 8), which replace --lrs for them alone.
+grep -q '^1f1b-muon x2: muon { lr 0.04 at 32 scale sqrt;.* adamw { lr 0.004;' "$work/check.log" ||
+    fail "the optimizer's learning rates are not scaled by the multiplier: $(grep '^1f1b-muon x2' "$work/check.log")"
 grep -q '^paci-muon x4: ' "$work/check.log" || fail "paci-muon's own multipliers were not used"
 ! grep -q '^paci x4: ' "$work/check.log" || fail "paci took a multiplier of another line"
 grep -q '^paci x0.5: ' "$work/check.log" || fail "paci did not take --lrs"
@@ -29,6 +31,16 @@ study/tuned.sh "${grid[@]}" --only paci --lrs 2 --out "$work/b" > "$work/b.log"
 for f in grid.csv losses.csv lr_table.csv summary.csv lr_curve.svg best_runs.svg results.md; do
     [ -s "$work/a/$f" ] || fail "study wrote no $f"
 done
+# On a CPU with AVX2 and FMA the study pins the instruction set and the BLAS kernels, so its
+# losses are the same bytes on any such machine (study/toolchain.sh).
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    grep -q "^study: generated C built with '.*', OpenBLAS's Haswell kernels$" "$work/a.log" ||
+        fail "the study did not pin the BLAS kernels: $(grep '^study: generated' "$work/a.log")"
+    [ -n "${PACIC_CFLAGS:-}" ] || grep -q "^study: generated C built with '-O3 -march=x86-64-v3 " "$work/a.log" ||
+        fail "the study did not pin the instruction set: $(grep '^study: generated' "$work/a.log")"
+    grep -q "^blas: OpenBLAS, Haswell kernels" "$work/a/runs/paci/lr-x0.5/run.log" ||
+        fail "a study run did not use the pinned BLAS kernels: $(grep '^blas:' "$work/a/runs/paci/lr-x0.5/run.log")"
+fi
 # The replay's costs come from the calibration after the training: every configuration's
 # program three times, one after another (not from the training runs, made over other stretches of
 # time); --replay-only redoes it on the same runs without training.
