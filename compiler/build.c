@@ -261,10 +261,22 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
 
     const char *cc = getenv("CC");
     const char *cflags = getenv("PACIC_CFLAGS");
+    const char *march = getenv("PACIC_MARCH");
+    if (!march || !*march)
+        march = "native";
+    if (strspn(march, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+") != strlen(march)) {
+        fprintf(stderr, "pacic: error: PACIC_MARCH '%s' is not an instruction-set name (a value of the C "
+                        "compiler's -march, such as native or x86-64-v3)\n", march);
+        goto done;
+    }
     // the compiler and its flags start both the compilations and the link (sanitizers link too)
     argv_push_words(&cmd, cc && *cc ? cc : "cc");
     // -fno-math-errno: sqrtf then vectorises (AdamW); nothing reads errno, results are the same.
-    argv_push_words(&cmd, cflags ? cflags : "-O3 -march=native -fno-math-errno -fopenmp-simd -DPR_OMP_SIMD");
+    // PACIC_MARCH: the instruction set of other machines than this one (a cluster's nodes), or
+    // a fixed one for the same bits everywhere (the study's x86-64-v3).
+    char *default_flags = xasprintf("-O3 -march=%s -fno-math-errno -fopenmp-simd -DPR_OMP_SIMD", march);
+    argv_push_words(&cmd, cflags ? cflags : default_flags);
+    free(default_flags);
     objects = xmalloc((size_t)n_sources * sizeof *objects);
     for (int i = 0; i < n_sources; i++) {
         size_t len = strlen(sources[i]);

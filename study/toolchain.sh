@@ -7,14 +7,14 @@ cp -r "$root/build/bin" "$root/build/lib" "$root/build/include" "$toolchain/"
 pacic=$toolchain/bin/pacic
 python=${PYTHON:-/usr/bin/python3}
 # The same bits on every x86-64 CPU with AVX2 and FMA: the generated C built for that
-# instruction set instead of pacic's -march=native (its other flags as compiler/build.c
-# gives them), and OpenBLAS's Haswell kernels instead of the ones it picks for the CPU (other
-# kernels and vector widths round differently: tests/e2e/blas_kernels.sh). A caller's own
-# PACIC_CFLAGS or OPENBLAS_CORETYPE is kept.
+# instruction set instead of this machine's (PACIC_MARCH; pacic's default is native), and
+# OpenBLAS's Haswell kernels instead of the ones it picks for the CPU (other kernels and vector
+# widths round differently: tests/e2e/blas_kernels.sh). A caller's own PACIC_MARCH or
+# OPENBLAS_CORETYPE is kept (and PACIC_CFLAGS, which replaces pacic's flags, -march included).
 if grep -qw avx2 /proc/cpuinfo 2> /dev/null && grep -qw fma /proc/cpuinfo; then
-    export PACIC_CFLAGS=${PACIC_CFLAGS:--O3 -march=x86-64-v3 -fno-math-errno -fopenmp-simd -DPR_OMP_SIMD}
+    export PACIC_MARCH=${PACIC_MARCH:-x86-64-v3}
     export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
-    echo "study: generated C built with '$PACIC_CFLAGS', OpenBLAS's $OPENBLAS_CORETYPE kernels"
+    echo "study: generated C for -march=$PACIC_MARCH${PACIC_CFLAGS:+ (but PACIC_CFLAGS replaces pacic's flags: $PACIC_CFLAGS)}, OpenBLAS's $OPENBLAS_CORETYPE kernels"
 else
     echo "study: note: this CPU lacks AVX2 or FMA: the runs use pacic's and OpenBLAS's own choices for it, and their losses differ from docs/study's in their last bits" >&2
 fi
