@@ -3,9 +3,9 @@
  * kernels run without a GPU. Header-only; test tooling, never part of pacic or run.
  *
  * Execution model. A launch of G blocks of N threads runs the blocks one after another on
- * the calling OS thread. Within a block every CUDA thread is a coroutine (ucontext) with a
- * stack of its own (SIMT_STACK_BYTES, a guard page below it); the block's threads are
- * resumed round-robin in threadIdx order, and a thread runs until it finishes or waits:
+ * the calling OS thread. Within a block every CUDA thread is a coroutine with a stack of its
+ * own (SIMT_STACK_BYTES, a guard page below it); the block's threads are resumed round-robin
+ * in threadIdx order, and a thread runs until it finishes or waits:
  *   - __syncthreads() is a barrier of the block's live threads: a thread that has returned
  *     no longer counts (real GPUs leave that undefined; write kernels whose threads all
  *     reach every barrier or none).
@@ -29,6 +29,15 @@
  * (`extern __shared__`) is not supported. There is no memory model to emulate: threads
  * interleave only at barriers and shuffles, and atomicAdd is a plain read-modify-write.
  *
+ * Switching. A coroutine is entered once per stack, the first time a launch needs that
+ * stack, through ucontext (makecontext gives it the stack); it then runs CUDA threads one
+ * after another for every later block and launch, and every switch between it and the
+ * scheduler is a sigsetjmp (mask not saved) and siglongjmp: no system call, where
+ * swapcontext makes one per switch to save the signal mask, and getcontext one per CUDA
+ * thread (that was 45% of the emulated tests' CPU time, as system time). QEMU's ucontext
+ * coroutines switch the same way; a siglongjmp to another stack is what _FORTIFY_SOURCE's
+ * checked longjmp refuses, hence the #undef below.
+ *
  * Launching from C: simt::trampoline<kernel> unpacks a cuLaunchKernel-style void **args
  * (args[i] points to parameter i) into the kernel's typed parameters; the table of
  * trampolines is generated from stages.cu by tests/cuda_emu/trampolines.sh.
@@ -36,7 +45,10 @@
 #ifndef SIMT_H
 #define SIMT_H
 
+#undef _FORTIFY_SOURCE /* before any system header: see "Switching" */
+
 #include <math.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +96,7 @@ namespace simt {
 }
 
 struct thread {
-    ucontext_t ctx;
+    sigjmp_buf resume; /* where the scheduler resumes this thread's coroutine */
     char *stack;       /* SIMT_STACK_BYTES above a guard page */
     int done;
     unsigned shuffles; /* shuffles (and __syncwarp) this thread has entered */
@@ -97,7 +109,7 @@ struct warp {
 /* One per OS thread: the block in progress and the coroutines' stacks, kept between
  * launches. */
 struct scheduler {
-    ucontext_t main;
+    sigjmp_buf main; /* where a coroutine hands back to the scheduler */
     thread threads[SIMT_MAX_BLOCK];
     warp warps[SIMT_MAX_BLOCK / 32];
     unsigned n_stacks; /* stacks mapped so far (threads[0..n_stacks)) */
@@ -126,22 +138,36 @@ inline scheduler &self()
 inline void yield()
 {
     scheduler &s = *sched;
-    swapcontext(&s.threads[s.current].ctx, &s.main);
+    if (sigsetjmp(s.threads[s.current].resume, 0) == 0)
+        siglongjmp(s.main, 1);
 }
 
-inline void entry()
+/* The scheduler's side: runs thread i until it waits or finishes. */
+inline void resume(unsigned i)
 {
     scheduler &s = *sched;
-    s.body(s.body_arg);
-    s.threads[s.current].done = 1;
-    s.live--;
-    s.progress++;
-    /* the barrier counts live threads: this exit may complete it */
-    if (s.barrier_arrived > 0 && s.barrier_arrived == s.live) {
-        s.barrier_arrived = 0;
-        s.barrier_generation++;
+    if (sigsetjmp(s.main, 0) == 0)
+        siglongjmp(s.threads[i].resume, 1);
+}
+
+/* A coroutine's whole life, on its own stack: it parks at once, then runs a CUDA thread
+ * each time the scheduler resumes it after the last one finished. It never returns. */
+inline void coroutine()
+{
+    scheduler &s = *sched;
+    yield(); /* parked: the scheduler's first resume starts a thread */
+    for (;;) {
+        s.body(s.body_arg);
+        s.threads[s.current].done = 1;
+        s.live--;
+        s.progress++;
+        /* the barrier counts live threads: this exit may complete it */
+        if (s.barrier_arrived > 0 && s.barrier_arrived == s.live) {
+            s.barrier_arrived = 0;
+            s.barrier_generation++;
+        }
+        yield(); /* parked until the next block or launch resumes this stack */
     }
-    /* returning resumes uc_link: the scheduler */
 }
 
 inline void syncthreads()
@@ -227,7 +253,18 @@ inline void launch(unsigned grid, unsigned block, void (*body)(void *), void *ar
         if (p == MAP_FAILED)
             die("cannot map a thread stack");
         mprotect(p, (size_t)page, PROT_NONE); /* an overflow faults instead of corrupting */
-        s.threads[s.n_stacks].stack = static_cast<char *>(p) + page;
+        thread &t = s.threads[s.n_stacks];
+        t.stack = static_cast<char *>(p) + page;
+        /* enter the coroutine on its stack once; it parks (yield) back here */
+        ucontext_t here, start;
+        getcontext(&start);
+        start.uc_stack.ss_sp = t.stack;
+        start.uc_stack.ss_size = SIMT_STACK_BYTES;
+        start.uc_link = nullptr; /* coroutine() never returns */
+        makecontext(&start, coroutine, 0);
+        s.current = s.n_stacks;
+        if (sigsetjmp(s.main, 0) == 0)
+            swapcontext(&here, &start);
     }
     s.body = body;
     s.body_arg = arg;
@@ -239,14 +276,8 @@ inline void launch(unsigned grid, unsigned block, void (*body)(void *), void *ar
         s.live = block;
         s.barrier_arrived = 0;
         for (unsigned i = 0; i < block; i++) {
-            thread &t = s.threads[i];
-            t.done = 0;
-            t.shuffles = 0;
-            getcontext(&t.ctx);
-            t.ctx.uc_stack.ss_sp = t.stack;
-            t.ctx.uc_stack.ss_size = SIMT_STACK_BYTES;
-            t.ctx.uc_link = &s.main;
-            makecontext(&t.ctx, entry, 0);
+            s.threads[i].done = 0;
+            s.threads[i].shuffles = 0;
         }
         while (s.live > 0) {
             unsigned long before = s.progress;
@@ -255,7 +286,7 @@ inline void launch(unsigned grid, unsigned block, void (*body)(void *), void *ar
                     continue;
                 s.current = i;
                 thread_idx = {i, 0, 0};
-                swapcontext(&s.main, &s.threads[i].ctx);
+                resume(i);
             }
             if (s.live > 0 && s.progress == before) {
                 fprintf(stderr, "simt: block %u of %u deadlocked: %u live threads all wait (a barrier or "

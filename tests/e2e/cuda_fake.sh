@@ -59,11 +59,13 @@ case_model() {
 # last bits of a sum (the fake's GELU against the kernel's; the global clipping norm summed in
 # another order over two stages) agree to 1e-6 relative in the losses and gradient norms of
 # steps 1 to 3. Later the bf16 logits amplify such a difference: a logit whose rounding flips
-# moves by a bf16 step, and by step 6 the losses differ by up to 2.2e-5 and the weights by
-# 1.2e-4 (so BF16_LOSS_TOL and BF16_WEIGHT_TOL below for the whole runs). A wrong product,
-# epilogue or message is off from step 1.
+# moves by a bf16 step, and by step 6 the losses differ by up to 2.4e-5 and the weights by
+# 5.8e-4 (OpenBLAS's Haswell kernels on an AMD CPU of family 26; 2.2e-5 and 1.2e-4 with its
+# SkylakeX kernels on an Intel one: how far the flips carry depends on the last bits), so
+# BF16_LOSS_TOL and BF16_WEIGHT_TOL below for the whole runs. A wrong product, epilogue or
+# message is off from step 1.
 BF16_LOSS_TOL=1e-4
-BF16_WEIGHT_TOL=3e-4
+BF16_WEIGHT_TOL=1.5e-3
 early_steps_agree() {
     python3 - "$@" <<'PY' || fail "$1: steps 1 to 3 disagree"
 import json, os, sys
