@@ -14,7 +14,9 @@ python=${PYTHON:-/usr/bin/python3}
 if grep -qw avx2 /proc/cpuinfo 2> /dev/null && grep -qw fma /proc/cpuinfo; then
     export PACIC_MARCH=${PACIC_MARCH:-x86-64-v3}
     export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
-    echo "study: generated C for -march=$PACIC_MARCH${PACIC_CFLAGS:+ (but PACIC_CFLAGS replaces pacic's flags: $PACIC_CFLAGS)}, OpenBLAS's $OPENBLAS_CORETYPE kernels"
+    replaced=""
+    [ -z "${PACIC_CFLAGS:-}" ] || replaced=" (but PACIC_CFLAGS replaces all of pacic's flags: $PACIC_CFLAGS)"
+    echo "study: generated C for -march=$PACIC_MARCH$replaced, OpenBLAS's $OPENBLAS_CORETYPE kernels"
 else
     echo "study: note: this CPU lacks AVX2 or FMA: the runs use pacic's and OpenBLAS's own choices for it, and their losses differ from docs/study's in their last bits" >&2
 fi
