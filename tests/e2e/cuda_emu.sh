@@ -16,7 +16,7 @@
 # show that a broken kernel fails this test (never set in `make test`).
 # Skips (exit 77) without libpacirt_cuda.a, without a C++ compiler (g++ or clang++), when pacic
 # writes no stages.cu, and under the sanitizer builds (the coroutines switch stacks with
-# swapcontext, which ASan does not follow; the plain build runs this test).
+# ucontext and siglongjmp, which ASan does not follow; the plain build runs this test).
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
