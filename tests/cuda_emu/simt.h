@@ -34,7 +34,7 @@
  * after another for every later block and launch, and every switch between it and the
  * scheduler is a sigsetjmp (mask not saved) and siglongjmp: no system call, where
  * swapcontext makes one per switch to save the signal mask, and getcontext one per CUDA
- * thread (that was 45% of the emulated tests' CPU time, as system time). QEMU's ucontext
+ * thread (system time was about 40% of the emulated tests' CPU time). QEMU's ucontext
  * coroutines switch the same way; a siglongjmp to another stack is what _FORTIFY_SOURCE's
  * checked longjmp refuses, hence the #undef below.
  *
