@@ -50,6 +50,7 @@
 
 typedef struct Shapes {
     double B, T, C, NH, HS, V, VP, BT;
+    double HEAD_VN, HEAD_VP; /* the stage's rows of a divided head (the vocabulary split), and their stride */
 } Shapes;
 
 typedef struct Expr {
@@ -74,7 +75,8 @@ static bool shape_named(const Shapes *sh, const char *name, size_t len, double *
     } names[] = {
         {"B", offsetof(Shapes, B)}, {"T", offsetof(Shapes, T)}, {"C", offsetof(Shapes, C)},
         {"NH", offsetof(Shapes, NH)}, {"HS", offsetof(Shapes, HS)}, {"V", offsetof(Shapes, V)},
-        {"VP", offsetof(Shapes, VP)}, {"BT", offsetof(Shapes, BT)},
+        {"VP", offsetof(Shapes, VP)}, {"BT", offsetof(Shapes, BT)}, {"HEAD_VN", offsetof(Shapes, HEAD_VN)},
+        {"HEAD_VP", offsetof(Shapes, HEAD_VP)},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strlen(names[i].name) == len && strncmp(names[i].name, name, len) == 0) {
@@ -302,6 +304,21 @@ COST_FN(cost_softmax_xent_forward) /* the fused classifier: logits read, dlogits
     *flops = 5 * l->n * sh->V;
     *bytes = l->n * sh->V * 2 * l->logit + 8 * l->n;
 }
+COST_FN(cost_xent_part_forward) /* the vocabulary split's: its rows' logits read once */
+{
+    *flops = 3 * l->n * sh->HEAD_VN;
+    *bytes = l->n * sh->HEAD_VN * l->logit + 12 * l->n;
+}
+COST_FN(cost_xent_split_forward) /* a fused classifier over the stage's rows */
+{
+    *flops = 5 * l->n * sh->HEAD_VN;
+    *bytes = l->n * sh->HEAD_VN * 2 * l->logit + 20 * l->n;
+}
+COST_FN(cost_xent_part_backward) /* logits read, dlogits written in place */
+{
+    *flops = 3 * l->n * sh->HEAD_VN;
+    *bytes = l->n * sh->HEAD_VN * 2 * l->logit + 8 * l->n;
+}
 COST_FN(cost_folded) /* work the fused classifier's forward pass already did */
 {
     *flops = 0;
@@ -384,6 +401,9 @@ static const KernelCost kernel_costs[] = {
     {"flash_attention_backward_query", ENGINE_TENSOR_ATTENTION, cost_attention_backward_query, NULL},
     {"flash_attention_backward_key", ENGINE_TENSOR_ATTENTION, cost_attention_backward_key, NULL},
     {"classifier_fused", ENGINE_VECTOR, cost_softmax_xent_forward, NULL},
+    {"xent_part_forward", ENGINE_VECTOR, cost_xent_part_forward, NULL},
+    {"xent_split_forward", ENGINE_VECTOR, cost_xent_split_forward, NULL},
+    {"xent_part_backward", ENGINE_VECTOR, cost_xent_part_backward, NULL},
     {"bias_backward_tiles", ENGINE_VECTOR, cost_bias_backward, NULL},
     {"layernorm_backward_blocks", ENGINE_VECTOR, cost_layernorm_backward, NULL},
     {"adamw", ENGINE_VECTOR, cost_adamw, NULL},
@@ -768,6 +788,9 @@ void gpu_costs_build(const Config *cfg, const Plan *plan, GpuCosts *gc)
     model_ops_build(cfg, &ops);
     for (int s = 0; s < plan->stages; s++) {
         StageCosts *sc = &gc->stage[s];
+        const StagePlan *sp = &plan->stage[s];
+        sh.HEAD_VN = (double)(sp->vocab_end - sp->vocab_begin);
+        sh.HEAD_VP = ceil(sh.HEAD_VN / 64) * 64;
         StageSection sections[MAX_STAGE_SECTIONS];
         int n = stage_sections(&plan->stage[s], &ops, sections);
         for (int i = 0; i < n; i++) {
@@ -879,7 +902,9 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
     fprintf(out, "  one micro-batch of %d x %d tokens; block sections run once per layer, AdamW once per tensor\n",
             cfg->micro, cfg->context);
     fprintf(out, "  section         kernel                         launches     GFLOP        MB        us  bound    what\n");
-    static const char *const sections[] = {"embed_forward", "block_forward", "head_forward", "head_backward",
+    static const char *const sections[] = {"embed_forward", "block_forward", "head_forward", "head_front_forward",
+                                           "head_back_forward", "head_backward", "head_back_backward",
+                                           "head_front_backward",
                                            "block_backward", "embed_backward"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         explain_section(out, gc, sections[i]);

@@ -326,6 +326,15 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_layout(sb, &lay->params);
     if (sp->has_head && cfg->tied)
         emit_line(sb, "#define PARAM_LM_HEAD PARAM_WTE /* tied: the head reads the token embedding */");
+    if (stage_head_front(sp) || stage_head_back(sp)) {
+        long rows = sp->vocab_end - sp->vocab_begin;
+        emit_line(sb, "/* The vocabulary split: this stage's rows of the LM head, [HEAD_V0, HEAD_V0 + HEAD_VN), with");
+        emit_line(sb, " * logits rows of HEAD_VP; the log-sum-exp in the backward message after d(lnf), at MSG_LSE. */");
+        emit_line(sb, "#define HEAD_V0 %ld", sp->vocab_begin);
+        emit_line(sb, "#define HEAD_VN %ld", rows);
+        emit_line(sb, "#define HEAD_VP %ld", (rows + 63) / 64 * 64);
+        emit_line(sb, "#define MSG_LSE %ldL", (long)head_message_floats(cfg, true) - (long)cfg->micro * cfg->context);
+    }
     emit_line(sb, "/* One activation slot (%ld floats). */", lay->acts.total);
     emit_layout(sb, &lay->acts);
     emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3%s */", lay->out_offset,
@@ -360,7 +369,11 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
     if (sp->tail_attn)
         emit_line(sb, "attn_forward(args->params + PARAM_TAIL_ATTN, args->acts + ACT_TAIL_ATTN, "
                       "layer_input(args->acts, N_LAYERS));");
-    if (sp->has_head)
+    if (stage_head_front(sp))
+        emit_line(sb, "head_front_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets);");
+    else if (stage_head_back(sp))
+        emit_line(sb, "head_back_forward(args->params, args->acts, args->acts + ACT_INPUT, args->targets, args->losses);");
+    else if (sp->has_head)
         emit_line(sb, "head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, args->losses);");
     emit_close(sb, "");
     blank_line(sb);
@@ -368,7 +381,13 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
     emit_line(sb, "/* Gradients are added to args->grads; d(mean token loss) is scaled by loss_scale. */");
     emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args)", s);
     emit_open_block(sb);
-    if (sp->has_head)
+    if (stage_head_front(sp))
+        emit_line(sb, "head_front_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);");
+    else if (stage_head_back(sp))
+        emit_line(sb, "head_back_backward(args->params, args->grads, args->acts, args->acts + ACT_INPUT, "
+                      "args->targets, args->dx_in, args->loss_scale / (float)BT);");
+    else if (sp->has_head)
         emit_line(sb, "head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->loss_scale / (float)BT);");
     else
@@ -386,7 +405,7 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
                       "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);");
     if (sp->has_embed)
         emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
-    else
+    else if (!stage_head_back(sp)) /* the split's last stage wrote its message itself */
         emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
     emit_close(sb, "");
     blank_line(sb);
@@ -434,17 +453,16 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         mark_kernels(&ops->attn_fwd, used);
         mark_kernels(&ops->attn_bwd, used);
     }
-    if (sp->has_head) {
-        mark_kernels(&ops->head_fwd, used);
-        mark_kernels(&ops->head_bwd, used);
-    }
+    StageSection sections[MAX_STAGE_SECTIONS];
+    int n_sections = stage_sections(sp, ops, sections);
+    for (int i = 0; i < n_sections; i++) // the head's sections, whichever part of the head it holds
+        if (sections[i].ops && strncmp(sections[i].name, "head_", 5) == 0)
+            mark_kernels(sections[i].ops, used);
     used[kernel_find("adamw") - kernel_descs] = cfg->optimizer == PR_OPT_ADAMW;
     for (int i = 0; i < kernel_desc_count; i++)
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
 
-    StageSection sections[MAX_STAGE_SECTIONS];
-    int n_sections = stage_sections(sp, ops, sections);
     emit_op_profile_hooks(sb, s, sections, n_sections);
 
     for (int i = 0; i < n_sections; i++)
@@ -653,7 +671,11 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
         emit_line(sb, ".n_params = %ld, .act_floats = %ld, .scratch_floats = %ld,", lay.params.total,
                   lay.acts.total, lay.scratch.total);
         emit_line(sb, ".in_offset = %ld, .out_offset = %ld, .probs_offset = %ld,", lay.in_offset,
-                  lay.out_offset, lay.probs_offset);
+                  lay.msg_offset, lay.probs_offset);
+        if (plan->vocab_split > 0) // the programs without a split stay as they were
+            emit_line(sb, ".out_floats = %ld, .dx_floats = %ld, .has_lnf = %d, .vocab_begin = %ld, .vocab_end = %ld, "
+                          ".lse_offset = %ld,", lay.out_floats, lay.dx_floats, sp->has_lnf, sp->vocab_begin,
+                      sp->vocab_end, lay.lse_offset);
         emit_line(sb, ".n_tensors = %d, .tensors = pr_stage_%d_tensors,", n, s);
         emit_line(sb, ".forward = pr_stage_%d_forward, .backward = pr_stage_%d_backward, .adamw = pr_stage_%d_adamw,",
                   s, s, s);

@@ -453,7 +453,13 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     if (sp->tail_attn)
         emit_line(sb, "cuda_attn_forward(args->params + PARAM_TAIL_ATTN, %sargs->acts + ACT_TAIL_ATTN, "
                       "layer_input(args->acts, N_LAYERS));", tail_h);
-    if (sp->has_head)
+    if (stage_head_front(sp))
+        emit_line(sb, "cuda_head_front_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets);",
+                  stage_h);
+    else if (stage_head_back(sp))
+        emit_line(sb, "cuda_head_back_forward(args->params, %sargs->acts, args->acts + ACT_INPUT, args->targets, "
+                      "args->losses);", stage_h);
+    else if (sp->has_head)
         emit_line(sb, "cuda_head_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets, "
                       "args->losses);", stage_h);
     emit_close(sb, "");
@@ -472,7 +478,17 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
 
     emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
     emit_open_block(sb);
-    if (sp->has_head) {
+    if (stage_head_front(sp)) {
+        long head = layout_offset(&lay.params, "PARAM_LNFW");
+        emit_line(sb, "cuda_head_front_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", stage_h);
+        emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm and the head's rows */",
+                  lay.params.total - head);
+    } else if (stage_head_back(sp)) {
+        emit_line(sb, "cuda_head_back_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_INPUT, "
+                      "args->targets, args->dx_in, args->loss_scale / (float)BT);", stage_h);
+        emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay.params.total);
+    } else if (sp->has_head) {
         long head = layout_offset(&lay.params, "PARAM_LNFW");
         emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->loss_scale / (float)BT);", stage_h);
@@ -510,8 +526,9 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
                   sp->has_head && cfg->tied ? ", the head's share of wte included" : "");
-    } else
+    } else if (!stage_head_back(sp)) { /* the split's last stage wrote its message itself */
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
+    }
     emit_close(sb, "");
     sb_puts(sb, "\n");
 

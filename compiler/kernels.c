@@ -581,6 +581,100 @@ const KernelDesc kernel_descs[] = {
                 "}",
     },
     {
+        .name = "xent_part_forward",
+        .doc = "the vocabulary split's stage before the last: over its rows [v0, v0 + vn) of a row of "
+               "logits (fp32, or bf16 in logits_h when given), part[row] = their log-sum-exp and "
+               "part[BT + row] = the target's logit if among them, else 0",
+        .params = "const float *RESTRICT logits, const pr_bf16 *RESTRICT logits_h, float *RESTRICT part, "
+                  "const int *RESTRICT targets, int vn, int vp, int v0",
+        .index = "row",
+        .extent = "BT",
+        .lanes = 32,
+        .body = "const float *lg = logits + (long)row * vp;\n"
+                "const pr_bf16 *lh = logits_h ? logits_h + (long)row * vp : (const pr_bf16 *)0;\n"
+                "float mx = -3.0e38f, sum = 0.0f;\n"
+                "ROW_LOOP(v, 0, vn) {\n"
+                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
+                "    if (x > mx) {\n"
+                "        sum *= expf(mx - x);\n"
+                "        mx = x;\n"
+                "    }\n"
+                "    sum += expf(x - mx);\n"
+                "}\n"
+                "float row_mx = ROW_MAX(mx);\n"
+                "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+                "int t = targets[row] - v0;\n"
+                "if (LEAD) {\n"
+                "    part[row] = row_mx + logf(sum);\n"
+                "    part[BT + row] = t >= 0 && t < vn ? (lh ? pr_from_bf16(lh[t]) : lg[t]) : 0.0f;\n"
+                "}",
+    },
+    {
+        .name = "xent_split_forward",
+        .doc = "the vocabulary split's last stage: its rows [v0, v0 + vn) of a row of logits (fp32, or "
+               "bf16 in logits_h) and the rows before them, summarised in part (xent_part_forward), give "
+               "the token's log-sum-exp lse[row] and losses[row]; the row is then overwritten in place "
+               "with p - onehot(target), the dlogits before the loss scale",
+        .params = "float *RESTRICT logits, pr_bf16 *RESTRICT logits_h, const float *RESTRICT part, "
+                  "float *RESTRICT lse, float *RESTRICT losses, const int *RESTRICT targets, int vn, int vp, int v0",
+        .index = "row",
+        .extent = "BT",
+        .lanes = 32,
+        .body = "float *lg = logits + (long)row * vp;\n"
+                "pr_bf16 *lh = logits_h ? logits_h + (long)row * vp : (pr_bf16 *)0;\n"
+                "int t = targets[row] - v0;\n"
+                "float target_logit = t >= 0 && t < vn ? (lh ? pr_from_bf16(lh[t]) : lg[t]) : part[BT + row];\n"
+                "float mx = -3.0e38f, sum = 0.0f;\n"
+                "ROW_LOOP(v, 0, vn) {\n"
+                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
+                "    if (x > mx) {\n"
+                "        sum *= expf(mx - x);\n"
+                "        mx = x;\n"
+                "    }\n"
+                "    sum += expf(x - mx);\n"
+                "}\n"
+                "float row_mx = ROW_MAX(mx);\n"
+                "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+                "float before = part[row];\n"
+                "float top = fmaxf(row_mx, before);\n"
+                "float row_lse = top + logf(sum * expf(row_mx - top) + expf(before - top));\n"
+                "if (LEAD) {\n"
+                "    lse[row] = row_lse;\n"
+                "    losses[row] = row_lse - target_logit;\n"
+                "}\n"
+                "ROW_LOOP(v, 0, vn) {\n"
+                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
+                "    float d = expf(x - row_lse) - (v == t ? 1.0f : 0.0f);\n"
+                "    if (lh)\n"
+                "        lh[v] = pr_to_bf16(d);\n"
+                "    else\n"
+                "        lg[v] = d;\n"
+                "}",
+    },
+    {
+        .name = "xent_part_backward",
+        .doc = "the vocabulary split's stage before the last, in the backward: its row of logits (fp32, or "
+               "bf16 in logits_h) overwritten in place with p - onehot(target) over its rows [v0, v0 + vn), "
+               "from the whole vocabulary's log-sum-exp lse[row] that the last stage sent back",
+        .params = "float *RESTRICT logits, pr_bf16 *RESTRICT logits_h, const float *RESTRICT lse, "
+                  "const int *RESTRICT targets, int vn, int vp, int v0",
+        .index = "row",
+        .extent = "BT",
+        .lanes = 32,
+        .body = "float *lg = logits + (long)row * vp;\n"
+                "pr_bf16 *lh = logits_h ? logits_h + (long)row * vp : (pr_bf16 *)0;\n"
+                "int t = targets[row] - v0;\n"
+                "float row_lse = lse[row];\n"
+                "ROW_LOOP(v, 0, vn) {\n"
+                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
+                "    float d = expf(x - row_lse) - (v == t ? 1.0f : 0.0f);\n"
+                "    if (lh)\n"
+                "        lh[v] = pr_to_bf16(d);\n"
+                "    else\n"
+                "        lg[v] = d;\n"
+                "}",
+    },
+    {
         .name = "bias_backward_tiles",
         .doc = "the GPU's bias_backward, deterministic and without atomics: a block per tile of 8 "
                "columns, its 256 threads 32 row groups of 8 columns (a warp reads 4 rows of 32 bytes), "

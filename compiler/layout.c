@@ -129,27 +129,43 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params, "the layers' blocks");
     if (sp->tail_attn)
         layout_add(p, "PARAM_TAIL_ATTN", lay->attn_params.total, "the attention half of the layer after the last");
-    if (sp->has_head) {
+    long rows = sp->vocab_end - sp->vocab_begin, RP = (rows + 63) / 64 * 64;
+    if (sp->has_lnf) {
         layout_add(p, "PARAM_LNFW", C, "final LayerNorm weight");
         layout_add(p, "PARAM_LNFB", C, "final LayerNorm bias");
-        if (!cfg->tied)
-            layout_add(p, "PARAM_LM_HEAD", V * C, "LM head [V, C]");
     }
+    if (rows > 0 && !cfg->tied)
+        layout_add(p, "PARAM_LM_HEAD", rows * C, rows == V ? "LM head [V, C]" : "the LM head's rows [HEAD_V0, HEAD_V0 + HEAD_VN), [HEAD_VN, C]");
 
     Layout *a = &lay->acts;
-    layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
+    if (stage_head_back(sp)) { // the split's front sends LayerNorm's output as stored, then its statistics
+        layout_add_operand(a, cfg, true, "ACT_INPUT", BT * C, "received final LayerNorm output (bf16 under bf16)");
+        layout_add(a, "ACT_INPUT_PART", 2 * BT, "received per token: log-sum-exp over rows [0, HEAD_V0), the "
+                   "target's logit if among them");
+    } else {
+        layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
+    }
     if (sp->lead_mlp)
         layout_add(a, "ACT_LEAD_MLP", lm->total, "the leading MLP half's block");
     layout_add(a, "ACT_LAYERS", sp->n_layers * lay->layer_acts, "the layers' blocks");
     if (sp->tail_attn)
         layout_add(a, "ACT_TAIL_ATTN", la->total, "the trailing attention half's block");
-    if (sp->has_head) {
+    if (sp->has_lnf) {
         layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
+        if (stage_head_front(sp)) // right after ACT_LNF: the two are the message to the last stage
+            layout_add(a, "ACT_XENT_PART", 2 * BT, "per token: log-sum-exp over this stage's rows, the target's "
+                       "logit if among them (else 0)");
         layout_add(a, "ACT_LNF_MEAN", BT, "its row means");
         layout_add(a, "ACT_LNF_RSTD", BT, "its row 1/std");
+    }
+    if (sp->has_lnf && sp->has_head)
         layout_add(a, "ACT_PROBS", BT * VP, "probabilities, rows of VP (the backward turns them into dlogits); "
                    "on the GPU logits (bf16 under bf16), which the forward turns into unscaled dlogits");
-    }
+    else if (rows > 0)
+        layout_add(a, "ACT_LOGITS", BT * RP, "logits of the stage's rows, rows of HEAD_VP (bf16 on the GPU under "
+                   "bf16), turned in place into unscaled dlogits");
+    if (stage_head_back(sp))
+        layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
 
     Layout *s = &lay->scratch;
     layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");
@@ -174,7 +190,16 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                                                la->total + layout_offset(lm, "A_RESID3")
                       : sp->lead_mlp ? layout_offset(a, "ACT_LEAD_MLP") + layout_offset(lm, "A_RESID3")
                                      : lay->in_offset;
-    lay->probs_offset = sp->has_head ? layout_offset(a, "ACT_PROBS") : 0;
+    lay->probs_offset = sp->has_lnf && sp->has_head ? layout_offset(a, "ACT_PROBS")
+                        : rows > 0                  ? layout_offset(a, "ACT_LOGITS")
+                                                    : 0;
+    lay->lse_offset = stage_head_back(sp) ? layout_offset(a, "ACT_XENT_LSE") : 0;
+    lay->msg_offset = stage_head_front(sp) ? layout_offset(a, "ACT_LNF") : lay->out_offset;
+    // the messages: B T C floats between layers; the split's own between the last two stages
+    lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false) : BT * C;
+    lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true) : BT * C;
+    if (stage_head_front(sp) && layout_offset(a, "ACT_XENT_PART") + 2 * BT - lay->msg_offset != lay->out_floats)
+        ICE("the split's message is not contiguous at ACT_LNF");
 }
 
 /* The plan sizes memory with formulas (plan.c); the blocks laid out here must be what they
@@ -246,15 +271,15 @@ int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay
     if (sp->tail_attn)
         layer_tensors_add(out, &n, C, sp->first_layer + sp->n_layers, 0, N_ATTN_TENSORS,
                           layout_offset(&lay->params, "PARAM_TAIL_ATTN"), &lay->attn_params);
-    if (sp->has_head) {
+    if (sp->has_lnf) {
         tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,
                    false, INIT_ONES);
         tensor_add(out, &n, "lnfb", CKPT(LNFB), 0, layout_offset(&lay->params, "PARAM_LNFB"), C,
                    false, INIT_ZEROS);
-        if (!cfg->tied)
-            tensor_add(out, &n, "lm_head", CKPT(LM_HEAD), 0,
-                       layout_offset(&lay->params, "PARAM_LM_HEAD"), (long)cfg->vocab * C, true,
-                       INIT_NORMAL);
     }
+    // under a vocabulary split each of the last two stages holds a slice of the head's rows
+    if (sp->vocab_end > sp->vocab_begin && !cfg->tied)
+        tensor_add(out, &n, "lm_head", CKPT(LM_HEAD), sp->vocab_begin * C, layout_offset(&lay->params, "PARAM_LM_HEAD"),
+                   (sp->vocab_end - sp->vocab_begin) * C, true, INIT_NORMAL);
     return n;
 }

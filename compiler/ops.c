@@ -279,6 +279,69 @@ static void attention_half_backward(OpList *l, const Config *cfg)
     gpu_block_kernel(l, "layernorm_backward_blocks");
 }
 
+/* The head divided by vocabulary rows between the last two stages (Plan.vocab_split). The
+ * front (the stage before the last) runs the final LayerNorm, its rows' logits and, per token,
+ * their log-sum-exp and the target's logit, which it sends with the LayerNorm's output; the
+ * back (the last stage) runs its rows' logits, the token's whole log-sum-exp and loss, and
+ * turns its logits into unscaled dlogits in place. Backward, the back sends d(LayerNorm
+ * output) from its rows with the log-sum-exp; the front turns its logits into dlogits with it,
+ * adds its rows' share and goes down through the LayerNorm. The products scale the dlogits by
+ * dloss on both devices; under bf16 the GPU's logits and dlogits are bf16, the CPU's fp32. Its
+ * stage's HEAD_V0, HEAD_VN and HEAD_VP are the first row, the row count and the row stride. */
+static void head_split_ops(ModelOps *ops)
+{
+    OpList *l = &ops->head_front_fwd;
+    kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
+              "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
+              STORE("acts", "ACT_LNF"));
+    GEMM(l, "logits of this stage's rows = lnf lm_head^T",
+         "0, 1, BT, HEAD_VN, C, 1.0f, acts + ACT_LNF, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_LOGITS, HEAD_VP");
+    operands_h(l, "acts + ACT_LNF, params_h + PARAM_LM_HEAD");
+    l->ops[l->n - 1].out_h = true;
+    kernel_op(l, "xent_part_forward", "per token: these rows' log-sum-exp and the target's logit, sent on with lnf",
+              "acts + ACT_LOGITS, BF16_COPY(acts + ACT_LOGITS), acts + ACT_XENT_PART, targets, HEAD_VN, HEAD_VP, HEAD_V0");
+
+    l = &ops->head_back_fwd;
+    GEMM(l, "logits of this stage's rows = lnf lm_head^T (lnf received)",
+         "0, 1, BT, HEAD_VN, C, 1.0f, x, C, params + PARAM_LM_HEAD, C, 0.0f, acts + ACT_LOGITS, HEAD_VP");
+    operands_h(l, "x, params_h + PARAM_LM_HEAD");
+    l->ops[l->n - 1].out_h = true;
+    kernel_op(l, "xent_split_forward", "per-token losses and log-sum-exp; unscaled dlogits in place",
+              "acts + ACT_LOGITS, BF16_COPY(acts + ACT_LOGITS), acts + ACT_INPUT_PART, acts + ACT_XENT_LSE, losses, "
+              "targets, HEAD_VN, HEAD_VP, HEAD_V0");
+
+    l = &ops->head_back_bwd;
+    GEMM(l, "d lm_head += dlogits^T lnf",
+         "1, 0, HEAD_VN, C, BT, dloss, acts + ACT_LOGITS, HEAD_VP, x, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    operands_h(l, "NULL, x"); // the CPU's: lnf is kept in bf16, the dlogits are not
+    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, x");
+    GEMM(l, "d lnf from these rows = dlogits lm_head, into the message back",
+         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 0.0f, dx, C");
+    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
+    plain_op(l, OP_COPY, "the log-sum-exp goes back with it", "dx + MSG_LSE, acts + ACT_XENT_LSE, BT");
+
+    l = &ops->head_front_bwd;
+    kernel_op(l, "xent_part_backward", "unscaled dlogits of these rows in place, from the received log-sum-exp",
+              "acts + ACT_LOGITS, BF16_COPY(acts + ACT_LOGITS), dy + MSG_LSE, targets, HEAD_VN, HEAD_VP, HEAD_V0");
+    GEMM(l, "d lm_head += dlogits^T lnf",
+         "1, 0, HEAD_VN, C, BT, dloss, acts + ACT_LOGITS, HEAD_VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    operands_h(l, "NULL, acts + ACT_LNF");
+    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, acts + ACT_LNF");
+    plain_op(l, OP_COPY, "dlnf starts from the last stage's rows", "scratch + S_DLN, dy, BT * C");
+    GEMM(l, "dlnf += dlogits lm_head",
+         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 1.0f, scratch + S_DLN, C");
+    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
+    plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
+    kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
+              "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
+              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+}
+
 /* Section bases (the generated functions' parameters): embedding and head sections see the
  * stage's `params`, `grads`, `acts`, `scratch`; an attention half sees its layer's `p`, `g`,
  * `a`, its input `x` and the stage's scratch `s`, an MLP half `pm`, `gm`, `am` and its input
@@ -329,6 +392,8 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
     gpu_block_kernel(l, "layernorm_backward_blocks");
 
+    head_split_ops(ops);
+
     mlp_half_backward(&ops->block_bwd);
     attention_half_backward(&ops->block_bwd, cfg);
     mlp_half_backward(&ops->mlp_bwd);
@@ -364,6 +429,10 @@ void model_ops_free(ModelOps *ops)
     op_list_free(&ops->mlp_fwd);
     op_list_free(&ops->mlp_bwd);
     op_list_free(&ops->attn_bwd);
+    op_list_free(&ops->head_front_fwd);
+    op_list_free(&ops->head_front_bwd);
+    op_list_free(&ops->head_back_fwd);
+    op_list_free(&ops->head_back_bwd);
 }
 
 
@@ -412,6 +481,20 @@ static const struct {
     {"head_backward", "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
      "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
      "params_h", NULL, NULL},
+    {"head_front_forward", "The vocabulary split's first part: final LayerNorm, the logits of rows [HEAD_V0, HEAD_V0 + "
+     "HEAD_VN) and each token's log-sum-exp over them; x is the last layer's output.",
+     "const float *params, float *acts, const float *x, const int *targets", "params_h", NULL, NULL},
+    {"head_back_forward", "The vocabulary split's last part: the logits of rows [HEAD_V0, V), each token's loss, and "
+     "unscaled dlogits in place; x is the received LayerNorm output.",
+     "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h", NULL, NULL},
+    {"head_back_backward", "Its backward: d(LayerNorm output) from these rows, scaled by dloss, and the log-sum-exp, "
+     "into dx, the message to the stage before.",
+     "const float *params, float *grads, const float *acts, const float *x, const int *targets, float *dx, float dloss",
+     "params_h", NULL, NULL},
+    {"head_front_backward", "The first part's backward: dlogits from the received log-sum-exp, the received d(LayerNorm "
+     "output) dy plus these rows', then down to d(last layer's output) in S_DRES.",
+     "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, "
+     "const float *dy, float dloss", "params_h", NULL, NULL},
     {"attn_backward", "The trailing attention half backward: S_DRES holds d(resid2) on entry and d(x) on exit.",
      "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
     {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
@@ -445,7 +528,13 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
     out[n++] = section("block_forward", &ops->block_fwd, sp->n_layers, true);
     if (sp->tail_attn)
         out[n++] = section("attn_forward", &ops->attn_fwd, 1, true);
-    if (sp->has_head) {
+    if (stage_head_front(sp)) {
+        out[n++] = section("head_front_forward", &ops->head_front_fwd, 1, true);
+        out[n++] = section("head_front_backward", &ops->head_front_bwd, 1, false);
+    } else if (stage_head_back(sp)) {
+        out[n++] = section("head_back_forward", &ops->head_back_fwd, 1, true);
+        out[n++] = section("head_back_backward", &ops->head_back_bwd, 1, false);
+    } else if (sp->has_head) {
         out[n++] = section("head_forward", &ops->head_fwd, 1, true);
         out[n++] = section("head_backward", &ops->head_bwd, 1, false);
     }

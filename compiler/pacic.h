@@ -205,6 +205,9 @@ typedef struct Config {
     enum paci_schedule_kind schedule;
     int window;             /* K: micro-batches per optimizer step, every schedule */
     int *split_halves;      /* half layers per stage (length stages; `split [3.5, ...]` is 7), NULL = automatic */
+    long vocab_split;       /* `vocab_split N`: the LM head's rows [0, N) and the final LayerNorm on the
+                               stage before the last, rows [N, V) alone on the last; 0: the head whole
+                               on the last stage; -1: not written (automatic) */
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
     int recompute;          /* enum recompute: full keeps a slot's input only, the backward reruns the forward */
     /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
@@ -249,7 +252,7 @@ typedef struct Config {
     double memory_bandwidth;/* bytes/s between a device and its memory (HBM) */
     double network_bandwidth;/* bytes/s per device between nodes: the replicas' allreduce */
     /* where things were written, for checks made by later phases */
-    Span span_model, span_stages, span_window, span_micro, span_split, span_memory;
+    Span span_model, span_stages, span_window, span_micro, span_split, span_memory, span_vocab_split;
     /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
     bool cuda;
     /* set by main from --balance: measured costs that replace the cost model's (cost_stage) */
@@ -288,7 +291,13 @@ void config_dump(FILE *out, const Config *cfg);
 typedef struct StagePlan {
     int first_layer, n_layers;
     bool lead_mlp, tail_attn;
-    bool has_embed, has_head;
+    bool has_embed, has_head;  /* has_head: the last stage, which computes the losses */
+    /* The final LayerNorm, and the LM head's rows [vocab_begin, vocab_end) (untied; the tied
+     * head reads wte's rows). A plain last stage holds both and every row. With the vocabulary
+     * split (Plan.vocab_split) the stage before the last holds the LayerNorm and rows [0, N),
+     * the last rows [N, V) and no layer. */
+    bool has_lnf;
+    long vocab_begin, vocab_end;
     long params;            /* parameters held by the stage */
     double fwd_flops;       /* per micro-batch */
     double bwd_flops;
@@ -307,6 +316,7 @@ typedef struct StagePlan {
 
 typedef struct Plan {
     int stages;
+    long vocab_split;       /* N > 0: the head's rows split at N over the last two stages; 0: not */
     bool recompute;         /* recompute full: stages that recompute hold slots x keep_bytes + act_bytes */
     long total_params;
     StagePlan stage[PACI_MAX_STAGES];
@@ -315,7 +325,19 @@ typedef struct Plan {
 /* Partitions layers (manual split or balanced) and sizes memory; false + errors if the
  * plan does not fit the device memory. */
 bool plan_build(const Config *cfg, Plan *plan);
+/* The stage before the last under a vocabulary split: final LayerNorm and the head's first
+ * rows; it sends the LayerNorm's output and each token's partial log-sum-exp. */
+static inline bool stage_head_front(const StagePlan *sp)
+{
+    return sp->has_lnf && !sp->has_head;
+}
+/* The last stage under a vocabulary split: the head's other rows and the losses. */
+static inline bool stage_head_back(const StagePlan *sp)
+{
+    return sp->has_head && !sp->has_lnf;
+}
 /* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head";
+ * under a vocabulary split "21-23+hA" (the final LayerNorm and the head's first rows) and "headB";
  * a half layer by its letter, a (attention) or b (MLP): "2b-5a" is layer 2's MLP, layers 3
  * and 4, and layer 5's attention. */
 void stage_layers_label(const StagePlan *sp, char *out, size_t size);
@@ -329,6 +351,11 @@ typedef struct GradRange {
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out);
 /* The layers a stage holds, a half layer counted by its share of a layer's FLOPs. */
 double stage_layer_count(const Config *cfg, const StagePlan *sp);
+/* The floats of the vocabulary split's messages between the last two stages: forward, the
+ * final LayerNorm's output (as its activation is stored) padded to 64, then each token's
+ * log-sum-exp over the front's rows and its target's logit there (0 if not there);
+ * backward, d(LayerNorm output) padded to 64, then each token's log-sum-exp. */
+double head_message_floats(const Config *cfg, bool backward);
 /* The same plan without the memory check or any message (for comparisons). */
 void plan_layout(const Config *cfg, Plan *plan);
 /* The largest mem_total over the stages, and its stage. */
@@ -625,7 +652,11 @@ typedef struct StageLayout {
     Layout params;       /* PARAM_*: embedding, layers, final LN and head */
     Layout acts;         /* ACT_*: input, layers, head */
     Layout scratch;      /* S_*: backward scratch */
-    long in_offset, out_offset, probs_offset;
+    long in_offset, out_offset, probs_offset; /* out: the last layer's output (the head's input) */
+    long msg_offset;     /* the forward message it sends: out_offset, or the split's front's ACT_LNF */
+    long lse_offset;     /* the split's last stage: ACT_XENT_LSE, which the sampler reads */
+    long out_floats;     /* the forward message it sends: B T C, or the split's (head_message_floats) */
+    long dx_floats;      /* the backward message it sends: B T C, or the split's */
 } StageLayout;
 
 /* One parameter tensor of a stage, as the runtime's tensor table states it. */
@@ -707,6 +738,9 @@ typedef struct ModelOps {
      * attention half; a whole layer runs block_fwd, which fuses the residual between them
      * into LayerNorm 2 (to the same bits) */
     OpList attn_fwd, mlp_fwd, mlp_bwd, attn_bwd;
+    /* the head divided by vocabulary rows over the last two stages (Plan.vocab_split): the
+     * front's (final LayerNorm and the first rows) and the back's (the other rows, the loss) */
+    OpList head_front_fwd, head_front_bwd, head_back_fwd, head_back_bwd;
 } ModelOps;
 
 void model_ops_build(const Config *cfg, ModelOps *ops);

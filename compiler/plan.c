@@ -37,34 +37,42 @@
  * half's (index HALF_ATTN) plus its MLP half's (HALF_MLP). */
 enum { HALF_ATTN, HALF_MLP };
 typedef struct ModelCounts {
-    double half_params[2], embed_params, head_params;
-    double half_fwd[2], embed_fwd, head_fwd;     /* FLOPs per micro-batch */
-    double half_acts[2], input_acts, head_acts;  /* elements per slot */
-    double scratch, head_scratch;                /* elements of the backward's scratch; the last stage's extra */
-    int act_bytes, weight_bytes;                 /* bytes per element */
+    double half_params[2], embed_params, lnf_params, head_row_params;
+    double half_fwd[2], embed_fwd, head_row_fwd;  /* FLOPs per micro-batch (the head's per row) */
+    double half_acts[2], input_acts, lnf_acts;    /* elements per slot */
+    double lnf_message;                           /* the floats the final LayerNorm's output takes */
+    double scratch;                               /* elements of the backward's scratch */
+    int act_bytes, weight_bytes;                  /* bytes per element */
 } ModelCounts;
+
+/* n floats padded as layout.c pads every entry (to 64). */
+static double padded(double n)
+{
+    return ceil(n / 64) * 64;
+}
 
 static ModelCounts model_counts(const Config *cfg)
 {
-    double C = cfg->width, T = cfg->context, V = cfg->vocab, B = cfg->micro, NH = cfg->heads;
+    double C = cfg->width, T = cfg->context, B = cfg->micro, NH = cfg->heads;
     double tokens = B * T;
     ModelCounts m;
     m.half_params[HALF_ATTN] = 4 * C * C + 6 * C;  /* ln1, qkv, attention projection */
     m.half_params[HALF_MLP] = 8 * C * C + 7 * C;   /* ln2, fc, MLP projection */
-    m.embed_params = V * C + T * C;
-    m.head_params = 2 * C + (cfg->tied ? 0 : V * C);
+    m.embed_params = cfg->vocab * C + T * C;
+    m.lnf_params = 2 * C;
+    m.head_row_params = cfg->tied ? 0 : C;
     m.half_fwd[HALF_ATTN] = 2 * 4 * C * C * tokens + 2 * B * T * T * C;
     m.half_fwd[HALF_MLP] = 2 * 8 * C * C * tokens;
     m.embed_fwd = 0;
-    m.head_fwd = 2 * V * C * tokens;
+    m.head_row_fwd = 2 * C * tokens;
     /* what stage_layout gives each half: the matmul attention adds its T x T workspace */
     m.half_acts[HALF_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.half_acts[HALF_MLP] = tokens * (10 * C + 2);
     m.input_acts = tokens * C;
-    m.head_acts = tokens * (C + 2) + tokens * (double)vocab_stride(cfg); /* losses: mem_work */
+    m.lnf_acts = tokens * (C + 2);
+    m.lnf_message = tokens * C;
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
     m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
-    m.head_scratch = 0;
     m.act_bytes = 4;
     m.weight_bytes = 4;
     if (cfg->precision == PREC_BF16) {
@@ -75,10 +83,18 @@ static ModelCounts model_counts(const Config *cfg)
         // layer, and the final LayerNorm, are kept in bf16: half their floats
         m.half_acts[HALF_ATTN] -= tokens * (flash ? C : 0);
         m.half_acts[HALF_MLP] -= tokens * 2.5 * C;
-        m.head_acts -= tokens * C / 2;
+        m.lnf_acts -= tokens * C / 2;
+        m.lnf_message = ceil(tokens * C / 2);
         m.weight_bytes = 6;
     }
     return m;
+}
+
+double head_message_floats(const Config *cfg, bool backward)
+{
+    ModelCounts m = model_counts(cfg);
+    double tokens = (double)cfg->micro * cfg->context;
+    return backward ? padded(tokens * cfg->width) + tokens : padded(m.lnf_message) + 2 * tokens;
 }
 
 /* Sums a count over the stage's halves: the leading MLP half, whole layers, the trailing attention half. */
@@ -102,8 +118,9 @@ int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
     double layer_params = m.half_params[HALF_ATTN] + m.half_params[HALF_MLP];
     double layer_fwd = m.half_fwd[HALF_ATTN] + m.half_fwd[HALF_MLP];
     int n = 0;
-    if (sp->has_head)
-        out[n++] = (GradRange){m.head_params, 2 * m.head_fwd};
+    double rows = (double)(sp->vocab_end - sp->vocab_begin);
+    if (sp->has_lnf || rows > 0)
+        out[n++] = (GradRange){(sp->has_lnf ? m.lnf_params : 0) + rows * m.head_row_params, 2 * rows * m.head_row_fwd};
     if (sp->tail_attn)
         out[n++] = (GradRange){m.half_params[HALF_ATTN], 2 * m.half_fwd[HALF_ATTN]};
     for (int l = 0; l < sp->n_layers; l++)
@@ -126,12 +143,16 @@ static void stage_slots(const Config *cfg, int *slots, int *stash)
 }
 
 /* Fills sp for stage s holding the half layers [first, first + n) (half 2l is layer l's
- * attention, 2l + 1 its MLP; and the embedding on the first stage, the head on the last):
- * parameters, FLOPs and memory, with the schedule's slots. */
-static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, int slots, int stash,
-                       StagePlan *sp)
+ * attention, 2l + 1 its MLP; the embedding on the first stage; the final LayerNorm and the
+ * head on the last, or with vocab_split N the LayerNorm and the head's rows [0, N) on the
+ * stage before it and rows [N, V) on the last): parameters, FLOPs and memory, with the
+ * schedule's slots. */
+static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, long vocab_split, int slots,
+                       int stash, StagePlan *sp)
 {
     int p = cfg->stages, end = first + n;
+    long V = cfg->vocab;
+    double tokens = (double)cfg->micro * cfg->context;
     memset(sp, 0, sizeof *sp);
     sp->lead_mlp = n > 0 && first % 2 == 1;
     sp->tail_attn = n > 0 && end % 2 == 1;
@@ -139,14 +160,24 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->n_layers = n > 0 ? end / 2 - sp->first_layer : 0;
     sp->has_embed = s == 0;
     sp->has_head = s == p - 1;
+    sp->has_lnf = s == (vocab_split > 0 ? p - 2 : p - 1);
+    if (sp->has_head)
+        sp->vocab_begin = vocab_split > 0 ? vocab_split : 0, sp->vocab_end = V;
+    else if (sp->has_lnf)
+        sp->vocab_begin = 0, sp->vocab_end = vocab_split;
+    double rows = (double)(sp->vocab_end - sp->vocab_begin);
     double params = over_halves(sp, m->half_params) + (sp->has_embed ? m->embed_params : 0) +
-                    (sp->has_head ? m->head_params : 0);
+                    (sp->has_lnf ? m->lnf_params : 0) + rows * m->head_row_params;
     sp->params = (long)params;
-    sp->fwd_flops = over_halves(sp, m->half_fwd) + (sp->has_embed ? m->embed_fwd : 0) +
-                    (sp->has_head ? m->head_fwd : 0);
+    sp->fwd_flops = over_halves(sp, m->half_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
     sp->bwd_flops = 2 * sp->fwd_flops;
-    sp->msg_bytes = (long)(m->input_acts * m->act_bytes);
-    double acts = over_halves(sp, m->half_acts) + m->input_acts + (sp->has_head ? m->head_acts : 0);
+    // the split's front sends the final LayerNorm's output and two floats a token (its rows'
+    // log-sum-exp and target logit); the back takes them as its input
+    double input = stage_head_back(sp) ? head_message_floats(cfg, false) : m->input_acts;
+    sp->msg_bytes = (long)((stage_head_front(sp) ? head_message_floats(cfg, false) : m->input_acts) * m->act_bytes);
+    double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
+                       (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
+    double acts = over_halves(sp, m->half_acts) + input + head_acts;
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;
@@ -159,15 +190,16 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     // mem_work), and one full slot is the workspace every forward and backward runs in. A
     // stage with one slot keeps it whole: recomputing there would save nothing and cost a
     // forward (runtime/executor.c decides alike).
-    sp->keep_bytes = sp->has_embed ? 0 : (long)(m->input_acts * 4);
+    sp->keep_bytes = sp->has_embed ? 0 : (long)(input * 4);
     sp->recompute = cfg->recompute == RECOMPUTE_FULL && slots > 1;
     sp->mem_acts = sp->recompute ? sp->keep_bytes * sp->slots + sp->act_bytes : sp->act_bytes * sp->slots;
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
-    sp->scratch_floats = (long)(m->scratch + (sp->has_head ? m->head_scratch : 0));
-    // what runtime/executor.c allocates beside the blocks: two B T C buffers, and per slot
-    // int32 tokens and targets and float losses per token
-    double tokens = (double)cfg->micro * cfg->context;
-    sp->mem_work = (long)((sp->scratch_floats + 2 * m->input_acts) * 4 + sp->slots * tokens * 12);
+    sp->scratch_floats = (long)m->scratch;
+    // what runtime/executor.c allocates beside the blocks: two message buffers (the larger
+    // of the split's backward message and B T C), and per slot int32 tokens and targets and
+    // float losses per token
+    double message = vocab_split > 0 ? fmax(m->input_acts, head_message_floats(cfg, true)) : m->input_acts;
+    sp->mem_work = (long)((sp->scratch_floats + 2 * message) * 4 + sp->slots * tokens * 12);
     sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
                     sp->mem_work;
 }
@@ -190,9 +222,11 @@ static double stage_seconds(const Config *cfg, const StagePlan *sp)
  * no stage idles when it need not. With no partition that fits, the one that ignores memory
  * (and plan_build reports the stage that does not fit; *fits_memory false). split[] gets
  * halves per stage. */
-static double balanced_split(const Config *cfg, const ModelCounts *m, int step, int *split, bool *fits_memory)
+static double balanced_split(const Config *cfg, const ModelCounts *m, int step, long vocab_split, int *split,
+                             bool *fits_memory)
 {
-    int units = 2 * cfg->layers, stages = cfg->stages;
+    // under a vocabulary split the last stage holds no layer: the halves go over the others
+    int units = 2 * cfg->layers, stages = vocab_split > 0 ? cfg->stages - 1 : cfg->stages;
     /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u halves. */
     size_t cells = (size_t)(stages + 1) * (size_t)(units + 1);
     double *worst = xmalloc(cells * sizeof *worst);
@@ -202,7 +236,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
     stage_slots(cfg, slots, stash);
     /* a scale for the squares: the whole model's time over its layers and head */
     StagePlan whole;
-    stage_fill(cfg, m, 0, 0, units, slots[0], stash[0], &whole);
+    stage_fill(cfg, m, 0, 0, units, 0, slots[0], stash[0], &whole);
     double unit = stage_seconds(cfg, &whole) / (cfg->layers + 1);
     if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
         unit = 1;
@@ -216,13 +250,23 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
         for (int n = 0; n <= units; n++)
             for (int parity = 0; parity < 2; parity++) {
                 StagePlan sp;
-                stage_fill(cfg, m, k - 1, parity, n, slots[k - 1], stash[k - 1], &sp);
+                stage_fill(cfg, m, k - 1, parity, n, vocab_split, slots[k - 1], stash[k - 1], &sp);
                 stage_time[2 * AT(k, n) + parity] = stage_seconds(cfg, &sp) / unit;
                 fits[2 * AT(k, n) + parity] = (double)sp.mem_total <= cfg->device_memory;
             }
+    double back_time = 0;
+    bool back_fits = true;
+    if (vocab_split > 0) {
+        StagePlan back;
+        stage_fill(cfg, m, cfg->stages - 1, units, 0, vocab_split, slots[cfg->stages - 1], stash[cfg->stages - 1], &back);
+        back_time = stage_seconds(cfg, &back) / unit;
+        back_fits = (double)back.mem_total <= cfg->device_memory;
+    }
     int pass;
     for (pass = 0; pass < 2; pass++) {
         bool check_memory = pass == 0;
+        if (check_memory && !back_fits)
+            continue;
         for (int u = 0; u <= units; u++) {
             worst[AT(0, u)] = u == 0 ? 0 : INFINITY;
             squares[AT(0, u)] = 0;
@@ -264,8 +308,10 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
         if (choice[AT(stages, units)] >= 0)
             break;
     }
-    double slowest = worst[AT(stages, units)] * unit;
+    double slowest = fmax(worst[AT(stages, units)], back_time) * unit;
     *fits_memory = pass == 0;
+    if (vocab_split > 0)
+        split[stages] = 0;
     for (int k = stages, u = units; k >= 1; k--) {
         split[k - 1] = choice[AT(k, u)];
         if (split[k - 1] < 0)
@@ -281,20 +327,64 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
     return slowest;
 }
 
-/* The automatic split: whole layers, unless boundaries inside layers (between a layer's
- * attention and its MLP) make the slowest stage at least 1% faster; a half boundary costs
- * nothing more (the message is the same residual stream), but whole layers read better.
- * Measured costs (--balance) split whole layers only. */
-static void automatic_split(const Config *cfg, const ModelCounts *m, int *split)
+/* The split for a given vocab_split: whole layers, unless boundaries inside layers (between a
+ * layer's attention and its MLP) make the slowest stage at least 1% faster; a half boundary
+ * costs nothing more (the message is the same residual stream), but whole layers read
+ * better. Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
+static double layer_split(const Config *cfg, const ModelCounts *m, long vocab_split, int *split, bool *fits)
 {
     int halves[PACI_MAX_STAGES];
     bool whole_fits, half_fits;
-    double whole = balanced_split(cfg, m, 2, split, &whole_fits);
+    double whole = balanced_split(cfg, m, 2, vocab_split, split, &whole_fits);
+    *fits = whole_fits;
     if (cfg->measured) /* a profile measures whole layers: it cannot price their halves apart */
-        return;
-    double half = balanced_split(cfg, m, 1, halves, &half_fits);
-    if (half_fits > whole_fits || (half_fits == whole_fits && half < whole * 0.99))
+        return whole;
+    double half = balanced_split(cfg, m, 1, vocab_split, halves, &half_fits);
+    if (half_fits > whole_fits || (half_fits == whole_fits && half < whole * 0.99)) {
         memcpy(split, halves, (size_t)cfg->stages * sizeof *split);
+        *fits = half_fits;
+        return half;
+    }
+    return whole;
+}
+
+/* The automatic split, and the vocabulary split it chooses (0: none). When the head costs
+ * more than a stage's share, no split at layers can balance the last stage: the head's rows
+ * are divided between the last two stages, the last keeping no layer, at the row count (a
+ * multiple of 64) that minimises the slowest stage, if that makes it at least 1% faster.
+ * The slowest stage's time is the larger of a time that grows with the rows of the stage
+ * before the last and one that falls with them, so a ternary search over the rows finds it.
+ * Not with measured costs (a profile does not price rows) or a tied head (wte's rows are
+ * the embedding's). */
+static long automatic_split(const Config *cfg, const ModelCounts *m, int *split)
+{
+    bool fits;
+    double whole_head = layer_split(cfg, m, 0, split, &fits);
+    long lo = 1, hi = (cfg->vocab - 1) / 64; /* in units of 64 rows */
+    if (cfg->vocab_split == 0 || cfg->stages < 2 || cfg->tied || cfg->measured || !isfinite(whole_head) || hi < lo)
+        return 0;
+    int trial[PACI_MAX_STAGES];
+    bool trial_fits;
+    while (hi - lo > 2) {
+        long m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+        double t1 = layer_split(cfg, m, 64 * m1, trial, &trial_fits);
+        double t2 = layer_split(cfg, m, 64 * m2, trial, &trial_fits);
+        if (t1 > t2)
+            lo = m1;
+        else
+            hi = m2;
+    }
+    long best = 0;
+    double best_time = whole_head;
+    for (long u = lo; u <= hi; u++) {
+        double t = layer_split(cfg, m, 64 * u, trial, &trial_fits);
+        if (trial_fits >= fits && t < best_time * 0.99 && (best == 0 || t < best_time)) {
+            best = 64 * u;
+            best_time = t;
+            memcpy(split, trial, (size_t)cfg->stages * sizeof *split);
+        }
+    }
+    return best;
 }
 
 /* Fills every number of the plan; never fails and prints nothing. */
@@ -304,10 +394,15 @@ void plan_layout(const Config *cfg, Plan *plan)
     ModelCounts m = model_counts(cfg);
     int p = cfg->stages;
     int split[PACI_MAX_STAGES]; /* halves per stage */
+    long vocab_split = cfg->vocab_split > 0 ? cfg->vocab_split : 0;
+    bool fits;
     if (cfg->split_halves)
         memcpy(split, cfg->split_halves, (size_t)p * sizeof *split);
+    else if (vocab_split > 0)
+        layer_split(cfg, &m, vocab_split, split, &fits);
     else
-        automatic_split(cfg, &m, split);
+        vocab_split = automatic_split(cfg, &m, split);
+    plan->vocab_split = vocab_split;
 
     plan->stages = p;
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
@@ -315,7 +410,7 @@ void plan_layout(const Config *cfg, Plan *plan)
     stage_slots(cfg, slots, stash);
     int next = 0;
     for (int s = 0; s < p; s++) {
-        stage_fill(cfg, &m, s, next, split[s], slots[s], stash[s], &plan->stage[s]);
+        stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], &plan->stage[s]);
         next += split[s];
         plan->total_params += plan->stage[s].params;
     }
@@ -325,10 +420,10 @@ void plan_layout(const Config *cfg, Plan *plan)
         ICE("the partition covers %d of %d half layers", next, 2 * cfg->layers);
     for (int s = 0, at = 0; s < p; s++) {
         const StagePlan *sp = &plan->stage[s];
-        bool end = p > 1 && (s == 0 || s == p - 1);
+        bool end = p > 1 && (s == 0 || s == p - 1 || (vocab_split > 0 && s == p - 2));
         int first = 2 * sp->first_layer - sp->lead_mlp;
         int n = sp->lead_mlp + 2 * sp->n_layers + sp->tail_attn;
-        if (n < (end ? 0 : 1) || (n > 0 && first != at) || n != split[s])
+        if (n < (end ? 0 : 1) || (n > 0 && first != at) || n != split[s] || (stage_head_back(sp) && n > 0))
             ICE("stage %d of the partition holds %d halves from %d", s, n, first);
         at += n;
     }
@@ -427,7 +522,7 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
                 "stage %d: layers %s%s%s params %ld fwd %.4g bwd %.4g FLOP msg %ld B "
                 "slot %ld B x %d stash %d | weights %ld grads %ld optim %ld acts %ld stash %ld work %ld "
                 "total %ld\n",
-                s, layers, sp->has_embed ? " +embed" : "", sp->has_head ? " +head" : "", sp->params,
+                s, layers, sp->has_embed ? " +embed" : "", stage_head_front(sp) ? " +headA" : stage_head_back(sp) ? " +headB" : sp->has_head ? " +head" : "", sp->params,
                 sp->fwd_flops, sp->bwd_flops, sp->msg_bytes, sp->act_bytes, sp->slots, sp->stash,
                 sp->mem_weights, sp->mem_grads, sp->mem_optim, sp->mem_acts, sp->mem_stash,
                 sp->mem_work, sp->mem_total);
@@ -437,11 +532,15 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
 void stage_layers_label(const StagePlan *sp, char *out, size_t size)
 {
     char first[16], last[16];
+    // under a vocabulary split the head's two parts: hA on the stage before the last, headB on the last
+    const char *head = stage_head_front(sp) ? "hA" : stage_head_back(sp) ? "headB" : "head";
+    bool holds_head = sp->has_lnf || sp->has_head;
     if (!stage_ends(sp, first, last, sizeof first)) { /* an embedding-only first or head-only last stage */
-        snprintf(out, size, "%s", sp->has_embed && sp->has_head ? "e+h" : sp->has_embed ? "emb" : "head");
+        snprintf(out, size, "%s", sp->has_embed && holds_head ? "e+h" : sp->has_embed ? "emb" : head);
         return;
     }
     bool half_alone = sp->n_layers == 0 && sp->lead_mlp != sp->tail_attn; /* "5a", not "5a-5a" */
-    snprintf(out, size, "%s%s%s%s", first, half_alone ? "" : "-", half_alone ? "" : last,
-             sp->has_embed && sp->has_head ? "+e+h" : sp->has_embed ? "+emb" : sp->has_head ? "+head" : "");
+    snprintf(out, size, "%s%s%s%s%s%s", first, half_alone ? "" : "-", half_alone ? "" : last,
+             sp->has_embed && holds_head ? "+e+h" : sp->has_embed ? "+emb" : "", !sp->has_embed && holds_head ? "+" : "",
+             !sp->has_embed && holds_head ? head : "");
 }

@@ -151,6 +151,7 @@ static const KeyDef pipeline_keys[] = {
     CHOICE_KEY("schedule", schedule, schedule_words, PACI_SCHED_PACI),
     INT_KEY("window", window, 1, 1000000, 0), /* 0: not written, derived */
     CUSTOM_KEY("split", set_split),
+    LONG_KEY("vocab_split", vocab_split, 0, 1048576, -1), /* -1: not written, automatic */
     CHOICE_KEY("delay_correction", delay_correction, delay_correction_words, DELAY_NONE),
     CHOICE_KEY("recompute", recompute, recompute_words, RECOMPUTE_NONE),
     END_KEYS,
@@ -456,8 +457,10 @@ static void set_split(Sema *s, const Entry *e)
     for (int i = 0; i < list->n_items; i++) {
         const Value *item = list->items[i];
         double n;
-        /* 0 layers: the first stage then holds only the embedding, the last only the head */
-        bool end = i == 0 || i == list->n_items - 1;
+        /* 0 layers: the first stage then holds only the embedding, the last only the head;
+         * under vocab_split the one before the last may hold only the head's first rows
+         * (check_pipeline, which sees vocab_split) */
+        bool end = i == 0 || i >= list->n_items - 2;
         if (item->kind == VAL_NUMBER && item->number == 0 && !end) {
             error_at(s->src, item->span, "stage %d of 'split' has 0 layers; only the first stage (embedding "
                      "only) or the last (LM head only) may hold none", i);
@@ -1027,6 +1030,34 @@ static void check_pipeline(Sema *s)
         cfg->split_halves = NULL;
     }
 
+    /* vocab_split N: rows [0, N) of the head with the final LayerNorm on stage p-2, the rest
+     * alone on the last stage */
+    const Entry *vocab_split = written(s, "pipeline", "vocab_split");
+    if (split_ok && cfg->stages >= 3 && cfg->split_halves[cfg->stages - 2] == 0 && cfg->vocab_split <= 0) {
+        error_at(s->src, split->values[0]->items[cfg->stages - 2]->span,
+                 "stage %d of 'split' has 0 layers; only the first stage (embedding only) or the last (LM head "
+                 "only) may hold none, or under vocab_split the one before the last (the head's first rows)",
+                 cfg->stages - 2);
+        free(cfg->split_halves);
+        cfg->split_halves = NULL;
+        split_ok = false;
+    }
+    if (vocab_split && usable(s, "pipeline", "vocab_split") && cfg->vocab_split > 0) {
+        Span at = vocab_split->values[0]->span;
+        if (usable(s, "model", "vocab") && cfg->vocab_split >= cfg->vocab)
+            error_at(s->src, at, "vocab_split %ld leaves the last stage no row of the LM head: it must be "
+                     "below the vocabulary's %d rows (0: no split)", cfg->vocab_split, cfg->vocab);
+        else if (stages_ok && cfg->stages < 2)
+            error_at(s->src, at, "vocab_split %ld divides the LM head between the last two stages, but "
+                     "there is one stage", cfg->vocab_split);
+        else if (cfg->tied)
+            error_at(s->src, at, "vocab_split needs an untied head: a tied head reads the embedding's rows");
+        else if (split_ok && cfg->split_halves[cfg->stages - 1] != 0)
+            error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layers, but under "
+                     "vocab_split it holds only rows of the LM head: its entry must be 0",
+                     cfg->split_halves[cfg->stages - 1] / 2.0);
+    }
+
     int p = cfg->stages;
     if (cfg->schedule == PACI_SCHED_PACI && p > 1 && cfg->window < p - 1) {
         int crossings = (p - 1 + cfg->window - 1) / cfg->window;
@@ -1267,6 +1298,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     if (!cfg->split_halves)
         cfg->span_split = cfg->span_stages;
     cfg->span_memory = span_of(s, "hardware", "memory", 4);
+    cfg->span_vocab_split = span_of(s, "pipeline", "vocab_split", 1);
     free(s);
     return diag_error_count() == errors_before;
 }

@@ -49,8 +49,10 @@ void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd
     if (mc) {
         // a profile measures whole layers; a half layer is priced by its share of the FLOPs
         double layers = stage_layer_count(cfg, sp);
-        *fwd = layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + (sp->has_head ? mc->head_fwd : 0);
-        *bwd = layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + (sp->has_head ? mc->head_bwd : 0);
+        // the head by its share of the rows (a vocabulary split divides it)
+        double head = (double)(sp->vocab_end - sp->vocab_begin) / cfg->vocab;
+        *fwd = layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + head * mc->head_fwd;
+        *bwd = layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + head * mc->head_bwd;
         *step = (double)sp->params * mc->step_per_param;
     } else {
         double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;

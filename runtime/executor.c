@@ -157,7 +157,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     run->replicas = prog->replicas > 1 ? prog->replicas : 1;
     // One process per stage and replica: rank = replica * p + stage (docs/launch.md).
     run->replica = run->opt.world > 1 ? run->opt.rank / run->p : 0;
-    int64_t BT = run->B * run->T, BTC = BT * run->C;
+    int64_t BT = run->B * run->T;
+    // the message buffers hold the largest message (the vocabulary split's may pass B T C)
+    int64_t message = pr_link_floats_max(prog);
     // Everything a stage keeps on its device, checked against free memory before any of it
     // is allocated, so a plan that does not fit stops with the stage named.
     int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
@@ -189,10 +191,10 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         int hold = stage_holding(run, s);
         slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
         recomputes[s] = prog->recompute && tab->slots[s] > 1;
-        slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? BTC : 0;
+        slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? pr_link_floats(prog, PR_LINK_ACT, s - 1) : 0;
         work_floats[s] = recomputes[s] ? sc->act_floats : 0;
         floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s] + acc_buffers) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
-                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * BTC + (1 + predicts[s]) * n_h + pad
+                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * message + (1 + predicts[s]) * n_h + pad
                        : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                        : 0;
         bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) +
@@ -225,8 +227,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         // What this stage holds: its arena, per-slot batch buffers, the links it sends on.
         st->arena_bytes = floats_of[s] * (int64_t)sizeof(float) +
                           slots * BT * (int64_t)(2 * sizeof(int32_t) + sizeof(float)) +
-                          (hold == HOLD_FULL ? ((s + 1 < run->p) + (s > 0)) * (int64_t)tab->channel_capacity *
-                                                   BTC * (int64_t)sizeof(float)
+                          (hold == HOLD_FULL ? (int64_t)tab->channel_capacity * (int64_t)sizeof(float) *
+                                                   ((s + 1 < run->p ? pr_link_floats(prog, PR_LINK_ACT, s) : 0) +
+                                                    (s > 0 ? pr_link_floats(prog, PR_LINK_GRAD, s - 1) : 0))
                                              : 0);
         float *at = st->arena;
         if (hold == HOLD_FULL) {
@@ -241,8 +244,8 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->recompute = recomputes[s];
             st->stash = at, at += tab->stash[s] * n;
             st->scratch = at, at += sc->scratch_floats;
-            st->grad_in = at, at += BTC;
-            st->grad_out = at, at += BTC;
+            st->grad_in = at, at += message;
+            st->grad_out = at, at += message;
             if (predicts[s])
                 st->predicted = at, at += n;
             if (acc_buffers > 0) {
@@ -283,7 +286,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             st->dev_tokens = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
             st->dev_targets = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
             st->dev_losses = dev->alloc(s, (size_t)(slots * BT) * sizeof(float));
-            st->staging = pr_alloc((size_t)BTC * sizeof(float));
+            st->staging = pr_alloc((size_t)message * sizeof(float));
         }
         for (int64_t i = 0; i < slots; i++)
             st->slot_mb[i] = -1;
@@ -293,8 +296,8 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         if (run->opt.profile_out)
             pr_op_stats_open(s, sc->n_ops);
         if (s + 1 < run->p) {
-            pr_channel_init(&run->act[s], tab->channel_capacity, BTC);
-            pr_channel_init(&run->grad[s], tab->channel_capacity, BTC);
+            pr_channel_init(&run->act[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_ACT, s));
+            pr_channel_init(&run->grad[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_GRAD, s));
             run->act[s].timeout = run->grad[s].timeout = run->opt.peer_timeout;
         }
     }
@@ -332,7 +335,7 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
             pr_channel_init(c, tab->channel_capacity, 0);
             c->timeout = timeout;
             pr_dev_link_open(&run->dev_link[kind][i], dev, kind == PR_LINK_ACT ? i : i + 1,
-                             kind == PR_LINK_ACT ? i + 1 : i, tab->channel_capacity, (size_t)BTC);
+                             kind == PR_LINK_ACT ? i + 1 : i, tab->channel_capacity, (size_t)pr_link_floats(prog, kind, i));
         }
     return 0;
 }
@@ -902,7 +905,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     case PACI_OP_FWD: {
         if (s > 0)
             expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        if (sc->has_embed || sc->has_head) {
+        if (sc->has_embed || sc->has_head || sc->has_lnf) {
             pr_tokens_batch(&run->train, pr_replica_batch(run, mb), run->B, run->T, tokens, targets);
             if (!dev->host_memory) {
                 dev->upload(s, dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
@@ -915,7 +918,7 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         const pr_bf16 *weights_h = st->params_h;
         const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux, &weights_h) : st->params;
         if (recompute && s > 0)
-            dev->copy(s, acts + sc->in_offset, input, (size_t)(BT * run->C) * sizeof(float));
+            dev->copy(s, acts + sc->in_offset, input, (size_t)pr_link_floats(run->prog, PR_LINK_ACT, s - 1) * sizeof(float));
         pr_fwd_args args = {weights, acts, dev_tokens, dev_targets, dev_losses, weights_h};
         dev->forward(run->prog, s, &args);
         st->work_mb = mb;
@@ -951,7 +954,8 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         if (recompute) { // the forward again, on the weights this backward uses: no drift within the stage
             float *dev_losses = st->dev_losses + in->slot * BT;
             if (s > 0)
-                dev->copy(s, acts + sc->in_offset, input, (size_t)(BT * run->C) * sizeof(float));
+                dev->copy(s, acts + sc->in_offset, input,
+                          (size_t)pr_link_floats(run->prog, PR_LINK_ACT, s - 1) * sizeof(float));
             pr_fwd_args again = {weights, acts, dev_tokens, dev_targets, dev_losses, weights_h};
             dev->forward(run->prog, s, &again);
             st->work_mb = -1;
@@ -1154,7 +1158,8 @@ static float *forward_through(pr_run *run, const int32_t *tokens, const int32_t 
         if (prev_out && dev->follow) // the copy reads what stage s-1's forward writes
             dev->follow(s, s - 1);
         if (prev_out)
-            dev->copy(s, st->work + sc->in_offset, prev_out, (size_t)(BT * run->C) * sizeof(float));
+            dev->copy(s, st->work + sc->in_offset, prev_out,
+                      (size_t)pr_link_floats(run->prog, PR_LINK_ACT, s - 1) * sizeof(float));
         if (!dev->host_memory) {
             dev->upload(s, st->dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
             dev->upload(s, st->dev_targets, targets, (size_t)BT * sizeof(int32_t));
@@ -1191,12 +1196,46 @@ double pr_eval(pr_run *run, const pr_tokens *d, int64_t batches)
     return batches > 0 ? total / (double)batches : NAN;
 }
 
+/* Under the vocabulary split the probabilities are assembled on the host: the stage before
+ * the last holds its rows' logits, the last its rows' p - onehot(target) (targets 0 here: in
+ * the first rows, so these are p) and each row's log-sum-exp; on the GPU under bf16 both are
+ * bf16. */
+static const float *split_probabilities(pr_run *run)
+{
+    const pr_program *prog = run->prog;
+    int p = run->p;
+    const pr_stage_code *front = &prog->stage[p - 2], *back = &prog->stage[p - 1];
+    int64_t BT = run->B * run->T, VP = prog->probs_stride, n0 = back->vocab_begin, n1 = prog->vocab - n0;
+    int64_t vp0 = (n0 + 63) / 64 * 64, vp1 = (n1 + 63) / 64 * 64;
+    int gpu = prog->cuda_device && run->dev == prog->cuda_device, bf16 = gpu && prog->bf16_operands;
+    float *logits = pr_alloc((size_t)(BT * vp0) * sizeof(float)), *dlogits = pr_alloc((size_t)(BT * vp1) * sizeof(float));
+    float *lse = pr_alloc((size_t)BT * sizeof(float));
+    run->dev->download(p - 2, logits, run->stage[p - 2].work + front->probs_offset, (size_t)(BT * vp0) * sizeof(float));
+    run->dev->download(p - 1, dlogits, run->stage[p - 1].work + back->probs_offset, (size_t)(BT * vp1) * sizeof(float));
+    run->dev->download(p - 1, lse, run->stage[p - 1].work + back->lse_offset, (size_t)BT * sizeof(float));
+    if (!run->probs_host)
+        run->probs_host = pr_alloc((size_t)(BT * VP) * sizeof(float));
+    for (int64_t r = 0; r < BT; r++)
+        for (int64_t v = 0; v < prog->vocab; v++) {
+            int64_t at = v < n0 ? r * vp0 + v : r * vp1 + v - n0;
+            const float *from = v < n0 ? logits : dlogits;
+            float x = bf16 ? pr_from_bf16(((const pr_bf16 *)from)[at]) : from[at];
+            run->probs_host[r * VP + v] = v < n0 ? expf(x - lse[r]) : x;
+        }
+    free(logits);
+    free(dlogits);
+    free(lse);
+    return run->probs_host;
+}
+
 const float *pr_forward_all(pr_run *run, const int32_t *tokens)
 {
     int64_t BT = run->B * run->T;
-    int32_t *targets = pr_alloc((size_t)BT * sizeof(int32_t));
+    int32_t *targets = pr_alloc((size_t)BT * sizeof(int32_t)); // zeros
     float *last = forward_through(run, tokens, targets) + run->stage[run->p - 1].code->probs_offset;
     free(targets);
+    if (run->prog->stage[run->p - 1].vocab_begin > 0)
+        return split_probabilities(run);
     if (run->dev->host_memory)
         return last;
     // The probabilities come back in a host buffer the run keeps until the next call.

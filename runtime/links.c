@@ -42,6 +42,21 @@ int pr_link_native(int world, int gpu_lo, int gpu_hi)
 
 /* ---- device links --------------------------------------------------------------------- */
 
+int64_t pr_link_floats(const pr_program *prog, int kind, int index)
+{
+    int64_t floats = kind == PR_LINK_ACT ? prog->stage[index].out_floats : prog->stage[index + 1].dx_floats;
+    return floats > 0 ? floats : (int64_t)prog->micro * prog->context * prog->width;
+}
+
+int64_t pr_link_floats_max(const pr_program *prog)
+{
+    int64_t most = (int64_t)prog->micro * prog->context * prog->width;
+    for (int i = 0; i + 1 < prog->stages; i++)
+        for (int kind = 0; kind < PR_LINK_KINDS; kind++)
+            most = pr_link_floats(prog, kind, i) > most ? pr_link_floats(prog, kind, i) : most;
+    return most;
+}
+
 void pr_dev_link_open(pr_dev_link *l, const pr_device *dev, int sender, int receiver, int capacity,
                       size_t floats)
 {

@@ -209,6 +209,13 @@ typedef struct pr_stage_code {
     const pr_op_info *ops;
     const pr_op_timer **op_timer;    /* the stage file's timer pointer, NULL between profiles */
     const pr_optim_rule *optim_rule; /* the stage's rule under muon, lamb, lars, nadamw; NULL under adamw */
+    /* The vocabulary split (0 in a program without one): the messages' floats, B*T*C when 0
+     * (pr_link_floats); the final LayerNorm; the LM head's rows [vocab_begin, vocab_end) the
+     * stage holds (logits at probs_offset); the last stage's log-sum-exp per token. */
+    int64_t out_floats, dx_floats;
+    int32_t has_lnf;
+    int64_t vocab_begin, vocab_end;
+    int64_t lse_offset;
 } pr_stage_code;
 
 enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };

@@ -120,6 +120,13 @@ typedef struct pr_link_use {
     int self_rank, peer_rank; /* in the link's communicator: sender 0, receiver 1 */
 } pr_link_use;
 
+/* The floats of one message on link `kind` of the pair (index, index + 1): B*T*C, but
+ * between the last two stages of a vocabulary split their own (pr_stage_code.out_floats,
+ * dx_floats). */
+int64_t pr_link_floats(const pr_program *prog, int kind, int index);
+/* The largest message of any link of prog. */
+int64_t pr_link_floats_max(const pr_program *prog);
+
 /* The link that op (RECV_ACT, SEND_ACT, RECV_GRAD, SEND_GRAD) of `stage` uses, of a pipeline
  * of `stages`; -1 for other ops and for a peer outside the pipeline. */
 int pr_link_of(int op, int stage, int stages, pr_link_use *out);

@@ -398,7 +398,8 @@ static void sample(pr_run *run, int64_t n, const tokenizer *tk)
     pr_rng rng = {run->prog->seed ^ 0x5a5a5a5aULL};
     // The GPU path's head leaves its fused classifier's unscaled dlogits p - onehot(target) over
     // the logits (bf16 under bf16), not the probabilities.
-    int gpu = run->prog->cuda_device && run->dev == run->prog->cuda_device;
+    int gpu = run->prog->cuda_device && run->dev == run->prog->cuda_device &&
+              run->prog->stage[run->prog->stages - 1].vocab_begin == 0; // the split's come as probabilities
     text[0] = start;
     for (int64_t i = 1; i <= n; i++) {
         int64_t len = i < T ? i : T;

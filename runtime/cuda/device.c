@@ -278,7 +278,8 @@ static int64_t ring_bytes(const pr_program *prog, int s, int peer)
 {
     if (peer < 0 || peer >= prog->stages || !prog->schedule)
         return 0;
-    int64_t message = (int64_t)prog->micro * prog->context * prog->width * (int64_t)sizeof(float);
+    int64_t message = pr_link_floats(prog, peer > s ? PR_LINK_ACT : PR_LINK_GRAD, peer > s ? s : peer) *
+                      (int64_t)sizeof(float);
     return (int64_t)prog->schedule->channel_capacity * (message + (int64_t)sizeof(int64_t));
 }
 

@@ -350,7 +350,7 @@ static nccl_end *open_end(pr_run *run, int stage, int kind, int index)
     e->self_rank = u.self_rank;
     e->peer_rank = u.peer_rank;
     e->capacity = u.sending ? run->tab->channel_capacity : 1;
-    e->floats = (size_t)(run->B * run->T * run->C);
+    e->floats = (size_t)pr_link_floats(run->prog, kind, index);
     pr_cuda_enter(stage);
     pr_cuda_check(stage, api.cuStreamCreate(&e->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, api.cuEventCreate(&e->ordered, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
