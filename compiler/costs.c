@@ -877,11 +877,11 @@ static void explain_section(FILE *out, const GpuCosts *gc, const char *section)
                 continue;
             found = true;
             if (!c->known) {
-                fprintf(out, "  %-15s %-30s %8s %9s %9s %9s  %-7s  %s (no cost entry)\n", c->section, c->name, "?",
+                fprintf(out, "  %-19s %-30s %8s %9s %9s %9s  %-7s  %s (no cost entry)\n", c->section, c->name, "?",
                         "?", "?", "?", "?", c->what);
                 continue;
             }
-            fprintf(out, "  %-15s %-30s %8.0f %9.4g %9.4g %9.4g  %-7s  %s%s%s%s\n", c->section, c->name,
+            fprintf(out, "  %-19s %-30s %8.0f %9.4g %9.4g %9.4g  %-7s  %s%s%s%s\n", c->section, c->name,
                     c->launches, c->flops * c->launches / 1e9, c->bytes * c->launches / 1e6,
                     c->seconds * c->launches * 1e6, bound_name(c->bound), c->what, c->note ? " [" : "",
                     c->note ? c->note : "", c->note ? "]" : "");
@@ -901,7 +901,7 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
             GEMM_EFFICIENCY, ATTENTION_EFFICIENCY, VECTOR_SHARE);
     fprintf(out, "  one micro-batch of %d x %d tokens; block sections run once per layer, AdamW once per tensor\n",
             cfg->micro, cfg->context);
-    fprintf(out, "  section         kernel                         launches     GFLOP        MB        us  bound    what\n");
+    fprintf(out, "  section             kernel                         launches     GFLOP        MB        us  bound    what\n");
     static const char *const sections[] = {"embed_forward", "block_forward", "head_forward", "head_front_forward",
                                            "head_back_forward", "head_backward", "head_back_backward",
                                            "head_front_backward",

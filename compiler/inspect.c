@@ -280,9 +280,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                 100 * rep->drift_share[s], 100 * sim->steady_busy[s]);
     }
     if (plan->vocab_split > 0)
-        fprintf(out, "vocabulary split%s: the LM head's rows [0, %ld) and the final LayerNorm on stage %d (hA), rows "
-                "[%ld, %d) alone on stage %d (headB); between them the LayerNorm's output and 2 floats a token\n",
-                cfg->vocab_split > 0 ? " (vocab_split)" : " (automatic: the head alone costs more than a stage's share)",
+        fprintf(out, "vocabulary split (%s): rows [0, %ld) of the LM head and the final LayerNorm on stage %d (hA), "
+                "rows [%ld, %d) on stage %d (headB)\n", cfg->vocab_split > 0 ? "vocab_split" : "automatic",
                 plan->vocab_split, plan->stages - 2, plan->vocab_split, cfg->vocab, plan->stages - 1);
     fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes)\n", peak_stage,
             MEM(peak), unit, gib(cfg->device_memory), cfg->device_memory);

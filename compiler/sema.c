@@ -1053,9 +1053,9 @@ static void check_pipeline(Sema *s)
         else if (cfg->tied)
             error_at(s->src, at, "vocab_split needs an untied head: a tied head reads the embedding's rows");
         else if (split_ok && cfg->split_halves[cfg->stages - 1] != 0)
-            error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layers, but under "
+            error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layer%s, but under "
                      "vocab_split it holds only rows of the LM head: its entry must be 0",
-                     cfg->split_halves[cfg->stages - 1] / 2.0);
+                     cfg->split_halves[cfg->stages - 1] / 2.0, cfg->split_halves[cfg->stages - 1] == 2 ? "" : "s");
     }
 
     int p = cfg->stages;
