@@ -621,7 +621,11 @@ static void test_split_errors(void **state)
     assert_first_message(MODEL "pipeline { stages 3; split [2, 2] }\n" BATCH TRAIN,
                          "t.paci:2:28: error: 'split' has 2 entries but there are 3 stages");
     assert_first_message(MODEL "pipeline { stages 3; split [2, 0, 2] }\n" BATCH TRAIN,
+                         "t.paci:2:32: error: stage 1 of 'split' has 0 layers; only the first stage (embedding only) or the last (LM head only) may hold none, or under vocab_split the one before the last (the head's first rows)");
+    assert_first_message(MODEL "pipeline { stages 4; split [1, 0, 1, 2] }\n" BATCH TRAIN,
                          "t.paci:2:32: error: stage 1 of 'split' has 0 layers; only the first stage (embedding only) or the last (LM head only) may hold none");
+    assert_first_message(MODEL "pipeline { stages 3; split [2, 2, 0]; vocab_split 300 }\n" BATCH TRAIN,
+                         "t.paci:2:51: error: vocab_split 300 leaves the last stage no row of the LM head: it must be below the vocabulary's 256 rows (0: no split)");
     assert_first_message(MODEL "pipeline { stages 3; split [2, 2, -1] }\n" BATCH TRAIN,
                          "t.paci:2:35: error: 'split' -1 is out of range: it must be in [0, 1024]");
     assert_first_message(MODEL "pipeline { stages 2; split [1, 2] }\n" BATCH TRAIN,
