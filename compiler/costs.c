@@ -416,6 +416,7 @@ static const KernelCost kernel_costs[] = {
     {"optim_predict", ENGINE_VECTOR, cost_optim_predict, NULL},
     {"wide_copy", ENGINE_VECTOR, cost_wide_copy, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
+    {"from_bf16", ENGINE_VECTOR, cost_to_bf16, NULL}, /* the same bytes the other way */
 };
 
 static const KernelCost *kernel_cost_find(const char *name)

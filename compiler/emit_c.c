@@ -345,7 +345,7 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
 }
 
 /* pr_stage_S_forward and _backward: the sections in order over the stage's layers. */
-static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
+static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s)
 {
     emit_line(sb, "/* The input of layer l: the stage's input (or the leading MLP half's output) or the previous");
     emit_line(sb, " * layer's output. */");
@@ -360,6 +360,9 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
     emit_open_block(sb);
     if (sp->has_embed)
         emit_line(sb, "embed_forward(args->params, args->acts, args->tokens);");
+    if (receives_residual(cfg, sp))
+        emit_line(sb, "from_bf16((const pr_bf16 *)(args->acts + ACT_INPUT_MSG), args->acts + ACT_INPUT, (long)BT * C); "
+                      "/* the message came in bf16 */");
     if (sp->lead_mlp)
         emit_line(sb, "mlp_forward(args->params + PARAM_LEAD_MLP, args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT);");
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
@@ -375,6 +378,9 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
         emit_line(sb, "head_back_forward(args->params, args->acts, args->acts + ACT_INPUT, args->targets, args->losses);");
     else if (sp->has_head)
         emit_line(sb, "head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, args->losses);");
+    if (sends_residual(cfg, sp))
+        emit_line(sb, "to_bf16(args->acts + ACT_OUTPUT, (pr_bf16 *)(args->acts + ACT_OUTPUT_MSG), (long)BT * C); "
+                      "/* the message goes in bf16 */");
     emit_close(sb, "");
     blank_line(sb);
 
@@ -386,10 +392,12 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
                       "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);");
     else if (stage_head_back(sp))
         emit_line(sb, "head_back_backward(args->params, args->grads, args->acts, args->acts + ACT_INPUT, "
-                      "args->targets, args->dx_in, args->loss_scale / (float)BT);");
+                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);");
     else if (sp->has_head)
         emit_line(sb, "head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->loss_scale / (float)BT);");
+    else if (sends_residual(cfg, sp))
+        emit_line(sb, "from_bf16((const pr_bf16 *)args->dx_out, args->scratch + S_DRES, (long)BT * C);");
     else
         emit_line(sb, "memcpy(args->scratch + S_DRES, args->dx_out, sizeof(float) * BT * C);");
     if (sp->tail_attn)
@@ -405,6 +413,8 @@ static void emit_c_stage_driver(StrBuf *sb, const StagePlan *sp, int s)
                       "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);");
     if (sp->has_embed)
         emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
+    else if (receives_residual(cfg, sp))
+        emit_line(sb, "to_bf16(args->scratch + S_DRES, (pr_bf16 *)args->dx_in, (long)BT * C);");
     else if (!stage_head_back(sp)) /* the split's last stage wrote its message itself */
         emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
     emit_close(sb, "");
@@ -459,6 +469,10 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         if (sections[i].ops && strncmp(sections[i].name, "head_", 5) == 0)
             mark_kernels(sections[i].ops, used);
     used[kernel_find("adamw") - kernel_descs] = cfg->optimizer == PR_OPT_ADAMW;
+    if (receives_residual(cfg, sp) || sends_residual(cfg, sp)) { // the driver converts the messages
+        used[kernel_find("to_bf16") - kernel_descs] = true;
+        used[kernel_find("from_bf16") - kernel_descs] = true;
+    }
     for (int i = 0; i < kernel_desc_count; i++)
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
@@ -469,7 +483,7 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         if (sections[i].ops)
             emit_c_section(sb, &sections[i], bf16);
 
-    emit_c_stage_driver(sb, sp, s);
+    emit_c_stage_driver(sb, cfg, sp, s);
 
     TensorInfo *tensors;
     int n = stage_tensors(cfg, sp, &lay, &tensors);
@@ -672,7 +686,7 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
                   lay.acts.total, lay.scratch.total);
         emit_line(sb, ".in_offset = %ld, .out_offset = %ld, .probs_offset = %ld,", lay.in_offset,
                   lay.msg_offset, lay.probs_offset);
-        if (plan->vocab_split > 0) // the programs without a split stay as they were
+        if (plan->vocab_split > 0 || cfg->messages != MESSAGES_FP32) // the others' stay as they were
             emit_line(sb, ".out_floats = %ld, .dx_floats = %ld, .has_lnf = %d, .vocab_begin = %ld, .vocab_end = %ld, "
                           ".lse_offset = %ld,", lay.out_floats, lay.dx_floats, sp->has_lnf, sp->vocab_begin,
                       sp->vocab_end, lay.lse_offset);

@@ -348,6 +348,23 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
     emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_to_bf16, n, CUDA_BLOCK, args);");
 }
 
+/* messages bf16: the conversion of a message, in a block of its own, with what it is for. */
+static void emit_message_bf16(StrBuf *sb, bool narrow, const char *src, const char *dst, const char *why)
+{
+    emit_line(sb, "/* %s */", why);
+    emit_open_block(sb);
+    if (narrow) {
+        emit_to_bf16(sb, src, dst, "(long)BT * C");
+    } else {
+        emit_line(sb, "const pr_bf16 *x = (const pr_bf16 *)(%s);", src);
+        emit_line(sb, "float *out = %s;", dst);
+        emit_line(sb, "long n = (long)BT * C;");
+        emit_line(sb, "void *args[] = {&x, &out, &n};");
+        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_from_bf16, n, CUDA_BLOCK, args);");
+    }
+    emit_close(sb, "");
+}
+
 /* A product (op `index`) and GELU's backward op after it, in one cuBLASLt call with the GELU
  * gradient in the epilogue when cuBLASLt has an algorithm for it (pr_cuda_gemm_dgelu returns
  * 0 without one, having queued nothing: then both ops run apart). The GELU kernel writes the
@@ -443,6 +460,8 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_open_block(sb);
     if (sp->has_embed)
         emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
+    if (receives_residual(cfg, sp))
+        emit_message_bf16(sb, false, "args->acts + ACT_INPUT_MSG", "args->acts + ACT_INPUT", "the message came in bf16");
     if (sp->lead_mlp)
         emit_line(sb, "cuda_mlp_forward(args->params + PARAM_LEAD_MLP, %sargs->acts + ACT_LEAD_MLP, "
                       "args->acts + ACT_INPUT);", lead_h);
@@ -462,6 +481,8 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     else if (sp->has_head)
         emit_line(sb, "cuda_head_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets, "
                       "args->losses);", stage_h);
+    if (sends_residual(cfg, sp))
+        emit_message_bf16(sb, true, "args->acts + ACT_OUTPUT", "args->acts + ACT_OUTPUT_MSG", "the message goes in bf16");
     emit_close(sb, "");
     sb_puts(sb, "\n");
 
@@ -486,7 +507,7 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
                   lay.params.total - head);
     } else if (stage_head_back(sp)) {
         emit_line(sb, "cuda_head_back_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_INPUT, "
-                      "args->targets, args->dx_in, args->loss_scale / (float)BT);", stage_h);
+                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", stage_h);
         emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay.params.total);
     } else if (sp->has_head) {
         long head = layout_offset(&lay.params, "PARAM_LNFW");
@@ -495,7 +516,10 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay.params.total - head,
                   cfg->tied ? "" : " and the head");
     } else {
-        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
+        if (sends_residual(cfg, sp))
+            emit_message_bf16(sb, false, "args->dx_out", "args->scratch + S_DRES", "the gradient came in bf16");
+        else
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
         if (bf16) {
             emit_line(sb, "/* the received gradient's bf16 copy, for the last layer's products */");
             emit_open_block(sb);
@@ -526,6 +550,8 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
                   sp->has_head && cfg->tied ? ", the head's share of wte included" : "");
+    } else if (receives_residual(cfg, sp)) {
+        emit_message_bf16(sb, true, "args->scratch + S_DRES", "args->dx_in", "the gradient goes in bf16");
     } else if (!stage_head_back(sp)) { /* the split's last stage wrote its message itself */
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
     }

@@ -885,6 +885,14 @@ const KernelDesc kernel_descs[] = {
         .extent = "n",
         .body = "out[i] = pr_to_bf16(x[i]);",
     },
+    {
+        .name = "from_bf16",
+        .doc = "out[i] = x[i] widened to fp32: a message received in bf16 (messages bf16)",
+        .params = "const pr_bf16 *RESTRICT x, float *RESTRICT out, long n",
+        .index = "i",
+        .extent = "n",
+        .body = "out[i] = pr_from_bf16(x[i]);",
+    },
 };
 
 const int kernel_desc_count = (int)(sizeof kernel_descs / sizeof kernel_descs[0]);

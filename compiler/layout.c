@@ -143,6 +143,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_INPUT_PART", 2 * BT, "received per token: log-sum-exp over rows [0, HEAD_V0), the "
                    "target's logit if among them");
     } else {
+        if (receives_residual(cfg, sp)) // messages bf16: the received message, widened into ACT_INPUT
+            layout_add(a, "ACT_INPUT_MSG", (BT * C + 1) / 2, "received input in bf16 (messages bf16)");
         layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
     }
     if (sp->lead_mlp)
@@ -166,6 +168,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                    "bf16), turned in place into unscaled dlogits");
     if (stage_head_back(sp))
         layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
+    if (sends_residual(cfg, sp))
+        layout_add(a, "ACT_OUTPUT_MSG", (BT * C + 1) / 2, "the output in bf16, the message sent (messages bf16)");
 
     Layout *s = &lay->scratch;
     layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");
@@ -184,7 +188,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (cfg->attention == ATTN_FLASH)
         layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
 
-    lay->in_offset = layout_offset(a, "ACT_INPUT");
+    lay->in_offset = layout_offset(a, receives_residual(cfg, sp) ? "ACT_INPUT_MSG" : "ACT_INPUT");
     lay->out_offset = sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + layout_offset(la, "A_RESID2")
                       : sp->n_layers > 0 ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * lay->layer_acts +
                                                la->total + layout_offset(lm, "A_RESID3")
@@ -194,10 +198,13 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                         : rows > 0                  ? layout_offset(a, "ACT_LOGITS")
                                                     : 0;
     lay->lse_offset = stage_head_back(sp) ? layout_offset(a, "ACT_XENT_LSE") : 0;
-    lay->msg_offset = stage_head_front(sp) ? layout_offset(a, "ACT_LNF") : lay->out_offset;
+    lay->msg_offset = stage_head_front(sp)            ? layout_offset(a, "ACT_LNF")
+                      : sends_residual(cfg, sp)         ? layout_offset(a, "ACT_OUTPUT_MSG")
+                                                        : lay->out_offset;
     // the messages: B T C floats between layers; the split's own between the last two stages
-    lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false) : BT * C;
-    lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true) : BT * C;
+    long message = cfg->messages == MESSAGES_BF16 ? (BT * C + 1) / 2 : BT * C;
+    lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false) : message;
+    lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true) : message;
     if (stage_head_front(sp) && layout_offset(a, "ACT_XENT_PART") + 2 * BT - lay->msg_offset != lay->out_floats)
         ICE("the split's message is not contiguous at ACT_LNF");
 }

@@ -288,8 +288,9 @@ static void attention_half_backward(OpList *l, const Config *cfg)
  * adds its rows' share and goes down through the LayerNorm. The products scale the dlogits by
  * dloss on both devices; under bf16 the GPU's logits and dlogits are bf16, the CPU's fp32. Its
  * stage's HEAD_V0, HEAD_VN and HEAD_VP are the first row, the row count and the row stride. */
-static void head_split_ops(ModelOps *ops)
+static void head_split_ops(const Config *cfg, ModelOps *ops)
 {
+    bool bf16_messages = cfg->messages == MESSAGES_BF16; // d(lnf) goes back in bf16
     OpList *l = &ops->head_front_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
               "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
@@ -317,9 +318,12 @@ static void head_split_ops(ModelOps *ops)
     gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
     l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, x");
     GEMM(l, "d lnf from these rows = dlogits lm_head, into the message back",
-         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 0.0f, dx, C");
+         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 0.0f, %s, C",
+         bf16_messages ? "scratch + S_DLN" : "dx");
     gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
     l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
+    if (bf16_messages)
+        kernel_op(l, "to_bf16", "the message back in bf16", "scratch + S_DLN, (pr_bf16 *)dx, (long)BT * C");
     plain_op(l, OP_COPY, "the log-sum-exp goes back with it", "dx + MSG_LSE, acts + ACT_XENT_LSE, BT");
 
     l = &ops->head_front_bwd;
@@ -330,7 +334,10 @@ static void head_split_ops(ModelOps *ops)
     operands_h(l, "NULL, acts + ACT_LNF");
     gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
     l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, acts + ACT_LNF");
-    plain_op(l, OP_COPY, "dlnf starts from the last stage's rows", "scratch + S_DLN, dy, BT * C");
+    if (bf16_messages)
+        kernel_op(l, "from_bf16", "dlnf starts from the last stage's rows", "(const pr_bf16 *)dy, scratch + S_DLN, (long)BT * C");
+    else
+        plain_op(l, OP_COPY, "dlnf starts from the last stage's rows", "scratch + S_DLN, dy, BT * C");
     GEMM(l, "dlnf += dlogits lm_head",
          "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 1.0f, scratch + S_DLN, C");
     gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
@@ -392,7 +399,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
               "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
     gpu_block_kernel(l, "layernorm_backward_blocks");
 
-    head_split_ops(ops);
+    head_split_ops(cfg, ops);
 
     mlp_half_backward(&ops->block_bwd);
     attention_half_backward(&ops->block_bwd, cfg);
@@ -489,8 +496,8 @@ static const struct {
      "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h", NULL, NULL},
     {"head_back_backward", "Its backward: d(LayerNorm output) from these rows, scaled by dloss, and the log-sum-exp, "
      "into dx, the message to the stage before.",
-     "const float *params, float *grads, const float *acts, const float *x, const int *targets, float *dx, float dloss",
-     "params_h", NULL, NULL},
+     "const float *params, float *grads, const float *acts, const float *x, float *scratch, const int *targets, "
+     "float *dx, float dloss", "params_h", NULL, NULL},
     {"head_front_backward", "The first part's backward: dlogits from the received log-sum-exp, the received d(LayerNorm "
      "output) dy plus these rows', then down to d(last layer's output) in S_DRES.",
      "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, "

@@ -192,6 +192,8 @@ typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 enum delay_correction { DELAY_NONE, DELAY_PREDICT, DELAY_NESTEROV };
 /* `pipeline { recompute ... }` (docs/dsl.md); order = the DSL's word list. */
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_FULL };
+/* `pipeline { messages ... }`: what the residual-stream messages between stages carry. */
+enum messages { MESSAGES_FP32, MESSAGES_BF16 };
 /* `batch { accumulate ... }` (docs/dsl.md); order = the DSL's word list. */
 enum accumulate { ACCUMULATE_SEQUENTIAL, ACCUMULATE_PAIRWISE };
 
@@ -210,6 +212,7 @@ typedef struct Config {
                                on the last stage; -1: not written (automatic) */
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
     int recompute;          /* enum recompute: full keeps a slot's input only, the backward reruns the forward */
+    int messages;           /* enum messages: bf16 sends the residual stream and its gradient in bf16 */
     /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
     int replicas;           /* D >= 1; a Config built by hand may leave 0 (config_replicas) */
     /* batch */
@@ -335,6 +338,18 @@ static inline bool stage_head_front(const StagePlan *sp)
 static inline bool stage_head_back(const StagePlan *sp)
 {
     return sp->has_head && !sp->has_lnf;
+}
+/* Under messages bf16, whether the stage receives the residual stream as a bf16 message (every
+ * stage but the first and the vocabulary split's last), and whether it sends one (every stage
+ * but the last and the split's stage before it); its forward widens the one and narrows the
+ * other, and its backward the gradients alike. */
+static inline bool receives_residual(const Config *cfg, const StagePlan *sp)
+{
+    return cfg->messages == MESSAGES_BF16 && !sp->has_embed && !stage_head_back(sp);
+}
+static inline bool sends_residual(const Config *cfg, const StagePlan *sp)
+{
+    return cfg->messages == MESSAGES_BF16 && !sp->has_head && !stage_head_front(sp);
 }
 /* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head";
  * under a vocabulary split "21-23+hA" (the final LayerNorm and the head's first rows) and "headB";

@@ -41,6 +41,7 @@ typedef struct ModelCounts {
     double half_fwd[2], embed_fwd, head_row_fwd;  /* FLOPs per micro-batch (the head's per row) */
     double half_acts[2], input_acts, lnf_acts;    /* elements per slot */
     double lnf_message;                           /* the floats the final LayerNorm's output takes */
+    double message;                               /* floats of a residual-stream message (messages bf16: half) */
     double scratch;                               /* elements of the backward's scratch */
     int act_bytes, weight_bytes;                  /* bytes per element */
 } ModelCounts;
@@ -71,6 +72,7 @@ static ModelCounts model_counts(const Config *cfg)
     m.input_acts = tokens * C;
     m.lnf_acts = tokens * (C + 2);
     m.lnf_message = tokens * C;
+    m.message = cfg->messages == MESSAGES_BF16 ? ceil(tokens * C / 2) : tokens * C;
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
     m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
     m.act_bytes = 4;
@@ -94,7 +96,7 @@ double head_message_floats(const Config *cfg, bool backward)
 {
     ModelCounts m = model_counts(cfg);
     double tokens = (double)cfg->micro * cfg->context;
-    return backward ? padded(tokens * cfg->width) + tokens : padded(m.lnf_message) + 2 * tokens;
+    return backward ? padded(m.message) + tokens : padded(m.lnf_message) + 2 * tokens;
 }
 
 /* Sums a count over the stage's halves: the leading MLP half, whole layers, the trailing attention half. */
@@ -173,11 +175,17 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->bwd_flops = 2 * sp->fwd_flops;
     // the split's front sends the final LayerNorm's output and two floats a token (its rows'
     // log-sum-exp and target logit); the back takes them as its input
+    // messages bf16: a stage that receives the residual stream keeps the bf16 message beside
+    // its fp32 input, and one that sends it the bf16 message beside its output
+    bool bf16_messages = cfg->messages == MESSAGES_BF16;
+    bool receives = s > 0 && !stage_head_back(sp), sends = s < p - 1 && !stage_head_front(sp);
     double input = stage_head_back(sp) ? head_message_floats(cfg, false) : m->input_acts;
-    sp->msg_bytes = (long)((stage_head_front(sp) ? head_message_floats(cfg, false) : m->input_acts) * m->act_bytes);
+    double kept = stage_head_back(sp) ? input : m->message; /* what a recompute slot keeps: the message */
+    sp->msg_bytes = (long)((stage_head_front(sp) ? head_message_floats(cfg, false) : m->message) * m->act_bytes);
+    double message_copies = bf16_messages ? (receives + sends) * m->message : 0;
     double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
                        (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
-    double acts = over_halves(sp, m->half_acts) + input + head_acts;
+    double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies;
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;
@@ -190,7 +198,7 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     // mem_work), and one full slot is the workspace every forward and backward runs in. A
     // stage with one slot keeps it whole: recomputing there would save nothing and cost a
     // forward (runtime/executor.c decides alike).
-    sp->keep_bytes = sp->has_embed ? 0 : (long)(input * 4);
+    sp->keep_bytes = sp->has_embed ? 0 : (long)(kept * 4);
     sp->recompute = cfg->recompute == RECOMPUTE_FULL && slots > 1;
     sp->mem_acts = sp->recompute ? sp->keep_bytes * sp->slots + sp->act_bytes : sp->act_bytes * sp->slots;
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;

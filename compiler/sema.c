@@ -102,6 +102,8 @@ static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "
 static const char *const delay_correction_words[] = {"none", "predict", "nesterov", NULL};
 /* In the order of enum recompute (compiler/pacic.h). */
 static const char *const recompute_words[] = {"none", "full", NULL};
+/* In the order of enum messages (compiler/pacic.h). */
+static const char *const messages_words[] = {"fp32", "bf16", NULL};
 /* In the order of enum accumulate (compiler/pacic.h). */
 static const char *const accumulate_words[] = {"sequential", "pairwise", NULL};
 /* In the order of enum pr_optimizer (runtime/pacirt.h). */
@@ -154,6 +156,7 @@ static const KeyDef pipeline_keys[] = {
     LONG_KEY("vocab_split", vocab_split, 0, 1048576, -1), /* -1: not written, automatic */
     CHOICE_KEY("delay_correction", delay_correction, delay_correction_words, DELAY_NONE),
     CHOICE_KEY("recompute", recompute, recompute_words, RECOMPUTE_NONE),
+    CHOICE_KEY("messages", messages, messages_words, MESSAGES_FP32),
     END_KEYS,
 };
 static const KeyDef batch_keys[] = {
@@ -1339,6 +1342,10 @@ void config_dump(FILE *out, const Config *cfg)
     }
     if (cfg->recompute != RECOMPUTE_NONE) /* only when set: older dumps stay as they were */
         fprintf(out, "  recompute %s\n", recompute_words[cfg->recompute]);
+    if (cfg->messages != MESSAGES_FP32)
+        fprintf(out, "  messages %s\n", messages_words[cfg->messages]);
+    if (cfg->vocab_split >= 0)
+        fprintf(out, "  vocab_split %ld\n", cfg->vocab_split);
     fprintf(out, "parallel\n  data %d\n", config_replicas(cfg));
     fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
     if (cfg->accumulate != ACCUMULATE_SEQUENTIAL) /* only when set: older dumps stay as they were */

@@ -9,45 +9,50 @@
 #   - sampling, which assembles the probabilities from both stages' rows;
 #   - data 2 x 2 stages as four processes: the window's last backward starts an allreduce for
 #     each range of gradients it finishes, the head's rows on both stages included.
+# And with `messages bf16` (the residual stream and the gradients between stages in bf16).
 # Skips where tests/cuda_emu cannot run (need_cuda_emu).
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
 
-# vocab_model NAME PRECISION: the 2-layer small model over 3 stages, split [1, 1, 0] and
-# vocab_split 128 (1F1B, window 2, 4 steps, evaluation every 2), with its fake CUDA stack.
+# vocab_model NAME PRECISION [PIPELINE]: the 2-layer small model over 3 stages, split [1, 1, 0]
+# and vocab_split 128 (1F1B, window 2, 4 steps, evaluation every 2) and PIPELINE's keys, with
+# its fake CUDA stack.
 vocab_model() {
     small_model "$1" 3 1f1b 2 4 2
     sed -i -e "s/^train {/train {\n    precision $2/" -e "s/layers 4;/layers 2;/" \
-        -e "s/^pipeline { \(.*\) }$/pipeline { \1; split [1, 1, 0]; vocab_split 128 }/" "$work/$1.paci"
+        -e "s/^pipeline { \(.*\) }$/pipeline { \1; split [1, 1, 0]; vocab_split 128${3:+; $3} }/" "$work/$1.paci"
     grep -q "vocab_split 128" "$work/$1.paci" || fail "vocab_split edit did not apply"
     fake_build "$1"
 }
 
-for precision in fp32 bf16; do
-    vocab_model "$precision" "$precision"
-    on_fake_gpus 3 "$precision" cuda --device cuda || fail "$precision: --device cuda on 3 GPUs"
-    on_fake_gpus 1 "$precision" shared --device cuda || fail "$precision: --device cuda, 3 stages on 1 GPU"
-    on_fake_gpus 3 "$precision" cpu --device cpu || fail "$precision: --device cpu"
+for name in fp32 bf16 bf16-messages; do
+    precision=${name%-messages}
+    extra=""
+    [ "$name" = bf16-messages ] && extra="messages bf16"
+    vocab_model "$name" "$precision" "$extra"
+    on_fake_gpus 3 "$name" cuda --device cuda || fail "$name: --device cuda on 3 GPUs"
+    on_fake_gpus 1 "$name" shared --device cuda || fail "$name: --device cuda, 3 stages on 1 GPU"
+    on_fake_gpus 3 "$name" cpu --device cpu || fail "$name: --device cpu"
     tolerances="1e-5 1e-4"
     [ "$precision" = bf16 ] && tolerances="1e-2 2e-2"
     # shellcheck disable=SC2086 # two numbers
-    compare_devices "vocab_split 128 $precision, 3 GPUs" "$work/$precision/cuda" "$work/$precision/cpu" $tolerances
+    compare_devices "vocab_split 128 $name, 3 GPUs" "$work/$name/cuda" "$work/$name/cpu" $tolerances
     # shellcheck disable=SC2086
-    compare_devices "vocab_split 128 $precision, 1 GPU" "$work/$precision/shared" "$work/$precision/cpu" $tolerances
+    compare_devices "vocab_split 128 $name, 1 GPU" "$work/$name/shared" "$work/$name/cpu" $tolerances
     # sampling from the trained weights: fp32 probabilities agree closely enough to draw the
     # same tokens; bf16 ones only need to give a sample
-    gpu_text=$(cd "$work/$precision/cuda" && LD_LIBRARY_PATH=$work/$precision/lib FAKE_CUDA_GPUS=3 \
-        ../run --device cuda --sample 24 2>&1) || fail "$precision: --sample on the GPU: $gpu_text"
-    cpu_text=$(cd "$work/$precision/cuda" && ../run --device cpu --sample 24 2>&1) ||
-        fail "$precision: --sample on the CPU: $cpu_text"
+    gpu_text=$(cd "$work/$name/cuda" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=3 \
+        ../run --device cuda --sample 24 2>&1) || fail "$name: --sample on the GPU: $gpu_text"
+    cpu_text=$(cd "$work/$name/cuda" && ../run --device cpu --sample 24 2>&1) ||
+        fail "$name: --sample on the CPU: $cpu_text"
     if [ "$precision" = fp32 ]; then
         [ "$gpu_text" = "$cpu_text" ] || fail "fp32: the GPU samples '$gpu_text', the CPU '$cpu_text'"
     else
-        [ -n "$gpu_text" ] || fail "bf16: the GPU sampled nothing"
+        [ -n "$gpu_text" ] || fail "$name: the GPU sampled nothing"
     fi
 done
-echo "vocab_split 128 on fake GPUs (3 GPUs and 1, fp32 and bf16): trains as the CPU; fp32 samples as the CPU"
+echo "vocab_split 128 on fake GPUs (3 GPUs and 1; fp32, bf16, bf16 with messages bf16): trains as the CPU; fp32 samples as the CPU"
 
 # Data 2 x 2 stages: stage 0 holds both layers, the LayerNorm and rows [0, 128), stage 1 the rest.
 fake_replicas_model dp "[2, 0]"
