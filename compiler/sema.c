@@ -1055,6 +1055,9 @@ static void check_pipeline(Sema *s)
                      "there is one stage", cfg->vocab_split);
         else if (cfg->tied)
             error_at(s->src, at, "vocab_split needs an untied head: a tied head reads the embedding's rows");
+        else if (cfg->optimizer == PR_OPT_LAMB || cfg->optimizer == PR_OPT_LARS)
+            error_at(s->src, at, "vocab_split does not go with %s: its trust ratio is the whole head's norm, "
+                     "and each part of a divided head would take its own", optimizer_names[cfg->optimizer]);
         else if (split_ok && cfg->split_halves[cfg->stages - 1] != 0)
             error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layer%s, but under "
                      "vocab_split it holds only rows of the LM head: its entry must be 0",
