@@ -22,12 +22,7 @@ write automatic 7 ""
 whole=$(measure whole)
 automatic=$(measure automatic)
 echo "bench/half_layers.sh: 7 layers, width 128, vocabulary 4096, 4 stages, paci, window 8, micro 8, $steps steps, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-10s %-30s %16s %8s   %s\n' split "stages (layers)" "replayed tok/s" bubble "busy per stage"
-for row in "$whole" "$automatic"; do
-    IFS='|' read -r name split replay busy _ <<< "$row"
-    read -r tps bubble <<< "$replay"
-    printf '%-10s %-30s %16.0f %8s   %s\n' "$name" "$split" "$tps" "$bubble" "$busy"
-done
+print_rows split "$whole" "$automatic"
 awk -v a="$(cut -d'|' -f3 <<< "$automatic" | cut -d' ' -f1)" -v b="$(cut -d'|' -f3 <<< "$whole" | cut -d' ' -f1)" \
     'BEGIN { printf "replayed tokens/s: automatic / whole %.2fx\n", a / b }'
 # The runs' costs move with the machine's load; priced with one set of measured costs (the

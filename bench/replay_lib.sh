@@ -1,7 +1,8 @@
-# bench/replay_lib.sh: what bench/balance.sh and bench/half_layers.sh share: a small GPT whose
-# LM head outweighs its layers (width 128, context 64, vocabulary 4096: the head is about 2.6
-# layers of FLOPs) over 4 stages under PACI, window 8 of 8 sequences, trained with
-# --profile-out and replayed with the costs it measured. Sourced, not run; STEPS (default 20).
+# bench/replay_lib.sh: what bench/balance.sh, bench/half_layers.sh and bench/vocab_split.sh
+# share: a small GPT whose LM head outweighs its layers (width 128, context 64, vocabulary 4096:
+# the head is about 2.6 layers of FLOPs; vocab_split.sh doubles the vocabulary) over 4 stages
+# under PACI, window 8 of 8 sequences, trained with --profile-out and replayed with the costs
+# it measured. Sourced, not run; STEPS (default 20).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -46,4 +47,16 @@ measure() {
 # tokens_per_s PACI [pacic flags]: the predicted tokens/s --explain prints.
 tokens_per_s() {
     "$pacic" "$@" --explain | sed -n 's/^  step time .*, \([0-9.e+]*\) tokens\/s, bubble.*/\1/p'
+}
+
+# print_rows LABEL ROW...: the rows measure printed, under a header whose first column is LABEL.
+print_rows() {
+    local label=$1 row name split replay busy tps bubble
+    shift
+    printf '%-10s %-30s %16s %8s   %s\n' "$label" "stages (layers)" "replayed tok/s" bubble "busy per stage"
+    for row in "$@"; do
+        IFS='|' read -r name split replay busy _ <<< "$row"
+        read -r tps bubble <<< "$replay"
+        printf '%-10s %-30s %16.0f %8s   %s\n' "$name" "$split" "$tps" "$bubble" "$busy"
+    done
 }

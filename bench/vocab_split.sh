@@ -22,11 +22,6 @@ sed -i 's/vocab 4096/vocab 8192/' "$work/whole.paci" "$work/divided.paci"
 whole=$(measure whole)
 divided=$(measure divided)
 echo "bench/vocab_split.sh: 6 layers, width 128, vocabulary 8192, 4 stages, paci, window 8, micro 8, $steps steps, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-10s %-30s %16s %8s   %s\n' head "stages (layers)" "replayed tok/s" bubble "busy per stage"
-for row in "$whole" "$divided"; do
-    IFS='|' read -r name split replay busy _ <<< "$row"
-    read -r tps bubble <<< "$replay"
-    printf '%-10s %-30s %16.0f %8s   %s\n' "$name" "$split" "$tps" "$bubble" "$busy"
-done
+print_rows head "$whole" "$divided"
 awk -v a="$(cut -d'|' -f3 <<< "$divided" | cut -d' ' -f1)" -v b="$(cut -d'|' -f3 <<< "$whole" | cut -d' ' -f1)" \
     'BEGIN { printf "replayed tokens/s: divided / whole %.2fx\n", a / b }'

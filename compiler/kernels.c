@@ -26,6 +26,31 @@
 
 #include "pacic.h"
 
+/* The classifiers' two sweeps over a row's n logits at lg (fp32) or lh (bf16, when given): an
+ * online one that leaves the row's maximum in row_mx and the sum of exp(x - row_mx) in sum,
+ * and one that overwrites the row in place with p - onehot(target), from its log-sum-exp. */
+#define ROW_LOGSUMEXP(n)                                                                         \
+    "float mx = -3.0e38f, sum = 0.0f;\n"                                                          \
+    "ROW_LOOP(v, 0, " n ") {\n"                                                                   \
+    "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"                                           \
+    "    if (x > mx) {\n"                                                                         \
+    "        sum *= expf(mx - x);\n"                                                              \
+    "        mx = x;\n"                                                                           \
+    "    }\n"                                                                                     \
+    "    sum += expf(x - mx);\n"                                                                  \
+    "}\n"                                                                                         \
+    "float row_mx = ROW_MAX(mx);\n"                                                               \
+    "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+#define ROW_DLOGITS(n, lse, target)                                                              \
+    "ROW_LOOP(v, 0, " n ") {\n"                                                                   \
+    "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"                                           \
+    "    float d = expf(x - " lse ") - (v == " target " ? 1.0f : 0.0f);\n"                        \
+    "    if (lh)\n"                                                                               \
+    "        lh[v] = pr_to_bf16(d);\n"                                                            \
+    "    else\n"                                                                                  \
+    "        lg[v] = d;\n"                                                                        \
+    "}"
+
 const KernelDesc kernel_descs[] = {
     {
         .name = "encoder_forward",
@@ -557,28 +582,11 @@ const KernelDesc kernel_descs[] = {
                 "pr_bf16 *lh = logits_h ? logits_h + (long)row * VP : (pr_bf16 *)0;\n"
                 "int target = targets[row];\n"
                 "float target_logit = lh ? pr_from_bf16(lh[target]) : lg[target];\n"
-                "float mx = -3.0e38f, sum = 0.0f;\n"
-                "ROW_LOOP(v, 0, V) {\n"
-                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
-                "    if (x > mx) {\n"
-                "        sum *= expf(mx - x);\n"
-                "        mx = x;\n"
-                "    }\n"
-                "    sum += expf(x - mx);\n"
-                "}\n"
-                "float row_mx = ROW_MAX(mx);\n"
-                "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+                ROW_LOGSUMEXP("V")
                 "float lse = row_mx + logf(sum);\n"
                 "if (LEAD)\n"
                 "    losses[row] = lse - target_logit;\n"
-                "ROW_LOOP(v, 0, V) {\n"
-                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
-                "    float d = expf(x - lse) - (v == target ? 1.0f : 0.0f);\n"
-                "    if (lh)\n"
-                "        lh[v] = pr_to_bf16(d);\n"
-                "    else\n"
-                "        lg[v] = d;\n"
-                "}",
+                ROW_DLOGITS("V", "lse", "target"),
     },
     {
         .name = "xent_part_forward",
@@ -592,17 +600,7 @@ const KernelDesc kernel_descs[] = {
         .lanes = 32,
         .body = "const float *lg = logits + (long)row * vp;\n"
                 "const pr_bf16 *lh = logits_h ? logits_h + (long)row * vp : (const pr_bf16 *)0;\n"
-                "float mx = -3.0e38f, sum = 0.0f;\n"
-                "ROW_LOOP(v, 0, vn) {\n"
-                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
-                "    if (x > mx) {\n"
-                "        sum *= expf(mx - x);\n"
-                "        mx = x;\n"
-                "    }\n"
-                "    sum += expf(x - mx);\n"
-                "}\n"
-                "float row_mx = ROW_MAX(mx);\n"
-                "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+                ROW_LOGSUMEXP("vn")
                 "int t = targets[row] - v0;\n"
                 "if (LEAD) {\n"
                 "    part[row] = row_mx + logf(sum);\n"
@@ -624,17 +622,7 @@ const KernelDesc kernel_descs[] = {
                 "pr_bf16 *lh = logits_h ? logits_h + (long)row * vp : (pr_bf16 *)0;\n"
                 "int t = targets[row] - v0;\n"
                 "float target_logit = t >= 0 && t < vn ? (lh ? pr_from_bf16(lh[t]) : lg[t]) : part[BT + row];\n"
-                "float mx = -3.0e38f, sum = 0.0f;\n"
-                "ROW_LOOP(v, 0, vn) {\n"
-                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
-                "    if (x > mx) {\n"
-                "        sum *= expf(mx - x);\n"
-                "        mx = x;\n"
-                "    }\n"
-                "    sum += expf(x - mx);\n"
-                "}\n"
-                "float row_mx = ROW_MAX(mx);\n"
-                "sum = ROW_SUM(sum * expf(mx - row_mx));\n"
+                ROW_LOGSUMEXP("vn")
                 "float before = part[row];\n"
                 "float top = fmaxf(row_mx, before);\n"
                 "float row_lse = top + logf(sum * expf(row_mx - top) + expf(before - top));\n"
@@ -642,14 +630,7 @@ const KernelDesc kernel_descs[] = {
                 "    lse[row] = row_lse;\n"
                 "    losses[row] = row_lse - target_logit;\n"
                 "}\n"
-                "ROW_LOOP(v, 0, vn) {\n"
-                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
-                "    float d = expf(x - row_lse) - (v == t ? 1.0f : 0.0f);\n"
-                "    if (lh)\n"
-                "        lh[v] = pr_to_bf16(d);\n"
-                "    else\n"
-                "        lg[v] = d;\n"
-                "}",
+                ROW_DLOGITS("vn", "row_lse", "t"),
     },
     {
         .name = "xent_part_backward",
@@ -665,14 +646,7 @@ const KernelDesc kernel_descs[] = {
                 "pr_bf16 *lh = logits_h ? logits_h + (long)row * vp : (pr_bf16 *)0;\n"
                 "int t = targets[row] - v0;\n"
                 "float row_lse = lse[row];\n"
-                "ROW_LOOP(v, 0, vn) {\n"
-                "    float x = lh ? pr_from_bf16(lh[v]) : lg[v];\n"
-                "    float d = expf(x - row_lse) - (v == t ? 1.0f : 0.0f);\n"
-                "    if (lh)\n"
-                "        lh[v] = pr_to_bf16(d);\n"
-                "    else\n"
-                "        lg[v] = d;\n"
-                "}",
+                ROW_DLOGITS("vn", "row_lse", "t"),
     },
     {
         .name = "bias_backward_tiles",

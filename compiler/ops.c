@@ -279,6 +279,29 @@ static void attention_half_backward(OpList *l, const Config *cfg)
     gpu_block_kernel(l, "layernorm_backward_blocks");
 }
 
+/* The head's backward from d(final LayerNorm output) in S_DLN down to the residual gradient,
+ * which starts in S_DRES here; x is the LayerNorm's input. */
+static void final_layernorm_backward(OpList *l)
+{
+    plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
+    kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
+              "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
+              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
+    gpu_block_kernel(l, "layernorm_backward_blocks");
+}
+
+/* A divided head's d lm_head += dloss dlogits^T lnf over its rows, lnf at `lnf` (kept in bf16
+ * under bf16): the CPU widens lnf, the GPU reads the bf16 dlogits and lnf. */
+static void rows_weight_gradient(OpList *l, const char *lnf)
+{
+    GEMM(l, "d lm_head += dlogits^T lnf",
+         "1, 0, HEAD_VN, C, BT, dloss, acts + ACT_LOGITS, HEAD_VP, %s, C, 1.0f, grads + PARAM_LM_HEAD, C", lnf);
+    Op *op = &l->ops[l->n - 1];
+    op->operands_h = xasprintf("NULL, %s", lnf);
+    op->gpu_args = xstrdup(op->args);
+    op->gpu_operands_h = xasprintf("acts + ACT_LOGITS, %s", lnf);
+}
+
 /* The head divided by vocabulary rows between the last two stages (Plan.vocab_split). The
  * front (the stage before the last) runs the final LayerNorm, its rows' logits and, per token,
  * their log-sum-exp and the target's logit, which it sends with the LayerNorm's output; the
@@ -312,11 +335,7 @@ static void head_split_ops(const Config *cfg, ModelOps *ops)
               "targets, HEAD_VN, HEAD_VP, HEAD_V0");
 
     l = &ops->head_back_bwd;
-    GEMM(l, "d lm_head += dlogits^T lnf",
-         "1, 0, HEAD_VN, C, BT, dloss, acts + ACT_LOGITS, HEAD_VP, x, C, 1.0f, grads + PARAM_LM_HEAD, C");
-    operands_h(l, "NULL, x"); // the CPU's: lnf is kept in bf16, the dlogits are not
-    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
-    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, x");
+    rows_weight_gradient(l, "x");
     GEMM(l, "d lnf from these rows = dlogits lm_head, into the message back",
          "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 0.0f, %s, C",
          bf16_messages ? "scratch + S_DLN" : "dx");
@@ -329,11 +348,7 @@ static void head_split_ops(const Config *cfg, ModelOps *ops)
     l = &ops->head_front_bwd;
     kernel_op(l, "xent_part_backward", "unscaled dlogits of these rows in place, from the received log-sum-exp",
               "acts + ACT_LOGITS, BF16_COPY(acts + ACT_LOGITS), dy + MSG_LSE, targets, HEAD_VN, HEAD_VP, HEAD_V0");
-    GEMM(l, "d lm_head += dlogits^T lnf",
-         "1, 0, HEAD_VN, C, BT, dloss, acts + ACT_LOGITS, HEAD_VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
-    operands_h(l, "NULL, acts + ACT_LNF");
-    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
-    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, acts + ACT_LNF");
+    rows_weight_gradient(l, "acts + ACT_LNF");
     if (bf16_messages)
         kernel_op(l, "from_bf16", "dlnf starts from the last stage's rows", "(const pr_bf16 *)dy, scratch + S_DLN, (long)BT * C");
     else
@@ -342,11 +357,7 @@ static void head_split_ops(const Config *cfg, ModelOps *ops)
          "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 1.0f, scratch + S_DLN, C");
     gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
     l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
-    plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
-    kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
-              "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
-              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
-    gpu_block_kernel(l, "layernorm_backward_blocks");
+    final_layernorm_backward(l);
 }
 
 /* Section bases (the generated functions' parameters): embedding and head sections see the
@@ -393,11 +404,7 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
     gpu_instead(l, NULL, "0, 0, BT, C, V, dloss, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
     l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, params_h + PARAM_LM_HEAD");
-    plain_op(l, OP_ZERO, "the residual gradient starts here", "scratch + S_DRES, BT * C");
-    kernel_op(l, "layernorm_backward", "dres = d(final LayerNorm)",
-              "scratch + S_DRES, grads + PARAM_LNFW, grads + PARAM_LNFB, scratch + S_DLN, x, params + PARAM_LNFW, "
-              "acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, " COPY("scratch", "S_DRES_H"));
-    gpu_block_kernel(l, "layernorm_backward_blocks");
+    final_layernorm_backward(l);
 
     head_split_ops(cfg, ops);
 

@@ -17,13 +17,10 @@ WEIGHT_TOL=1e-4
 fake_replicas_model dp
 fake_replicas_run dp
 compare_devices "data 2 x 2 stages, four GPUs" "$work/dp/joined" "$work/dp/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
-for r in 0 1 2 3; do
-    reduces=$(allreduce_calls dp $r)
-    # 6 steps, three allreduces each: the window's last backward starts one per range of
-    # gradients as it finishes them (stage 0: its layer, then the embeddings; stage 1: the
-    # head, then its layer), then the step sums the loss and stop flag
-    [ "${reduces:-0}" = 18 ] || fail "rank $r: ${reduces:-no} ncclAllReduce calls, 18 expected"
-done
+# 6 steps, three allreduces each: the window's last backward starts one per range of
+# gradients as it finishes them (stage 0: its layer, then the embeddings; stage 1: the head,
+# then its layer), then the step sums the loss and stop flag
+expect_allreduces dp 18 18
 [ "$(grep -c '"loss"' "$work/dp/rank3/metrics.jsonl")" = 0 ] || fail "replica 1 logged losses"
 # A stuck replica: rank 3 (stage 1 of replica 1) is stopped once rank 1 has logged a step;
 # rank 1 (stage 1 of replica 0) gives up on the reduction at its peer timeout, aborts the

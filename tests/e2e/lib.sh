@@ -79,8 +79,44 @@ split_model() {
 
 # set_split NAME SPLIT: adds `split SPLIT` to $work/NAME.paci's pipeline block.
 set_split() {
-    sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; split $2 }/" "$work/$1.paci"
-    grep -qF "split $2" "$work/$1.paci" || fail "split edit did not apply"
+    with_pipeline "$1" "split $2"
+}
+
+# with_pipeline NAME KEYS: adds KEYS (e.g. "vocab_split 128; messages bf16") to
+# $work/NAME.paci's pipeline block.
+with_pipeline() {
+    sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; $2 }/" "$work/$1.paci"
+    grep -qF "$2" "$work/$1.paci" || fail "pipeline edit '$2' did not apply"
+}
+
+# processes_equal_threads NAME P: NAME's program (already run threaded in $work/NAME) as P
+# processes on loopback, one stage each (torchrun-style variables, TCP bootstrap and links,
+# in $work/NAME-mp/rankR): the threaded run's weights and losses, bit for bit.
+processes_equal_threads() {
+    local name=$1 p=$2 r pids=()
+    port=$((port + 1))
+    for ((r = 0; r < p; r++)); do
+        mkdir -p "$work/$name-mp/rank$r"
+        (cd "$work/$name-mp/rank$r" && RANK=$r WORLD_SIZE=$p MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            "$work/$name/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 >out.txt 2>&1) &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || fail "$name over $p processes: a rank failed"; done
+    cmp -s "$work/$name/ckpt/step_00000020/model.bin" "$work/$name-mp/rank0/ckpt/step_00000020/model.bin" ||
+        fail "$name over $p processes: weights differ from the threaded run's"
+    [ "$(losses "$name")" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$name-mp/rank$((p - 1))/metrics.jsonl")" ] ||
+        fail "$name over $p processes: losses differ from the threaded run's"
+}
+
+# expect_allreduces NAME STAGE0 STAGE1: the fake stack's ncclAllReduce calls of NAME's four
+# ranks (fake_replicas_run: data 2 x 2 stages) are STAGE0 on stage 0's and STAGE1 on stage 1's.
+expect_allreduces() {
+    local r reduces want
+    for r in 0 1 2 3; do
+        reduces=$(allreduce_calls "$1" $r)
+        want=$(( r % 2 == 0 ? $2 : $3 ))
+        [ "${reduces:-0}" = "$want" ] || fail "rank $r: ${reduces:-no} ncclAllReduce calls, $want expected"
+    done
 }
 
 # build_quiet NAME: compiles $work/NAME.paci into $work/NAME/run; pacic and the C compiler
@@ -122,9 +158,17 @@ export_equals_one() {
 # (run with the flags, in $work/straight) == 10, stop, resume, 10: weights, optimizer state and
 # losses.
 resume_equals_straight() {
-    local stages=$1 split=$2 f
+    local stages=$1 split=$2
     shift 2
     split_model straight "$stages" paci "$split" 0 10
+    resumes_bit_for_bit "paci $split" "$@"
+}
+
+# resumes_bit_for_bit LABEL [run flags...]: $work/straight.paci (20 steps, a checkpoint every
+# 10) run straight (with the flags) == 10, stop, resume, 10: weights, optimizer state and losses.
+resumes_bit_for_bit() {
+    local label=$1 f
+    shift
     build_quiet straight
     mkdir -p "$work/resumed"
     cp "$work/straight/run" "$work/resumed/run"
@@ -133,11 +177,11 @@ resume_equals_straight() {
     (cd "$work/resumed" && ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
     for f in model.bin state.bin; do
         cmp -s "$work/straight/ckpt/step_00000020/$f" "$work/resumed/ckpt/step_00000020/$f" ||
-            fail "paci $split: $f after resume differs from the straight run"
+            fail "$label: $f after resume differs from the straight run"
     done
     [ "$(losses straight | tail -10)" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/resumed/resumed.jsonl")" ] ||
-        fail "paci $split: losses of steps 11..20 differ after resume"
-    echo "paci $split: 20 straight == 10 + resume + 10 (weights, optimizer state, losses)"
+        fail "$label: losses of steps 11..20 differ after resume"
+    echo "$label: 20 straight == 10 + resume + 10 (weights, optimizer state, losses)"
 }
 
 # train NAME [run flags...]: compiles $work/NAME.paci and runs it in $work/NAME/; a program

@@ -8,12 +8,6 @@
 # output goes back in bf16 too. The GPU path is checked in cuda_fake_vocab.sh.
 source tests/e2e/lib.sh
 
-# with NAME TEXT: appends TEXT to $work/NAME.paci's pipeline block.
-with() {
-    sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; $2 }/" "$work/$1.paci"
-    grep -qF "$2" "$work/$1.paci" || fail "pipeline edit '$2' did not apply"
-}
-
 split_model one 1 1f1b ""
 build_quiet one
 run_quiet one
@@ -21,7 +15,7 @@ split_model fp32 3 1f1b ""
 build_quiet fp32
 run_quiet fp32
 split_model bf16 3 1f1b ""
-with bf16 "messages bf16"
+with_pipeline bf16 "messages bf16"
 build_quiet bf16
 run_quiet bf16
 # rounding the residual to bf16 at two boundaries: about 1e-3 on the logged figures (the gradient
@@ -34,41 +28,21 @@ same_step20 one fp32 || fail "fp32 messages no longer give one stage's bits"
 echo "messages bf16 (1f1b, 3 stages): one stage's losses and weights to bf16's rounding, and not its bits"
 
 split_model bf16-rc 3 1f1b ""
-with bf16-rc "messages bf16; recompute full"
+with_pipeline bf16-rc "messages bf16; recompute full"
 build_quiet bf16-rc
 run_quiet bf16-rc
 same_step20 bf16 bf16-rc || fail "messages bf16 with recompute full: not the bits of the run without"
 echo "messages bf16 with recompute full: the same bits as without"
 
-pids=()
-port=$((port + 1))
-for r in 0 1 2; do
-    mkdir -p "$work/bf16-mp/rank$r"
-    (cd "$work/bf16-mp/rank$r" && RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        "$work/bf16/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 >out.txt 2>&1) &
-    pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid" || fail "messages bf16 over 3 processes: a rank failed"; done
-cmp -s "$work/bf16/ckpt/step_00000020/model.bin" "$work/bf16-mp/rank0/ckpt/step_00000020/model.bin" ||
-    fail "messages bf16 over 3 processes: weights differ from the threaded run's"
+processes_equal_threads bf16 3
 echo "messages bf16 over 3 processes (TCP links): the threaded run's bits"
 
 split_model straight 3 paci "" 0 10
-with straight "messages bf16; vocab_split 128"
-build_quiet straight
-mkdir -p "$work/resumed"
-cp "$work/straight/run" "$work/resumed/run"
-run_quiet straight
-run_quiet resumed --steps 10
-(cd "$work/resumed" && ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
-for f in model.bin state.bin; do
-    cmp -s "$work/straight/ckpt/step_00000020/$f" "$work/resumed/ckpt/step_00000020/$f" ||
-        fail "paci messages bf16 with vocab_split 128: $f after resume differs from the straight run"
-done
-echo "paci with messages bf16 and vocab_split 128: 20 straight == 10 + resume + 10"
+with_pipeline straight "messages bf16; vocab_split 128"
+resumes_bit_for_bit "paci with messages bf16 and vocab_split 128"
 
 split_model vs 3 1f1b ""
-with vs "messages bf16; vocab_split 128"
+with_pipeline vs "messages bf16; vocab_split 128"
 build_quiet vs
 run_quiet vs
 compare_devices "messages bf16 with vocab_split 128, 1f1b, vs one stage" "$work/vs" "$work/one" 2e-2 2e-2

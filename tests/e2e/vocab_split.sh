@@ -8,12 +8,6 @@
 # the head costs more than a stage's share. The GPU path is checked in cuda_fake_vocab.sh.
 source tests/e2e/lib.sh
 
-# set_vocab_split NAME N: adds `vocab_split N` to $work/NAME.paci's pipeline block.
-set_vocab_split() {
-    sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; vocab_split $2 }/" "$work/$1.paci"
-    grep -qF "vocab_split $2" "$work/$1.paci" || fail "vocab_split edit did not apply"
-}
-
 split_model one 1 1f1b ""
 build_quiet one
 run_quiet one
@@ -21,9 +15,9 @@ run_quiet one
 # 1F1B over 3 stages at 128 rows, and over 4 with the stage before the last holding only
 # the LayerNorm and 64 rows ([2, 2, 0, 0]): one stage's losses and weights, to rounding.
 split_model vs3 3 1f1b ""
-set_vocab_split vs3 128
+with_pipeline vs3 "vocab_split 128"
 split_model vs4 4 1f1b "[2, 2, 0, 0]"
-set_vocab_split vs4 64
+with_pipeline vs4 "vocab_split 64"
 plan=$("$pacic" "$work/vs3.paci" --dump plan)
 grep -q "^stage 1: layers .* +headA " <<< "$plan" && grep -q "^stage 2: layers none +headB " <<< "$plan" ||
     fail "vocab_split 128 over 3 stages: not headA on stage 1 and headB alone on stage 2: $plan"
@@ -37,7 +31,7 @@ echo "1f1b with vocab_split 128 (3 stages) and 64 ([2, 2, 0, 0]): one stage's lo
 
 # The comparison must be able to fail: another learning rate gives other weights.
 split_model other 3 1f1b ""
-set_vocab_split other 128
+with_pipeline other "vocab_split 128"
 sed -i "s/lr 3e-3/lr 2e-3/" "$work/other.paci"
 build_quiet other
 run_quiet other
@@ -46,43 +40,21 @@ run_quiet other
 
 # Recompute full keeps the back stage's input, which is the split's message: the same bits.
 split_model vs3-rc 3 1f1b ""
-set_vocab_split vs3-rc 128
-sed -i "s/^pipeline { \(.*\) }$/pipeline { \1; recompute full }/" "$work/vs3-rc.paci"
+with_pipeline vs3-rc "vocab_split 128"
+with_pipeline vs3-rc "recompute full"
 build_quiet vs3-rc
 run_quiet vs3-rc
 same_step20 vs3 vs3-rc || fail "recompute full with vocab_split: not the bits of the run without"
 echo "recompute full with vocab_split 128: the same bits as without"
 
 # One process per stage: the links carry the split's messages over TCP; the same bits.
-pids=()
-port=$((port + 1))
-for r in 0 1 2; do
-    mkdir -p "$work/vs3-mp/rank$r"
-    (cd "$work/vs3-mp/rank$r" && RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        "$work/vs3/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 >out.txt 2>&1) &
-    pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid" || fail "vocab_split over 3 processes: a rank failed"; done
-cmp -s "$work/vs3/ckpt/step_00000020/model.bin" "$work/vs3-mp/rank0/ckpt/step_00000020/model.bin" ||
-    fail "vocab_split over 3 processes: weights differ from the threaded run's"
-[ "$(losses vs3)" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/vs3-mp/rank2/metrics.jsonl")" ] ||
-    fail "vocab_split over 3 processes: losses differ from the threaded run's"
+processes_equal_threads vs3 3
 echo "vocab_split over 3 processes (TCP links): the threaded run's bits"
 
 # PACI: 20 steps straight == 10, stop, resume, 10.
 split_model straight 3 paci "" 0 10
-set_vocab_split straight 192
-build_quiet straight
-mkdir -p "$work/resumed"
-cp "$work/straight/run" "$work/resumed/run"
-run_quiet straight
-run_quiet resumed --steps 10
-(cd "$work/resumed" && ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
-for f in model.bin state.bin; do
-    cmp -s "$work/straight/ckpt/step_00000020/$f" "$work/resumed/ckpt/step_00000020/$f" ||
-        fail "paci vocab_split 192: $f after resume differs from the straight run"
-done
-echo "paci with vocab_split 192: 20 straight == 10 + resume + 10"
+with_pipeline straight "vocab_split 192"
+resumes_bit_for_bit "paci with vocab_split 192"
 
 # One stage's checkpoint, exported through the split program: the same file, the head's
 # rows gathered from both stages; sampling from it gives one stage's text.
