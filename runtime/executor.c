@@ -1076,11 +1076,6 @@ static void *stage_thread(void *arg)
     st->cut_stop = PR_NO_STOP;
     st->steps_met = first_step;
     st->window_backwards = 0;
-    // Per-op timing covers the schedule's instructions only, not evaluation or sampling,
-    // which run the same stage code from the main thread between segments.
-    const pr_op_timer **timer = st->code->op_timer;
-    if (run->opt.profile_out && timer)
-        *timer = run->dev->op_timer;
     execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1, end);
     for (int32_t r = 0; r < pg->body_reps; r++) {
         if (rest_of_body_cut(run, st, sp, first_mb, r)) {
@@ -1093,9 +1088,20 @@ static void *stage_thread(void *arg)
     // The segment ends when the device has done the stage's work (its time is the GPU's).
     if (run->dev->finish)
         run->dev->finish(st->index);
-    if (timer)
-        *timer = NULL;
     return NULL;
+}
+
+/* Per-op timing covers the schedule's instructions only, not evaluation or sampling, which run
+ * the same stage code from the main thread between segments: the main thread sets each stage
+ * code's timer before the stage threads start and clears it once they are joined (replicas as
+ * threads share the code, so no stage thread may write it). */
+static void set_op_timers(const pr_run *run, int first, int last, int on)
+{
+    for (int s = first; s <= last; s++) {
+        const pr_op_timer **timer = run->prog->stage[s].op_timer;
+        if (run->opt.profile_out && timer)
+            *timer = on ? run->dev->op_timer : NULL;
+    }
 }
 
 void pr_run_segment(pr_run *run, int32_t seg)
@@ -1113,6 +1119,7 @@ void pr_run_segment(pr_run *run, int32_t seg)
         run->replica_runs[r]->stop_at = run->stop_at;
         run->replica_runs[r]->train = run->train;
     }
+    set_op_timers(run, first, last, 1);
     for (int i = 0; i < n; i++) {
         pr_run *rr = held > 1 ? run->replica_runs[i / (last - first + 1)] : run;
         jobs[i] = (stage_job){rr, first + i % (last - first + 1), seg};
@@ -1128,6 +1135,7 @@ void pr_run_segment(pr_run *run, int32_t seg)
             exit(1);
         }
     }
+    set_op_timers(run, first, last, 0);
     free(threads);
     free(jobs);
     const paci_program *pg = paci_segment_program(run->tab, seg);
