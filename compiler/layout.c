@@ -144,7 +144,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                    "target's logit if among them");
     } else {
         if (receives_residual(cfg, sp)) // messages bf16: the received message, widened into ACT_INPUT
-            layout_add(a, "ACT_INPUT_MSG", (BT * C + 1) / 2, "received input in bf16 (messages bf16)");
+            layout_add(a, "ACT_INPUT_MSG", residual_message_floats(cfg), "received input in bf16 (messages bf16)");
         layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
     }
     if (sp->lead_mlp)
@@ -169,7 +169,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (stage_head_back(sp))
         layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
     if (sends_residual(cfg, sp))
-        layout_add(a, "ACT_OUTPUT_MSG", (BT * C + 1) / 2, "the output in bf16, the message sent (messages bf16)");
+        layout_add(a, "ACT_OUTPUT_MSG", residual_message_floats(cfg), "the output in bf16, the message sent (messages bf16)");
 
     Layout *s = &lay->scratch;
     layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");
@@ -202,7 +202,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                       : sends_residual(cfg, sp)         ? layout_offset(a, "ACT_OUTPUT_MSG")
                                                         : lay->out_offset;
     // the messages: B T C floats between layers; the split's own between the last two stages
-    long message = cfg->messages == MESSAGES_BF16 ? (BT * C + 1) / 2 : BT * C;
+    long message = residual_message_floats(cfg);
     lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false) : message;
     lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true) : message;
     if (stage_head_front(sp) && layout_offset(a, "ACT_XENT_PART") + 2 * BT - lay->msg_offset != lay->out_floats)

@@ -339,6 +339,13 @@ static inline bool stage_head_back(const StagePlan *sp)
 {
     return sp->has_head && !sp->has_lnf;
 }
+/* Floats of one residual-stream message: B T C, or under messages bf16 that many bf16 values
+ * (half the floats, rounded up). */
+static inline long residual_message_floats(const Config *cfg)
+{
+    long n = (long)cfg->micro * cfg->context * cfg->width;
+    return cfg->messages == MESSAGES_BF16 ? (n + 1) / 2 : n;
+}
 /* Under messages bf16, whether the stage receives the residual stream as a bf16 message (every
  * stage but the first and the vocabulary split's last), and whether it sends one (every stage
  * but the last and the split's stage before it); its forward widens the one and narrows the

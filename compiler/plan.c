@@ -72,7 +72,7 @@ static ModelCounts model_counts(const Config *cfg)
     m.input_acts = tokens * C;
     m.lnf_acts = tokens * (C + 2);
     m.lnf_message = tokens * C;
-    m.message = cfg->messages == MESSAGES_BF16 ? ceil(tokens * C / 2) : tokens * C;
+    m.message = (double)residual_message_floats(cfg);
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
     m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
     m.act_bytes = 4;
@@ -173,16 +173,14 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->params = (long)params;
     sp->fwd_flops = over_halves(sp, m->half_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
     sp->bwd_flops = 2 * sp->fwd_flops;
-    // the split's front sends the final LayerNorm's output and two floats a token (its rows'
-    // log-sum-exp and target logit); the back takes them as its input
-    // messages bf16: a stage that receives the residual stream keeps the bf16 message beside
-    // its fp32 input, and one that sends it the bf16 message beside its output
-    bool bf16_messages = cfg->messages == MESSAGES_BF16;
-    bool receives = s > 0 && !stage_head_back(sp), sends = s < p - 1 && !stage_head_front(sp);
+    // The split's front sends the final LayerNorm's output and two floats a token (its rows'
+    // log-sum-exp and target logit), which the back takes as its input. Under messages bf16 a
+    // stage keeps the bf16 message it receives beside its fp32 input, and the one it sends
+    // beside its output.
     double input = stage_head_back(sp) ? head_message_floats(cfg, false) : m->input_acts;
     double kept = stage_head_back(sp) ? input : m->message; /* what a recompute slot keeps: the message */
     sp->msg_bytes = (long)((stage_head_front(sp) ? head_message_floats(cfg, false) : m->message) * m->act_bytes);
-    double message_copies = bf16_messages ? (receives + sends) * m->message : 0;
+    double message_copies = (receives_residual(cfg, sp) + sends_residual(cfg, sp)) * m->message;
     double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
                        (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
     double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies;
