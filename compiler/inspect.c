@@ -283,17 +283,22 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         fprintf(out, "vocabulary split (%s): rows [0, %ld) of the LM head and the final LayerNorm on stage %d (hA), "
                 "rows [%ld, %d) on stage %d (headB)\n", cfg->vocab_split > 0 ? "vocab_split" : "automatic",
                 plan->vocab_split, plan->stages - 2, plan->vocab_split, cfg->vocab, plan->stages - 1);
-    fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes)\n", peak_stage,
-            MEM(peak), unit, gib(cfg->device_memory), cfg->device_memory);
+    long all_stages = 0;
+    for (int s = 0; s < plan->stages; s++)
+        all_stages += plan->stage[s].mem_total;
+    fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes); the %d stages "
+            "together %.2f %s (one device running them all)\n", peak_stage, MEM(peak), unit,
+            gib(cfg->device_memory), cfg->device_memory, plan->stages, MEM(all_stages), unit);
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
     if (plan->recompute)
         explain_recompute(out, cfg, plan, unit, unit_bytes);
     if (cfg->accumulate == ACCUMULATE_PAIRWISE)
         fprintf(out, "accumulate pairwise: each backward's gradient is computed alone and the window's %d are "
-                "added as a binary tree, as the replicas' reduction adds theirs (D replicas of window K give "
-                "the bits of window D K when both are powers of two); the grads column holds %d more "
-                "gradient buffers per stage; CPU only\n", cfg->window, pr_pairwise_buffers(cfg->window));
+                "added as a binary tree, as the replicas' reduction adds theirs (under gpipe and 1f1b, D "
+                "replicas of window K give the bits of window D K when both are powers of two); the grads "
+                "column holds %d more gradient buffers per stage; CPU only\n", cfg->window,
+                pr_pairwise_buffers(cfg->window));
     if (cfg->delay_correction == DELAY_PREDICT)
         explain_prediction(out, cfg, plan, t);
     if (cfg->delay_correction == DELAY_NESTEROV)

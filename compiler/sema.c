@@ -1096,7 +1096,9 @@ static void check_parallel(Sema *s)
 }
 
 /* accumulate pairwise with replicas: one pipeline of window D x K adds its micro-batches as the
- * D replicas do only when that tree splits into theirs, so when D and K are powers of two. */
+ * D replicas do only when that tree splits into theirs, so when D and K are powers of two; and
+ * only a synchronous schedule runs them on the same weights (each replica of an asynchronous
+ * one keeps window K's weight delays). */
 static void check_accumulate(Sema *s)
 {
     Config *cfg = s->cfg;
@@ -1104,6 +1106,14 @@ static void check_accumulate(Sema *s)
     int D = config_replicas(cfg), K = cfg->window;
     if (!e || cfg->accumulate != ACCUMULATE_PAIRWISE || !usable(s, "batch", "accumulate") || D < 2 || K < 1)
         return;
+    if (!paci_schedule_is_sync(cfg->schedule)) {
+        warning_at(s->src, e->values[0]->span,
+                   "accumulate pairwise with data %d under %s: the run is reproducible, but it never gives "
+                   "the bits of one pipeline of window %ld: each replica keeps window %d's weight delays "
+                   "(only gpipe and 1f1b run a step's micro-batches on one set of weights)", D,
+                   paci_schedule_name(cfg->schedule), (long)D * K, K);
+        return;
+    }
     if ((K & (K - 1)) == 0 && (D & (D - 1)) == 0)
         return;
     warning_at(s->src, e->values[0]->span,

@@ -3,11 +3,16 @@
  *
  *   DIR/step_00000500/model.bin   llm.c GPT-2 weights (header 256 int32, fp32 tensors)
  *   DIR/step_00000500/state.bin   our header, AdamW m and v (checkpoint layout), lm_head
+ *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step)
  *   DIR/latest                    the name of the newest complete checkpoint
  *
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
- * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` only, so a
- * leftover .tmp folder is never read. The two newest checkpoints are kept.
+ * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` (or, when a
+ * kill came between the rename and `latest`, the newest complete step_N/), so a leftover
+ * .tmp folder is never read. A save keeps the new checkpoint and the one `latest` named, and
+ * removes only older checkpoints of its own run: a run is a fresh start and every resume
+ * that follows it, one id in run.txt. A run refuses to start where it would replace
+ * checkpoints it did not write (pr_ckpt_guard), unless told to with --overwrite.
  *
  * `latest` never names a missing folder, not even when step_N/ is saved again (a fresh
  * `--steps N` run in the same folder): if `latest` names the step_N/ being replaced, it is
@@ -19,7 +24,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "prt.h"
@@ -27,8 +34,9 @@
 #define MODEL_HEADER_INTS 256
 #define STATE_HEADER_INTS 16
 
+/* ST_MICRO and ST_WINDOW read 0 in files of an older pacic (nothing to check them by). */
 enum { ST_MAGIC, ST_VERSION, ST_LAYERS, ST_WIDTH, ST_HEADS, ST_CONTEXT, ST_VOCAB, ST_TIED,
-       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS, ST_OPTIMIZER, ST_REPLICAS };
+       ST_SCHEDULE, ST_STAGES, ST_STEP, ST_FLOATS, ST_OPTIMIZER, ST_REPLICAS, ST_MICRO, ST_WINDOW };
 
 /* Version 1 is AdamW's file (its optimizer field reads 0); version 2 adds the optimizer
  * (enum pr_optimizer), whose state fills m and v. AdamW still writes version 1, so its
@@ -149,11 +157,72 @@ static int complete(const char *dir, const char *name)
     return stat(path, &st) == 0;
 }
 
+/* The step of a checkpoint folder's name: step_NNNNNNNN, or step_NNNNNNNN.old (a second name
+ * `park` gives); -1 for any other name (a .tmp folder is never a checkpoint). */
+static int64_t checkpoint_step(const char *name)
+{
+    if (strncmp(name, "step_", 5) != 0)
+        return -1;
+    const char *c = name + 5;
+    int64_t step = 0;
+    int digits = 0;
+    for (; *c >= '0' && *c <= '9' && digits < 18; c++, digits++)
+        step = step * 10 + (*c - '0');
+    return digits >= 8 && (*c == '\0' || strcmp(c, ".old") == 0) ? step : -1;
+}
+
+/* What DIR/NAME/run.txt says of the run that wrote it; empty fields where the file is
+ * missing (a checkpoint of an older pacic) or says nothing of them. */
+typedef struct ckpt_owner {
+    char run[64];
+    char program[1024];
+} ckpt_owner;
+
+static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
+{
+    char path[4096 + 300], line[1100];
+    owner->run[0] = owner->program[0] = '\0';
+    snprintf(path, sizeof path, "%s/%s/run.txt", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (strncmp(line, "run ", 4) == 0)
+            snprintf(owner->run, sizeof owner->run, "%.63s", line + 4);
+        else if (strncmp(line, "program ", 8) == 0)
+            snprintf(owner->program, sizeof owner->program, "%.1023s", line + 8);
+    }
+    fclose(f);
+}
+
+/* The checkpoint a resume starts from: the one `latest` names, or, when there is no `latest`
+ * (a kill between a first save's rename and its `latest`), the newest complete step_N/.
+ * "" when the folder holds none. */
+static void find_latest(const char *dir, char *name, size_t size)
+{
+    read_latest(dir, name, size);
+    if (name[0])
+        return;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int64_t newest = -1;
+    while (d && (e = readdir(d))) {
+        int64_t step = checkpoint_step(e->d_name);
+        if (step > newest && !strchr(e->d_name, '.') && complete(dir, e->d_name)) {
+            newest = step;
+            snprintf(name, size, "%s", e->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
 /* Gives the checkpoint DIR/NAME a second name, DIR/NAME.old, and points `latest` there, so
  * that NAME can be replaced while `latest` names a complete checkpoint all along. */
 static int park(const char *dir, const char *name, char *err)
 {
-    static const char *const files[2] = {"model.bin", "state.bin"};
+    static const char *const files[3] = {"model.bin", "state.bin", "run.txt"};
     char parked_name[300], parked[4096], from[4096], to[4096 + 16];
     snprintf(parked_name, sizeof parked_name, "%s.old", name);
     snprintf(parked, sizeof parked, "%s/%s", dir, parked_name);
@@ -161,9 +230,12 @@ static int park(const char *dir, const char *name, char *err)
     if (mkdir(parked, 0755) != 0)
         return pr_fail(err, "%s: cannot create: %s", parked, strerror(errno));
     int rc = 0;
-    for (int i = 0; i < 2 && rc == 0; i++) {
+    for (int i = 0; i < 3 && rc == 0; i++) {
         snprintf(from, sizeof from, "%s/%s/%s", dir, name, files[i]);
         snprintf(to, sizeof to, "%s/%s", parked, files[i]);
+        struct stat st;
+        if (i == 2 && stat(from, &st) != 0)
+            break; // a checkpoint of an older pacic has no run.txt
         if (link(from, to) != 0)
             rc = copy_file(from, to, err);
     }
@@ -174,6 +246,49 @@ static int park(const char *dir, const char *name, char *err)
         return -1;
     }
     return set_latest(dir, parked_name, err);
+}
+
+/* After a save of NAME: keeps it and PREVIOUS (the checkpoint `latest` named before), and
+ * removes this run's older checkpoints and the leftovers of saves that never finished
+ * (.tmp, or a folder a killed removal left without its files). Other runs' checkpoints stay,
+ * unless this run was started with --overwrite. */
+static void prune(const pr_run *run, const char *dir, const char *name, const char *previous)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[4096];
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "step_", 5) != 0 || strcmp(e->d_name, name) == 0)
+            continue;
+        int64_t step = checkpoint_step(e->d_name);
+        if (step >= 0 && complete(dir, e->d_name)) {
+            ckpt_owner owner;
+            read_owner(dir, e->d_name, &owner);
+            int ours = strcmp(owner.run, run->run_id) == 0, parked = strchr(e->d_name, '.') != NULL;
+            if (strcmp(e->d_name, previous) == 0 && (ours || !run->opt.overwrite))
+                continue;
+            // later ones of its own: what a kill between a save's rename and `latest` left
+            if (!run->opt.overwrite && (!ours || (step > run->step && !parked)))
+                continue;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        remove_dir(path);
+    }
+    if (d)
+        closedir(d);
+}
+
+void pr_ckpt_new_run(pr_run *run)
+{
+    time_t now = time(NULL);
+    struct tm utc;
+    char when[32] = "?";
+    if (gmtime_r(&now, &utc))
+        strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &utc);
+    uint32_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+        nonce = (uint32_t)clock();
+    snprintf(run->run_id, sizeof run->run_id, "%s-%ld-%08x", when, (long)getpid(), nonce);
 }
 
 static void model_header(const pr_program *prog, int32_t h[MODEL_HEADER_INTS])
@@ -244,15 +359,23 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
         [ST_VOCAB] = prog->vocab, [ST_TIED] = prog->tied, [ST_SCHEDULE] = run->tab->schedule,
         [ST_STAGES] = prog->stages, [ST_STEP] = run->step, [ST_FLOATS] = total,
         // data D > 1 only: a one-pipeline file keeps the zero it always had there
-        [ST_REPLICAS] = prog->replicas > 1 ? prog->replicas : 0};
+        [ST_REPLICAS] = prog->replicas > 1 ? prog->replicas : 0,
+        [ST_MICRO] = prog->micro, [ST_WINDOW] = run->tab->window};
     part model[] = {{mh, sizeof mh}, {params, (size_t)offsets[PR_CKPT_LM_HEAD] * 4}};
     part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
                     {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
+    char owner[1200];
+    snprintf(owner, sizeof owner, "run %s\nprogram %.1000s\nstep %lld\n", run->run_id,
+             prog->source ? prog->source : "?", (long long)run->step);
+    part owner_text[] = {{owner, strlen(owner)}};
     snprintf(file, sizeof file, "%s/model.bin", tmp);
     int rc = write_parts(file, model, 2, err);
     snprintf(file, sizeof file, "%s/state.bin", tmp);
     if (rc == 0)
         rc = write_parts(file, state, 4, err);
+    snprintf(file, sizeof file, "%s/run.txt", tmp);
+    if (rc == 0)
+        rc = write_parts(file, owner_text, 1, err);
     free(params);
     free(m);
     free(v);
@@ -265,7 +388,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
         return -1;
     }
     char previous[256];
-    read_latest(ckpt_dir, previous, sizeof previous);
+    find_latest(ckpt_dir, previous, sizeof previous);
     struct stat st;
     if (stat(final, &st) == 0) { // a checkpoint of the same step from an earlier run
         if (strcmp(previous, name) == 0 && complete(ckpt_dir, name) && park(ckpt_dir, name, err) != 0) {
@@ -282,18 +405,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     if (pr_fsync_dir(ckpt_dir, err) != 0 || set_latest(ckpt_dir, name, err) != 0)
         return -1;
 
-    // Keep the new checkpoint and the one `latest` named before it; drop older ones.
-    DIR *d = opendir(ckpt_dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, "step_", 5) != 0 || strcmp(e->d_name, name) == 0 ||
-            strcmp(e->d_name, previous) == 0)
-            continue;
-        snprintf(file, sizeof file, "%s/%s", ckpt_dir, e->d_name);
-        remove_dir(file);
-    }
-    if (d)
-        closedir(d);
+    prune(run, ckpt_dir, name, previous);
     return 0;
 }
 
@@ -351,73 +463,114 @@ static int read_model(const pr_program *prog, const char *path, float *flat, int
 static const char *const state_fields[STATE_HEADER_INTS] = {
     "magic", "version", "layers", "width", "heads", "context", "vocab", "tied"};
 
-int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
+/* The route every refused resume points to: a new run from the checkpoint's whole model
+ * (--init reads the head from the state.bin beside model.bin), in a folder of its own so that
+ * the checkpoints it starts from stay. */
+static void fresh_route(const char *dir, const char *name, char *route, size_t size)
+{
+    snprintf(route, size, "start a new run from its weights, head included, in another folder: "
+             "--init %s/%s/model.bin --ckpt-dir %s-from-%s", dir, name, dir, name);
+}
+
+/* The state header against the program: shape, optimizer, and the global batch in sequences
+ * (micro x window x data), on which the compiled lr and the data position depend. */
+static int check_state_header(const pr_run *run, const int64_t sh[STATE_HEADER_INTS], int64_t total,
+                              const char *path, const char *dir, const char *name, char *err)
 {
     const pr_program *prog = run->prog;
-    char name[256], path[4096];
-    read_latest(ckpt_dir, name, sizeof name);
-    if (!name[0])
-        return 1;
-    if (strchr(name, '/'))
-        return pr_fail(err, "%s/latest: names '%s', not a checkpoint folder", ckpt_dir, name);
-    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
-    pr_ckpt_sizes(prog, sizes);
-    int64_t total = pr_ckpt_offsets(prog, offsets);
-    float *params = pr_alloc((size_t)total * 4), *m = pr_alloc((size_t)total * 4),
-          *v = pr_alloc((size_t)total * 4);
-    snprintf(path, sizeof path, "%s/%s/model.bin", ckpt_dir, name);
-    int rc = read_model(prog, path, params, 0, err);
-    int64_t sh[STATE_HEADER_INTS];
-    FILE *f = NULL;
-    if (rc == 0) {
-        snprintf(path, sizeof path, "%s/%s/state.bin", ckpt_dir, name);
-        f = fopen(path, "rb");
-        if (!f)
-            rc = pr_fail(err, "%s: cannot open checkpoint state: %s", path, strerror(errno));
-    }
-    if (rc == 0 && fread(sh, 8, STATE_HEADER_INTS, f) != STATE_HEADER_INTS)
-        rc = pr_fail(err, "%s: truncated header", path);
+    char route[9000];
+    fresh_route(dir, name, route, sizeof route);
     int64_t want[STATE_HEADER_INTS] = {PR_STATE_MAGIC, PR_STATE_VERSION, prog->layers, prog->width,
                                        prog->heads, prog->context, prog->vocab, prog->tied};
     // Either version, as long as the optimizer that wrote it is the program's.
-    int64_t written_by = rc == 0 && sh[ST_VERSION] == STATE_VERSION_OPTIMIZER ? sh[ST_OPTIMIZER] : PR_OPT_ADAMW;
-    if (rc == 0 && sh[ST_MAGIC] == want[ST_MAGIC] && sh[ST_VERSION] == STATE_VERSION_OPTIMIZER) {
+    int64_t written_by = sh[ST_VERSION] == STATE_VERSION_OPTIMIZER ? sh[ST_OPTIMIZER] : PR_OPT_ADAMW;
+    if (sh[ST_MAGIC] == want[ST_MAGIC] && sh[ST_VERSION] == STATE_VERSION_OPTIMIZER) {
         want[ST_VERSION] = STATE_VERSION_OPTIMIZER;
         if (written_by != prog->optimizer)
-            rc = pr_fail(err, "%s: written by optimizer %s (%lld), the program uses %s: its state "
-                         "does not carry over (start from the weights with --init %s/%s/model.bin)",
-                         path, optimizer_name(written_by), (long long)written_by,
-                         optimizer_name(prog->optimizer), ckpt_dir, name);
-    } else if (rc == 0 && sh[ST_MAGIC] == want[ST_MAGIC] && sh[ST_VERSION] == PR_STATE_VERSION &&
+            return pr_fail(err, "%s: written by optimizer %s (%lld), the program uses %s: its state "
+                           "does not carry over; %s", path, optimizer_name(written_by),
+                           (long long)written_by, optimizer_name(prog->optimizer), route);
+    } else if (sh[ST_MAGIC] == want[ST_MAGIC] && sh[ST_VERSION] == PR_STATE_VERSION &&
                prog->optimizer != PR_OPT_ADAMW) {
-        rc = pr_fail(err, "%s: state version %d holds AdamW's moments, the program uses %s: its "
-                     "state does not carry over (start from the weights with --init %s/%s/model.bin)",
-                     path, PR_STATE_VERSION, optimizer_name(prog->optimizer), ckpt_dir, name);
+        return pr_fail(err, "%s: state version %d holds AdamW's moments, the program uses %s: its "
+                       "state does not carry over; %s", path, PR_STATE_VERSION,
+                       optimizer_name(prog->optimizer), route);
     }
-    for (int i = 0; rc == 0 && i <= ST_TIED; i++)
+    for (int i = 0; i <= ST_TIED; i++)
         if (sh[i] != want[i])
-            rc = pr_fail(err, "%s: %s is %lld, the program has %lld", path, state_fields[i],
-                         (long long)sh[i], (long long)want[i]);
-    // Another D changes the global batch and the lr the compiler derived from it: the moments
-    // would continue under another schedule, so resume refuses (docs/launch.md).
-    int64_t written_d = rc == 0 && sh[ST_REPLICAS] > 1 ? sh[ST_REPLICAS] : 1;
+            return pr_fail(err, "%s: %s is %lld, the program has %lld", path, state_fields[i],
+                           (long long)sh[i], (long long)want[i]);
+    // The data position is the step times the global batch (pr_tokens_batch), and the lr was
+    // derived from that batch: another one would skip or repeat data under the saved moments.
+    // (the DSL's ranges: micro and window at most 1e6, data at most 1024)
+    if (sh[ST_MICRO] < 0 || sh[ST_MICRO] > 1000000 || sh[ST_WINDOW] < 0 || sh[ST_WINDOW] > 1000000 ||
+        sh[ST_REPLICAS] < 0 || sh[ST_REPLICAS] > 1024)
+        return pr_fail(err, "%s: micro %lld, window %lld or data %lld is out of range (corrupt)", path,
+                       (long long)sh[ST_MICRO], (long long)sh[ST_WINDOW], (long long)sh[ST_REPLICAS]);
+    int64_t written_d = sh[ST_REPLICAS] > 1 ? sh[ST_REPLICAS] : 1;
     int64_t program_d = prog->replicas > 1 ? prog->replicas : 1;
-    if (rc == 0 && written_d != program_d)
-        rc = pr_fail(err, "%s: written with data %lld (replicas), the program has data %lld: the global "
-                     "batch (micro x window x data) and the lr derived from it would change; resume "
-                     "with data %lld, or start from the weights with --init %s/%s/model.bin",
-                     path, (long long)written_d, (long long)program_d, (long long)written_d, ckpt_dir, name);
-    if (rc == 0 && (sh[ST_FLOATS] != total || sh[ST_STEP] < 0 || sh[ST_STEP] > run->tab->total_steps))
-        rc = pr_fail(err, "%s: step %lld or size %lld does not fit the program (%d steps, %lld floats)",
-                     path, (long long)sh[ST_STEP], (long long)sh[ST_FLOATS], run->tab->total_steps,
-                     (long long)total);
+    int64_t written_k = sh[ST_WINDOW] > 0 ? sh[ST_WINDOW] : run->tab->window;
+    int64_t written_b = sh[ST_MICRO] > 0 ? sh[ST_MICRO] : prog->micro;
+    if (written_b * written_k * written_d != (int64_t)prog->micro * run->tab->window * program_d)
+        return pr_fail(err, "%s: written with micro %lld x window %lld x data %lld = %lld sequences "
+                       "a step, the program has micro %d x window %d x data %lld = %lld: the data "
+                       "position (step x sequences a step) and the lr derived from the batch would "
+                       "change; resume with a program of %lld sequences a step, or %s", path,
+                       (long long)written_b, (long long)written_k, (long long)written_d,
+                       (long long)(written_b * written_k * written_d), prog->micro, run->tab->window,
+                       (long long)program_d, (long long)prog->micro * run->tab->window * program_d,
+                       (long long)(written_b * written_k * written_d), route);
+    if (sh[ST_FLOATS] != total || sh[ST_STEP] < 0 || sh[ST_STEP] > run->tab->total_steps)
+        return pr_fail(err, "%s: step %lld or size %lld does not fit the program (%d steps, %lld floats)",
+                       path, (long long)sh[ST_STEP], (long long)sh[ST_FLOATS], run->tab->total_steps,
+                       (long long)total);
+    return 0;
+}
+
+/* Reads DIR/NAME/state.bin after its header: the moments into m and v, the head into its
+ * place in params. */
+static int read_state(const pr_run *run, const char *dir, const char *name, int64_t sh[STATE_HEADER_INTS],
+                      float *params, float *m, float *v, char *err)
+{
+    int64_t sizes[PR_CKPT_COUNT], offsets[PR_CKPT_COUNT];
+    pr_ckpt_sizes(run->prog, sizes);
+    int64_t total = pr_ckpt_offsets(run->prog, offsets);
+    char path[4096 + 300];
+    snprintf(path, sizeof path, "%s/%s/state.bin", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pr_fail(err, "%s: cannot open checkpoint state: %s", path, strerror(errno));
+    int rc = 0;
+    if (fread(sh, 8, STATE_HEADER_INTS, f) != STATE_HEADER_INTS)
+        rc = pr_fail(err, "%s: truncated header", path);
+    if (rc == 0)
+        rc = check_state_header(run, sh, total, path, dir, name, err);
     size_t n = (size_t)total, head = (size_t)sizes[PR_CKPT_LM_HEAD];
     if (rc == 0 && (fread(m, 4, n, f) != n || fread(v, 4, n, f) != n ||
                     fread(params + offsets[PR_CKPT_LM_HEAD], 4, head, f) != head ||
                     fgetc(f) != EOF))
         rc = pr_fail(err, "%s: truncated or oversized state", path);
-    if (f)
-        fclose(f);
+    fclose(f);
+    return rc;
+}
+
+int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
+{
+    char name[256], path[4096];
+    find_latest(ckpt_dir, name, sizeof name);
+    if (!name[0])
+        return 1;
+    if (strchr(name, '/'))
+        return pr_fail(err, "%s/latest: names '%s', not a checkpoint folder", ckpt_dir, name);
+    int64_t offsets[PR_CKPT_COUNT];
+    int64_t total = pr_ckpt_offsets(run->prog, offsets);
+    float *params = pr_alloc((size_t)total * 4), *m = pr_alloc((size_t)total * 4),
+          *v = pr_alloc((size_t)total * 4);
+    int64_t sh[STATE_HEADER_INTS];
+    snprintf(path, sizeof path, "%s/%s/model.bin", ckpt_dir, name);
+    int rc = read_model(run->prog, path, params, 0, err);
+    if (rc == 0)
+        rc = read_state(run, ckpt_dir, name, sh, params, m, v, err);
     if (rc == 0) {
         pr_scatter(run, 0, params);
         pr_scatter(run, 1, m);
@@ -425,10 +578,55 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
         run->step = sh[ST_STEP];
         for (int s = 0; s < run->p; s++)
             run->stage[s].t = run->step;
+        // The resumed run is the one that wrote the checkpoint: its older ones are its own.
+        ckpt_owner owner;
+        read_owner(ckpt_dir, name, &owner);
+        if (owner.run[0])
+            snprintf(run->run_id, sizeof run->run_id, "%s", owner.run);
+        snprintf(run->resumed_from, sizeof run->resumed_from, "%s/%s", ckpt_dir, name);
     }
     free(params);
     free(m);
     free(v);
+    return rc;
+}
+
+/* An untied head beside an llm.c file: DIR/state.bin of one of our checkpoints, when its
+ * header is the program's shape (the moments are not read: any optimizer, D or batch will
+ * do). 1 when there is no such file, or it is of a tied model (wte is its head). */
+static int read_head_beside(const pr_program *prog, const char *model_path, float *head,
+                            int64_t head_floats, int64_t total, char *err)
+{
+    char path[4200];
+    const char *slash = strrchr(model_path, '/');
+    snprintf(path, sizeof path, "%.*sstate.bin", slash ? (int)(slash - model_path + 1) : 0, model_path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 1;
+    int64_t sh[STATE_HEADER_INTS];
+    int rc = 0;
+    struct stat st;
+    if (fread(sh, 8, STATE_HEADER_INTS, f) != STATE_HEADER_INTS || sh[ST_MAGIC] != PR_STATE_MAGIC ||
+        fstat(fileno(f), &st) != 0)
+        rc = pr_fail(err, "%s: beside %s, but not a pacic state file: the untied head it would "
+                     "hold cannot be read (move it away to start with wte as the head)", path, model_path);
+    int64_t shape[] = {prog->layers, prog->width, prog->heads, prog->context, prog->vocab};
+    for (int i = ST_LAYERS; rc == 0 && i <= ST_VOCAB; i++)
+        if (sh[i] != shape[i - ST_LAYERS])
+            rc = pr_fail(err, "%s: %s is %lld, the program has %lld (the state beside %s, which "
+                         "holds its head)", path, state_fields[i], (long long)sh[i],
+                         (long long)shape[i - ST_LAYERS], model_path);
+    if (rc == 0 && sh[ST_TIED])
+        rc = 1;
+    int64_t expect = STATE_HEADER_INTS * 8 + (2 * total + head_floats) * 4;
+    if (rc == 0 && st.st_size != expect)
+        rc = pr_fail(err, "%s: %lld bytes, the shape needs %lld (the state beside %s, which holds "
+                     "its head: truncated or corrupt)", path, (long long)st.st_size,
+                     (long long)expect, model_path);
+    if (rc == 0 && (fseek(f, (long)(expect - head_floats * 4), SEEK_SET) != 0 ||
+                    fread(head, 4, (size_t)head_floats, f) != (size_t)head_floats))
+        rc = pr_fail(err, "%s: read failed (the state beside %s, which holds its head)", path, model_path);
+    fclose(f);
     return rc;
 }
 
@@ -439,11 +637,99 @@ int pr_load_llmc(pr_run *run, const char *path, char *err)
     int64_t total = pr_ckpt_offsets(run->prog, offsets);
     float *params = pr_alloc((size_t)total * 4);
     int rc = read_model(run->prog, path, params, 1, err);
-    if (rc == 0) {
+    // Our checkpoint of an untied model keeps its head in the state.bin beside model.bin;
+    // an llm.c file (or a tied model's) has none, and its head is wte.
+    if (rc == 0 && !run->prog->tied)
+        rc = read_head_beside(run->prog, path, params + offsets[PR_CKPT_LM_HEAD],
+                              sizes[PR_CKPT_LM_HEAD], total, err);
+    if (rc == 1) {
         memcpy(params + offsets[PR_CKPT_LM_HEAD], params + offsets[PR_CKPT_WTE],
                (size_t)sizes[PR_CKPT_LM_HEAD] * 4);
-        pr_scatter(run, 0, params);
+        rc = 0;
     }
+    if (rc == 0)
+        pr_scatter(run, 0, params);
     free(params);
     return rc;
+}
+
+/* The shape in DIR/NAME/model.bin against the program's: "" when they agree (--resume can
+ * continue it), else "layers 4, the program has 2". */
+static void shape_difference(const pr_program *prog, const char *dir, const char *name, char *out,
+                             size_t size)
+{
+    char path[4096 + 300];
+    int32_t h[MODEL_HEADER_INTS], want[MODEL_HEADER_INTS];
+    snprintf(path, sizeof path, "%s/%s/model.bin", dir, name);
+    out[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    int got = f && fread(h, 4, MODEL_HEADER_INTS, f) == MODEL_HEADER_INTS;
+    if (f)
+        fclose(f);
+    if (!got) {
+        snprintf(out, size, "its model.bin cannot be read");
+        return;
+    }
+    model_header(prog, want);
+    for (int i = 2; i < 7; i++)
+        if (h[i] != want[i]) {
+            snprintf(out, size, "%s %d, the program has %d", model_fields[i], h[i], want[i]);
+            return;
+        }
+}
+
+int pr_ckpt_guard(const pr_run *run, const char *dir, char *err)
+{
+    if (run->opt.overwrite)
+        return 0;
+    // A fresh run would replace any checkpoint; a resumed one those of other runs after its
+    // step (its own, a kill between a save's rename and its `latest` can leave: the resumed
+    // run writes them again, the same bits).
+    int64_t after = run->opt.resume ? run->step : -1, first = -1, last = -1;
+    int count = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int64_t step = checkpoint_step(e->d_name);
+        ckpt_owner owner = {"", ""};
+        if (step > after && run->opt.resume)
+            read_owner(dir, e->d_name, &owner);
+        if (step > after && complete(dir, e->d_name) && strcmp(owner.run, run->run_id) != 0) {
+            first = count == 0 || step < first ? step : first;
+            last = step > last ? step : last;
+            count++;
+        }
+    }
+    if (d)
+        closedir(d);
+    if (count == 0)
+        return 0;
+    static const char overwrite[] = "--overwrite to replace them (this run deletes them once it "
+                                    "has saved its first checkpoint)";
+    if (run->opt.resume)
+        return pr_fail(err, "%s: holds %d checkpoint%s of steps %lld to %lld, later than step %lld "
+                       "that --resume continues from (%s): resuming would replace them; move them "
+                       "out of the folder, or pass %s", dir, count, count > 1 ? "s" : "",
+                       (long long)first, (long long)last, (long long)run->step, run->resumed_from,
+                       overwrite);
+    char latest[256], shape[160];
+    ckpt_owner owner;
+    find_latest(dir, latest, sizeof latest);
+    if (!latest[0] || strchr(latest, '/'))
+        snprintf(latest, sizeof latest, "step_%08lld", (long long)last);
+    read_owner(dir, latest, &owner);
+    shape_difference(run->prog, dir, latest, shape, sizeof shape);
+    char whose[1200];
+    snprintf(whose, sizeof whose, "%s%.1000s", owner.program[0] ? "of " : "",
+             owner.program[0] ? owner.program : "of a run that did not say its program");
+    if (!shape[0])
+        return pr_fail(err, "%s: holds the checkpoints of a run %s (steps %lld to %lld, latest "
+                       "%s), which a new run here would replace: continue it with --resume; or "
+                       "train in another folder (--ckpt-dir DIR, or `checkpoint { dir ... }` in "
+                       "the program); or pass %s", dir, whose, (long long)first, (long long)last,
+                       latest, overwrite);
+    return pr_fail(err, "%s: holds the checkpoints of a run %s (steps %lld to %lld, latest %s), "
+                   "another model (%s), which a new run here would replace: train in another "
+                   "folder (--ckpt-dir DIR, or `checkpoint { dir ... }` in the program), or pass %s",
+                   dir, whose, (long long)first, (long long)last, latest, shape, overwrite);
 }

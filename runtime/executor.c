@@ -438,13 +438,17 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     double *mine = all + (size_t)world * (size_t)most; // zeroed by pr_alloc past our count
     memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
     char err[PR_ERR_LEN];
+    pr_wait_collective(PR_WAIT_NORM, st->t + 1);
     if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
+        pr_claim_exit();
         fflush(stdout);
-        char of[32];
-        fprintf(stderr, "run: error: stage %d%s (rank %d): %s (gradient-norm sums of step %lld)\n",
-                st->index, of_replica(run, of), run->opt.rank, err, (long long)st->t + 1);
+        char of[32], blame[PR_ERR_LEN];
+        pr_blame(blame, sizeof blame);
+        fprintf(stderr, "run: error: stage %d%s (rank %d): %s (gradient-norm sums of step %lld)%s\n",
+                st->index, of_replica(run, of), run->opt.rank, err, (long long)st->t + 1, blame);
         exit(1);
     }
+    pr_wait_end();
     // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
     // (the replicas' sums are equal: their gradients were reduced first).
     const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)most;
@@ -693,24 +697,25 @@ static void link_failed(const pr_run *run, const pr_stage_rt *st, int peer, int6
 {
     pr_claim_exit();
     fflush(stdout);
-    char of_buf[32];
+    char of_buf[32], blame[PR_ERR_LEN];
     const char *of = of_replica(run, of_buf);
+    pr_blame(blame, sizeof blame);
     if (rc == PR_LINK_ERROR)
         fprintf(stderr, "run: error: stage %d%s (rank %d): the %s link with stage %d%s failed: %s (%s "
-                "micro-batch %lld)\n", st->index, of, run->opt.rank, run->links ? run->links->name : "?",
-                peer, of, why, sending ? "sending" : "waiting for", (long long)mb);
+                "micro-batch %lld)%s\n", st->index, of, run->opt.rank, run->links ? run->links->name : "?",
+                peer, of, why, sending ? "sending" : "waiting for", (long long)mb, blame);
     else if (rc == PR_LINK_TIMEOUT && !sending)
         fprintf(stderr, "run: error: stage %d%s (rank %d): no message from stage %d%s for %g s "
-                "(waiting for micro-batch %lld)\n", st->index, of, run->opt.rank, peer, of,
-                run->opt.peer_timeout, (long long)mb);
+                "(waiting for micro-batch %lld)%s\n", st->index, of, run->opt.rank, peer, of,
+                run->opt.peer_timeout, (long long)mb, blame);
     else if (rc == PR_LINK_TIMEOUT)
         fprintf(stderr, "run: error: stage %d%s (rank %d): stage %d%s took no message for %g s "
-                "(sending micro-batch %lld)\n", st->index, of, run->opt.rank, peer, of,
-                run->opt.peer_timeout, (long long)mb);
+                "(sending micro-batch %lld)%s\n", st->index, of, run->opt.rank, peer, of,
+                run->opt.peer_timeout, (long long)mb, blame);
     else
         fprintf(stderr, "run: error: stage %d%s (rank %d): stage %d%s closed the connection (%s "
-                "micro-batch %lld)\n", st->index, of, run->opt.rank, peer, of,
-                sending ? "sending" : "waiting for", (long long)mb);
+                "micro-batch %lld)%s\n", st->index, of, run->opt.rank, peer, of,
+                sending ? "sending" : "waiting for", (long long)mb, blame);
     exit(1);
 }
 
@@ -742,8 +747,8 @@ static pr_dev_link *dev_link_of(pr_run *run, const pr_channel *link)
  * transport where it carries the link, device to device over a device link, directly on a
  * host-memory device, else through the stage's host staging buffer. Returns the
  * micro-batch that arrived. */
-static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
-                         float *dst)
+static int64_t link_recv_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
+                            float *dst)
 {
     int64_t got = -1;
     pr_link_use u;
@@ -770,10 +775,22 @@ static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
     return got;
 }
 
+/* The same, with the wait recorded for other ranks to ask about (blame.c). */
+static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
+                         float *dst)
+{
+    int grad = link >= run->grad && link < run->grad + PACI_MAX_STAGES;
+    int rank = run->replica * run->p + peer;
+    pr_wait_begin(grad ? PR_WAIT_RECV_GRAD : PR_WAIT_RECV_ACT, mb, &rank, 1);
+    int64_t got = link_recv_by(run, st, link, peer, mb, dst);
+    pr_wait_end();
+    return got;
+}
+
 /* Sends the message at device memory src to stage `peer`, staged through the host the
  * same way. */
-static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
-                      const float *src)
+static void link_send_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
+                         const float *src)
 {
     pr_link_use u;
     if (native_use(run, st, link, 1, &u)) {
@@ -797,6 +814,15 @@ static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, 
     int rc = pr_channel_send_timed(link, mb, src);
     if (rc != PR_LINK_OK)
         link_failed(run, st, peer, mb, rc, 1, "");
+}
+
+static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
+                      const float *src)
+{
+    int rank = run->replica * run->p + peer;
+    pr_wait_begin(PR_WAIT_SEND, mb, &rank, 1);
+    link_send_by(run, st, link, peer, mb, src);
+    pr_wait_end();
 }
 
 /* ---- early stops ---------------------------------------------------------------------- */

@@ -329,8 +329,10 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
         for (int r = 0; r < run->replicas; r++)
             run->reduce_fd[r] = -1;
     }
-    int listens = s + 1 < run->p || (grouped && !native && l->rank < run->p);
-    if (!native && listens && (listener = pr_sock_listen(0, 4 + run->replicas, &port, why)) < 0)
+    // Every rank listens: its neighbours' and replicas' links come there while the run
+    // starts, and then other ranks' questions about what it waits for (blame.c).
+    int accepts = !native && (s + 1 < run->p || (grouped && l->rank < run->p));
+    if ((listener = pr_sock_listen(0, 4 + run->replicas, &port, why)) < 0)
         return pr_fail(err, "rank %d: %s", l->rank, why);
     if (l->rank == 0) {
         // The id names this run, so neighbour links from another run are refused.
@@ -348,9 +350,11 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
         rc = connect_links(run, b, deadline, err);
     if (rc == 0 && !native && grouped && l->rank >= run->p)
         rc = connect_group(run, b, deadline, err);
-    if (rc == 0 && listener >= 0)
+    if (rc == 0 && accepts)
         rc = accept_links(run, b, listener, deadline, err);
-    if (listener >= 0)
+    if (rc == 0)
+        rc = pr_blame_start(b, run->p, listener, err);
+    else
         close(listener);
     // From here on rank 0 is a peer like the neighbours: the same patience applies.
     b->timeout = run->opt.peer_timeout > 0 ? run->opt.peer_timeout : 1e9;
@@ -380,12 +384,16 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
         }
         if (!dev->host_memory && b->rank > 0 && b->rank < run->p)
             dev->download(b->rank, dst[b->rank], stage_mem[b->rank], bytes[b->rank]);
-        char why[PR_ERR_LEN];
+        char why[PR_ERR_LEN], blame[PR_ERR_LEN];
+        pr_wait_collective(PR_WAIT_GATHER, run->step);
         rc = pr_bootstrap_gather(b, b->rank < run->p ? dst[b->rank] : NULL,
                                  b->rank < run->p ? bytes[b->rank] : 0, dst, bytes, why);
-        if (rc != 0)
-            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)", b->rank % run->p,
-                    b->rank, why, (long long)run->step);
+        if (rc != 0) {
+            pr_blame(blame, sizeof blame);
+            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)%s", b->rank % run->p,
+                    b->rank, why, (long long)run->step, blame);
+        }
+        pr_wait_end();
         for (int s = 1; s < run->p && !dev->host_memory && rc == 0 && b->rank == 0; s++)
             dev->upload(s, stage_mem[s], dst[s], bytes[s]);
         for (int s = 1; s < run->p && which == 0 && rc == 0 && b->rank == 0; s++)

@@ -259,7 +259,8 @@ typedef struct pr_program {
     int32_t recompute;
     /* `accumulate pairwise`: each backward's gradient is computed alone and a window's are
      * summed as a binary tree (pr_pairwise_buffers), as the replicas' reduction adds them, so
-     * D replicas of window K give the bits of one pipeline of window D K (docs/dsl.md) */
+     * under gpipe and 1f1b D replicas of window K give the bits of one pipeline of window D K
+     * (D, K powers of two; never under paci or pipedream: docs/dsl.md) */
     int32_t accumulate_pairwise;
 } pr_program;
 

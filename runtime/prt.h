@@ -395,6 +395,7 @@ typedef struct pr_stage_rt {
 
 typedef struct pr_options {
     int resume, quiet, threads, trace, no_checkpoint;
+    int overwrite;          /* --overwrite: replace the checkpoint folder's other checkpoints */
     int blas_threads;       /* --blas-threads: OpenBLAS threads per stage; 0: threads / stages */
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
@@ -429,6 +430,8 @@ typedef struct pr_run {
     const pr_link_ops *links;         /* set once the native transport carries a link */
     pr_tokens train, val;
     int64_t step;                     /* optimizer steps done (all stages, at a drain) */
+    char run_id[64];                  /* checkpoint.c: whose checkpoints a save may prune */
+    char resumed_from[4400];          /* the checkpoint loaded ("dir/step_N"), or "" */
     /* The last stage's loss per global step (the sum of its micro-batch mean losses), from
      * the step's first forward there to its update: a ring of step_loss_len entries, entry
      * i holding step step_loss_step[i] (executor.c, add_step_loss). */
@@ -528,12 +531,21 @@ static inline int64_t pr_replica_batch(const pr_run *run, int64_t mb)
 /* Creates the checkpoint folder and its missing parents; run calls it before training, so a
  * folder that cannot be made fails at once, not at the first save hours later. */
 int pr_ckpt_prepare(const char *ckpt_dir, char *err);
+/* A new run's id (time, process, random), which its checkpoints' run.txt carry: a save prunes
+ * only checkpoints of its own run. A resume takes the id of the checkpoint it loads. */
+void pr_ckpt_new_run(pr_run *run);
+/* Before training: refuses (-1, err naming the folder, what it holds and the ways on) where a
+ * fresh run would replace checkpoints in the folder, or a resumed one checkpoints of steps
+ * after its own; never under --overwrite. */
+int pr_ckpt_guard(const pr_run *run, const char *dir, char *err);
 /* Writes ckpt_dir/step_NNNNNNNN/ (via a .tmp directory), then points `latest` at it and
- * keeps only it and the previous one. */
+ * keeps it and the previous one of this run's (other runs' only go under --overwrite). */
 int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err);
-/* Loads the checkpoint `latest` names; sets run->step. 1 if there is none (no error). */
+/* Loads the checkpoint `latest` names (or the newest complete one, when a kill left no
+ * `latest`); sets run->step, run->run_id and run->resumed_from. 1 if there is none. */
 int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err);
-/* Loads llm.c GPT-2 weights (version 3, padded vocab) into the stages; lm_head = wte. */
+/* Loads llm.c GPT-2 weights (version 3, padded vocab) into the stages; lm_head = wte, unless
+ * the file is one of our checkpoints of an untied model, whose head is in state.bin beside it. */
 int pr_load_llmc(pr_run *run, const char *path, char *err);
 
 /* ---- hf.c: Hugging Face GPT-2 folders (config.json, model.safetensors) ---------------- */
@@ -599,7 +611,8 @@ typedef struct pr_bootstrap {
     const pr_mpi_ops *mpi; /* set: the collectives go through MPI */
     unsigned char id[PR_BOOT_ID_BYTES]; /* rank 0's blob, the same on every rank afterwards */
     /* every rank's IPv4 address (network order) as rank 0 saw it, and the port it listens
-     * on for its neighbour (0: none); rank 0's own address is the one the others reached */
+     * on: for its neighbours' links while the run starts, then for blame.c's questions;
+     * rank 0's own address is the one the others reached */
     uint32_t addr[PR_MAX_RANKS];
     uint16_t port[PR_MAX_RANKS];
     /* the bootstrap connections, kept open for small collectives: on rank 0, fd[r] leads
@@ -641,5 +654,25 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
                    char *err);
 /* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0. */
 int pr_gather_stages(pr_run *run, int with_moments, char *err);
+
+/* ---- blame.c: which rank a stuck multi-process run is stuck on ------------------------- */
+
+/* What a process waits for; arg is the micro-batch or the step (from 1) the text names. */
+enum pr_wait_kind { PR_WAIT_RECV_ACT, PR_WAIT_RECV_GRAD, PR_WAIT_SEND, PR_WAIT_REDUCE, PR_WAIT_NORM,
+                    PR_WAIT_GATHER };
+/* world > 1, after the links are up: a thread answers other ranks' questions on `listener`
+ * (the port b->port[b->rank] this rank announced) about what this process waits for. */
+int pr_blame_start(const pr_bootstrap *b, int stages, int listener, char *err);
+/* Around every blocking wait on other ranks (no-ops in a one-process run): the edge others
+ * follow. A failed wait leaves it in place for pr_blame. */
+void pr_wait_begin(int kind, int64_t arg, const int *ranks, int n);
+void pr_wait_end(void);
+/* A collective over the bootstrap star: rank r > 0 waits for rank 0, rank 0 for the others. */
+void pr_wait_collective(int kind, int64_t arg);
+/* After this process's wait failed: "; the run is stuck on rank R (...): why (the waits that
+ * lead there)", the rank found by following the waits from the ones this process waited
+ * for (or the one another rank found and told it), told to every other rank; "" in a
+ * one-process run. For the end of a failure's last line. */
+void pr_blame(char *out, size_t size);
 
 #endif

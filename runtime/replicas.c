@@ -190,8 +190,10 @@ static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *
     char rank[32] = "";
     if (run->opt.world > 1)
         snprintf(rank, sizeof rank, " (rank %d)", run->opt.rank);
-    fprintf(stderr, "run: error: stage %d of replica %d%s: %s (the gradient reduction of step %lld)\n",
-            st->index, run->replica, rank, why, (long long)st->t + 1);
+    char blame[PR_ERR_LEN];
+    pr_blame(blame, sizeof blame);
+    fprintf(stderr, "run: error: stage %d of replica %d%s: %s (the gradient reduction of step %lld)%s\n",
+            st->index, run->replica, rank, why, (long long)st->t + 1, blame);
     exit(1);
 }
 
@@ -294,12 +296,13 @@ static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, 
                         float *data, size_t n)
 {
     double deadline = run->opt.peer_timeout > 0 ? pr_now() + run->opt.peer_timeout : 0;
+    int rank = peer * run->p + st->index;
+    pr_wait_begin(PR_WAIT_REDUCE, st->t + 1, &rank, 1);
     int rc = in ? pr_sock_read(fd, h, sizeof *h, deadline) : pr_sock_write(fd, h, sizeof *h, deadline);
     if (rc == 0)
         rc = in ? pr_sock_read(fd, data, n * sizeof(float), deadline)
                 : pr_sock_write(fd, data, n * sizeof(float), deadline);
     char why[PR_ERR_LEN];
-    int rank = peer * run->p + st->index;
     if (rc != 0 && errno == ETIMEDOUT)
         snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s for %g s", peer, st->index,
                  rank, in ? "sent nothing" : "took nothing", run->opt.peer_timeout);
@@ -309,8 +312,10 @@ static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, 
     else if (in && (h->magic != REDUCE_MAGIC || h->step != st->t))
         snprintf(why, sizeof why, "replica %d of stage %d (rank %d) sent step %lld's gradients, "
                  "not step %lld's", peer, st->index, rank, (long long)h->step + 1, (long long)st->t + 1);
-    else
+    else {
+        pr_wait_end();
         return;
+    }
     reduce_failed(run, st, why);
 }
 
@@ -354,6 +359,17 @@ static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     *stop = any;
 }
 
+/* The wait-for edge of a reduction over the device's transport: every other replica of the
+ * stage (which of them is late, the collective does not say). */
+static void wait_for_replicas(const pr_run *run, const pr_stage_rt *st)
+{
+    int others[PR_MAX_REPLICAS], n = 0;
+    for (int q = 0; q < run->replicas; q++)
+        if (q != run->replica)
+            others[n++] = q * run->p + st->index;
+    pr_wait_begin(PR_WAIT_REDUCE, st->t + 1, others, n);
+}
+
 /* A transport's failure, named: a timeout (a replica stuck or gone) or its own words. */
 static void native_failed(pr_run *run, pr_stage_rt *st, int rc, const char *err)
 {
@@ -380,9 +396,12 @@ void pr_replicas_ready(void *ctx, int64_t offset, int64_t count)
         pr_internal("stage %d's backward reported gradients [%lld, %lld) of %lld", st->index,
                     (long long)offset, (long long)(offset + count), (long long)st->code->n_params);
     char err[PR_ERR_LEN] = "";
-    int rc = c->run->links->reduce_start(c->run, st->index, st->grads + offset, (size_t)count, err);
+    pr_run *run = c->run;
+    wait_for_replicas(run, st);
+    int rc = run->links->reduce_start(run, st->index, st->grads + offset, (size_t)count, err);
     if (rc != PR_LINK_OK)
-        native_failed(c->run, st, rc, err);
+        native_failed(run, st, rc, err);
+    pr_wait_end();
     st->reduce_started += count;
 }
 
@@ -399,9 +418,11 @@ static void native_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     if (st->reduce_started == n)
         n = 0;
     st->reduce_started = 0;
+    wait_for_replicas(run, st);
     int rc = run->links->reduce(run, st->index, st->grads, (size_t)n, values, 2, err);
     if (rc != PR_LINK_OK)
         native_failed(run, st, rc, err);
+    pr_wait_end();
     *loss = values[0];
     *stop = values[1] > 0.0;
 }

@@ -15,6 +15,9 @@ static const char usage[] =
     "usage: run [options]\n"
     "  --steps N        stop after N optimizer steps (at most the compiled total)\n"
     "  --resume         continue from the latest checkpoint in the checkpoint folder\n"
+    "  --overwrite      start anew in a checkpoint folder that holds checkpoints (of this\n"
+    "                   program or another); they are deleted once this run saves its first\n"
+    "                   (without it, run refuses to start there)\n"
     "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3), a Hugging Face\n"
     "                   GPT-2 folder (config.json, model.safetensors) or a .safetensors file\n"
     "  --sample N       print N tokens from the latest checkpoint (or the initial weights):\n"
@@ -526,6 +529,8 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
             opt->resume = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             opt->quiet = 1;
+        } else if (strcmp(a, "--overwrite") == 0) {
+            opt->overwrite = 1;
         } else if (strcmp(a, "--no-checkpoint") == 0) {
             opt->no_checkpoint = 1;
         } else if (strcmp(a, "--steps") == 0 || strcmp(a, "--sample") == 0 ||
@@ -603,6 +608,7 @@ static int fail_main(pr_run *run, const char *err)
  * the seeded initialisation. */
 static int load_weights(pr_run *run, int want_checkpoint, char *err)
 {
+    pr_ckpt_new_run(run);
     if (want_checkpoint) {
         int rc = pr_ckpt_load_latest(run, run->opt.ckpt_dir, err);
         if (rc <= 0)
@@ -734,6 +740,21 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         return fail_main(&run, err);
     if (load_weights(&run, opt.resume, err) != 0)
         return fail_main(&run, err);
+    if (!opt.no_checkpoint && pr_ckpt_guard(&run, opt.ckpt_dir, err) != 0)
+        return fail_main(&run, err);
+    if (opt.resume && !opt.quiet && (opt.world <= 1 || opt.rank == 0))
+        printf("run: resumed from step %lld (checkpoint %s)\n", (long long)run.step, run.resumed_from);
+    if (opt.resume && run.step >= opt.steps) {
+        if (!opt.quiet && (opt.world <= 1 || opt.rank == 0))
+            printf("run: nothing left to train: the checkpoint is at step %lld, the run's last "
+                   "(%lld steps%s)\n", (long long)run.step, (long long)opt.steps,
+                   opt.steps < tab->total_steps ? ", from --steps" : "");
+        pr_bootstrap_close(&boot);
+        pr_run_free(&run);
+        if (launch.mpi)
+            pr_mpi()->finish();
+        return 0;
+    }
     pr_replicas_sync(&run);
     if ((opt.world <= 1 || opt.rank == 0) && !opt.no_checkpoint && pr_ckpt_prepare(opt.ckpt_dir, err) != 0)
         return fail_main(&run, err);

@@ -25,8 +25,8 @@ for case in "1f1b 1" "paci 3"; do
     cp "$work/$schedule/run" "$dir/"
     in_save=0 done_early=0
     for i in $(seq 1 "$kills"); do
-        resume=""
-        [ -f "$dir/ckpt/latest" ] && resume=--resume
+        resume=""  # a kill between a save's rename and its `latest` leaves a step folder alone
+        { [ -f "$dir/ckpt/latest" ] || compgen -G "$dir/ckpt/step_????????" > /dev/null; } && resume=--resume
         (cd "$dir" && exec ./run --quiet $resume > out.txt 2> err.txt) &
         pid=$!
         if [ $((i % 2)) = 0 ]; then
@@ -51,7 +51,7 @@ for case in "1f1b 1" "paci 3"; do
             || fail "$schedule kill $i: $name/state.bin is incomplete"
     done
     resume=""
-    [ -f "$dir/ckpt/latest" ] && resume=--resume
+    { [ -f "$dir/ckpt/latest" ] || compgen -G "$dir/ckpt/step_????????" > /dev/null; } && resume=--resume
     (cd "$dir" && ./run --quiet $resume) || fail "$schedule: the run after the kills failed"
     for f in model.bin state.bin; do
         cmp -s "$work/$schedule/$final/$f" "$dir/$final/$f" \
@@ -61,8 +61,8 @@ for case in "1f1b 1" "paci 3"; do
          "$done_early finished first; every checkpoint loaded; final state bit-identical"
 done
 
-# The step `latest` names, saved again: a fresh `run --steps 4` in a folder whose latest is
-# step_00000004. A preloaded library sends SIGKILL before the K-th call that changes the
+# The step `latest` names, saved again: a fresh `run --steps 4 --overwrite` in a folder whose
+# latest is step_00000004. A preloaded library sends SIGKILL before the K-th call that changes the
 # file system (mkdir, rename, link, unlink, rmdir), for K = 1, 2, ... until a run gets
 # through its save: after every kill, `latest` names a complete checkpoint and --resume goes
 # on from it to the state a resume from the first save reaches.
@@ -110,7 +110,7 @@ for k in $(seq 1 100); do
     rm -rf "$dir/ckpt"
     cp -a "$work/resave-first" "$dir/ckpt"
     if { (cd "$dir" && KILL_AT_CALL=$k LD_PRELOAD="$work/kill_at_call.so" exec ./run --quiet \
-            --steps 4 > out.txt 2> err.txt); } 2> /dev/null; then
+            --steps 4 --overwrite > out.txt 2> err.txt); } 2> /dev/null; then
         break  # the whole save got through
     fi
     grep -q "^killed before" "$dir/err.txt" || fail "re-save, call $k: the run failed: $(cat "$dir/err.txt")"

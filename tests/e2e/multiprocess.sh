@@ -110,10 +110,11 @@ stuck_peer() {
     grep -Eq "$pattern" "$work/long1/err.txt" || fail "unexpected message: $(cat "$work/long1/err.txt")"
 }
 # Rank 1 may be waiting on an activation, a credit for a gradient, or rank 0's gradient-norm
-# sums (1f1b clips by the global norm) when rank 0 stops: each names the peer and the cause.
+# sums (1f1b clips by the global norm) when rank 0 stops: each names the peer and the cause,
+# and then the rank the run is stuck on, which rank 1 asked (blame.c).
 what='\(((waiting for|sending) micro-batch|gradient-norm sums of step) [0-9]+\)'
-stuck_peer STOP "^run: error: stage 1 \\(rank 1\\): (no message from (stage|rank) 0|stage 0 took no message) for 2 s $what\$" 2
+stuck_peer STOP "^run: error: stage 1 \\(rank 1\\): (no message from (stage|rank) 0|stage 0 took no message) for 2 s $what; the run is stuck on rank 0 \\(stage 0\\): it does not answer \\(stopped, or hung with all its threads\\), found by rank 1\$" 2
 # A dead peer is seen at once (its connection closes): the timeout is only a hang guard here.
-stuck_peer KILL "^run: error: stage 1 \\(rank 1\\): (stage|rank) 0 closed the connection $what\$" 60
+stuck_peer KILL "^run: error: stage 1 \\(rank 1\\): (stage|rank) 0 closed the connection $what; the run is stuck on rank 0 \\(stage 0\\): its process is gone \\(killed, or ended on an error of its own\\), found by rank 1\$" 60
 
 echo "one process per stage: 1f1b p = 2 and paci p = 3 identical to threads; stuck and dead peers end rank 1"

@@ -7,7 +7,7 @@ p=4
 for k in 1 2 3; do
     small_model "paci-$k" $p paci $k 24
     out=$(train "paci-$k" 2>&1) || fail "paci K=$k did not train: $out"
-    summary=$(cd "$work/paci-$k" && ./run --steps 24 2>&1 | grep '^drift:') || fail "no drift line"
+    summary=$(cd "$work/paci-$k" && ./run --steps 24 --no-checkpoint 2>&1 | grep '^drift:') || fail "no drift line"
     for s in $(seq 0 $((p - 1))); do
         bound=$(( (p - s - 1 + k - 1) / k ))
         measured=$(printf '%s\n' "$summary" | sed -n "s/.*stage $s max \([0-9]*\).*/\1/p")

@@ -520,8 +520,10 @@ static void test_malformed_checkpoints(void **state)
     expect_load_error(&run, "not a checkpoint folder");
     write_latest("step_00000099\n");
     expect_load_error(&run, "step_00000099/model.bin: cannot open checkpoint");
-    write_latest("");
-    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 1); // an empty name: none yet
+    write_latest(""); // an empty name: as none, the newest complete step folder is loaded
+    run.step = 3;
+    assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
+    assert_int_equal(run.step, 7);
     write_latest("step_00000007\n");
     assert_int_equal(pr_ckpt_load_latest(&run, ckpt, err), 0);
     assert_int_equal(run.step, 7);
