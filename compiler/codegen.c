@@ -31,7 +31,8 @@ static bool cuda_write(const Config *cfg, const Plan *plan, const char *dir)
     emit_cuda_stage(&unit, cfg, plan, 0);
     bool ok = write_source(dir, "stages.cu", &unit);
     CudaImage images[8];
-    int n = 0, spilling = 0;
+    const char *const *cuda_archs;
+    int n = 0, spilling = 0, cuda_arch_count = cuda_arch_list(&cuda_archs);
     for (int i = 0; i < cuda_arch_count && ok; i++, n++) {
         if (!cuda_compile(unit.data, "stages.cu", cuda_archs[i], cfg->precision == PREC_BF16, &images[n])) {
             fprintf(stderr, "pacic: internal error: NVRTC cannot compile the generated CUDA for %s; "

@@ -705,6 +705,8 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
 
     if (cfg->cuda) {
         emit_line(sb, "/* The GPU path: images in cuda_images.c, launch sequences in the stage files. */");
+        const char *const *archs;
+        int cuda_arch_count = cuda_arch_list(&archs);
         emit_line(sb, "extern const pr_cuda_image pr_cuda_images[%d];", cuda_arch_count);
         emit_line(sb, "extern const char *const pr_cuda_kernel_names[%d];", kernel_desc_count);
         emit_line(sb, "static const pr_cuda_stage cuda_stages[%d] = {", plan->stages);

@@ -13,8 +13,40 @@
 
 #include "pacic.h"
 
-const char *const cuda_archs[] = {"sm_80", "sm_90", "compute_90"};
-const int cuda_arch_count = (int)(sizeof cuda_archs / sizeof cuda_archs[0]);
+/* Architectures every unit is compiled for by default: cubins, then PTX for newer GPUs. */
+static const char *const default_archs[] = {"sm_80", "sm_90", "compute_90"};
+
+int cuda_arch_list(const char *const **archs)
+{
+    static const char *chosen[8];
+    static char text[256];
+    static int count = -1;
+    if (count < 0) {
+        const char *env = getenv("PACIC_CUDA_ARCHS");
+        count = 0;
+        if (env && *env) {
+            snprintf(text, sizeof text, "%s", env);
+            for (char *save = NULL, *name = strtok_r(text, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+                int digits = 0;
+                const char *at = strncmp(name, "sm_", 3) == 0 ? name + 3 : strncmp(name, "compute_", 8) == 0 ? name + 8 : NULL;
+                while (at && at[digits] >= '0' && at[digits] <= '9')
+                    digits++;
+                if (!at || digits < 2 || at[digits] || count == 8) {
+                    fprintf(stderr, "pacic: error: PACIC_CUDA_ARCHS='%s': '%s' is not sm_NN or compute_NN "
+                                    "(at most 8, comma-separated; unset, pacic compiles for %s, %s and %s)\n",
+                            env, name, default_archs[0], default_archs[1], default_archs[2]);
+                    exit(EXIT_USER);
+                }
+                chosen[count++] = name;
+            }
+        }
+        if (count == 0)
+            for (; count < (int)(sizeof default_archs / sizeof *default_archs); count++)
+                chosen[count] = default_archs[count];
+    }
+    *archs = chosen;
+    return count;
+}
 
 typedef struct NvrtcProgram *NvrtcProgramHandle;
 static struct {

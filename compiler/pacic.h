@@ -840,9 +840,10 @@ typedef struct CudaImage {
     char *log;          /* NVRTC's log, with ptxas's resource report for a cubin */
 } CudaImage;
 
-/* Architectures every unit is compiled for: cubins, then PTX for newer GPUs. */
-extern const char *const cuda_archs[];
-extern const int cuda_arch_count;
+/* Architectures every unit is compiled for, into *archs: by default sm_80 and sm_90 cubins,
+ * then compute_90 PTX for newer GPUs; $PACIC_CUDA_ARCHS ("sm_90", "sm_90,compute_90") names
+ * others (the GPU check compiles only its device's). A bad value exits with an error. */
+int cuda_arch_list(const char *const **archs);
 
 /* NVRTC loads (dlopen; $PACIC_NO_CUDA set to anything turns the GPU path off). */
 bool cuda_nvrtc_available(void);

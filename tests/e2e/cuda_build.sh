@@ -27,6 +27,17 @@ for example in examples/*.paci; do
     echo "$name: $(grep -c registers "$report") kernel images, no spills"
 done
 
+# PACIC_CUDA_ARCHS: only the architectures named (the GPU check compiles its device's alone)
+PACIC_CUDA_ARCHS=sm_90 "$pacic" "$work/tiny.paci" --emit c -o "$work/tiny-sm90.gen" || fail "PACIC_CUDA_ARCHS=sm_90"
+[ "$(grep -c " sm_90 " "$work/tiny-sm90.gen/cuda_resources.txt")" -ge 10 ] &&
+    ! grep -q " sm_80 " "$work/tiny-sm90.gen/cuda_resources.txt" &&
+    ! grep -q '"compute_90"' "$work/tiny-sm90.gen/cuda_images.c" &&
+    grep -q "pr_cuda_images\[1\]" "$work/tiny-sm90.gen/program.c" || fail "PACIC_CUDA_ARCHS=sm_90 compiled other architectures"
+out=$(PACIC_CUDA_ARCHS=sm90 "$pacic" "$work/tiny.paci" --emit c -o "$work/tiny-bad.gen" 2>&1) && fail "PACIC_CUDA_ARCHS=sm90 was taken"
+[ "$out" = "pacic: error: PACIC_CUDA_ARCHS='sm90': 'sm90' is not sm_NN or compute_NN (at most 8, comma-separated; unset, pacic compiles for sm_80, sm_90 and compute_90)" ] ||
+    fail "PACIC_CUDA_ARCHS=sm90: $out"
+echo "PACIC_CUDA_ARCHS=sm_90: one image; a bad name refused"
+
 small_model gpu 2 paci 2 20
 mkdir -p "$work/gpu"
 cached=$(ls "$PACIC_CACHE" | wc -l)
@@ -52,7 +63,7 @@ if [ "$status" -ne 0 ]; then
     [ "$status" -eq 1 ] || fail "--device cuda without a GPU exited $status, expected 1"
     [ "$(wc -l < "$work/gpu/err.txt")" -eq 1 ] && grep -q "^run: error: --device cuda: no usable GPU: " \
         "$work/gpu/err.txt" || { cat "$work/gpu/err.txt" >&2; fail "--device cuda: message"; }
-    (cd "$work/gpu" && ./run > /dev/null 2> err.txt) || fail "default device did not train"
+    (cd "$work/gpu" && ./run --overwrite > /dev/null 2> err.txt) || fail "default device did not train"
     grep -q "^run: note: no GPU (.*); training on the CPU$" "$work/gpu/err.txt" || fail "no CPU notice"
     echo "no GPU here: --device cuda exits 1 with: $(cat "$work/gpu/err.txt")"
 else

@@ -5,17 +5,17 @@
 # (its edits of the example files, run flags, metrics parsing, the tokens/s and MFU
 # arithmetic, the profile read back with pacic --explain and beside pacic --emit costs, the
 # results archive) and the GPU layer's calls have run before it runs on a borrowed GPU, where
-# a bug wastes scarce time. Three runs:
+# a bug wastes scarce time. Four runs:
 #   1. the whole check: every figure of the right form, every file in the archive;
-#   2. a planted failure in GPT-2 Small's section and a SIGKILL after the next section (as a
+#   2. a planted failure in the tiny fp32 section and a SIGKILL after the next section (as a
 #      device tool's hard limit would kill it): the later section still ran, and its figures
 #      and files are under $OUT, saved as produced, since nothing after a SIGKILL runs;
 #   3. a deadline already passed: every section is recorded as skipped, exit 1, no hang;
 #   4. a section that hangs: stopped at its budget and recorded as failed.
 # Its work is counted in steps and its limits are hang guards only (see check.sh), so a slow
-# machine takes longer but never fails it: about 80 s of CPU time (it was 100 s before the shared NVRTC and kernel caches; 330 s of wall time on two
-# cores under a load of 8), most of it building the runs and their fake CUDA stacks; the
-# second and third runs take about 20 s of it.
+# machine takes longer but never fails it: 56 s of wall time (48 s of CPU) on the 2-core
+# development machine, most of it building the runs and their fake CUDA stacks (NVRTC for
+# sm_90 alone, as on the GPU); the second and third runs take about 20 s of it.
 # Skips (exit 77) exactly when e2e/cuda_emu does: without libpacirt_cuda.a, without a C++
 # compiler, when pacic writes no stages.cu, and under the sanitizer builds.
 source tests/e2e/lib.sh
@@ -55,32 +55,35 @@ figures=(
     "GPU +.+"
     "nvcc +.+" "NVRTC +.+" "cuBLASLt +.+" "nccl.h +.+" "libnccl +.+" "cuDNN +.+" "profilers +ncu=.*"
     "NCCL through dlopen +(version [0-9]+|error: .+)"
+    "CUDA architectures compiled +sm_90"
     "measured bf16 matmul rate \(TFLOP/s\) +n/a \(emulated\)"
+    "compute-sanitizer memcheck \(tiny bf16, 2 steps\) +n/a \(dry run\)"
     "GPT-2 Small losses +3 steps, first $number \(ln V 5.5452\), last $number"
     "GPT-2 Small 1 stage tokens/s \(steps 2-3\) +[0-9]+"
-    "small predicted vs measured, per step +$number ms predicted, $number ms measured \([1-9][0-9]* kernels\)"
+    "small predicted vs measured, per step \(profiled run\) +$number ms predicted, $number ms measured \([1-9][0-9]* kernels\)"
     "GPT-2 Small MFU \(989 TFLOP/s\) +[0-9.]+%"
     "GPT-2 Small MFU \(measured matmul rate\) +n/a \(no measured matmul rate\)"
     "GPT-2 Small GELU gradient +fused into cuBLASLt epilogues"
-    "GPT-2 Small top kernels \(ms per call, share\) +.*attention.*"
+    "GPT-2 Small top kernels \(ms per call, share; profiled run\) +.*attention.*"
     "tiny fp32 flash CPU vs GPU, 1 steps \(tol 1e-5\) +1 steps, max relative difference $number"
     "tiny fp32 flash CPU vs GPU, 8 steps \(tol 1e-4\) +8 steps, max relative difference $number"
     "tiny fp32 flash grad_norm at step 1 +1 steps, max relative difference $number"
     "tiny bf16 flash CPU vs GPU, 1 steps \(tol 5e-3\) +1 steps, max relative difference $number"
     "tiny bf16 flash CPU vs GPU, 8 steps \(tol 2e-2\) +8 steps, max relative difference $number"
     "tiny bf16 flash grad_norm at step 1 +1 steps, max relative difference $number"
-    "GPT-2 Medium paci losses +2 steps, first $number \(ln V 5.5452\), last $number"
-    "GPT-2 Medium 8 stages paci +[0-9.]+ tokens/s"
-    "medium_paci predicted vs measured, per step +$number ms predicted, $number ms measured \([1-9][0-9]* kernels\)"
+    "GPT-2 Medium paci losses +3 steps, first $number \(ln V 5.5452\), last $number"
+    "GPT-2 Medium 8 stages paci tokens/s \(steps 2-3\) +[0-9]+"
+    "GPT-2 Medium 8 stages paci memory \(micro 1\) +$number [GM]iB by the stage totals"
+    "medium_paci predicted vs measured, per step \(profiled run\) +$number ms predicted, $number ms measured \([1-9][0-9]* kernels\)"
     "GPT-2 Medium paci \(8 stages, 1 GPU\) MFU \(989 TFLOP/s\) +[0-9.]+%"
-    "GPT-2 Medium 1f1b losses +2 steps, first $number \(ln V 5.5452\), last $number"
-    "GPT-2 Medium 8 stages 1f1b +[0-9.]+ tokens/s"
-    "medium_1f1b predicted vs measured, per step +$number ms predicted, $number ms measured \([1-9][0-9]* kernels\)"
+    "GPT-2 Medium 1f1b losses +3 steps, first $number \(ln V 5.5452\), last $number"
+    "GPT-2 Medium 8 stages 1f1b tokens/s \(steps 2-3\) +[0-9]+"
+    "medium_1f1b predicted vs measured, per step \(profiled run\) +$number ms predicted, $number ms measured \([1-9][0-9]* kernels\)"
     "ncu on the top kernel +n/a \(no ncu: dry run\)"
     "total check time \(s\) +[0-9]+"
     "GPU check passed"
 )
-for section in build matmul small tiny_fp32 tiny_bf16 medium_paci medium_1f1b ncu; do
+for section in build tiny_fp32 tiny_bf16 sanitizer matmul small medium_paci medium_1f1b ncu; do
     figures+=("section $section \(s\) +[0-9]+")
 done
 for figure in "${figures[@]}"; do
@@ -102,9 +105,10 @@ limit=$(sed -n 's/^run limit per command (s) *\([0-9]*\)$/\1/p' "$out/figures.tx
 tar tzf "$out/gpu_check.tgz" | sed 's|^\./||' | sort > "$work/listed.txt"
 for f in build.log commands.txt figures.txt failures.txt \
          tiny_fp32_cpu.jsonl tiny_fp32_gpu.jsonl tiny_fp32.profile tiny_bf16_cpu.jsonl tiny_bf16_gpu.jsonl tiny_bf16.profile \
-         small_out.txt small.jsonl small.profile small_emit_costs.txt small_costs.txt \
-         medium_paci_out.txt medium_paci.jsonl medium_paci.profile explain_paci.txt medium_paci_costs.txt \
-         medium_1f1b_out.txt medium_1f1b.jsonl medium_1f1b.profile explain_1f1b.txt medium_1f1b_costs.txt; do
+         small_out.txt small_profiled_out.txt small.jsonl small.profile small_emit_costs.txt small_costs.txt \
+         medium_paci_out.txt medium_paci_profiled_out.txt medium_paci.jsonl medium_paci.profile explain_paci.txt \
+         medium_paci_costs.txt medium_1f1b_out.txt medium_1f1b_profiled_out.txt medium_1f1b.jsonl \
+         medium_1f1b.profile explain_1f1b.txt medium_1f1b_costs.txt; do
     grep -qx "$f" "$work/listed.txt" || fail "gpu_check.tgz lacks $f"
 done
 mkdir "$work/archive"
@@ -125,16 +129,16 @@ rows=$(awk 'NR > 1 && $(NF-2) ~ /^[0-9.e+-]+$/ && $(NF-1) ~ /^[0-9.e+-]+$/' "$wo
 
 # ---- 2. a failed section gates nothing, and results are saved as they are produced ---------
 out2=$work/out2
-status=$(dry_check "$out2" "$work/planted.txt" GPU_CHECK_PLANT_FAIL=small GPU_CHECK_PLANT_KILL_AFTER=tiny_fp32)
+status=$(dry_check "$out2" "$work/planted.txt" GPU_CHECK_PLANT_FAIL=tiny_fp32 GPU_CHECK_PLANT_KILL_AFTER=tiny_bf16)
 [ "$status" -eq 137 ] || { tail -20 "$work/planted.txt"; fail "the planted run exited $status, not 137 (SIGKILL)"; }
-grep -qx "FAIL: small: planted failure (GPU_CHECK_PLANT_FAIL)" "$out2/figures.txt" ||
-    fail "the planted failure of the small section is not in figures.txt"
-grep -Eqx "tiny fp32 flash CPU vs GPU, 8 steps \(tol 1e-4\) +8 steps, max relative difference $number" "$out2/figures.txt" ||
+grep -qx "FAIL: tiny_fp32: planted failure (GPU_CHECK_PLANT_FAIL)" "$out2/figures.txt" ||
+    fail "the planted failure of the tiny_fp32 section is not in figures.txt"
+grep -Eqx "tiny bf16 flash CPU vs GPU, 8 steps \(tol 2e-2\) +8 steps, max relative difference $number" "$out2/figures.txt" ||
     fail "the section after a failed one did not run, or its figures were not saved before the kill"
-! grep -Eq "^(tiny bf16|total check time|GPU check passed|GPU check: )" "$out2/figures.txt" ||
+! grep -Eq "^(compute-sanitizer|measured bf16|GPT-2|total check time|GPU check passed|GPU check: )" "$out2/figures.txt" ||
     fail "the planted run went on past its kill"
 tar tzf "$out2/gpu_check.tgz" | sed 's|^\./||' > "$work/listed2.txt" || fail "no archive after the kill"
-for f in tiny_fp32_cpu.jsonl tiny_fp32_gpu.jsonl failures.txt figures.txt; do
+for f in tiny_bf16_cpu.jsonl tiny_bf16_gpu.jsonl failures.txt figures.txt; do
     grep -qx "$f" "$work/listed2.txt" || fail "the archive saved before the kill lacks $f"
 done
 
@@ -142,9 +146,9 @@ done
 out3=$work/out3
 status=$(dry_check "$out3" "$work/deadline.txt" GPU_CHECK_DEADLINE=0)
 [ "$status" -eq 1 ] || { tail -20 "$work/deadline.txt"; fail "with its deadline passed, check.sh exited $status"; }
-[ "$(grep -c "^section .* n/a: skipped, the 0 s deadline has passed" "$out3/figures.txt")" = 8 ] ||
+[ "$(grep -c "^section .* n/a: skipped, the 0 s deadline has passed" "$out3/figures.txt")" = 9 ] ||
     fail "not every section is recorded as skipped at the deadline"
-grep -qx "GPU check: 0 failure(s), 8 section(s) skipped at the deadline" "$out3/figures.txt" || fail "no summary line"
+grep -qx "GPU check: 0 failure(s), 9 section(s) skipped at the deadline" "$out3/figures.txt" || fail "no summary line"
 [ -f "$out3/gpu_check.tgz" ] || fail "no archive when every section was skipped"
 
 # ---- 4. a hung section is stopped at its budget -------------------------------------------

@@ -9,44 +9,58 @@
 #     nothing waits for an exit trap. nvidia-smi samples memory, utilisation, clocks and
 #     power every second into $OUT/nvidia_smi.csv. Without $OUT everything stays in a
 #     scratch folder that is printed.
-#   - time: a global deadline (GPU_CHECK_DEADLINE, default 420 s from the start) and a
-#     budget per section; a section runs under `timeout` for the smaller of its budget and
-#     the time left, and one that cannot start before the deadline is recorded as skipped.
+#   - time: a global deadline (GPU_CHECK_DEADLINE, default 470 s from the start: the check
+#     fits one 540 s device call with 70 s to spare) and a budget per section; a section runs
+#     under `timeout` for the smaller of its budget and the time left, and one that cannot
+#     start before the deadline is recorded as skipped. pacic compiles the CUDA units for the
+#     device's architecture only (PACIC_CUDA_ARCHS, from nvidia-smi's compute capability).
 #   - no gates: each section runs whatever happened to the ones before (a failed matmul_rate
 #     makes the MFU against it n/a, a failed build fails the sections that need it, each on
 #     its own line); the exit status is 1 if any failed or was skipped.
 #
-# Sections, in this order, with their budgets on a GPU (seconds):
+# Sections, in this order (correctness first, then speed), with their budgets on a GPU
+# (seconds):
 #   preflight  one line each: GPU, driver, nvcc, NVRTC, cuBLASLt, nccl.h, libnccl, cuDNN and
 #              the profilers, where found; the build's tools, taken from .gpu-deps/*.deb when
 #              that folder was carried (tests/gpu/fetch-deps.sh makes it)
-#   build 150  make; tests/gpu/matmul_rate.c; NCCL loaded with dlopen the way run loads it
+#   build 120  make; tests/gpu/matmul_rate.c; NCCL loaded with dlopen the way run loads it
 #              (tests/e2e/nccl_load.c): its version, or why not (nccl.h is optional: the
 #              runtime's transport is behind __has_include)
-#   matmul 30  the measured bf16 matmul rate (8192^3, random operands)
-#   small 100  GPT-2 Small at context 1024 as one stage, 6 steps: losses finite, step 1 near
-#              ln V, falling; tokens/s between steps 2 and 6; MFU against 989 TFLOP/s and
-#              against the measured matmul rate; the top kernels of its profile (run
-#              --profile-out); predicted beside measured per kernel (pacic --emit costs)
 #   tiny_fp32 45, tiny_bf16 45
 #              the tiny example with the default GPU attention (flash; its `attention matmul`
 #              line removed), on the CPU and the GPU from the same initial weights: the loss
 #              at step 1 within 1e-5 (fp32) or 5e-3 (bf16) relative, then the trend over all
-#              20 steps within 1e-4 or 2e-2; fp32's step-1 gradient norm within 1e-4
-#   medium_paci 100, medium_1f1b 100
+#              20 steps within 1e-4 or 2e-2; fp32's step-1 gradient norm within 1e-4. A GPU
+#              run that fails runs once more under compute-sanitizer's memcheck, to name the
+#              kernel
+#   sanitizer 60
+#              compute-sanitizer on the tiny bf16 program: memcheck over 2 steps (out-of-bounds
+#              and misaligned accesses, on the real hardware), then racecheck on the attention
+#              kernels over 1 step (shared-memory hazards between a block's warps)
+#   matmul 20  the measured bf16 matmul rate (8192^3, random operands, after 0.5 s of warm-up)
+#   small 90   GPT-2 Small at context 1024 as one stage, 6 steps: losses finite, step 1 near
+#              ln V, falling; tokens/s between steps 2 and 6, and MFU against 989 TFLOP/s and
+#              against the measured matmul rate, from that run; then a profiled run of 2 steps
+#              (run --profile-out waits after every op, so its rate is no headline): the top
+#              kernels, predicted beside measured per kernel (pacic --emit costs)
+#   medium_paci 90, medium_1f1b 80
 #              the 8-stage GPT-2 Medium example on the one GPU, 4 steps (warmup 1 step in the
-#              copy, so the loss can fall): losses as for Small; tokens/s and MFU; predicted
-#              beside measured; where the memory check refuses micro-batch 16 (it prints the
-#              shortfall), again at micro-batch 12
-#   ncu 60     Nsight Compute on GPT-2 Small's most expensive kernel, where ncu runs
+#              copy, so the loss can fall): losses as for Small; tokens/s between steps 2 and
+#              4, and MFU; where the memory check refuses micro-batch 16 (it prints the
+#              shortfall), again at micro-batch 12; then a profiled run of 2 steps: predicted
+#              beside measured, and --explain read from it
+#   ncu 40     Nsight Compute on GPT-2 Small's most expensive kernel, where ncu runs
 #
-# GPU_CHECK_EMULATE=1 is a dry run of this script without a GPU (tests/e2e/gpu_check_dry.sh):
+# The commit: `git rev-parse` where .git came along, else the file .gpu-commit (write it
+# before sending the tree: git rev-parse HEAD > .gpu-commit).
+#
+# GPU_CHECK_EMULATE=1 (or `check.sh --dry`) is a dry run of this script without a GPU (tests/e2e/gpu_check_dry.sh):
 # every `pacic X.paci -o run` becomes tests/cuda_fake/build.sh (the same `run`, with the fake
 # CUDA stack of the CPU beside it: the real GPU layer runs, the kernels under the emulator),
 # each .paci is first shrunk (shape, micro-batch and window: see shrink; the stages and every
 # other line kept, so every edit below is exercised), matmul_rate is built but not run, and
 # there is no nvidia-smi or ncu. It counts steps, never seconds: the tiny runs take 8 steps,
-# GPT-2 Small 3, Medium 2; its deadline and budgets are hang guards only (GPU_CHECK_RUN_LIMIT,
+# GPT-2 Small 3, Medium 3, the profiled runs 1; its deadline and budgets are hang guards only (GPU_CHECK_RUN_LIMIT,
 # default 1800 s per section, and 4 times that in all). Its figures say nothing about a GPU;
 # they show that the script's glue and the GPU layer's calls work.
 #
@@ -150,6 +164,17 @@ tokens_per_s() {
         awk -v a="$2" -v b="$3" -v n="$4" '$1 == a { t1 = $2 } $1 == b { t2 = $2 }
              END { if (t1 > 0 && t2 > 0 && b > a) printf "%.0f", n * (b - a) / (b * n / t2 - a * n / t1) }'
 }
+# profiled NAME DIR [run flags...]: DIR's run again for $profiled_steps steps with run
+# --profile-out into NAME.profile (it waits for the GPU after every op: per-kernel times, and
+# no rate worth quoting), its output into NAME_profiled_out.txt.
+profiled() {
+    local name=$1 dir=$2 rc
+    shift 2
+    (cd "$dir" && fake_env && timed ./run --device cuda --no-checkpoint --steps "$profiled_steps" "$@" \
+        --profile-out "$results/$name.profile" > "$results/${name}_profiled_out.txt" 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] || { tail -5 "$results/${name}_profiled_out.txt"; fail "$name: the profiled run (exit $rc)"; }
+}
 # mfu NAME TOKPS FLOPS_PER_TOKEN: MFU against 989 TFLOP/s and against the measured matmul rate.
 mfu() {
     local rate share989 shared
@@ -176,7 +201,7 @@ costs() {
            END { for (k in m) printf "%-44s %12.4g %12.4g %8.2f\n", k, p[k] * 1e3, m[k] * 1e3,
                                      (p[k] > 0 ? m[k] / p[k] : 0) }' "$results/$1_emit_costs.txt" |
           sort -k5,5gr; } > "$out"
-    figure "$1 predicted vs measured, per step" "$(awk 'NR > 1 { p += $(NF-2); m += $(NF-1) } END {
+    figure "$1 predicted vs measured, per step (profiled run)" "$(awk 'NR > 1 { p += $(NF-2); m += $(NF-1) } END {
         printf "%.4g ms predicted, %.4g ms measured (%d kernels)", p, m, NR - 1 }' "$out")" \
         "pacic $(basename "$2") --profile $(basename "$3") --emit costs"
     head -13 "$out" | tee -a "$figures"
@@ -231,7 +256,7 @@ section_small() {
     build_run "$dir/small.paci" "$dir" 2 2 || { fail "pacic gpt2-small"; return 1; }
     cp "$dir/small.paci" "$results/small.paci"
     (cd "$dir" && fake_env && timed ./run --device cuda --no-checkpoint --metrics "$results/small.jsonl" \
-        --profile-out "$results/small.profile" > "$results/small_out.txt" 2>&1)
+        > "$results/small_out.txt" 2>&1)
     local rc=$?
     [ $rc -eq 0 ] || { tail -5 "$results/small_out.txt"; fail "GPT-2 Small on the GPU (exit $rc)"; return 1; }
     local vocab=50257
@@ -241,6 +266,7 @@ section_small() {
     tokps=$(tokens_per_s "$results/small.jsonl" 2 "$small_steps" "$small_tokens")
     [ -n "$tokps" ] || { fail "no tokens/s for steps 2..$small_steps in GPT-2 Small's metrics"; return 1; }
     figure "GPT-2 Small 1 stage tokens/s (steps 2-$small_steps)" "$tokps" "./run --device cuda (examples/gpt2-small.paci, stages 1)"
+    profiled small "$dir" || return 1
     costs small "$dir/small.paci" "$results/small.profile"
     local per_token
     per_token=$(sed -n 's/^predicted .* model_flops_per_token \([0-9.e+]*\)$/\1/p' "$results/small_emit_costs.txt")
@@ -252,7 +278,7 @@ section_small() {
            "$results/small.profile")
     figure "GPT-2 Small GELU gradient" "$gelu" "op lines of small.profile (gelu_backward calls)"
     # op STAGE INDEX SECTION NAME calls N total T mean M "what"
-    figure "GPT-2 Small top kernels (ms per call, share)" "$(awk '$1 == "op" { t[$5] += $9; all += $9; c[$5] += $7 }
+    figure "GPT-2 Small top kernels (ms per call, share; profiled run)" "$(awk '$1 == "op" { t[$5] += $9; all += $9; c[$5] += $7 }
         END { for (k in t) printf "%s %.4g %.1f%%\n", k, c[k] ? 1e3 * t[k] / c[k] : 0, 100 * t[k] / all }' \
         "$results/small.profile" | sort -k3,3gr | head -8 | paste -sd';' -)" "op lines of small.profile, by kernel"
 }
@@ -275,11 +301,11 @@ section_tiny() {
            -e "/^[[:space:]]*attention /d" -e "s|^train[[:space:]]*\{|train {\n    precision $precision|" \
            -e "s|\"data/|\"$root/examples/data/|g" examples/tiny.paci > "$dir/tiny.paci"
     build_run "$dir/tiny.paci" "$dir" "$tiny_layers" 2 || { fail "pacic tiny ($precision)"; return 1; }
-    (cd "$dir" && fake_env && timed ./run --device cpu --quiet --metrics "$results/tiny_${precision}_cpu.jsonl") ||
+    (cd "$dir" && fake_env && timed ./run --device cpu --quiet --no-checkpoint --metrics "$results/tiny_${precision}_cpu.jsonl") ||
         { fail "tiny $precision on the CPU"; return 1; }
-    (cd "$dir" && fake_env && timed ./run --device cuda --quiet --metrics "$results/tiny_${precision}_gpu.jsonl" \
+    (cd "$dir" && fake_env && timed ./run --device cuda --quiet --no-checkpoint --metrics "$results/tiny_${precision}_gpu.jsonl" \
         --profile-out "$results/tiny_${precision}.profile" > "$results/tiny_${precision}_gpu.txt" 2>&1) ||
-        { tail -5 "$results/tiny_${precision}_gpu.txt"; fail "tiny $precision on the GPU"; return 1; }
+        { tail -5 "$results/tiny_${precision}_gpu.txt"; fail "tiny $precision on the GPU"; memcheck_named "tiny_$precision" "$dir"; return 1; }
     local cpu=$results/tiny_${precision}_cpu.jsonl gpu=$results/tiny_${precision}_gpu.jsonl
     figure "tiny $precision attention kernels on the GPU" \
         "$(awk '$1 == "op" && $5 ~ /attention/ && $7 > 0 { print $5 }' "$results/tiny_${precision}.profile" | sort -u | paste -sd' ' -)" \
@@ -300,6 +326,53 @@ section_tiny() {
     return 0
 }
 
+# The compute-sanitizer of the toolkit or the PATH, or nothing.
+sanitizer_tool() {
+    command -v compute-sanitizer || ls "$cuda/bin/compute-sanitizer" 2> /dev/null
+}
+# memcheck_named NAME DIR: after a failed GPU run, DIR's run once more for 1 step under memcheck,
+# into NAME_memcheck.txt; the first kernel it names becomes a figure (the dry run has none).
+memcheck_named() {
+    local tool kernel
+    tool=$(sanitizer_tool)
+    [ "$emulate" != 1 ] && [ -n "$tool" ] || return 0
+    (cd "$2" && timed "$tool" --tool memcheck --print-limit 20 ./run --device cuda --steps 1 --no-checkpoint \
+        --quiet > "$results/$1_memcheck.txt" 2>&1)
+    kernel=$(grep -m1 -o 'in [A-Za-z_][A-Za-z0-9_]*' "$results/$1_memcheck.txt" | cut -d' ' -f2)
+    figure "$1 under memcheck (after its failure)" "${kernel:-no kernel named}: $(grep -m1 -E '^========= (Invalid|Misaligned|Program hit|Error)' \
+        "$results/$1_memcheck.txt" | cut -c11-)" "compute-sanitizer --tool memcheck ./run --device cuda --steps 1"
+}
+
+# compute-sanitizer on the tiny bf16 program the tiny_bf16 section built: memcheck over 2 steps,
+# then racecheck on the attention kernels (shared-memory hazards between warps) over 1 step.
+section_sanitizer() {
+    planted sanitizer && return 1
+    local tool dir=$work/tiny_bf16 rc errors
+    tool=$(sanitizer_tool)
+    if [ "$emulate" = 1 ] || [ -z "$tool" ]; then
+        figure "compute-sanitizer memcheck (tiny bf16, 2 steps)" "n/a ($([ "$emulate" = 1 ] && echo "dry run" || echo "no compute-sanitizer"))" "compute-sanitizer"
+        return 0
+    fi
+    [ -x "$dir/run" ] || { fail "sanitizer: the tiny bf16 program was not built"; return 1; }
+    (cd "$dir" && timed "$tool" --tool memcheck --error-exitcode 3 --print-limit 20 ./run --device cuda --steps 2 \
+        --no-checkpoint --quiet > "$results/sanitizer_memcheck.txt" 2>&1)
+    rc=$?
+    errors=$(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$results/sanitizer_memcheck.txt" | tail -1)
+    figure "compute-sanitizer memcheck (tiny bf16, 2 steps)" "exit $rc, ${errors:-?} errors" \
+        "compute-sanitizer --tool memcheck ./run --device cuda --steps 2 (sanitizer_memcheck.txt)"
+    [ $rc -eq 0 ] && [ "${errors:-1}" = 0 ] || fail "memcheck on tiny bf16: exit $rc, ${errors:-?} errors"
+    (cd "$dir" && timed "$tool" --tool racecheck --racecheck-report hazard --kernel-name kns=attention \
+        --error-exitcode 3 --print-limit 20 ./run --device cuda --steps 1 --no-checkpoint --quiet \
+        > "$results/sanitizer_racecheck.txt" 2>&1)
+    rc=$?
+    errors=$(sed -n 's/^========= RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p; s/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' \
+        "$results/sanitizer_racecheck.txt" | tail -1)
+    figure "compute-sanitizer racecheck (attention kernels, 1 step)" "exit $rc, ${errors:-?} hazards" \
+        "compute-sanitizer --tool racecheck --kernel-name kns=attention (sanitizer_racecheck.txt)"
+    [ $rc -eq 0 ] && [ "${errors:-1}" = 0 ] || fail "racecheck on the attention kernels: exit $rc, ${errors:-?} hazards"
+    return 0
+}
+
 section_medium() {
     local schedule=$1 dir=$work/medium_$1 micro
     planted "medium_$schedule" && return 1
@@ -315,27 +388,37 @@ section_medium() {
         [ "$micro" = 16 ] || sed -i -E "s|micro[[:space:]]+[0-9_]+|micro $micro|" "$dir/m.paci"
         build_run "$dir/m.paci" "$dir" 8 2 || { fail "pacic gpt2-medium-8 at micro $micro ($schedule)"; return 1; }
         (cd "$dir" && fake_env && timed ./run --device cuda --steps "$medium_steps" --no-checkpoint \
-            --metrics "$results/medium_${schedule}.jsonl" --profile-out "$results/medium_$schedule.profile" > "$out" 2>&1)
+            --metrics "$results/medium_${schedule}.jsonl" > "$out" 2>&1)
         rc=$?
         [ $rc -ne 0 ] && grep -q "short by" "$out" || break
         grep -m1 "short by" "$out" | tee -a "$figures"
     done
     cp "$dir/m.paci" "$results/medium_$schedule.paci"
     [ $rc -eq 0 ] || { tail -5 "$out"; fail "GPT-2 Medium 8 stages $schedule (exit $rc)"; return 1; }
+    micro=$(awk '/^[[:space:]]*micro[[:space:]]/ { print $2 }' "$dir/m.paci") # the dry run shrinks it
     local vocab=50257
     [ "$emulate" != 1 ] || vocab=256
     check_losses "GPT-2 Medium $schedule" "$results/medium_${schedule}.jsonl" "$vocab"
-    local tokps
-    tokps=$(grep -o '[0-9.]* tokens/s' "$out" | tail -1)
-    figure "GPT-2 Medium 8 stages $schedule" "$tokps" \
+    # the rate between steps 2 and N: the final `done:` line counts from the start (step 1's
+    # warm-up and the last evaluation included)
+    local tokps tokens
+    tokens=$(awk '/^[[:space:]]*micro[[:space:]]/ { m = $2 } /^[[:space:]]*window[[:space:]]/ { w = $2 }
+                  /^[[:space:]]*context[[:space:]]/ { c = $2 } END { print m * w * c }' "$dir/m.paci")
+    tokps=$(tokens_per_s "$results/medium_${schedule}.jsonl" 2 "$medium_steps" "$tokens")
+    [ -n "$tokps" ] || { fail "no tokens/s for steps 2..$medium_steps in GPT-2 Medium $schedule's metrics"; return 1; }
+    figure "GPT-2 Medium 8 stages $schedule tokens/s (steps 2-$medium_steps)" "$tokps" \
         "./run --device cuda --steps $medium_steps (gpt2-medium-8 at micro $micro, schedule $schedule)"
+    profiled "medium_$schedule" "$dir" || return 1
     timed "$pacic" "$dir/m.paci" --profile "$results/medium_$schedule.profile" --explain > "$results/explain_$schedule.txt" ||
         { fail "pacic --profile cannot read the measured profile"; return 1; }
     grep -q "^measured ops" "$results/explain_$schedule.txt" || { fail "the GPU profile has no per-kernel times"; return 1; }
+    figure "GPT-2 Medium 8 stages $schedule memory (micro $micro)" \
+        "$(sed -n 's/^memory: .*; the 8 stages together \([0-9.]* [GM]iB\).*/\1 by the stage totals/p' "$results/explain_$schedule.txt")" \
+        "pacic m.paci --explain (its memory line), in explain_$schedule.txt"
     costs "medium_$schedule" "$dir/m.paci" "$results/medium_$schedule.profile"
     local per_token
     per_token=$(sed -n 's/^predicted .* model_flops_per_token \([0-9.e+]*\)$/\1/p' "$results/medium_${schedule}_emit_costs.txt")
-    [ -z "$per_token" ] || mfu "GPT-2 Medium $schedule (8 stages, 1 GPU)" "${tokps% tokens/s}" "$per_token"
+    [ -z "$per_token" ] || mfu "GPT-2 Medium $schedule (8 stages, 1 GPU)" "$tokps" "$per_token"
 }
 
 # Nsight Compute on the kernel that took the most of GPT-2 Small's time (its profile).
@@ -365,6 +448,10 @@ section_ncu() {
 }
 
 # ---- a section in its own process (under the caller's timeout) ---------------------------
+if [ "${1:-}" = --dry ]; then
+    export GPU_CHECK_EMULATE=1
+    shift
+fi
 if [ "${1:-}" = --section ]; then
     shift
     "section_$1" "${@:2}"
@@ -378,11 +465,11 @@ export emulate=${GPU_CHECK_EMULATE:-0}
 # run's speed is the CPU's, so there both only catch a hang, and its work is set in steps and
 # layers: tiny_steps, tiny_layers, small_steps and medium_steps.
 if [ "$emulate" = 1 ]; then
-    export run_limit=${GPU_CHECK_RUN_LIMIT:-1800} tiny_steps=8 tiny_layers=2 small_steps=3 medium_steps=2
+    export run_limit=${GPU_CHECK_RUN_LIMIT:-1800} tiny_steps=8 tiny_layers=2 small_steps=3 medium_steps=3 profiled_steps=1
     deadline_s=${GPU_CHECK_DEADLINE:-$((4 * run_limit))}
 else
-    export run_limit=${GPU_CHECK_RUN_LIMIT:-150} tiny_steps=20 tiny_layers=4 small_steps=6 medium_steps=4
-    deadline_s=${GPU_CHECK_DEADLINE:-420}
+    export run_limit=${GPU_CHECK_RUN_LIMIT:-120} tiny_steps=20 tiny_layers=4 small_steps=6 medium_steps=4 profiled_steps=2
+    deadline_s=${GPU_CHECK_DEADLINE:-470}
 fi
 export work
 work=$(mktemp -d)
@@ -442,13 +529,13 @@ run_section() {
     fi
 }
 
-echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $(git rev-parse --short HEAD 2> /dev/null)" |
-    tee -a "$figures"
+commit=$(git rev-parse --short HEAD 2> /dev/null || cut -c1-12 .gpu-commit 2> /dev/null || echo "unknown (no .git, no .gpu-commit)")
+echo "GPU check, $(date -u +%Y-%m-%dT%H:%MZ), $(hostname), commit $commit" | tee -a "$figures"
 [ "$emulate" != 1 ] || echo "DRY RUN (GPU_CHECK_EMULATE=1): the fake CUDA stack on the CPU, tiny shapes; no GPU figures" |
     tee -a "$figures"
 [ -n "${OUT:-}" ] || echo "results in $results (no \$OUT)"
-figure "run limit per command (s)" "$run_limit" "GPU_CHECK_RUN_LIMIT (default 150; in the dry run 1800, a hang guard)"
-figure "deadline (s)" "$deadline_s" "GPU_CHECK_DEADLINE (default 420; in the dry run 4 x the run limit)"
+figure "run limit per command (s)" "$run_limit" "GPU_CHECK_RUN_LIMIT (default 120; in the dry run 1800, a hang guard)"
+figure "deadline (s)" "$deadline_s" "GPU_CHECK_DEADLINE (default 470; in the dry run 4 x the run limit)"
 
 # ---- preflight: one line each, in the main process (seconds) -------------------------------
 if command -v nvidia-smi > /dev/null; then
@@ -470,7 +557,8 @@ found() {
     for p in "$@"; do [ -e "$p" ] && { readlink -f "$p"; return; }; done
     echo "not found"
 }
-figure "NVRTC" "$(found "$cuda"/lib64/libnvrtc.so)" "$cuda/lib64/libnvrtc.so"
+figure "NVRTC" "$(found "$cuda"/lib64/libnvrtc.so "$cuda"/lib64/libnvrtc.so.13 "$cuda"/lib64/libnvrtc.so.12)" \
+    "$cuda/lib64/libnvrtc.so (or .so.13, .so.12: compiler/nvrtc.c loads any)"
 figure "cuBLASLt" "$(found "$cuda"/lib64/libcublasLt.so)" "$cuda/lib64/libcublasLt.so"
 # Python's CUDA wheels (the GPU machine's torch has them) hold NCCL and cuDNN too.
 wheels=$(timeout 20 python3 -c "import importlib.util as u; s = u.find_spec('nvidia'); print(list(s.submodule_search_locations)[0])" 2> /dev/null)
@@ -497,7 +585,7 @@ figure "profilers" "$(for t in ncu nsys compute-sanitizer; do
 
 missing() {
     local what=()
-    for tool in cc make flex bison; do command -v "$tool" > /dev/null || what+=("$tool"); done
+    for tool in cc make flex bison m4; do command -v "$tool" > /dev/null || what+=("$tool"); done
     [ "$emulate" != 1 ] || command -v g++ > /dev/null || command -v clang++ > /dev/null || what+=("g++")
     echo '#include <cblas.h>' | cc -E - > /dev/null 2>&1 || what+=("cblas.h")
     echo '#include <jansson.h>' | cc -E - > /dev/null 2>&1 || what+=("jansson.h")
@@ -515,21 +603,33 @@ if [ -n "$lacking" ] && ls .gpu-deps/*.deb > /dev/null 2>&1; then
     lacking=$(missing)
 fi
 [ -z "$lacking" ] || fail "the build needs: $lacking (carry .gpu-deps: tests/gpu/fetch-deps.sh)"
-for f in include/cublasLt.h include/nvrtc.h lib64/libcublasLt.so lib64/libnvrtc.so; do
+for f in include/cublasLt.h include/nvrtc.h lib64/libcublasLt.so; do
     [ -e "$cuda/$f" ] || fail "no $cuda/$f"
 done
+ls "$cuda"/lib64/libnvrtc.so* > /dev/null 2>&1 || fail "no $cuda/lib64/libnvrtc.so (nor .so.13, .so.12)"
+# Only the device's architecture (each more is another NVRTC pass over every unit); the dry
+# run's fake stack takes any image.
+if [ "$emulate" = 1 ]; then
+    export PACIC_CUDA_ARCHS=sm_90
+elif cap=$(timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1) &&
+     [[ "$cap" =~ ^[0-9]+\.[0-9]+$ ]]; then
+    export PACIC_CUDA_ARCHS=sm_${cap/./}
+fi
+archs_default="sm_80,sm_90,compute_90 (the default of pacic)" # no quote inside ${...:-...}
+figure "CUDA architectures compiled" "${PACIC_CUDA_ARCHS:-$archs_default}" "PACIC_CUDA_ARCHS (nvidia-smi --query-gpu=compute_cap)"
 save
 
 # ---- the sections, in order; none waits on another --------------------------------------
 if [ "$emulate" = 1 ]; then budget() { echo "$run_limit"; }; else budget() { echo "$1"; }; fi
-run_section build "$(budget 150)" build
-run_section matmul "$(budget 30)" matmul
-run_section small "$(budget 100)" small
+run_section build "$(budget 120)" build
 run_section tiny_fp32 "$(budget 45)" tiny fp32
 run_section tiny_bf16 "$(budget 45)" tiny bf16
-run_section medium_paci "$(budget 100)" medium paci
-run_section medium_1f1b "$(budget 100)" medium 1f1b
-run_section ncu "$(budget 60)" ncu
+run_section sanitizer "$(budget 60)" sanitizer
+run_section matmul "$(budget 20)" matmul
+run_section small "$(budget 90)" small
+run_section medium_paci "$(budget 90)" medium paci
+run_section medium_1f1b "$(budget 80)" medium 1f1b
+run_section ncu "$(budget 40)" ncu
 
 figure "total check time (s)" "$(($(date +%s) - start))" "tests/gpu/check.sh"
 failures=$(grep -c . "$results/failures.txt")

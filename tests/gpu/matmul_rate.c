@@ -1,9 +1,10 @@
 /* matmul_rate: the measured bf16 matrix-product rate of GPU 0 through cuBLASLt (bf16 inputs
  * and output, fp32 accumulation), the denominator of tests/gpu/check.sh's "share of the
  * measured matmul rate", on random operands. Prints "bf16_matmul_tflops X". Exit 1 on any
- * CUDA error.
+ * CUDA error. An idle GPU clocks low and ramps up under load, so the products run for at least
+ * half a second before the timed REPS (~200: about 0.3 s on an H100 or H200 at 8192).
  *
- *   matmul_rate [N]   N x N x N products, default 8192
+ *   matmul_rate [N [REPS]]   N x N x N products, default 8192; REPS timed, default 200
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -20,7 +21,11 @@
 
 int main(int argc, char **argv)
 {
-    int n = argc > 1 ? atoi(argv[1]) : 8192;
+    int n = argc > 1 ? atoi(argv[1]) : 8192, reps = argc > 2 ? atoi(argv[2]) : 200;
+    if (n < 16 || reps < 1) {
+        fprintf(stderr, "matmul_rate: N must be at least 16 and REPS at least 1\n");
+        return 1;
+    }
     size_t bytes = (size_t)n * n * 2, workspace_bytes = 32u << 20;
     void *a, *b, *c, *workspace;
     CHECK(cudaMalloc(&a, bytes));
@@ -61,17 +66,27 @@ int main(int argc, char **argv)
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
     CHECK(cudaEventCreate(&stop));
-    int reps = 20;
-    for (int pass = 0; pass < 2; pass++) { /* the first pass warms up */
+    // Warm-up: batches of 10 products until 0.5 s of them have run (the clocks ramp meanwhile).
+    float ms = 0, warm_ms = 0;
+    while (warm_ms < 500.0f) {
         CHECK(cudaEventRecord(start, 0));
-        for (int i = 0; i < reps; i++)
+        for (int i = 0; i < 10; i++)
             CHECK(cublasLtMatmul(lt, desc, &alpha, a, layout, b, layout, &beta, c, layout, c, layout,
                                  &result.algo, workspace, workspace_bytes, 0));
         CHECK(cudaEventRecord(stop, 0));
         CHECK(cudaEventSynchronize(stop));
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        warm_ms += ms;
     }
-    float ms = 0;
+    CHECK(cudaEventRecord(start, 0));
+    for (int i = 0; i < reps; i++)
+        CHECK(cublasLtMatmul(lt, desc, &alpha, a, layout, b, layout, &beta, c, layout, c, layout,
+                             &result.algo, workspace, workspace_bytes, 0));
+    CHECK(cudaEventRecord(stop, 0));
+    CHECK(cudaEventSynchronize(stop));
     CHECK(cudaEventElapsedTime(&ms, start, stop));
+    fprintf(stderr, "matmul_rate: %.0f ms of warm-up, then %d products of %d^3 in %.1f ms\n", warm_ms,
+            reps, n, ms);
     printf("bf16_matmul_tflops %.1f\n", 2.0 * n * (double)n * n * reps / (ms * 1e-3) / 1e12);
     return 0;
 }
