@@ -1,5 +1,5 @@
-/* codegen.c: the driver that writes the generated sources. It builds the op lists (ops.c),
- * checks the layouts against the plan (layout.c), and has the emitters render each file:
+/* codegen.c: the driver that writes the generated sources of a lowered program (lower.c). It
+ * has the emitters render each file:
  * stage_N.c (emit_c.c, with emit_cuda.c's host half appended on the GPU path), program.c
  * (emit_c.c), and on the GPU path stages.cu with its NVRTC images (emit_cuda.c, nvrtc.c).
  * Nothing below calls back into it.
@@ -25,10 +25,10 @@ static bool write_source(const char *dir, const char *name, const StrBuf *sb)
  * kernel at the model's shapes), so it is compiled once per architecture; the images go to
  * cuda_images.c, ptxas's report to cuda_resources.txt. An NVRTC error is a pacic bug: the
  * unit stays in dir for inspection and pacic exits 2. */
-static bool cuda_write(const Config *cfg, const Plan *plan, const char *dir)
+static bool cuda_write(const Config *cfg, const Lowered *low, const char *dir)
 {
     StrBuf unit = {0}, report = {0}, images_c = {0};
-    emit_cuda_stage(&unit, cfg, plan, 0);
+    emit_cuda_stage(&unit, cfg, low, 0);
     bool ok = write_source(dir, "stages.cu", &unit);
     CudaImage images[8];
     const char *const *cuda_archs;
@@ -56,21 +56,18 @@ static bool cuda_write(const Config *cfg, const Plan *plan, const char *dir)
 }
 
 /* One stage_S.c per stage and program.c; the folder is created if missing. */
-bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir)
+bool codegen_write(const Config *cfg, const Lowered *low, const paci_table *t, const char *dir)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "pacic: error: cannot create %s: %s\n", dir, strerror(errno));
         return false;
     }
-    layout_check_plan(cfg, plan);
-    ModelOps ops;
-    model_ops_build(cfg, &ops);
-    bool ok = !cfg->cuda || cuda_write(cfg, plan, dir);
-    for (int s = 0; s < plan->stages && ok; s++) {
+    bool ok = !cfg->cuda || cuda_write(cfg, low, dir);
+    for (int s = 0; s < low->stages && ok; s++) {
         StrBuf sb = {0};
-        emit_c_stage(&sb, cfg, plan, s, &ops);
+        emit_c_stage(&sb, cfg, low, s);
         if (cfg->cuda)
-            emit_cuda_host(&sb, cfg, plan, s, &ops);
+            emit_cuda_host(&sb, cfg, low, s);
         char *name = xasprintf("stage_%d.c", s);
         ok = write_source(dir, name, &sb);
         free(name);
@@ -78,10 +75,9 @@ bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, con
     }
     if (ok) {
         StrBuf sb = {0};
-        emit_c_program(&sb, cfg, plan, t);
+        emit_c_program(&sb, cfg, low, t);
         ok = write_source(dir, "program.c", &sb);
         sb_free(&sb);
     }
-    model_ops_free(&ops);
     return ok;
 }

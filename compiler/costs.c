@@ -706,7 +706,7 @@ static double priced_newton_schulz(const Config *cfg, double m, double M, int st
  * figures are the mean per tensor. AdamW and NAdamW one kernel; LAMB its direction, two norms
  * and the update; LARS two norms and its update; Muon, for the blocks' matrices, the momentum,
  * a norm, the Newton-Schulz products and the update (its AdamW group as AdamW). */
-static void cost_optimizer_step(const Config *cfg, const StagePlan *sp, StageCosts *sc)
+static void cost_optimizer_step(const Config *cfg, const LoweredStage *ls, StageCosts *sc)
 {
     static const char *const step_names[] = {[PR_OPT_ADAMW] = "adamw", [PR_OPT_MUON] = "muon step",
                                               [PR_OPT_LAMB] = "lamb step", [PR_OPT_LARS] = "lars step",
@@ -716,10 +716,8 @@ static void cost_optimizer_step(const Config *cfg, const StagePlan *sp, StageCos
                                        [PR_OPT_LAMB] = "LAMB update of one tensor",
                                        [PR_OPT_LARS] = "LARS update of one tensor",
                                        [PR_OPT_NADAMW] = "NAdamW update of one tensor"};
-    StageLayout lay;
-    stage_layout(cfg, sp, &lay);
-    TensorInfo *tensors;
-    int n = stage_tensors(cfg, sp, &lay, &tensors);
+    const TensorInfo *tensors = ls->tensors;
+    int n = ls->n_tensors;
     OpCost *c = push_cost(sc);
     c->section = "adamw";
     c->table_name = "adamw";
@@ -778,31 +776,25 @@ static void cost_optimizer_step(const Config *cfg, const StagePlan *sp, StageCos
     c->flops = n ? flops / n : 0;
     c->bytes = n ? bytes / n : 0;
     c->seconds = n ? sc->step / n : 0;
-    free(tensors);
 }
 
-void gpu_costs_build(const Config *cfg, const Plan *plan, GpuCosts *gc)
+void gpu_costs_build(const Config *cfg, const Lowered *low, GpuCosts *gc)
 {
-    *gc = (GpuCosts){.stages = plan->stages};
+    *gc = (GpuCosts){.stages = low->stages};
     Shapes sh = shapes_of(cfg);
-    ModelOps ops;
-    model_ops_build(cfg, &ops);
-    for (int s = 0; s < plan->stages; s++) {
+    for (int s = 0; s < low->stages; s++) {
+        const LoweredStage *ls = &low->stage[s];
         StageCosts *sc = &gc->stage[s];
-        const StagePlan *sp = &plan->stage[s];
-        sh.HEAD_VN = (double)(sp->vocab_end - sp->vocab_begin);
+        sh.HEAD_VN = (double)(ls->plan->vocab_end - ls->plan->vocab_begin);
         sh.HEAD_VP = ceil(sh.HEAD_VN / 64) * 64;
-        StageSection sections[MAX_STAGE_SECTIONS];
-        int n = stage_sections(&plan->stage[s], &ops, sections);
-        for (int i = 0; i < n; i++) {
-            if (sections[i].ops)
-                cost_section(cfg, &sh, &sections[i], sc);
+        for (int i = 0; i < ls->n_sections; i++) {
+            if (ls->sections[i].ops)
+                cost_section(cfg, &sh, &ls->sections[i], sc);
             else
-                cost_optimizer_step(cfg, &plan->stage[s], sc);
+                cost_optimizer_step(cfg, ls, sc);
         }
         gc->unknown += sc->unknown;
     }
-    model_ops_free(&ops);
 }
 
 void gpu_costs_free(GpuCosts *gc)

@@ -421,11 +421,11 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     blank_line(sb);
 }
 
-void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
+void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
 {
-    const StagePlan *sp = &plan->stage[s];
-    StageLayout lay;
-    stage_layout(cfg, sp, &lay);
+    const LoweredStage *ls = &low->stage[s];
+    const StagePlan *sp = ls->plan;
+    const ModelOps *ops = &low->ops;
     char *lead = sp->lead_mlp ? xasprintf("the MLP half of layer %d%s", sp->first_layer - 1,
                                           sp->n_layers > 0 || sp->tail_attn ? ", " : "")
                               : xstrdup("");
@@ -437,14 +437,14 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
                                    sp->first_layer, sp->first_layer + sp->n_layers)
                        : xstrdup("");
     char *what = xasprintf("Stage %d of %d: %s%s%s%s%s. Forward, backward and AdamW, specialised to the shapes below.",
-                           s, plan->stages, sp->has_embed ? "embedding, " : "", lead, layers, tail,
+                           s, low->stages, sp->has_embed ? "embedding, " : "", lead, layers, tail,
                            sp->has_head ? ", final LayerNorm, LM head and cross-entropy" : "");
     free(layers);
     free(lead);
     free(tail);
     emit_banner(sb, cfg, what);
     free(what);
-    emit_c_stage_constants(sb, cfg, sp, s, &lay);
+    emit_c_stage_constants(sb, cfg, sp, s, &ls->layout);
 
     bool bf16 = cfg->precision == PREC_BF16, used[64] = {false};
     if (sp->has_embed) {
@@ -463,8 +463,8 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
         mark_kernels(&ops->attn_fwd, used);
         mark_kernels(&ops->attn_bwd, used);
     }
-    StageSection sections[MAX_STAGE_SECTIONS];
-    int n_sections = stage_sections(sp, ops, sections);
+    const StageSection *sections = ls->sections;
+    int n_sections = ls->n_sections;
     for (int i = 0; i < n_sections; i++) // the head's sections, whichever part of the head it holds
         if (sections[i].ops && strncmp(sections[i].name, "head_", 5) == 0)
             mark_kernels(sections[i].ops, used);
@@ -485,22 +485,20 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const 
 
     emit_c_stage_driver(sb, cfg, sp, s);
 
-    TensorInfo *tensors;
-    int n = stage_tensors(cfg, sp, &lay, &tensors);
     emit_line(sb, "/* name, checkpoint tensor, offset in it, offset in the block, size, decay, init */");
-    emit_line(sb, "const pr_tensor pr_stage_%d_tensors[%d] = {", s, n);
+    emit_line(sb, "const pr_tensor pr_stage_%d_tensors[%d] = {", s, ls->n_tensors);
     sb->indent++;
-    for (int i = 0; i < n; i++) {
-        const TensorInfo *t = &tensors[i];
+    for (int i = 0; i < ls->n_tensors; i++) {
+        const TensorInfo *t = &ls->tensors[i];
         emit_line(sb, "{\"%s\", %s, %ld, %ld, %ld, %d, %s},", t->name, t->ckpt_tensor,
                   t->ckpt_offset, t->offset, t->size, t->decay, t->init);
     }
     sb->indent--;
     emit_line(sb, "};");
     blank_line(sb);
-    free(tensors);
     emit_op_table(sb, cfg, s, sections, n_sections);
 
+    int n = ls->n_tensors;
     if (cfg->optimizer != PR_OPT_ADAMW) {
         emit_optim_rule(sb, cfg, s, n);
         return;
@@ -636,8 +634,9 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
     blank_line(sb);
 }
 
-void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t)
+void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const paci_table *t)
 {
+    const Plan *plan = low->plan;
     emit_banner(sb, cfg, "The run: model and training hyperparameters (already derived), the stages' "
                          "code and memory sizes, and the static schedule table.");
     emit_line(sb, "#include <stddef.h>");
@@ -645,16 +644,11 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     emit_line(sb, "#include \"pacirt.h\"");
     blank_line(sb);
     for (int s = 0; s < plan->stages; s++) {
-        StageLayout lay;
-        stage_layout(cfg, &plan->stage[s], &lay);
-        TensorInfo *tensors;
-        emit_line(sb, "extern const pr_tensor pr_stage_%d_tensors[%d];", s,
-                  stage_tensors(cfg, &plan->stage[s], &lay, &tensors));
-        free(tensors);
+        emit_line(sb, "extern const pr_tensor pr_stage_%d_tensors[%d];", s, low->stage[s].n_tensors);
         emit_line(sb, "void pr_stage_%d_forward(const pr_fwd_args *args);", s);
         emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args);", s);
         emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args);", s);
-        emit_line(sb, "extern const pr_op_info pr_stage_%d_ops[%d];", s, stage_op_count(cfg, &plan->stage[s]));
+        emit_line(sb, "extern const pr_op_info pr_stage_%d_ops[%d];", s, low->stage[s].n_ops);
         emit_line(sb, "extern const pr_op_timer *pr_stage_%d_op_timer;", s);
         if (cfg->optimizer != PR_OPT_ADAMW)
             emit_line(sb, "extern const pr_optim_rule pr_stage_%d_optim_rule;", s);
@@ -674,27 +668,23 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_
     sb->indent++;
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
-        StageLayout lay;
-        stage_layout(cfg, sp, &lay);
-        TensorInfo *tensors;
-        int n = stage_tensors(cfg, sp, &lay, &tensors);
-        free(tensors);
+        const StageLayout *lay = &low->stage[s].layout;
         emit_open_block(sb);
         emit_line(sb, ".index = %d, .first_layer = %d, .n_layers = %d, .has_embed = %d, .has_head = %d,",
                   s, sp->first_layer, sp->n_layers, sp->has_embed, sp->has_head);
-        emit_line(sb, ".n_params = %ld, .act_floats = %ld, .scratch_floats = %ld,", lay.params.total,
-                  lay.acts.total, lay.scratch.total);
-        emit_line(sb, ".in_offset = %ld, .out_offset = %ld, .probs_offset = %ld,", lay.in_offset,
-                  lay.msg_offset, lay.probs_offset);
+        emit_line(sb, ".n_params = %ld, .act_floats = %ld, .scratch_floats = %ld,", lay->params.total,
+                  lay->acts.total, lay->scratch.total);
+        emit_line(sb, ".in_offset = %ld, .out_offset = %ld, .probs_offset = %ld,", lay->in_offset,
+                  lay->msg_offset, lay->probs_offset);
         if (plan->vocab_split > 0 || cfg->messages != MESSAGES_FP32) // the others' stay as they were
             emit_line(sb, ".out_floats = %ld, .dx_floats = %ld, .has_lnf = %d, .vocab_begin = %ld, .vocab_end = %ld, "
-                          ".lse_offset = %ld,", lay.out_floats, lay.dx_floats, sp->has_lnf, sp->vocab_begin,
-                      sp->vocab_end, lay.lse_offset);
-        emit_line(sb, ".n_tensors = %d, .tensors = pr_stage_%d_tensors,", n, s);
+                          ".lse_offset = %ld,", lay->out_floats, lay->dx_floats, sp->has_lnf, sp->vocab_begin,
+                      sp->vocab_end, lay->lse_offset);
+        emit_line(sb, ".n_tensors = %d, .tensors = pr_stage_%d_tensors,", low->stage[s].n_tensors, s);
         emit_line(sb, ".forward = pr_stage_%d_forward, .backward = pr_stage_%d_backward, .adamw = pr_stage_%d_adamw,",
                   s, s, s);
         emit_line(sb, ".n_ops = %d, .ops = pr_stage_%d_ops, .op_timer = &pr_stage_%d_op_timer,",
-                  stage_op_count(cfg, sp), s, s);
+                  low->stage[s].n_ops, s, s);
         if (cfg->optimizer != PR_OPT_ADAMW)
             emit_line(sb, ".optim_rule = &pr_stage_%d_optim_rule,", s);
         emit_close(sb, ",");

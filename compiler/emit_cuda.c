@@ -115,11 +115,11 @@ static void emit_sumsq_kernel(StrBuf *sb)
 
 /* Every kernel of the model, specialised to cfg's shapes (the stage decides which it
  * launches); no #include, so NVRTC needs no headers. */
-void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int s)
+void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
 {
-    const StagePlan *sp = &plan->stage[s];
+    const StagePlan *sp = low->stage[s].plan;
     char *what = xasprintf("Stage %d of %d, CUDA kernels (layers [%d, %d)%s%s): one thread per index, "
-                           "%d threads per block.", s, plan->stages, sp->first_layer,
+                           "%d threads per block.", s, low->stages, sp->first_layer,
                            sp->first_layer + sp->n_layers, sp->lead_mlp ? ", after an MLP half" : "",
                            sp->tail_attn ? ", then an attention half" : "", CUDA_BLOCK);
     emit_banner(sb, cfg, what);
@@ -424,12 +424,12 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
     sb_puts(sb, "\n");
 }
 
-void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, const ModelOps *ops)
+void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
 {
-    const StagePlan *sp = &plan->stage[s];
+    const LoweredStage *ls = &low->stage[s];
+    const StagePlan *sp = ls->plan;
+    const StageLayout *lay = &ls->layout;
     bool bf16 = cfg->precision == PREC_BF16;
-    StageLayout lay;
-    stage_layout(cfg, sp, &lay);
     sb_puts(sb, "/* ---- The GPU path: the same sections as launches on the stage's compute stream; every\n"
                 " * pointer is device memory. Kernels are indexed in the module's list (cuda_images.c). */\n\n");
     emit_line(sb, "enum { CUDA_STAGE = %d, CUDA_BLOCK = %d, CUDA_INPUTS = %s };", s, CUDA_BLOCK,
@@ -446,11 +446,9 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_line(sb, "enum { %s };", names.data ? names.data : "");
     sb_free(&names);
     sb_puts(sb, "\n");
-    StageSection sections[MAX_STAGE_SECTIONS];
-    int n_sections = stage_sections(sp, ops, sections);
-    for (int i = 0; i < n_sections; i++)
-        if (sections[i].ops)
-            emit_cuda_section(sb, cfg, &sections[i], bf16);
+    for (int i = 0; i < ls->n_sections; i++)
+        if (ls->sections[i].ops)
+            emit_cuda_section(sb, cfg, &ls->sections[i], bf16);
 
     const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";
     const char *stage_h = bf16 ? "args->params_h, " : "";
@@ -500,20 +498,20 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
     emit_open_block(sb);
     if (stage_head_front(sp)) {
-        long head = layout_offset(&lay.params, "PARAM_LNFW");
+        long head = layout_offset(&lay->params, "PARAM_LNFW");
         emit_line(sb, "cuda_head_front_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", stage_h);
         emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm and the head's rows */",
-                  lay.params.total - head);
+                  lay->params.total - head);
     } else if (stage_head_back(sp)) {
         emit_line(sb, "cuda_head_back_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_INPUT, "
                       "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", stage_h);
-        emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay.params.total);
+        emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay->params.total);
     } else if (sp->has_head) {
-        long head = layout_offset(&lay.params, "PARAM_LNFW");
+        long head = layout_offset(&lay->params, "PARAM_LNFW");
         emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
                       "args->scratch, args->targets, args->loss_scale / (float)BT);", stage_h);
-        emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay.params.total - head,
+        emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay->params.total - head,
                   cfg->tied ? "" : " and the head");
     } else {
         if (sends_residual(cfg, sp))
@@ -603,11 +601,11 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int s, cons
     }
 
     emit_line(sb, "/* params_h = the %ld weights of the block in bf16, after they change other than by AdamW. */",
-              lay.params.total);
+              lay->params.total);
     emit_line(sb, "void pr_stage_%d_cuda_weight_copy(const float *params, pr_bf16 *params_h)", s);
     emit_open_block(sb);
     char count[32];
-    snprintf(count, sizeof count, "%ldL", lay.params.total);
+    snprintf(count, sizeof count, "%ldL", lay->params.total);
     emit_to_bf16(sb, "params", "params_h", count);
     emit_close(sb, "");
 }

@@ -22,7 +22,6 @@
 /* Every entry starts on 256 bytes and every block is a multiple of them, so any pointer a
  * generated op forms from the arena's start is as aligned as cuBLASLt's algorithms assume
  * unless told otherwise (and vector loads want). */
-enum { LAYOUT_ALIGN_FLOATS = 64 };
 
 /* Appends a named range after the last, padded to LAYOUT_ALIGN_FLOATS. */
 static void layout_add(Layout *l, const char *name, long size, const char *doc)
@@ -207,23 +206,6 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true) : message;
     if (stage_head_front(sp) && layout_offset(a, "ACT_XENT_PART") + 2 * BT - lay->msg_offset != lay->out_floats)
         ICE("the split's message is not contiguous at ACT_LNF");
-}
-
-/* The plan sizes memory with formulas (plan.c); the blocks laid out here must be what they
- * count, up to the entries' padding, or --explain and the memory errors would be wrong. */
-void layout_check_plan(const Config *cfg, const Plan *plan)
-{
-    for (int s = 0; s < plan->stages; s++) {
-        const StagePlan *sp = &plan->stage[s];
-        StageLayout lay;
-        stage_layout(cfg, sp, &lay);
-        long act_pad = (lay.acts.n + (long)(lay.attn_acts.n + lay.mlp_acts.n) * (sp->n_layers + 1)) *
-                       LAYOUT_ALIGN_FLOATS;
-        if (labs(lay.scratch.total - sp->scratch_floats) > lay.scratch.n * LAYOUT_ALIGN_FLOATS ||
-            labs(lay.acts.total - sp->act_bytes / 4) > act_pad)
-            ICE("stage %d: the plan counts %ld scratch and %ld activation floats, the layout %ld and %ld", s,
-                sp->scratch_floats, sp->act_bytes / 4, lay.scratch.total, lay.acts.total);
-    }
 }
 
 static void tensor_add(TensorInfo *out, int *n, const char *name, const char *ckpt,

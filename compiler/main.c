@@ -248,7 +248,7 @@ static bool writable_output(const char *out)
 }
 
 /* Generates the sources into --keep DIR or a temporary folder and links the executable. */
-static int build(const char *argv0, const Options *opt, const Config *cfg, const Plan *plan,
+static int build(const char *argv0, const Options *opt, const Config *cfg, const Lowered *low,
                  const paci_table *table)
 {
     const char *out = opt->output ? opt->output : "run";
@@ -266,7 +266,7 @@ static int build(const char *argv0, const Options *opt, const Config *cfg, const
                 strerror(errno));
         status = EXIT_USER; /* TMPDIR names no writable folder */
     }
-    if (status == 0 && !codegen_write(cfg, plan, table, dir))
+    if (status == 0 && !codegen_write(cfg, low, table, dir))
         status = EXIT_INTERNAL;
     /* A C compiler failure on the sources exits in build_executable and keeps them, saying
      * where; the other failures (no runtime, no compiler, an unwritable output) are not
@@ -356,6 +356,8 @@ int main(int argc, char **argv)
             report.error);
     for (int s = 0; s < cfg.stages; s++) // the static delays `delay_correction nesterov` reads
         cfg.stage_delay[s] = report.max_drift[s];
+    Lowered lowered;
+    lower_build(&cfg, &plan, &lowered);
 
     int status = 0;
     /* The GPU path is generated when NVRTC loads and the runtime was built with CUDA. */
@@ -365,9 +367,9 @@ int main(int argc, char **argv)
         if (opt.mode == MODE_EMIT) {
             if (make_dir(opt.output) != 0)
                 return EXIT_USER;
-            status = codegen_write(&cfg, &plan, table, opt.output) ? 0 : EXIT_INTERNAL;
+            status = codegen_write(&cfg, &lowered, table, opt.output) ? 0 : EXIT_INTERNAL;
         } else {
-            status = build(argv[0], &opt, &cfg, &plan, table);
+            status = build(argv[0], &opt, &cfg, &lowered, table);
         }
     } else {
         CostModel cm;
@@ -386,7 +388,7 @@ int main(int argc, char **argv)
         GpuCosts costs = {0};
         GpuPrediction predicted = {0};
         if (opt.mode == MODE_EXPLAIN || opt.emit == EMIT_COSTS) {
-            gpu_costs_build(&cfg, &plan, &costs);
+            gpu_costs_build(&cfg, &lowered, &costs);
             // --explain's number of steps for both reports, so they print the same prediction
             predicted = gpu_costs_predict(&cfg, &plan, table, &costs,
                                           cfg.steps < EXPLAIN_SIM_STEPS ? cfg.steps : EXPLAIN_SIM_STEPS);
@@ -412,6 +414,7 @@ int main(int argc, char **argv)
         sim_result_free(&sim);
         op_profile_free(&op_profile);
     }
+    lower_free(&lowered);
     schedule_free(table);
     config_free(&cfg);
     ast_free(ast);

@@ -573,14 +573,3 @@ int section_timed_ops(const StageSection *section)
     return n;
 }
 
-int stage_op_count(const Config *cfg, const StagePlan *sp)
-{
-    ModelOps ops;
-    model_ops_build(cfg, &ops);
-    StageSection sections[MAX_STAGE_SECTIONS];
-    int n_sections = stage_sections(sp, &ops, sections), total = 0;
-    for (int i = 0; i < n_sections; i++)
-        total += section_timed_ops(&sections[i]);
-    model_ops_free(&ops);
-    return total;
-}

@@ -1,22 +1,26 @@
 /* pacic.h: the compiler's one header, one section per phase (file named in each heading).
  *
+ *   parse -> check -> plan -> schedule -> verify -> lower -> emit | simulate | explain
+ *
  *   model.paci -> [grammar/] AST -> [sema.c] Config -> [plan.c] Plan
- *              -> [schedule.c] paci_table -> [verify.c] [simulate.c] [costs.c] [inspect.c]
+ *              -> [schedule.c] paci_table -> [verify.c] VerifyReport
+ *              -> [lower.c] Lowered: each stage's layout, tensors, sections and op lists
  *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
+ *              -> [simulate.c] [costs.c] [inspect.c] predictions, --explain, timelines
  *
- * Data flows one way: no phase reads a form older than the one before it. Code generation
- * is layered the same way; each layer reads only the ones below it:
+ * Data flows one way: no phase reads a form older than the one before it. What a stage is to
+ * the back ends is built once, by lower.c, from the layers below it, and every back end (the
+ * emitters, costs.c's GPU cost model, the runtime metadata in program.c) reads that value:
  *
- *   codegen.c       the driver: builds the op lists, has the emitters render each file, writes them
+ *   codegen.c       the driver: has the emitters render each file of a lowered program, writes them
  *   emit_c.c        C: a stage's kernels and sections, program.c with the schedule table
  *   emit_cuda.c     CUDA: the device unit (NVRTC: nvrtc.c) and each stage's launches;
  *                   attention_gpu.c: how attention is lowered for the GPU (tiles, WMMA)
  *   emit_common.c   what both emitters write alike: banner, escaping, the op-loop skeleton
+ *   lower.c         the lowering pass: one LoweredStage per stage, from the three below
  *   ops.c           how the model is lowered to backend-neutral op lists, and their numbering
  *   layout.c        where each tensor of a stage lives
  *   kernels.c       the kernels the op lists launch, described once for every backend
- *
- * costs.c (the GPU cost model) reads the op lists and layouts as the emitters do.
  */
 #ifndef PACIC_H
 #define PACIC_H
@@ -554,13 +558,15 @@ typedef struct GpuCosts {
     StageCosts stage[PACI_MAX_STAGES];
 } GpuCosts;
 
+typedef struct Lowered Lowered; /* lower.c, below: the program lowered stage by stage */
+
 typedef struct GpuPrediction {
     double step_time, tokens_per_s, bubble;
     double model_flops;     /* per optimizer step, as MFU counts them */
     double mfu;             /* model_flops / (step_time x stages x flops) */
 } GpuPrediction;
 
-void gpu_costs_build(const Config *cfg, const Plan *plan, GpuCosts *gc);
+void gpu_costs_build(const Config *cfg, const Lowered *low, GpuCosts *gc);
 void gpu_costs_free(GpuCosts *gc);
 /* Whether the model has a cost entry for the kernel named `name`. */
 bool gpu_cost_has_kernel(const char *name);
@@ -648,6 +654,9 @@ void emit_attention_gpu_device(StrBuf *sb, const Config *cfg);
 
 /* ---- layout.c: where each tensor of a stage lives ----------------------------------- */
 
+/* Every entry of a block starts on this many floats (256 bytes). */
+enum { LAYOUT_ALIGN_FLOATS = 64 };
+
 /* A named range of floats in one of a stage's blocks; the name becomes a constant. */
 typedef struct LayoutEntry {
     const char *name;
@@ -700,8 +709,6 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay);
 long layout_offset(const Layout *l, const char *name); /* internal error if absent */
 /* The stage's tensors in parameter-block order (*out malloc'ed); returns the count. */
 int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay, TensorInfo **out);
-/* An internal error unless every stage's blocks are the sizes plan.c counted. */
-void layout_check_plan(const Config *cfg, const Plan *plan);
 
 /* ---- ops.c: the model lowered to backend-neutral op lists ---------------------------- */
 
@@ -792,8 +799,34 @@ bool op_is_timed(const Op *op);
 /* An op's name in the profile: its kernel, or gemm, zero, copy. */
 const char *op_profile_name(const Op *op);
 int section_timed_ops(const StageSection *section);
-/* The stage's timed ops (the length of pr_stage_S_ops). */
-int stage_op_count(const Config *cfg, const StagePlan *sp);
+
+/* ---- lower.c: each stage lowered once, the value every back end reads ------------------ */
+
+/* A stage as the back ends see it. Built by lower_build and read-only after. */
+typedef struct LoweredStage {
+    int index;
+    const StagePlan *plan;
+    StageLayout layout;     /* its blocks: parameters, activations, scratch; its messages' sizes */
+    TensorInfo *tensors;    /* its parameter tensors, in parameter-block order */
+    int n_tensors;
+    StageSection sections[MAX_STAGE_SECTIONS]; /* in the per-op profile's order, over ops below */
+    int n_sections;
+    int n_ops;              /* its timed ops: the length of pr_stage_S_ops */
+} LoweredStage;
+
+/* A program lowered: the model's op lists (every stage's sections point into them, so a
+ * Lowered is never copied) and each stage. */
+typedef struct Lowered {
+    const Plan *plan;       /* the plan it lowered */
+    ModelOps ops;
+    int stages;
+    LoweredStage stage[PACI_MAX_STAGES];
+} Lowered;
+
+/* Lowers every stage of plan; an internal error unless each stage's blocks are the sizes
+ * plan.c counted (its memory figures and errors rest on them). */
+void lower_build(const Config *cfg, const Plan *plan, Lowered *low);
+void lower_free(Lowered *low);
 
 /* ---- emit_common.c: what every emitter writes alike --------------------------------- */
 
@@ -827,8 +860,8 @@ void emit_section_ops(StrBuf *sb, const OpList *l, const char *section, EmitOpFn
 
 /* ---- emit_c.c: a stage and the program as plain C ------------------------------------ */
 
-void emit_c_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
-void emit_c_program(StrBuf *sb, const Config *cfg, const Plan *plan, const paci_table *t);
+void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int stage);
+void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const paci_table *t);
 
 /* ---- nvrtc.c, emit_cuda.c: the GPU path ----------------------------------------------- */
 
@@ -853,10 +886,10 @@ void cuda_image_free(CudaImage *img);
 /* Appends "kernel arch registers / spills" lines from the log; returns kernels that spill. */
 int cuda_resource_report(StrBuf *out, const CudaImage *img);
 /* The device code of one stage as a CUDA translation unit for NVRTC (emit_cuda.c). */
-void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Plan *plan, int stage);
+void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int stage);
 /* The host half of stage s's GPU path, appended to its C file after emit_c_stage: the same
  * op lists as launches (pr_cuda_launch, pr_cuda_gemm) on the stage's stream. */
-void emit_cuda_host(StrBuf *sb, const Config *cfg, const Plan *plan, int stage, const ModelOps *ops);
+void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int stage);
 /* cuda_images.c: the images as byte arrays and the kernel names they hold. */
 void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, int n);
 
@@ -864,7 +897,7 @@ void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, in
 
 /* Writes the generated sources for cfg into dir (stage_N.c, program.c; on the GPU path
  * stages.cu, cuda_images.c, cuda_resources.txt). */
-bool codegen_write(const Config *cfg, const Plan *plan, const paci_table *t, const char *dir);
+bool codegen_write(const Config *cfg, const Lowered *low, const paci_table *t, const char *dir);
 
 /* ---- build.c: compile generated sources and link the runtime ------------------------ */
 

@@ -1,5 +1,5 @@
-/* gen_stages: writes the generated sources of a tiny GPT-2 for the numeric tests, driving
- * codegen_write directly with a hand-built Config and the planner's layer split (no DSL, no
+/* gen_stages: writes the generated sources of a tiny GPT-2 for the numeric tests: lowers a
+ * hand-built Config and the planner's layer split and calls codegen_write (no DSL, no
  * schedule: the table is empty, the harness runs the stages itself).
  *
  *   gen_stages DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED [flash|matmul]
@@ -36,5 +36,7 @@ int main(int argc, char **argv)
     plan_layout(&cfg, &plan); // the planner's split and sizes, which codegen checks its layout against
     paci_table table = {.schedule = cfg.schedule, .stages = cfg.stages, .window = 1,
                         .total_steps = 1, .segment_steps = 1, .n_programs = 1};
-    return codegen_write(&cfg, &plan, &table, argv[1]) ? 0 : EXIT_INTERNAL;
+    Lowered low;
+    lower_build(&cfg, &plan, &low);
+    return codegen_write(&cfg, &low, &table, argv[1]) ? 0 : EXIT_INTERNAL;
 }

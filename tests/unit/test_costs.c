@@ -54,6 +54,15 @@ static const OpCost *find_op(const StageCosts *sc, const char *section, const ch
     return NULL;
 }
 
+/* The GPU costs of plan, lowered as pacic lowers it. */
+static void costs_of(const Config *cfg, const Plan *plan, GpuCosts *gc)
+{
+    Lowered low;
+    lower_build(cfg, plan, &low);
+    gpu_costs_build(cfg, &low, gc);
+    lower_free(&low);
+}
+
 static void assert_close(double got, double want, const char *what)
 {
     if (fabs(got - want) > 1e-9 * fabs(want))
@@ -67,7 +76,7 @@ static void test_figures_by_hand(void **state)
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     GpuCosts gc;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     assert_int_equal(gc.unknown, 0);
     const StageCosts *sc = &gc.stage[0];
     double B = 2, T = 4, C = 8, NH = 2, HS = 4, V = 16, BT = B * T;
@@ -140,7 +149,7 @@ static void test_bf16(void **state)
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     GpuCosts gc;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     const StageCosts *sc = &gc.stage[0];
     double BT = 8, C = 8;
     const OpCost *fc = find_op(sc, "block_forward", "fc = ln2");
@@ -162,7 +171,7 @@ static void test_gpu_forms(void **state)
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     GpuCosts gc;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     const StageCosts *sc = &gc.stage[0];
     double BT = 8, C = 8;
     const OpCost *att = find_op(sc, "block_forward", "atty = causal attention");
@@ -194,7 +203,7 @@ static void test_optimizer_steps(void **state)
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     GpuCosts gc;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     const OpCost *step = find_op(&gc.stage[0], "adamw", "Muon");
     double C = 8, params = (double)plan.stage[0].params;
     double matrices[][3] = {{3, 8, 8}, {1, 8, 8}, {1, 8, 32}, {1, 8, 32}}; /* count, m, M */
@@ -210,11 +219,11 @@ static void test_optimizer_steps(void **state)
     double muon_seconds = gc.stage[0].step;
     gpu_costs_free(&gc);
     cfg.optimizer = PR_OPT_ADAMW;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     double adamw_seconds = gc.stage[0].step;
     gpu_costs_free(&gc);
     cfg.optimizer = PR_OPT_LARS;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     assert_true(gc.stage[0].step < adamw_seconds && adamw_seconds < muon_seconds);
     gpu_costs_free(&gc);
 }
@@ -229,13 +238,13 @@ static void test_numbering_is_the_generated_codes(void **state)
         Plan plan;
         assert_true(plan_build(&cfg, &plan));
         GpuCosts gc;
-        gpu_costs_build(&cfg, &plan, &gc);
+        costs_of(&cfg, &plan, &gc);
         assert_int_equal(gc.unknown, 0);
-        ModelOps ops;
-        model_ops_build(&cfg, &ops);
+        Lowered low;
+        lower_build(&cfg, &plan, &low);
         for (int s = 0; s < plan.stages; s++) {
             StrBuf sb = {0};
-            emit_c_stage(&sb, &cfg, &plan, s, &ops);
+            emit_c_stage(&sb, &cfg, &low, s);
             char *table = strstr(sb.data, "pr_op_info pr_stage_");
             assert_non_null(table);
             table = strchr(table, '\n') + 1;
@@ -257,7 +266,7 @@ static void test_numbering_is_the_generated_codes(void **state)
             assert_true(strncmp(table, "};", 2) == 0); /* no op the model lacks */
             sb_free(&sb);
         }
-        model_ops_free(&ops);
+        lower_free(&low);
         gpu_costs_free(&gc);
     }
 }
@@ -279,7 +288,7 @@ static void test_emit_with_profile(void **state)
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     GpuCosts gc;
-    gpu_costs_build(&cfg, &plan, &gc);
+    costs_of(&cfg, &plan, &gc);
     ProfileOp measured = {.stage = 0, .index = 2, .section = "block_forward", .name = "gemm", .what = "qkv",
                           .calls = 4, .total = 0.5, .mean = 0.125};
     OpProfile prof = {.version = 2, .ops = &measured, .n_ops = 1};

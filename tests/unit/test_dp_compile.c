@@ -83,7 +83,10 @@ static char *explain_text(const Compiled *c)
 static char *program_text(const Compiled *c)
 {
     StrBuf sb = {0};
-    emit_c_program(&sb, &c->cfg, &c->plan, c->table);
+    Lowered low;
+    lower_build(&c->cfg, &c->plan, &low);
+    emit_c_program(&sb, &c->cfg, &low, c->table);
+    lower_free(&low);
     return sb.data;
 }
 
@@ -309,7 +312,10 @@ static void test_model_flops_per_token_is_per_pipeline(void **state)
     for (int i = 0; i < 2; i++) {
         Compiled *c = compile("paci", replicas[i]);
         GpuCosts gc;
-        gpu_costs_build(&c->cfg, &c->plan, &gc);
+        Lowered low;
+        lower_build(&c->cfg, &c->plan, &low);
+        gpu_costs_build(&c->cfg, &low, &gc);
+        lower_free(&low);
         GpuPrediction p = gpu_costs_predict(&c->cfg, &c->plan, c->table, &gc, 32);
         char *text = NULL;
         CAPTURE(text, gpu_costs_emit(out, &c->cfg, &gc, &p, NULL));
