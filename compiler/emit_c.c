@@ -421,11 +421,9 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     blank_line(sb);
 }
 
-void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
+/* The stage file's banner: what the stage holds. */
+static void emit_c_stage_banner(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, int stages)
 {
-    const LoweredStage *ls = &low->stage[s];
-    const StagePlan *sp = ls->plan;
-    const ModelOps *ops = &low->ops;
     char *lead = sp->lead_mlp ? xasprintf("the MLP half of layer %d%s", sp->first_layer - 1,
                                           sp->n_layers > 0 || sp->tail_attn ? ", " : "")
                               : xstrdup("");
@@ -437,16 +435,20 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
                                    sp->first_layer, sp->first_layer + sp->n_layers)
                        : xstrdup("");
     char *what = xasprintf("Stage %d of %d: %s%s%s%s%s. Forward, backward and AdamW, specialised to the shapes below.",
-                           s, low->stages, sp->has_embed ? "embedding, " : "", lead, layers, tail,
+                           s, stages, sp->has_embed ? "embedding, " : "", lead, layers, tail,
                            sp->has_head ? ", final LayerNorm, LM head and cross-entropy" : "");
     free(layers);
     free(lead);
     free(tail);
     emit_banner(sb, cfg, what);
     free(what);
-    emit_c_stage_constants(sb, cfg, sp, s, &ls->layout);
+}
 
-    bool bf16 = cfg->precision == PREC_BF16, used[64] = {false};
+/* The C kernels the stage's sections call (each once, in kernels.c's order). */
+static void emit_c_stage_kernels(StrBuf *sb, const Config *cfg, const LoweredStage *ls, const ModelOps *ops)
+{
+    const StagePlan *sp = ls->plan;
+    bool used[64] = {false};
     if (sp->has_embed) {
         mark_kernels(&ops->embed_fwd, used);
         mark_kernels(&ops->embed_bwd, used);
@@ -463,11 +465,9 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
         mark_kernels(&ops->attn_fwd, used);
         mark_kernels(&ops->attn_bwd, used);
     }
-    const StageSection *sections = ls->sections;
-    int n_sections = ls->n_sections;
-    for (int i = 0; i < n_sections; i++) // the head's sections, whichever part of the head it holds
-        if (sections[i].ops && strncmp(sections[i].name, "head_", 5) == 0)
-            mark_kernels(sections[i].ops, used);
+    for (int i = 0; i < ls->n_sections; i++) // the head's sections, whichever part of the head it holds
+        if (ls->sections[i].ops && strncmp(ls->sections[i].name, "head_", 5) == 0)
+            mark_kernels(ls->sections[i].ops, used);
     used[kernel_find("adamw") - kernel_descs] = cfg->optimizer == PR_OPT_ADAMW;
     if (receives_residual(cfg, sp) || sends_residual(cfg, sp)) { // the driver converts the messages
         used[kernel_find("to_bf16") - kernel_descs] = true;
@@ -477,6 +477,18 @@ void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
 
+}
+
+void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
+{
+    const LoweredStage *ls = &low->stage[s];
+    const StagePlan *sp = ls->plan;
+    const StageSection *sections = ls->sections;
+    int n_sections = ls->n_sections;
+    bool bf16 = cfg->precision == PREC_BF16;
+    emit_c_stage_banner(sb, cfg, sp, s, low->stages);
+    emit_c_stage_constants(sb, cfg, sp, s, &ls->layout);
+    emit_c_stage_kernels(sb, cfg, ls, &low->ops);
     emit_op_profile_hooks(sb, s, sections, n_sections);
 
     for (int i = 0; i < n_sections; i++)
@@ -634,15 +646,10 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
     blank_line(sb);
 }
 
-void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const paci_table *t)
+/* The declarations of what each stage file defines. */
+static void emit_stage_declarations(StrBuf *sb, const Config *cfg, const Lowered *low)
 {
     const Plan *plan = low->plan;
-    emit_banner(sb, cfg, "The run: model and training hyperparameters (already derived), the stages' "
-                         "code and memory sizes, and the static schedule table.");
-    emit_line(sb, "#include <stddef.h>");
-    blank_line(sb);
-    emit_line(sb, "#include \"pacirt.h\"");
-    blank_line(sb);
     for (int s = 0; s < plan->stages; s++) {
         emit_line(sb, "extern const pr_tensor pr_stage_%d_tensors[%d];", s, low->stage[s].n_tensors);
         emit_line(sb, "void pr_stage_%d_forward(const pr_fwd_args *args);", s);
@@ -661,9 +668,12 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const pac
                 emit_line(sb, "void pr_stage_%d_cuda_predict(const pr_optim_rule *rule, const pr_predict_args *args);", s);
         }
     }
-    blank_line(sb);
-    emit_schedule(sb, t);
+}
 
+/* stages[]: each stage's code and sizes as the runtime's pr_stage_code. */
+static void emit_stage_codes(StrBuf *sb, const Config *cfg, const Lowered *low)
+{
+    const Plan *plan = low->plan;
     emit_line(sb, "static const pr_stage_code stages[%d] = {", plan->stages);
     sb->indent++;
     for (int s = 0; s < plan->stages; s++) {
@@ -693,26 +703,34 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const pac
     emit_line(sb, "};");
     blank_line(sb);
 
-    if (cfg->cuda) {
-        emit_line(sb, "/* The GPU path: images in cuda_images.c, launch sequences in the stage files. */");
-        const char *const *archs;
-        int cuda_arch_count = cuda_arch_list(&archs);
-        emit_line(sb, "extern const pr_cuda_image pr_cuda_images[%d];", cuda_arch_count);
-        emit_line(sb, "extern const char *const pr_cuda_kernel_names[%d];", kernel_desc_count);
-        emit_line(sb, "static const pr_cuda_stage cuda_stages[%d] = {", plan->stages);
-        sb->indent++;
-        for (int s = 0; s < plan->stages; s++) {
-            char predict[48] = "NULL"; // the prediction's code exists under delay_correction predict only
-            if (cfg->delay_correction == DELAY_PREDICT)
-                snprintf(predict, sizeof predict, "pr_stage_%d_cuda_predict", s);
-            emit_line(sb, "{%d, pr_cuda_images, %d, pr_cuda_kernel_names, pr_stage_%d_cuda_forward, "
-                          "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy, %s},",
-                      cuda_arch_count, kernel_desc_count, s, s, s, s, predict);
-        }
-        sb->indent--;
-        emit_line(sb, "};");
-        blank_line(sb);
+}
+
+/* cuda_stages[]: each stage's GPU images and launch sequences (the GPU path only). */
+static void emit_cuda_stage_codes(StrBuf *sb, const Config *cfg, const Plan *plan)
+{
+    emit_line(sb, "/* The GPU path: images in cuda_images.c, launch sequences in the stage files. */");
+    const char *const *archs;
+    int cuda_arch_count = cuda_arch_list(&archs);
+    emit_line(sb, "extern const pr_cuda_image pr_cuda_images[%d];", cuda_arch_count);
+    emit_line(sb, "extern const char *const pr_cuda_kernel_names[%d];", kernel_desc_count);
+    emit_line(sb, "static const pr_cuda_stage cuda_stages[%d] = {", plan->stages);
+    sb->indent++;
+    for (int s = 0; s < plan->stages; s++) {
+        char predict[48] = "NULL"; // the prediction's code exists under delay_correction predict only
+        if (cfg->delay_correction == DELAY_PREDICT)
+            snprintf(predict, sizeof predict, "pr_stage_%d_cuda_predict", s);
+        emit_line(sb, "{%d, pr_cuda_images, %d, pr_cuda_kernel_names, pr_stage_%d_cuda_forward, "
+                      "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy, %s},",
+                  cuda_arch_count, kernel_desc_count, s, s, s, s, predict);
     }
+    sb->indent--;
+    emit_line(sb, "};");
+    blank_line(sb);
+}
+
+/* pr_generated_program: the model, the derived hyperparameters, the data, the stages. */
+static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
+{
     emit_line(sb, "const pr_program pr_generated_program = {");
     sb->indent++;
     emit_string_field(sb, "source", cfg->src ? cfg->src->path : NULL);
@@ -757,4 +775,21 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const pac
                   cfg->precision == PREC_BF16);
     sb->indent--;
     emit_line(sb, "};");
+}
+
+void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const paci_table *t)
+{
+    emit_banner(sb, cfg, "The run: model and training hyperparameters (already derived), the stages' "
+                         "code and memory sizes, and the static schedule table.");
+    emit_line(sb, "#include <stddef.h>");
+    blank_line(sb);
+    emit_line(sb, "#include \"pacirt.h\"");
+    blank_line(sb);
+    emit_stage_declarations(sb, cfg, low);
+    blank_line(sb);
+    emit_schedule(sb, t);
+    emit_stage_codes(sb, cfg, low);
+    if (cfg->cuda)
+        emit_cuda_stage_codes(sb, cfg, low->plan);
+    emit_program_struct(sb, cfg, low->plan);
 }

@@ -424,12 +424,24 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
     sb_puts(sb, "\n");
 }
 
-void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
+/* The arguments of the bf16 weight copies a host section takes after its weights under bf16
+ * (none in fp32): a layer's, the stage block's, the leading MLP half's, the trailing attention
+ * half's. */
+typedef struct WeightCopies {
+    const char *layer, *stage, *lead, *tail;
+} WeightCopies;
+
+static WeightCopies weight_copies(bool bf16)
 {
-    const LoweredStage *ls = &low->stage[s];
-    const StagePlan *sp = ls->plan;
-    const StageLayout *lay = &ls->layout;
-    bool bf16 = cfg->precision == PREC_BF16;
+    if (!bf16)
+        return (WeightCopies){"", "", "", ""};
+    return (WeightCopies){"args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, ", "args->params_h, ",
+                          "args->params_h + PARAM_LEAD_MLP, ", "args->params_h + PARAM_TAIL_ATTN, "};
+}
+
+/* The host file's constants: the stage, the block size, the products' inputs, the kernels' indices. */
+static void emit_cuda_host_constants(StrBuf *sb, int s, bool bf16)
+{
     sb_puts(sb, "/* ---- The GPU path: the same sections as launches on the stage's compute stream; every\n"
                 " * pointer is device memory. Kernels are indexed in the module's list (cuda_images.c). */\n\n");
     emit_line(sb, "enum { CUDA_STAGE = %d, CUDA_BLOCK = %d, CUDA_INPUTS = %s };", s, CUDA_BLOCK,
@@ -446,14 +458,11 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
     emit_line(sb, "enum { %s };", names.data ? names.data : "");
     sb_free(&names);
     sb_puts(sb, "\n");
-    for (int i = 0; i < ls->n_sections; i++)
-        if (ls->sections[i].ops)
-            emit_cuda_section(sb, cfg, &ls->sections[i], bf16);
+}
 
-    const char *layer_h = bf16 ? "args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, " : "";
-    const char *stage_h = bf16 ? "args->params_h, " : "";
-    const char *lead_h = bf16 ? "args->params_h + PARAM_LEAD_MLP, " : "";
-    const char *tail_h = bf16 ? "args->params_h + PARAM_TAIL_ATTN, " : "";
+/* pr_stage_S_cuda_forward: the stage's forward sections in order, messages narrowed or widened. */
+static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, WeightCopies h)
+{
     emit_line(sb, "void pr_stage_%d_cuda_forward(const pr_fwd_args *args)", s);
     emit_open_block(sb);
     if (sp->has_embed)
@@ -462,55 +471,50 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
         emit_message_bf16(sb, false, "args->acts + ACT_INPUT_MSG", "args->acts + ACT_INPUT", "the message came in bf16");
     if (sp->lead_mlp)
         emit_line(sb, "cuda_mlp_forward(args->params + PARAM_LEAD_MLP, %sargs->acts + ACT_LEAD_MLP, "
-                      "args->acts + ACT_INPUT);", lead_h);
+                      "args->acts + ACT_INPUT);", h.lead);
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
     emit_line(sb, "cuda_block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
-                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));", layer_h);
+                  "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));", h.layer);
     emit_close(sb, "");
     if (sp->tail_attn)
         emit_line(sb, "cuda_attn_forward(args->params + PARAM_TAIL_ATTN, %sargs->acts + ACT_TAIL_ATTN, "
-                      "layer_input(args->acts, N_LAYERS));", tail_h);
+                      "layer_input(args->acts, N_LAYERS));", h.tail);
     if (stage_head_front(sp))
         emit_line(sb, "cuda_head_front_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets);",
-                  stage_h);
+                  h.stage);
     else if (stage_head_back(sp))
         emit_line(sb, "cuda_head_back_forward(args->params, %sargs->acts, args->acts + ACT_INPUT, args->targets, "
-                      "args->losses);", stage_h);
+                      "args->losses);", h.stage);
     else if (sp->has_head)
         emit_line(sb, "cuda_head_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets, "
-                      "args->losses);", stage_h);
+                      "args->losses);", h.stage);
     if (sends_residual(cfg, sp))
         emit_message_bf16(sb, true, "args->acts + ACT_OUTPUT", "args->acts + ACT_OUTPUT_MSG", "the message goes in bf16");
     emit_close(sb, "");
     sb_puts(sb, "\n");
+}
 
-    emit_line(sb, "/* Replicas: grads[offset, offset + count) is final for this backward, so its allreduce may");
-    emit_line(sb, " * start while the backward goes on (pr_bwd_args.grads_ready; NULL outside the window's");
-    emit_line(sb, " * last backward). */");
-    emit_line(sb, "static void grads_ready(const pr_bwd_args *args, long offset, long count)");
-    emit_open_block(sb);
-    emit_open(sb, "if (args->grads_ready)");
-    emit_line(sb, "args->grads_ready(args->ready_ctx, offset, count);");
-    emit_close(sb, "");
-    emit_close(sb, "");
-    sb_puts(sb, "\n");
-
-    emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
-    emit_open_block(sb);
+/* The backward's start: the head's sections (and its gradients reported ready), or the
+ * gradient from the next stage taken in (widened, and copied to bf16 for the products). */
+static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredStage *ls, WeightCopies h)
+{
+    const StagePlan *sp = ls->plan;
+    const StageLayout *lay = &ls->layout;
+    bool bf16 = cfg->precision == PREC_BF16;
     if (stage_head_front(sp)) {
         long head = layout_offset(&lay->params, "PARAM_LNFW");
         emit_line(sb, "cuda_head_front_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", stage_h);
+                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", h.stage);
         emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm and the head's rows */",
                   lay->params.total - head);
     } else if (stage_head_back(sp)) {
         emit_line(sb, "cuda_head_back_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_INPUT, "
-                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", stage_h);
+                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", h.stage);
         emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay->params.total);
     } else if (sp->has_head) {
         long head = layout_offset(&lay->params, "PARAM_LNFW");
         emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->loss_scale / (float)BT);", stage_h);
+                      "args->scratch, args->targets, args->loss_scale / (float)BT);", h.stage);
         emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay->params.total - head,
                   cfg->tied ? "" : " and the head");
     } else {
@@ -525,22 +529,43 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
             emit_close(sb, "");
         }
     }
+}
+
+/* grads_ready, then pr_stage_S_cuda_backward: its sections from the last, each range of
+ * gradients reported as it is final, and the gradient for the previous stage sent on. */
+static void emit_cuda_backward(StrBuf *sb, const Config *cfg, const LoweredStage *ls, int s, WeightCopies h)
+{
+    const StagePlan *sp = ls->plan;
+    emit_line(sb, "/* Replicas: grads[offset, offset + count) is final for this backward, so its allreduce may");
+    emit_line(sb, " * start while the backward goes on (pr_bwd_args.grads_ready; NULL outside the window's");
+    emit_line(sb, " * last backward). */");
+    emit_line(sb, "static void grads_ready(const pr_bwd_args *args, long offset, long count)");
+    emit_open_block(sb);
+    emit_open(sb, "if (args->grads_ready)");
+    emit_line(sb, "args->grads_ready(args->ready_ctx, offset, count);");
+    emit_close(sb, "");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+
+    emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
+    emit_open_block(sb);
+    emit_cuda_backward_top(sb, cfg, ls, h);
     if (sp->tail_attn) {
         emit_line(sb, "cuda_attn_backward(args->params + PARAM_TAIL_ATTN, %sargs->grads + PARAM_TAIL_ATTN, "
-                      "args->acts + ACT_TAIL_ATTN,", tail_h);
+                      "args->acts + ACT_TAIL_ATTN,", h.tail);
         emit_line(sb, "                   layer_input(args->acts, N_LAYERS), args->scratch);");
         emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN, P_MLP);");
     }
     emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
     emit_line(sb, "cuda_block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", layer_h);
+                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", h.layer);
     emit_line(sb, "                    args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
                   "args->scratch);");
     emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
     emit_close(sb, "");
     if (sp->lead_mlp) {
         emit_line(sb, "cuda_mlp_backward(args->params + PARAM_LEAD_MLP, %sargs->grads + PARAM_LEAD_MLP, "
-                      "args->acts + ACT_LEAD_MLP,", lead_h);
+                      "args->acts + ACT_LEAD_MLP,", h.lead);
         emit_line(sb, "                  args->acts + ACT_INPUT, args->scratch);");
         emit_line(sb, "grads_ready(args, PARAM_LEAD_MLP, PARAM_PER_LAYER - P_MLP);");
     }
@@ -555,8 +580,13 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
     }
     emit_close(sb, "");
     sb_puts(sb, "\n");
+}
 
-    bool predicts = cfg->delay_correction == DELAY_PREDICT;
+/* pr_stage_S_cuda_adamw: the optimizer on the device, AdamW's kernel per tensor, or the other
+ * rules through runtime/cuda/optim.c (with the prediction's launches where it predicts). */
+static void emit_cuda_step(StrBuf *sb, const Config *cfg, int s)
+{
+    bool bf16 = cfg->precision == PREC_BF16, predicts = cfg->delay_correction == DELAY_PREDICT;
     if (cfg->optimizer != PR_OPT_ADAMW || predicts)
         emit_optim_kernels(sb);
     if (predicts)
@@ -574,38 +604,53 @@ void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
         emit_close(sb, "");
         emit_close(sb, "");
         sb_puts(sb, "\n");
-    } else {
-        emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments%s (see docs/gpu.md). */",
-                  bf16 ? ", and the weights' bf16 copy written back" : "");
-        emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
-        emit_open_block(sb);
-        // The same doubles as the CPU AdamW, so both paths use the same corrections.
-        emit_line(sb, "float beta1_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta1);
-        emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta2);
-        emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
-        emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
-        emit_line(sb, "float *param = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;");
-        emit_line(sb, "const float *grad = args->grads + t->offset;");
-        emit_line(sb, "pr_bf16 *param_h = args->params_h ? args->params_h + t->offset : NULL;");
-        emit_line(sb, "long n = (long)t->size;");
-        emit_line(sb, "float lr = args->lr, weight_decay = t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, "
-                      "grad_scale = args->grad_scale;");
-        emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
-                      "&beta1_correction, &beta2_correction, &param_h};");
-        emit_line(sb, "OP_BEGIN(OPS_adamw);");
-        emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
-        emit_line(sb, "OP_END(OPS_adamw);");
-        emit_close(sb, "");
-        emit_close(sb, "");
-        sb_puts(sb, "\n");
+        return;
     }
+    emit_line(sb, "/* AdamW per tensor on the device: fp32 weights and moments%s (see docs/gpu.md). */",
+              bf16 ? ", and the weights' bf16 copy written back" : "");
+    emit_line(sb, "void pr_stage_%d_cuda_adamw(const pr_adamw_args *args)", s);
+    emit_open_block(sb);
+    // The same doubles as the CPU AdamW, so both paths use the same corrections.
+    emit_line(sb, "float beta1_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta1);
+    emit_line(sb, "float beta2_correction = (float)(1.0 - pow(%.17g, (double)args->t));", cfg->beta2);
+    emit_open(sb, "for (int i = 0; i < (int)(sizeof pr_stage_%d_tensors / sizeof pr_stage_%d_tensors[0]); i++)", s, s);
+    emit_line(sb, "const pr_tensor *t = &pr_stage_%d_tensors[i];", s);
+    emit_line(sb, "float *param = args->params + t->offset, *m = args->m + t->offset, *v = args->v + t->offset;");
+    emit_line(sb, "const float *grad = args->grads + t->offset;");
+    emit_line(sb, "pr_bf16 *param_h = args->params_h ? args->params_h + t->offset : NULL;");
+    emit_line(sb, "long n = (long)t->size;");
+    emit_line(sb, "float lr = args->lr, weight_decay = t->decay ? ADAMW_WEIGHT_DECAY : 0.0f, "
+                  "grad_scale = args->grad_scale;");
+    emit_line(sb, "void *launch_args[] = {&param, &grad, &m, &v, &n, &lr, &weight_decay, &grad_scale, "
+                  "&beta1_correction, &beta2_correction, &param_h};");
+    emit_line(sb, "OP_BEGIN(OPS_adamw);");
+    emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_adamw, n, CUDA_BLOCK, launch_args);");
+    emit_line(sb, "OP_END(OPS_adamw);");
+    emit_close(sb, "");
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+}
 
+void emit_cuda_host(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
+{
+    const LoweredStage *ls = &low->stage[s];
+    bool bf16 = cfg->precision == PREC_BF16;
+    WeightCopies h = weight_copies(bf16);
+    emit_cuda_host_constants(sb, s, bf16);
+    for (int i = 0; i < ls->n_sections; i++)
+        if (ls->sections[i].ops)
+            emit_cuda_section(sb, cfg, &ls->sections[i], bf16);
+    emit_cuda_forward(sb, cfg, ls->plan, s, h);
+    emit_cuda_backward(sb, cfg, ls, s, h);
+    emit_cuda_step(sb, cfg, s);
+
+    long weights = ls->layout.params.total;
     emit_line(sb, "/* params_h = the %ld weights of the block in bf16, after they change other than by AdamW. */",
-              lay->params.total);
+              weights);
     emit_line(sb, "void pr_stage_%d_cuda_weight_copy(const float *params, pr_bf16 *params_h)", s);
     emit_open_block(sb);
     char count[32];
-    snprintf(count, sizeof count, "%ldL", lay->params.total);
+    snprintf(count, sizeof count, "%ldL", weights);
     emit_to_bf16(sb, "params", "params_h", count);
     emit_close(sb, "");
 }
