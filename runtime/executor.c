@@ -134,177 +134,214 @@ static void poison_copies(const pr_device *dev, int s, pr_bf16 *copy, size_t cou
     free(nan);
 }
 
-int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err)
+/* What each stage keeps on its device, sized before anything is allocated (pr_run_init). */
+typedef struct stage_sizes {
+    int64_t message;          /* the message buffers' floats: the largest message */
+    int weight_copies;        /* products read bf16 copies of the weights (and of each stash slot) */
+    int acc_buffers;          /* accumulate pairwise's gradient buffers per stage */
+    int predicts[PACI_MAX_STAGES];
+    int recomputes[PACI_MAX_STAGES];
+    int64_t floats[PACI_MAX_STAGES], bytes[PACI_MAX_STAGES], slots[PACI_MAX_STAGES];
+    /* recompute full: a slot keeps the stage's input only (the first stage's tokens are kept
+     * beside), and one full slot is the workspace (docs/dsl.md "Recompute"); a stage with one
+     * slot keeps it whole, as compiler/plan.c counts it */
+    int64_t slot_floats[PACI_MAX_STAGES], work_floats[PACI_MAX_STAGES];
+} stage_sizes;
+
+/* The run's shapes, and which replica this process is. */
+static void set_shapes(pr_run *run, const pr_program *prog, const pr_options *opt)
 {
-    memset(run, 0, sizeof *run);
-    const paci_table *tab = prog->schedule;
-    if (check_table(prog, tab, err) || pr_check_layout(prog, err))
-        return -1;
-    // The device is chosen before run->prog is set: on failure pr_run_free has nothing to free.
-    const pr_device *dev;
-    if (pr_device_select(prog, opt ? opt->device : NULL, opt ? opt->quiet : 0, &dev, err) != 0)
-        return -1;
     run->prog = prog;
-    run->tab = tab;
+    run->tab = prog->schedule;
     if (opt)
         run->opt = *opt;
     run->p = prog->stages;
     run->B = prog->micro;
     run->T = prog->context;
     run->C = prog->width;
-    run->K = tab->window;
+    run->K = prog->schedule->window;
     run->V = prog->vocab;
     run->replicas = prog->replicas > 1 ? prog->replicas : 1;
     // One process per stage and replica: rank = replica * p + stage (docs/launch.md).
     run->replica = run->opt.world > 1 ? run->opt.rank / run->p : 0;
-    int64_t BT = run->B * run->T;
-    // the message buffers hold the largest message (the vocabulary split's may pass B T C)
-    int64_t message = pr_link_floats_max(prog);
-    // Everything a stage keeps on its device, checked against free memory before any of it
-    // is allocated, so a plan that does not fit stops with the stage named.
-    int64_t floats_of[PACI_MAX_STAGES], bytes_of[PACI_MAX_STAGES], slots_of[PACI_MAX_STAGES];
-    // recompute full: a slot keeps the stage's input only (the first stage's tokens are kept
-    // beside), and one full slot is the workspace (docs/dsl.md "Recompute"); a stage with one
-    // slot keeps it whole, as compiler/plan.c counts it
-    int64_t slot_floats[PACI_MAX_STAGES], work_floats[PACI_MAX_STAGES];
-    int recomputes[PACI_MAX_STAGES];
-    // Products that read bf16 weights: a copy of the weights, and of each stash slot.
-    int weight_copies = prog->bf16_operands && dev->weight_copy;
-    int predicts[PACI_MAX_STAGES];
-    for (int s = 0; s < run->p; s++) {
-        predicts[s] = stage_predicts(tab, s);
-        if (predicts[s] && prog->optimizer == PR_OPT_LARS)
+}
+
+/* The program's options the device or the stages' code must allow. */
+static int check_options(const pr_program *prog, const pr_device *dev, stage_sizes *z, char *err)
+{
+    for (int s = 0; s < prog->stages; s++) {
+        z->predicts[s] = stage_predicts(prog->schedule, s);
+        if (z->predicts[s] && prog->optimizer == PR_OPT_LARS)
             return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb or nadamw, "
                            "not lars", prog->source);
-        if (predicts[s] && prog->optimizer != PR_OPT_ADAMW && !prog->stage[s].optim_rule)
+        if (z->predicts[s] && prog->optimizer != PR_OPT_ADAMW && !prog->stage[s].optim_rule)
             return pr_fail(err, "%s: stage %d's code carries no optimizer rule to predict with", prog->source, s);
     }
     // The tree's additions run on the host, over the stage's gradient buffers.
     if (prog->accumulate_pairwise && !dev->host_memory)
         return pr_fail(err, "%s: accumulate pairwise runs on the CPU only for now; run with --device cpu, "
                        "or compile with accumulate sequential", prog->source);
-    int acc_buffers = prog->accumulate_pairwise ? pr_pairwise_buffers(tab->window) : 0;
+    return 0;
+}
+
+/* Everything a stage keeps on its device, so that a plan that does not fit stops with the
+ * stage named before any of it is allocated. */
+static void size_stages(const pr_run *run, const pr_device *dev, stage_sizes *z)
+{
+    const pr_program *prog = run->prog;
+    const paci_table *tab = run->tab;
+    int64_t BT = run->B * run->T;
+    // the message buffers hold the largest message (the vocabulary split's may pass B T C)
+    z->message = pr_link_floats_max(prog);
+    z->weight_copies = prog->bf16_operands && dev->weight_copy;
+    z->acc_buffers = prog->accumulate_pairwise ? pr_pairwise_buffers(tab->window) : 0;
     for (int s = 0; s < run->p; s++) {
         const pr_stage_code *sc = &prog->stage[s];
         // floats of a copy, and 64 more to start the copies on 256 bytes as the products want
-        int64_t n = sc->n_params, n_h = weight_copies ? (n + 1) / 2 : 0, pad = weight_copies ? 64 : 0;
-        int hold = stage_holding(run, s);
-        slots_of[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
-        recomputes[s] = prog->recompute && tab->slots[s] > 1;
-        slot_floats[s] = !recomputes[s] ? sc->act_floats : s > 0 ? pr_link_floats(prog, PR_LINK_ACT, s - 1) : 0;
-        work_floats[s] = recomputes[s] ? sc->act_floats : 0;
-        floats_of[s] = hold == HOLD_FULL ? (4 + predicts[s] + acc_buffers) * n + slots_of[s] * slot_floats[s] + work_floats[s] +
-                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * message + (1 + predicts[s]) * n_h + pad
-                       : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
-                       : 0;
-        bytes_of[s] = floats_of[s] * (int64_t)sizeof(float) +
-                      slots_of[s] * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
+        int64_t n = sc->n_params, n_h = z->weight_copies ? (n + 1) / 2 : 0, pad = z->weight_copies ? 64 : 0;
+        int hold = stage_holding(run, s), predicts = z->predicts[s];
+        z->slots[s] = hold == HOLD_FULL ? tab->slots[s] : hold == HOLD_COPY;
+        z->recomputes[s] = prog->recompute && tab->slots[s] > 1;
+        z->slot_floats[s] = !z->recomputes[s] ? sc->act_floats : s > 0 ? pr_link_floats(prog, PR_LINK_ACT, s - 1) : 0;
+        z->work_floats[s] = z->recomputes[s] ? sc->act_floats : 0;
+        z->floats[s] = hold == HOLD_FULL ? (4 + predicts + z->acc_buffers) * n + z->slots[s] * z->slot_floats[s] +
+                                               z->work_floats[s] + tab->stash[s] * (n + n_h) + sc->scratch_floats +
+                                               2 * z->message + (1 + predicts) * n_h + pad
+                     : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
+                     : 0;
+        z->bytes[s] = z->floats[s] * (int64_t)sizeof(float) +
+                      z->slots[s] * BT * (2 * (int64_t)sizeof(int32_t) + (int64_t)sizeof(float));
     }
-    // One process per stage: this process's stages go on its launcher-given GPU.
-    if (opt && opt->world > 1 && dev->pin && dev->pin(opt->local_rank, err) != 0)
-        return -1;
-    if (dev->check_memory(prog, bytes_of, err) != 0)
-        return -1;
-    // A stage this process holds nothing of is not opened either (on a GPU: no streams,
-    // module or cuBLASLt workspace for it).
+}
+
+/* Opens the stages this process holds anything of (on a GPU: streams, module, cuBLASLt
+ * workspace); on a failure the ones opened are closed again. */
+static int open_stages(const pr_run *run, const pr_device *dev, char *err)
+{
     for (int s = 0; s < run->p; s++)
-        if (stage_holding(run, s) != HOLD_NONE && dev->open_stage(prog, s, err) != 0) {
+        if (stage_holding(run, s) != HOLD_NONE && dev->open_stage(run->prog, s, err) != 0) {
             for (int opened = 0; opened < s; opened++)
                 if (stage_holding(run, opened) != HOLD_NONE)
                     dev->close_stage(opened);
             return -1;
         }
-    run->dev = dev;
-    for (int s = 0; s < run->p; s++) {
-        pr_stage_rt *st = &run->stage[s];
-        const pr_stage_code *sc = &prog->stage[s];
-        int64_t n = sc->n_params, slots = slots_of[s], n_h = weight_copies ? (n + 1) / 2 : 0;
-        int hold = stage_holding(run, s);
-        st->index = s;
-        st->code = sc;
-        int64_t floats = floats_of[s];
-        st->arena = floats > 0 ? dev->alloc(s, (size_t)floats * sizeof(float)) : NULL;
-        // What this stage holds: its arena, per-slot batch buffers, the links it sends on.
-        st->arena_bytes = floats_of[s] * (int64_t)sizeof(float) +
-                          slots * BT * (int64_t)(2 * sizeof(int32_t) + sizeof(float)) +
-                          (hold == HOLD_FULL ? (int64_t)tab->channel_capacity * (int64_t)sizeof(float) *
-                                                   ((s + 1 < run->p ? pr_link_floats(prog, PR_LINK_ACT, s) : 0) +
-                                                    (s > 0 ? pr_link_floats(prog, PR_LINK_GRAD, s - 1) : 0))
-                                             : 0);
-        float *at = st->arena;
-        if (hold == HOLD_FULL) {
-            st->params = at, at += n;
-            st->grads = at, at += n;
-            st->m = at, at += n;
-            st->v = at, at += n;
-            st->slots = at, at += slots * slot_floats[s];
-            st->work = recomputes[s] ? at : st->slots;
-            at += work_floats[s];
-            st->slot_floats = slot_floats[s];
-            st->recompute = recomputes[s];
-            st->stash = at, at += tab->stash[s] * n;
-            st->scratch = at, at += sc->scratch_floats;
-            st->grad_in = at, at += message;
-            st->grad_out = at, at += message;
-            if (predicts[s])
-                st->predicted = at, at += n;
-            if (acc_buffers > 0) {
-                st->acc_level = pr_alloc(64 * sizeof *st->acc_level);
-                st->acc_free = pr_alloc((size_t)acc_buffers * sizeof *st->acc_free);
-                for (st->acc_n_free = 0; st->acc_n_free < acc_buffers; st->acc_n_free++)
-                    st->acc_free[st->acc_n_free] = at, at += n;
-            }
-            if (weight_copies) {
-                at = st->arena + (at - st->arena + 63) / 64 * 64;
-                st->params_h = (pr_bf16 *)at, at += n_h;
-                st->stash_h = (pr_bf16 *)at;
-                st->predicted_h = predicts[s] ? st->stash_h + (size_t)tab->stash[s] * (size_t)n : NULL;
-                poison_copies(dev, s, st->params_h, (size_t)(n * (1 + tab->stash[s] + predicts[s])));
-            }
-        } else if (hold == HOLD_COPY) { // weights, moments and the evaluation's slot
-            st->params = at, at += n;
-            st->m = at, at += n;
-            st->v = at, at += n;
-            st->slots = st->work = at, at += sc->act_floats;
-            if (weight_copies) {
-                st->params_h = (pr_bf16 *)(st->arena + (at - st->arena + 63) / 64 * 64);
-                poison_copies(dev, s, st->params_h, (size_t)n);
-            }
+    return 0;
+}
+
+/* Stage st's arena, cut into its blocks: the whole stage, or a copy of the weights and moments
+ * with the evaluation's slot (a rank that evaluates and saves for stages it does not run). */
+static void carve_arena(pr_stage_rt *st, const paci_table *tab, const stage_sizes *z, int hold)
+{
+    int s = st->index;
+    int64_t n = st->code->n_params, n_h = z->weight_copies ? (n + 1) / 2 : 0;
+    float *at = st->arena;
+    if (hold == HOLD_FULL) {
+        st->params = at, at += n;
+        st->grads = at, at += n;
+        st->m = at, at += n;
+        st->v = at, at += n;
+        st->slots = at, at += z->slots[s] * z->slot_floats[s];
+        st->work = z->recomputes[s] ? at : st->slots;
+        at += z->work_floats[s];
+        st->slot_floats = z->slot_floats[s];
+        st->recompute = z->recomputes[s];
+        st->stash = at, at += tab->stash[s] * n;
+        st->scratch = at, at += st->code->scratch_floats;
+        st->grad_in = at, at += z->message;
+        st->grad_out = at, at += z->message;
+        if (z->predicts[s])
+            st->predicted = at, at += n;
+        if (z->acc_buffers > 0) {
+            st->acc_level = pr_alloc(64 * sizeof *st->acc_level);
+            st->acc_free = pr_alloc((size_t)z->acc_buffers * sizeof *st->acc_free);
+            for (st->acc_n_free = 0; st->acc_n_free < z->acc_buffers; st->acc_n_free++)
+                st->acc_free[st->acc_n_free] = at, at += n;
         }
-        if (slots == 0)
-            slots = 1; // host bookkeeping stays uniform; it is a few bytes
-        st->slot_tokens = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
-        st->slot_targets = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
-        st->slot_losses = pr_alloc((size_t)(slots * BT) * sizeof(float));
-        st->slot_mb = pr_alloc((size_t)slots * sizeof(int64_t));
-        st->slot_fwd_step = pr_alloc((size_t)slots * sizeof(int64_t));
-        if (dev->host_memory) {
-            st->dev_tokens = st->slot_tokens;
-            st->dev_targets = st->slot_targets;
-            st->dev_losses = st->slot_losses;
-        } else if (hold != HOLD_NONE) {
-            st->dev_tokens = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
-            st->dev_targets = dev->alloc(s, (size_t)(slots * BT) * sizeof(int32_t));
-            st->dev_losses = dev->alloc(s, (size_t)(slots * BT) * sizeof(float));
-            st->staging = pr_alloc((size_t)message * sizeof(float));
+        if (z->weight_copies) {
+            at = st->arena + (at - st->arena + 63) / 64 * 64;
+            st->params_h = (pr_bf16 *)at, at += n_h;
+            st->stash_h = (pr_bf16 *)at;
+            st->predicted_h = z->predicts[s] ? st->stash_h + (size_t)tab->stash[s] * (size_t)n : NULL;
         }
-        for (int64_t i = 0; i < slots; i++)
-            st->slot_mb[i] = -1;
-        st->grad_in_mb = st->grad_out_mb = st->work_mb = -1;
-        for (int k = 0; k < 2; k++)
-            st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
-        if (run->opt.profile_out)
-            pr_op_stats_open(s, sc->n_ops);
-        if (s + 1 < run->p) {
-            pr_channel_init(&run->act[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_ACT, s));
-            pr_channel_init(&run->grad[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_GRAD, s));
-            run->act[s].timeout = run->grad[s].timeout = run->opt.peer_timeout;
-        }
+    } else if (hold == HOLD_COPY) { // weights, moments and the evaluation's slot
+        st->params = at, at += n;
+        st->m = at, at += n;
+        st->v = at, at += n;
+        st->slots = st->work = at, at += st->code->act_floats;
+        if (z->weight_copies)
+            st->params_h = (pr_bf16 *)(st->arena + (at - st->arena + 63) / 64 * 64);
     }
+}
+
+/* Each slot's token ids, targets, losses and bookkeeping, on the host (and the device's
+ * copies where the host cannot read its memory). */
+static void alloc_slot_buffers(pr_run *run, pr_stage_rt *st, int64_t slots, int hold, int64_t message)
+{
+    const pr_device *dev = run->dev;
+    int64_t BT = run->B * run->T;
+    if (slots == 0)
+        slots = 1; // host bookkeeping stays uniform; it is a few bytes
+    st->slot_tokens = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
+    st->slot_targets = pr_alloc((size_t)(slots * BT) * sizeof(int32_t));
+    st->slot_losses = pr_alloc((size_t)(slots * BT) * sizeof(float));
+    st->slot_mb = pr_alloc((size_t)slots * sizeof(int64_t));
+    st->slot_fwd_step = pr_alloc((size_t)slots * sizeof(int64_t));
+    if (dev->host_memory) {
+        st->dev_tokens = st->slot_tokens;
+        st->dev_targets = st->slot_targets;
+        st->dev_losses = st->slot_losses;
+    } else if (hold != HOLD_NONE) {
+        st->dev_tokens = dev->alloc(st->index, (size_t)(slots * BT) * sizeof(int32_t));
+        st->dev_targets = dev->alloc(st->index, (size_t)(slots * BT) * sizeof(int32_t));
+        st->dev_losses = dev->alloc(st->index, (size_t)(slots * BT) * sizeof(float));
+        st->staging = pr_alloc((size_t)message * sizeof(float));
+    }
+    for (int64_t i = 0; i < slots; i++)
+        st->slot_mb[i] = -1;
+}
+
+/* Stage s: its arena and buffers, its profile counters and its links to stage s + 1. */
+static void init_stage(pr_run *run, int s, const stage_sizes *z)
+{
+    const pr_program *prog = run->prog;
+    const paci_table *tab = run->tab;
+    pr_stage_rt *st = &run->stage[s];
+    const pr_stage_code *sc = &prog->stage[s];
+    int hold = stage_holding(run, s);
+    st->index = s;
+    st->code = sc;
+    st->arena = z->floats[s] > 0 ? run->dev->alloc(s, (size_t)z->floats[s] * sizeof(float)) : NULL;
+    // What this stage holds: its arena, per-slot batch buffers, the links it sends on.
+    st->arena_bytes = z->floats[s] * (int64_t)sizeof(float) +
+                      z->slots[s] * run->B * run->T * (int64_t)(2 * sizeof(int32_t) + sizeof(float)) +
+                      (hold == HOLD_FULL ? (int64_t)tab->channel_capacity * (int64_t)sizeof(float) *
+                                               ((s + 1 < run->p ? pr_link_floats(prog, PR_LINK_ACT, s) : 0) +
+                                                (s > 0 ? pr_link_floats(prog, PR_LINK_GRAD, s - 1) : 0))
+                                         : 0);
+    carve_arena(st, tab, z, hold);
+    if (st->params_h) // the copies read NaN until a first weight copy fills them
+        poison_copies(run->dev, s, st->params_h,
+                      (size_t)(sc->n_params * (hold == HOLD_FULL ? 1 + tab->stash[s] + z->predicts[s] : 1)));
+    alloc_slot_buffers(run, st, z->slots[s], hold, z->message);
+    st->grad_in_mb = st->grad_out_mb = st->work_mb = -1;
+    for (int k = 0; k < 2; k++)
+        st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
+    if (run->opt.profile_out)
+        pr_op_stats_open(s, sc->n_ops);
+    if (s + 1 < run->p) {
+        pr_channel_init(&run->act[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_ACT, s));
+        pr_channel_init(&run->grad[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_GRAD, s));
+        run->act[s].timeout = run->grad[s].timeout = run->opt.peer_timeout;
+    }
+}
+
+/* The step losses' ring, the stages' barrier and statistics lock. */
+static int init_shared(pr_run *run, char *err)
+{
     // The last stage holds a forwarded micro-batch in a slot until its backward, and a step's
     // update comes after its micro-batches' backwards and before the next step's (one gradient
     // buffer): at most slots + 1 steps have losses not yet taken, whatever the step count.
-    run->step_loss_len = (int64_t)tab->slots[run->p - 1] + 1;
+    run->step_loss_len = (int64_t)run->tab->slots[run->p - 1] + 1;
     run->step_loss = pr_alloc((size_t)run->step_loss_len * sizeof(double));
     run->step_loss_step = pr_alloc((size_t)run->step_loss_len * sizeof(int64_t));
     for (int64_t i = 0; i < run->step_loss_len; i++)
@@ -319,25 +356,61 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
     run->stats_mu_made = 1;
     run->start_time = pr_now();
     run->stop_at = PR_NO_STOP;
-    // One process: links between stages on different GPUs go native where the device has a
-    // transport; between processes pr_launch_join opens them once the ranks have met.
-    if (run->opt.world <= 1 && dev->links && dev->links->open_local(run, err) != 0)
+    return 0;
+}
+
+/* One process: links between stages on different GPUs go native where the device has a
+ * transport (between processes pr_launch_join opens them once the ranks have met); the other
+ * in-process links of a device the host cannot read go device to device, their channels
+ * carrying only the micro-batch numbers. */
+static int open_local_links(pr_run *run, char *err)
+{
+    const pr_device *dev = run->dev;
+    if (run->opt.world > 1)
+        return 0;
+    if (dev->links && dev->links->open_local(run, err) != 0)
         return -1;
-    // The other in-process links of a device the host cannot read go device to device; their
-    // channels carry only the micro-batch numbers.
-    for (int i = 0; run->opt.world <= 1 && !dev->host_memory && dev->event_create && i + 1 < run->p; i++)
+    for (int i = 0; !dev->host_memory && dev->event_create && i + 1 < run->p; i++)
         for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
             if (run->native[kind][i])
                 continue;
             pr_channel *c = kind == PR_LINK_ACT ? &run->act[i] : &run->grad[i];
             double timeout = c->timeout;
             pr_channel_destroy(c);
-            pr_channel_init(c, tab->channel_capacity, 0);
+            pr_channel_init(c, run->tab->channel_capacity, 0);
             c->timeout = timeout;
             pr_dev_link_open(&run->dev_link[kind][i], dev, kind == PR_LINK_ACT ? i : i + 1,
-                             kind == PR_LINK_ACT ? i + 1 : i, tab->channel_capacity, (size_t)pr_link_floats(prog, kind, i));
+                             kind == PR_LINK_ACT ? i + 1 : i, run->tab->channel_capacity,
+                             (size_t)pr_link_floats(run->prog, kind, i));
         }
     return 0;
+}
+
+int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err)
+{
+    memset(run, 0, sizeof *run);
+    if (check_table(prog, prog->schedule, err) || pr_check_layout(prog, err))
+        return -1;
+    // The device is chosen before run->prog is set: on failure pr_run_free has nothing to free.
+    const pr_device *dev;
+    if (pr_device_select(prog, opt ? opt->device : NULL, opt ? opt->quiet : 0, &dev, err) != 0)
+        return -1;
+    stage_sizes z = {0};
+    if (check_options(prog, dev, &z, err) != 0)
+        return -1;
+    set_shapes(run, prog, opt);
+    size_stages(run, dev, &z);
+    // One process per stage: this process's stages go on its launcher-given GPU.
+    if (opt && opt->world > 1 && dev->pin && dev->pin(opt->local_rank, err) != 0)
+        return -1;
+    if (dev->check_memory(prog, z.bytes, err) != 0 || open_stages(run, dev, err) != 0)
+        return -1;
+    run->dev = dev;
+    for (int s = 0; s < run->p; s++)
+        init_stage(run, s, &z);
+    if (init_shared(run, err) != 0)
+        return -1;
+    return open_local_links(run, err);
 }
 
 void pr_run_free(pr_run *run)
@@ -904,22 +977,144 @@ static int keep(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb, 
 }
 
 /* One instruction, with mb already made absolute. */
-static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
+/* The buffers of the slot an instruction names: its activations (or, under recompute full,
+ * its kept input and the workspace the forward and backward run in), tokens and targets. */
+typedef struct slot_view {
+    float *input, *acts, *losses, *dev_losses;
+    int32_t *tokens, *targets, *dev_tokens, *dev_targets;
+} slot_view;
+
+static slot_view view_slot(const pr_run *run, const pr_stage_rt *st, int slot_index)
+{
+    int64_t BT = run->B * run->T, at = slot_index * BT;
+    float *slot = st->slots + (size_t)slot_index * (size_t)st->slot_floats;
+    return (slot_view){.input = st->recompute ? slot : slot + st->code->in_offset,
+                       .acts = st->recompute ? st->work : slot,
+                       .losses = st->slot_losses + at, .dev_losses = st->dev_losses + at,
+                       .tokens = st->slot_tokens + at, .targets = st->slot_targets + at,
+                       .dev_tokens = st->dev_tokens + at, .dev_targets = st->dev_targets + at};
+}
+
+/* recompute full: the slot's kept input into the workspace, where the forward reads it. */
+static void input_to_workspace(pr_run *run, const pr_stage_rt *st, const slot_view *v)
+{
+    int s = st->index;
+    if (st->recompute && s > 0)
+        run->dev->copy(s, v->acts + st->code->in_offset, v->input,
+                       (size_t)pr_link_floats(run->prog, PR_LINK_ACT, s - 1) * sizeof(float));
+}
+
+/* FWD: the micro-batch's tokens where the stage reads them, the forward on the live (or
+ * predicted) weights, and on the last stage the micro-batch's mean loss. */
+static void exec_forward(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
+{
+    const pr_stage_code *sc = st->code;
+    const pr_device *dev = run->dev;
+    int s = st->index;
+    int64_t BT = run->B * run->T;
+    slot_view v = view_slot(run, st, in->slot);
+    if (s > 0)
+        expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
+    if (sc->has_embed || sc->has_head || sc->has_lnf) {
+        pr_tokens_batch(&run->train, pr_replica_batch(run, mb), run->B, run->T, v.tokens, v.targets);
+        if (!dev->host_memory) {
+            dev->upload(s, v.dev_tokens, v.tokens, (size_t)BT * sizeof(int32_t));
+            dev->upload(s, v.dev_targets, v.targets, (size_t)BT * sizeof(int32_t));
+        }
+    }
+    st->slot_mb[in->slot] = mb;
+    st->slot_fwd_step[in->slot] = st->t;
+    const pr_bf16 *weights_h = st->params_h;
+    const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux, &weights_h) : st->params;
+    input_to_workspace(run, st, &v);
+    pr_fwd_args args = {weights, v.acts, v.dev_tokens, v.dev_targets, v.dev_losses, weights_h};
+    dev->forward(run->prog, s, &args);
+    st->work_mb = mb;
+    if (sc->has_head) {
+        if (!dev->host_memory)
+            dev->download(s, v.losses, v.dev_losses, (size_t)BT * sizeof(float));
+        double sum = 0.0;
+        for (int64_t i = 0; i < BT; i++)
+            sum += v.losses[i];
+        add_step_loss(run, st, mb / run->K, sum / (double)BT);
+    }
+}
+
+/* The drift statistics of one backward: optimizer steps since its forward. */
+static void count_drift(pr_run *run, pr_stage_rt *st, const paci_instr *in)
+{
+    int64_t drift = st->t - st->slot_fwd_step[in->slot];
+    pthread_mutex_lock(&run->stats_mu);
+    st->backwards++;
+    if (drift > 0)
+        st->drifting++;
+    if (drift > st->drift_max)
+        st->drift_max = drift;
+    if (in->aux == 0 && !st->recompute && drift > st->drift_effective_max)
+        st->drift_effective_max = drift;
+    pthread_mutex_unlock(&run->stats_mu);
+}
+
+/* The gradient buffer a backward adds into: the stage's, or under accumulate pairwise one of
+ * its own, zeroed. */
+static float *backward_gradients(const pr_run *run, pr_stage_rt *st)
+{
+    if (!st->acc_level)
+        return st->grads;
+    if (st->acc_n_free == 0) // pr_pairwise_buffers holds for K backwards per step
+        pr_internal("stage %d: backward %lld of a window of %lld has no free gradient buffer",
+                    st->index, (long long)st->acc_count + 1, (long long)run->K);
+    float *grads = st->acc_free[--st->acc_n_free];
+    memset(grads, 0, (size_t)st->code->n_params * sizeof(float));
+    return grads;
+}
+
+/* BWD: on the live or stashed weights (rerunning the forward there under recompute full),
+ * into the gradients, the gradient for the previous stage into grad_out. */
+static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
 {
     const pr_stage_code *sc = st->code;
     int s = st->index;
-    int64_t BT = run->B * run->T;
-    float *slot = st->slots + (size_t)in->slot * (size_t)st->slot_floats;
-    const pr_device *dev = run->dev;
-    // recompute full: the slot holds the input alone, the forward and backward run in the workspace
-    int recompute = st->recompute;
-    float *input = recompute ? slot : slot + sc->in_offset, *acts = recompute ? st->work : slot;
-    int32_t *tokens = st->slot_tokens + in->slot * BT, *targets = st->slot_targets + in->slot * BT;
-    int32_t *dev_tokens = st->dev_tokens + in->slot * BT, *dev_targets = st->dev_targets + in->slot * BT;
+    slot_view v = view_slot(run, st, in->slot);
+    expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
+    if (!sc->has_head)
+        expect_mb(st, in->op, mb, st->grad_in_mb, "the gradient buffer");
+    const float *weights = in->aux ? st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params : st->params;
+    const pr_bf16 *weights_h = !st->params_h ? NULL
+                               : in->aux ? st->stash_h + (size_t)(in->aux - 1) * (size_t)sc->n_params
+                               : st->params_h;
+    if (st->recompute) { // the forward again, on the weights this backward uses: no drift within the stage
+        input_to_workspace(run, st, &v);
+        pr_fwd_args again = {weights, v.acts, v.dev_tokens, v.dev_targets, v.dev_losses, weights_h};
+        run->dev->forward(run->prog, s, &again);
+        st->work_mb = -1;
+    }
+    float *grads = backward_gradients(run, st);
+    pr_bwd_args args = {weights, grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
+                        sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
+                        1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
+    pr_ready_ctx ready = {run, st};
+    if (pr_replicas_overlaps(run, st)) {
+        args.grads_ready = pr_replicas_ready;
+        args.ready_ctx = &ready;
+    }
+    run->dev->backward(run->prog, s, &args);
+    if (st->acc_level)
+        pairwise_insert(st, grads);
+    st->window_backwards++;
+    count_drift(run, st, in);
+    st->grad_out_mb = mb;
+    st->grad_in_mb = -1;
+    st->slot_mb[in->slot] = -1;
+}
+
+static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
+{
+    int s = st->index;
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
     case PACI_OP_RECV_ACT: {
-        int64_t got = link_recv(run, st, &run->act[s - 1], s - 1, mb, input);
+        int64_t got = link_recv(run, st, &run->act[s - 1], s - 1, mb, view_slot(run, st, in->slot).input);
         if (got <= STOP_MARK(0)) {
             accept_stop(run, st, mb, got);
             break;
@@ -928,100 +1123,22 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         st->slot_mb[in->slot] = mb;
         break;
     }
-    case PACI_OP_FWD: {
-        if (s > 0)
-            expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        if (sc->has_embed || sc->has_head || sc->has_lnf) {
-            pr_tokens_batch(&run->train, pr_replica_batch(run, mb), run->B, run->T, tokens, targets);
-            if (!dev->host_memory) {
-                dev->upload(s, dev_tokens, tokens, (size_t)BT * sizeof(int32_t));
-                dev->upload(s, dev_targets, targets, (size_t)BT * sizeof(int32_t));
-            }
-        }
-        st->slot_mb[in->slot] = mb;
-        st->slot_fwd_step[in->slot] = st->t;
-        float *losses = st->slot_losses + in->slot * BT, *dev_losses = st->dev_losses + in->slot * BT;
-        const pr_bf16 *weights_h = st->params_h;
-        const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux, &weights_h) : st->params;
-        if (recompute && s > 0)
-            dev->copy(s, acts + sc->in_offset, input, (size_t)pr_link_floats(run->prog, PR_LINK_ACT, s - 1) * sizeof(float));
-        pr_fwd_args args = {weights, acts, dev_tokens, dev_targets, dev_losses, weights_h};
-        dev->forward(run->prog, s, &args);
-        st->work_mb = mb;
-        if (sc->has_head) {
-            if (!dev->host_memory)
-                dev->download(s, losses, dev_losses, (size_t)BT * sizeof(float));
-            double sum = 0.0;
-            for (int64_t i = 0; i < BT; i++)
-                sum += losses[i];
-            add_step_loss(run, st, mb / run->K, sum / (double)BT);
-        }
+    case PACI_OP_FWD:
+        exec_forward(run, st, in, mb);
         break;
-    }
     case PACI_OP_SEND_ACT:
         expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        if (recompute) // the table sends each forward's output before the next forward or backward (verify.c)
+        if (st->recompute) // the table sends each forward's output before the next forward or backward (verify.c)
             expect_mb(st, in->op, mb, st->work_mb, "the workspace");
-        link_send(run, st, &run->act[s], s + 1, mb, acts + sc->out_offset);
+        link_send(run, st, &run->act[s], s + 1, mb, view_slot(run, st, in->slot).acts + st->code->out_offset);
         break;
     case PACI_OP_RECV_GRAD:
         st->grad_in_mb = link_recv(run, st, &run->grad[s], s + 1, mb, st->grad_in);
         expect_mb(st, in->op, mb, st->grad_in_mb, "the link");
         break;
-    case PACI_OP_BWD: {
-        expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
-        if (!sc->has_head)
-            expect_mb(st, in->op, mb, st->grad_in_mb, "the gradient buffer");
-        const float *weights = in->aux ? st->stash + (size_t)(in->aux - 1) * (size_t)sc->n_params
-                                       : st->params;
-        const pr_bf16 *weights_h = !st->params_h ? NULL
-                                   : in->aux ? st->stash_h + (size_t)(in->aux - 1) * (size_t)sc->n_params
-                                   : st->params_h;
-        if (recompute) { // the forward again, on the weights this backward uses: no drift within the stage
-            float *dev_losses = st->dev_losses + in->slot * BT;
-            if (s > 0)
-                dev->copy(s, acts + sc->in_offset, input,
-                          (size_t)pr_link_floats(run->prog, PR_LINK_ACT, s - 1) * sizeof(float));
-            pr_fwd_args again = {weights, acts, dev_tokens, dev_targets, dev_losses, weights_h};
-            dev->forward(run->prog, s, &again);
-            st->work_mb = -1;
-        }
-        // accumulate pairwise: this micro-batch's gradient alone, in a buffer of its own
-        float *grads = st->grads;
-        if (st->acc_level) {
-            if (st->acc_n_free == 0) // pr_pairwise_buffers holds for K backwards per step
-                pr_internal("stage %d: backward %lld of a window of %lld has no free gradient buffer",
-                            s, (long long)st->acc_count + 1, (long long)run->K);
-            grads = st->acc_free[--st->acc_n_free];
-            memset(grads, 0, (size_t)sc->n_params * sizeof(float));
-        }
-        pr_bwd_args args = {weights, grads, acts, st->scratch, dev_tokens, dev_targets,
-                            sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
-                            1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
-        pr_ready_ctx ready = {run, st};
-        if (pr_replicas_overlaps(run, st)) {
-            args.grads_ready = pr_replicas_ready;
-            args.ready_ctx = &ready;
-        }
-        dev->backward(run->prog, s, &args);
-        if (st->acc_level)
-            pairwise_insert(st, grads);
-        st->window_backwards++;
-        int64_t drift = st->t - st->slot_fwd_step[in->slot];
-        pthread_mutex_lock(&run->stats_mu);
-        st->backwards++;
-        if (drift > 0)
-            st->drifting++;
-        if (drift > st->drift_max)
-            st->drift_max = drift;
-        if (in->aux == 0 && !recompute && drift > st->drift_effective_max)
-            st->drift_effective_max = drift;
-        pthread_mutex_unlock(&run->stats_mu);
-        st->grad_out_mb = mb;
-        st->grad_in_mb = -1;
-        st->slot_mb[in->slot] = -1;
+    case PACI_OP_BWD:
+        exec_backward(run, st, in, mb);
         break;
-    }
     case PACI_OP_SEND_GRAD:
         expect_mb(st, in->op, mb, st->grad_out_mb, "the gradient buffer");
         link_send(run, st, &run->grad[s - 1], s - 1, mb, st->grad_out);
@@ -1033,8 +1150,8 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         pr_internal("stage %d: unknown instruction op %d", s, in->op);
     }
     // A device that queues work returns early; measured runs wait, so the times are its own.
-    if (dev->finish && (run->opt.profile_out || run->opt.trace))
-        dev->finish(s);
+    if (run->dev->finish && (run->opt.profile_out || run->opt.trace))
+        run->dev->finish(s);
     // Thread CPU time excludes waits and time-sharing of the cores: the cost as if alone.
     double cpu = pr_thread_cpu() - cpu_start;
     record(run, st, in->op, mb, start, pr_now(), cpu);
