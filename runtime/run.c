@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -133,11 +134,102 @@ static void print_checkpoint(const pr_run *run, int after_newline)
  * that is what makes a resumed run continue bit-identically. A stop requested by a signal
  * cuts the segment after the step in progress (pr_run_segment drains it), saves a
  * checkpoint there and returns 1. */
+/* The stop by a signal said, with the checkpoint it left (rank 0, or the only process). */
+static void report_stop(const pr_run *run)
+{
+    const logger *lg = run->user;
+    if (run->opt.world > 1 && run->opt.rank != 0)
+        return;
+    fflush(stdout);
+    const char *signal_name = pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM";
+    if (run->opt.no_checkpoint)
+        fprintf(stderr, "%srun: stopped by %s after step %lld; no checkpoint (--no-checkpoint)\n",
+                lg && lg->tty ? "\n" : "", signal_name, (long long)run->step);
+    else
+        fprintf(stderr, "%srun: stopped by %s after step %lld; checkpoint %s/step_%08lld "
+                "(continue with --resume)\n", lg && lg->tty ? "\n" : "", signal_name, (long long)run->step,
+                run->opt.ckpt_dir, (long long)run->step);
+}
+
+/* The run's closing lines: time, rate and losses; each stage's busy share, drift and memory. */
+static void print_summary(const pr_run *run, double val_loss)
+{
+    const logger *lg = run->user;
+    double wall = pr_now() - lg->begin;
+    if (lg->tty)
+        printf("\n");
+    printf("done: %lld steps in %.1f s (%.2f s in the pipeline, the rest evaluation and checkpoints), "
+           "%.0f tokens/s; final train loss %.4f", (long long)run->step, wall, run->train_time,
+           tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
+    if (val_loss >= 0)
+        printf(", val loss %.4f", val_loss);
+    printf("\nbusy:");
+    for (int s = 0; s < run->p; s++)
+        printf("%s stage %d %.0f%%", s ? "," : "", s, 100.0 * busy_fraction(&run->stage[s], wall));
+    printf("\ndrift:");
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_rt *st = &run->stage[s];
+        printf("%s stage %d max %lld (%.0f%% of micro-batches)", s ? "," : "", s,
+               (long long)st->drift_max,
+               st->backwards ? 100.0 * (double)st->drifting / (double)st->backwards : 0.0);
+        if (st->drift_effective_max != st->drift_max)
+            printf(" effective %lld (%s)", (long long)st->drift_effective_max,
+                   st->recompute ? "recomputed forward" : "stashed weights");
+    }
+    printf("\nmemory:");
+    int64_t held = 0;
+    for (int s = 0, shown = 0; s < run->p; s++) {
+        held += run->stage[s].arena_bytes;
+        if (run->opt.world <= 1 || s == run->opt.rank % run->p)
+            printf("%s stage %d %.2f MiB", shown++ ? "," : "", s,
+                   (double)run->stage[s].arena_bytes / (1 << 20));
+    }
+    if (run->opt.world > 1) // what the process holds of the stages it does not run too
+        printf(" (this process: %.2f MiB)\n", (double)held / (1 << 20));
+    else
+        printf(" (allocated by the runtime)\n");
+    if (run->dev->host_memory)
+        printf("blas: OpenBLAS, %s kernels, %d thread%s a stage\n", pr_blas_kernels(),
+               run->opt.blas_threads, run->opt.blas_threads == 1 ? "" : "s");
+}
+
+/* Between segments, where every stage has drained: the evaluation and the checkpoint due
+ * (with one process per stage, rank 0 does them with every stage's state). 0, or -1 with err. */
+static int between_segments(pr_run *run, int at_end, int stopped, double *val_loss, char *err)
+{
+    const pr_program *prog = run->prog;
+    logger *lg = run->user;
+    int want_eval = !stopped && run->val.tokens &&
+                    ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
+    int want_ckpt = !run->opt.no_checkpoint &&
+                    ((prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end || stopped);
+    if (run->opt.world > 1 && (want_eval || want_ckpt)) {
+        if (pr_gather_stages(run, want_ckpt, err) != 0)
+            return -1;
+        if (run->opt.rank != 0)
+            return 0;
+    }
+    if (want_eval) {
+        *val_loss = pr_eval(run, &run->val, prog->eval_batches > 0 ? prog->eval_batches : 1);
+        if (lg && lg->metrics)
+            fprintf(lg->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)run->step, *val_loss);
+        if (!run->opt.quiet)
+            printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "", (long long)run->step, *val_loss);
+    }
+    if (want_ckpt && pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
+        return -1;
+    if (want_ckpt && (at_end || stopped) && !run->opt.quiet)
+        print_checkpoint(run, want_eval);
+    return 0;
+}
+
+/* Evaluation and checkpoints happen only between segments, where every stage has drained:
+ * that is what makes a resumed run continue bit-identically. A stop requested by a signal
+ * cuts the segment after the step in progress (pr_run_segment drains it), saves a
+ * checkpoint there and returns 1. */
 int pr_train(pr_run *run, char *err)
 {
     const paci_table *tab = run->tab;
-    const pr_program *prog = run->prog;
-    logger *lg = run->user;
     int32_t seg = (int32_t)(run->step / tab->segment_steps);
     double val_loss = -1.0;
     int stopped = 0;
@@ -147,85 +239,16 @@ int pr_train(pr_run *run, char *err)
         pr_run_segment(run, seg++);
         int at_end = run->step == run->opt.steps;
         stopped = !at_end && run->step < segment_end;
-        int want_eval = !stopped && run->val.tokens &&
-                        ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
-        int want_ckpt = !run->opt.no_checkpoint &&
-                        ((prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end || stopped);
-        // One process per stage: rank 0 evaluates and saves, with every stage's state.
-        if (run->opt.world > 1 && (want_eval || want_ckpt)) {
-            if (pr_gather_stages(run, want_ckpt, err) != 0)
-                return -1;
-            if (run->opt.rank != 0)
-                continue;
-        }
-        if (want_eval) {
-            val_loss = pr_eval(run, &run->val, prog->eval_batches > 0 ? prog->eval_batches : 1);
-            if (lg && lg->metrics)
-                fprintf(lg->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)run->step,
-                        val_loss);
-            if (!run->opt.quiet)
-                printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "",
-                       (long long)run->step, val_loss);
-        }
-        if (want_ckpt && pr_ckpt_save(run, run->opt.ckpt_dir, err) != 0)
+        if (between_segments(run, at_end, stopped, &val_loss, err) != 0)
             return -1;
-        if (want_ckpt && (at_end || stopped) && !run->opt.quiet)
-            print_checkpoint(run, want_eval);
     }
     if (stopped) {
-        if (run->opt.world <= 1 || run->opt.rank == 0) {
-            fflush(stdout);
-            if (run->opt.no_checkpoint)
-                fprintf(stderr, "%srun: stopped by %s after step %lld; no checkpoint (--no-checkpoint)\n",
-                        lg && lg->tty ? "\n" : "", pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM",
-                        (long long)run->step);
-            else
-                fprintf(stderr, "%srun: stopped by %s after step %lld; checkpoint %s/step_%08lld "
-                        "(continue with --resume)\n", lg && lg->tty ? "\n" : "",
-                        pr_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM", (long long)run->step,
-                        run->opt.ckpt_dir, (long long)run->step);
-        }
+        report_stop(run);
         return 1;
     }
     // The summary comes from the process that runs the last stage (it has the losses).
-    if (lg && !run->opt.quiet && (run->opt.world <= 1 || run->opt.rank == run->p - 1)) {
-        double wall = pr_now() - lg->begin;
-        if (lg->tty)
-            printf("\n");
-        printf("done: %lld steps in %.1f s (%.2f s in the pipeline, the rest evaluation and checkpoints), "
-               "%.0f tokens/s; final train loss %.4f", (long long)run->step, wall, run->train_time,
-               tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
-        if (val_loss >= 0)
-            printf(", val loss %.4f", val_loss);
-        printf("\nbusy:");
-        for (int s = 0; s < run->p; s++)
-            printf("%s stage %d %.0f%%", s ? "," : "", s, 100.0 * busy_fraction(&run->stage[s], wall));
-        printf("\ndrift:");
-        for (int s = 0; s < run->p; s++) {
-            const pr_stage_rt *st = &run->stage[s];
-            printf("%s stage %d max %lld (%.0f%% of micro-batches)", s ? "," : "", s,
-                   (long long)st->drift_max,
-                   st->backwards ? 100.0 * (double)st->drifting / (double)st->backwards : 0.0);
-            if (st->drift_effective_max != st->drift_max)
-                printf(" effective %lld (%s)", (long long)st->drift_effective_max,
-                       st->recompute ? "recomputed forward" : "stashed weights");
-        }
-        printf("\nmemory:");
-        int64_t held = 0;
-        for (int s = 0, shown = 0; s < run->p; s++) {
-            held += run->stage[s].arena_bytes;
-            if (run->opt.world <= 1 || s == run->opt.rank % run->p)
-                printf("%s stage %d %.2f MiB", shown++ ? "," : "", s,
-                       (double)run->stage[s].arena_bytes / (1 << 20));
-        }
-        if (run->opt.world > 1) // what the process holds of the stages it does not run too
-            printf(" (this process: %.2f MiB)\n", (double)held / (1 << 20));
-        else
-            printf(" (allocated by the runtime)\n");
-        if (run->dev->host_memory)
-            printf("blas: OpenBLAS, %s kernels, %d thread%s a stage\n", pr_blas_kernels(),
-                   run->opt.blas_threads, run->opt.blas_threads == 1 ? "" : "s");
-    }
+    if (run->user && !run->opt.quiet && (run->opt.world <= 1 || run->opt.rank == run->p - 1))
+        print_summary(run, val_loss);
     return 0;
 }
 
@@ -504,90 +527,98 @@ static void install_stop_handlers(void)
 }
 
 /* Flags; returns 0 to go on, 1 after --help, -1 on a bad flag. */
+/* The flags, each once: what its value is and where it goes in pr_options. */
+enum flag_kind { FLAG_SWITCH, FLAG_INT, FLAG_INT64, FLAG_PORT, FLAG_SECONDS, FLAG_TEXT, FLAG_DEVICE };
+#define AT(field) offsetof(pr_options, field)
+static const struct flag {
+    const char *name;
+    int kind;           /* enum flag_kind */
+    size_t at;          /* the field it sets */
+} flags[] = {
+    {"--resume", FLAG_SWITCH, AT(resume)}, {"--quiet", FLAG_SWITCH, AT(quiet)},
+    {"--overwrite", FLAG_SWITCH, AT(overwrite)}, {"--no-checkpoint", FLAG_SWITCH, AT(no_checkpoint)},
+    {"--steps", FLAG_INT64, AT(steps)}, {"--sample", FLAG_INT64, AT(sample)},
+    {"--threads", FLAG_INT, AT(threads)}, {"--blas-threads", FLAG_INT, AT(blas_threads)},
+    {"--master-port", FLAG_PORT, AT(master_port)},
+    {"--peer-timeout", FLAG_SECONDS, AT(peer_timeout)}, {"--connect-timeout", FLAG_SECONDS, AT(connect_timeout)},
+    {"--init", FLAG_TEXT, AT(init_path)}, {"--trace", FLAG_TEXT, AT(trace_path)}, {"--data", FLAG_TEXT, AT(data)},
+    {"--val", FLAG_TEXT, AT(val)}, {"--ckpt-dir", FLAG_TEXT, AT(ckpt_dir)}, {"--metrics", FLAG_TEXT, AT(metrics_path)},
+    {"--profile-out", FLAG_TEXT, AT(profile_out)}, {"--tokenizer", FLAG_TEXT, AT(tokenizer_path)},
+    {"--device", FLAG_DEVICE, AT(device)},
+};
+#undef AT
+
+/* One flag's value into its field; -1 (said) when it is not one the flag takes. */
+static int set_flag(const struct flag *f, const char *value, pr_options *opt)
+{
+    char *field = (char *)opt + f->at;
+    int64_t n;
+    switch (f->kind) {
+    case FLAG_SWITCH:
+        *(int *)field = 1;
+        return 0;
+    case FLAG_INT:
+    case FLAG_INT64:
+    case FLAG_PORT:
+        if (parse_count(f->name, value, 1, &n) != 0)
+            return -1;
+        if (f->kind == FLAG_PORT && n > 65535) {
+            fprintf(stderr, "run: error: %s needs a port in [1, 65535]\n", f->name);
+            return -1;
+        }
+        if (f->kind == FLAG_INT64)
+            *(int64_t *)field = n;
+        else
+            *(int *)field = (int)n;
+        return 0;
+    case FLAG_SECONDS:
+        return parse_seconds(f->name, value, (double *)field);
+    case FLAG_DEVICE:
+        if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
+            fprintf(stderr, "run: error: %s needs cpu or cuda\n", f->name);
+            return -1;
+        }
+        *(const char **)field = value;
+        return 0;
+    default:
+        if (!value || !value[0]) {
+            fprintf(stderr, "run: error: %s needs a value\n", f->name);
+            return -1;
+        }
+        *(const char **)field = value;
+        return 0;
+    }
+}
+
+/* 0 to run, 1 when --help was answered, -1 on a bad flag (said). */
 static int parse_flags(int argc, char **argv, pr_options *opt)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             return 1;
-        } else if (strcmp(a, "--peer-timeout") == 0 || strcmp(a, "--connect-timeout") == 0) {
-            if (parse_seconds(a, value, a[2] == 'p' ? &opt->peer_timeout : &opt->connect_timeout))
-                return -1;
-            i++;
-        } else if (strcmp(a, "--master-port") == 0) {
-            if (parse_count(a, value, 1, &n) != 0)
-                return -1;
-            if (n > 65535) {
-                fprintf(stderr, "run: error: --master-port needs a port in [1, 65535]\n");
-                return -1;
-            }
-            opt->master_port = (int)n;
-            i++;
-        } else if (strcmp(a, "--resume") == 0) {
-            opt->resume = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            opt->quiet = 1;
-        } else if (strcmp(a, "--overwrite") == 0) {
-            opt->overwrite = 1;
-        } else if (strcmp(a, "--no-checkpoint") == 0) {
-            opt->no_checkpoint = 1;
-        } else if (strcmp(a, "--steps") == 0 || strcmp(a, "--sample") == 0 ||
-                   strcmp(a, "--threads") == 0) {
-            if (parse_count(a, value, 1, &n) != 0)
-                return -1;
-            if (a[2] == 's' && a[3] == 't')
-                opt->steps = n;
-            else if (a[2] == 's')
-                opt->sample = n;
-            else
-                opt->threads = (int)n;
-            i++;
-        } else if (strcmp(a, "--blas-threads") == 0) {
-            if (parse_count(a, value, 1, &n) != 0)
-                return -1;
-            opt->blas_threads = (int)n;
-            i++;
-        } else if (strcmp(a, "--export") == 0) {
+        }
+        if (strcmp(a, "--export") == 0) {
             if (!value || strcmp(value, "hf") != 0 || i + 2 >= argc || !argv[i + 2][0]) {
                 fprintf(stderr, "run: error: --export needs a format and a folder: --export hf DIR\n");
                 return -1;
             }
             opt->export_dir = argv[i + 2];
             i += 2;
-        } else if (strcmp(a, "--tokenizer") == 0) {
-            if (!value || !value[0]) {
-                fprintf(stderr, "run: error: %s needs a value\n", a);
-                return -1;
-            }
-            opt->tokenizer_path = value;
-            i++;
-        } else if (strcmp(a, "--device") == 0) {
-            if (!value || (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)) {
-                fprintf(stderr, "run: error: --device needs cpu or cuda\n");
-                return -1;
-            }
-            opt->device = value;
-            i++;
-        } else if (strcmp(a, "--init") == 0 || strcmp(a, "--trace") == 0 ||
-                   strcmp(a, "--data") == 0 || strcmp(a, "--val") == 0 ||
-                   strcmp(a, "--ckpt-dir") == 0 || strcmp(a, "--metrics") == 0 ||
-                   strcmp(a, "--profile-out") == 0) {
-            if (!value || !value[0]) {
-                fprintf(stderr, "run: error: %s needs a value\n", a);
-                return -1;
-            }
-            const char **slot = a[2] == 'i' ? &opt->init_path : a[2] == 't' ? &opt->trace_path
-                              : a[2] == 'd' ? &opt->data : a[2] == 'v' ? &opt->val
-                              : a[2] == 'c' ? &opt->ckpt_dir : a[2] == 'p' ? &opt->profile_out
-                              : &opt->metrics_path;
-            *slot = value;
-            i++;
-        } else {
+            continue;
+        }
+        const struct flag *f = NULL;
+        for (size_t k = 0; k < sizeof flags / sizeof *flags && !f; k++)
+            if (strcmp(a, flags[k].name) == 0)
+                f = &flags[k];
+        if (!f) {
             fprintf(stderr, "run: error: unknown option '%s' (try --help)\n", a);
             return -1;
         }
+        if (set_flag(f, value, opt) != 0)
+            return -1;
+        i += f->kind != FLAG_SWITCH;
     }
     if (opt->threads > 0 && opt->blas_threads > 0) {
         fprintf(stderr, "run: error: --threads and --blas-threads both set the BLAS threads: give one\n");
@@ -626,6 +657,169 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
     return 0;
 }
 
+/* Who this process is (the launcher's variables; under mpirun, MPI started), said when it is
+ * one of several. 0, or -1 with the error printed. */
+static int find_launch(const pr_program *prog, const pr_options *opt, pr_launch *launch)
+{
+    char err[PR_ERR_LEN];
+    if (pr_launch_parse((const char *const *)environ, prog->stages, prog->replicas, opt->master_port, launch,
+                        err) != 0) {
+        fprintf(stderr, "run: error: %s\n", err);
+        return -1;
+    }
+    if (launch->world > 1 && launch->launcher == PR_LAUNCH_OPEN_MPI && pr_mpi()) {
+        if (pr_mpi()->start(launch, err) != 0) {
+            fprintf(stderr, "run: error: rank %d: %s\n", launch->rank, err);
+            return -1;
+        }
+        launch->mpi = 1;
+    }
+    if (launch->world > 1 && !opt->quiet)
+        printf("run: rank %d of %d (%s%s); rank 0 at %s:%d (from %s)\n", launch->rank, launch->world,
+               pr_launcher_name(launch->launcher), launch->mpi ? ", collectives over MPI" : "",
+               launch->master_addr, launch->master_port, launch->addr_from ? launch->addr_from : "?");
+    return 0;
+}
+
+/* The flags against each other and the launch, and the program's defaults for those not
+ * given. 0, or -1 with the error printed. */
+static int settle_options(const pr_program *prog, const pr_launch *launch, pr_options *opt)
+{
+    const paci_table *tab = prog->schedule;
+    if (opt->tokenizer_path && opt->sample == 0) {
+        fprintf(stderr, "run: error: --tokenizer is for --sample N\n");
+        return -1;
+    }
+    opt->rank = launch->rank;
+    opt->world = launch->world;
+    opt->local_rank = launch->local_rank;
+    if (opt->world > 1 && (opt->sample > 0 || opt->export_dir)) {
+        fprintf(stderr, "run: error: rank %d: %s runs in one process, not under %s\n", launch->rank,
+                opt->sample > 0 ? "--sample" : "--export", pr_launcher_name(launch->launcher));
+        return -1;
+    }
+    if (opt->sample > 0 && opt->export_dir) {
+        fprintf(stderr, "run: error: --sample and --export: one at a time\n");
+        return -1;
+    }
+    if (!opt->data)
+        opt->data = prog->train_data;
+    if (!opt->val)
+        opt->val = prog->val_data;
+    if (!opt->ckpt_dir)
+        opt->ckpt_dir = prog->ckpt_dir ? prog->ckpt_dir : "checkpoints";
+    if (tab && opt->steps == 0)
+        opt->steps = tab->total_steps;
+    if (tab && opt->steps > tab->total_steps) {
+        fprintf(stderr, "run: error: --steps %lld: must be at most %d (the compiled total)\n",
+                (long long)opt->steps, tab->total_steps);
+        return -1;
+    }
+    opt->trace = opt->trace_path != NULL;
+    // OpenBLAS's threaded products round differently from its single-threaded ones:
+    // --blas-threads gives every stage the same count at any p (cores N, one "stage").
+    if (opt->blas_threads > 0)
+        pr_blas_threads(opt->blas_threads, 1);
+    else // every replica's stages share the cores when one process runs them all
+        opt->blas_threads = pr_blas_threads(opt->threads, prog->stages * (prog->replicas > 1 && launch->world == 1
+                                                                            ? prog->replicas : 1));
+    return 0;
+}
+
+/* --sample N and --export hf DIR: from the latest checkpoint, --init or the initial weights. */
+static int sample_or_export(pr_run *run, char *err)
+{
+    const pr_options *opt = &run->opt;
+    if (opt->sample > 0) {
+        tokenizer tk;
+        if (opt->tokenizer_path && tokenizer_load(opt->tokenizer_path, &tk, err) != 0)
+            return -1;
+        if (load_weights(run, 1, err) != 0)
+            return -1;
+        sample(run, opt->sample, opt->tokenizer_path ? &tk : NULL);
+        if (opt->tokenizer_path) {
+            free(tk.start);
+            free(tk.bytes);
+        }
+        return 0;
+    }
+    if (load_weights(run, 1, err) != 0 || pr_export_hf(run, opt->export_dir, err) != 0)
+        return -1;
+    if (!opt->quiet)
+        printf("run: exported %s%lld to %s (config.json, model.safetensors%s)\n",
+               run->step > 0 ? "the checkpoint of step " : opt->init_path ? "the --init weights, step "
+                                                                         : "the initial weights, step ",
+               (long long)run->step, opt->export_dir,
+               run->prog->tied ? "; head tied to wte" : "; untied head as lm_head.weight");
+    return 0;
+}
+
+/* The data, the starting weights (a resume's checkpoint, --init, or the seeded ones) and the
+ * checkpoint folder, checked before training. 1 when a resumed run has nothing left to train
+ * (said), 0 to train, -1 with err. */
+static int prepare_training(pr_run *run, char *err)
+{
+    const pr_program *prog = run->prog;
+    const pr_options *opt = &run->opt;
+    int says = !opt->quiet && (opt->world <= 1 || opt->rank == 0);
+    if (!opt->data)
+        return pr_fail(err, "no training data: give `data` in the DSL or --data FILE");
+    if (pr_tokens_load(&run->train, opt->data, prog->vocab, run->B, run->T, err) != 0 ||
+        (opt->val && pr_tokens_load(&run->val, opt->val, prog->vocab, run->B, run->T, err) != 0) ||
+        load_weights(run, opt->resume, err) != 0 ||
+        (!opt->no_checkpoint && pr_ckpt_guard(run, opt->ckpt_dir, err) != 0))
+        return -1;
+    if (opt->resume && says)
+        printf("run: resumed from step %lld (checkpoint %s)\n", (long long)run->step, run->resumed_from);
+    if (opt->resume && run->step >= opt->steps) {
+        if (says)
+            printf("run: nothing left to train: the checkpoint is at step %lld, the run's last "
+                   "(%lld steps%s)\n", (long long)run->step, (long long)opt->steps,
+                   opt->steps < run->tab->total_steps ? ", from --steps" : "");
+        return 1;
+    }
+    pr_replicas_sync(run);
+    if ((opt->world <= 1 || opt->rank == 0) && !opt->no_checkpoint && pr_ckpt_prepare(opt->ckpt_dir, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* Training with its log and metrics, then the trace and profile asked for. 0, or -1 with err. */
+static int train_and_report(pr_run *run, char *err)
+{
+    const pr_options *opt = &run->opt;
+    logger lg = {.tty = isatty(STDOUT_FILENO), .first_step = run->step, .begin = pr_now()};
+    lg.every = opt->steps / 20 > 0 ? opt->steps / 20 : 1;
+    if (opt->metrics_path && !(lg.metrics = fopen(opt->metrics_path, opt->resume ? "a" : "w")))
+        return pr_fail(err, "%s: cannot write metrics: %s", opt->metrics_path, strerror(errno));
+    if (lg.metrics) {
+        fprintf(lg.metrics, "{\"stage_bytes\": [");
+        for (int s = 0; s < run->p; s++)
+            fprintf(lg.metrics, "%s%lld", s ? ", " : "", (long long)run->stage[s].arena_bytes);
+        fprintf(lg.metrics, "]}\n");
+    }
+    run->user = &lg;
+    if (run->dev->host_memory) // said as training starts, so that an error stays one line
+        pr_blas_kernels_note(opt->quiet);
+    // Replicas log nothing of their own: replica 0's last stage logs the step's mean over all.
+    run->on_step = run->replica == 0 ? log_step : NULL;
+    install_stop_handlers();
+    // A file-size limit then fails a checkpoint write with EFBIG, reported like a full disk,
+    // instead of killing the process.
+    signal(SIGXFSZ, SIG_IGN);
+    int rc = pr_train(run, err);
+    if (rc > 0)
+        rc = 0; // stopped by a signal, at a checkpoint
+    if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
+        rc = pr_fail(err, "%s: cannot write metrics", opt->metrics_path);
+    run->user = NULL;
+    if (rc == 0 && opt->trace_path)
+        rc = pr_write_trace(run, opt->trace_path, err);
+    if (rc == 0 && opt->profile_out)
+        rc = write_profile(run, opt->profile_out, err);
+    return rc;
+}
+
 int pr_main(int argc, char **argv, const pr_program *prog)
 {
     pr_blas_choose_kernels(argv);
@@ -633,62 +827,10 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     int rc = parse_flags(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 1 : 0;
-    char err[PR_ERR_LEN];
     pr_launch launch;
-    if (pr_launch_parse((const char *const *)environ, prog->stages, prog->replicas, opt.master_port, &launch,
-                        err) != 0) {
-        fprintf(stderr, "run: error: %s\n", err);
+    if (find_launch(prog, &opt, &launch) != 0 || settle_options(prog, &launch, &opt) != 0)
         return 1;
-    }
-    if (launch.world > 1 && launch.launcher == PR_LAUNCH_OPEN_MPI && pr_mpi()) {
-        if (pr_mpi()->start(&launch, err) != 0) {
-            fprintf(stderr, "run: error: rank %d: %s\n", launch.rank, err);
-            return 1;
-        }
-        launch.mpi = 1;
-    }
-    if (launch.world > 1 && !opt.quiet)
-        printf("run: rank %d of %d (%s%s); rank 0 at %s:%d (from %s)\n", launch.rank, launch.world,
-               pr_launcher_name(launch.launcher), launch.mpi ? ", collectives over MPI" : "",
-               launch.master_addr, launch.master_port, launch.addr_from ? launch.addr_from : "?");
-    if (opt.tokenizer_path && opt.sample == 0) {
-        fprintf(stderr, "run: error: --tokenizer is for --sample N\n");
-        return 1;
-    }
-    opt.rank = launch.rank;
-    opt.world = launch.world;
-    opt.local_rank = launch.local_rank;
-    if (opt.world > 1 && (opt.sample > 0 || opt.export_dir)) {
-        fprintf(stderr, "run: error: rank %d: %s runs in one process, not under %s\n", launch.rank,
-                opt.sample > 0 ? "--sample" : "--export", pr_launcher_name(launch.launcher));
-        return 1;
-    }
-    if (opt.sample > 0 && opt.export_dir) {
-        fprintf(stderr, "run: error: --sample and --export: one at a time\n");
-        return 1;
-    }
-    const paci_table *tab = prog->schedule;
-    if (!opt.data)
-        opt.data = prog->train_data;
-    if (!opt.val)
-        opt.val = prog->val_data;
-    if (!opt.ckpt_dir)
-        opt.ckpt_dir = prog->ckpt_dir ? prog->ckpt_dir : "checkpoints";
-    if (tab && opt.steps == 0)
-        opt.steps = tab->total_steps;
-    if (tab && opt.steps > tab->total_steps) {
-        fprintf(stderr, "run: error: --steps %lld: must be at most %d (the compiled total)\n",
-                (long long)opt.steps, tab->total_steps);
-        return 1;
-    }
-    opt.trace = opt.trace_path != NULL;
-    // OpenBLAS's threaded products round differently from its single-threaded ones:
-    // --blas-threads gives every stage the same count at any p (cores N, one "stage").
-    if (opt.blas_threads > 0)
-        pr_blas_threads(opt.blas_threads, 1);
-    else // every replica's stages share the cores when one process runs them all
-        opt.blas_threads = pr_blas_threads(opt.threads, prog->stages * (prog->replicas > 1 && launch.world == 1
-                                                                          ? prog->replicas : 1));
+    char err[PR_ERR_LEN];
     pr_run run;
     pr_bootstrap boot = {0};
     if (pr_run_init(&run, prog, &opt, err) != 0) {
@@ -706,89 +848,11 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         pr_bootstrap_close(&boot);
         return fail_main(&run, err);
     }
-    if (opt.sample > 0) {
-        tokenizer tk;
-        if (opt.tokenizer_path && tokenizer_load(opt.tokenizer_path, &tk, err) != 0)
-            return fail_main(&run, err);
-        if (load_weights(&run, 1, err) != 0)
-            return fail_main(&run, err);
-        sample(&run, opt.sample, opt.tokenizer_path ? &tk : NULL);
-        if (opt.tokenizer_path) {
-            free(tk.start);
-            free(tk.bytes);
-        }
-        pr_run_free(&run);
-        return 0;
-    }
-    if (opt.export_dir) {
-        if (load_weights(&run, 1, err) != 0 || pr_export_hf(&run, opt.export_dir, err) != 0)
-            return fail_main(&run, err);
-        if (!opt.quiet)
-            printf("run: exported %s%lld to %s (config.json, model.safetensors%s)\n",
-                   run.step > 0 ? "the checkpoint of step " : opt.init_path ? "the --init weights, step "
-                                                                           : "the initial weights, step ",
-                   (long long)run.step, opt.export_dir,
-                   prog->tied ? "; head tied to wte" : "; untied head as lm_head.weight");
-        pr_run_free(&run);
-        return 0;
-    }
-    if (!opt.data)
-        return fail_main(&run, "no training data: give `data` in the DSL or --data FILE");
-    if (pr_tokens_load(&run.train, opt.data, prog->vocab, run.B, run.T, err) != 0)
-        return fail_main(&run, err);
-    if (opt.val && pr_tokens_load(&run.val, opt.val, prog->vocab, run.B, run.T, err) != 0)
-        return fail_main(&run, err);
-    if (load_weights(&run, opt.resume, err) != 0)
-        return fail_main(&run, err);
-    if (!opt.no_checkpoint && pr_ckpt_guard(&run, opt.ckpt_dir, err) != 0)
-        return fail_main(&run, err);
-    if (opt.resume && !opt.quiet && (opt.world <= 1 || opt.rank == 0))
-        printf("run: resumed from step %lld (checkpoint %s)\n", (long long)run.step, run.resumed_from);
-    if (opt.resume && run.step >= opt.steps) {
-        if (!opt.quiet && (opt.world <= 1 || opt.rank == 0))
-            printf("run: nothing left to train: the checkpoint is at step %lld, the run's last "
-                   "(%lld steps%s)\n", (long long)run.step, (long long)opt.steps,
-                   opt.steps < tab->total_steps ? ", from --steps" : "");
-        pr_bootstrap_close(&boot);
-        pr_run_free(&run);
-        if (launch.mpi)
-            pr_mpi()->finish();
-        return 0;
-    }
-    pr_replicas_sync(&run);
-    if ((opt.world <= 1 || opt.rank == 0) && !opt.no_checkpoint && pr_ckpt_prepare(opt.ckpt_dir, err) != 0)
-        return fail_main(&run, err);
-    logger lg = {.tty = isatty(STDOUT_FILENO), .first_step = run.step, .begin = pr_now()};
-    lg.every = opt.steps / 20 > 0 ? opt.steps / 20 : 1;
-    if (opt.metrics_path && !(lg.metrics = fopen(opt.metrics_path, opt.resume ? "a" : "w"))) {
-        snprintf(err, sizeof err, "%s: cannot write metrics: %s", opt.metrics_path, strerror(errno));
-        return fail_main(&run, err);
-    }
-    if (lg.metrics) {
-        fprintf(lg.metrics, "{\"stage_bytes\": [");
-        for (int s = 0; s < run.p; s++)
-            fprintf(lg.metrics, "%s%lld", s ? ", " : "", (long long)run.stage[s].arena_bytes);
-        fprintf(lg.metrics, "]}\n");
-    }
-    run.user = &lg;
-    if (run.dev->host_memory) // said as training starts, so that an error stays one line
-        pr_blas_kernels_note(opt.quiet);
-    // Replicas log nothing of their own: replica 0's last stage logs the step's mean over all.
-    run.on_step = run.replica == 0 ? log_step : NULL;
-    install_stop_handlers();
-    // A file-size limit then fails a checkpoint write with EFBIG, reported like a full disk,
-    // instead of killing the process.
-    signal(SIGXFSZ, SIG_IGN);
-    rc = pr_train(&run, err);
-    if (rc > 0)
-        rc = 0; // stopped by a signal, at a checkpoint
-    if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
-        rc = pr_fail(err, "%s: cannot write metrics", opt.metrics_path);
-    if (rc == 0 && opt.trace_path)
-        rc = pr_write_trace(&run, opt.trace_path, err);
-    if (rc == 0 && opt.profile_out)
-        rc = write_profile(&run, opt.profile_out, err);
-    if (rc != 0)
+    if (opt.sample > 0 || opt.export_dir)
+        rc = sample_or_export(&run, err);
+    else if ((rc = prepare_training(&run, err)) == 0)
+        rc = train_and_report(&run, err);
+    if (rc < 0)
         return fail_main(&run, err);
     pr_bootstrap_close(&boot);
     pr_run_free(&run);
