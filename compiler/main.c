@@ -283,6 +283,55 @@ static int build(const char *argv0, const Options *opt, const Config *cfg, const
     return 0;
 }
 
+/* --explain and the --emit forms that predict: the cost model (or a profile's measured costs),
+ * the simulation, and the view asked for. 0, or EXIT_USER on a bad profile. */
+static int inspect(const Options *opt, const Config *cfg, const Plan *plan, const paci_table *table,
+                   const VerifyReport *report, const Lowered *lowered)
+{
+    CostModel cm;
+    OpProfile op_profile = {0};
+    cost_model_from_plan(cfg, plan, &cm);
+    if (opt->profile && !profile_load(opt->profile, plan, &cm, &op_profile))
+        return EXIT_USER;
+    cost_model_allreduce(cfg, plan, &cm); /* hidden behind the backward measured or predicted */
+    SimResult sim;
+    /* Enough steps for the steady state to dominate, few enough to stay instant. */
+    long shown = opt->mode == MODE_EXPLAIN ? EXPLAIN_SIM_STEPS : opt->show_steps;
+    if (shown > cfg->steps)
+        shown = cfg->steps;
+    simulate(cfg, table, &cm, shown, &sim);
+    FILE *out = open_output(opt->output);
+    GpuCosts costs = {0};
+    GpuPrediction predicted = {0};
+    if (opt->mode == MODE_EXPLAIN || opt->emit == EMIT_COSTS) {
+        gpu_costs_build(cfg, lowered, &costs);
+        // --explain's number of steps for both reports, so they print the same prediction
+        predicted = gpu_costs_predict(cfg, plan, table, &costs,
+                                      cfg->steps < EXPLAIN_SIM_STEPS ? cfg->steps : EXPLAIN_SIM_STEPS);
+    }
+    if (opt->mode == MODE_EXPLAIN) {
+        inspect_explain(out, cfg, plan, table, report, &sim);
+        gpu_costs_explain(out, cfg, plan, &costs, &predicted);
+        inspect_op_profile(out, plan, &op_profile, opt->profile);
+    } else if (opt->emit == EMIT_COSTS)
+        gpu_costs_emit(out, cfg, &costs, &predicted, opt->profile ? &op_profile : NULL);
+    else if (opt->emit == EMIT_SCHEDULE)
+        inspect_listing(out, cfg, table);
+    else if (opt->emit == EMIT_TIMELINE)
+        inspect_timeline(out, cfg, &sim);
+    else if (opt->emit == EMIT_SVG)
+        inspect_svg(out, cfg, &sim);
+    else if (opt->emit == EMIT_TRACE)
+        inspect_trace(out, cfg, &sim);
+    else
+        unreachable();
+    close_output(out, opt->output);
+    gpu_costs_free(&costs);
+    sim_result_free(&sim);
+    op_profile_free(&op_profile);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
@@ -356,13 +405,13 @@ int main(int argc, char **argv)
             report.error);
     for (int s = 0; s < cfg.stages; s++) // the static delays `delay_correction nesterov` reads
         cfg.stage_delay[s] = report.max_drift[s];
-    Lowered lowered;
-    lower_build(&cfg, &plan, &lowered);
 
     int status = 0;
     /* The GPU path is generated when NVRTC loads and the runtime was built with CUDA. */
     cfg.cuda = (opt.mode == MODE_BUILD || opt.mode == MODE_EMIT) && cuda_nvrtc_available() &&
                runtime_has_cuda(argv[0]);
+    Lowered lowered;
+    lower_build(&cfg, &plan, &lowered);
     if (opt.mode == MODE_BUILD || (opt.mode == MODE_EMIT && opt.emit == EMIT_C)) {
         if (opt.mode == MODE_EMIT) {
             if (make_dir(opt.output) != 0)
@@ -372,47 +421,7 @@ int main(int argc, char **argv)
             status = build(argv[0], &opt, &cfg, &lowered, table);
         }
     } else {
-        CostModel cm;
-        OpProfile op_profile = {0};
-        cost_model_from_plan(&cfg, &plan, &cm);
-        if (opt.profile && !profile_load(opt.profile, &plan, &cm, &op_profile))
-            return EXIT_USER;
-        cost_model_allreduce(&cfg, &plan, &cm); /* hidden behind the backward measured or predicted */
-        SimResult sim;
-        /* Enough steps for the steady state to dominate, few enough to stay instant. */
-        long shown = opt.mode == MODE_EXPLAIN ? EXPLAIN_SIM_STEPS : opt.show_steps;
-        if (shown > cfg.steps)
-            shown = cfg.steps;
-        simulate(&cfg, table, &cm, shown, &sim);
-        FILE *out = open_output(opt.output);
-        GpuCosts costs = {0};
-        GpuPrediction predicted = {0};
-        if (opt.mode == MODE_EXPLAIN || opt.emit == EMIT_COSTS) {
-            gpu_costs_build(&cfg, &lowered, &costs);
-            // --explain's number of steps for both reports, so they print the same prediction
-            predicted = gpu_costs_predict(&cfg, &plan, table, &costs,
-                                          cfg.steps < EXPLAIN_SIM_STEPS ? cfg.steps : EXPLAIN_SIM_STEPS);
-        }
-        if (opt.mode == MODE_EXPLAIN) {
-            inspect_explain(out, &cfg, &plan, table, &report, &sim);
-            gpu_costs_explain(out, &cfg, &plan, &costs, &predicted);
-            inspect_op_profile(out, &plan, &op_profile, opt.profile);
-        } else if (opt.emit == EMIT_COSTS)
-            gpu_costs_emit(out, &cfg, &costs, &predicted, opt.profile ? &op_profile : NULL);
-        else if (opt.emit == EMIT_SCHEDULE)
-            inspect_listing(out, &cfg, table);
-        else if (opt.emit == EMIT_TIMELINE)
-            inspect_timeline(out, &cfg, &sim);
-        else if (opt.emit == EMIT_SVG)
-            inspect_svg(out, &cfg, &sim);
-        else if (opt.emit == EMIT_TRACE)
-            inspect_trace(out, &cfg, &sim);
-        else
-            unreachable();
-        close_output(out, opt.output);
-        gpu_costs_free(&costs);
-        sim_result_free(&sim);
-        op_profile_free(&op_profile);
+        status = inspect(&opt, &cfg, &plan, table, &report, &lowered);
     }
     lower_free(&lowered);
     schedule_free(table);

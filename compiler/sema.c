@@ -927,16 +927,11 @@ static void half_range(char *buf, size_t size, int first, int last)
                  half[last % 2]);
 }
 
-/* Stages, window, global batch and split agree with each other and with the model. */
-static void check_pipeline(Sema *s)
+/* The stage count against the layers (the first stage may hold only the embedding and the
+ * last only the head: p <= layers + 2) and a tied head (one stage); false when it is not usable. */
+static bool check_stage_count(Sema *s, const Entry *stages, bool stages_ok, bool layers_ok)
 {
     Config *cfg = s->cfg;
-    const Entry *stages = written(s, "pipeline", "stages");
-    const Entry *window = written(s, "pipeline", "window");
-    const Entry *global = written(s, "batch", "global");
-    bool stages_ok = usable(s, "pipeline", "stages");
-    bool layers_ok = usable(s, "model", "layers") && usable(s, "file", "model");
-    /* the first stage may hold only the embedding and the last only the head: p <= layers + 2 */
     if (stages_ok && layers_ok && cfg->layers > 0 && cfg->stages > cfg->layers + 2) {
         error_at(s->src, stages ? stages->values[0]->span : SPAN_FILE,
                  "stages %d is more than the model's %d layers + 2: every stage but an embedding-only "
@@ -952,6 +947,14 @@ static void check_pipeline(Sema *s)
         if (stages)
             note_at(s->src, stages->values[0]->span, "stages set here");
     }
+    return stages_ok;
+}
+
+/* The window: written, or derived from the global batch (global = micro x window x data), or
+ * the stage count; then the global batch it makes. */
+static void check_window(Sema *s, const Entry *window, const Entry *global)
+{
+    Config *cfg = s->cfg;
     bool micro_ok = usable(s, "batch", "micro");
     /* D replicas each run micro x window sequences per step; D = 1 keeps the messages that
      * do not mention data parallelism */
@@ -1002,7 +1005,13 @@ static void check_pipeline(Sema *s)
                  "above the %d slots the schedule table numbers (16 bits)", cfg->window, PACI_MAX_SLOTS);
     }
 
-    const Entry *split = written(s, "pipeline", "split");
+}
+
+/* 'split': one entry per stage, covering the model's half layers exactly; false (and no
+ * split kept) when it is not. */
+static bool check_split(Sema *s, const Entry *split, bool stages_ok, bool layers_ok)
+{
+    Config *cfg = s->cfg;
     bool split_ok = false;
     if (split && cfg->split_halves && stages_ok) {
         const Value *list = split->values[0];
@@ -1033,8 +1042,14 @@ static void check_pipeline(Sema *s)
         cfg->split_halves = NULL;
     }
 
-    /* vocab_split N: rows [0, N) of the head with the final LayerNorm on stage p-2, the rest
-     * alone on the last stage */
+    return split_ok;
+}
+
+/* vocab_split N: rows [0, N) of the head with the final LayerNorm on stage p-2, the rest alone
+ * on the last stage; and a split whose stage p-2 holds no layer needs it. */
+static void check_vocab_split(Sema *s, const Entry *split, bool split_ok, bool stages_ok)
+{
+    Config *cfg = s->cfg;
     const Entry *vocab_split = written(s, "pipeline", "vocab_split");
     if (split_ok && cfg->stages >= 3 && cfg->split_halves[cfg->stages - 2] == 0 && cfg->vocab_split <= 0) {
         error_at(s->src, split->values[0]->items[cfg->stages - 2]->span,
@@ -1064,6 +1079,12 @@ static void check_pipeline(Sema *s)
                      cfg->split_halves[cfg->stages - 1] / 2.0, cfg->split_halves[cfg->stages - 1] == 2 ? "" : "s");
     }
 
+}
+
+/* PACI with a window below p - 1: stage 0's micro-batches cross more than one update. */
+static void warn_paci_window(Sema *s, const Entry *window, const Entry *global)
+{
+    Config *cfg = s->cfg;
     int p = cfg->stages;
     if (cfg->schedule == PACI_SCHED_PACI && p > 1 && cfg->window < p - 1) {
         int crossings = (p - 1 + cfg->window - 1) / cfg->window;
@@ -1073,6 +1094,21 @@ static void check_pipeline(Sema *s)
                    "updates between a micro-batch's forward and backward; window >= p-1 bounds it to 1",
                    cfg->window, p - 1, crossings);
     }
+}
+
+/* Stages, window, global batch and split agree with each other and with the model. */
+static void check_pipeline(Sema *s)
+{
+    const Entry *stages = written(s, "pipeline", "stages");
+    const Entry *window = written(s, "pipeline", "window");
+    const Entry *global = written(s, "batch", "global");
+    bool layers_ok = usable(s, "model", "layers") && usable(s, "file", "model");
+    bool stages_ok = check_stage_count(s, stages, usable(s, "pipeline", "stages"), layers_ok);
+    check_window(s, window, global);
+    const Entry *split = written(s, "pipeline", "split");
+    bool split_ok = check_split(s, split, stages_ok, layers_ok);
+    check_vocab_split(s, split, split_ok, stages_ok);
+    warn_paci_window(s, window, global);
 }
 
 /* Every rank runs one stage of one replica: stages x data ranks in all, at most

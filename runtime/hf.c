@@ -569,59 +569,100 @@ static int ends_with(const char *s, const char *suffix)
 /* A safetensors file into flat: every tensor the program needs present, of its shape, and
  * nothing else but attention-mask buffers. The head: lm_head.weight, else wte (GPT-2 as
  * distributed is tied). */
-static int read_safetensors(const pr_program *prog, const char *path, const hf_config *cfg,
-                            float *flat, char *err)
+/* Opens a safetensors file and reads its JSON header: the root object, with *fd open and
+ * *data_start, *data_bytes the data section's place; NULL (and nothing open) on an error. */
+static json_t *read_header(const char *path, int *fd_out, int64_t *data_start, int64_t *data_bytes, char *err)
 {
     int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return pr_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) {
+        pr_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return pr_fail(err, "%s: not a regular file", path);
-    }
-    int64_t size = st.st_size;
     unsigned char length[8];
-    if (size < 8 || read_at(fd, length, 8, 0) != 0) {
-        close(fd);
-        return pr_fail(err, "%s: %lld bytes: too short for a safetensors header", path, (long long)size);
-    }
     uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--)
-        header_len = header_len << 8 | length[i];
-    if (header_len > (uint64_t)(size - 8) || header_len > (uint64_t)HEADER_LIMIT) {
-        close(fd);
-        return pr_fail(err, "%s: header length %llu runs past the end of the file (%lld bytes)%s", path,
-                       (unsigned long long)header_len, (long long)size,
-                       header_len > (uint64_t)HEADER_LIMIT ? " or the 100 MiB limit" : "");
+    char *header = NULL;
+    json_t *root = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        pr_fail(err, "%s: not a regular file", path);
+    } else if (st.st_size < 8 || read_at(fd, length, 8, 0) != 0) {
+        pr_fail(err, "%s: %lld bytes: too short for a safetensors header", path, (long long)st.st_size);
+    } else {
+        for (int i = 7; i >= 0; i--)
+            header_len = header_len << 8 | length[i];
+        if (header_len > (uint64_t)(st.st_size - 8) || header_len > (uint64_t)HEADER_LIMIT)
+            pr_fail(err, "%s: header length %llu runs past the end of the file (%lld bytes)%s", path,
+                    (unsigned long long)header_len, (long long)st.st_size,
+                    header_len > (uint64_t)HEADER_LIMIT ? " or the 100 MiB limit" : "");
+        else if (!(header = malloc(header_len + 1)) || read_at(fd, header, header_len, 8) != 0)
+            pr_fail(err, "%s: cannot read the %llu-byte header", path, (unsigned long long)header_len);
+        else
+            root = load_object(header, header_len, path, "the header", err);
     }
-    char *header = malloc(header_len + 1);
-    if (!header || read_at(fd, header, header_len, 8) != 0) {
-        free(header);
-        close(fd);
-        return pr_fail(err, "%s: cannot read the %llu-byte header", path, (unsigned long long)header_len);
-    }
-    json_t *root = load_object(header, header_len, path, "the header", err);
     free(header);
     if (!root) {
         close(fd);
-        return -1;
+        return NULL;
     }
-    int64_t data_start = 8 + (int64_t)header_len, data_bytes = size - data_start;
-    st_entry *entries = pr_alloc((json_object_size(root) + 1) * sizeof *entries);
+    *fd_out = fd;
+    *data_start = 8 + (int64_t)header_len;
+    *data_bytes = st.st_size - *data_start;
+    return root;
+}
+
+/* The header's tensor entries (its metadata and attention-mask buffers left out), sorted by
+ * name; the count, or -1 at the first bad entry (in the file's order). */
+static int32_t read_entries(const char *path, json_t *root, int64_t data_bytes, st_entry *entries, char *err)
+{
     int32_t n = 0;
-    int rc = 0;
     const char *name;
     json_t *value;
-    json_object_foreach(root, name, value) { // in the file's order: the first bad entry is reported
+    json_object_foreach(root, name, value) {
         if (strcmp(name, "__metadata__") == 0 || is_mask_buffer(name))
             continue;
-        rc = read_entry(path, name, value, data_bytes, &entries[n++], err);
-        if (rc != 0)
-            break;
+        if (read_entry(path, name, value, data_bytes, &entries[n++], err) != 0)
+            return -1;
     }
-    if (rc == 0)
-        qsort(entries, (size_t)n, sizeof *entries, entry_order);
+    qsort(entries, (size_t)n, sizeof *entries, entry_order);
+    return n;
+}
+
+/* After the tensors: none left unused, and the head as config.json says it is (a tied file's
+ * head only where it is wte; an untied program without one starts it as a copy of wte). */
+static int settle_head(const pr_program *prog, const hf_config *cfg, const st_entry *entries, int32_t n,
+                       int has_head, const hf_tensor *wte, float *flat, const char *path, char *err)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (!entries[i].used)
+            return pr_fail(err, "%s: tensor '%s' is not a weight of the program's GPT-2 (%d layers)", path,
+                           entries[i].name, prog->layers);
+    if (cfg->present && !cfg->tied && !has_head)
+        return pr_fail(err, "%s: tensor 'lm_head.weight' is missing (config.json says tie_word_embeddings false)",
+                       path);
+    int64_t offsets[PR_CKPT_COUNT];
+    pr_ckpt_offsets(prog, offsets);
+    size_t head_bytes = (size_t)wte->dims[0] * (size_t)wte->dims[1] * sizeof(float);
+    // transformers would tie it to wte: take it only when it is wte.
+    if (cfg->present && cfg->tied && has_head && !prog->tied &&
+        memcmp(flat + offsets[PR_CKPT_LM_HEAD], flat + offsets[PR_CKPT_WTE], head_bytes) != 0)
+        return pr_fail(err, "%s: tensor 'lm_head.weight' differs from wte, but config.json says "
+                       "tie_word_embeddings true", path);
+    if (!prog->tied && !has_head)
+        memcpy(flat + offsets[PR_CKPT_LM_HEAD], flat + offsets[PR_CKPT_WTE], head_bytes);
+    return 0;
+}
+
+static int read_safetensors(const pr_program *prog, const char *path, const hf_config *cfg,
+                            float *flat, char *err)
+{
+    int fd;
+    int64_t data_start, data_bytes;
+    json_t *root = read_header(path, &fd, &data_start, &data_bytes, err);
+    if (!root)
+        return -1;
+    st_entry *entries = pr_alloc((json_object_size(root) + 1) * sizeof *entries);
+    int32_t n = read_entries(path, root, data_bytes, entries, err);
+    int rc = n < 0 ? -1 : 0;
 
     // Names under "transformer." (GPT2LMHeadModel) or without it (GPT2Model, the hub's gpt2).
     const char *prefix = "transformer.";
@@ -666,28 +707,8 @@ static int read_safetensors(const pr_program *prog, const char *path, const hf_c
                          "tied (tied true)", path, name, prefix);
         free(stored);
     }
-    for (int32_t i = 0; rc == 0 && i < n; i++)
-        if (!entries[i].used)
-            rc = pr_fail(err, "%s: tensor '%s' is not a weight of the program's GPT-2 (%d layers)", path,
-                         entries[i].name, prog->layers);
-    if (rc == 0 && cfg->present && !cfg->tied && !has_head)
-        rc = pr_fail(err, "%s: tensor 'lm_head.weight' is missing (config.json says tie_word_embeddings false)",
-                     path);
-    if (rc == 0 && cfg->present && cfg->tied && has_head && !prog->tied) {
-        // transformers would tie it to wte: take it only when it is wte.
-        int64_t offsets[PR_CKPT_COUNT];
-        pr_ckpt_offsets(prog, offsets);
-        if (memcmp(flat + offsets[PR_CKPT_LM_HEAD], flat + offsets[PR_CKPT_WTE],
-                   (size_t)ts[0].dims[0] * (size_t)ts[0].dims[1] * sizeof(float)) != 0)
-            rc = pr_fail(err, "%s: tensor 'lm_head.weight' differs from wte, but config.json says "
-                         "tie_word_embeddings true", path);
-    }
-    if (rc == 0 && !prog->tied && !has_head) {
-        int64_t offsets[PR_CKPT_COUNT];
-        pr_ckpt_offsets(prog, offsets);
-        memcpy(flat + offsets[PR_CKPT_LM_HEAD], flat + offsets[PR_CKPT_WTE],
-               (size_t)ts[0].dims[0] * (size_t)ts[0].dims[1] * sizeof(float));
-    }
+    if (rc == 0)
+        rc = settle_head(prog, cfg, entries, n, has_head, &ts[0], flat, path, err);
     free(buffer);
     free(ts);
     free(entries);
