@@ -377,6 +377,10 @@ typedef struct GradRange {
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out);
 /* The layers a stage holds, a half layer counted by its share of a layer's FLOPs. */
 double stage_layer_count(const Config *cfg, const StagePlan *sp);
+/* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step (the
+ * partitioner balances stages with them; simulate.c's cost model prices with them). With
+ * cfg->measured, from the measured costs of each part of the model. */
+void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
 /* The floats of the vocabulary split's messages between the last two stages: forward, the
  * final LayerNorm's output (as its activation is stored) padded to 64, then each token's
  * log-sum-exp over the front's rows and its target's logit there (0 if not there);
@@ -480,10 +484,6 @@ typedef struct SimResult {
 } SimResult;
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm);
-/* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step
- * (cost_model_from_plan's prices; the partitioner balances stages with them too). With
- * cfg->measured, from the measured costs of each part of the model. */
-void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
 
 /* What each part of the model cost in a profiled run (`run --profile-out`, version 2),
  * seconds: a layer's, the embedding's and the head's forward and backward per micro-batch

@@ -210,6 +210,30 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
                     sp->mem_work;
 }
 
+/* The stage's prices, from its FLOPs and the device's rates, or from a profile's measured
+ * parts (cfg->measured). */
+void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step)
+{
+    const MeasuredCosts *mc = cfg->measured;
+    if (mc) {
+        // a profile measures whole layers; a half layer is priced by its share of the FLOPs
+        double layers = stage_layer_count(cfg, sp);
+        // the head by its share of the rows (a vocabulary split divides it)
+        double head = (double)(sp->vocab_end - sp->vocab_begin) / cfg->vocab;
+        *fwd = layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + head * mc->head_fwd;
+        *bwd = layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + head * mc->head_bwd;
+        *step = (double)sp->params * mc->step_per_param;
+    } else {
+        double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
+        *fwd = sp->fwd_flops / cfg->device_flops;
+        *bwd = sp->bwd_flops / cfg->device_flops;
+        *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
+    }
+    // recompute full: every backward reruns its forward first (on stages with several slots)
+    if (sp->recompute)
+        *bwd += *fwd;
+}
+
 /* A stage's predicted seconds per optimizer step, as the cost model prices it (cost_stage):
  * K forwards and backwards and one AdamW step. */
 static double stage_seconds(const Config *cfg, const StagePlan *sp)

@@ -1,6 +1,7 @@
 /* simulate.c: the cost model and an event simulation of the instruction lists.
  *
- * Costs: a forward or backward takes its FLOPs over the device rate; an optimizer step
+ * Costs (each stage's, priced by plan.c's cost_stage): a forward or backward takes its FLOPs
+ * over the device rate; an optimizer step
  * streams the stage's AdamW state through memory once (read weight, gradient and two
  * moments, write weight and moments, zero the gradient: 32 bytes per parameter, 34 with
  * bf16's working copy) at the hardware block's memory_bandwidth; a message takes the
@@ -42,28 +43,6 @@
 #include <string.h>
 
 #include "pacic.h"
-
-void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step)
-{
-    const MeasuredCosts *mc = cfg->measured;
-    if (mc) {
-        // a profile measures whole layers; a half layer is priced by its share of the FLOPs
-        double layers = stage_layer_count(cfg, sp);
-        // the head by its share of the rows (a vocabulary split divides it)
-        double head = (double)(sp->vocab_end - sp->vocab_begin) / cfg->vocab;
-        *fwd = layers * mc->layer_fwd + (sp->has_embed ? mc->embed_fwd : 0) + head * mc->head_fwd;
-        *bwd = layers * mc->layer_bwd + (sp->has_embed ? mc->embed_bwd : 0) + head * mc->head_bwd;
-        *step = (double)sp->params * mc->step_per_param;
-    } else {
-        double adamw_bytes = cfg->precision == PREC_BF16 ? 34 : 32;
-        *fwd = sp->fwd_flops / cfg->device_flops;
-        *bwd = sp->bwd_flops / cfg->device_flops;
-        *step = (double)sp->params * adamw_bytes / cfg->memory_bandwidth;
-    }
-    // recompute full: every backward reruns its forward first (on stages with several slots)
-    if (sp->recompute)
-        *bwd += *fwd;
-}
 
 Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp)
 {

@@ -417,7 +417,8 @@ void pr_run_free(pr_run *run)
 {
     if (!run->prog || !run->dev) /* nothing was allocated before the device was set */
         return;
-    pr_replicas_close(run);
+    if (run->replica_ops)
+        run->replica_ops->close(run);
     if (run->links)
         run->links->close(run);
     for (int kind = 0; kind < PR_LINK_KINDS; kind++)
@@ -687,9 +688,9 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         pairwise_finish(st);
     // Replicas: the step's gradient is the sum of every replica's (each scaled by 1/(D*K)).
     double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
-    if (run->replicas > 1) {
+    if (run->replica_ops) {
         int stop = st->index == 0 && pr_stop_signal() != 0;
-        pr_replicas_reduce(run, st, &loss, &stop);
+        run->replica_ops->reduce(run, st, &loss, &stop);
         if (st->index == 0 && stop)
             run->stop_seen = 1;
     }
@@ -1094,8 +1095,8 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
                         sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                         1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
     pr_ready_ctx ready = {run, st};
-    if (pr_replicas_overlaps(run, st)) {
-        args.grads_ready = pr_replicas_ready;
+    if (run->replica_ops && run->replica_ops->overlaps(run, st)) {
+        args.grads_ready = run->replica_ops->ready;
         args.ready_ctx = &ready;
     }
     run->dev->backward(run->prog, s, &args);

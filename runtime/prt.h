@@ -454,6 +454,7 @@ typedef struct pr_run {
     int replica, replicas;
     struct pr_run **replica_runs;
     struct pr_replicas *shared;
+    const struct pr_replica_ops *replica_ops; /* set by pr_replicas_open when D > 1; else NULL */
     int stop_seen;                    /* stage 0: a replica saw a stop signal at the last step */
     /* one process per stage and replica: sockets of the stage's reduction group (replica 0:
      * reduce_fd[r] leads to replica r; others: reduce_fd[0] leads to replica 0), -1 unused */
@@ -493,25 +494,32 @@ void pr_scatter(pr_run *run, int which, const float *flat);
 /* Replica 0 of a one-process run (run->replicas > 1) makes the other D - 1 pipelines and what
  * they share: every stage's reduction group and the training data. Only the CPU, whose
  * stages keep nothing per stage outside their arenas, runs replicas in one process. */
+/* With D > 1 (in one process or one per stage and replica) it sets run->replica_ops, through
+ * which alone the executor reaches the replicas. */
 int pr_replicas_open(pr_run *run, char *err);
-void pr_replicas_close(pr_run *run);
 /* Replica 0's weights, moments and step counts to every other replica (after init or load). */
 void pr_replicas_sync(pr_run *run);
-/* Stage st's side of its step's reduction: every replica's gradients summed in replica order
- * (the same bits on every replica and every transport), then each replica holds the sum. The
- * last stage's loss sums add in replica order into *loss; *stop is whether any replica had
- * seen a stop signal. A replica that does not come within the peer timeout is named and the
- * process exits. */
-void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop);
-/* Overlap: whether the backward about to run on stage st completes its window and the
- * transport can start the reduction range by range (reduce_start); then the executor passes
- * pr_replicas_ready, with a pr_ready_ctx, as the backward's grads_ready. */
-int pr_replicas_overlaps(const pr_run *run, const pr_stage_rt *st);
+/* The argument of replica_ops->ready: the run and stage whose backward reports its ranges. */
 typedef struct pr_ready_ctx {
     pr_run *run;
     pr_stage_rt *st;
 } pr_ready_ctx;
-void pr_replicas_ready(void *ctx, int64_t offset, int64_t count);
+/* What the executor asks of data parallelism (replicas.c's; NULL for one pipeline). */
+typedef struct pr_replica_ops {
+    /* Stage st's side of its step's reduction: every replica's gradients summed in replica
+     * order (the same bits on every replica and every transport), then each replica holds the
+     * sum. The last stage's loss sums add in replica order into *loss; *stop is whether any
+     * replica had seen a stop signal. A replica that does not come within the peer timeout is
+     * named and the process exits. */
+    void (*reduce)(pr_run *run, pr_stage_rt *st, double *loss, int *stop);
+    /* Overlap: whether the backward about to run on stage st completes its window and the
+     * transport can start the reduction range by range (reduce_start); then the executor
+     * passes `ready`, with a pr_ready_ctx, as the backward's grads_ready. */
+    int (*overlaps)(const pr_run *run, const pr_stage_rt *st);
+    void (*ready)(void *ctx, int64_t offset, int64_t count);
+    /* From pr_run_free: the other pipelines, the groups, the reduction sockets. */
+    void (*close)(pr_run *run);
+} pr_replica_ops;
 /* The training micro-batch that local micro-batch mb of this replica reads: replica r takes
  * window positions [r*K, (r+1)*K) of the global window of D*K micro-batches, so D replicas
  * of window K read what one pipeline of window D*K reads, in the same order. */

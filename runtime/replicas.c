@@ -39,11 +39,20 @@ typedef struct pr_replicas {
     replica_group group[PACI_MAX_STAGES];
 } pr_replicas;
 
+static void replicas_close(pr_run *run);
+static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop);
+static int replicas_overlaps(const pr_run *run, const pr_stage_rt *st);
+static void replicas_ready(void *ctx, int64_t offset, int64_t count);
+static const pr_replica_ops replica_ops = {replicas_reduce, replicas_overlaps, replicas_ready, replicas_close};
+
 int pr_replicas_open(pr_run *run, char *err)
 {
     int D = run->prog->replicas > 1 ? run->prog->replicas : 1;
     run->replicas = D;
-    if (D == 1 || run->opt.world > 1)
+    if (D == 1)
+        return 0;
+    run->replica_ops = &replica_ops;
+    if (run->opt.world > 1)
         return 0;
     if (!run->dev->host_memory)
         return pr_fail(err, "%s: data %d runs its replicas in one process on the CPU only; on GPUs "
@@ -86,11 +95,12 @@ int pr_replicas_open(pr_run *run, char *err)
         other->replica = r;
         other->replicas = D;
         other->shared = sh;
+        other->replica_ops = &replica_ops;
     }
     return 0;
 }
 
-void pr_replicas_close(pr_run *run)
+static void replicas_close(pr_run *run)
 {
     for (int r = 0; run->reduce_fd && r < run->replicas; r++)
         if (run->reduce_fd[r] >= 0)
@@ -382,13 +392,13 @@ static void native_failed(pr_run *run, pr_stage_rt *st, int rc, const char *err)
     reduce_failed(run, st, why);
 }
 
-int pr_replicas_overlaps(const pr_run *run, const pr_stage_rt *st)
+static int replicas_overlaps(const pr_run *run, const pr_stage_rt *st)
 {
     return run->replicas > 1 && !run->shared && run->links && run->links->reduce_start &&
            st->window_backwards + 1 == run->K;
 }
 
-void pr_replicas_ready(void *ctx, int64_t offset, int64_t count)
+static void replicas_ready(void *ctx, int64_t offset, int64_t count)
 {
     pr_ready_ctx *c = ctx;
     pr_stage_rt *st = c->st;
@@ -427,7 +437,7 @@ static void native_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     *stop = values[1] > 0.0;
 }
 
-void pr_replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     if (run->replicas <= 1)
         return;
