@@ -1,4 +1,5 @@
-/* cuda/device.c: the CUDA device layer (libpacirt_cuda.a, built only with a CUDA toolkit).
+/* cuda/device.c: the bottom of the CUDA device layer (libpacirt_cuda.a, built only with a CUDA
+ * toolkit); layer.c assembles pr_device_cuda from its calls and the NCCL transport's.
  *
  * Driver API loaded with dlopen, so `run` starts on a machine without a driver and trains on
  * the CPU there. Stage s runs on GPU s mod (GPUs): its device's primary context, one compute
@@ -9,13 +10,13 @@
  *
  * Where the host waits for the GPU (docs/gpu.md, "Host waits"): nowhere per instruction.
  * Only (1) a download: the last stage's losses after each forward (the step's loss and its
- * non-finite check), evaluation, sampling and checkpoint gathers; (2) cuda_sumsq, once per
+ * non-finite check), evaluation, sampling and checkpoint gathers; (2) pr_cuda_dev_sumsq, once per
  * stage and step: the gradients' sums of squares for clipping's norm (the global norm's
- * exchange between stages is on the host) and the non-finite check; (3) cuda_finish: each
+ * exchange between stages is on the host) and the non-finite check; (3) pr_cuda_dev_finish: each
  * stage at the end of a segment, and after every instruction of a measured run (--trace,
  * --profile-out); (4) an NCCL receive, which waits for its message and reads its
  * micro-batch (nccl_transport.c); (5) set-up and close. Stages order their work with
- * events: a device link's copies (links.c), eval's hand-over (cuda_follow), NCCL.
+ * events: a device link's copies (links.c), eval's hand-over (pr_cuda_dev_follow), NCCL.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -58,7 +59,7 @@ typedef struct cuda_stage {
     CUmodule module;
     CUfunction *kernels;
     int n_kernels;
-    /* sums of squares of the gradients (cuda_sumsq): SUMSQ_BLOCKS partials per tensor */
+    /* sums of squares of the gradients (pr_cuda_dev_sumsq): SUMSQ_BLOCKS partials per tensor */
     CUfunction sumsq;
     double *partials, *partials_host;
     /* per-op timing (run --profile-out): pairs recorded since the last resolve, from a pool
@@ -88,7 +89,7 @@ void pr_cuda_check(int stage, CUresult res, const char *call)
 }
 
 /* Loads libcuda and initialises it once; the number of GPUs, or 0 with the reason. */
-static int cuda_probe(char *err)
+int pr_cuda_dev_probe(char *err)
 {
     static char reason[PR_ERR_LEN];
     if (gpu_count >= 0) {
@@ -135,10 +136,10 @@ int pr_cuda_gpu_of(int stage)
 }
 
 /* One process per stage: the launcher's local rank names the GPU, which must exist here. */
-static int cuda_pin(int gpu, char *err)
+int pr_cuda_dev_pin(int gpu, char *err)
 {
     char why[PR_ERR_LEN];
-    int count = cuda_probe(why);
+    int count = pr_cuda_dev_probe(why);
     if (count < 1)
         return pr_fail(err, "local rank %d: no usable GPU: %s", gpu, why);
     if (gpu < 0 || gpu >= count)
@@ -189,11 +190,14 @@ static const pr_cuda_image *pick_image(const pr_cuda_stage *code, int major, int
     return best;
 }
 
-static void *cuda_alloc(int stage, size_t bytes);
 
-static int cuda_open_stage(const pr_program *prog, int stage, char *err)
+/* The memory calls gemm.c makes, handed to it at its open (it calls no function of this file). */
+static const pr_device memory_calls = {.alloc = pr_cuda_dev_alloc, .release = pr_cuda_dev_release,
+                                       .upload = pr_cuda_dev_queue_copy};
+
+int pr_cuda_dev_open_stage(const pr_program *prog, int stage, char *err)
 {
-    if (cuda_probe(err) < 1)
+    if (pr_cuda_dev_probe(err) < 1)
         return -1;
     cuda_stage *cs = &stages[stage];
     memset(cs, 0, sizeof *cs);
@@ -238,12 +242,12 @@ static int cuda_open_stage(const pr_program *prog, int stage, char *err)
     pr_cuda_check(stage, drv.cuEventCreate(&cs->compute_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     pr_cuda_check(stage, drv.cuEventCreate(&cs->handoff, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     size_t partial_bytes = (size_t)(prog->stage[stage].n_tensors + 1) * SUMSQ_BLOCKS * sizeof(double);
-    cs->partials = cuda_alloc(stage, partial_bytes);
+    cs->partials = pr_cuda_dev_alloc(stage, partial_bytes);
     cs->partials_host = pr_alloc(partial_bytes);
-    return pr_cuda_gemm_open(stage, err);
+    return pr_cuda_gemm_open(stage, cs->gpu, cs->compute, &memory_calls, err);
 }
 
-static void cuda_close_stage(int stage)
+void pr_cuda_dev_close_stage(int stage)
 {
     cuda_stage *cs = &stages[stage];
     if (!cs->open)
@@ -286,9 +290,9 @@ static int64_t ring_bytes(const pr_program *prog, int s, int peer)
 /* The stages sharing a GPU add up, with the NCCL rings they send from; the first stage that
  * does not fit is named with the shortfall, before anything is allocated. A margin is kept
  * for cuBLASLt and the driver. */
-static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes, char *err)
+int pr_cuda_dev_check_memory(const pr_program *prog, const int64_t *stage_bytes, char *err)
 {
-    if (cuda_probe(err) < 1)
+    if (pr_cuda_dev_probe(err) < 1)
         return -1;
     const int64_t margin = PR_CUDA_WORKSPACE_BYTES + ((int64_t)256 << 20);
     int64_t used[PACI_MAX_STAGES] = {0};
@@ -324,7 +328,7 @@ static int cuda_check_memory(const pr_program *prog, const int64_t *stage_bytes,
     return 0;
 }
 
-static void *cuda_alloc(int stage, size_t bytes)
+void *pr_cuda_dev_alloc(int stage, size_t bytes)
 {
     cuda_stage *cs = enter(stage);
     CUdeviceptr p = 0;
@@ -337,7 +341,7 @@ static void *cuda_alloc(int stage, size_t bytes)
     return (void *)(uintptr_t)p;
 }
 
-static void cuda_release(int stage, void *p)
+void pr_cuda_dev_release(int stage, void *p)
 {
     enter(stage);
     drv.cuMemFree((CUdeviceptr)(uintptr_t)p);
@@ -355,7 +359,7 @@ static cuda_stage *after_compute(int stage)
 /* Unified addressing: one call moves host<->device and device<->device (even across GPUs).
  * Uploads and device copies queue on the compute stream, in order with the stage's kernels,
  * and return: the driver takes a pageable source into its staging memory before returning. */
-static void cuda_queue_copy(int stage, void *dst, const void *src, size_t bytes)
+void pr_cuda_dev_queue_copy(int stage, void *dst, const void *src, size_t bytes)
 {
     cuda_stage *cs = enter(stage);
     pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
@@ -363,7 +367,7 @@ static void cuda_queue_copy(int stage, void *dst, const void *src, size_t bytes)
 }
 
 /* A download returns with the data: the host waits for the stage's work so far. */
-static void cuda_download(int stage, void *dst, const void *src, size_t bytes)
+void pr_cuda_dev_download(int stage, void *dst, const void *src, size_t bytes)
 {
     cuda_stage *cs = after_compute(stage);
     pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
@@ -371,7 +375,7 @@ static void cuda_download(int stage, void *dst, const void *src, size_t bytes)
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->comm), "cuStreamSynchronize");
 }
 
-static void cuda_zero(int stage, void *dst, size_t bytes)
+void pr_cuda_dev_zero(int stage, void *dst, size_t bytes)
 {
     cuda_stage *cs = enter(stage);
     pr_cuda_check(stage, drv.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, cs->compute),
@@ -379,7 +383,7 @@ static void cuda_zero(int stage, void *dst, size_t bytes)
 }
 
 /* Stage's later work waits for what `other` has queued (both may share a GPU or not). */
-static void cuda_follow(int stage, int other)
+void pr_cuda_dev_follow(int stage, int other)
 {
     cuda_stage *from = enter(other);
     pr_cuda_check(other, drv.cuEventRecord(from->handoff, from->compute), "cuEventRecord");
@@ -387,7 +391,7 @@ static void cuda_follow(int stage, int other)
     pr_cuda_check(stage, drv.cuStreamWaitEvent(cs->compute, from->handoff, 0), "cuStreamWaitEvent");
 }
 
-static void *cuda_event_create(int stage)
+void *pr_cuda_dev_event_create(int stage)
 {
     enter(stage);
     CUevent ev;
@@ -395,19 +399,19 @@ static void *cuda_event_create(int stage)
     return ev;
 }
 
-static void cuda_event_destroy(int stage, void *event)
+void pr_cuda_dev_event_destroy(int stage, void *event)
 {
     enter(stage);
     drv.cuEventDestroy((CUevent)event);
 }
 
-static void cuda_event_record(int stage, void *event)
+void pr_cuda_dev_event_record(int stage, void *event)
 {
     cuda_stage *cs = enter(stage);
     pr_cuda_check(stage, drv.cuEventRecord((CUevent)event, cs->compute), "cuEventRecord");
 }
 
-static void cuda_event_wait(int stage, void *event)
+void pr_cuda_dev_event_wait(int stage, void *event)
 {
     cuda_stage *cs = enter(stage);
     pr_cuda_check(stage, drv.cuStreamWaitEvent(cs->compute, (CUevent)event, 0), "cuStreamWaitEvent");
@@ -418,7 +422,7 @@ static void resolve_ops(int stage);
 /* Clipping's sums of squares: partial sums per block on the GPU (PR_CUDA_SUMSQ_KERNEL), one
  * download of the partials, added on the host in order: the same bits every run, and about
  * 4 KiB per tensor over the bus instead of the gradients. */
-static void cuda_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums)
+void pr_cuda_dev_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums)
 {
     cuda_stage *cs = enter(stage);
     int blocks[n > 0 ? n : 1];
@@ -479,7 +483,7 @@ static void cuda_op_end(int32_t stage, int32_t op)
     pr_cuda_check(stage, drv.cuEventRecord(cs->timed[cs->n_timed - 1].stop, cs->compute), "cuEventRecord");
 }
 
-static const pr_op_timer cuda_op_timer = {cuda_op_begin, cuda_op_end};
+const pr_op_timer pr_cuda_dev_op_timer = {cuda_op_begin, cuda_op_end};
 
 /* After the compute stream has synchronised every recorded event is complete: add the
  * times (milliseconds from the driver) to the op profile and reuse the pairs. */
@@ -497,38 +501,38 @@ static void resolve_ops(int stage)
 
 /* Stage code queues its launches on the compute stream and returns: the host does not wait
  * for them (see the top of the file for where it does). */
-static void cuda_forward(const pr_program *prog, int stage, const pr_fwd_args *args)
+void pr_cuda_dev_forward(const pr_program *prog, int stage, const pr_fwd_args *args)
 {
     enter(stage);
     prog->cuda[stage].forward(args);
 }
 
-static void cuda_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
+void pr_cuda_dev_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
 {
     enter(stage);
     prog->cuda[stage].backward(args);
 }
 
-static void cuda_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
+void pr_cuda_dev_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
 {
     enter(stage);
     prog->cuda[stage].adamw(args);
 }
 
-static void cuda_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args)
+void pr_cuda_dev_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args)
 {
     enter(stage);
     prog->cuda[stage].predict(rule, args);
 }
 
-static void cuda_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
+void pr_cuda_dev_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)
 {
     enter(stage);
     prog->cuda[stage].weight_copy(params, params_h);
 }
 
 /* The host waits for the stage's queued work; the op timings recorded so far are read. */
-static void cuda_finish(int stage)
+void pr_cuda_dev_finish(int stage)
 {
     cuda_stage *cs = enter(stage);
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "cuStreamSynchronize");
@@ -565,32 +569,3 @@ CUstream pr_cuda_compute_stream(int stage)
     return stages[stage].compute;
 }
 
-const pr_device pr_device_cuda = {
-    .name = "cuda",
-    .host_memory = 0,
-    .probe = cuda_probe,
-    .open_stage = cuda_open_stage,
-    .check_memory = cuda_check_memory,
-    .alloc = cuda_alloc,
-    .release = cuda_release,
-    .upload = cuda_queue_copy,
-    .download = cuda_download,
-    .copy = cuda_queue_copy,
-    .zero = cuda_zero,
-    .sumsq = cuda_sumsq,
-    .forward = cuda_forward,
-    .backward = cuda_backward,
-    .adamw = cuda_adamw,
-    .predict = cuda_predict,
-    .close_stage = cuda_close_stage,
-    .pin = cuda_pin,
-    .links = &pr_nccl_links,
-    .op_timer = &cuda_op_timer,
-    .weight_copy = cuda_weight_copy,
-    .follow = cuda_follow,
-    .finish = cuda_finish,
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .event_wait = cuda_event_wait,
-};

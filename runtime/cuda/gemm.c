@@ -33,6 +33,8 @@ typedef struct gemm_plan {
 } gemm_plan;
 
 typedef struct gemm_stage {
+    const pr_device *memory;    /* the device layer's memory calls (handed in: no call back into device.c) */
+    CUstream stream;            /* the stage's compute stream */
     cublasLtHandle_t handle;
     void *workspace;
     float *ones;  /* a column of ones for adding a bias as a rank-1 product, when needed */
@@ -49,13 +51,15 @@ static void check_lt(int stage, cublasStatus_t status, const char *call)
                     cublasLtGetStatusString(status), (int)status);
 }
 
-int pr_cuda_gemm_open(int stage, char *err)
+int pr_cuda_gemm_open(int stage, int gpu, CUstream stream, const pr_device *memory, char *err)
 {
     gemm_stage *gs = &gemm_stages[stage];
     memset(gs, 0, sizeof *gs);
+    gs->memory = memory;
+    gs->stream = stream;
     if (cublasLtCreate(&gs->handle) != CUBLAS_STATUS_SUCCESS)
-        return pr_fail(err, "stage %d: cuBLASLt does not initialise on GPU %d", stage, pr_cuda_gpu_of(stage));
-    gs->workspace = pr_device_cuda.alloc(stage, (size_t)PR_CUDA_WORKSPACE_BYTES);
+        return pr_fail(err, "stage %d: cuBLASLt does not initialise on GPU %d", stage, gpu);
+    gs->workspace = memory->alloc(stage, (size_t)PR_CUDA_WORKSPACE_BYTES);
     return 0;
 }
 
@@ -70,9 +74,9 @@ void pr_cuda_gemm_close(int stage)
         cublasLtMatmulDescDestroy(p->desc);
     }
     if (gs->workspace)
-        pr_device_cuda.release(stage, gs->workspace);
+        gs->memory->release(stage, gs->workspace);
     if (gs->ones)
-        pr_device_cuda.release(stage, gs->ones);
+        gs->memory->release(stage, gs->ones);
     if (gs->handle)
         cublasLtDestroy(gs->handle);
     memset(gs, 0, sizeof *gs);
@@ -206,7 +210,7 @@ static int run_plan(int stage, gemm_plan *p, float alpha, const void *a, const v
                                                        sizeof aux), "set EPILOGUE_AUX_POINTER");
     cublasStatus_t status = cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, d, p->c, d, p->c,
                                            &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
-                                           (cudaStream_t)pr_cuda_compute_stream(stage));
+                                           (cudaStream_t)gs->stream);
     if (status != CUBLAS_STATUS_SUCCESS && p->epilogue != EPI_PLAIN &&
         (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
         fprintf(stderr, "run: note: stage %d: cuBLASLt refused %s for %dx%dx%d (%s); computing the epilogue "
@@ -241,14 +245,14 @@ void pr_cuda_gemm_bias(int32_t stage, int32_t inputs, int trans_a, int trans_b, 
         pr_cuda_gemm(stage, inputs, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
         if (gs->ones_len < m) {
             if (gs->ones)
-                pr_device_cuda.release(stage, gs->ones);
+                gs->memory->release(stage, gs->ones);
             float *host = malloc((size_t)m * sizeof(float));
             if (!host)
                 pr_internal("stage %d: out of host memory", stage);
             for (int i = 0; i < m; i++)
                 host[i] = 1.0f;
-            gs->ones = pr_device_cuda.alloc(stage, (size_t)m * sizeof(float));
-            pr_device_cuda.upload(stage, gs->ones, host, (size_t)m * sizeof(float));
+            gs->ones = gs->memory->alloc(stage, (size_t)m * sizeof(float));
+            gs->memory->upload(stage, gs->ones, host, (size_t)m * sizeof(float));
             free(host);
             gs->ones_len = m;
         }

@@ -359,8 +359,8 @@ static nccl_end *open_end(pr_run *run, int stage, int kind, int index)
     for (int k = 0; k < e->capacity; k++)
         pr_cuda_check(stage, api.cuEventCreate(&e->done[k], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     if (u.sending)
-        e->ring = pr_device_cuda.alloc(stage, (size_t)e->capacity * e->floats * sizeof(float));
-    e->mbs = pr_device_cuda.alloc(stage, (size_t)e->capacity * sizeof(int64_t));
+        e->ring = pr_cuda_dev_alloc(stage, (size_t)e->capacity * e->floats * sizeof(float));
+    e->mbs = pr_cuda_dev_alloc(stage, (size_t)e->capacity * sizeof(int64_t));
     run->native[kind][index] = 1;
     run->links = &pr_nccl_links;
     return e;
@@ -543,7 +543,7 @@ static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
     pr_cuda_check(s, api.cuStreamCreate(&group.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(s, api.cuEventCreate(&group.queued, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     pr_cuda_check(s, api.cuEventCreate(&group.done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    group.values = pr_device_cuda.alloc(s, PR_REDUCE_VALUES * sizeof(double));
+    group.values = pr_cuda_dev_alloc(s, PR_REDUCE_VALUES * sizeof(double));
     group.open = 1;
     run->links = &pr_nccl_links;
     return 0;
@@ -593,7 +593,7 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     CUstream compute = pr_cuda_compute_stream(stage);
-    pr_device_cuda.upload(stage, group.values, values, (size_t)n_values * sizeof(double));
+    pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));
     group_follows_compute(stage);
     double deadline = deadline_after(run->opt.peer_timeout);
     ncclResult_t rc = api.ncclGroupStart(), op = ncclSuccess;
@@ -618,7 +618,7 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
         group.open = 0;
         return waited;
     }
-    pr_device_cuda.download(stage, values, group.values, (size_t)n_values * sizeof(double));
+    pr_cuda_dev_download(stage, values, group.values, (size_t)n_values * sizeof(double));
     return PR_LINK_OK;
 }
 
@@ -660,8 +660,8 @@ static void nccl_close(pr_run *run)
                 api.cuEventDestroy(e->copied);
                 api.cuStreamDestroy(e->stream);
                 if (e->ring)
-                    pr_device_cuda.release(e->stage, e->ring);
-                pr_device_cuda.release(e->stage, e->mbs);
+                    pr_cuda_dev_release(e->stage, e->ring);
+                pr_cuda_dev_release(e->stage, e->mbs);
                 memset(e, 0, sizeof *e);
             }
     if (group.open) {
@@ -675,7 +675,7 @@ static void nccl_close(pr_run *run)
         api.cuEventDestroy(group.done);
         api.cuEventDestroy(group.queued);
         api.cuStreamDestroy(group.stream);
-        pr_device_cuda.release(group.stage, group.values);
+        pr_cuda_dev_release(group.stage, group.values);
         memset(&group, 0, sizeof group);
     }
     memset(run->native, 0, sizeof run->native);
