@@ -345,6 +345,55 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
 }
 
 /* pr_stage_S_forward and _backward: the sections in order over the stage's layers. */
+/* pr_stage_S_backward`part`: part "" the whole backward, "_b" a zero-bubble B (with the
+ * messages in and out), "_w" its W (no message): the sections of that part, top down. */
+static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, const char *part)
+{
+    bool w = strcmp(part, "_w") == 0;
+    emit_line(sb, "void pr_stage_%d_backward%s(const pr_bwd_args *args)", s, part);
+    emit_open_block(sb);
+    if (stage_head_front(sp))
+        emit_line(sb, "head_front_backward%s(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", part);
+    else if (stage_head_back(sp))
+        emit_line(sb, "head_back_backward%s(args->params, args->grads, args->acts, args->acts + ACT_INPUT, "
+                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", part);
+    else if (sp->has_head)
+        emit_line(sb, "head_backward%s(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->loss_scale / (float)BT);", part);
+    else if (w)
+        ; // W reads no message
+    else if (sends_residual(cfg, sp))
+        emit_line(sb, "from_bf16((const pr_bf16 *)args->dx_out, args->scratch + S_DRES, (long)BT * C);");
+    else
+        emit_line(sb, "memcpy(args->scratch + S_DRES, args->dx_out, sizeof(float) * BT * C);");
+    if (sp->tail_attn)
+        emit_line(sb, "attn_backward%s(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
+                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);", part);
+    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
+    emit_line(sb, "block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
+                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part);
+    emit_line(sb, "               %sargs->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), args->scratch);",
+              *part ? "  " : "");
+    emit_close(sb, "");
+    if (sp->lead_mlp)
+        emit_line(sb, "mlp_backward%s(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
+                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);", part);
+    if (sp->has_embed && !*part)
+        emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
+    else if (sp->has_embed)
+        emit_line(sb, w ? "embed_backward_w(args->grads, args->acts, args->tokens);"
+                        : "embed_backward_b(args->acts, args->scratch);");
+    else if (w)
+        ; // W sends no message
+    else if (receives_residual(cfg, sp))
+        emit_line(sb, "to_bf16(args->scratch + S_DRES, (pr_bf16 *)args->dx_in, (long)BT * C);");
+    else if (!stage_head_back(sp)) /* the split's last stage wrote its message itself */
+        emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
+    emit_close(sb, "");
+    blank_line(sb);
+}
+
 static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s)
 {
     emit_line(sb, "/* The input of layer l: the stage's input (or the leading MLP half's output) or the previous");
@@ -384,39 +433,21 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     emit_close(sb, "");
     blank_line(sb);
 
-    emit_line(sb, "/* Gradients are added to args->grads; d(mean token loss) is scaled by loss_scale. */");
+    if (!config_splits_backward(cfg)) {
+        emit_line(sb, "/* Gradients are added to args->grads; d(mean token loss) is scaled by loss_scale. */");
+        emit_c_backward(sb, cfg, sp, s, "");
+        return;
+    }
+    emit_line(sb, "/* B: the gradients of the stage's input and of its products' outputs, which it keeps in the");
+    emit_line(sb, " * slot for W (zero-bubble); the LayerNorms' gains and biases here too. */");
+    emit_c_backward(sb, cfg, sp, s, "_b");
+    emit_line(sb, "/* W: the weights' gradients of the products, from what B kept in the slot. */");
+    emit_c_backward(sb, cfg, sp, s, "_w");
+    emit_line(sb, "/* The whole backward: B, then W. */");
     emit_line(sb, "void pr_stage_%d_backward(const pr_bwd_args *args)", s);
     emit_open_block(sb);
-    if (stage_head_front(sp))
-        emit_line(sb, "head_front_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);");
-    else if (stage_head_back(sp))
-        emit_line(sb, "head_back_backward(args->params, args->grads, args->acts, args->acts + ACT_INPUT, "
-                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);");
-    else if (sp->has_head)
-        emit_line(sb, "head_backward(args->params, args->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->loss_scale / (float)BT);");
-    else if (sends_residual(cfg, sp))
-        emit_line(sb, "from_bf16((const pr_bf16 *)args->dx_out, args->scratch + S_DRES, (long)BT * C);");
-    else
-        emit_line(sb, "memcpy(args->scratch + S_DRES, args->dx_out, sizeof(float) * BT * C);");
-    if (sp->tail_attn)
-        emit_line(sb, "attn_backward(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
-                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);");
-    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
-    emit_line(sb, "block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,");
-    emit_line(sb, "               args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), args->scratch);");
-    emit_close(sb, "");
-    if (sp->lead_mlp)
-        emit_line(sb, "mlp_backward(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
-                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);");
-    if (sp->has_embed)
-        emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
-    else if (receives_residual(cfg, sp))
-        emit_line(sb, "to_bf16(args->scratch + S_DRES, (pr_bf16 *)args->dx_in, (long)BT * C);");
-    else if (!stage_head_back(sp)) /* the split's last stage wrote its message itself */
-        emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
+    emit_line(sb, "pr_stage_%d_backward_b(args);", s);
+    emit_line(sb, "pr_stage_%d_backward_w(args);", s);
     emit_close(sb, "");
     blank_line(sb);
 }
@@ -657,6 +688,14 @@ static void emit_stage_declarations(StrBuf *sb, const Config *cfg, const Lowered
         emit_line(sb, "void pr_stage_%d_adamw(const pr_adamw_args *args);", s);
         emit_line(sb, "extern const pr_op_info pr_stage_%d_ops[%d];", s, low->stage[s].n_ops);
         emit_line(sb, "extern const pr_op_timer *pr_stage_%d_op_timer;", s);
+        if (config_splits_backward(cfg)) {
+            emit_line(sb, "void pr_stage_%d_backward_b(const pr_bwd_args *args);", s);
+            emit_line(sb, "void pr_stage_%d_backward_w(const pr_bwd_args *args);", s);
+            if (cfg->cuda) {
+                emit_line(sb, "void pr_stage_%d_cuda_backward_b(const pr_bwd_args *args);", s);
+                emit_line(sb, "void pr_stage_%d_cuda_backward_w(const pr_bwd_args *args);", s);
+            }
+        }
         if (cfg->optimizer != PR_OPT_ADAMW)
             emit_line(sb, "extern const pr_optim_rule pr_stage_%d_optim_rule;", s);
         if (cfg->cuda) {
@@ -697,6 +736,8 @@ static void emit_stage_codes(StrBuf *sb, const Config *cfg, const Lowered *low)
                   low->stage[s].n_ops, s, s);
         if (cfg->optimizer != PR_OPT_ADAMW)
             emit_line(sb, ".optim_rule = &pr_stage_%d_optim_rule,", s);
+        if (config_splits_backward(cfg))
+            emit_line(sb, ".backward_b = pr_stage_%d_backward_b, .backward_w = pr_stage_%d_backward_w,", s, s);
         emit_close(sb, ",");
     }
     sb->indent--;
@@ -719,9 +760,12 @@ static void emit_cuda_stage_codes(StrBuf *sb, const Config *cfg, const Plan *pla
         char predict[48] = "NULL"; // the prediction's code exists under delay_correction predict only
         if (cfg->delay_correction == DELAY_PREDICT)
             snprintf(predict, sizeof predict, "pr_stage_%d_cuda_predict", s);
+        char split[96] = ""; // zero-bubble: the backward's B and W
+        if (config_splits_backward(cfg))
+            snprintf(split, sizeof split, ", pr_stage_%d_cuda_backward_b, pr_stage_%d_cuda_backward_w", s, s);
         emit_line(sb, "{%d, pr_cuda_images, %d, pr_cuda_kernel_names, pr_stage_%d_cuda_forward, "
-                      "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy, %s},",
-                  cuda_arch_count, kernel_desc_count, s, s, s, s, predict);
+                      "pr_stage_%d_cuda_backward, pr_stage_%d_cuda_adamw, pr_stage_%d_cuda_weight_copy, %s%s},",
+                  cuda_arch_count, kernel_desc_count, s, s, s, s, predict, split);
     }
     sb->indent--;
     emit_line(sb, "};");

@@ -495,29 +495,34 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
 }
 
 /* The backward's start: the head's sections (and its gradients reported ready), or the
- * gradient from the next stage taken in (widened, and copied to bf16 for the products). */
-static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredStage *ls, WeightCopies h)
+ * gradient from the next stage taken in (widened, and copied to bf16 for the products). `part`
+ * is "" for the whole backward, "_b" or "_w" for a zero-bubble B or W (W takes nothing in). */
+static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredStage *ls, WeightCopies h,
+                                   const char *part)
 {
     const StagePlan *sp = ls->plan;
     const StageLayout *lay = &ls->layout;
-    bool bf16 = cfg->precision == PREC_BF16;
+    bool bf16 = cfg->precision == PREC_BF16, ready = !*part;
     if (stage_head_front(sp)) {
         long head = layout_offset(&lay->params, "PARAM_LNFW");
-        emit_line(sb, "cuda_head_front_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", h.stage);
-        emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm and the head's rows */",
-                  lay->params.total - head);
+        emit_line(sb, "cuda_head_front_backward%s(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->dx_out, args->loss_scale / (float)BT);", part, h.stage);
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm and the head's rows */",
+                      lay->params.total - head);
     } else if (stage_head_back(sp)) {
-        emit_line(sb, "cuda_head_back_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_INPUT, "
-                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", h.stage);
-        emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay->params.total);
+        emit_line(sb, "cuda_head_back_backward%s(args->params, %sargs->grads, args->acts, args->acts + ACT_INPUT, "
+                      "args->scratch, args->targets, args->dx_in, args->loss_scale / (float)BT);", part, h.stage);
+        if (ready)
+            emit_line(sb, "grads_ready(args, 0, %ldL); /* the head's rows */", lay->params.total);
     } else if (sp->has_head) {
         long head = layout_offset(&lay->params, "PARAM_LNFW");
-        emit_line(sb, "cuda_head_backward(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
-                      "args->scratch, args->targets, args->loss_scale / (float)BT);", h.stage);
-        emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay->params.total - head,
-                  cfg->tied ? "" : " and the head");
-    } else {
+        emit_line(sb, "cuda_head_backward%s(args->params, %sargs->grads, args->acts, args->acts + ACT_OUTPUT, "
+                      "args->scratch, args->targets, args->loss_scale / (float)BT);", part, h.stage);
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_LNFW, %ldL); /* the final LayerNorm%s */", lay->params.total - head,
+                      cfg->tied ? "" : " and the head");
+    } else if (strcmp(part, "_w") != 0) {
         if (sends_residual(cfg, sp))
             emit_message_bf16(sb, false, "args->dx_out", "args->scratch + S_DRES", "the gradient came in bf16");
         else
@@ -531,11 +536,60 @@ static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredS
     }
 }
 
-/* grads_ready, then pr_stage_S_cuda_backward: its sections from the last, each range of
- * gradients reported as it is final, and the gradient for the previous stage sent on. */
-static void emit_cuda_backward(StrBuf *sb, const Config *cfg, const LoweredStage *ls, int s, WeightCopies h)
+/* pr_stage_S_cuda_backward`part`: its sections from the last, each range of gradients reported
+ * as it is final (the whole backward only), and the gradient for the previous stage sent on
+ * (not by W). */
+static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const LoweredStage *ls, int s, WeightCopies h,
+                                    const char *part)
 {
     const StagePlan *sp = ls->plan;
+    bool ready = !*part, w = strcmp(part, "_w") == 0;
+    emit_line(sb, "void pr_stage_%d_cuda_backward%s(const pr_bwd_args *args)", s, part);
+    emit_open_block(sb);
+    emit_cuda_backward_top(sb, cfg, ls, h, part);
+    if (sp->tail_attn) {
+        emit_line(sb, "cuda_attn_backward%s(args->params + PARAM_TAIL_ATTN, %sargs->grads + PARAM_TAIL_ATTN, "
+                      "args->acts + ACT_TAIL_ATTN,", part, h.tail);
+        emit_line(sb, "                   %slayer_input(args->acts, N_LAYERS), args->scratch);", *part ? "  " : "");
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN, P_MLP);");
+    }
+    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
+    emit_line(sb, "cuda_block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
+                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part, h.layer);
+    emit_line(sb, "                    %sargs->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
+                  "args->scratch);", *part ? "  " : "");
+    if (ready)
+        emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
+    emit_close(sb, "");
+    if (sp->lead_mlp) {
+        emit_line(sb, "cuda_mlp_backward%s(args->params + PARAM_LEAD_MLP, %sargs->grads + PARAM_LEAD_MLP, "
+                      "args->acts + ACT_LEAD_MLP,", part, h.lead);
+        emit_line(sb, "                  %sargs->acts + ACT_INPUT, args->scratch);", *part ? "  " : "");
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_LEAD_MLP, PARAM_PER_LAYER - P_MLP);");
+    }
+    if (sp->has_embed && ready) {
+        emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
+        emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
+                  sp->has_head && cfg->tied ? ", the head's share of wte included" : "");
+    } else if (sp->has_embed) {
+        emit_line(sb, w ? "cuda_embed_backward_w(args->grads, args->acts, args->tokens);"
+                        : "cuda_embed_backward_b(args->acts, args->scratch);");
+    } else if (w) {
+        // W sends no message
+    } else if (receives_residual(cfg, sp)) {
+        emit_message_bf16(sb, true, "args->scratch + S_DRES", "args->dx_in", "the gradient goes in bf16");
+    } else if (!stage_head_back(sp)) { /* the split's last stage wrote its message itself */
+        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
+    }
+    emit_close(sb, "");
+    sb_puts(sb, "\n");
+}
+
+/* grads_ready, then the backward: whole, or (zero-bubble) B, W and the whole as B then W. */
+static void emit_cuda_backward(StrBuf *sb, const Config *cfg, const LoweredStage *ls, int s, WeightCopies h)
+{
     emit_line(sb, "/* Replicas: grads[offset, offset + count) is final for this backward, so its allreduce may");
     emit_line(sb, " * start while the backward goes on (pr_bwd_args.grads_ready; NULL outside the window's");
     emit_line(sb, " * last backward). */");
@@ -546,38 +600,16 @@ static void emit_cuda_backward(StrBuf *sb, const Config *cfg, const LoweredStage
     emit_close(sb, "");
     emit_close(sb, "");
     sb_puts(sb, "\n");
-
+    if (!config_splits_backward(cfg)) {
+        emit_cuda_backward_part(sb, cfg, ls, s, h, "");
+        return;
+    }
+    emit_cuda_backward_part(sb, cfg, ls, s, h, "_b");
+    emit_cuda_backward_part(sb, cfg, ls, s, h, "_w");
     emit_line(sb, "void pr_stage_%d_cuda_backward(const pr_bwd_args *args)", s);
     emit_open_block(sb);
-    emit_cuda_backward_top(sb, cfg, ls, h);
-    if (sp->tail_attn) {
-        emit_line(sb, "cuda_attn_backward(args->params + PARAM_TAIL_ATTN, %sargs->grads + PARAM_TAIL_ATTN, "
-                      "args->acts + ACT_TAIL_ATTN,", h.tail);
-        emit_line(sb, "                   layer_input(args->acts, N_LAYERS), args->scratch);");
-        emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN, P_MLP);");
-    }
-    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
-    emit_line(sb, "cuda_block_backward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", h.layer);
-    emit_line(sb, "                    args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
-                  "args->scratch);");
-    emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
-    emit_close(sb, "");
-    if (sp->lead_mlp) {
-        emit_line(sb, "cuda_mlp_backward(args->params + PARAM_LEAD_MLP, %sargs->grads + PARAM_LEAD_MLP, "
-                      "args->acts + ACT_LEAD_MLP,", h.lead);
-        emit_line(sb, "                  args->acts + ACT_INPUT, args->scratch);");
-        emit_line(sb, "grads_ready(args, PARAM_LEAD_MLP, PARAM_PER_LAYER - P_MLP);");
-    }
-    if (sp->has_embed) {
-        emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
-        emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
-                  sp->has_head && cfg->tied ? ", the head's share of wte included" : "");
-    } else if (receives_residual(cfg, sp)) {
-        emit_message_bf16(sb, true, "args->scratch + S_DRES", "args->dx_in", "the gradient goes in bf16");
-    } else if (!stage_head_back(sp)) { /* the split's last stage wrote its message itself */
-        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
-    }
+    emit_line(sb, "pr_stage_%d_cuda_backward_b(args);", s);
+    emit_line(sb, "pr_stage_%d_cuda_backward_w(args);", s);
     emit_close(sb, "");
     sb_puts(sb, "\n");
 }

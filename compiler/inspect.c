@@ -15,7 +15,8 @@ static double gib(double bytes)
 /* What the timeline, the picture and the trace draw: compute, and the replicas' allreduce. */
 static bool is_drawn(int op)
 {
-    return op == PACI_OP_FWD || op == PACI_OP_BWD || op == PACI_OP_STEP || op == SIM_OP_ALLREDUCE;
+    return op == PACI_OP_FWD || op == PACI_OP_BWD || op == PACI_OP_BWD_B || op == PACI_OP_BWD_W ||
+           op == PACI_OP_STEP || op == SIM_OP_ALLREDUCE;
 }
 
 /* ---- --explain ------------------------------------------------------------------------ */
@@ -140,10 +141,11 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps)
     cmp.drift0 = drift_bound(t, 0);
     cmp.stash0 = t->stash[0];
 
-    CostModel uniform = {0};
+    CostModel uniform = {0}; /* F = B = W = 1 */
     for (int s = 0; s < c.stages; s++) {
         uniform.fwd[s] = 1;
         uniform.bwd[s] = 2;
+        uniform.w[s] = config_splits_backward(&c) ? 1 : 0;
     }
     SimResult sim;
     simulate(&c, t, &uniform, steps, &sim);
@@ -323,15 +325,24 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                  "step time and tokens/s: this plan's costs):\n", cfg->window, cfg->micro);
     fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0\n");
     for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+        Config as_kind = *cfg;
+        as_kind.schedule = kind;
+        // a zero-bubble schedule is predicted under bf16 too, which pacic does not build yet
+        const char *excluded = config_splits_backward(&as_kind) ? zero_bubble_excluded(cfg) : NULL;
+        if (excluded && cfg->precision != PREC_BF16) {
+            fprintf(out, "  %-10s    n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
+            continue;
+        }
         Comparison c = compare_schedule(cfg, kind, sim->steps);
         char drift[32];
         if (kind == PACI_SCHED_PIPEDREAM)
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %s%s\n", paci_schedule_name(kind),
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %s%s%s\n", paci_schedule_name(kind),
                 100 * c.uniform_bubble, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit, c.peak_stage,
-                c.fits ? "   " : " !!", drift, kind == (int)cfg->schedule ? "   <- this file" : "");
+                c.fits ? "   " : " !!", drift, kind == (int)cfg->schedule ? "   <- this file" : "",
+                excluded ? "   (predicted: built under fp32 only)" : "");
     }
     fprintf(out, "  (!! = over the device's memory; analytic 1F1B-flush bubble (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
             cfg->stages - 1, cfg->window + cfg->stages - 1,
@@ -389,8 +400,9 @@ void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const
 
 /* ---- --emit schedule ------------------------------------------------------------------- */
 
-/* One instruction as a short token: F3/B3 compute, ra3/sa3 activations in and out,
- * rg3/sg3 gradients in and out, S step; @j and >j name PipeDream stash slots. */
+/* One instruction as a short token: F3/B3 compute (B3 and W3 a zero-bubble backward's two
+ * parts), ra3/sa3 activations in and out, rg3/sg3 gradients in and out, S step; @j and >j name
+ * PipeDream stash slots. */
 static int instr_token(char *buf, size_t size, paci_instr in)
 {
     switch (in.op) {
@@ -403,6 +415,8 @@ static int instr_token(char *buf, size_t size, paci_instr in)
         return in.aux ? snprintf(buf, size, "B%lld@%d", (long long)in.mb, in.aux - 1) : snprintf(buf, size, "B%lld", (long long)in.mb);
     case PACI_OP_SEND_GRAD: return snprintf(buf, size, "sg%lld", (long long)in.mb);
     case PACI_OP_STEP: return in.aux ? snprintf(buf, size, "S>%d", in.aux - 1) : snprintf(buf, size, "S");
+    case PACI_OP_BWD_B: return snprintf(buf, size, "B%lld", (long long)in.mb);
+    case PACI_OP_BWD_W: return snprintf(buf, size, "W%lld", (long long)in.mb);
     }
     return snprintf(buf, size, "?%d", in.op);
 }
@@ -492,7 +506,11 @@ static void free_stage_events(StageEvents *se, int stages)
 
 static char op_char(int op)
 {
-    return op == PACI_OP_FWD ? 'F' : op == PACI_OP_BWD ? 'B' : op == SIM_OP_ALLREDUCE ? 'A' : 'S';
+    return op == PACI_OP_FWD                          ? 'F'
+           : op == PACI_OP_BWD || op == PACI_OP_BWD_B ? 'B'
+           : op == PACI_OP_BWD_W                      ? 'W'
+           : op == SIM_OP_ALLREDUCE                   ? 'A'
+                                                      : 'S';
 }
 
 void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
@@ -525,7 +543,8 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
         fprintf(out, "| %5.1f%%\n", 100 * sim->busy[s]);
     }
     fprintf(out, "       0%*s%.4g s\n", COLUMNS - 4, "", sim->makespan);
-    fprintf(out, "legend: F forward, B backward, S optimizer step, . idle (waiting for a neighbour)%s\n",
+    fprintf(out, "legend: F forward, B backward%s, S optimizer step, . idle (waiting for a neighbour)%s\n",
+            config_splits_backward(cfg) ? " (its input gradients), W its weight gradients" : "",
             config_replicas(cfg) > 1 ? ", A gradient allreduce among the replicas" : "");
     free_stage_events(se, stages);
 }
@@ -555,8 +574,11 @@ void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
         const SimEvent *e = &sim->events[i];
         if (!is_drawn(e->op) || e->end <= e->start)
             continue;
-        const char *fill = e->op == PACI_OP_FWD ? "#4e79a7" : e->op == PACI_OP_BWD ? "#f28e2b"
-                           : e->op == SIM_OP_ALLREDUCE ? "#b07aa1" : "#59a14f";
+        const char *fill = e->op == PACI_OP_FWD                            ? "#4e79a7"
+                           : e->op == PACI_OP_BWD || e->op == PACI_OP_BWD_B ? "#f28e2b"
+                           : e->op == PACI_OP_BWD_W                         ? "#edc948"
+                           : e->op == SIM_OP_ALLREDUCE                      ? "#b07aa1"
+                                                                            : "#59a14f";
         double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
         int y = TOP + e->stage * ROW + 2;
         fprintf(out, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
@@ -580,10 +602,12 @@ void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
     int ly = axis + 40;
     static const struct { const char *name, *fill; } legend[] = {
         {"forward", "#4e79a7"}, {"backward", "#f28e2b"}, {"optimizer step", "#59a14f"}, {"idle", "#e8e8e8"},
-        {"gradient allreduce", "#b07aa1"},
+        {"gradient allreduce", "#b07aa1"}, {"weight gradients (W)", "#edc948"},
     };
-    for (int k = 0; k < (config_replicas(cfg) > 1 ? 5 : 4); k++) {
-        int x = LEFT + k * 150;
+    for (int k = 0, x = LEFT; k < 6; k++) {
+        if ((k == 4 && config_replicas(cfg) == 1) || (k == 5 && !config_splits_backward(cfg)))
+            continue;
+        x += k ? 150 : 0;
         fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, ly - 11, legend[k].fill);
         fprintf(out, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 20, ly, legend[k].name);
     }

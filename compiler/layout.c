@@ -109,6 +109,11 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (cfg->attention == ATTN_MATMUL)
         layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
     layout_add(la, "A_RESID2", BT * C, "residual after attention: the half's output");
+    bool split = config_splits_backward(cfg); // zero-bubble: what B keeps for W
+    if (split) {
+        layout_add(la, "A_W_DRES2", BT * C, "d(resid2), kept by B for W");
+        layout_add(la, "A_W_DQKV", BT * 3 * C, "d(qkv), kept by B for W");
+    }
     Layout *lm = &lay->mlp_acts;
     layout_add_operand(lm, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
     layout_add(lm, "A_LN2_MEAN", BT, "its row means");
@@ -116,6 +121,10 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(lm, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
     layout_add_operand(lm, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
     layout_add(lm, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+    if (split) {
+        layout_add(lm, "A_W_DRES3", BT * C, "d(resid3), kept by B for W");
+        layout_add(lm, "A_W_DFC", BT * 4 * C, "d(fc pre-activation), kept by B for W");
+    }
     lay->layer_acts = la->total + lm->total;
 
     Layout *p = &lay->params;
@@ -169,6 +178,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
     if (sends_residual(cfg, sp))
         layout_add(a, "ACT_OUTPUT_MSG", residual_message_floats(cfg), "the output in bf16, the message sent (messages bf16)");
+    if (split && sp->has_embed)
+        layout_add(a, "ACT_W_DEMB", BT * C, "d(embedding output), kept by B for W");
 
     Layout *s = &lay->scratch;
     layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");

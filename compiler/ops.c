@@ -220,23 +220,41 @@ static void mlp_half_forward(OpList *l, bool with_ln2)
     kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "am + A_RESID3, xm");
 }
 
-/* The MLP half's backward: S_DRES holds d(resid3) on entry and d(resid2) on exit. */
-static void mlp_half_backward(OpList *l)
+/* A half layer's backward in four parts: W1, the gradients of the product into the residual
+ * (weight and bias) from dres; B1, down through that product (and GELU, or attention) to the
+ * first product's output gradient; W2, that product's weight and bias gradients from it; B2,
+ * down through it and the LayerNorm, which adds into dres. The fused backward runs them in
+ * order; a zero-bubble B runs B1 and B2, keeping dres and the middle gradient in the slot
+ * (A_W_*) for its W, which runs W1 and W2 from there. `dres` and `dmid` name where W1 and W2
+ * read them. */
+static void mlp_w1(OpList *l, const char *dres)
 {
-    kernel_op(l, "bias_backward", "d fcprojb", "gm + P_FCPROJB, s + S_DRES, C");
-    gpu_instead(l, "bias_backward_tiles", "gm + P_FCPROJB, s + S_DRES, C, (pr_bf16 *)0");
+    kernel_op(l, "bias_backward", "d fcprojb", "gm + P_FCPROJB, %s, C", dres);
+    gpu_instead(l, "bias_backward_tiles", "gm + P_FCPROJB, %s, C, (pr_bf16 *)0", dres);
     GEMM(l, "d fcprojw += dres^T gelu",
-         "1, 0, C, 4 * C, BT, 1.0f, s + S_DRES, C, am + A_FC_GELU, 4 * C, 1.0f, gm + P_FCPROJW, 4 * C");
+         "1, 0, C, 4 * C, BT, 1.0f, %s, C, am + A_FC_GELU, 4 * C, 1.0f, gm + P_FCPROJW, 4 * C", dres);
     operands_h(l, "s + S_DRES_H, am + A_FC_GELU");
+}
+
+static void mlp_b1(OpList *l)
+{
     GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, pm + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
     operands_h(l, "s + S_DRES_H, pmh + P_FCPROJW");
     gelu_follows(l, EPI_DGELU, "am + A_FC_PRE");
     kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, am + A_FC_PRE, " COPY("s", "S_DFC_H"));
-    kernel_op(l, "bias_backward", "d fcb", "gm + P_FCB, s + S_DFC, 4 * C");
+}
+
+static void mlp_w2(OpList *l, const char *dfc)
+{
+    kernel_op(l, "bias_backward", "d fcb", "gm + P_FCB, %s, 4 * C", dfc);
     // after a product fused with GELU's gradient nothing else writes the bf16 copy
-    gpu_instead(l, "bias_backward_tiles", "gm + P_FCB, s + S_DFC, 4 * C, " COPY("s", "S_DFC_H"));
-    GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, s + S_DFC, 4 * C, am + A_LN2, C, 1.0f, gm + P_FCW, C");
+    gpu_instead(l, "bias_backward_tiles", "gm + P_FCB, %s, 4 * C, " COPY("s", "S_DFC_H"), dfc);
+    GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, %s, 4 * C, am + A_LN2, C, 1.0f, gm + P_FCW, C", dfc);
     operands_h(l, "s + S_DFC_H, am + A_LN2");
+}
+
+static void mlp_b2(OpList *l)
+{
     GEMM(l, "d ln2 = dfc fcw", "0, 0, BT, C, 4 * C, 1.0f, s + S_DFC, 4 * C, pm + P_FCW, C, 0.0f, s + S_DLN, C");
     operands_h(l, "s + S_DFC_H, pmh + P_FCW");
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 2): now d(resid2)",
@@ -245,18 +263,45 @@ static void mlp_half_backward(OpList *l)
     gpu_block_kernel(l, "layernorm_backward_blocks");
 }
 
-/* The attention half's backward: S_DRES holds d(resid2) on entry and d(x) on exit. */
-static void attention_half_backward(OpList *l, const Config *cfg)
+/* The MLP half's backward: S_DRES holds d(resid3) on entry and d(resid2) on exit. */
+static void mlp_half_backward(OpList *l)
 {
-    bool flash = cfg->attention == ATTN_FLASH;
-    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, s + S_DRES, C");
-    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, s + S_DRES, C, (pr_bf16 *)0");
-    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, s + S_DRES, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C");
-    if (flash)
+    mlp_w1(l, "s + S_DRES");
+    mlp_b1(l);
+    mlp_w2(l, "s + S_DFC");
+    mlp_b2(l);
+}
+
+/* Its zero-bubble parts: B keeps d(resid3) and d fc in the slot, W reads them there (the
+ * LayerNorm's gain and bias gradients stay in B: its one kernel computes them with d(x)). */
+static void mlp_half_backward_b(OpList *l)
+{
+    plain_op(l, OP_COPY, "keep d(resid3) for W", "am + A_W_DRES3, s + S_DRES, BT * C");
+    mlp_b1(l);
+    plain_op(l, OP_COPY, "keep d fc for W", "am + A_W_DFC, s + S_DFC, BT * 4 * C");
+    mlp_b2(l);
+}
+
+static void mlp_half_backward_w(OpList *l)
+{
+    mlp_w1(l, "am + A_W_DRES3");
+    mlp_w2(l, "am + A_W_DFC");
+}
+
+static void attention_w1(OpList *l, const Config *cfg, const char *dres)
+{
+    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, %s, C", dres);
+    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, %s, C, (pr_bf16 *)0", dres);
+    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, %s, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C", dres);
+    if (cfg->attention == ATTN_FLASH)
         operands_h(l, "s + S_DRES_H, a + A_ATTY");
+}
+
+static void attention_b1(OpList *l, const Config *cfg)
+{
     GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
     operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
-    if (flash) {
+    if (cfg->attention == ATTN_FLASH) {
         kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
                   ", " STORE("a", "A_ATTY"));
@@ -265,18 +310,78 @@ static void attention_half_backward(OpList *l, const Config *cfg)
     } else {
         matmul_attention_backward(l);
     }
-    kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, s + S_DQKV, 3 * C");
-    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, s + S_DQKV, 3 * C, (pr_bf16 *)0");
-    GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, s + S_DQKV, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C");
-    if (flash) // the matmul attention's gradients come from per-head products: no bf16 copy
+}
+
+static void attention_w2(OpList *l, const Config *cfg, const char *dqkv)
+{
+    kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, %s, 3 * C", dqkv);
+    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, %s, 3 * C, (pr_bf16 *)0", dqkv);
+    GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, %s, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C", dqkv);
+    if (cfg->attention == ATTN_FLASH) // the matmul attention's gradients come from per-head products: no bf16 copy
         operands_h(l, "s + S_DQKV_H, a + A_LN1");
+}
+
+static void attention_b2(OpList *l, const Config *cfg)
+{
     GEMM(l, "d ln1 = dqkv qkvw", "0, 0, BT, C, 3 * C, 1.0f, s + S_DQKV, 3 * C, p + P_QKVW, C, 0.0f, s + S_DLN, C");
-    if (flash)
+    if (cfg->attention == ATTN_FLASH)
         operands_h(l, "s + S_DQKV_H, ph + P_QKVW");
     kernel_op(l, "layernorm_backward", "dres += d(LayerNorm 1): now d(x)",
               "s + S_DRES, g + P_LN1W, g + P_LN1B, s + S_DLN, x, p + P_LN1W, a + A_LN1_MEAN, a + A_LN1_RSTD, "
               COPY("s", "S_DRES_H"));
     gpu_block_kernel(l, "layernorm_backward_blocks");
+}
+
+/* The attention half's backward: S_DRES holds d(resid2) on entry and d(x) on exit. */
+static void attention_half_backward(OpList *l, const Config *cfg)
+{
+    attention_w1(l, cfg, "s + S_DRES");
+    attention_b1(l, cfg);
+    attention_w2(l, cfg, "s + S_DQKV");
+    attention_b2(l, cfg);
+}
+
+static void attention_half_backward_b(OpList *l, const Config *cfg)
+{
+    plain_op(l, OP_COPY, "keep d(resid2) for W", "a + A_W_DRES2, s + S_DRES, BT * C");
+    attention_b1(l, cfg);
+    plain_op(l, OP_COPY, "keep d qkv for W", "a + A_W_DQKV, s + S_DQKV, BT * 3 * C");
+    attention_b2(l, cfg);
+}
+
+static void attention_half_backward_w(OpList *l, const Config *cfg)
+{
+    attention_w1(l, cfg, "a + A_W_DRES2");
+    attention_w2(l, cfg, "a + A_W_DQKV");
+}
+
+/* The head's backward in three parts: the dlogits (in place over the probabilities), the LM
+ * head's gradient from them (W's), and the gradient down to the residual stream (B's). */
+static void head_logits_gradient(OpList *l)
+{
+    kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities",
+              "acts + ACT_PROBS, targets, dloss, (pr_bf16 *)0");
+    l->ops[l->n - 1].gpu_skip = true; // classifier_fused wrote them in the forward
+}
+
+static void head_weight_gradient(OpList *l)
+{
+    // On the GPU the dlogits are unscaled (and bf16 under bf16): the products scale by dloss.
+    GEMM(l, "d lm_head += dlogits^T lnf",
+         "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    operands_h(l, "NULL, acts + ACT_LNF"); // the CPU's: lnf is kept in bf16, the dlogits are not
+    gpu_instead(l, NULL, "1, 0, V, C, BT, dloss, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, acts + ACT_LNF");
+}
+
+static void final_layernorm_backward(OpList *l);
+
+static void head_input_gradient(OpList *l)
+{
+    GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    gpu_instead(l, NULL, "0, 0, BT, C, V, dloss, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, params_h + PARAM_LM_HEAD");
+    final_layernorm_backward(l);
 }
 
 /* The head's backward from d(final LayerNorm output) in S_DLN down to the residual gradient,
@@ -302,6 +407,42 @@ static void rows_weight_gradient(OpList *l, const char *lnf)
     op->gpu_operands_h = xasprintf("acts + ACT_LOGITS, %s", lnf);
 }
 
+/* The split's back: d(LayerNorm output) from its rows and the log-sum-exp, the message back. */
+static void head_back_input_gradient(OpList *l, const Config *cfg)
+{
+    bool bf16_messages = cfg->messages == MESSAGES_BF16; // d(lnf) goes back in bf16
+    GEMM(l, "d lnf from these rows = dlogits lm_head, into the message back",
+         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 0.0f, %s, C",
+         bf16_messages ? "scratch + S_DLN" : "dx");
+    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
+    if (bf16_messages)
+        kernel_op(l, "to_bf16", "the message back in bf16", "scratch + S_DLN, (pr_bf16 *)dx, (long)BT * C");
+    plain_op(l, OP_COPY, "the log-sum-exp goes back with it", "dx + MSG_LSE, acts + ACT_XENT_LSE, BT");
+}
+
+/* The split's front: its rows' dlogits in place from the received log-sum-exp. */
+static void head_front_logits_gradient(OpList *l)
+{
+    kernel_op(l, "xent_part_backward", "unscaled dlogits of these rows in place, from the received log-sum-exp",
+              "acts + ACT_LOGITS, BF16_COPY(acts + ACT_LOGITS), dy + MSG_LSE, targets, HEAD_VN, HEAD_VP, HEAD_V0");
+}
+
+/* The split's front: d lnf from the received part and its rows', down through the LayerNorm. */
+static void head_front_input_gradient(OpList *l, const Config *cfg)
+{
+    bool bf16_messages = cfg->messages == MESSAGES_BF16;
+    if (bf16_messages)
+        kernel_op(l, "from_bf16", "dlnf starts from the last stage's rows", "(const pr_bf16 *)dy, scratch + S_DLN, (long)BT * C");
+    else
+        plain_op(l, OP_COPY, "dlnf starts from the last stage's rows", "scratch + S_DLN, dy, BT * C");
+    GEMM(l, "dlnf += dlogits lm_head",
+         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 1.0f, scratch + S_DLN, C");
+    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
+    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
+    final_layernorm_backward(l);
+}
+
 /* The head divided by vocabulary rows between the last two stages (Plan.vocab_split). The
  * front (the stage before the last) runs the final LayerNorm, its rows' logits and, per token,
  * their log-sum-exp and the target's logit, which it sends with the LayerNorm's output; the
@@ -313,7 +454,6 @@ static void rows_weight_gradient(OpList *l, const char *lnf)
  * stage's HEAD_V0, HEAD_VN and HEAD_VP are the first row, the row count and the row stride. */
 static void head_split_ops(const Config *cfg, ModelOps *ops)
 {
-    bool bf16_messages = cfg->messages == MESSAGES_BF16; // d(lnf) goes back in bf16
     OpList *l = &ops->head_front_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
               "acts + ACT_LNF, acts + ACT_LNF_MEAN, acts + ACT_LNF_RSTD, x, params + PARAM_LNFW, params + PARAM_LNFB, "
@@ -336,35 +476,29 @@ static void head_split_ops(const Config *cfg, ModelOps *ops)
 
     l = &ops->head_back_bwd;
     rows_weight_gradient(l, "x");
-    GEMM(l, "d lnf from these rows = dlogits lm_head, into the message back",
-         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 0.0f, %s, C",
-         bf16_messages ? "scratch + S_DLN" : "dx");
-    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
-    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
-    if (bf16_messages)
-        kernel_op(l, "to_bf16", "the message back in bf16", "scratch + S_DLN, (pr_bf16 *)dx, (long)BT * C");
-    plain_op(l, OP_COPY, "the log-sum-exp goes back with it", "dx + MSG_LSE, acts + ACT_XENT_LSE, BT");
+    head_back_input_gradient(l, cfg);
 
     l = &ops->head_front_bwd;
-    kernel_op(l, "xent_part_backward", "unscaled dlogits of these rows in place, from the received log-sum-exp",
-              "acts + ACT_LOGITS, BF16_COPY(acts + ACT_LOGITS), dy + MSG_LSE, targets, HEAD_VN, HEAD_VP, HEAD_V0");
+    head_front_logits_gradient(l);
     rows_weight_gradient(l, "acts + ACT_LNF");
-    if (bf16_messages)
-        kernel_op(l, "from_bf16", "dlnf starts from the last stage's rows", "(const pr_bf16 *)dy, scratch + S_DLN, (long)BT * C");
-    else
-        plain_op(l, OP_COPY, "dlnf starts from the last stage's rows", "scratch + S_DLN, dy, BT * C");
-    GEMM(l, "dlnf += dlogits lm_head",
-         "0, 0, BT, C, HEAD_VN, dloss, acts + ACT_LOGITS, HEAD_VP, params + PARAM_LM_HEAD, C, 1.0f, scratch + S_DLN, C");
-    gpu_instead(l, NULL, "%s", l->ops[l->n - 1].args);
-    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_LOGITS, params_h + PARAM_LM_HEAD");
-    final_layernorm_backward(l);
+    head_front_input_gradient(l, cfg);
+    if (config_splits_backward(cfg)) {
+        head_back_input_gradient(&ops->head_back_bwd_b, cfg);
+        rows_weight_gradient(&ops->head_back_bwd_w, "x");
+        head_front_logits_gradient(&ops->head_front_bwd_b);
+        head_front_input_gradient(&ops->head_front_bwd_b, cfg);
+        rows_weight_gradient(&ops->head_front_bwd_w, "acts + ACT_LNF");
+    }
 }
+
 
 /* Section bases (the generated functions' parameters): embedding and head sections see the
  * stage's `params`, `grads`, `acts`, `scratch`; an attention half sees its layer's `p`, `g`,
  * `a`, its input `x` and the stage's scratch `s`, an MLP half `pm`, `gm`, `am` and its input
  * `xm`; a whole layer's block declares the MLP half's bases inside its own (section_signatures).
  * The head reads its input as `x`. */
+static void split_backward_ops(const Config *cfg, ModelOps *ops);
+
 void model_ops_build(const Config *cfg, ModelOps *ops)
 {
     /* shapes are the generated constants; only the attention's form depends on cfg */
@@ -391,20 +525,9 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     // the GPU's classifier: losses and unscaled dlogits in place, in one kernel (llm.c's)
     gpu_instead(l, "classifier_fused", "acts + ACT_PROBS, BF16_COPY(acts + ACT_PROBS), losses, targets");
 
-    l = &ops->head_bwd;
-    kernel_op(l, "softmax_xent_backward", "dlogits, in place over the probabilities",
-              "acts + ACT_PROBS, targets, dloss, (pr_bf16 *)0");
-    l->ops[l->n - 1].gpu_skip = true; // classifier_fused wrote them in the forward
-    // On the GPU the dlogits are unscaled (and bf16 under bf16): the products scale by dloss.
-    GEMM(l, "d lm_head += dlogits^T lnf",
-         "1, 0, V, C, BT, 1.0f, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
-    operands_h(l, "NULL, acts + ACT_LNF"); // the CPU's: lnf is kept in bf16, the dlogits are not
-    gpu_instead(l, NULL, "1, 0, V, C, BT, dloss, acts + ACT_PROBS, VP, acts + ACT_LNF, C, 1.0f, grads + PARAM_LM_HEAD, C");
-    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, acts + ACT_LNF");
-    GEMM(l, "dlnf = dlogits lm_head", "0, 0, BT, C, V, 1.0f, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
-    gpu_instead(l, NULL, "0, 0, BT, C, V, dloss, acts + ACT_PROBS, VP, params + PARAM_LM_HEAD, C, 0.0f, scratch + S_DLN, C");
-    l->ops[l->n - 1].gpu_operands_h = xstrdup("acts + ACT_PROBS, params_h + PARAM_LM_HEAD");
-    final_layernorm_backward(l);
+    head_logits_gradient(&ops->head_bwd);
+    head_weight_gradient(&ops->head_bwd);
+    head_input_gradient(&ops->head_bwd);
 
     head_split_ops(cfg, ops);
 
@@ -415,6 +538,29 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
 
     l = &ops->embed_bwd;
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
+    if (config_splits_backward(cfg))
+        split_backward_ops(cfg, ops);
+}
+
+/* The zero-bubble schedules' backward in two parts (Config: config_splits_backward): B, every
+ * gradient of an input, down the stage, keeping in the slot the gradients of the outputs of
+ * the products with weights (A_W_*, ACT_W_DEMB); W, those weights' gradients, from the slot. */
+static void split_backward_ops(const Config *cfg, ModelOps *ops)
+{
+    head_logits_gradient(&ops->head_bwd_b);
+    head_input_gradient(&ops->head_bwd_b);
+    head_weight_gradient(&ops->head_bwd_w);
+    mlp_half_backward_b(&ops->block_bwd_b);
+    attention_half_backward_b(&ops->block_bwd_b, cfg);
+    mlp_half_backward_w(&ops->block_bwd_w);
+    attention_half_backward_w(&ops->block_bwd_w, cfg);
+    mlp_half_backward_b(&ops->mlp_bwd_b);
+    mlp_half_backward_w(&ops->mlp_bwd_w);
+    attention_half_backward_b(&ops->attn_bwd_b, cfg);
+    attention_half_backward_w(&ops->attn_bwd_w, cfg);
+    plain_op(&ops->embed_bwd_b, OP_COPY, "keep d(embedding output) for W", "acts + ACT_W_DEMB, scratch + S_DRES, BT * C");
+    kernel_op(&ops->embed_bwd_w, "encoder_backward", "d wte, d wpe",
+              "grads + PARAM_WTE, grads + PARAM_WPE, acts + ACT_W_DEMB, tokens");
 }
 
 static void op_list_free(OpList *l)
@@ -447,6 +593,12 @@ void model_ops_free(ModelOps *ops)
     op_list_free(&ops->head_front_bwd);
     op_list_free(&ops->head_back_fwd);
     op_list_free(&ops->head_back_bwd);
+    OpList *split[] = {&ops->head_bwd_b, &ops->head_bwd_w, &ops->block_bwd_b, &ops->block_bwd_w, &ops->attn_bwd_b,
+                       &ops->attn_bwd_w, &ops->mlp_bwd_b, &ops->mlp_bwd_w, &ops->head_front_bwd_b,
+                       &ops->head_front_bwd_w, &ops->head_back_bwd_b, &ops->head_back_bwd_w, &ops->embed_bwd_b,
+                       &ops->embed_bwd_w};
+    for (size_t i = 0; i < sizeof split / sizeof *split; i++)
+        op_list_free(split[i]);
 }
 
 
@@ -519,6 +671,45 @@ static const struct {
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},
     {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL,
      NULL, NULL},
+    /* the zero-bubble parts (B and W) of the backward sections: their bases, and B writes the slot */
+    {"head_backward_b", "Head B: dlogits, and down to d(last layer's output) in S_DRES.",
+     "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
+     "params_h", NULL, NULL},
+    {"head_backward_w", "Head W: the LM head's gradient from the dlogits B left in the slot.",
+     "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
+     "params_h", NULL, NULL},
+    {"head_back_backward_b", "The split's last part, B: d(LayerNorm output) from these rows and the log-sum-exp "
+     "into dx.", "const float *params, float *grads, const float *acts, const float *x, float *scratch, "
+     "const int *targets, float *dx, float dloss", "params_h", NULL, NULL},
+    {"head_back_backward_w", "The split's last part, W: these rows' gradient.",
+     "const float *params, float *grads, const float *acts, const float *x, float *scratch, const int *targets, "
+     "float *dx, float dloss", "params_h", NULL, NULL},
+    {"head_front_backward_b", "The split's first part, B: dlogits, the received dy plus these rows', down to "
+     "d(last layer's output) in S_DRES.", "const float *params, float *grads, float *acts, const float *x, "
+     "float *scratch, const int *targets, const float *dy, float dloss", "params_h", NULL, NULL},
+    {"head_front_backward_w", "The split's first part, W: these rows' gradient.",
+     "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, "
+     "const float *dy, float dloss", "params_h", NULL, NULL},
+    {"attn_backward_b", "The trailing attention half's B: S_DRES from d(resid2) to d(x); keeps W's inputs in a.",
+     "const float *p, float *g, float *a, const float *x, float *s", "ph", NULL, NULL},
+    {"attn_backward_w", "The trailing attention half's W: its weights' gradients from what B kept.",
+     "const float *p, float *g, float *a, const float *x, float *s", "ph", NULL, NULL},
+    {"block_backward_b", "One transformer block's B: S_DRES from d(output) to d(x); keeps W's inputs in a.",
+     "const float *p, float *g, float *a, const float *x, float *s", "ph",
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;",
+     "const pr_bf16 *pmh = ph + P_MLP;"},
+    {"block_backward_w", "One transformer block's W: its weights' gradients from what B kept.",
+     "const float *p, float *g, float *a, const float *x, float *s", "ph",
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;",
+     "const pr_bf16 *pmh = ph + P_MLP;"},
+    {"mlp_backward_b", "The leading MLP half's B: S_DRES from d(resid3) to d(xm); keeps W's inputs in am.",
+     "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
+    {"mlp_backward_w", "The leading MLP half's W: its weights' gradients from what B kept.",
+     "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
+    {"embed_backward_b", "Embedding B: keeps d(embedding output) from S_DRES for W.", "float *acts, const float *scratch",
+     NULL, NULL, NULL},
+    {"embed_backward_w", "Embedding W: d wte, d wpe.", "float *grads, const float *acts, const int *tokens", NULL,
+     NULL, NULL},
     {"adamw", "The optimizer step.", "const pr_adamw_args *args", NULL, NULL, NULL},
 };
 
@@ -532,9 +723,38 @@ static StageSection section(const char *name, const OpList *ops, int runs, bool 
     ICE("no section '%s'", name);
 }
 
+/* The zero-bubble stage's backward sections: every B, then every W, each in the fused order. */
+static int split_backward_sections(const StagePlan *sp, const ModelOps *ops, StageSection *out)
+{
+    int n = 0;
+    for (int part = 0; part < 2; part++) {
+        bool b = part == 0;
+        if (stage_head_front(sp))
+            out[n++] = section(b ? "head_front_backward_b" : "head_front_backward_w",
+                               b ? &ops->head_front_bwd_b : &ops->head_front_bwd_w, 1, false);
+        else if (stage_head_back(sp))
+            out[n++] = section(b ? "head_back_backward_b" : "head_back_backward_w",
+                               b ? &ops->head_back_bwd_b : &ops->head_back_bwd_w, 1, false);
+        else if (sp->has_head)
+            out[n++] = section(b ? "head_backward_b" : "head_backward_w", b ? &ops->head_bwd_b : &ops->head_bwd_w, 1, false);
+        if (sp->tail_attn)
+            out[n++] = section(b ? "attn_backward_b" : "attn_backward_w", b ? &ops->attn_bwd_b : &ops->attn_bwd_w, 1, false);
+        out[n++] = section(b ? "block_backward_b" : "block_backward_w", b ? &ops->block_bwd_b : &ops->block_bwd_w,
+                           sp->n_layers, false);
+        if (sp->lead_mlp)
+            out[n++] = section(b ? "mlp_backward_b" : "mlp_backward_w", b ? &ops->mlp_bwd_b : &ops->mlp_bwd_w, 1, false);
+        if (sp->has_embed)
+            out[n++] = section(b ? "embed_backward_b" : "embed_backward_w", b ? &ops->embed_bwd_b : &ops->embed_bwd_w,
+                               1, false);
+    }
+    return n;
+}
+
 int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS])
 {
     int n = 0;
+    // a zero-bubble program's lists are built (model_ops_build): its backward goes as B and W
+    bool split = ops->block_bwd_b.n > 0;
     if (sp->has_embed)
         out[n++] = section("embed_forward", &ops->embed_fwd, 1, true);
     if (sp->lead_mlp)
@@ -542,6 +762,17 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
     out[n++] = section("block_forward", &ops->block_fwd, sp->n_layers, true);
     if (sp->tail_attn)
         out[n++] = section("attn_forward", &ops->attn_fwd, 1, true);
+    if (split) {
+        if (stage_head_front(sp))
+            out[n++] = section("head_front_forward", &ops->head_front_fwd, 1, true);
+        else if (stage_head_back(sp))
+            out[n++] = section("head_back_forward", &ops->head_back_fwd, 1, true);
+        else if (sp->has_head)
+            out[n++] = section("head_forward", &ops->head_fwd, 1, true);
+        n += split_backward_sections(sp, ops, out + n);
+        out[n++] = section("adamw", NULL, 0, false);
+        return n;
+    }
     if (stage_head_front(sp)) {
         out[n++] = section("head_front_forward", &ops->head_front_fwd, 1, true);
         out[n++] = section("head_front_backward", &ops->head_front_bwd, 1, false);

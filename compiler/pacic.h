@@ -276,6 +276,21 @@ double stage_beta1(const Config *cfg, int s);
 /* Ranks of one job, stages x replicas, at most (sema's check; docs/dsl.md). */
 enum { MAX_WORLD_SIZE = 4096 };
 
+/* A zero-bubble schedule (zb-h1, zb-h2) runs every backward as B and W (ops.c's *_bwd_b and
+ * *_bwd_w lists), and a slot keeps what W needs from B (layout.c's W entries). */
+static inline bool config_splits_backward(const Config *cfg)
+{
+    return cfg->schedule == PACI_SCHED_ZBH1 || cfg->schedule == PACI_SCHED_ZBH2;
+}
+/* What in cfg a zero-bubble schedule does not go with (sema says why), or NULL. */
+static inline const char *zero_bubble_excluded(const Config *cfg)
+{
+    return cfg->precision == PREC_BF16              ? "precision bf16"
+           : cfg->recompute == RECOMPUTE_FULL       ? "recompute full"
+           : cfg->accumulate == ACCUMULATE_PAIRWISE ? "accumulate pairwise"
+                                                    : NULL;
+}
+
 /* The data-parallel replicas D of cfg: 0 (not set) counts as one pipeline. */
 static inline int config_replicas(const Config *cfg)
 {
@@ -308,6 +323,7 @@ typedef struct StagePlan {
     long params;            /* parameters held by the stage */
     double fwd_flops;       /* per micro-batch */
     double bwd_flops;
+    double w_flops;         /* of bwd_flops, the weight gradients' (a zero-bubble W's share) */
     long msg_bytes;         /* one activation (or gradient) message to the neighbour */
     long act_bytes;         /* one activation slot */
     long keep_bytes;        /* what a slot keeps with recompute full: the input (0 on the first stage) */
@@ -455,6 +471,9 @@ typedef struct CostModel {
     double msg[PACI_MAX_STAGES]; /* seconds to move one message from stage s to s+1 */
     double allreduce[PACI_MAX_STAGES]; /* seconds the step waits for the replicas' allreduce (its part
                                         * the last backward does not hide); 0: D = 1 */
+    double w[PACI_MAX_STAGES];   /* of bwd, a zero-bubble W's seconds (B takes the rest) */
+    bool step_barrier;           /* every stage's k-th step waits for all stages' (clipping by
+                                  * the global norm: a synchronous schedule with clip, p > 1) */
 } CostModel;
 
 /* Stage sp's gradient allreduce among cfg's D replicas, once per optimizer step: its fp32
@@ -468,7 +487,8 @@ Allreduce stage_allreduce(const Config *cfg, const StagePlan *sp);
  * allreduce once the window's last backward (bwd seconds) has finished it: the tail left
  * after the backward. */
 double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd);
-/* Sets cm->allreduce from cm->bwd: each stage's exposed allreduce (0 when D = 1). */
+/* Sets cm->allreduce from cm->bwd: each stage's exposed allreduce (0 when D = 1); and the
+ * zero-bubble W's share of each backward (w) and the step barrier, which follow from bwd too. */
 void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm);
 
 typedef struct SimResult {
@@ -770,6 +790,9 @@ typedef struct ModelOps {
     /* the head divided by vocabulary rows over the last two stages (Plan.vocab_split): the
      * front's (final LayerNorm and the first rows) and the back's (the other rows, the loss) */
     OpList head_front_fwd, head_front_bwd, head_back_fwd, head_back_bwd;
+    /* zero-bubble (config_splits_backward; else empty): each backward list as B and W */
+    OpList head_bwd_b, head_bwd_w, block_bwd_b, block_bwd_w, attn_bwd_b, attn_bwd_w, mlp_bwd_b, mlp_bwd_w;
+    OpList head_front_bwd_b, head_front_bwd_w, head_back_bwd_b, head_back_bwd_w, embed_bwd_b, embed_bwd_w;
 } ModelOps;
 
 void model_ops_build(const Config *cfg, ModelOps *ops);
@@ -792,7 +815,7 @@ typedef struct StageSection {
     const char *prelude_h;  /* and those that name the bf16 copy (the GPU's, under bf16) */
 } StageSection;
 
-enum { MAX_STAGE_SECTIONS = 11 };
+enum { MAX_STAGE_SECTIONS = 16 };
 int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS]);
 /* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
 bool op_is_timed(const Op *op);

@@ -39,6 +39,7 @@ enum { HALF_ATTN, HALF_MLP };
 typedef struct ModelCounts {
     double half_params[2], embed_params, lnf_params, head_row_params;
     double half_fwd[2], embed_fwd, head_row_fwd;  /* FLOPs per micro-batch (the head's per row) */
+    double half_w[2];                             /* the weight-gradient products' FLOPs (W's) */
     double half_acts[2], input_acts, lnf_acts;    /* elements per slot */
     double lnf_message;                           /* the floats the final LayerNorm's output takes */
     double message;                               /* floats of a residual-stream message (messages bf16: half) */
@@ -66,9 +67,16 @@ static ModelCounts model_counts(const Config *cfg)
     m.half_fwd[HALF_MLP] = 2 * 8 * C * C * tokens;
     m.embed_fwd = 0;
     m.head_row_fwd = 2 * C * tokens;
+    /* d W = d Y^T X of each product with weights: its forward's FLOPs (attention has none) */
+    m.half_w[HALF_ATTN] = 2 * 4 * C * C * tokens;
+    m.half_w[HALF_MLP] = 2 * 8 * C * C * tokens;
     /* what stage_layout gives each half: the matmul attention adds its T x T workspace */
     m.half_acts[HALF_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.half_acts[HALF_MLP] = tokens * (10 * C + 2);
+    if (config_splits_backward(cfg)) { /* what B keeps for W: the gradients of the products' outputs */
+        m.half_acts[HALF_ATTN] += tokens * 4 * C; /* d resid2, d qkv */
+        m.half_acts[HALF_MLP] += tokens * 5 * C;  /* d resid3, d fc */
+    }
     m.input_acts = tokens * C;
     m.lnf_acts = tokens * (C + 2);
     m.lnf_message = tokens * C;
@@ -173,6 +181,7 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->params = (long)params;
     sp->fwd_flops = over_halves(sp, m->half_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
     sp->bwd_flops = 2 * sp->fwd_flops;
+    sp->w_flops = over_halves(sp, m->half_w) + rows * m->head_row_fwd;
     // The split's front sends the final LayerNorm's output and two floats a token (its rows'
     // log-sum-exp and target logit), which the back takes as its input. Under messages bf16 a
     // stage keeps the bf16 message it receives beside its fp32 input, and the one it sends
@@ -183,7 +192,9 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     double message_copies = (receives_residual(cfg, sp) + sends_residual(cfg, sp)) * m->message;
     double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
                        (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
-    double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies;
+    // zero-bubble: the first stage's B keeps d(embedding output) for its W
+    double embed_w = sp->has_embed && config_splits_backward(cfg) ? tokens * cfg->width : 0;
+    double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies + embed_w;
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;

@@ -1,5 +1,5 @@
-/* schedule.c: the generators (gpipe, 1f1b, pipedream, paci) and their compression into the
- * table of runtime/paci_schedule.h.
+/* schedule.c: the generators (gpipe, 1f1b, pipedream, paci, zb-h1, zb-h2) and their
+ * compression into the table of runtime/paci_schedule.h.
  *
  * A generator first fixes the order of each stage's computations (forwards, backwards,
  * optimizer steps) for one segment; the communication around them follows from the
@@ -87,8 +87,19 @@ static long min_long(long a, long b)
     return a < b ? a : b;
 }
 
+/* The zero-bubble schedules' bound on the micro-batches a stage holds between a forward and
+ * its W (one slot each): 1F1B's peak, p (its first stage's), for zb-h1; 2p - 1 for zb-h2;
+ * never more than a window. */
+static long zero_bubble_limit(int kind, int stages, int window)
+{
+    return min_long(kind == PACI_SCHED_ZBH2 ? 2L * stages - 1 : stages, window);
+}
+
+static long zero_bubble_slots(int kind, int stages, int stage, int window, long steps);
+
 /* In flight at stage s: the window for gpipe; p-s for 1F1B-style schedules, capped by
- * the micro-batches of one step (1f1b flushes) or of one segment (async ones). */
+ * the micro-batches of one step (1f1b flushes) or of one segment (async ones); for the
+ * zero-bubble schedules what their order holds at most (zero_bubble_order). */
 int schedule_slots(int kind, int stages, int stage, int window, long segment_steps)
 {
     long depth = stages - stage;
@@ -100,6 +111,9 @@ int schedule_slots(int kind, int stages, int stage, int window, long segment_ste
     case PACI_SCHED_PIPEDREAM:
     case PACI_SCHED_PACI:
         return (int)min_long(depth, segment_steps * window);
+    case PACI_SCHED_ZBH1:
+    case PACI_SCHED_ZBH2:
+        return (int)zero_bubble_slots(kind, stages, stage, window, segment_steps);
     }
     unreachable();
 }
@@ -107,7 +121,7 @@ int schedule_slots(int kind, int stages, int stage, int window, long segment_ste
 /* ---- compute order ------------------------------------------------------------------ */
 
 typedef struct Compute {
-    uint8_t op; /* FWD, BWD or STEP */
+    uint8_t op; /* FWD, BWD, STEP; BWD_B and BWD_W in the zero-bubble orders */
     int64_t mb;
 } Compute;
 
@@ -160,6 +174,93 @@ static void order_one_f_one_b(ComputeList *cl, long first, long count, long w, i
         push_backward(cl, first + i, window);
 }
 
+/* The zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism", 2024): each
+ * backward is split into B, the gradient of the stage's input, on the pipeline's critical
+ * path, and W, its weights' gradients, which no other stage waits for. Every stage's order is
+ * that of a list schedule simulated in unit times (F = B = W = 1, messages arriving a unit
+ * later): at each unit a stage runs the B whose gradient is there (the oldest first), else
+ * the next forward if its activation is there, its window is the stage's current one and
+ * fewer than `limit` micro-batches are between their forward and their W, else its oldest
+ * pending W; once a window's W's are done it steps. So B's run back to back down the
+ * pipeline, W's fill what would be bubbles, and a stage's next window starts after its own
+ * step: synchronous, each micro-batch on the weights of the steps before its window. The
+ * order does not depend on the model; its times, measured or predicted, are the simulator's. */
+typedef struct ZbStage {
+    long next_f, next_b, next_w, held, steps, w_in_window;
+} ZbStage;
+
+static void zero_bubble_orders(int kind, int stages, int window, long steps, ComputeList *out)
+{
+    long mbs = steps * window, limit = zero_bubble_limit(kind, stages, window);
+    /* when mb's activation (act) and gradient (grad) reach each stage; -1: not yet */
+    long *act = xmalloc((size_t)(stages * mbs) * sizeof *act), *grad = xmalloc((size_t)(stages * mbs) * sizeof *grad);
+    for (long i = 0; i < stages * mbs; i++)
+        act[i] = grad[i] = -1;
+    for (long mb = 0; mb < mbs; mb++)
+        act[mb] = 0;
+    ZbStage st[PACI_MAX_STAGES] = {{0}};
+    long finished = 0;
+    for (long t = 0; finished < stages; t++) {
+        for (int s = 0; s < stages; s++) {
+            ZbStage *z = &st[s];
+            if (z->steps == steps)
+                continue;
+            long *a = act + s * mbs, *g = grad + s * mbs;
+            bool last = s == stages - 1;
+            if (z->next_b < z->next_f && (last ? true : g[z->next_b] >= 0 && g[z->next_b] <= t)) {
+                push_compute(&out[s], PACI_OP_BWD_B, z->next_b);
+                if (s > 0)
+                    grad[(s - 1) * mbs + z->next_b] = t + 1;
+                z->next_b++;
+            } else if (z->next_f < mbs && z->next_f / window == z->steps && a[z->next_f] >= 0 &&
+                       a[z->next_f] <= t && z->held < limit) {
+                push_compute(&out[s], PACI_OP_FWD, z->next_f);
+                if (!last)
+                    act[(s + 1) * mbs + z->next_f] = t + 1;
+                z->next_f++;
+                z->held++;
+            } else if (z->next_w < z->next_b) {
+                push_compute(&out[s], PACI_OP_BWD_W, z->next_w++);
+                z->held--;
+                if (++z->w_in_window == window) { /* the step takes no unit of its own */
+                    push_compute(&out[s], PACI_OP_STEP, -1);
+                    z->w_in_window = 0;
+                    finished += ++z->steps == steps;
+                }
+            }
+        }
+        if (t > (mbs + stages) * (3L * stages + 3) + 64) // a unit for each of F, B, W per stage and mb
+            ICE("the %s order of %ld steps does not finish (p = %d, K = %d)", paci_schedule_name(kind), steps,
+            stages, window);
+    }
+    free(act);
+    free(grad);
+}
+
+/* The most micro-batches stage s holds between a forward and its W in the zero-bubble order
+ * of a segment of `steps` steps (the pattern repeats beyond generated_steps). */
+static long zero_bubble_slots(int kind, int stages, int stage, int window, long steps)
+{
+    // the plan asks stage by stage: the orders of all stages are simulated once per shape
+    static long cached[PACI_MAX_STAGES], key[4] = {-1, -1, -1, -1};
+    steps = min_long(steps, 4L * (stages + 2));
+    if (key[0] != kind || key[1] != stages || key[2] != window || key[3] != steps) {
+        ComputeList order[PACI_MAX_STAGES] = {{0}};
+        zero_bubble_orders(kind, stages, window, steps, order);
+        for (int s = 0; s < stages; s++) {
+            long held = 0, most = 0;
+            for (long i = 0; i < order[s].n; i++) {
+                held += order[s].items[i].op == PACI_OP_FWD ? 1 : order[s].items[i].op == PACI_OP_BWD_W ? -1 : 0;
+                most = held > most ? held : most;
+            }
+            cached[s] = most;
+            free(order[s].items);
+        }
+        key[0] = kind, key[1] = stages, key[2] = window, key[3] = steps;
+    }
+    return cached[stage];
+}
+
 static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps)
 {
     long w = stages - stage - 1;
@@ -175,6 +276,9 @@ static void build_order(ComputeList *cl, int kind, int stages, int stage, int wi
     case PACI_SCHED_PACI:
         order_one_f_one_b(cl, 0, steps * window, w, window);
         return;
+    case PACI_SCHED_ZBH1: /* zero_bubble_orders gives every stage's order at once */
+    case PACI_SCHED_ZBH2:
+        break;
     }
     unreachable();
 }
@@ -240,16 +344,18 @@ static void lower_order(const ComputeList *cl, int stages, int stage, int slots,
             if (stash)
                 fwd_version[c.mb] = (int32_t)version;
             forwards = c.mb + 1;
-        } else if (c.op == PACI_OP_BWD) {
+        } else if (c.op == PACI_OP_BWD || c.op == PACI_OP_BWD_B) {
             int aux = 0;
             if (stash && fwd_version[c.mb] != version)
                 aux = (int)(fwd_version[c.mb] % stash) + 1;
             if (!last)
                 push_instr(out, PACI_OP_RECV_GRAD, slot, 0, c.mb);
-            push_instr(out, PACI_OP_BWD, slot, aux, c.mb);
+            push_instr(out, c.op, slot, aux, c.mb);
             if (!first)
                 push_instr(out, PACI_OP_SEND_GRAD, slot, 0, c.mb);
             oldest_in_flight = c.mb + 1;
+        } else if (c.op == PACI_OP_BWD_W) {
+            push_instr(out, PACI_OP_BWD_W, slot, 0, c.mb);
         } else {
             /* Stash the version being retired if a forward in flight ran on it. */
             int aux = 0;
@@ -292,9 +398,16 @@ void schedule_generate(int kind, int stages, int window, long steps, SegmentList
 {
     *out = (SegmentLists){.stages = stages};
     long mbs = steps * window;
+    bool zero_bubble = kind == PACI_SCHED_ZBH1 || kind == PACI_SCHED_ZBH2;
+    ComputeList orders[PACI_MAX_STAGES] = {{0}};
+    if (zero_bubble) // one simulation gives every stage's order
+        zero_bubble_orders(kind, stages, window, steps, orders);
     for (int s = 0; s < stages; s++) {
         ComputeList order = {0};
-        build_order(&order, kind, stages, s, window, steps);
+        if (zero_bubble)
+            order = orders[s];
+        else
+            build_order(&order, kind, stages, s, window, steps);
         out->slots[s] = schedule_slots(kind, stages, s, window, steps);
         out->stash[s] = kind == PACI_SCHED_PIPEDREAM ? stash_needed(&order, mbs) : 0;
         InstrList list = {0};
@@ -319,11 +432,13 @@ static bool instr_equal(paci_instr a, paci_instr b)
     return a.op == b.op && a.slot == b.slot && a.aux == b.aux && a.mb == b.mb;
 }
 
-/* Instructions stage s runs per optimizer step: K micro-batches' worth plus the step. */
-static long step_length(int stages, int stage, int window)
+/* Instructions stage s runs per optimizer step: K micro-batches' worth plus the step (a
+ * zero-bubble schedule runs a backward as B and W). */
+static long step_length(const paci_table *t, int stage)
 {
-    long per_mb = 2 + 2 * (stage > 0) + 2 * (stage < stages - 1);
-    return per_mb * window + 1;
+    bool split = t->schedule == PACI_SCHED_ZBH1 || t->schedule == PACI_SCHED_ZBH2;
+    long per_mb = 2 + split + 2 * (stage > 0) + 2 * (stage < t->stages - 1);
+    return per_mb * t->window + 1;
 }
 
 /* The longest stretch of `list` that is one step's instructions repeated (each repetition
@@ -369,7 +484,7 @@ static void compress_program(TableBuilder *tb, const SegmentLists *sl, long step
     long start[PACI_MAX_STAGES], reps = -1;
     for (int s = 0; s < sl->stages; s++) {
         long stage_reps;
-        find_body(t, s, sl->instrs[s], sl->count[s], step_length(sl->stages, s, t->window),
+        find_body(t, s, sl->instrs[s], sl->count[s], step_length(t, s),
                   &start[s], &stage_reps);
         if (reps < 0 || stage_reps < reps)
             reps = stage_reps;
@@ -379,7 +494,7 @@ static void compress_program(TableBuilder *tb, const SegmentLists *sl, long step
     prog->steps = (int32_t)steps;
     prog->body_reps = (int32_t)reps;
     for (int s = 0; s < sl->stages; s++) {
-        long period = step_length(sl->stages, s, t->window);
+        long period = step_length(t, s);
         long n_pro = reps ? start[s] : sl->count[s];
         long n_body = reps ? period : 0;
         long epi = n_pro + n_body * reps;

@@ -1217,6 +1217,32 @@ static void check_optimizer(Sema *s)
         cfg->lr_base = 0.02;
 }
 
+/* The zero-bubble schedules' B and W are built for what they are built for: fp32 operands
+ * (under bf16, W's products would read bf16 copies of the gradients B does not keep), slots that
+ * keep every activation (recompute full keeps only the input, which W cannot read), and one
+ * gradient buffer a stage (accumulate pairwise gives each backward its own, which B and W would
+ * both have to find). */
+static void check_zero_bubble(Sema *s)
+{
+    Config *cfg = s->cfg;
+    if (!config_splits_backward(cfg) || !usable(s, "pipeline", "schedule"))
+        return;
+    const char *name = paci_schedule_name(cfg->schedule);
+    const Entry *e;
+    if (!zero_bubble_excluded(cfg))
+        return;
+    if (cfg->precision == PREC_BF16 && (e = written(s, "train", "precision")))
+        error_at(s->src, e->values[0]->span, "%s runs under precision fp32 only for now: its W's products would "
+                 "read bf16 copies of the gradients its B does not keep (use precision fp32, or another schedule)",
+                 name);
+    if (cfg->recompute == RECOMPUTE_FULL && (e = written(s, "pipeline", "recompute")))
+        error_at(s->src, e->values[0]->span, "recompute full does not go with %s: a W reads the activations of its "
+                 "micro-batch, which a recomputing slot does not keep (use recompute none)", name);
+    if (cfg->accumulate == ACCUMULATE_PAIRWISE && (e = written(s, "batch", "accumulate")))
+        error_at(s->src, e->values[0]->span, "accumulate pairwise does not go with %s: a micro-batch's gradient "
+                 "comes from its B and its W at different times, into one buffer (use accumulate sequential)", name);
+}
+
 /* Weight prediction needs the forward-to-backward delay of an asynchronous schedule without
  * weight stashing (paci), and an optimizer whose update direction the runtime predicts along; the Nesterov correction NAdamW and a
  * delay, so an asynchronous schedule (docs/dsl.md "delay_correction"). */
@@ -1331,6 +1357,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_pipeline(s);
     check_parallel(s);
     check_accumulate(s);
+    check_zero_bubble(s);
     check_extents(s);
     check_optimizer(s);
     check_delay_correction(s);

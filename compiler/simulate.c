@@ -80,8 +80,13 @@ double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd)
 
 void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm)
 {
-    for (int s = 0; s < plan->stages; s++)
-        cm->allreduce[s] = allreduce_exposed(cfg, &plan->stage[s], cm->bwd[s]);
+    for (int s = 0; s < plan->stages; s++) {
+        const StagePlan *sp = &plan->stage[s];
+        cm->allreduce[s] = allreduce_exposed(cfg, sp, cm->bwd[s]);
+        // W's seconds: its products' share of the backward's FLOPs, measured or predicted
+        cm->w[s] = config_splits_backward(cfg) && sp->bwd_flops > 0 ? cm->bwd[s] * sp->w_flops / sp->bwd_flops : 0;
+    }
+    cm->step_barrier = paci_schedule_is_sync(cfg->schedule) && cfg->grad_clip > 0 && plan->stages > 1;
 }
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
@@ -480,7 +485,35 @@ typedef struct SegmentRun {
     long n[PACI_MAX_STAGES], pc[PACI_MAX_STAGES];
     double clock[PACI_MAX_STAGES];
     SimChannel act[PACI_MAX_STAGES], grad[PACI_MAX_STAGES];
+    /* the step barrier: steps each stage took, when it reached the one it waits at (-1: none),
+     * and when barrier k let them go (k mod 2: no stage is two barriers ahead) */
+    long steps_done[PACI_MAX_STAGES];
+    double arrived[PACI_MAX_STAGES], released[2];
 } SegmentRun;
+
+/* Stage s at its step under cm->step_barrier: false while another stage has not reached the
+ * same step; then every stage goes on at the last arrival. */
+static bool step_barrier(SegmentRun *r, int s, double *clock)
+{
+    long k = r->steps_done[s];
+    if (r->arrived[s] < 0)
+        r->arrived[s] = *clock;
+    double release = r->arrived[s];
+    for (int t = 0; t < r->stages; t++) {
+        if (r->steps_done[t] > k) {
+            release = r->released[k % 2];
+            break;
+        }
+        if (r->arrived[t] < 0)
+            return false;
+        release = r->arrived[t] > release ? r->arrived[t] : release;
+    }
+    r->released[k % 2] = release;
+    r->arrived[s] = -1;
+    r->steps_done[s]++;
+    *clock = release;
+    return true;
+}
 
 /* A send may go once the message `capacity` places earlier has left the link. */
 static bool sim_send(SimChannel *c, double *clock, double transfer)
@@ -538,16 +571,25 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
     case PACI_OP_BWD:
         *clock += cm->bwd[s];
         break;
-    case PACI_OP_STEP:
-        /* the replicas average the stage's gradients before it updates: the part of the
-         * allreduce the window's last backward did not hide (docs/dsl.md "parallel") */
-        if (cm->allreduce[s] > 0) {
-            *clock += cm->allreduce[s];
-            add_event(ev, s, SIM_OP_ALLREDUCE, -1, start, *clock);
-            start = *clock;
-        }
-        *clock += cm->step[s];
+    case PACI_OP_BWD_B:
+        *clock += cm->bwd[s] - cm->w[s];
         break;
+    case PACI_OP_BWD_W:
+        *clock += cm->w[s];
+        break;
+    case PACI_OP_STEP: {
+        /* the replicas average the stage's gradients before it updates: the part of the
+         * allreduce the window's last backward did not hide (docs/dsl.md "parallel"); then
+         * the global norm's barrier, where clipping has one */
+        double at = *clock + cm->allreduce[s];
+        if (cm->step_barrier && !step_barrier(r, s, &at))
+            return false;
+        if (cm->allreduce[s] > 0)
+            add_event(ev, s, SIM_OP_ALLREDUCE, -1, start, start + cm->allreduce[s]);
+        start = at;
+        *clock = at + cm->step[s];
+        break;
+    }
     }
     if (!ran)
         return false;
@@ -562,6 +604,8 @@ static double run_segment(SegmentRun *r, int capacity, double start, EventList *
     for (int s = 0; s < r->stages; s++) {
         r->clock[s] = start;
         r->pc[s] = 0;
+        r->steps_done[s] = 0;
+        r->arrived[s] = -1;
         for (SimChannel *c = &r->act[s]; c; c = c == &r->act[s] ? &r->grad[s] : NULL) {
             *c = (SimChannel){.capacity = capacity};
             c->arrival = xcalloc((size_t)capacity, sizeof *c->arrival);
@@ -594,7 +638,8 @@ static double busy_between(const EventList *ev, int s, double from, double to)
     double busy = 0;
     for (long i = 0; i < ev->n; i++) {
         const SimEvent *e = &ev->items[i];
-        if (e->stage != s || !(e->op == PACI_OP_FWD || e->op == PACI_OP_BWD || e->op == PACI_OP_STEP))
+        if (e->stage != s || !(e->op == PACI_OP_FWD || e->op == PACI_OP_BWD || e->op == PACI_OP_STEP ||
+                               e->op == PACI_OP_BWD_B || e->op == PACI_OP_BWD_W))
             continue;
         double a = e->start > from ? e->start : from, b = e->end < to ? e->end : to;
         if (b > a)

@@ -26,6 +26,8 @@ typedef struct StageRun {
     int32_t *stash_version;/* version saved in each stash slot, -1 empty */
     /* per micro-batch of the segment */
     uint8_t *fwd_count, *bwd_count, *act_received, *grad_received;
+    uint8_t *w_count, *grad_sent; /* zero-bubble: the W of mb ran; its gradient went (or stage 0) */
+    long ws_since_step;
     int32_t *fwd_version;
     int32_t *fwd_delay;    /* the forward's predicted delay (its aux): 0, or the drift it meets */
     int64_t work_mb;       /* recompute full: the mb whose forward the one workspace holds, -1 none */
@@ -152,6 +154,32 @@ static bool mb_in_range(Verifier *v, int s, paci_instr in)
     return true;
 }
 
+/* A zero-bubble table runs each backward as B and W; the slot lives until the later of its
+ * W and the send of its gradient. */
+static bool splits(const paci_table *t)
+{
+    return t->schedule == PACI_SCHED_ZBH1 || t->schedule == PACI_SCHED_ZBH2;
+}
+
+/* BWD_W: after mb's B, once, before the step; the slot goes once the gradient has gone too. */
+static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
+{
+    StageRun *sr = &v->st[s];
+    if (!splits(v->t))
+        return broken(v, "stage %d: a %s table runs no W (mb %lld)", s, paci_schedule_name(v->t->schedule),
+                      (long long)in.mb);
+    if (!sr->bwd_count[in.mb])
+        return broken(v, "stage %d runs the W of mb %lld before its B", s, (long long)in.mb);
+    if (sr->w_count[in.mb]++)
+        return broken(v, "stage %d runs the W of mb %lld twice", s, (long long)in.mb);
+    if (!slot_holds(v, s, in))
+        return BROKEN;
+    sr->ws_since_step++;
+    if (s == 0 || sr->grad_sent[in.mb])
+        slot_release(v, s, in);
+    return RAN;
+}
+
 /* Runs the next instruction of stage s if its message or buffer space is there. */
 static enum Progress step_stage(Verifier *v, int s)
 {
@@ -202,7 +230,15 @@ static enum Progress step_stage(Verifier *v, int s)
         if (pr == RAN)
             sr->grad_received[in.mb] = 1;
         break;
+    case PACI_OP_BWD_W:
+        if ((pr = weight_gradient(v, s, in)) == BROKEN)
+            return BROKEN;
+        break;
+    case PACI_OP_BWD_B:
     case PACI_OP_BWD: {
+        if ((in.op == PACI_OP_BWD_B) != splits(t))
+            return broken(v, "stage %d: a %s table runs %s (mb %lld)", s, paci_schedule_name(t->schedule),
+                          paci_op_name(in.op), (long long)in.mb);
         if (!sr->fwd_count[in.mb])
             return broken(v, "stage %d runs the backward of mb %lld before its forward", s, (long long)in.mb);
         if (sr->bwd_count[in.mb]++)
@@ -230,7 +266,7 @@ static enum Progress step_stage(Verifier *v, int s)
         sr->work_mb = -1;
         if (effective > v->rep->effective_drift[s])
             v->rep->effective_drift[s] = (int)effective;
-        if (first)
+        if (first && in.op == PACI_OP_BWD)
             slot_release(v, s, in);
         sr->backwards_since_step++;
         break;
@@ -240,13 +276,19 @@ static enum Progress step_stage(Verifier *v, int s)
         if (pr == RAN) {
             if (!sr->bwd_count[in.mb])
                 return broken(v, "stage %d sends the gradient of mb %lld before its backward", s, (long long)in.mb);
-            slot_release(v, s, in);
+            sr->grad_sent[in.mb] = 1;
+            if (!splits(t) || sr->w_count[in.mb])
+                slot_release(v, s, in);
         }
         break;
     case PACI_OP_STEP:
         if (sr->backwards_since_step != t->window)
             return broken(v, "stage %d steps after %ld backwards instead of the window's %d", s,
                         sr->backwards_since_step, t->window);
+        if (splits(t) && sr->ws_since_step != t->window)
+            return broken(v, "stage %d steps after %ld W's instead of the window's %d", s, sr->ws_since_step,
+                          t->window);
+        sr->ws_since_step = 0;
         if (in.aux) {
             if (in.aux > t->stash[s])
                 return broken(v, "stage %d: step stashes into slot %d of %d", s, in.aux - 1, t->stash[s]);
@@ -314,6 +356,8 @@ static void stage_init(Verifier *v, int s)
     sr->bwd_count = xcalloc((size_t)v->mbs, 1);
     sr->act_received = xcalloc((size_t)v->mbs, 1);
     sr->grad_received = xcalloc((size_t)v->mbs, 1);
+    sr->w_count = xcalloc((size_t)v->mbs, 1);
+    sr->grad_sent = xcalloc((size_t)v->mbs, 1);
     sr->fwd_version = xcalloc((size_t)v->mbs, sizeof *sr->fwd_version);
     sr->fwd_delay = xcalloc((size_t)v->mbs, sizeof *sr->fwd_delay);
     sr->work_mb = -1;
@@ -332,6 +376,8 @@ static void stage_free(StageRun *sr, Channel *act, Channel *grad)
     free(sr->bwd_count);
     free(sr->act_received);
     free(sr->grad_received);
+    free(sr->w_count);
+    free(sr->grad_sent);
     free(sr->fwd_version);
     free(sr->fwd_delay);
     free(act->mbs);
@@ -360,9 +406,10 @@ static void check_complete(Verifier *v)
     for (int s = 0; s < t->stages && v->rep->ok; s++) {
         StageRun *sr = &v->st[s];
         for (long mb = 0; mb < v->mbs; mb++)
-            if (sr->fwd_count[mb] != 1 || sr->bwd_count[mb] != 1) {
-                fail(v, "stage %d runs mb %ld's forward %d and backward %d times (once each expected)",
-                     s, mb, sr->fwd_count[mb], sr->bwd_count[mb]);
+            if (sr->fwd_count[mb] != 1 || sr->bwd_count[mb] != 1 || sr->w_count[mb] != splits(t)) {
+                fail(v, "stage %d runs mb %ld's forward %d, backward %d and W %d times (once each expected%s)",
+                     s, mb, sr->fwd_count[mb], sr->bwd_count[mb], sr->w_count[mb],
+                     splits(t) ? "" : ", no W");
                 return;
             }
         if (sr->version != v->steps)

@@ -83,6 +83,14 @@ static void cpu_forward(const pr_program *prog, int stage, const pr_fwd_args *ar
     prog->stage[stage].forward(args);
 }
 
+static void cpu_backward_part(const pr_program *prog, int stage, int part, const pr_bwd_args *args)
+{
+    if (part == PR_BACKWARD_B)
+        prog->stage[stage].backward_b(args);
+    else
+        prog->stage[stage].backward_w(args);
+}
+
 static void cpu_backward(const pr_program *prog, int stage, const pr_bwd_args *args)
 {
     prog->stage[stage].backward(args);
@@ -120,6 +128,7 @@ const pr_device pr_device_cpu = {
     .sumsq = cpu_sumsq,
     .forward = cpu_forward,
     .backward = cpu_backward,
+    .backward_part = cpu_backward_part,
     .adamw = cpu_adamw,
     .predict = cpu_predict,
     .close_stage = cpu_close_stage,

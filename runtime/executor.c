@@ -84,7 +84,12 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
                 check_range(tab, s, sp->epilogue, sp->n_epilogue, err))
                 return -1;
             int64_t steps = count_op(tab, pg, s, PACI_OP_STEP);
-            int64_t fwds = count_op(tab, pg, s, PACI_OP_FWD), bwds = count_op(tab, pg, s, PACI_OP_BWD);
+            int64_t fwds = count_op(tab, pg, s, PACI_OP_FWD), bs = count_op(tab, pg, s, PACI_OP_BWD_B);
+            int64_t bwds = count_op(tab, pg, s, PACI_OP_BWD) + bs, ws = count_op(tab, pg, s, PACI_OP_BWD_W);
+            if (ws != bs || (bs > 0 && (!prog->stage[s].backward_b || !prog->stage[s].backward_w)))
+                return pr_fail(err, "schedule table: program %d stage %d has %lld B's and %lld W's, and the "
+                               "stage's code %s them", p, s, (long long)bs, (long long)ws,
+                               prog->stage[s].backward_b ? "runs" : "does not run");
             if (steps != pg->steps || fwds != steps * tab->window || bwds != fwds)
                 return pr_fail(err, "schedule table: program %d stage %d has %lld steps, %lld "
                                "forwards, %lld backwards; expected %d, %lld, %lld", p, s,
@@ -752,7 +757,8 @@ static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double star
     st->cpu[op] += cpu;
     st->ops[op]++;
     pthread_mutex_unlock(&run->stats_mu);
-    if (!run->opt.trace || (op != PACI_OP_FWD && op != PACI_OP_BWD && op != PACI_OP_STEP))
+    if (!run->opt.trace || (op != PACI_OP_FWD && op != PACI_OP_BWD && op != PACI_OP_STEP && op != PACI_OP_BWD_B &&
+                            op != PACI_OP_BWD_W))
         return;
     if (st->n_trace == st->cap_trace) {
         st->cap_trace = st->cap_trace ? 2 * st->cap_trace : 1024;
@@ -1070,8 +1076,9 @@ static float *backward_gradients(const pr_run *run, pr_stage_rt *st)
     return grads;
 }
 
-/* BWD: on the live or stashed weights (rerunning the forward there under recompute full),
- * into the gradients, the gradient for the previous stage into grad_out. */
+/* BWD (or a zero-bubble B): on the live or stashed weights (rerunning the forward there under
+ * recompute full), into the gradients, the gradient for the previous stage into grad_out. A
+ * B keeps the slot for its W. */
 static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
 {
     const pr_stage_code *sc = st->code;
@@ -1095,17 +1102,34 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
                         sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                         1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
     pr_ready_ctx ready = {run, st};
-    if (run->replica_ops && run->replica_ops->overlaps(run, st)) {
+    if (in->op == PACI_OP_BWD && run->replica_ops && run->replica_ops->overlaps(run, st)) {
         args.grads_ready = run->replica_ops->ready;
         args.ready_ctx = &ready;
     }
-    run->dev->backward(run->prog, s, &args);
+    if (in->op == PACI_OP_BWD_B)
+        run->dev->backward_part(run->prog, s, PR_BACKWARD_B, &args);
+    else
+        run->dev->backward(run->prog, s, &args);
     if (st->acc_level)
         pairwise_insert(st, grads);
     st->window_backwards++;
     count_drift(run, st, in);
     st->grad_out_mb = mb;
     st->grad_in_mb = -1;
+    if (in->op == PACI_OP_BWD)
+        st->slot_mb[in->slot] = -1;
+}
+
+/* A zero-bubble W: the weights' gradients from what mb's B kept in the slot, which it frees. */
+static void exec_weight_gradient(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
+{
+    const pr_stage_code *sc = st->code;
+    slot_view v = view_slot(run, st, in->slot);
+    expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
+    pr_bwd_args args = {st->params, st->grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
+                        sc->has_head ? NULL : st->grad_in, st->index == 0 ? NULL : st->grad_out,
+                        1.0f / (float)(run->K * run->replicas), st->params_h, NULL, NULL};
+    run->dev->backward_part(run->prog, st->index, PR_BACKWARD_W, &args);
     st->slot_mb[in->slot] = -1;
 }
 
@@ -1138,7 +1162,11 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
         expect_mb(st, in->op, mb, st->grad_in_mb, "the link");
         break;
     case PACI_OP_BWD:
+    case PACI_OP_BWD_B:
         exec_backward(run, st, in, mb);
+        break;
+    case PACI_OP_BWD_W:
+        exec_weight_gradient(run, st, in, mb);
         break;
     case PACI_OP_SEND_GRAD:
         expect_mb(st, in->op, mb, st->grad_out_mb, "the gradient buffer");

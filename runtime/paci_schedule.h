@@ -34,7 +34,12 @@
     X(RECV_GRAD, "recv_grad") /* receive d(output) of mb from stage s+1 */                \
     X(BWD, "bwd")             /* backward of mb from slot; aux = weight version used */   \
     X(SEND_GRAD, "send_grad") /* send d(input) of mb to stage s-1 */                      \
-    X(STEP, "step")           /* optimizer step; aux = stash slot to save into first */
+    X(STEP, "step")           /* optimizer step; aux = stash slot to save into first */    \
+    X(BWD_B, "bwd_b")         /* the input-gradient part of mb's backward (zero-bubble):   \
+                                 d(input) for the stage before, and the gradients of the   \
+                                 weight products' outputs, kept in the slot for its W */   \
+    X(BWD_W, "bwd_w")         /* the weight-gradient part of mb's backward, after its B and \
+                                 before the step; frees mb's slot */
 
 enum paci_op {
 #define PACI_OP_ENUM(name, text) PACI_OP_##name,
@@ -48,7 +53,9 @@ enum paci_op {
     X(GPIPE, "gpipe", 1)         /* all forwards, all backwards, flush, step */         \
     X(ONEF1B, "1f1b", 1)         /* 1F1B with a flush before every step */              \
     X(PIPEDREAM, "pipedream", 0) /* async 1F1B, weight stashing */                      \
-    X(PACI, "paci", 0)           /* async 1F1B, no flush, local window accumulation */
+    X(PACI, "paci", 0)           /* async 1F1B, no flush, local window accumulation */  \
+    X(ZBH1, "zb-h1", 1)          /* zero bubble: B and W apart, at 1F1B's peak slots */ \
+    X(ZBH2, "zb-h2", 1)          /* zero bubble with up to 2p - 1 slots a stage */
 
 enum paci_schedule_kind {
 #define PACI_SCHED_ENUM(name, text, sync) PACI_SCHED_##name,
@@ -62,7 +69,9 @@ enum paci_schedule_kind {
  * of mb, so the same in every body repetition.
  * aux for BWD: 0 = live weights, j > 0 = stash slot j-1 (PipeDream).
  * aux for STEP: 0 = nothing to stash, j > 0 = copy the live weights into stash slot j-1
- * before updating them (PipeDream). Other ops: aux = 0. */
+ * before updating them (PipeDream). Other ops: aux = 0.
+ * BWD_B and BWD_W (zb-h1, zb-h2) name the slot as BWD does; the slot lives from the RECV_ACT
+ * (or FWD) to the BWD_W, which reads the activations and what the BWD_B kept there. */
 typedef struct paci_instr {
     uint16_t op;   /* enum paci_op */
     uint16_t slot; /* activation slot (FWD, BWD, sends, receives); 0 for STEP */

@@ -216,6 +216,11 @@ typedef struct pr_stage_code {
     int32_t has_lnf;
     int64_t vocab_begin, vocab_end;
     int64_t lse_offset;
+    /* A zero-bubble program (zb-h1, zb-h2): the backward's two parts, B (the input's gradient
+     * and the products' output gradients, which it keeps in the slot) and W (the weights'
+     * gradients from them); backward runs both. NULL in other programs. */
+    void (*backward_b)(const pr_bwd_args *);
+    void (*backward_w)(const pr_bwd_args *);
 } pr_stage_code;
 
 enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };
@@ -299,6 +304,9 @@ typedef struct pr_cuda_stage {
     void (*weight_copy)(const float *params, pr_bf16 *params_h);
     /* delay_correction predict: pr_cuda_optim_predict over the stage's tensors */
     void (*predict)(const pr_optim_rule *rule, const pr_predict_args *);
+    /* zero-bubble: the backward's B and W (pr_stage_code's), or NULL */
+    void (*backward_b)(const pr_bwd_args *);
+    void (*backward_w)(const pr_bwd_args *);
 } pr_cuda_stage;
 
 extern const struct pr_device pr_device_cuda;

@@ -194,6 +194,9 @@ typedef struct pr_link_ops {
     int (*reduce_start)(struct pr_run *run, int stage, float *grads, size_t n, char *err);
 } pr_link_ops;
 
+/* The parts of a zero-bubble backward (pr_device.backward_part). */
+enum { PR_BACKWARD_B, PR_BACKWARD_W };
+
 /* A device layer. The executor reaches stage memory and stage code only through this table,
  * so one executor drives the CPU and the GPU, and a transport moves a stage's buffers with
  * download/upload (or natively, when it knows the device). Every call names the stage: the
@@ -221,6 +224,8 @@ typedef struct pr_device {
     void (*sumsq)(int stage, const float *base, const pr_tensor *tensors, int n, double *sums);
     void (*forward)(const pr_program *prog, int stage, const pr_fwd_args *args);
     void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
+    /* a zero-bubble program's backward in its parts: part PR_BACKWARD_B or PR_BACKWARD_W */
+    void (*backward_part)(const pr_program *prog, int stage, int part, const pr_bwd_args *args);
     void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
     /* delay_correction predict: the stage's predicted weights under `rule` (pr_predict_args) */
     void (*predict)(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args);

@@ -70,11 +70,17 @@ static double tokens_per_s(const pr_run *run, int64_t step, double now, const lo
                        : 0.0;
 }
 
-/* Busy fraction of a stage: compute time (forward, backward, step) over wall time. */
+/* A stage's compute seconds: forwards, backwards (a zero-bubble one's B's and W's), steps. */
+static double compute_seconds(const pr_stage_rt *st)
+{
+    return st->busy[PACI_OP_FWD] + st->busy[PACI_OP_BWD] + st->busy[PACI_OP_BWD_B] + st->busy[PACI_OP_BWD_W] +
+           st->busy[PACI_OP_STEP];
+}
+
+/* Busy fraction of a stage: compute time over wall time. */
 static double busy_fraction(const pr_stage_rt *st, double wall)
 {
-    double busy = st->busy[PACI_OP_FWD] + st->busy[PACI_OP_BWD] + st->busy[PACI_OP_STEP];
-    return wall > 0 ? busy / wall : 0.0;
+    return wall > 0 ? compute_seconds(st) / wall : 0.0;
 }
 
 static void log_step(pr_run *run, int64_t step, double loss, double lr, double grad_norm)
@@ -280,11 +286,13 @@ static int write_profile(const pr_run *run, const char *path, char *err)
     fprintf(f, ") on the %s over %lld steps\n", run->dev->host_memory ? "CPU" : "GPU",
             (long long)run->steps_this_process);
     fprintf(f, "version 2\n");
-    fprintf(f, "# stage S fwd F bwd B step P: mean thread CPU seconds per instruction\n");
+    fprintf(f, "# stage S fwd F bwd B step P: mean thread CPU seconds per instruction (a zero-bubble "
+               "backward's: its B's and its W's)\n");
     for (int s = 0; s < run->p; s++) {
         const pr_stage_rt *st = &run->stage[s];
         fprintf(f, "stage %d fwd %.9g bwd %.9g step %.9g\n", s, mean_cpu(st, PACI_OP_FWD),
-                mean_cpu(st, PACI_OP_BWD), mean_cpu(st, PACI_OP_STEP));
+                mean_cpu(st, PACI_OP_BWD) + mean_cpu(st, PACI_OP_BWD_B) + mean_cpu(st, PACI_OP_BWD_W),
+                mean_cpu(st, PACI_OP_STEP));
     }
     fprintf(f, "# link L SECONDS: mean seconds per message between stages L and L+1\n");
     for (int s = 0; s + 1 < run->p; s++) {
@@ -296,8 +304,7 @@ static int write_profile(const pr_run *run, const char *path, char *err)
     fprintf(f, "# compute S SECONDS: wall seconds stage S spent in its fwd, bwd and step instructions\n");
     for (int s = 0; s < run->p; s++) {
         const pr_stage_rt *st = &run->stage[s];
-        fprintf(f, "compute %d %.9g\n", s,
-                st->busy[PACI_OP_FWD] + st->busy[PACI_OP_BWD] + st->busy[PACI_OP_STEP]);
+        fprintf(f, "compute %d %.9g\n", s, compute_seconds(st));
     }
     fprintf(f, "# op S I SECTION NAME calls N total SECONDS mean SECONDS \"WHAT\": op I of stage S's "
                "generated code, summed over its calls (%s)\n",
@@ -336,7 +343,8 @@ int pr_write_trace(const pr_run *run, const char *path, char *err)
             if (e->op == PACI_OP_STEP)
                 snprintf(name, sizeof name, "step");
             else
-                snprintf(name, sizeof name, "%c%lld", e->op == PACI_OP_FWD ? 'F' : 'B', (long long)e->mb);
+                snprintf(name, sizeof name, "%c%lld", e->op == PACI_OP_FWD ? 'F' : e->op == PACI_OP_BWD_W ? 'W' : 'B',
+                         (long long)e->mb);
             fprintf(f, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
                     "\"dur\": %.3f}", name, s, e->start * 1e6, (e->end - e->start) * 1e6);
         }

@@ -31,6 +31,7 @@ void pr_cuda_dev_zero(int stage, void *dst, size_t bytes);
 void pr_cuda_dev_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums);
 void pr_cuda_dev_forward(const pr_program *prog, int stage, const pr_fwd_args *args);
 void pr_cuda_dev_backward(const pr_program *prog, int stage, const pr_bwd_args *args);
+void pr_cuda_dev_backward_part(const pr_program *prog, int stage, int part, const pr_bwd_args *args);
 void pr_cuda_dev_adamw(const pr_program *prog, int stage, const pr_adamw_args *args);
 void pr_cuda_dev_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args);
 void pr_cuda_dev_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h);

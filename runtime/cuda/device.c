@@ -513,6 +513,15 @@ void pr_cuda_dev_backward(const pr_program *prog, int stage, const pr_bwd_args *
     prog->cuda[stage].backward(args);
 }
 
+void pr_cuda_dev_backward_part(const pr_program *prog, int stage, int part, const pr_bwd_args *args)
+{
+    enter(stage);
+    if (part == PR_BACKWARD_B)
+        prog->cuda[stage].backward_b(args);
+    else
+        prog->cuda[stage].backward_w(args);
+}
+
 void pr_cuda_dev_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
 {
     enter(stage);

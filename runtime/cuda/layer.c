@@ -22,6 +22,7 @@ const pr_device pr_device_cuda = {
     .sumsq = pr_cuda_dev_sumsq,
     .forward = pr_cuda_dev_forward,
     .backward = pr_cuda_dev_backward,
+    .backward_part = pr_cuda_dev_backward_part,
     .adamw = pr_cuda_dev_adamw,
     .predict = pr_cuda_dev_predict,
     .close_stage = pr_cuda_dev_close_stage,

@@ -109,6 +109,14 @@ static void emu_backward(const pr_program *prog, int stage, const pr_bwd_args *a
     prog->cuda[stage].backward(args);
 }
 
+static void emu_backward_part(const pr_program *prog, int stage, int part, const pr_bwd_args *args)
+{
+    if (part == PR_BACKWARD_B)
+        prog->cuda[stage].backward_b(args);
+    else
+        prog->cuda[stage].backward_w(args);
+}
+
 static void emu_adamw(const pr_program *prog, int stage, const pr_adamw_args *args)
 {
     prog->cuda[stage].adamw(args);
@@ -139,6 +147,7 @@ const pr_device pr_device_cuda = {
     .sumsq = emu_sumsq,
     .forward = emu_forward,
     .backward = emu_backward,
+    .backward_part = emu_backward_part,
     .adamw = emu_adamw,
     .predict = emu_predict,
     .close_stage = emu_close_stage,

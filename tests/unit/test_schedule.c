@@ -21,11 +21,18 @@ static Config make_config(int kind, int stages, int window, long steps, long eva
     return cfg;
 }
 
+/* A zero-bubble table runs each backward as B (BWD_B) and W (BWD_W). */
+static bool splits(const paci_table *t)
+{
+    return t->schedule == PACI_SCHED_ZBH1 || t->schedule == PACI_SCHED_ZBH2;
+}
+
 /* The order rules every stage's flat list must keep, whatever the schedule. */
 static void check_structure(const paci_table *t, const paci_instr *list, long n, int s)
 {
     bool first = s == 0, last = s == t->stages - 1;
-    long backwards = 0;
+    int bwd = splits(t) ? PACI_OP_BWD_B : PACI_OP_BWD;
+    long backwards = 0, ws = 0, last_w = -1;
     long last_bwd_in_step = -1;
     for (long i = 0; i < n; i++) {
         paci_instr in = list[i];
@@ -33,35 +40,44 @@ static void check_structure(const paci_table *t, const paci_instr *list, long n,
             assert_true(in.op != PACI_OP_RECV_ACT && in.op != PACI_OP_SEND_GRAD);
         if (last)
             assert_true(in.op != PACI_OP_SEND_ACT && in.op != PACI_OP_RECV_GRAD);
+        assert_true(splits(t) ? in.op != PACI_OP_BWD : in.op != PACI_OP_BWD_B && in.op != PACI_OP_BWD_W);
+        if (in.op == PACI_OP_BWD_W) { /* W's in micro-batch order; a step after a window's last */
+            assert_true(in.mb > last_w);
+            last_w = in.mb;
+            if (++ws % t->window == 0) {
+                assert_true(i + 1 < n);
+                assert_int_equal(list[i + 1].op, PACI_OP_STEP);
+            }
+        }
         if (in.op == PACI_OP_RECV_GRAD) {
             assert_true(i + 1 < n);
-            assert_int_equal(list[i + 1].op, PACI_OP_BWD);
+            assert_int_equal(list[i + 1].op, bwd);
             assert_int_equal(list[i + 1].mb, in.mb);
         }
         if (in.op == PACI_OP_RECV_ACT) {
             assert_int_equal(list[i + 1].op, PACI_OP_FWD);
             assert_int_equal(list[i + 1].mb, in.mb);
         }
-        if (in.op == PACI_OP_BWD) {
+        if (in.op == bwd) {
             /* increasing micro-batch order within a step, and steps follow windows */
             assert_true(in.mb > last_bwd_in_step);
             last_bwd_in_step = in.mb;
             backwards++;
             long j = i + 1 + (first ? 0 : 1);
-            if (backwards % t->window == 0) {
+            if (backwards % t->window == 0 && !splits(t)) {
                 assert_true(j < n);
                 assert_int_equal(list[j].op, PACI_OP_STEP);
             }
         }
         if (in.op == PACI_OP_STEP)
-            assert_int_equal(backwards % t->window, 0);
+            assert_int_equal((splits(t) ? ws : backwards) % t->window, 0);
     }
 }
 
 /* Drift and slots measured on one stage's own list (they depend on nothing else): the
  * backwards whose weights moved since their forward, the largest move, the peak of live slots. */
-static void stage_measure(const paci_instr *list, long n, int s, long *drifted, int *max_drift,
-                          int *peak)
+static void stage_measure(const paci_table *t, const paci_instr *list, long n, int s, long *drifted,
+                          int *max_drift, int *peak)
 {
     long version = 0, mbs = 0;
     for (long i = 0; i < n; i++)
@@ -75,7 +91,7 @@ static void stage_measure(const paci_instr *list, long n, int s, long *drifted, 
             fwd_version[in.mb] = version;
         else if (in.op == PACI_OP_STEP)
             version++;
-        else if (in.op == PACI_OP_BWD) {
+        else if (in.op == PACI_OP_BWD || in.op == PACI_OP_BWD_B) {
             long d = version - fwd_version[in.mb];
             *drifted += d > 0;
             if (d > *max_drift)
@@ -83,7 +99,8 @@ static void stage_measure(const paci_instr *list, long n, int s, long *drifted, 
         }
         if (in.op == (s == 0 ? PACI_OP_FWD : PACI_OP_RECV_ACT) && ++live > *peak)
             *peak = live;
-        if (in.op == (s == 0 ? PACI_OP_BWD : PACI_OP_SEND_GRAD))
+        // a zero-bubble slot lives until its W, which follows the gradient's send
+        if (in.op == (splits(t) ? PACI_OP_BWD_W : s == 0 ? PACI_OP_BWD : PACI_OP_SEND_GRAD))
             live--;
     }
     free(fwd_version);
@@ -117,7 +134,7 @@ static void check_config(int kind, int p, int K, long steps, long eval_every)
             assert_int_equal(n, sl.count[s]);
             assert_memory_equal(list, sl.instrs[s], (size_t)n * sizeof *list);
             check_structure(t, list, n, s);
-            stage_measure(list, n, s, &drifted[s], &max_drift[s], &peak[s]);
+            stage_measure(t, list, n, s, &drifted[s], &max_drift[s], &peak[s]);
             free(list);
         }
         segment_lists_free(&sl);
@@ -266,6 +283,58 @@ static void test_verify_catches_errors(void **state)
             instrs[sp->prologue + i].op = PACI_OP_RECV_GRAD;
     assert_false(verify_schedule(t, &plan, &rep));
     schedule_free(t);
+}
+
+/* The index in the table of stage s's first instruction of program 0 with op `op` and micro-batch
+ * mb (the prologue and the body's first repetition), or -1. */
+static long find_instr(const paci_table *t, int s, int op, int64_t mb)
+{
+    const paci_stage_program *sp = &t->program[0].stage[s];
+    int32_t starts[2] = {sp->prologue, sp->body}, counts[2] = {sp->n_prologue, sp->n_body};
+    for (int part = 0; part < 2; part++)
+        for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
+            if (t->instrs[i].op == op && t->instrs[i].mb == mb)
+                return i;
+    return -1;
+}
+
+/* A zero-bubble table with a W lost, a W before its B, or a W after the forward that takes its
+ * slot again: each refused, with the broken rule named. */
+static void test_verify_zero_bubble_errors(void **state)
+{
+    (void)state;
+    static const char *const expected[] = {"W of mb 1 twice", "before its B", "reuses slot"};
+    for (int mutant = 0; mutant < 3; mutant++) {
+        Config cfg = make_config(PACI_SCHED_ZBH1, 4, 8, 6, 0, 0);
+        Plan plan;
+        assert_true(plan_build(&cfg, &plan));
+        paci_table *t = schedule_build(&cfg, &plan);
+        VerifyReport rep;
+        assert_true(verify_schedule(t, &plan, &rep));
+        paci_instr *instrs = (paci_instr *)t->instrs;
+        int s = mutant < 2 ? 3 : 0; /* the last stage defers its W's; the first has no receives */
+        long w0 = find_instr(t, s, PACI_OP_BWD_W, 0), b0 = find_instr(t, s, PACI_OP_BWD_B, 0);
+        long f_next = find_instr(t, s, PACI_OP_FWD, t->slots[s]); /* the next forward into mb 0's slot */
+        assert_true(w0 >= 0 && b0 >= 0 && f_next >= 0);
+        if (mutant == 0) { /* W of mb 0 dropped: it runs mb 1's W a second time */
+            instrs[w0].mb = 1;
+            instrs[w0].slot = (uint16_t)(1 % t->slots[s]);
+        } else if (mutant == 1) { /* W of mb 0 where its B was, and the B where the W was */
+            paci_instr b = instrs[b0];
+            instrs[b0] = instrs[w0];
+            instrs[w0] = b;
+        } else { /* mb 0's W after the forward that takes its slot next: swap their places */
+            if (f_next < w0)
+                fail_msg("zb-h1's W of mb 0 comes after the forward of mb %d already", t->slots[s]);
+            paci_instr w = instrs[w0];
+            instrs[w0] = instrs[f_next];
+            instrs[f_next] = w;
+        }
+        assert_false(verify_schedule(t, &plan, &rep));
+        if (!strstr(rep.error, expected[mutant]))
+            fail_msg("mutant %d: '%s' does not say '%s'", mutant, rep.error, expected[mutant]);
+        schedule_free(t);
+    }
 }
 
 /* recompute full: every schedule still verifies; the rerun forward makes every backward's
@@ -451,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_slots_and_stash),
         cmocka_unit_test(test_verify_catches_errors),
+        cmocka_unit_test(test_verify_zero_bubble_errors),
         cmocka_unit_test(test_recompute_plan_and_drift),
         cmocka_unit_test(test_verify_recompute_send_order),
         cmocka_unit_test(test_long_run_is_compact),
