@@ -119,7 +119,7 @@ static void explain_allreduce(FILE *out, const Config *cfg, const Plan *plan)
 }
 
 typedef struct Comparison {
-    double uniform_bubble;
+    double uniform_bubble, uniform_idle; /* idle share of a step; idle time a step, in forwards */
     double step_time, tokens_per_s;
     long peak_memory;
     int peak_stage;
@@ -150,6 +150,7 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps)
     SimResult sim;
     simulate(&c, t, &uniform, steps, &sim);
     cmp.uniform_bubble = sim.bubble;
+    cmp.uniform_idle = sim.bubble * sim.step_time;
     sim_result_free(&sim);
 
     CostModel cm;
@@ -321,9 +322,10 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                      "time includes each stage's allreduce; bubble and busy count compute only)\n",
                 replicas, sim->tokens_per_s, replicas * sim->tokens_per_s, replicas * cfg->stages);
 
-    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble: uniform stage costs, free communication;\n"
+    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble: idle share of a step at uniform stage costs,\n"
+                 "free communication; idle: that idle time a step, in forwards, with F = B = W = 1 (backward 2);\n"
                  "step time and tokens/s: this plan's costs):\n", cfg->window, cfg->micro);
-    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0\n");
+    fprintf(out, "  schedule    bubble  idle  step time    tokens/s  peak memory (stage)  drift bound s0\n");
     for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
         Config as_kind = *cfg;
         as_kind.schedule = kind;
@@ -339,8 +341,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %s%s%s\n", paci_schedule_name(kind),
-                100 * c.uniform_bubble, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit, c.peak_stage,
+        fprintf(out, "  %-10s %6.1f%% %5.1f  %9.4g  %10.4g  %7.2f %s (%d)%s  %s%s%s\n", paci_schedule_name(kind),
+                100 * c.uniform_bubble, c.uniform_idle, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit, c.peak_stage,
                 c.fits ? "   " : " !!", drift, kind == (int)cfg->schedule ? "   <- this file" : "",
                 excluded ? "   (predicted: built under fp32 only)" : "");
     }

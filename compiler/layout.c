@@ -32,6 +32,20 @@ static void layout_add(Layout *l, const char *name, long size, const char *doc)
     l->total += (size + LAYOUT_ALIGN_FLOATS - 1) / LAYOUT_ALIGN_FLOATS * LAYOUT_ALIGN_FLOATS;
 }
 
+/* A name for the range of an earlier entry, `of`, which is dead by the time `name` is written:
+ * it takes no memory of its own. */
+static void layout_alias(Layout *l, const char *name, const char *of, const char *doc)
+{
+    if (l->n == (int)(sizeof l->entry / sizeof l->entry[0]))
+        ICE("layout overflow at %s", name);
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->entry[i].name, of) == 0) {
+            l->entry[l->n++] = (LayoutEntry){name, l->entry[i].offset, l->entry[i].size, doc};
+            return;
+        }
+    ICE("no layout entry '%s' for %s", of, name);
+}
+
 /* Under bf16, the bf16 copy of an n-element tensor a product reads (in floats: half as many). */
 static void layout_add_bf16(Layout *l, const Config *cfg, const char *name, long n, const char *doc)
 {
@@ -109,10 +123,13 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (cfg->attention == ATTN_MATMUL)
         layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
     layout_add(la, "A_RESID2", BT * C, "residual after attention: the half's output");
-    bool split = config_splits_backward(cfg); // zero-bubble: what B keeps for W
+    /* zero-bubble: what B keeps for W, each over an activation of the same size that only B
+     * reads, and that B has read when it writes the gradient there (ops.c orders the copies) */
+    bool split = config_splits_backward(cfg);
     if (split) {
-        layout_add(la, "A_W_DRES2", BT * C, "d(resid2), kept by B for W");
-        layout_add(la, "A_W_DQKV", BT * 3 * C, "d(qkv), kept by B for W");
+        layout_alias(la, "A_W_DRES2", "A_RESID2", "d(resid2), kept by B for W (over A_RESID2: the MLP half's "
+                     "B has read it)");
+        layout_alias(la, "A_W_DQKV", "A_QKV", "d(qkv), kept by B for W (over A_QKV: the attention's B has read it)");
     }
     Layout *lm = &lay->mlp_acts;
     layout_add_operand(lm, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
@@ -122,8 +139,10 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add_operand(lm, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
     layout_add(lm, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
     if (split) {
-        layout_add(lm, "A_W_DRES3", BT * C, "d(resid3), kept by B for W");
-        layout_add(lm, "A_W_DFC", BT * 4 * C, "d(fc pre-activation), kept by B for W");
+        layout_alias(lm, "A_W_DRES3", "A_RESID3", "d(resid3), kept by B for W (over A_RESID3: the next half's B "
+                     "has read it)");
+        layout_alias(lm, "A_W_DFC", "A_FC_PRE", "d(fc pre-activation), kept by B for W (over A_FC_PRE: GELU's "
+                     "backward has read it)");
     }
     lay->layer_acts = la->total + lm->total;
 
@@ -179,7 +198,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (sends_residual(cfg, sp))
         layout_add(a, "ACT_OUTPUT_MSG", residual_message_floats(cfg), "the output in bf16, the message sent (messages bf16)");
     if (split && sp->has_embed)
-        layout_add(a, "ACT_W_DEMB", BT * C, "d(embedding output), kept by B for W");
+        layout_alias(a, "ACT_W_DEMB", "ACT_INPUT", "d(embedding output), kept by B for W (over ACT_INPUT: the "
+                     "first layer's B has read it)");
 
     Layout *s = &lay->scratch;
     layout_add(s, "S_DRES", BT * C, "d(loss)/d(residual stream), updated layer by layer");

@@ -73,10 +73,7 @@ static ModelCounts model_counts(const Config *cfg)
     /* what stage_layout gives each half: the matmul attention adds its T x T workspace */
     m.half_acts[HALF_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
     m.half_acts[HALF_MLP] = tokens * (10 * C + 2);
-    if (config_splits_backward(cfg)) { /* what B keeps for W: the gradients of the products' outputs */
-        m.half_acts[HALF_ATTN] += tokens * 4 * C; /* d resid2, d qkv */
-        m.half_acts[HALF_MLP] += tokens * 5 * C;  /* d resid3, d fc */
-    }
+    /* zero-bubble: what B keeps for W takes no memory (stage_layout puts it over activations B has read) */
     m.input_acts = tokens * C;
     m.lnf_acts = tokens * (C + 2);
     m.lnf_message = tokens * C;
@@ -192,9 +189,7 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     double message_copies = (receives_residual(cfg, sp) + sends_residual(cfg, sp)) * m->message;
     double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
                        (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
-    // zero-bubble: the first stage's B keeps d(embedding output) for its W
-    double embed_w = sp->has_embed && config_splits_backward(cfg) ? tokens * cfg->width : 0;
-    double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies + embed_w;
+    double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies;
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;
