@@ -642,6 +642,9 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
     emit_line(sb, ".window = %d,", t->window);
     emit_line(sb, ".total_steps = %d,", t->total_steps);
     emit_line(sb, ".segment_steps = %d,", t->segment_steps);
+    if (t->warm_steps > 0)
+        emit_line(sb, ".warm_steps = %d, .warm_schedule = %s, /* the warm start: steps [0, %d) */", t->warm_steps,
+                  schedule_enum_names[t->warm_schedule], t->warm_steps);
     emit_line(sb, ".channel_capacity = %d,", t->channel_capacity);
     StrBuf slots = {0}, stash = {0};
     for (int s = 0; s < t->stages; s++) {
@@ -657,7 +660,8 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
     sb->indent++;
     for (int p = 0; p < t->n_programs; p++) {
         const paci_program *pr = &t->program[p];
-        emit_line(sb, "{.steps = %d, .body_reps = %d, .stage = {", pr->steps, pr->body_reps);
+        emit_line(sb, "{.schedule = %s, .steps = %d, .body_reps = %d, .stage = {", schedule_enum_names[pr->schedule],
+                  pr->steps, pr->body_reps);
         sb->indent++;
         for (int s = 0; s < t->stages; s++) {
             const paci_stage_program *sp = &pr->stage[s];
@@ -791,8 +795,8 @@ static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
     emit_line(sb, ".beta1 = %s, .beta2 = %s, .eps = %s, .weight_decay = %s, .grad_clip = %s,",
               exact_double(cfg->beta1), exact_double(cfg->beta2), exact_double(cfg->eps),
               exact_double(cfg->weight_decay), exact_double(cfg->grad_clip));
-    emit_line(sb, ".global_clip = %d, /* clip by the norm over all stages: synchronous schedules only */",
-              schedule_sync[cfg->schedule]);
+    emit_line(sb, ".global_clip = %d, /* clip by the norm over all stages: in synchronous programs only */",
+              schedule_sync[cfg->schedule] || cfg->warm_steps > 0);
     emit_line(sb, ".eval_every = %ld, .eval_batches = %ld, .ckpt_every = %ld,", cfg->eval_every,
               cfg->eval_batches, cfg->ckpt_every);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);

@@ -132,6 +132,8 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps)
 {
     Config c = *cfg;
     c.schedule = kind;
+    if (kind != (int)cfg->schedule) // a warm start belongs to the file's paci
+        c.warm_steps = 0;
     Plan plan;
     plan_layout(&c, &plan);
     paci_table *t = schedule_build(&c, &plan);
@@ -254,6 +256,10 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     fprintf(out, "run: %ld steps in %d segment%s of %d steps (the pipeline drains at every segment's end: "
                  "evaluation, checkpoint, end of training)\n",
             cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
+    if (t->warm_steps > 0)
+        fprintf(out, "warm start: steps 1-%d under %s (synchronous: drift 0), the pipeline drained once at its end, "
+                     "steps %d-%ld under %s\n", t->warm_steps, paci_schedule_name(t->warm_schedule), t->warm_steps + 1,
+                cfg->steps, paci_schedule_name(t->schedule));
     explain_lr(out, cfg);
     explain_optimizer(out, cfg);
 
@@ -460,11 +466,18 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
                      "slot j first (slots advance by one per repetition).\n");
     if (cfg->delay_correction == DELAY_PREDICT)
         fprintf(out, "# F3+d: forward on the weights predicted d optimizer steps ahead (delay_correction predict).\n");
+    if (t->warm_steps > 0)
+        fprintf(out, "# warm start: steps [0, %d) under %s, then %s; the pipeline drains at step %d.\n",
+                t->warm_steps, paci_schedule_name(t->warm_schedule), paci_schedule_name(t->schedule), t->warm_steps);
     fprintf(out, "# %d instructions in the table.\n", t->n_instrs);
     for (int p = 0; p < t->n_programs; p++) {
         const paci_program *pg = &t->program[p];
-        fprintf(out, "\nprogram %d: segments of %d step%s%s\n", p, pg->steps, pg->steps == 1 ? "" : "s",
-                t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
+        if (t->warm_steps > 0)
+            fprintf(out, "\nprogram %d: %s, segments of %d step%s%s\n", p, paci_schedule_name(pg->schedule), pg->steps,
+                    pg->steps == 1 ? "" : "s", pg->schedule == t->schedule ? "" : " (the warm start)");
+        else
+            fprintf(out, "\nprogram %d: segments of %d step%s%s\n", p, pg->steps, pg->steps == 1 ? "" : "s",
+                    t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
         for (int s = 0; s < t->stages; s++) {
             const paci_stage_program *sp = &pg->stage[s];
             fprintf(out, "  stage %d: %d slot%s", s, t->slots[s], t->slots[s] == 1 ? "" : "s");

@@ -217,6 +217,8 @@ typedef struct Config {
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
     int recompute;          /* enum recompute: full keeps a slot's input only, the backward reruns the forward */
     int messages;           /* enum messages: bf16 sends the residual stream and its gradient in bf16 */
+    int warm_schedule;      /* `warm_start SCHEDULE N`: a synchronous schedule for the first N steps */
+    long warm_steps;        /* N; 0: no warm start */
     /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
     int replicas;           /* D >= 1; a Config built by hand may leave 0 (config_replicas) */
     /* batch */
@@ -277,10 +279,12 @@ double stage_beta1(const Config *cfg, int s);
 enum { MAX_WORLD_SIZE = 4096 };
 
 /* A zero-bubble schedule (zb-h1, zb-h2) runs every backward as B and W (ops.c's *_bwd_b and
- * *_bwd_w lists), and a slot keeps what W needs from B (layout.c's W entries). */
+ * *_bwd_w lists), and a slot keeps what W needs from B (layout.c's W entries); so does a file
+ * whose warm start runs one. */
 static inline bool config_splits_backward(const Config *cfg)
 {
-    return cfg->schedule == PACI_SCHED_ZBH1 || cfg->schedule == PACI_SCHED_ZBH2;
+    return cfg->schedule == PACI_SCHED_ZBH1 || cfg->schedule == PACI_SCHED_ZBH2 ||
+           (cfg->warm_steps > 0 && (cfg->warm_schedule == PACI_SCHED_ZBH1 || cfg->warm_schedule == PACI_SCHED_ZBH2));
 }
 /* What in cfg a zero-bubble schedule does not go with (sema says why), or NULL. */
 static inline const char *zero_bubble_excluded(const Config *cfg)
@@ -427,6 +431,9 @@ long schedule_segment_steps(const Config *cfg);
  * `segment_steps` steps (plan.c sizes memory with these; the generator must agree). */
 int schedule_slots(int kind, int stages, int stage, int window, long segment_steps);
 int schedule_stash(int kind, int stages, int stage, int window, long segment_steps);
+/* What the table of cfg holds at stage s: the most of its programs (a warm start's included). */
+int schedule_table_slots(const Config *cfg, int stage);
+int schedule_table_stash(const Config *cfg, int stage);
 
 /* One segment of `steps` optimizer steps as the generator writes it: flat per-stage lists,
  * mb relative to the segment. schedule_build compresses exactly these. */
@@ -436,7 +443,7 @@ typedef struct SegmentLists {
     paci_instr *instrs[PACI_MAX_STAGES];
     int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
 } SegmentLists;
-void schedule_generate(int kind, int stages, int window, long steps, SegmentLists *out);
+void schedule_generate(int kind, int stages, int window, long steps, const int32_t *slots, SegmentLists *out);
 void segment_lists_free(SegmentLists *sl);
 
 /* ---- verify.c: blocking simulation; deadlock, slots, drift ---------------------------- */

@@ -142,10 +142,9 @@ int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
 /* The schedule's activation slots and stashed weight copies at every stage. */
 static void stage_slots(const Config *cfg, int *slots, int *stash)
 {
-    long segment = schedule_segment_steps(cfg);
     for (int s = 0; s < cfg->stages; s++) {
-        slots[s] = schedule_slots(cfg->schedule, cfg->stages, s, cfg->window, segment);
-        stash[s] = schedule_stash(cfg->schedule, cfg->stages, s, cfg->window, segment);
+        slots[s] = schedule_table_slots(cfg, s);
+        stash[s] = schedule_table_stash(cfg, s);
     }
 }
 

@@ -393,8 +393,10 @@ int schedule_stash(int kind, int stages, int stage, int window, long segment_ste
     return stash;
 }
 
-/* Generates one segment of `steps` steps: every stage's flat instruction list. */
-void schedule_generate(int kind, int stages, int window, long steps, SegmentLists *out)
+/* Generates one segment of `steps` steps: every stage's flat instruction list. Slots are
+ * numbered mod `slots[s]` when given (a table's, which holds every program's), else mod the
+ * schedule's own count. */
+void schedule_generate(int kind, int stages, int window, long steps, const int32_t *slots, SegmentLists *out)
 {
     *out = (SegmentLists){.stages = stages};
     long mbs = steps * window;
@@ -408,7 +410,7 @@ void schedule_generate(int kind, int stages, int window, long steps, SegmentList
             order = orders[s];
         else
             build_order(&order, kind, stages, s, window, steps);
-        out->slots[s] = schedule_slots(kind, stages, s, window, steps);
+        out->slots[s] = slots ? slots[s] : schedule_slots(kind, stages, s, window, steps);
         out->stash[s] = kind == PACI_SCHED_PIPEDREAM ? stash_needed(&order, mbs) : 0;
         InstrList list = {0};
         lower_order(&order, stages, s, out->slots[s], out->stash[s], mbs, &list);
@@ -434,9 +436,9 @@ static bool instr_equal(paci_instr a, paci_instr b)
 
 /* Instructions stage s runs per optimizer step: K micro-batches' worth plus the step (a
  * zero-bubble schedule runs a backward as B and W). */
-static long step_length(const paci_table *t, int stage)
+static long step_length(const paci_table *t, int kind, int stage)
 {
-    bool split = t->schedule == PACI_SCHED_ZBH1 || t->schedule == PACI_SCHED_ZBH2;
+    bool split = kind == PACI_SCHED_ZBH1 || kind == PACI_SCHED_ZBH2;
     long per_mb = 2 + split + 2 * (stage > 0) + 2 * (stage < t->stages - 1);
     return per_mb * t->window + 1;
 }
@@ -484,7 +486,7 @@ static void compress_program(TableBuilder *tb, const SegmentLists *sl, long step
     long start[PACI_MAX_STAGES], reps = -1;
     for (int s = 0; s < sl->stages; s++) {
         long stage_reps;
-        find_body(t, s, sl->instrs[s], sl->count[s], step_length(t, s),
+        find_body(t, s, sl->instrs[s], sl->count[s], step_length(t, prog->schedule, s),
                   &start[s], &stage_reps);
         if (reps < 0 || stage_reps < reps)
             reps = stage_reps;
@@ -494,7 +496,7 @@ static void compress_program(TableBuilder *tb, const SegmentLists *sl, long step
     prog->steps = (int32_t)steps;
     prog->body_reps = (int32_t)reps;
     for (int s = 0; s < sl->stages; s++) {
-        long period = step_length(t, s);
+        long period = step_length(t, prog->schedule, s);
         long n_pro = reps ? start[s] : sl->count[s];
         long n_body = reps ? period : 0;
         long epi = n_pro + n_body * reps;
@@ -551,49 +553,83 @@ static void mark_forward_delays(SegmentLists *sl)
     }
 }
 
-/* Builds the table: one program for full segments and one for a shorter last segment. Each
- * is generated for at most generated_steps() steps and then extended to its length. */
+/* The steps of the warm start (`warm_start SCHEDULE N`), capped at the run; 0 without one. */
+static long warm_steps(const Config *cfg)
+{
+    return cfg->warm_steps > 0 && cfg->warm_steps < cfg->steps ? cfg->warm_steps : 0;
+}
+
+/* Slots and stash copies of stage s in the table: the most any of its programs needs. A warm
+ * start's segments are at most min(segment, N) steps long. */
+int schedule_table_slots(const Config *cfg, int stage)
+{
+    long segment = schedule_segment_steps(cfg), warm = warm_steps(cfg);
+    int slots = schedule_slots(cfg->schedule, cfg->stages, stage, cfg->window, segment);
+    if (warm > 0) {
+        int w = schedule_slots(cfg->warm_schedule, cfg->stages, stage, cfg->window, min_long(segment, warm));
+        slots = w > slots ? w : slots;
+    }
+    return slots;
+}
+
+int schedule_table_stash(const Config *cfg, int stage)
+{
+    return schedule_stash(cfg->schedule, cfg->stages, stage, cfg->window, schedule_segment_steps(cfg));
+}
+
+/* One program: `steps` steps of schedule `kind`, generated for at most generated_steps() steps
+ * and then extended to its length. */
+static void build_program(TableBuilder *tb, const Config *cfg, int kind, long steps, paci_program *prog)
+{
+    paci_table *t = tb->t;
+    long gen = generated_steps(cfg->stages, steps), mark = tb->all.n;
+    bool predict = cfg->delay_correction == DELAY_PREDICT && kind == PACI_SCHED_PACI;
+    SegmentLists sl;
+    prog->schedule = kind;
+    schedule_generate(kind, cfg->stages, cfg->window, gen, t->slots, &sl);
+    if (predict)
+        mark_forward_delays(&sl);
+    compress_program(tb, &sl, gen, prog);
+    segment_lists_free(&sl);
+    if (gen < steps && prog->body_reps < 2) {
+        /* No body to repeat (not expected past generated_steps): generate it all. */
+        tb->all.n = mark;
+        schedule_generate(kind, cfg->stages, cfg->window, steps, t->slots, &sl);
+        if (predict)
+            mark_forward_delays(&sl);
+        compress_program(tb, &sl, steps, prog);
+        segment_lists_free(&sl);
+    } else if (gen < steps) {
+        extend_program(tb, cfg->stages, gen, steps, prog);
+    }
+}
+
+/* Builds the table: a program for each distinct (schedule, length) among the segments (full
+ * ones, a shorter last one, and under a warm start its own and the one its end cuts). */
 paci_table *schedule_build(const Config *cfg, const Plan *plan)
 {
     paci_table *t = xcalloc(1, sizeof *t);
     long total = cfg->steps > 0 ? cfg->steps : 1;
-    long segment = schedule_segment_steps(cfg);
     t->schedule = cfg->schedule;
     t->stages = cfg->stages;
     t->window = cfg->window;
     t->total_steps = (int32_t)total;
-    t->segment_steps = (int32_t)segment;
+    t->segment_steps = (int32_t)schedule_segment_steps(cfg);
+    t->warm_steps = (int32_t)warm_steps(cfg);
+    t->warm_schedule = t->warm_steps > 0 ? cfg->warm_schedule : (int)cfg->schedule;
     t->channel_capacity = CHANNEL_CAPACITY;
-    t->n_programs = total % segment ? 2 : 1;
-
+    for (int s = 0; s < cfg->stages; s++) {
+        t->slots[s] = schedule_table_slots(cfg, s);
+        t->stash[s] = schedule_table_stash(cfg, s);
+    }
     TableBuilder tb = {.t = t};
-    for (int p = 0; p < t->n_programs; p++) {
-        long steps = p == 0 ? segment : total % segment;
-        long gen = generated_steps(cfg->stages, steps);
-        long mark = tb.all.n;
-        SegmentLists sl;
-        schedule_generate(cfg->schedule, cfg->stages, cfg->window, gen, &sl);
-        if (cfg->delay_correction == DELAY_PREDICT)
-            mark_forward_delays(&sl);
-        if (p == 0) {
-            /* The longer program needs the most slots; the shorter one's mb mod slots
-             * agrees because it never holds more micro-batches than it has. */
-            memcpy(t->slots, sl.slots, sizeof t->slots);
-            memcpy(t->stash, sl.stash, sizeof t->stash);
-        }
-        compress_program(&tb, &sl, gen, &t->program[p]);
-        segment_lists_free(&sl);
-        if (gen < steps && t->program[p].body_reps < 2) {
-            /* No body to repeat (not expected past generated_steps): generate it all. */
-            tb.all.n = mark;
-            schedule_generate(cfg->schedule, cfg->stages, cfg->window, steps, &sl);
-            if (cfg->delay_correction == DELAY_PREDICT)
-                mark_forward_delays(&sl);
-            compress_program(&tb, &sl, steps, &t->program[p]);
-            segment_lists_free(&sl);
-        } else if (gen < steps) {
-            extend_program(&tb, cfg->stages, gen, steps, &t->program[p]);
-        }
+    for (int32_t seg = 0; seg < paci_segments(t); seg++) {
+        if (paci_segment_program(t, seg))
+            continue;
+        if (t->n_programs == PACI_MAX_PROGRAMS)
+            ICE("more than %d programs", PACI_MAX_PROGRAMS);
+        long steps = paci_segment_end(t, seg) - paci_segment_first_step(t, seg);
+        build_program(&tb, cfg, paci_segment_schedule(t, seg), steps, &t->program[t->n_programs++]);
     }
     (void)plan; /* slots and stash are checked against the plan by verify_schedule */
     t->n_instrs = (int32_t)tb.all.n;

@@ -125,6 +125,7 @@ static void set_group_betas(Sema *s, const Entry *e);
 static void set_optimizer_name(Sema *s, const Entry *e);
 static void set_warmup(Sema *s, const Entry *e);
 static void set_ckpt_dir(Sema *s, const Entry *e);
+static void set_warm_start(Sema *s, const Entry *e);
 
 #define AT(f) offsetof(Config, f)
 #define INT_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_INT, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
@@ -157,6 +158,7 @@ static const KeyDef pipeline_keys[] = {
     CHOICE_KEY("delay_correction", delay_correction, delay_correction_words, DELAY_NONE),
     CHOICE_KEY("recompute", recompute, recompute_words, RECOMPUTE_NONE),
     CHOICE_KEY("messages", messages, messages_words, MESSAGES_FP32),
+    CUSTOM_KEY("warm_start", set_warm_start),
     END_KEYS,
 };
 static const KeyDef batch_keys[] = {
@@ -499,6 +501,30 @@ static void set_global(Sema *s, const Entry *e)
         return;
     }
     s->global = (long)n;
+}
+
+/* `warm_start SCHEDULE N`: the first N optimizer steps under a synchronous schedule, then the
+ * file's (check_warm_start). */
+static void set_warm_start(Sema *s, const Entry *e)
+{
+    double n;
+    if (!expect_count(s, e, 2, "a synchronous schedule and a number of steps, e.g. 'warm_start 1f1b 64'")) {
+        mark_failed(s, e);
+        return;
+    }
+    int kind = check_choice(s, "warm_start schedule", e->values[0], schedule_words);
+    if (kind < 0 || !check_number(s, "warm_start", e->values[1], 1, INT32_MAX, false, true, &n)) {
+        mark_failed(s, e);
+        return;
+    }
+    if (!paci_schedule_is_sync(kind)) {
+        error_at(s->src, e->values[0]->span, "warm_start runs a synchronous schedule (gpipe, 1f1b, zb-h1 or zb-h2), "
+                 "not %s: the point is steps on which nothing is stale", schedule_words[kind]);
+        mark_failed(s, e);
+        return;
+    }
+    s->cfg->warm_schedule = kind;
+    s->cfg->warm_steps = (long)n;
 }
 
 static bool string_value(Sema *s, const Entry *e, const char *what, const char **out)
@@ -1227,7 +1253,8 @@ static void check_zero_bubble(Sema *s)
     Config *cfg = s->cfg;
     if (!config_splits_backward(cfg) || !usable(s, "pipeline", "schedule"))
         return;
-    const char *name = paci_schedule_name(cfg->schedule);
+    bool warm = cfg->schedule != PACI_SCHED_ZBH1 && cfg->schedule != PACI_SCHED_ZBH2; // its warm start splits
+    const char *name = paci_schedule_name(warm ? cfg->warm_schedule : (int)cfg->schedule);
     const Entry *e;
     if (!zero_bubble_excluded(cfg))
         return;
@@ -1276,6 +1303,30 @@ static void check_delay_correction(Sema *s)
                  "lars's step length comes from the next gradient's norm (its trust ratio ||w|| / ||g||), "
                  "which a forward does not have: use adamw, muon, lamb or nadamw, or delay_correction none");
     }
+}
+
+/* A warm start goes before PACI, within the run, and without the delay-aware momentum (whose
+ * beta1 the compiler fixes per stage from PACI's delays, for every step). */
+static void check_warm_start(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *e = written(s, "pipeline", "warm_start");
+    if (!e || !usable(s, "pipeline", "warm_start"))
+        return;
+    if (cfg->schedule != PACI_SCHED_PACI && usable(s, "pipeline", "schedule"))
+        error_at(s->src, e->key_span, "warm_start goes with schedule paci (its first steps synchronous, then "
+                 "PACI's), not %s (remove warm_start, or use schedule paci)", paci_schedule_name(cfg->schedule));
+    else if (usable(s, "train", "steps") && written(s, "train", "steps") && cfg->warm_steps >= cfg->steps)
+        error_at(s->src, e->values[1]->span, "warm_start %ld covers the whole run of %ld steps: that is schedule %s "
+                 "(use fewer warm steps, or schedule %s)", cfg->warm_steps, cfg->steps,
+                 paci_schedule_name(cfg->warm_schedule), paci_schedule_name(cfg->warm_schedule));
+    else if (cfg->delay_correction == DELAY_NESTEROV && usable(s, "pipeline", "delay_correction"))
+        error_at(s->src, e->key_span, "warm_start does not go with delay_correction nesterov yet: its beta1 is "
+                 "raised for PACI's delays on every step, the warm ones too (use delay_correction predict or none)");
+    else
+        return;
+    mark_failed(s, e);
+    cfg->warm_steps = 0;
 }
 
 double stage_beta1(const Config *cfg, int s)
@@ -1361,6 +1412,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_extents(s);
     check_optimizer(s);
     check_delay_correction(s);
+    check_warm_start(s);
     derive_training(s);
     if (cfg->device_flops == 0)
         cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;

@@ -86,7 +86,9 @@ void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm)
         // W's seconds: its products' share of the backward's FLOPs, measured or predicted
         cm->w[s] = config_splits_backward(cfg) && sp->bwd_flops > 0 ? cm->bwd[s] * sp->w_flops / sp->bwd_flops : 0;
     }
-    cm->step_barrier = paci_schedule_is_sync(cfg->schedule) && cfg->grad_clip > 0 && plan->stages > 1;
+    // a synchronous program's steps wait for the global norm (run_segment asks the program)
+    cm->step_barrier = (paci_schedule_is_sync(cfg->schedule) || cfg->warm_steps > 0) && cfg->grad_clip > 0 &&
+                       plan->stages > 1;
 }
 
 void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
@@ -481,6 +483,7 @@ typedef struct SegmentRun {
     const CostModel *cm;
     int stages;
     long first_mb;
+    bool barrier; /* cm->step_barrier, for a synchronous program */
     paci_instr *list[PACI_MAX_STAGES];
     long n[PACI_MAX_STAGES], pc[PACI_MAX_STAGES];
     double clock[PACI_MAX_STAGES];
@@ -582,7 +585,7 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
          * allreduce the window's last backward did not hide (docs/dsl.md "parallel"); then
          * the global norm's barrier, where clipping has one */
         double at = *clock + cm->allreduce[s];
-        if (cm->step_barrier && !step_barrier(r, s, &at))
+        if (r->barrier && !step_barrier(r, s, &at))
             return false;
         if (cm->allreduce[s] > 0)
             add_event(ev, s, SIM_OP_ALLREDUCE, -1, start, start + cm->allreduce[s]);
@@ -703,7 +706,7 @@ void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long 
         if (steps - done < seg_steps) {
             /* A run stopped early drains there: exactly the program of a shorter segment. */
             seg_steps = steps - done;
-            schedule_generate(t->schedule, t->stages, t->window, seg_steps, &cut);
+            schedule_generate(prog->schedule, t->stages, t->window, seg_steps, t->slots, &cut);
         }
         for (int s = 0; s < t->stages; s++) {
             if (cut.stages) {
@@ -714,6 +717,7 @@ void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long 
             }
         }
         run.first_mb = done * t->window;
+        run.barrier = cm->step_barrier && paci_schedule_is_sync(prog->schedule);
         now = run_segment(&run, t->channel_capacity, now, &ev);
         if (cut.stages)
             segment_lists_free(&cut);

@@ -154,19 +154,25 @@ static bool mb_in_range(Verifier *v, int s, paci_instr in)
     return true;
 }
 
-/* A zero-bubble table runs each backward as B and W; the slot lives until the later of its
- * W and the send of its gradient. */
-static bool splits(const paci_table *t)
+/* The schedule the simulated program runs: the table's, or its warm start's. */
+static int program_kind(const Verifier *v)
 {
-    return t->schedule == PACI_SCHED_ZBH1 || t->schedule == PACI_SCHED_ZBH2;
+    return v->t->program[v->prog].schedule;
+}
+
+/* A zero-bubble program runs each backward as B and W; the slot lives until the later of its
+ * W and the send of its gradient. */
+static bool splits(const Verifier *v)
+{
+    return program_kind(v) == PACI_SCHED_ZBH1 || program_kind(v) == PACI_SCHED_ZBH2;
 }
 
 /* BWD_W: after mb's B, once, before the step; the slot goes once the gradient has gone too. */
 static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
 {
     StageRun *sr = &v->st[s];
-    if (!splits(v->t))
-        return broken(v, "stage %d: a %s table runs no W (mb %lld)", s, paci_schedule_name(v->t->schedule),
+    if (!splits(v))
+        return broken(v, "stage %d: a %s program runs no W (mb %lld)", s, paci_schedule_name(program_kind(v)),
                       (long long)in.mb);
     if (!sr->bwd_count[in.mb])
         return broken(v, "stage %d runs the W of mb %lld before its B", s, (long long)in.mb);
@@ -236,8 +242,8 @@ static enum Progress step_stage(Verifier *v, int s)
         break;
     case PACI_OP_BWD_B:
     case PACI_OP_BWD: {
-        if ((in.op == PACI_OP_BWD_B) != splits(t))
-            return broken(v, "stage %d: a %s table runs %s (mb %lld)", s, paci_schedule_name(t->schedule),
+        if ((in.op == PACI_OP_BWD_B) != splits(v))
+            return broken(v, "stage %d: a %s program runs %s (mb %lld)", s, paci_schedule_name(program_kind(v)),
                           paci_op_name(in.op), (long long)in.mb);
         if (!sr->fwd_count[in.mb])
             return broken(v, "stage %d runs the backward of mb %lld before its forward", s, (long long)in.mb);
@@ -251,6 +257,10 @@ static enum Progress step_stage(Verifier *v, int s)
         if (sr->fwd_delay[in.mb] != 0 && sr->fwd_delay[in.mb] != drift)
             return broken(v, "stage %d: the forward of mb %lld predicts %d optimizer steps ahead, but its "
                           "backward comes %ld steps later", s, (long long)in.mb, sr->fwd_delay[in.mb], drift);
+        if (drift > 0 && program_kind(v) != t->schedule) // a warm start is synchronous
+            return broken(v, "stage %d: the warm start's %s crosses %ld optimizer steps between the forward "
+                          "and the backward of mb %lld", s, paci_schedule_name(program_kind(v)), drift,
+                          (long long)in.mb);
         if (drift > v->rep->max_drift[s])
             v->rep->max_drift[s] = (int)drift;
         if (drift > 0)
@@ -277,7 +287,7 @@ static enum Progress step_stage(Verifier *v, int s)
             if (!sr->bwd_count[in.mb])
                 return broken(v, "stage %d sends the gradient of mb %lld before its backward", s, (long long)in.mb);
             sr->grad_sent[in.mb] = 1;
-            if (!splits(t) || sr->w_count[in.mb])
+            if (!splits(v) || sr->w_count[in.mb])
                 slot_release(v, s, in);
         }
         break;
@@ -285,7 +295,7 @@ static enum Progress step_stage(Verifier *v, int s)
         if (sr->backwards_since_step != t->window)
             return broken(v, "stage %d steps after %ld backwards instead of the window's %d", s,
                         sr->backwards_since_step, t->window);
-        if (splits(t) && sr->ws_since_step != t->window)
+        if (splits(v) && sr->ws_since_step != t->window)
             return broken(v, "stage %d steps after %ld W's instead of the window's %d", s, sr->ws_since_step,
                           t->window);
         sr->ws_since_step = 0;
@@ -406,10 +416,10 @@ static void check_complete(Verifier *v)
     for (int s = 0; s < t->stages && v->rep->ok; s++) {
         StageRun *sr = &v->st[s];
         for (long mb = 0; mb < v->mbs; mb++)
-            if (sr->fwd_count[mb] != 1 || sr->bwd_count[mb] != 1 || sr->w_count[mb] != splits(t)) {
+            if (sr->fwd_count[mb] != 1 || sr->bwd_count[mb] != 1 || sr->w_count[mb] != splits(v)) {
                 fail(v, "stage %d runs mb %ld's forward %d, backward %d and W %d times (once each expected%s)",
                      s, mb, sr->fwd_count[mb], sr->bwd_count[mb], sr->w_count[mb],
-                     splits(t) ? "" : ", no W");
+                     splits(v) ? "" : ", no W");
                 return;
             }
         if (sr->version != v->steps)
@@ -505,10 +515,26 @@ bool verify_schedule(const paci_table *t, const Plan *plan, VerifyReport *rep)
             fail(&v, "stage %d: the plan sizes %d stash copies, the schedule keeps %d", s,
                  plan->stage[s].stash, t->stash[s]);
     }
-    long mbs_total = 0;
+    if (t->warm_steps > 0 && (!paci_schedule_is_sync(t->warm_schedule) || t->warm_steps >= t->total_steps))
+        fail(&v, "the warm start runs %s for %d steps of %d: a synchronous schedule for part of the run expected",
+             paci_schedule_name(t->warm_schedule), t->warm_steps, t->total_steps);
+    long uses[PACI_MAX_PROGRAMS] = {0}; /* segments each program runs */
+    for (int32_t seg = 0; seg < paci_segments(t) && rep->ok; seg++) {
+        const paci_program *pg = paci_segment_program(t, seg);
+        if (!pg)
+            fail(&v, "segment %d (steps [%lld, %lld) under %s) has no program", seg,
+                 (long long)paci_segment_first_step(t, seg), (long long)paci_segment_end(t, seg),
+                 paci_schedule_name(paci_segment_schedule(t, seg)));
+        else
+            uses[pg - t->program]++;
+    }
+    long mbs_total = 0, drifted[PACI_MAX_STAGES] = {0};
     for (int prog = 0; prog < t->n_programs && rep->ok; prog++) {
         verify_program(&v, prog);
-        mbs_total += (long)t->program[prog].steps * t->window;
+        for (int s = 0; s < t->stages; s++) // the whole run's share: each program as often as it runs
+            drifted[s] += v.drifted[s] * uses[prog];
+        memset(v.drifted, 0, sizeof v.drifted);
+        mbs_total += (long)t->program[prog].steps * t->window * uses[prog];
     }
     for (int s = 0; s < t->stages && rep->ok; s++) {
         if (rep->peak_slots[s] != t->slots[s])
@@ -520,7 +546,7 @@ bool verify_schedule(const paci_table *t, const Plan *plan, VerifyReport *rep)
         else if (t->schedule != PACI_SCHED_PACI && rep->effective_drift[s] != 0)
             fail(&v, "stage %d: a backward uses weights %d versions away from its forward's", s,
                  rep->effective_drift[s]);
-        rep->drift_share[s] = mbs_total ? (double)v.drifted[s] / (double)mbs_total : 0.0;
+        rep->drift_share[s] = mbs_total ? (double)drifted[s] / (double)mbs_total : 0.0;
     }
     return rep->ok;
 }

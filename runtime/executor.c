@@ -75,6 +75,14 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
             return pr_fail(err, "schedule table: stage %d has %d slots, %d stashes", s,
                            tab->slots[s], tab->stash[s]);
     }
+    if (tab->warm_steps < 0 || tab->warm_steps >= tab->total_steps ||
+        (tab->warm_steps > 0 && !paci_schedule_sync(tab->warm_schedule)))
+        return pr_fail(err, "schedule table: a warm start of %d steps of %d under schedule %d", tab->warm_steps,
+                       tab->total_steps, tab->warm_schedule);
+    for (int32_t seg = 0; seg < paci_segments(tab); seg++)
+        if (!paci_segment_program(tab, seg))
+            return pr_fail(err, "schedule table: segment %d (steps [%lld, %lld)) has no program", seg,
+                           (long long)paci_segment_first_step(tab, seg), (long long)paci_segment_end(tab, seg));
     for (int p = 0; p < tab->n_programs; p++) {
         const paci_program *pg = &tab->program[p];
         for (int s = 0; s < tab->stages; s++) {
@@ -547,7 +555,7 @@ static double grad_norm(pr_run *run, pr_stage_rt *st)
     const pr_program *prog = run->prog;
     const pr_stage_code *sc = st->code;
     const double *sums = st->tensor_sumsq[st->t & 1];
-    if (prog->grad_clip <= 0.0 || !prog->global_clip || run->p == 1)
+    if (prog->grad_clip <= 0.0 || !prog->global_clip || run->async_segment || run->p == 1)
         return pr_fold_norm(sums, sc->n_tensors);
     pthread_barrier_wait(&run->barrier);
     if (run->opt.world > 1)
@@ -614,7 +622,7 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
             snprintf(what, sizeof what, "the gradient of %s is not finite (sum of squares %g)",
                      sc->tensors[i].name, sums[i]);
     // Clipping by the global norm makes the decision global: every stage sees the sums.
-    int global = run->prog->global_clip && run->prog->grad_clip > 0.0 && run->p > 1;
+    int global = run->prog->global_clip && !run->async_segment && run->prog->grad_clip > 0.0 && run->p > 1;
     for (int s = 0; global && s < run->p && !what[0]; s++)
         for (int i = 0; i < run->stage[s].code->n_tensors && !what[0]; i++)
             if (!isfinite(run->stage[s].tensor_sumsq[st->t & 1][i]))
@@ -1242,7 +1250,7 @@ static void *stage_thread(void *arg)
     pr_stage_rt *st = &run->stage[job->stage];
     const paci_program *pg = paci_segment_program(run->tab, job->seg);
     const paci_stage_program *sp = &pg->stage[job->stage];
-    int64_t first_step = (int64_t)job->seg * run->tab->segment_steps;
+    int64_t first_step = paci_segment_first_step(run->tab, job->seg);
     int64_t first_mb = first_step * run->K, end = first_step + pg->steps;
     st->cut_from = run->step;
     st->cut_stop = PR_NO_STOP;
@@ -1291,6 +1299,9 @@ void pr_run_segment(pr_run *run, int32_t seg)
         run->replica_runs[r]->stop_at = run->stop_at;
         run->replica_runs[r]->train = run->train;
     }
+    for (int r = 0; r < held; r++) // a warm start's table clips globally in its synchronous part only
+        (held > 1 ? run->replica_runs[r] : run)->async_segment =
+            !paci_schedule_sync(paci_segment_schedule(run->tab, seg));
     set_op_timers(run, first, last, 1);
     for (int i = 0; i < n; i++) {
         pr_run *rr = held > 1 ? run->replica_runs[i / (last - first + 1)] : run;
@@ -1310,8 +1321,7 @@ void pr_run_segment(pr_run *run, int32_t seg)
     set_op_timers(run, first, last, 0);
     free(threads);
     free(jobs);
-    const paci_program *pg = paci_segment_program(run->tab, seg);
-    int64_t end = (int64_t)seg * run->tab->segment_steps + pg->steps;
+    int64_t end = paci_segment_end(run->tab, seg);
     for (int r = 0; r < held; r++) {
         pr_run *rr = held > 1 ? run->replica_runs[r] : run;
         int64_t expected = rr->stage[first].cut_stop < end ? rr->stage[first].cut_stop : end;

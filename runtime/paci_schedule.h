@@ -64,6 +64,17 @@ enum paci_schedule_kind {
     PACI_SCHED_COUNT
 };
 
+/* Whether a schedule flushes before every step (nothing stale): 1, or 0 for the asynchronous. */
+static inline int paci_schedule_sync(int32_t kind)
+{
+    static const int sync[] = {
+#define PACI_SCHED_SYNC(name, text, is_sync) is_sync,
+        PACI_SCHEDULES(PACI_SCHED_SYNC)
+#undef PACI_SCHED_SYNC
+    };
+    return kind >= 0 && kind < PACI_SCHED_COUNT && sync[kind];
+}
+
 /* aux for FWD: 0 = live weights; d > 0 = run on the weights predicted d optimizer steps ahead
  * (`delay_correction predict`): d is this stage's steps between the forward and the backward
  * of mb, so the same in every body repetition.
@@ -96,9 +107,12 @@ typedef struct paci_stage_program {
 } paci_stage_program;
 
 #define PACI_MAX_STAGES 64
-#define PACI_MAX_PROGRAMS 2
+/* A full segment, a shorter last one, and under a warm start the warm schedule's full and
+ * shorter segments and the segment that starts at its end */
+#define PACI_MAX_PROGRAMS 6
 
 typedef struct paci_program {
+    int32_t schedule;  /* enum paci_schedule_kind it runs: the table's, or its warm start's */
     int32_t steps;     /* optimizer steps in a segment run by this program */
     int32_t body_reps; /* repetitions of every stage's body */
     paci_stage_program stage[PACI_MAX_STAGES];
@@ -109,11 +123,13 @@ typedef struct paci_table {
     int32_t stages;
     int32_t window;            /* micro-batches per optimizer step, every schedule */
     int32_t total_steps;
-    int32_t segment_steps;     /* every segment but possibly the last has this many steps */
+    int32_t segment_steps;     /* segments end at every multiple of it, and at warm_steps */
+    int32_t warm_steps;        /* steps [0, warm_steps) run warm_schedule (a warm start); 0: none */
+    int32_t warm_schedule;     /* enum paci_schedule_kind, synchronous */
     int32_t channel_capacity;  /* messages a link buffers before send blocks */
     int32_t slots[PACI_MAX_STAGES]; /* activation slots per stage */
     int32_t stash[PACI_MAX_STAGES]; /* stashed weight copies per stage (PipeDream) */
-    int32_t n_programs;        /* 1, or 2 when the last segment is shorter */
+    int32_t n_programs;        /* one per distinct (schedule, length) of the segments */
     paci_program program[PACI_MAX_PROGRAMS];
     int32_t n_instrs;
     const paci_instr *instrs;
@@ -133,18 +149,49 @@ static inline paci_instr paci_body_instr(const paci_table *t, int32_t stage, pac
     return in;
 }
 
-/* Which program runs segment `seg` (0-based), and how many segments there are. */
+/* Segments: [k S, (k+1) S) for S = segment_steps, the one holding warm_steps cut there
+ * (a warm start drains the pipeline once, at its end), the last cut at total_steps. */
 static inline int32_t paci_segments(const paci_table *t)
 {
-    return (int32_t)(((int64_t)t->total_steps + t->segment_steps - 1) / t->segment_steps);
+    int32_t n = (int32_t)(((int64_t)t->total_steps + t->segment_steps - 1) / t->segment_steps);
+    return n + (t->warm_steps > 0 && t->warm_steps % t->segment_steps != 0);
 }
 
+static inline int64_t paci_segment_first_step(const paci_table *t, int32_t seg)
+{
+    int32_t cut = t->warm_steps / t->segment_steps; /* the segment the warm start's end cuts */
+    if (t->warm_steps > 0 && t->warm_steps % t->segment_steps != 0 && seg > cut)
+        return seg == cut + 1 ? t->warm_steps : (int64_t)(seg - 1) * t->segment_steps;
+    return (int64_t)seg * t->segment_steps;
+}
+
+static inline int64_t paci_segment_end(const paci_table *t, int32_t seg)
+{
+    return seg + 1 < paci_segments(t) ? paci_segment_first_step(t, seg + 1) : t->total_steps;
+}
+
+/* The segment that holds step `step` (0-based). */
+static inline int32_t paci_segment_of_step(const paci_table *t, int64_t step)
+{
+    int32_t seg = (int32_t)(step / t->segment_steps);
+    return seg + (t->warm_steps > 0 && t->warm_steps % t->segment_steps != 0 && step >= t->warm_steps);
+}
+
+/* The schedule segment `seg` runs: the warm start's before warm_steps. */
+static inline int32_t paci_segment_schedule(const paci_table *t, int32_t seg)
+{
+    return paci_segment_first_step(t, seg) < t->warm_steps ? t->warm_schedule : t->schedule;
+}
+
+/* The program that runs segment `seg` (0-based); NULL only in a broken table. */
 static inline const paci_program *paci_segment_program(const paci_table *t, int32_t seg)
 {
-    int32_t last = paci_segments(t) - 1;
-    if (seg == last && t->n_programs == 2)
-        return &t->program[1];
-    return &t->program[0];
+    int32_t kind = paci_segment_schedule(t, seg);
+    int64_t steps = paci_segment_end(t, seg) - paci_segment_first_step(t, seg);
+    for (int32_t p = 0; p < t->n_programs; p++)
+        if (t->program[p].schedule == kind && t->program[p].steps == steps)
+            return &t->program[p];
+    return (const paci_program *)0;
 }
 
 #endif

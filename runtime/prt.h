@@ -435,6 +435,8 @@ typedef struct pr_run {
     const pr_link_ops *links;         /* set once the native transport carries a link */
     pr_tokens train, val;
     int64_t step;                     /* optimizer steps done (all stages, at a drain) */
+    int async_segment;                /* the segment running is asynchronous in a table with a
+                                         warm start: no global clipping norm in it */
     char run_id[64];                  /* checkpoint.c: whose checkpoints a save may prune */
     char resumed_from[4400];          /* the checkpoint loaded ("dir/step_N"), or "" */
     /* The last stage's loss per global step (the sum of its micro-batch mean losses), from

@@ -236,11 +236,11 @@ static int between_segments(pr_run *run, int at_end, int stopped, double *val_lo
 int pr_train(pr_run *run, char *err)
 {
     const paci_table *tab = run->tab;
-    int32_t seg = (int32_t)(run->step / tab->segment_steps);
+    int32_t seg = paci_segment_of_step(tab, run->step);
     double val_loss = -1.0;
     int stopped = 0;
     while (run->step < run->opt.steps && !stopped) {
-        int64_t segment_end = (int64_t)seg * tab->segment_steps + paci_segment_program(tab, seg)->steps;
+        int64_t segment_end = paci_segment_end(tab, seg);
         run->stop_at = run->opt.steps < segment_end ? run->opt.steps : PR_NO_STOP;
         pr_run_segment(run, seg++);
         int at_end = run->step == run->opt.steps;

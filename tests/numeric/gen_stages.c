@@ -35,7 +35,8 @@ int main(int argc, char **argv)
     Plan plan;
     plan_layout(&cfg, &plan); // the planner's split and sizes, which codegen checks its layout against
     paci_table table = {.schedule = cfg.schedule, .stages = cfg.stages, .window = 1,
-                        .total_steps = 1, .segment_steps = 1, .n_programs = 1};
+                        .total_steps = 1, .segment_steps = 1, .n_programs = 1,
+                        .program = {{.schedule = cfg.schedule, .steps = 1}}};
     Lowered low;
     lower_build(&cfg, &plan, &low);
     return codegen_write(&cfg, &low, &table, argv[1]) ? 0 : EXIT_INTERNAL;

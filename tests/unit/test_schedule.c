@@ -121,12 +121,15 @@ static void check_config(int kind, int p, int K, long steps, long eval_every)
     long drifted[PACI_MAX_STAGES] = {0}, mbs_total = 0;
     int max_drift[PACI_MAX_STAGES] = {0}, peak[PACI_MAX_STAGES] = {0};
     for (int prog = 0; prog < t->n_programs; prog++) {
+        long uses = 0; /* the whole run's drift share counts each program as often as it runs */
+        for (int32_t seg = 0; seg < paci_segments(t); seg++)
+            uses += paci_segment_program(t, seg) == &t->program[prog];
         SegmentLists sl;
-        schedule_generate(kind, p, K, t->program[prog].steps, &sl);
-        mbs_total += (long)t->program[prog].steps * K;
+        schedule_generate(kind, p, K, t->program[prog].steps, t->slots, &sl);
+        mbs_total += (long)t->program[prog].steps * K * uses;
         for (int s = 0; s < p; s++) {
             if (prog == 0) {
-                assert_int_equal(t->slots[s], sl.slots[s]);
+                assert_int_equal(t->slots[s], schedule_slots(kind, p, s, K, t->program[prog].steps));
                 assert_int_equal(t->stash[s], sl.stash[s]);
             }
             paci_instr *list;
@@ -134,7 +137,9 @@ static void check_config(int kind, int p, int K, long steps, long eval_every)
             assert_int_equal(n, sl.count[s]);
             assert_memory_equal(list, sl.instrs[s], (size_t)n * sizeof *list);
             check_structure(t, list, n, s);
-            stage_measure(t, list, n, s, &drifted[s], &max_drift[s], &peak[s]);
+            long prog_drifted = 0;
+            stage_measure(t, list, n, s, &prog_drifted, &max_drift[s], &peak[s]);
+            drifted[s] += prog_drifted * uses;
             free(list);
         }
         segment_lists_free(&sl);
@@ -220,6 +225,54 @@ static void test_segments(void **state)
     schedule_free(t);
 }
 
+/* A warm start: segments cut at its end too, a program for each (schedule, length), the
+ * table's slots the most of both schedules', and a verifier that refuses a drifting warm part. */
+static void test_warm_start(void **state)
+{
+    (void)state;
+    for (int warm = 0; warm < PACI_SCHED_COUNT; warm++) {
+        if (!paci_schedule_is_sync(warm))
+            continue;
+        Config cfg = make_config(PACI_SCHED_PACI, 4, 3, 23, 5, 0);
+        cfg.warm_schedule = warm;
+        cfg.warm_steps = 7;
+        Plan plan;
+        assert_true(plan_build(&cfg, &plan));
+        paci_table *t = schedule_build(&cfg, &plan);
+        VerifyReport rep;
+        if (!verify_schedule(t, &plan, &rep))
+            fail_msg("warm_start %s 7: %s", paci_schedule_name(warm), rep.error);
+        /* [0,5) [5,7) warm; [7,10) [10,15) [15,20) [20,23) paci */
+        static const long first[] = {0, 5, 7, 10, 15, 20};
+        assert_int_equal(paci_segments(t), 6);
+        for (int32_t seg = 0; seg < 6; seg++) {
+            assert_int_equal(paci_segment_first_step(t, seg), first[seg]);
+            assert_int_equal(paci_segment_of_step(t, first[seg]), seg);
+            assert_int_equal(paci_segment_schedule(t, seg), seg < 2 ? warm : PACI_SCHED_PACI);
+            const paci_program *pg = paci_segment_program(t, seg);
+            assert_non_null(pg);
+            assert_int_equal(pg->schedule, paci_segment_schedule(t, seg));
+            assert_int_equal(pg->steps, paci_segment_end(t, seg) - first[seg]);
+        }
+        assert_int_equal(paci_segment_of_step(t, 6), 1);
+        assert_int_equal(paci_segment_of_step(t, 22), 5);
+        assert_int_equal(t->n_programs, 4); /* warm 5 and 2, paci 3 (twice) and 5 */
+        for (int s = 0; s < 4; s++)
+            assert_int_equal(t->slots[s], plan.stage[s].slots);
+        for (int s = 0; s < 3; s++) // PACI's drift, counted over its segments only
+            assert_true(rep.drift_share[s] > 0 && rep.drift_share[s] < 1);
+        /* a warm start that drifts: the 5-step programs swap labels, so PACI's runs [0, 5) */
+        for (int p = 0; p < t->n_programs; p++)
+            if (t->program[p].steps == 5)
+                t->program[p].schedule = t->program[p].schedule == warm ? PACI_SCHED_PACI : warm;
+        assert_false(verify_schedule(t, &plan, &rep));
+        bool splits = warm == PACI_SCHED_ZBH1 || warm == PACI_SCHED_ZBH2; // then its B's give it away first
+        if (!strstr(rep.error, splits ? "a paci program runs bwd_b" : "the warm start's"))
+            fail_msg("warm_start %s: %s", paci_schedule_name(warm), rep.error);
+        schedule_free(t);
+    }
+}
+
 /* Slot counts: p-s for the 1F1B family (capped), K for GPipe; PipeDream's stash. */
 static void test_slots_and_stash(void **state)
 {
@@ -236,7 +289,7 @@ static void test_slots_and_stash(void **state)
     assert_int_equal(schedule_stash(PACI_SCHED_PACI, 8, 0, 4, 100), 0);
     /* the generator agrees with the formula */
     SegmentLists sl;
-    schedule_generate(PACI_SCHED_PIPEDREAM, 9, 3, 10, &sl);
+    schedule_generate(PACI_SCHED_PIPEDREAM, 9, 3, 10, NULL, &sl);
     for (int s = 0; s < 9; s++)
         assert_int_equal(sl.stash[s], schedule_stash(PACI_SCHED_PIPEDREAM, 9, s, 3, 10));
     segment_lists_free(&sl);
@@ -456,7 +509,7 @@ static void test_million_steps(void **state)
     VerifyReport rep;
     assert_true(verify_schedule(t, &plan, &rep));
     SegmentLists sl;
-    schedule_generate(PACI_SCHED_PACI, 2, 1, 1000000, &sl);
+    schedule_generate(PACI_SCHED_PACI, 2, 1, 1000000, NULL, &sl);
     for (int s = 0; s < 2; s++) {
         paci_instr *list;
         long n = schedule_expand(t, 0, s, &list);
@@ -526,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_long_run_is_compact),
         cmocka_unit_test(test_capped_generation),
         cmocka_unit_test(test_million_steps),
+        cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_micro_batch_numbers_past_int32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
