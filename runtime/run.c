@@ -290,9 +290,11 @@ static int write_profile(const pr_run *run, const char *path, char *err)
                "backward's: its B's and its W's)\n");
     for (int s = 0; s < run->p; s++) {
         const pr_stage_rt *st = &run->stage[s];
+        // backwards whole or as B and W (a warm start may run both kinds): their time over their count
+        int64_t backwards = st->ops[PACI_OP_BWD] + st->ops[PACI_OP_BWD_B];
+        double bwd_cpu = st->cpu[PACI_OP_BWD] + st->cpu[PACI_OP_BWD_B] + st->cpu[PACI_OP_BWD_W];
         fprintf(f, "stage %d fwd %.9g bwd %.9g step %.9g\n", s, mean_cpu(st, PACI_OP_FWD),
-                mean_cpu(st, PACI_OP_BWD) + mean_cpu(st, PACI_OP_BWD_B) + mean_cpu(st, PACI_OP_BWD_W),
-                mean_cpu(st, PACI_OP_STEP));
+                backwards ? bwd_cpu / (double)backwards : 0.0, mean_cpu(st, PACI_OP_STEP));
     }
     fprintf(f, "# link L SECONDS: mean seconds per message between stages L and L+1\n");
     for (int s = 0; s + 1 < run->p; s++) {

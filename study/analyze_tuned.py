@@ -7,10 +7,14 @@ be rerun with another target without training:
     study/analyze_tuned.py --median-profile DIR/runs/NAME  # (tuned.sh) one profile for NAME
 
 Best lr: the multiplier whose run ends with the lowest final validation loss (a diverged run
-is never best). Baseline: of the configurations whose schedule is 1f1b, the one with the
-lowest final validation loss at its best lr. Time to target: the replayed end of the first
-block of --block micro-batches whose mean training loss is at most --target. Losses depend
-only on the seed, the configuration and the code; times on the machine. Standard library only.
+is never best). Baseline: of the configurations whose schedule is --baseline (default zb-h1,
+the best synchronous schedule at PACI's memory; 1f1b where the grid has none), the one with the
+lowest final validation loss at its best lr; the best 1f1b configuration is the second
+reference. Time to target: the replayed end of the first block of --block micro-batches whose
+mean training loss is at most --target. Loss at the baseline's time: the mean training loss of
+the last block a configuration finishes within the baseline's whole replayed run (what a fixed
+budget of device time buys). Losses depend only on the seed, the configuration and the code;
+times on the machine. Standard library only.
 """
 import argparse
 import csv
@@ -120,11 +124,12 @@ def best_run(runs):
     return m, r
 
 
-def baseline(best, schedule_of):
-    """Of the 1f1b configurations at their best lr, the one with the lowest final validation
-    loss (ties: the first declared). best: {config: (multiplier, run) or None}, in grid order."""
+def baseline(best, schedule_of, schedule):
+    """Of the configurations of `schedule` at their best lr, the one with the lowest final
+    validation loss (ties: the first declared). best: {config: (multiplier, run) or None}, in grid
+    order."""
     candidates = [(b[1]["final_val"], i, c) for i, (c, b) in enumerate(best.items())
-                  if b and schedule_of[c] == "1f1b"]
+                  if b and schedule_of[c] == schedule]
     return min(candidates)[2] if candidates else None
 
 
@@ -179,6 +184,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", type=float, help="mean training loss over a block")
     ap.add_argument("--block", type=int, default=32, help="micro-batches per block (default 32)")
+    ap.add_argument("--baseline", default="zb-h1", help="the baseline's schedule (default zb-h1; 1f1b if the grid has none)")
     ap.add_argument("--median-profile", metavar="CONFIG_DIR", help="print the replay profile of one configuration")
     ap.add_argument("dir", nargs="?")
     args = ap.parse_args()
@@ -229,9 +235,20 @@ def main():
                                                        rec["loss"], "%.6f" % v if v is not None else ""))
 
     best = {c: best_run(runs[c]) for c in configs}
-    base = baseline(best, schedule_of)
+    base_schedule = args.baseline if baseline(best, schedule_of, args.baseline) else "1f1b"
+    base = baseline(best, schedule_of, base_schedule)
     base_run = best[base][1] if base else None
     base_tok, base_sec = reach(base, base_run) if base else (None, None)
+    flush = baseline(best, schedule_of, "1f1b")  # 1F1B-flush: the second reference
+    flush_sec = reach(flush, best[flush][1])[1] if flush else None
+    base_total = step_end[base][-1] if base and step_end[base] else None
+
+    def loss_at(c, r, seconds):
+        """The mean training loss of the last block c's run finishes by `seconds` (replayed)."""
+        if seconds is None or step_end[c] is None:
+            return None
+        done = [l for _, l, t in analyze.blocks(dict(r, step_end=step_end[c]), args.block) if t <= seconds * (1 + 1e-9)]
+        return done[-1] if done else None
 
     # The lr table: every configuration at every multiplier.
     lr_rows = []
@@ -261,29 +278,34 @@ def main():
         tok, sec = reach(c, r)
         rows.append({"config": c, "m": m, "run": r, "tokens": tok, "seconds": sec,
                      "speedup": base_sec / sec if sec and base_sec else None,
+                     "speedup_flush": flush_sec / sec if sec and flush_sec else None,
+                     "loss_at_base_time": loss_at(c, r, base_total),
                      "gap": 100 * (r["final_val"] / base_run["final_val"] - 1) if base_run else None,
                      "total": step_end[c][-1] if step_end[c] else None})
     with open(os.path.join(out, "summary.csv"), "w") as f:
-        f.write("config,schedule,best_lr_multiplier,final_val_loss,gap_vs_1f1b_pct,tokens_to_target,"
-                "replayed_s_to_target,speedup_vs_1f1b,replayed_s_total,%s,%s\n"
+        f.write("config,schedule,best_lr_multiplier,final_val_loss,gap_vs_baseline_pct,tokens_to_target,"
+                "replayed_s_to_target,speedup_vs_baseline,replayed_s_total,speedup_vs_1f1b,"
+                "train_loss_at_baseline_time,%s,%s\n"
                 % (",".join("mib_stage%d" % i for i in range(stages)), ",".join("drift_stage%d" % i for i in range(stages))))
         for row in rows:
             if row["m"] is None:
-                f.write("%s,%s,,,,,,,,%s,%s\n" % (row["config"], schedule_of[row["config"]], "," * (stages - 1), "," * (stages - 1)))
+                f.write("%s,%s,,,,,,,,,,%s,%s\n" % (row["config"], schedule_of[row["config"]], "," * (stages - 1), "," * (stages - 1)))
                 continue
             r = row["run"]
-            f.write("%s,%s,%g,%.4f,%s,%s,%s,%s,%s,%s,%s\n" % (
+            f.write("%s,%s,%g,%.4f,%s,%s,%s,%s,%s,%s,%s,%s,%s\n" % (
                 row["config"], schedule_of[row["config"]], row["m"], r["final_val"], fmt(row["gap"], "%.3f", ""),
                 row["tokens"] or "", fmt(row["seconds"], "%.6f", ""), fmt(row["speedup"], "%.4f", ""),
-                fmt(row["total"], "%.6f", ""),
+                fmt(row["total"], "%.6f", ""), fmt(row["speedup_flush"], "%.4f", ""),
+                fmt(row["loss_at_base_time"], "%.4f", ""),
                 ",".join("%.3f" % (b / 2**20) for b in r["stage_bytes"]) if r["stage_bytes"] else "," * (stages - 1),
                 ",".join(str(d) for d in r["drift"]) if r["drift"] else "," * (stages - 1)))
 
     tokens_per_block = args.block * first["micro"] * first["context"]
-    text = ["# Study results, second edition (generated by study/tuned.sh and study/analyze_tuned.py; do not edit)", "",
+    text = ["# Study results (generated by study/tuned.sh and study/analyze_tuned.py; do not edit)", "",
             "date: %s  " % open(os.path.join(out, "date.txt")).read().strip(),
             "command: `%s`  " % open(os.path.join(out, "command.txt")).read().strip(),
-            "analysis: `study/analyze_tuned.py --target %g --block %d %s`  " % (args.target, args.block, shown_dir(out)),
+            "analysis: `study/analyze_tuned.py --target %g --block %d%s %s`  "
+            % (args.target, args.block, "" if args.baseline == "zb-h1" else " --baseline " + args.baseline, shown_dir(out)),
             "time axis: each configuration's schedule replayed by the compiler's simulator with the per-stage median "
             "of the thread CPU times per instruction %s, as if every stage had its own device "
             "(evaluation excluded)" % ("of its calibration runs (every configuration's program, one after another "
@@ -291,28 +313,33 @@ def main():
                                        if os.path.isdir(os.path.join(out, "calibration"))
                                        else "its runs measured"), "",
             "target: mean training loss <= %g over a block of %d micro-batches (%d tokens). Best lr: the lowest final "
-            "validation loss. Baseline: %s."
+            "validation loss. Baseline: %s.%s Loss at the baseline's time: the mean training loss of the last block "
+            "each finishes within the baseline's whole replayed run%s."
             % (args.target, args.block, tokens_per_block,
-               "`%s` at lr x%g (the 1f1b configuration with the lowest final validation loss at its best lr)"
-               % (base, best[base][0]) if base else "none (no 1f1b configuration finished a run)"),
+               "`%s` at lr x%g (the %s configuration with the lowest final validation loss at its best lr)"
+               % (base, best[base][0], base_schedule) if base else "none (no %s configuration finished a run)" % base_schedule,
+               " Second reference (1F1B-flush): `%s` at lr x%g." % (flush, best[flush][0]) if flush and flush != base else "",
+               " (%s s)" % fmt(base_total) if base_total else ""),
             ""]
     if base and base_sec is None:
         text += ["The baseline does not reach the target: no speed-up can be given; choose a higher --target "
                  "(the lr table's last column is each run's lowest block loss).", ""]
-    text += ["| configuration | best lr | final val loss | gap vs 1f1b | tokens to target | replayed s to target "
-             "| speed-up vs 1f1b | replayed s (whole run) | peak MiB, stage 0 .. %d | max drift per stage |" % (stages - 1),
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    text += ["| configuration | best lr | final val loss | gap vs %s | tokens to target | replayed s to target "
+             "| speed-up vs %s | speed-up vs 1f1b | replayed s (whole run) | loss at the baseline's time "
+             "| peak MiB, stage 0 .. %d | max drift per stage |" % (base_schedule, base_schedule, stages - 1),
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for row in rows:
         if row["m"] is None:
-            text.append("| %s | diverged or unfinished at every lr | - | - | - | - | - | - | - | - |" % row["config"])
+            text.append("| %s | diverged or unfinished at every lr | - | - | - | - | - | - | - | - | - | - |" % row["config"])
             continue
         r = row["run"]
         drift = ",".join(str(d) for d in r["drift"]) if r["drift"] else "-"
         if r["drift_effective"] and r["drift_effective"] != r["drift"]:
             drift += " (effective: %s)" % ",".join(str(d) for d in r["drift_effective"])
-        text.append("| %s | x%g | %.4f | %s | %s | %s | %s | %s | %s | %s |" % (
+        text.append("| %s | x%g | %.4f | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             row["config"], row["m"], r["final_val"], fmt(row["gap"], "%+.2f%%"),
-            row["tokens"] or "not reached", fmt(row["seconds"]), fmt(row["speedup"], "%.2fx"), fmt(row["total"]),
+            row["tokens"] or "not reached", fmt(row["seconds"]), fmt(row["speedup"], "%.2fx"),
+            fmt(row["speedup_flush"], "%.2fx"), fmt(row["total"]), fmt(row["loss_at_base_time"], "%.4f"),
             " ".join("%.2f" % (b / 2**20) for b in r["stage_bytes"]) if r["stage_bytes"] else "-", drift))
     text += ["", "Every configuration at every learning rate (x the base of configs.txt; the best in bold):", "",
              "| configuration | lr | optimizer | final val loss | tokens to target | replayed s to target | lowest block loss |",

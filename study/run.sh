@@ -6,10 +6,12 @@
 #
 #   study/run.sh [--stages P] [--windows "1 4 8 16"] [--schedules "gpipe 1f1b pipedream paci"]
 #                [--micro-batches M] [--evals N] [--target LOSS] [--wallclock-stages P2]
+#                [--wallclock-schedules "1f1b zb-h1 paci"]
 #                [--model-args "layers 8; width 64; heads 4"] [--lr PEAK] [--out DIR]
 #
 # Every run sees M micro-batches (M / K optimizer steps at window K) and N validation passes
-# at the same token counts. --wallclock-stages 0 skips the real wall-clock check.
+# at the same token counts. --wallclock-stages 0 skips the real wall-clock check, which runs
+# the --wallclock-schedules at the last window with one core per stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/study/toolchain.sh"  # $toolchain: a private copy of the build; $pacic, $python
@@ -21,6 +23,7 @@ micro_batches=1024
 evals=8
 target=2.6
 wallclock_stages=2
+wallclock_schedules="1f1b zb-h1 paci"
 model_args="layers 8; width 64; heads 4"
 lr=2e-3  # peak at global batch 32, scaled by sqrt(global batch / 32)
 out=$root/docs/study
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
     --evals) evals=$2 ;;
     --target) target=$2 ;;
     --wallclock-stages) wallclock_stages=$2 ;;
+    --wallclock-schedules) wallclock_schedules=$2 ;;
     --model-args) model_args=$2 ;;
     --lr) lr=$2 ;;
     --out) out=$2 ;;
@@ -51,7 +55,7 @@ for k in $windows; do
 done
 
 mkdir -p "$out/runs"
-command_line="study/run.sh --stages $stages --windows \"$windows\" --schedules \"$schedules\" --micro-batches $micro_batches --evals $evals --target $target --wallclock-stages $wallclock_stages --lr $lr"
+command_line="study/run.sh --stages $stages --windows \"$windows\" --schedules \"$schedules\" --micro-batches $micro_batches --evals $evals --target $target --wallclock-stages $wallclock_stages --wallclock-schedules \"$wallclock_schedules\" --lr $lr"
 
 # one_run NAME STAGES SCHEDULE WINDOW [replay]: compile, train, replay into $out/runs/NAME/.
 one_run() {
@@ -88,7 +92,7 @@ done
 wallclock_runs=""
 if (( wallclock_stages > 0 )); then
     echo "wall-clock check at $wallclock_stages stages (one core per stage):"
-    for schedule in 1f1b paci; do
+    for schedule in $wallclock_schedules; do
         k=$(echo "$windows" | awk '{print $NF}')
         one_run "wall-$schedule-k$k" "$wallclock_stages" "$schedule" "$k"
         wallclock_runs="$wallclock_runs wall-$schedule-k$k"

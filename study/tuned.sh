@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The study, second edition: time to accuracy at tuned learning rates. Every configuration of
+# The study (third edition; the second's results in docs/study/tuned): time to accuracy at tuned learning rates. Every configuration of
 # study/configs.txt (schedule, pipeline keys, optimizer) is trained at every learning-rate
 # multiplier, with the same model, seed, data order and tokens, the configurations taking
 # turns; each configuration's schedule is then replayed with the instruction costs its runs
@@ -40,7 +40,7 @@ evals=8
 target=1.9  # a loss the best-tuned 1F1B-flush reaches at about 60% of its run (docs/study.md)
 block=32  # micro-batches per block of the time-to-target rule
 model_args="layers 8; width 64; heads 4"
-out=$root/docs/study/tuned
+out=$root/docs/study/third
 check_only=0
 replay_only=0
 jobs_max=2
