@@ -238,6 +238,18 @@ static void explain_recompute(FILE *out, const Config *cfg, const Plan *plan, co
     }
 }
 
+/* The run's segments, and the warm start's part of them. */
+static void explain_segments(FILE *out, const Config *cfg, const paci_table *t)
+{
+    fprintf(out, "run: %ld steps in %d segment%s of %d steps (the pipeline drains at every segment's end: "
+                 "evaluation, checkpoint, end of training)\n",
+            cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
+    if (t->warm_steps > 0)
+        fprintf(out, "warm start: steps 1-%d under %s (synchronous: drift 0), the pipeline drained once at its end, "
+                     "steps %d-%ld under %s\n", t->warm_steps, paci_schedule_name(t->warm_schedule), t->warm_steps + 1,
+                cfg->steps, paci_schedule_name(t->schedule));
+}
+
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
                      const VerifyReport *rep, const SimResult *sim)
 {
@@ -253,13 +265,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                 cfg->global_batch, tokens_per_step, cfg->precision == PREC_BF16 ? "bf16" : "fp32");
     else
         explain_replicas(out, cfg, tokens_per_step);
-    fprintf(out, "run: %ld steps in %d segment%s of %d steps (the pipeline drains at every segment's end: "
-                 "evaluation, checkpoint, end of training)\n",
-            cfg->steps, paci_segments(t), paci_segments(t) == 1 ? "" : "s", t->segment_steps);
-    if (t->warm_steps > 0)
-        fprintf(out, "warm start: steps 1-%d under %s (synchronous: drift 0), the pipeline drained once at its end, "
-                     "steps %d-%ld under %s\n", t->warm_steps, paci_schedule_name(t->warm_schedule), t->warm_steps + 1,
-                cfg->steps, paci_schedule_name(t->schedule));
+    explain_segments(out, cfg, t);
     explain_lr(out, cfg);
     explain_optimizer(out, cfg);
 

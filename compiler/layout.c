@@ -99,19 +99,11 @@ static long layer_tensor_size(int i, long C)
     return rows * layer_tensors[i].cols * C;
 }
 
-/* Parameters: [wte wpe] layers... [lnfw lnfb lm_head]; activations: input, layers...,
- * [lnf, its statistics, probabilities]; scratch: the backward's temporaries. */
-void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
+/* A layer's saved activations: its attention half's block, then its MLP half's. */
+static void layer_act_layouts(const Config *cfg, StageLayout *lay)
 {
-    long B = cfg->micro, T = cfg->context, C = cfg->width, V = cfg->vocab, VP = vocab_stride(cfg), NH = cfg->heads;
+    long B = cfg->micro, T = cfg->context, C = cfg->width, NH = cfg->heads;
     long BT = B * T;
-    *lay = (StageLayout){0};
-
-    for (int i = 0; i < N_LAYER_TENSORS; i++)
-        layout_add(i < N_ATTN_TENSORS ? &lay->attn_params : &lay->mlp_params, layer_tensors[i].name,
-                   layer_tensor_size(i, C), layer_tensors[i].ckpt_name);
-    lay->layer_params = lay->attn_params.total + lay->mlp_params.total;
-
     Layout *la = &lay->attn_acts;
     bool flash = cfg->attention == ATTN_FLASH;
     layout_add_operand(la, cfg, flash, "A_LN1", BT * C, "LayerNorm 1 output (bf16 under bf16, flash)");
@@ -144,6 +136,23 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_alias(lm, "A_W_DFC", "A_FC_PRE", "d(fc pre-activation), kept by B for W (over A_FC_PRE: GELU's "
                      "backward has read it)");
     }
+}
+
+/* Parameters: [wte wpe] layers... [lnfw lnfb lm_head]; activations: input, layers...,
+ * [lnf, its statistics, probabilities]; scratch: the backward's temporaries. */
+void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
+{
+    long B = cfg->micro, T = cfg->context, C = cfg->width, V = cfg->vocab, VP = vocab_stride(cfg), NH = cfg->heads;
+    long BT = B * T;
+    *lay = (StageLayout){0};
+
+    for (int i = 0; i < N_LAYER_TENSORS; i++)
+        layout_add(i < N_ATTN_TENSORS ? &lay->attn_params : &lay->mlp_params, layer_tensors[i].name,
+                   layer_tensor_size(i, C), layer_tensors[i].ckpt_name);
+    lay->layer_params = lay->attn_params.total + lay->mlp_params.total;
+
+    layer_act_layouts(cfg, lay);
+    Layout *la = &lay->attn_acts, *lm = &lay->mlp_acts;
     lay->layer_acts = la->total + lm->total;
 
     Layout *p = &lay->params;
@@ -197,7 +206,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
     if (sends_residual(cfg, sp))
         layout_add(a, "ACT_OUTPUT_MSG", residual_message_floats(cfg), "the output in bf16, the message sent (messages bf16)");
-    if (split && sp->has_embed)
+    if (config_splits_backward(cfg) && sp->has_embed) // zero-bubble: what B keeps for W
         layout_alias(a, "ACT_W_DEMB", "ACT_INPUT", "d(embedding output), kept by B for W (over ACT_INPUT: the "
                      "first layer's B has read it)");
 

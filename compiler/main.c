@@ -62,7 +62,7 @@ static void usage(FILE *out)
             "                   writes (default: standard output; a folder for --emit c)\n"
             "  --check          parse and check only\n"
             "  --explain        stages, memory, drift bound, predicted throughput, the\n"
-            "                   four schedules side by side, and the GPU cost model\n"
+            "                   every schedule side by side, and the GPU cost model\n"
             "  --emit KIND      one of:\n");
 #define EMIT_HELP(name, text, help) fprintf(out, "                     %-9s %s\n", text, help);
     EMIT_KINDS(EMIT_HELP)

@@ -186,6 +186,53 @@ static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
     return RAN;
 }
 
+/* BWD, or a zero-bubble program's BWD_B: after the forward and the gradient, once; the drift
+ * it meets (none in a warm start), the stash it reads. */
+static enum Progress backward(Verifier *v, int s, paci_instr in)
+{
+    const paci_table *t = v->t;
+    StageRun *sr = &v->st[s];
+    bool first = s == 0, last = s == t->stages - 1;
+    if ((in.op == PACI_OP_BWD_B) != splits(v))
+        return broken(v, "stage %d: a %s program runs %s (mb %lld)", s, paci_schedule_name(program_kind(v)),
+                      paci_op_name(in.op), (long long)in.mb);
+    if (!sr->fwd_count[in.mb])
+        return broken(v, "stage %d runs the backward of mb %lld before its forward", s, (long long)in.mb);
+    if (sr->bwd_count[in.mb]++)
+        return broken(v, "stage %d runs the backward of mb %lld twice", s, (long long)in.mb);
+    if (!last && !sr->grad_received[in.mb])
+        return broken(v, "stage %d runs the backward of mb %lld before receiving its gradient", s, (long long)in.mb);
+    if (!slot_holds(v, s, in))
+        return BROKEN;
+    long drift = sr->version - sr->fwd_version[in.mb];
+    if (sr->fwd_delay[in.mb] != 0 && sr->fwd_delay[in.mb] != drift)
+        return broken(v, "stage %d: the forward of mb %lld predicts %d optimizer steps ahead, but its "
+                      "backward comes %ld steps later", s, (long long)in.mb, sr->fwd_delay[in.mb], drift);
+    if (drift > 0 && program_kind(v) != t->schedule) // a warm start is synchronous
+        return broken(v, "stage %d: the warm start's %s crosses %ld optimizer steps between the forward "
+                      "and the backward of mb %lld", s, paci_schedule_name(program_kind(v)), drift,
+                      (long long)in.mb);
+    if (drift > v->rep->max_drift[s])
+        v->rep->max_drift[s] = (int)drift;
+    if (drift > 0)
+        v->drifted[s]++;
+    long used = sr->version;
+    if (in.aux) {
+        if (in.aux > t->stash[s] || sr->stash_version[in.aux - 1] < 0)
+            return broken(v, "stage %d: backward of mb %lld reads stash slot %d, which holds nothing", s, (long long)in.mb, in.aux - 1);
+        used = sr->stash_version[in.aux - 1];
+    }
+    // recompute full reruns the forward on the weights the backward uses
+    long effective = v->plan->stage[s].recompute ? 0 : labs(used - sr->fwd_version[in.mb]);
+    sr->work_mb = -1;
+    if (effective > v->rep->effective_drift[s])
+        v->rep->effective_drift[s] = (int)effective;
+    if (first && in.op == PACI_OP_BWD)
+        slot_release(v, s, in);
+    sr->backwards_since_step++;
+    return RAN;
+}
+
 /* Runs the next instruction of stage s if its message or buffer space is there. */
 static enum Progress step_stage(Verifier *v, int s)
 {
@@ -241,46 +288,10 @@ static enum Progress step_stage(Verifier *v, int s)
             return BROKEN;
         break;
     case PACI_OP_BWD_B:
-    case PACI_OP_BWD: {
-        if ((in.op == PACI_OP_BWD_B) != splits(v))
-            return broken(v, "stage %d: a %s program runs %s (mb %lld)", s, paci_schedule_name(program_kind(v)),
-                          paci_op_name(in.op), (long long)in.mb);
-        if (!sr->fwd_count[in.mb])
-            return broken(v, "stage %d runs the backward of mb %lld before its forward", s, (long long)in.mb);
-        if (sr->bwd_count[in.mb]++)
-            return broken(v, "stage %d runs the backward of mb %lld twice", s, (long long)in.mb);
-        if (!last && !sr->grad_received[in.mb])
-            return broken(v, "stage %d runs the backward of mb %lld before receiving its gradient", s, (long long)in.mb);
-        if (!slot_holds(v, s, in))
+    case PACI_OP_BWD:
+        if ((pr = backward(v, s, in)) == BROKEN)
             return BROKEN;
-        long drift = sr->version - sr->fwd_version[in.mb];
-        if (sr->fwd_delay[in.mb] != 0 && sr->fwd_delay[in.mb] != drift)
-            return broken(v, "stage %d: the forward of mb %lld predicts %d optimizer steps ahead, but its "
-                          "backward comes %ld steps later", s, (long long)in.mb, sr->fwd_delay[in.mb], drift);
-        if (drift > 0 && program_kind(v) != t->schedule) // a warm start is synchronous
-            return broken(v, "stage %d: the warm start's %s crosses %ld optimizer steps between the forward "
-                          "and the backward of mb %lld", s, paci_schedule_name(program_kind(v)), drift,
-                          (long long)in.mb);
-        if (drift > v->rep->max_drift[s])
-            v->rep->max_drift[s] = (int)drift;
-        if (drift > 0)
-            v->drifted[s]++;
-        long used = sr->version;
-        if (in.aux) {
-            if (in.aux > t->stash[s] || sr->stash_version[in.aux - 1] < 0)
-                return broken(v, "stage %d: backward of mb %lld reads stash slot %d, which holds nothing", s, (long long)in.mb, in.aux - 1);
-            used = sr->stash_version[in.aux - 1];
-        }
-        // recompute full reruns the forward on the weights the backward uses
-        long effective = v->plan->stage[s].recompute ? 0 : labs(used - sr->fwd_version[in.mb]);
-        sr->work_mb = -1;
-        if (effective > v->rep->effective_drift[s])
-            v->rep->effective_drift[s] = (int)effective;
-        if (first && in.op == PACI_OP_BWD)
-            slot_release(v, s, in);
-        sr->backwards_since_step++;
         break;
-    }
     case PACI_OP_SEND_GRAD:
         pr = send(v, first ? NULL : &v->grad[s - 1], s, in, !first);
         if (pr == RAN) {
