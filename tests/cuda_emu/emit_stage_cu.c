@@ -24,10 +24,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "emit_stage_cu: a width that the heads divide, and a positive context and micro-batch\n");
         return 2;
     }
-    Plan plan = {.stages = 1};
-    plan.stage[0] = (StagePlan){.first_layer = 0, .n_layers = 1, .has_embed = true, .has_head = true};
+    Plan plan;
+    plan_layout(&cfg, &plan); // one stage: embedding, every layer and the head
+    Lowered low;
+    lower_build(&cfg, &plan, &low);
     StrBuf sb = {0};
-    emit_cuda_stage(&sb, &cfg, &plan, 0);
+    emit_cuda_stage(&sb, &cfg, &low, 0);
+    lower_free(&low);
     fwrite(sb.data, 1, sb.len, stdout);
     sb_free(&sb);
     return ferror(stdout) ? 1 : 0;

@@ -46,7 +46,7 @@ done
 ATT_FP32_TOL=1e-5
 ATT_BF16_TOL=3e-2
 [ -f build/obj/libpacic.a ] || fail "build/obj/libpacic.a missing: run make first"
-"${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Icompiler "$emu/emit_stage_cu.c" build/obj/libpacic.a -lm \
+"${CC:-cc}" -std=c11 -D_GNU_SOURCE -O2 -Wall -Werror -Icompiler "$emu/emit_stage_cu.c" build/obj/libpacic.a -lm \
     -o "$work/emit_stage_cu" || fail "emit_stage_cu does not build"
 for shape in "48 2 80 1" "128 2 80 1"; do
     for precision in fp32 bf16; do

@@ -13,7 +13,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc=${CC:-cc}
 [ -f build/obj/libpacic.a ] || { echo "build/obj/libpacic.a missing: run make first" >&2; exit 1; }
-$cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler -I"$cuda/include" tests/numeric/nvrtc_check.c \
+$cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Werror -Icompiler -I"$cuda/include" tests/numeric/nvrtc_check.c \
     build/obj/libpacic.a -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lnvrtc -lm -o "$work/nvrtc_check"
 cd "$work"
 for precision in fp32 bf16; do

@@ -69,10 +69,13 @@ int main(int argc, char **argv)
                   .heads = atoi(argv[3]), .context = atoi(argv[4]), .vocab = atoi(argv[5]),
                   .micro = atoi(argv[6]), .stages = 1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                   .precision = argc == 8 && strcmp(argv[7], "bf16") == 0 ? PREC_BF16 : PREC_FP32};
-    Plan plan = {.stages = 1};
-    plan.stage[0] = (StagePlan){.first_layer = 0, .n_layers = cfg.layers, .has_embed = true, .has_head = true};
+    Plan plan;
+    plan_layout(&cfg, &plan); // one stage: embedding, every layer and the head
+    Lowered low;
+    lower_build(&cfg, &plan, &low);
     StrBuf sb = {0};
-    emit_cuda_stage(&sb, &cfg, &plan, 0);
+    emit_cuda_stage(&sb, &cfg, &low, 0);
+    lower_free(&low);
     bool ok = compile_for(sb.data, "sm_80") & compile_for(sb.data, "sm_90");
     if (!ok && write_file_atomic("stage_0.cu", sb.data, sb.len) == 0)
         fprintf(stderr, "source kept in stage_0.cu\n");
