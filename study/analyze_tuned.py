@@ -11,9 +11,9 @@ is never best). Baseline: of the configurations whose schedule is --baseline (de
 the best synchronous schedule at PACI's memory; 1f1b where the grid has none), the one with the
 lowest final validation loss at its best lr; the best 1f1b configuration is the second
 reference. Time to target: the replayed end of the first block of --block micro-batches whose
-mean training loss is at most --target. Loss at the baseline's time: the mean training loss of
-the last block a configuration finishes within the baseline's whole replayed run (what a fixed
-budget of device time buys). Losses depend only on the seed, the configuration and the code;
+mean training loss is at most --target. Loss at the baseline's time: the validation loss a
+configuration has at the end of the baseline's whole replayed run (what a fixed budget of
+device time buys), linear between its evaluations. Losses depend only on the seed, the configuration and the code;
 times on the machine. Standard library only.
 """
 import argparse
@@ -244,11 +244,20 @@ def main():
     base_total = step_end[base][-1] if base and step_end[base] else None
 
     def loss_at(c, r, seconds):
-        """The mean training loss of the last block c's run finishes by `seconds` (replayed)."""
+        """c's validation loss at `seconds` of replayed time: linear between its evaluations
+        (the same held-out tokens at every point, unlike a training block), its last one once
+        the run has ended; None before its first."""
         if seconds is None or step_end[c] is None:
             return None
-        done = [l for _, l, t in analyze.blocks(dict(r, step_end=step_end[c]), args.block) if t <= seconds * (1 + 1e-9)]
-        return done[-1] if done else None
+        points = [(step_end[c][s - 1], v) for s, v in r["val"]]
+        before = [(t, v) for t, v in points if t <= seconds * (1 + 1e-9)]
+        after = [(t, v) for t, v in points if t > seconds * (1 + 1e-9)]
+        if not before:
+            return None
+        if not after:
+            return before[-1][1]
+        (t0, v0), (t1, v1) = before[-1], after[0]
+        return v0 + (v1 - v0) * (seconds - t0) / (t1 - t0)
 
     # The lr table: every configuration at every multiplier.
     lr_rows = []
@@ -285,7 +294,7 @@ def main():
     with open(os.path.join(out, "summary.csv"), "w") as f:
         f.write("config,schedule,best_lr_multiplier,final_val_loss,gap_vs_baseline_pct,tokens_to_target,"
                 "replayed_s_to_target,speedup_vs_baseline,replayed_s_total,speedup_vs_1f1b,"
-                "train_loss_at_baseline_time,%s,%s\n"
+                "val_loss_at_baseline_time,%s,%s\n"
                 % (",".join("mib_stage%d" % i for i in range(stages)), ",".join("drift_stage%d" % i for i in range(stages))))
         for row in rows:
             if row["m"] is None:
@@ -313,8 +322,8 @@ def main():
                                        if os.path.isdir(os.path.join(out, "calibration"))
                                        else "its runs measured"), "",
             "target: mean training loss <= %g over a block of %d micro-batches (%d tokens). Best lr: the lowest final "
-            "validation loss. Baseline: %s.%s Loss at the baseline's time: the mean training loss of the last block "
-            "each finishes within the baseline's whole replayed run%s."
+            "validation loss. Baseline: %s.%s Loss at the baseline's time: the validation loss each has when the "
+            "baseline's whole replayed run ends%s, linear between its evaluations (its last once it has ended)."
             % (args.target, args.block, tokens_per_block,
                "`%s` at lr x%g (the %s configuration with the lowest final validation loss at its best lr)"
                % (base, best[base][0], base_schedule) if base else "none (no %s configuration finished a run)" % base_schedule,
