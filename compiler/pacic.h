@@ -479,6 +479,8 @@ typedef struct CostModel {
     double allreduce[PACI_MAX_STAGES]; /* seconds the step waits for the replicas' allreduce (its part
                                         * the last backward does not hide); 0: D = 1 */
     double w[PACI_MAX_STAGES];   /* of bwd, a zero-bubble W's seconds (B takes the rest) */
+    double w_measured[PACI_MAX_STAGES]; /* a profile's W seconds (its stage line's `w`); 0: none,
+                                         * w is then the W products' share of bwd's FLOPs */
     bool step_barrier;           /* every stage's k-th step waits for all stages' (clipping by
                                   * the global norm: a synchronous schedule with clip, p > 1) */
 } CostModel;

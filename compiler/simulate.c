@@ -20,9 +20,12 @@
  *
  *     # comments and blank lines are ignored
  *     stage 0 fwd 0.0123 bwd 0.0250 step 0.0010   # seconds per instruction on stage 0
+ *     stage 1 fwd 0.0123 bwd 0.0250 step 0.0010 w 0.0090   # of bwd, a zero-bubble W's
  *     link 0 0.0004                               # seconds per message from stage 0 to 1
  *
- * Each `stage` line names all three costs; stages or links not mentioned keep the model's.
+ * Each `stage` line names all three costs, and may add W's (without it, a zero-bubble
+ * schedule's W takes its products' share of the backward's FLOPs); stages or links not
+ * mentioned keep the model's.
  * That is version 1 of the format. Version 2 (what `run --profile-out` writes) starts with
  * a `version 2` line, which version 1 readers reject at once, and adds per-op times:
  *
@@ -83,8 +86,14 @@ void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm)
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         cm->allreduce[s] = allreduce_exposed(cfg, sp, cm->bwd[s]);
-        // W's seconds: its products' share of the backward's FLOPs, measured or predicted
-        cm->w[s] = config_splits_backward(cfg) && sp->bwd_flops > 0 ? cm->bwd[s] * sp->w_flops / sp->bwd_flops : 0;
+        // W's seconds: as a profile measured them, else its products' share of the backward's FLOPs
+        // (on a CPU a smaller share: the backward's other ops, all B, cost more there than their FLOPs)
+        if (!config_splits_backward(cfg))
+            cm->w[s] = 0;
+        else if (cm->w_measured[s] > 0)
+            cm->w[s] = cm->w_measured[s];
+        else
+            cm->w[s] = sp->bwd_flops > 0 ? cm->bwd[s] * sp->w_flops / sp->bwd_flops : 0;
     }
     // a synchronous program's steps wait for the global norm (run_segment asks the program)
     cm->step_barrier = (paci_schedule_is_sync(cfg->schedule) || cfg->warm_steps > 0) && cfg->grad_clip > 0 &&
@@ -270,9 +279,15 @@ static const char *profile_line(char *line, ProfileReader *r)
             return "expected 'bwd SECONDS'";
         if (!read_word(&p, "step") || (skip_blanks(&p), !read_seconds(&p, &st)))
             return "expected 'step SECONDS'";
+        double w = 0;
+        if (read_word(&p, "w") && (skip_blanks(&p), !read_seconds(&p, &w)))
+            return "expected SECONDS after 'w'";
+        if (w > b)
+            return "a backward's W takes more than the whole backward ('w' above 'bwd')";
         cm->fwd[s] = f;
         cm->bwd[s] = b;
         cm->step[s] = st;
+        cm->w_measured[s] = w;
     } else if (read_word(&p, "link")) {
         double m;
         if (!read_stage(&p, r->plan->stages - 1, &s))

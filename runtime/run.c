@@ -286,15 +286,18 @@ static int write_profile(const pr_run *run, const char *path, char *err)
     fprintf(f, ") on the %s over %lld steps\n", run->dev->host_memory ? "CPU" : "GPU",
             (long long)run->steps_this_process);
     fprintf(f, "version 2\n");
-    fprintf(f, "# stage S fwd F bwd B step P: mean thread CPU seconds per instruction (a zero-bubble "
-               "backward's: its B's and its W's)\n");
+    fprintf(f, "# stage S fwd F bwd B step P [w W]: mean thread CPU seconds per instruction (a zero-bubble "
+               "backward's: its B's and its W's; w: its W's alone)\n");
     for (int s = 0; s < run->p; s++) {
         const pr_stage_rt *st = &run->stage[s];
         // backwards whole or as B and W (a warm start may run both kinds): their time over their count
         int64_t backwards = st->ops[PACI_OP_BWD] + st->ops[PACI_OP_BWD_B];
         double bwd_cpu = st->cpu[PACI_OP_BWD] + st->cpu[PACI_OP_BWD_B] + st->cpu[PACI_OP_BWD_W];
-        fprintf(f, "stage %d fwd %.9g bwd %.9g step %.9g\n", s, mean_cpu(st, PACI_OP_FWD),
+        fprintf(f, "stage %d fwd %.9g bwd %.9g step %.9g", s, mean_cpu(st, PACI_OP_FWD),
                 backwards ? bwd_cpu / (double)backwards : 0.0, mean_cpu(st, PACI_OP_STEP));
+        if (st->ops[PACI_OP_BWD_W] > 0 && backwards > 0)
+            fprintf(f, " w %.9g", fmin(mean_cpu(st, PACI_OP_BWD_W), bwd_cpu / (double)backwards));
+        fputc('\n', f);
     }
     fprintf(f, "# link L SECONDS: mean seconds per message between stages L and L+1\n");
     for (int s = 0; s + 1 < run->p; s++) {

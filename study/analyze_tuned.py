@@ -46,9 +46,10 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 def median_profile(config_dir):
     """Per stage and link, the median of what the configuration's finished runs measured: the
     run folders under config_dir (tuned.sh's calibration passes, or lr-xM training runs),
-    version 1 of the profile format (stage and link lines)."""
+    version 1 of the profile format (stage lines, with W's seconds where they have them, and link
+    lines)."""
     runs = sorted(d for d in os.listdir(config_dir) if os.path.isdir(os.path.join(config_dir, d)))
-    stage, link, used = {}, {}, []
+    stage, link, w, used = {}, {}, {}, []
     for d in runs:
         folder = os.path.join(config_dir, d)
         path = os.path.join(folder, "profile.txt")
@@ -56,9 +57,11 @@ def median_profile(config_dir):
             continue
         used.append(d)
         for line in open(path):
-            m = re.match(r"stage (\d+) fwd (\S+) bwd (\S+) step (\S+)", line)
+            m = re.match(r"stage (\d+) fwd (\S+) bwd (\S+) step (\S+)(?: w (\S+))?", line)
             if m:
                 stage.setdefault(int(m.group(1)), []).append([float(x) for x in m.group(2, 3, 4)])
+                if m.group(5):
+                    w.setdefault(int(m.group(1)), []).append(float(m.group(5)))
             m = re.match(r"link (\d+) (\S+)", line)
             if m:
                 link.setdefault(int(m.group(1)), []).append(float(m.group(2)))
@@ -67,7 +70,10 @@ def median_profile(config_dir):
     out = ["# per-stage median of the costs measured by %s (study/analyze_tuned.py)" % " ".join(used)]
     for s in sorted(stage):
         f, b, p = (statistics.median(col) for col in zip(*stage[s]))
-        out.append("stage %d fwd %.9g bwd %.9g step %.9g" % (s, f, b, p))
+        line = "stage %d fwd %.9g bwd %.9g step %.9g" % (s, f, b, p)
+        if len(w.get(s, [])) == len(stage[s]):  # a zero-bubble W's seconds, measured by every run
+            line += " w %.9g" % min(statistics.median(w[s]), b)
+        out.append(line)
     for l in sorted(link):
         out.append("link %d %.9g" % (l, statistics.median(link[l])))
     return "\n".join(out) + "\n"

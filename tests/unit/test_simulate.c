@@ -154,6 +154,36 @@ static char *write_temp(const char *text)
     return path;
 }
 
+/* A stage line's `w` is what a zero-bubble W costs in the replay; without it, W takes its
+ * products' share of the backward's FLOPs; a W above the whole backward is an error. */
+static void test_profile_w(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_ZBH1, 2, 4, 4);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    CostModel cm;
+    cost_model_from_plan(&cfg, &plan, &cm);
+    double by_flops = cm.w[0];
+    assert_true(by_flops > 0 && by_flops < cm.bwd[0]);
+    char *with_w = write_temp("stage 0 fwd 0.5 bwd 1.5 step 0.25 w 0.375\nstage 1 fwd 0.5 bwd 1.5 step 0.25\n");
+    assert_true(cost_model_load_profile(with_w, &plan, &cm));
+    cost_model_allreduce(&cfg, &plan, &cm);
+    assert_true(cm.w[0] == 0.375);
+    assert_true(cm.w[1] == 1.5 * plan.stage[1].w_flops / plan.stage[1].bwd_flops);
+    unlink(with_w);
+    free(with_w);
+    char *too_much = write_temp("stage 0 fwd 0.5 bwd 1.5 step 0.25 w 2\n");
+    FILE *quiet = tmpfile();
+    diag_set_stream(quiet);
+    assert_false(cost_model_load_profile(too_much, &plan, &cm));
+    diag_set_stream(stderr);
+    fclose(quiet);
+    diag_reset();
+    unlink(too_much);
+    free(too_much);
+}
+
 static void test_profile(void **state)
 {
     (void)state;
@@ -165,6 +195,7 @@ static void test_profile(void **state)
     char *good = write_temp("# measured\nstage 0 fwd 0.5 bwd 1.5 step 0.25\n\nlink 0 0.125  # nvlink\n");
     assert_true(cost_model_load_profile(good, &plan, &cm));
     assert_true(cm.fwd[0] == 0.5 && cm.bwd[0] == 1.5 && cm.step[0] == 0.25 && cm.msg[0] == 0.125);
+    assert_true(cm.w_measured[0] == 0);
 
     char out_path[] = "/tmp/pacic_diag_XXXXXX";
     int fd = mkstemp(out_path);
@@ -351,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_costs_from_plan),
         cmocka_unit_test(test_partial_segment),
         cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_profile_w),
         cmocka_unit_test(test_profile_ops),
         cmocka_unit_test(test_measured_costs),
     };
