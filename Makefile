@@ -128,7 +128,7 @@ test: all $(UNIT_BIN)
 	tests/run.sh
 
 # STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--target 2.4";
-# re-analyse without training: study/analyze_tuned.py --target 2.0 docs/study/tuned.
+# re-analyse without training: study/analyze_tuned.py --target 2.0 docs/study/third.
 study: all
 	study/tuned.sh $(STUDY_ARGS)
 

@@ -8,7 +8,8 @@
 #     as 4 processes over TCP against its threads;
 #   - on four fake GPUs (the real GPU layer, kernels under the emulator, NCCL between stages)
 #     zb-h1 trains as its CPU path, to cuda_fake.sh's tolerances;
-#   - the table shows the split: the last stage defers its W's to the window's end.
+#   - the table shows the split: the last stage defers its W's to the window's end;
+#   - run --profile-out measures a W apart from its B (the replay's price of W).
 # Skips the GPU part (not the rest) where tests/cuda_emu cannot run.
 source tests/e2e/lib.sh
 
@@ -27,6 +28,19 @@ echo "zb-h1, zb-h2 and 1f1b at p = 4, split $split, 20 steps: one stage's model,
 listing=$("$pacic" "$work/zb-h1.paci" --emit schedule 2> /dev/null)
 last=$(sed -n '/stage 3:/,$p' <<< "$listing" | tr '\n' ' ')
 [[ "$last" == *"F3 B3 sg3 W0 W1 W2 W3 S"* ]] || fail "zb-h1's last stage does not defer its W's: $last"
+
+# The profile prices W apart (a stage line's `w`, under its whole backward), which pacic reads;
+# a schedule without W's writes none.
+for schedule in zb-h1 1f1b; do
+    (cd "$work/$schedule" && ./run --quiet --no-checkpoint --steps 4 --profile-out profile.txt) ||
+        fail "$schedule --profile-out"
+done
+stages_with_w=$(awk '/^stage / && $9 == "w" && $10 > 0 && $10 < $5' "$work/zb-h1/profile.txt" | wc -l)
+[ "$stages_with_w" = 4 ] || fail "zb-h1's profile prices W on $stages_with_w of 4 stages: $(grep '^stage' "$work/zb-h1/profile.txt")"
+! grep -q '^stage .* w ' "$work/1f1b/profile.txt" || fail "1f1b's profile has W's: $(grep '^stage' "$work/1f1b/profile.txt")"
+"$pacic" "$work/zb-h1.paci" --profile "$work/zb-h1/profile.txt" --explain > /dev/null ||
+    fail "pacic does not read zb-h1's profile"
+echo "zb-h1's profile gives every stage's W its own measured seconds; 1f1b's none"
 
 # the vocabulary split and bf16 messages: against 1f1b, which rounds its messages alike
 for schedule in 1f1b zb-h2; do
