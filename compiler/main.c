@@ -54,7 +54,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: pacic FILE.paci [options]\n"
-            "       pacic tokenize TEXT PREFIX [--val-fraction F]\n"
+            "       pacic tokenize [--bpe DIR] TEXT... PREFIX [--val-fraction F] [--threads N]\n"
+            "       pacic tokenize --bpe DIR --decode TOKENS.bin\n"
             "\n"
             "Compiles a pipeline-parallel GPT training description into an executable.\n"
             "\n"

@@ -44,4 +44,4 @@ fi
 # the generated C as pacic compiles it (compiler/build.c)
 # shellcheck disable=SC2086
 "$cc" ${PACIC_CFLAGS:--O3 -march=native} -std=c11 -I "$build/include/pacic" "$gen"/*.c "$scratch/kernels.o" \
-    "$obj" "$scratch/optim.o" "$build/lib/pacic/libpacirt.a" -lstdc++ -ljansson -lopenblas -lpthread -lm -o "$out" || die "$paci: link"
+    "$obj" "$scratch/optim.o" "$build/lib/pacic/libpacirt.a" -lstdc++ -lpcre2-8 -ljansson -lopenblas -lpthread -lm -o "$out" || die "$paci: link"

@@ -77,7 +77,7 @@ echo "run links the CUDA layer; --device cpu trains 20 steps"
 grep -q " U ncclSend" <<< "$(nm "$work/gpu/run")" && fail "run links NCCL directly (it must dlopen it)"
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -Iruntime -I"${CUDA_HOME:-/usr/local/cuda}/include" tests/e2e/nccl_load.c \
     build/lib/pacic/libpacirt_cuda.a build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) \
-    -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load" || fail "nccl_load does not build against libpacirt_cuda.a"
+    -lpcre2-8 -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load" || fail "nccl_load does not build against libpacirt_cuda.a"
 set +e
 missing=$("$work/nccl_load" libnccl-absent.so.2)
 status=$?
@@ -101,7 +101,7 @@ ln -s "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" "$work/no_nccl_include/cuda
     -c runtime/cuda/nccl_transport.c -o "$work/nccl_stub.o" || fail "nccl_transport.c does not build without nccl.h"
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -Iruntime -I"${CUDA_HOME:-/usr/local/cuda}/include" tests/e2e/nccl_load.c \
     "$work/nccl_stub.o" build/lib/pacic/libpacirt_cuda.a build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) \
-    -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load_stub" || fail "nccl_load does not link with the stub"
+    -lpcre2-8 -ljansson -lopenblas -lpthread -lm -o "$work/nccl_load_stub" || fail "nccl_load does not link with the stub"
 set +e
 stub=$("$work/nccl_load_stub" -)
 status=$?

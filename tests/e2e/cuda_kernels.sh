@@ -36,6 +36,6 @@ DSL
 # the emulated device layer links)
 "${CC:-cc}" -std=c11 -D_GNU_SOURCE -O1 -Wall -Werror -Wno-unused-function -I "$root/build/include/pacic" -I "$emu" \
     -DSTAGE_FILE="\"$work/gen/stage_0.c\"" "$emu/kernel_check.c" "$work/gen/cuda_images.c" "$work/kernels.o" \
-    "$work/emu_device.o" "$root/build/lib/pacic/libpacirt.a" -lstdc++ -ljansson -lopenblas -lpthread -lm -o "$work/kernel_check" ||
+    "$work/emu_device.o" "$root/build/lib/pacic/libpacirt.a" -lstdc++ -lpcre2-8 -ljansson -lopenblas -lpthread -lm -o "$work/kernel_check" ||
     fail "kernel_check does not build"
 "$work/kernel_check" || fail "a GPU kernel disagrees with the CPU path"

@@ -71,12 +71,12 @@ build() {
     tokens)
         mapfile -t objects < <(obj "${runtime_src[@]}")
         clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${objects[@]}" \
-            -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
+            -lpcre2-8 -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_tokens" ;;
     checkpoint|safetensors)
         # The toy model runs over the compiler's own schedule tables (tests/unit/toy_model.h).
         mapfile -t objects < <(obj "${runtime_src[@]}" "${compiler_src[@]}")
         clang "${flags[@]}" -Iruntime -Icompiler -I"$out/gen" -Itests/unit "tests/fuzz/fuzz_$name.c" \
-            "${objects[@]}" -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
+            "${objects[@]}" -lpcre2-8 -ljansson -lopenblas -lpthread -lm -o "$out/fuzz_$name" ;;
     *)
         echo "run.sh: unknown harness '$name' (frontend, compile, tokens, checkpoint, safetensors)" >&2
         exit 2 ;;

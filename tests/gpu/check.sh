@@ -219,7 +219,7 @@ section_build() {
     local nccl
     # shellcheck disable=SC2046
     if cc -std=c11 -D_GNU_SOURCE -Iruntime -I"$cuda/include" tests/e2e/nccl_load.c build/lib/pacic/libpacirt_cuda.a \
-          build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) -ljansson -lopenblas -lpthread -lm \
+          build/lib/pacic/libpacirt.a $(cat build/lib/pacic/cuda_ldflags) -lpcre2-8 -ljansson -lopenblas -lpthread -lm \
           -o "$work/nccl_load" 2>> "$results/build.log"; then
         nccl=$("$work/nccl_load" - 2>&1)
     else
@@ -589,6 +589,7 @@ missing() {
     [ "$emulate" != 1 ] || command -v g++ > /dev/null || command -v clang++ > /dev/null || what+=("g++")
     echo '#include <cblas.h>' | cc -E - > /dev/null 2>&1 || what+=("cblas.h")
     echo '#include <jansson.h>' | cc -E - > /dev/null 2>&1 || what+=("jansson.h")
+    printf '#define PCRE2_CODE_UNIT_WIDTH 8\n#include <pcre2.h>\n' | cc -E - > /dev/null 2>&1 || what+=("pcre2.h")
     echo "${what[*]}"
 }
 lacking=$(missing)
