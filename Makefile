@@ -146,6 +146,15 @@ bench: all
 gpt2-vocab:
 	examples/data/get-gpt2-vocab.sh
 
+# Words in, words out: Tiny Shakespeare in GPT-2's BPE, a small GPT trained on it, a sample.
+BPE_DATA := examples/data/shakespeare_gpt2_train.bin examples/data/shakespeare_gpt2_val.bin
+$(BPE_DATA) &: examples/data/tinyshakespeare.txt | $(PACIC) gpt2-vocab
+	$(PACIC) tokenize --bpe examples/data/gpt2 $< examples/data/shakespeare_gpt2
+train-bpe: all $(BPE_DATA)
+	$(PACIC) examples/shakespeare-gpt2.paci -o run-gpt2
+	./run-gpt2
+	./run-gpt2 --sample 60 --bpe examples/data/gpt2 --prompt "ROMEO:" --seed 1
+
 # pacic's GPT-2 BPE against tiktoken's, MB/s in one run (needs npm ci --prefix tests/bpe).
 bench-bpe: all gpt2-vocab
 	bench/bpe.sh
@@ -192,6 +201,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules bench bench-bpe gpt2-vocab golden install clean train sanitize unit
+.PHONY: all data test study study-schedules bench bench-bpe gpt2-vocab train-bpe golden install clean train sanitize unit
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
