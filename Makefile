@@ -8,6 +8,7 @@
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
 #   make sanitize   the tests under ASan+UBSan (build/asan) and the threads under TSan (build/tsan)
 #   make golden     regenerate the golden files after an intended change (review the diff)
+#   make svg        README's picture: PACI against 1F1B-flush (docs/schedule-*.svg)
 #   make install PREFIX=/usr/local
 #
 # The build tree has the installed layout, so build/bin/pacic finds its runtime exactly as
@@ -196,11 +197,25 @@ install: all
 clean:
 	rm -rf $(B)
 
+# README's picture: the predicted timeline of examples/gpt2-medium-4.paci over 3 optimizer
+# steps under PACI and under 1F1B-flush (the file with its `schedule` line changed). pacic's
+# messages go to $(B)/svg/*.log, shown only if it fails: they warn that the example's
+# OpenWebText files are absent, which a picture does not need.
+SVG_SCHEDULES := paci 1f1b
+svg: | $(PACIC)
+	@mkdir -p $(B)/svg
+	for s in $(SVG_SCHEDULES); do \
+	    sed 's/^\( *schedule\) paci/\1 '$$s/ examples/gpt2-medium-4.paci > $(B)/svg/$$s.paci && \
+	    grep -q "^ *schedule $$s" $(B)/svg/$$s.paci && \
+	    $(PACIC) $(B)/svg/$$s.paci --emit svg --show-steps 3 -o docs/schedule-$$s.svg 2>$(B)/svg/$$s.log || \
+	    { cat $(B)/svg/$$s.log; exit 1; }; \
+	done
+
 # The main job: compile the tiny example and train it on the CPU with the shipped data.
 train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules bench bench-bpe gpt2-vocab train-bpe golden install clean train sanitize unit
+.PHONY: all data test study study-schedules bench bench-bpe gpt2-vocab train-bpe golden install clean train sanitize unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
