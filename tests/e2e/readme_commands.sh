@@ -125,6 +125,7 @@ git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1 || skip "not a gi
 [ -z "${PACI_README:-}" ] || cp "$readme" "$repo/README.md"
 cp -a "$root/build" "$repo/build"
 cp -p "$root"/examples/data/*.bin "$repo/examples/data/"
+[ ! -d "$root/examples/data/gpt2" ] || cp -a "$root/examples/data/gpt2" "$repo/examples/data/gpt2" # .ci/install-deps fetched it
 (cd "$repo" && build/bin/pacic examples/tiny.paci -o run && ./run --steps 10 --quiet) > "$work/setup.log" 2>&1 ||
     fail "the stand-in for make train failed: $(cat "$work/setup.log")"
 
