@@ -25,6 +25,7 @@
 #ifndef PACIC_H
 #define PACIC_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +63,7 @@ typedef struct StrBuf {
 } StrBuf;
 
 void sb_printf(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 void sb_puts(StrBuf *sb, const char *s);
 void emit_line(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* indented, adds \n */
 void emit_open(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* line ending "{", indent++ */
@@ -619,6 +621,22 @@ void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim);
 /* The most expensive ops of each stage in a profile with op lines, with their share of the
  * stage's measured compute time (--explain --profile). */
 void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const char *path);
+
+/* ---- svg.c: what the pictures share (inspect.c's timeline, plot.c's curves) -------------- */
+
+/* Tableau 10's colours in its order (svg_colors[SVG_BLUE] ...); plot.c gives runs them in turn. */
+enum SvgColor { SVG_BLUE, SVG_ORANGE, SVG_RED, SVG_TEAL, SVG_GREEN, SVG_YELLOW, SVG_PURPLE, SVG_PINK,
+                SVG_BROWN, SVG_GREY, SVG_COLORS };
+extern const char *const svg_colors[SVG_COLORS];
+/* <svg> of that size on a white background; its children are indented one level. */
+void svg_open(StrBuf *sb, int width, int height);
+void svg_close(StrBuf *sb);
+/* A line "<fmt...>" opening an element whose children are indented one level more. */
+void svg_element_open(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void svg_element_close(StrBuf *sb, const char *name); /* "</name>" */
+void svg_escaped(StrBuf *sb, const char *text);      /* text as XML character data */
+/* At most max ticks at round numbers (1, 2 or 5 times a power of ten) in [lo, hi]; how many. */
+int svg_ticks(double lo, double hi, double *ticks, int max);
 
 /* ---- kernels.c: fused kernels, described once for every backend ---------------------- */
 
