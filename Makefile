@@ -56,9 +56,10 @@ $(B)/obj/compiler/%.o: compiler/%.c $(B)/obj/grammar/parser.h $(B)/obj/grammar/l
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icompiler -I$(B)/obj/grammar -c $< -o $@
 
+# jansson: `pacic plot` reads run's JSON metrics (compiler/plot.c).
 $(PACIC): $(COMPILER_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ -ljansson $(LDLIBS)
 
 # Everything but main(), for the tests: they pull in only the phases they use.
 $(LIBPACIC): $(COMPILER_LIB_OBJ)

@@ -962,4 +962,8 @@ bool runtime_has_cuda(const char *argv0);
 
 int tokenize_main(int argc, char **argv);
 
+/* ---- plot.c: run --metrics files -> an SVG of their loss curves ----------------------- */
+
+int plot_main(int argc, char **argv); /* `pacic plot ...`: argv[0] is "plot"; 0 or EXIT_USER */
+
 #endif

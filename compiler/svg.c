@@ -48,6 +48,7 @@ void svg_element_close(StrBuf *sb, const char *name)
 
 void svg_escaped(StrBuf *sb, const char *text)
 {
+    sb_puts(sb, ""); // sb holds a string even where text is empty
     for (const char *c = text; *c; c++) {
         switch (*c) {
         case '&': sb_puts(sb, "&amp;"); break;

@@ -67,7 +67,7 @@ build() {
     compile)
         mapfile -t objects < <(obj "${compiler_src[@]}")
         clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" tests/fuzz/fuzz_compile.c \
-            "${objects[@]}" -lm -o "$out/fuzz_compile" ;;
+            "${objects[@]}" -ljansson -lm -o "$out/fuzz_compile" ;;  # plot.c reads JSON
     tokens)
         mapfile -t objects < <(obj "${runtime_src[@]}")
         clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${objects[@]}" \
