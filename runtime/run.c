@@ -234,9 +234,13 @@ static int between_segments(pr_run *run, int at_end, int stopped, double *val_lo
     if (want_eval) {
         *val_loss = pr_eval(run, &run->val, prog->eval_batches > 0 ? prog->eval_batches : 1);
         if (lg && lg->metrics) {
-            fprintf(lg->metrics, "{\"step\": %lld, ", (long long)run->step);
-            metric_number(lg->metrics, "val_loss", "%.6f", *val_loss);
-            fprintf(lg->metrics, "\"tokens\": %lld}\n", (long long)tokens_after(run, run->step));
+            // val_loss stays the last field, as scripts that read it with sed expect
+            fprintf(lg->metrics, "{\"step\": %lld, \"tokens\": %lld, \"val_loss\": ", (long long)run->step,
+                    (long long)tokens_after(run, run->step));
+            if (isfinite(*val_loss))
+                fprintf(lg->metrics, "%.6f}\n", *val_loss);
+            else
+                fprintf(lg->metrics, "null}\n");
         }
         if (!run->opt.quiet)
             printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "", (long long)run->step, *val_loss);
