@@ -8,6 +8,9 @@
  *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
  *              -> [simulate.c] [costs.c] [inspect.c] predictions, --explain, timelines
  *
+ * Beside the flow: `pacic tokenize` (tokenize.c) and `pacic plot` (plot.c: run's metrics ->
+ * loss curves, drawn with svg.c's pieces as inspect.c's timeline is).
+ *
  * Data flows one way: no phase reads a form older than the one before it. What a stage is to
  * the back ends is built once, by lower.c, from the layers below it, and every back end (the
  * emitters, costs.c's GPU cost model, the runtime metadata in program.c) reads that value:
