@@ -57,7 +57,8 @@ $(B)/obj/compiler/%.o: compiler/%.c $(B)/obj/grammar/parser.h $(B)/obj/grammar/l
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icompiler -I$(B)/obj/grammar -c $< -o $@
 
-# pacic tokenize --bpe shares run's BPE tokenizer (runtime/bpe.c: PCRE2, jansson, threads).
+# pacic tokenize --bpe shares run's BPE tokenizer (runtime/bpe.c: PCRE2, jansson, threads);
+# `pacic plot` reads run's JSON metrics with jansson too (compiler/plot.c).
 $(PACIC): $(COMPILER_OBJ) $(B)/obj/runtime/bpe.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ -o $@ -lpcre2-8 -ljansson -lpthread $(LDLIBS)

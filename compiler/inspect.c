@@ -572,67 +572,81 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
 
 /* ---- --emit svg ------------------------------------------------------------------------ */
 
-void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
+/* The picture's frame in pixels: a row per stage between a title and the time axis. */
+enum { SVG_LEFT = 70, SVG_RIGHT = 20, SVG_TOP = 40, SVG_ROW = 30, SVG_WIDTH = 1200 };
+
+/* One row per stage, a rectangle per instruction coloured by its kind. */
+static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimResult *sim, double scale)
 {
-    enum { LEFT = 70, RIGHT = 20, TOP = 40, ROW = 30, WIDTH = 1200 };
-    int stages = cfg->stages;
-    double span = sim->makespan > 0 ? sim->makespan : 1;
-    double scale = (WIDTH - LEFT - RIGHT) / span;
-    int height = TOP + stages * ROW + 70;
-    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                 "font-family=\"sans-serif\" font-size=\"11\">\n", WIDTH, height);
-    fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(out, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %d stages, window %d: %ld steps, %.4g s, "
-                 "bubble %.1f%%</text>\n", LEFT, paci_schedule_name(cfg->schedule), stages, cfg->window,
-            sim->steps, sim->makespan, 100 * sim->bubble);
-    for (int s = 0; s < stages; s++) {
-        int y = TOP + s * ROW;
-        fprintf(out, "<text x=\"8\" y=\"%d\">stage %d</text>\n", y + ROW / 2 + 4, s);
-        fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e8e8e8\"/>\n", LEFT, y + 2,
-                WIDTH - LEFT - RIGHT, ROW - 4);
+    for (int s = 0; s < cfg->stages; s++) {
+        int y = SVG_TOP + s * SVG_ROW;
+        emit_line(sb, "<text x=\"8\" y=\"%d\">stage %d</text>", y + SVG_ROW / 2 + 4, s);
+        emit_line(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e8e8e8\"/>", SVG_LEFT,
+                  y + 2, SVG_WIDTH - SVG_LEFT - SVG_RIGHT, SVG_ROW - 4);
     }
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
         if (!is_drawn(e->op) || e->end <= e->start)
             continue;
-        const char *fill = e->op == PACI_OP_FWD                            ? "#4e79a7"
-                           : e->op == PACI_OP_BWD || e->op == PACI_OP_BWD_B ? "#f28e2b"
-                           : e->op == PACI_OP_BWD_W                         ? "#edc948"
-                           : e->op == SIM_OP_ALLREDUCE                      ? "#b07aa1"
-                                                                            : "#59a14f";
-        double x = LEFT + e->start * scale, w = (e->end - e->start) * scale;
-        int y = TOP + e->stage * ROW + 2;
-        fprintf(out, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
-                     "stroke-width=\"0.5\"><title>%s %ld: %.4g-%.4g s</title></rect>\n",
-                x, y, w, ROW - 4, fill, e->op == SIM_OP_ALLREDUCE ? "allreduce" : paci_op_name(e->op), e->mb,
-                e->start, e->end);
+        const char *fill = e->op == PACI_OP_FWD                            ? svg_colors[SVG_BLUE]
+                           : e->op == PACI_OP_BWD || e->op == PACI_OP_BWD_B ? svg_colors[SVG_ORANGE]
+                           : e->op == PACI_OP_BWD_W                         ? svg_colors[SVG_YELLOW]
+                           : e->op == SIM_OP_ALLREDUCE                      ? svg_colors[SVG_PURPLE]
+                                                                            : svg_colors[SVG_GREEN];
+        double x = SVG_LEFT + e->start * scale, w = (e->end - e->start) * scale;
+        int y = SVG_TOP + e->stage * SVG_ROW + 2;
+        emit_line(sb, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
+                      "stroke-width=\"0.5\"><title>%s %ld: %.4g-%.4g s</title></rect>",
+                  x, y, w, SVG_ROW - 4, fill, e->op == SIM_OP_ALLREDUCE ? "allreduce" : paci_op_name(e->op),
+                  e->mb, e->start, e->end);
         if (e->op != PACI_OP_STEP && e->op != SIM_OP_ALLREDUCE && w >= 16)
-            fprintf(out, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%ld</text>\n",
-                    x + w / 2, y + ROW / 2 + 2, e->mb);
+            emit_line(sb, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%ld</text>",
+                      x + w / 2, y + SVG_ROW / 2 + 2, e->mb);
     }
-    /* time axis: ten ticks */
-    int axis = TOP + stages * ROW + 8;
-    fprintf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, axis,
-            WIDTH - RIGHT, axis);
+}
+
+/* The time axis (ten ticks) and the legend of the kinds this configuration runs. */
+static void svg_time_axis(StrBuf *sb, const Config *cfg, double span)
+{
+    int axis = SVG_TOP + cfg->stages * SVG_ROW + 8;
+    emit_line(sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>", SVG_LEFT, axis,
+              SVG_WIDTH - SVG_RIGHT, axis);
     for (int k = 0; k <= 10; k++) {
-        double x = LEFT + (WIDTH - LEFT - RIGHT) * k / 10.0;
-        fprintf(out, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", x, axis, x, axis + 5);
-        fprintf(out, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g ms</text>\n", x, axis + 18,
-                span * k / 10.0 * 1e3);
+        double x = SVG_LEFT + (SVG_WIDTH - SVG_LEFT - SVG_RIGHT) * k / 10.0;
+        emit_line(sb, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>", x, axis, x,
+                  axis + 5);
+        emit_line(sb, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g ms</text>", x, axis + 18,
+                  span * k / 10.0 * 1e3);
     }
     int ly = axis + 40;
-    static const struct { const char *name, *fill; } legend[] = {
-        {"forward", "#4e79a7"}, {"backward", "#f28e2b"}, {"optimizer step", "#59a14f"}, {"idle", "#e8e8e8"},
-        {"gradient allreduce", "#b07aa1"}, {"weight gradients (W)", "#edc948"},
+    const struct { const char *name, *fill; } legend[] = {
+        {"forward", svg_colors[SVG_BLUE]}, {"backward", svg_colors[SVG_ORANGE]},
+        {"optimizer step", svg_colors[SVG_GREEN]}, {"idle", "#e8e8e8"},
+        {"gradient allreduce", svg_colors[SVG_PURPLE]}, {"weight gradients (W)", svg_colors[SVG_YELLOW]},
     };
-    for (int k = 0, x = LEFT; k < 6; k++) {
+    for (int k = 0, x = SVG_LEFT; k < 6; k++) {
         if ((k == 4 && config_replicas(cfg) == 1) || (k == 5 && !config_splits_backward(cfg)))
             continue;
         x += k ? 150 : 0;
-        fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, ly - 11, legend[k].fill);
-        fprintf(out, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 20, ly, legend[k].name);
+        emit_line(sb, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>", x, ly - 11,
+                  legend[k].fill);
+        emit_line(sb, "<text x=\"%d\" y=\"%d\">%s</text>", x + 20, ly, legend[k].name);
     }
-    fprintf(out, "</svg>\n");
+}
+
+void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
+{
+    double span = sim->makespan > 0 ? sim->makespan : 1;
+    StrBuf sb = {0};
+    svg_open(&sb, SVG_WIDTH, SVG_TOP + cfg->stages * SVG_ROW + 70);
+    emit_line(&sb, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %d stages, window %d: %ld steps, %.4g s, "
+                   "bubble %.1f%%</text>", SVG_LEFT, paci_schedule_name(cfg->schedule), cfg->stages, cfg->window,
+              sim->steps, sim->makespan, 100 * sim->bubble);
+    svg_stage_rows(&sb, cfg, sim, (SVG_WIDTH - SVG_LEFT - SVG_RIGHT) / span);
+    svg_time_axis(&sb, cfg, span);
+    svg_close(&sb);
+    fputs(sb.data, out);
+    sb_free(&sb);
 }
 
 /* ---- --emit trace ------------------------------------------------------------------------ */

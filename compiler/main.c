@@ -56,8 +56,12 @@ static void usage(FILE *out)
             "usage: pacic FILE.paci [options]\n"
             "       pacic tokenize [--bpe DIR] TEXT... PREFIX [--val-fraction F] [--threads N]\n"
             "       pacic tokenize --bpe DIR --decode TOKENS.bin\n"
+            "       pacic plot METRICS.jsonl [METRICS.jsonl ...] -o FILE.svg [--label NAME ...]\n"
+            "                  [--x steps|tokens|both]\n"
             "\n"
             "Compiles a pipeline-parallel GPT training description into an executable.\n"
+            "`pacic tokenize` makes token files of a text; `pacic plot` draws the loss curves of\n"
+            "`run --metrics` files (pacic plot --help; docs/run.md).\n"
             "\n"
             "  -o PATH          the executable to build (default: run), or the file --emit\n"
             "                   writes (default: standard output; a folder for --emit c)\n"
@@ -337,6 +341,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
         return tokenize_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "plot") == 0)
+        return plot_main(argc - 1, argv + 1);
 
     Options opt;
     parse_options(argc, argv, &opt);

@@ -8,6 +8,9 @@
  *              -> [codegen.c] generated C (and CUDA) -> [build.c] cc + libpacirt -> run
  *              -> [simulate.c] [costs.c] [inspect.c] predictions, --explain, timelines
  *
+ * Beside the flow: `pacic tokenize` (tokenize.c) and `pacic plot` (plot.c: run's metrics ->
+ * loss curves, drawn with svg.c's pieces as inspect.c's timeline is).
+ *
  * Data flows one way: no phase reads a form older than the one before it. What a stage is to
  * the back ends is built once, by lower.c, from the layers below it, and every back end (the
  * emitters, costs.c's GPU cost model, the runtime metadata in program.c) reads that value:
@@ -25,6 +28,7 @@
 #ifndef PACIC_H
 #define PACIC_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +66,7 @@ typedef struct StrBuf {
 } StrBuf;
 
 void sb_printf(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap) PRINTF_LIKE(2, 0);
 void sb_puts(StrBuf *sb, const char *s);
 void emit_line(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* indented, adds \n */
 void emit_open(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3); /* line ending "{", indent++ */
@@ -620,6 +625,22 @@ void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim);
  * stage's measured compute time (--explain --profile). */
 void inspect_op_profile(FILE *out, const Plan *plan, const OpProfile *ops, const char *path);
 
+/* ---- svg.c: what the pictures share (inspect.c's timeline, plot.c's curves) -------------- */
+
+/* Tableau 10's colours in its order (svg_colors[SVG_BLUE] ...); plot.c gives runs them in turn. */
+enum SvgColor { SVG_BLUE, SVG_ORANGE, SVG_RED, SVG_TEAL, SVG_GREEN, SVG_YELLOW, SVG_PURPLE, SVG_PINK,
+                SVG_BROWN, SVG_GREY, SVG_COLORS };
+extern const char *const svg_colors[SVG_COLORS];
+/* <svg> of that size on a white background; its children are indented one level. */
+void svg_open(StrBuf *sb, int width, int height);
+void svg_close(StrBuf *sb);
+/* A line "<fmt...>" opening an element whose children are indented one level more. */
+void svg_element_open(StrBuf *sb, const char *fmt, ...) PRINTF_LIKE(2, 3);
+void svg_element_close(StrBuf *sb, const char *name); /* "</name>" */
+void svg_escaped(StrBuf *sb, const char *text);      /* text as XML character data */
+/* At most max ticks at round numbers (1, 2 or 5 times a power of ten) in [lo, hi]; how many. */
+int svg_ticks(double lo, double hi, double *ticks, int max);
+
 /* ---- kernels.c: fused kernels, described once for every backend ---------------------- */
 
 /* One fused kernel: a body run once per index of a 1-D iteration space. The body is written
@@ -943,5 +964,9 @@ bool runtime_has_cuda(const char *argv0);
 /* ---- tokenize.c: text -> llm.c token files (byte-level, vocabulary 256) -------------- */
 
 int tokenize_main(int argc, char **argv);
+
+/* ---- plot.c: run --metrics files -> an SVG of their loss curves ----------------------- */
+
+int plot_main(int argc, char **argv); /* `pacic plot ...`: argv[0] is "plot"; 0 or EXIT_USER */
 
 #endif

@@ -109,7 +109,7 @@ static void sb_reserve(StrBuf *sb, size_t extra)
     sb->cap = cap;
 }
 
-static void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap)
+void sb_vprintf(StrBuf *sb, const char *fmt, va_list ap)
 {
     va_list copy;
     va_copy(copy, ap);

@@ -31,7 +31,8 @@ static const char usage[] =
     "  --val FILE       validation tokens\n"
     "  --ckpt-dir DIR   checkpoint folder\n"
     "  --no-checkpoint  save no checkpoint, not even at the end or on a signal (trial runs)\n"
-    "  --metrics FILE   one JSON line per step\n"
+    "  --metrics FILE   one JSON line per step and per evaluation (docs/run.md);\n"
+    "                   `pacic plot FILE -o loss.svg` draws the loss curves\n"
     "  --trace FILE     Chrome trace of the measured instructions\n"
     "  --profile-out FILE  measured costs, the file `pacic --profile` reads: per stage\n"
     "                   the mean thread CPU seconds per instruction, per link per message,\n"
@@ -62,12 +63,17 @@ typedef struct logger {
     double last_loss;
 } logger;
 
+/* The tokens trained on after `step` steps: every replica's, the job's count, as --explain
+ * predicts its rate. */
+static int64_t tokens_after(const pr_run *run, int64_t step)
+{
+    return step * run->K * run->B * run->T * run->replicas;
+}
+
 static double tokens_per_s(const pr_run *run, int64_t step, double now, const logger *lg)
 {
     double seconds = now - lg->begin;
-    // every replica's tokens: the job's rate, as --explain predicts it
-    return seconds > 0 ? (double)(step - lg->first_step) * (double)(run->K * run->B * run->T * run->replicas) / seconds
-                       : 0.0;
+    return seconds > 0 ? (double)(tokens_after(run, step) - tokens_after(run, lg->first_step)) / seconds : 0.0;
 }
 
 /* A stage's compute seconds: forwards, backwards (a zero-bubble one's B's and W's), steps. */
@@ -83,17 +89,27 @@ static double busy_fraction(const pr_stage_rt *st, double wall)
     return wall > 0 ? compute_seconds(st) / wall : 0.0;
 }
 
+/* `"key": value, ` in the metrics; JSON has no NaN or infinity, so a non-finite value is null. */
+static void metric_number(FILE *metrics, const char *key, const char *format, double value)
+{
+    fprintf(metrics, "\"%s\": ", key);
+    if (isfinite(value))
+        fprintf(metrics, format, value);
+    else
+        fprintf(metrics, "null");
+    fprintf(metrics, ", ");
+}
+
 static void log_step(pr_run *run, int64_t step, double loss, double lr, double grad_norm)
 {
     logger *lg = run->user;
     double now = pr_now(), tps = tokens_per_s(run, step, now, lg);
     lg->last_loss = loss;
     if (lg->metrics) {
-        fprintf(lg->metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, ", (long long)step, loss, lr);
-        if (isfinite(grad_norm)) // JSON has no NaN or infinity: a skipped step's norm is null
-            fprintf(lg->metrics, "\"grad_norm\": %.9g, ", grad_norm);
-        else
-            fprintf(lg->metrics, "\"grad_norm\": null, ");
+        fprintf(lg->metrics, "{\"step\": %lld, ", (long long)step);
+        metric_number(lg->metrics, "loss", "%.6f", loss); // a skipped step's loss may be NaN
+        fprintf(lg->metrics, "\"lr\": %.6g, ", lr);
+        metric_number(lg->metrics, "grad_norm", "%.9g", grad_norm);
         fprintf(lg->metrics, "\"tokens_per_s\": %.1f, \"busy\": [", tps);
         pthread_mutex_lock(&run->stats_mu);
         for (int s = 0; s < run->p; s++)
@@ -102,7 +118,7 @@ static void log_step(pr_run *run, int64_t step, double loss, double lr, double g
         for (int s = 0; s < run->p; s++)
             fprintf(lg->metrics, "%s%lld", s ? ", " : "", (long long)run->stage[s].drift_max);
         pthread_mutex_unlock(&run->stats_mu);
-        fprintf(lg->metrics, "]}\n");
+        fprintf(lg->metrics, "], \"tokens\": %lld}\n", (long long)tokens_after(run, step));
     }
     if (run->opt.quiet)
         return;
@@ -217,8 +233,15 @@ static int between_segments(pr_run *run, int at_end, int stopped, double *val_lo
     }
     if (want_eval) {
         *val_loss = pr_eval(run, &run->val, prog->eval_batches > 0 ? prog->eval_batches : 1);
-        if (lg && lg->metrics)
-            fprintf(lg->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)run->step, *val_loss);
+        if (lg && lg->metrics) {
+            // val_loss stays the last field, as scripts that read it with sed expect
+            fprintf(lg->metrics, "{\"step\": %lld, \"tokens\": %lld, \"val_loss\": ", (long long)run->step,
+                    (long long)tokens_after(run, run->step));
+            if (isfinite(*val_loss))
+                fprintf(lg->metrics, "%.6f}\n", *val_loss);
+            else
+                fprintf(lg->metrics, "null}\n");
+        }
         if (!run->opt.quiet)
             printf("%sstep %lld: val loss %.4f\n", lg && lg->tty ? "\n" : "", (long long)run->step, *val_loss);
     }

@@ -113,5 +113,9 @@ for schedule in 1f1b paci; do
         fail "paci, on_nan skip: a stage judged by another's gradients: $(grep -m1 global "$work/$skip.err")"
     fi
     finite_except_row "$work/$skip/ckpt/step_$(printf %08d $steps)" || fail "$schedule, on_nan skip: poisoned checkpoint"
+    # A skipped step's loss is NaN: the metrics say null, so that every line stays JSON.
+    python3 -c 'import json, sys; [json.loads(line) for line in open(sys.argv[1])]' "$work/$skip/metrics.jsonl" ||
+        fail "$schedule, on_nan skip: a metrics line is not JSON"
+    grep -q '"loss": null' "$work/$skip/metrics.jsonl" || fail "$schedule, on_nan skip: no null loss in the metrics"
     echo "$schedule, on_nan skip: steps $expected skipped by both stages (each the step a '!' was read), the other $((steps - $(echo $expected | wc -w))) trained; checkpoints finite"
 done

@@ -65,9 +65,9 @@ build() {
         clang "${flags[@]}" -Icompiler -I"$out/gen" tests/fuzz/fuzz_frontend.c "${objects[@]}" \
             -lm -o "$out/fuzz_frontend" ;;
     compile)
-        mapfile -t objects < <(obj "${compiler_src[@]}" runtime/bpe.c) # tokenize.c's BPE
+        mapfile -t objects < <(obj "${compiler_src[@]}" runtime/bpe.c)
         clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" tests/fuzz/fuzz_compile.c \
-            "${objects[@]}" -lpcre2-8 -ljansson -lpthread -lm -o "$out/fuzz_compile" ;;
+            "${objects[@]}" -lpcre2-8 -ljansson -lpthread -lm -o "$out/fuzz_compile" ;; # BPE, plot's JSON
     tokens)
         mapfile -t objects < <(obj "${runtime_src[@]}")
         clang "${flags[@]}" -Iruntime tests/fuzz/fuzz_tokens.c "${objects[@]}" \
