@@ -3,14 +3,16 @@
  *
  *   DIR/step_00000500/model.bin   llm.c GPT-2 weights (header 256 int32, fp32 tensors)
  *   DIR/step_00000500/state.bin   our header, AdamW m and v (checkpoint layout), lm_head
- *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step)
+ *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step) and the
+ *                                 length and warmup of the lr schedule it started with
  *   DIR/latest                    the name of the newest complete checkpoint
  *
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
  * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` (or, when a
  * kill came between the rename and `latest`, the newest complete step_N/), so a leftover
- * .tmp folder is never read. A save keeps the new checkpoint and the one `latest` named, and
- * removes only older checkpoints of its own run: a run is a fresh start and every resume
+ * .tmp folder is never read. A save keeps the new checkpoint and the newest N - 1 of its own
+ * run before it (`checkpoint { keep N }`, default 2: the new one and the one `latest` named),
+ * and removes only older checkpoints of its own run: a run is a fresh start and every resume
  * that follows it, one id in run.txt. A run refuses to start where it would replace
  * checkpoints it did not write (pr_ckpt_guard), unless told to with --overwrite.
  *
@@ -248,12 +250,53 @@ static int park(const char *dir, const char *name, char *err)
     return set_latest(dir, parked_name, err);
 }
 
-/* After a save of NAME: keeps it and PREVIOUS (the checkpoint `latest` named before), and
- * removes this run's older checkpoints and the leftovers of saves that never finished
- * (.tmp, or a folder a killed removal left without its files). Other runs' checkpoints stay,
- * unless this run was started with --overwrite. */
+/* The step below which a save of this run's step prunes its own checkpoints: it keeps the
+ * new one and the keep - 1 newest of its own before it (those at step >= the returned one). */
+static int64_t oldest_kept_step(const pr_run *run, const char *dir, int64_t keep)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int64_t *steps = NULL, n = 0, cap = 0, oldest = run->step;
+    while (d && (e = readdir(d))) {
+        int64_t step = checkpoint_step(e->d_name);
+        if (step < 0 || step >= run->step || strchr(e->d_name, '.') || !complete(dir, e->d_name))
+            continue;
+        ckpt_owner owner;
+        read_owner(dir, e->d_name, &owner);
+        if (strcmp(owner.run, run->run_id) != 0)
+            continue;
+        if (n == cap) {
+            int64_t *grown = pr_alloc((size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (n)
+                memcpy(grown, steps, (size_t)n * sizeof *steps);
+            free(steps);
+            steps = grown;
+        }
+        steps[n++] = step;
+    }
+    if (d)
+        closedir(d);
+    // the (keep - 1)-th newest: a selection over the few folders a run leaves
+    for (int64_t kept = 0; kept < keep - 1 && kept < n; kept++) {
+        int64_t newest = 0;
+        for (int64_t i = 1; i < n - kept; i++)
+            newest = steps[i] > steps[newest] ? i : newest;
+        oldest = steps[newest];
+        steps[newest] = steps[n - kept - 1];
+    }
+    free(steps);
+    return oldest;
+}
+
+/* After a save of NAME: keeps it and the newest `checkpoint { keep N }` - 1 checkpoints of
+ * this run before it (by default 1: the one `latest` named), and removes this run's older ones
+ * and the leftovers of saves that never finished (.tmp, or a folder a killed removal left
+ * without its files). Other runs' checkpoints stay, PREVIOUS among them, unless this run was
+ * started with --overwrite. */
 static void prune(const pr_run *run, const char *dir, const char *name, const char *previous)
 {
+    int64_t keep = run->prog->ckpt_keep > 0 ? run->prog->ckpt_keep : 2;
+    int64_t oldest_kept = oldest_kept_step(run, dir, keep);
     DIR *d = opendir(dir);
     struct dirent *e;
     char path[4096];
@@ -265,7 +308,9 @@ static void prune(const pr_run *run, const char *dir, const char *name, const ch
             ckpt_owner owner;
             read_owner(dir, e->d_name, &owner);
             int ours = strcmp(owner.run, run->run_id) == 0, parked = strchr(e->d_name, '.') != NULL;
-            if (strcmp(e->d_name, previous) == 0 && (ours || !run->opt.overwrite))
+            if (strcmp(e->d_name, previous) == 0 && !ours && !run->opt.overwrite)
+                continue;
+            if (ours && !parked && step >= oldest_kept && step < run->step)
                 continue;
             // later ones of its own: what a kill between a save's rename and `latest` left
             if (!run->opt.overwrite && (!ours || (step > run->step && !parked)))
