@@ -408,6 +408,14 @@ typedef struct pr_options {
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
     const char *tokenizer_path; /* --tokenizer: llm.c's tokenizer file, to print --sample as text */
+    /* --sample's draw: --temperature (0: the most likely token), --top-k (0: the whole
+     * vocabulary), --seed (not given: one from the clock, said), --prompt (text to continue) */
+    double temperature;
+    int64_t top_k;
+    struct pr_seed { uint64_t value; int given; } seed;
+    const char *prompt;
+    const char *sample_only, *resume_only; /* the first flag given that needs --sample, --resume */
+    int reschedule;         /* --reschedule: a resume takes the program's lr schedule */
     const char *device; /* --device: "cpu", "cuda", NULL = choose */
     double peer_timeout;    /* --peer-timeout: seconds a link waits for its peer; 0: forever */
     /* one process per stage (world > 1): this process runs stage `rank` only, and `boot`
