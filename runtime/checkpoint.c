@@ -173,17 +173,19 @@ static int64_t checkpoint_step(const char *name)
     return digits >= 8 && (*c == '\0' || strcmp(c, ".old") == 0) ? step : -1;
 }
 
-/* What DIR/NAME/run.txt says of the run that wrote it; empty fields where the file is
- * missing (a checkpoint of an older pacic) or says nothing of them. */
+/* What DIR/NAME/run.txt says of the run that wrote it; empty fields (lr_steps -1) where the
+ * file is missing (a checkpoint of an older pacic) or says nothing of them. */
 typedef struct ckpt_owner {
     char run[64];
     char program[1024];
+    long long lr_steps, lr_warmup; /* the lr schedule the run started with */
 } ckpt_owner;
 
 static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
 {
     char path[4096 + 300], line[1100];
     owner->run[0] = owner->program[0] = '\0';
+    owner->lr_steps = owner->lr_warmup = -1;
     snprintf(path, sizeof path, "%s/%s/run.txt", dir, name);
     FILE *f = fopen(path, "r");
     if (!f)
@@ -194,6 +196,11 @@ static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
             snprintf(owner->run, sizeof owner->run, "%.63s", line + 4);
         else if (strncmp(line, "program ", 8) == 0)
             snprintf(owner->program, sizeof owner->program, "%.1023s", line + 8);
+        else if (strncmp(line, "lr_schedule ", 12) == 0 &&
+                 (sscanf(line, "lr_schedule steps %lld warmup %lld", &owner->lr_steps,
+                         &owner->lr_warmup) != 2 ||
+                  owner->lr_steps < 1 || owner->lr_steps > INT32_MAX || owner->lr_warmup < 0))
+            owner->lr_steps = owner->lr_warmup = -1; // unreadable: as if not recorded
     }
     fclose(f);
 }
@@ -410,8 +417,9 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
                     {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
     char owner[1200];
-    snprintf(owner, sizeof owner, "run %s\nprogram %.1000s\nstep %lld\n", run->run_id,
-             prog->source ? prog->source : "?", (long long)run->step);
+    snprintf(owner, sizeof owner, "run %s\nprogram %.1000s\nstep %lld\nlr_schedule steps %lld warmup %lld\n",
+             run->run_id, prog->source ? prog->source : "?", (long long)run->step, (long long)run->lr_steps,
+             (long long)run->lr_warmup);
     part owner_text[] = {{owner, strlen(owner)}};
     snprintf(file, sizeof file, "%s/model.bin", tmp);
     int rc = write_parts(file, model, 2, err);
@@ -628,6 +636,12 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
         read_owner(ckpt_dir, name, &owner);
         if (owner.run[0])
             snprintf(run->run_id, sizeof run->run_id, "%s", owner.run);
+        // The lr continues on the schedule the run started with (run.c may --reschedule).
+        run->lr_recorded = owner.lr_steps > 0;
+        if (run->lr_recorded) {
+            run->lr_steps = owner.lr_steps;
+            run->lr_warmup = owner.lr_warmup;
+        }
         snprintf(run->resumed_from, sizeof run->resumed_from, "%s/%s", ckpt_dir, name);
     }
     free(params);
@@ -736,7 +750,7 @@ int pr_ckpt_guard(const pr_run *run, const char *dir, char *err)
     struct dirent *e;
     while (d && (e = readdir(d))) {
         int64_t step = checkpoint_step(e->d_name);
-        ckpt_owner owner = {"", ""};
+        ckpt_owner owner = {.run = ""};
         if (step > after && run->opt.resume)
             read_owner(dir, e->d_name, &owner);
         if (step > after && complete(dir, e->d_name) && strcmp(owner.run, run->run_id) != 0) {

@@ -942,6 +942,42 @@ static int sample_or_export(pr_run *run, char *err)
     return 0;
 }
 
+/* A resume keeps the lr schedule its run started with (its length and warmup, which the
+ * checkpoint records), unless --reschedule takes the program's: a cosine over another length
+ * would make the lr jump. Said when they differ, or when the checkpoint does not say. */
+static void keep_lr_schedule(pr_run *run, int says)
+{
+    const pr_program *prog = run->prog;
+    if (!run->lr_recorded) { // lr_steps and lr_warmup are the program's
+        if (says)
+            printf("run: the checkpoint does not record the lr schedule its run started with (written by "
+                   "an older pacic): the lr follows the program's, %lld steps\n", (long long)prog->steps);
+        return;
+    }
+    if (run->lr_steps == prog->steps && run->lr_warmup == prog->warmup_steps)
+        return;
+    if (run->opt.reschedule) {
+        if (says)
+            printf("run: --reschedule: the lr follows the program's schedule of %lld steps (warmup %lld) "
+                   "from step %lld; the run started with %lld (warmup %lld)\n", (long long)prog->steps,
+                   (long long)prog->warmup_steps, (long long)run->step + 1, (long long)run->lr_steps,
+                   (long long)run->lr_warmup);
+        run->lr_steps = prog->steps;
+        run->lr_warmup = prog->warmup_steps;
+        return;
+    }
+    if (says && prog->steps > run->lr_steps)
+        printf("run: the lr schedule of the first %lld steps (warmup %lld) is kept: after step %lld the lr "
+               "stays at its final value; --reschedule follows the program's %lld steps (warmup %lld) instead\n",
+               (long long)run->lr_steps, (long long)run->lr_warmup, (long long)run->lr_steps,
+               (long long)prog->steps, (long long)prog->warmup_steps);
+    else if (says)
+        printf("run: the lr schedule of the first %lld steps (warmup %lld) is kept: the program's %lld steps "
+               "(warmup %lld) end before it does; --reschedule follows the program's schedule instead\n",
+               (long long)run->lr_steps, (long long)run->lr_warmup, (long long)prog->steps,
+               (long long)prog->warmup_steps);
+}
+
 /* The data, the starting weights (a resume's checkpoint, --init, or the seeded ones) and the
  * checkpoint folder, checked before training. 1 when a resumed run has nothing left to train
  * (said), 0 to train, -1 with err. */
@@ -959,6 +995,8 @@ static int prepare_training(pr_run *run, char *err)
         return -1;
     if (opt->resume && says)
         printf("run: resumed from step %lld (checkpoint %s)\n", (long long)run->step, run->resumed_from);
+    if (opt->resume)
+        keep_lr_schedule(run, says);
     if (opt->resume && run->step >= opt->steps) {
         if (says)
             printf("run: nothing left to train: the checkpoint is at step %lld, the run's last "
