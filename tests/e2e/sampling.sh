@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# run --sample N and its draw, on a byte-level model trained 30 steps:
+# run --sample N and its draw, on a byte-level model trained 600 steps (a few seconds; enough
+# that the greedy text is more than one repeated byte and follows the prompt):
 # - --seed S repeats the text bit for bit; another seed gives another text; without --seed a
 #   seed comes from the clock, said on stderr, and --seed with it repeats that text;
 # - --temperature 0 is greedy: the same text under any seed, each token the argmax of an
-#   independent float64 GPT-2 on the exported weights (tests/numeric/greedy_ref.py); --top-k 1
+#   independent float64 GPT-2 on the exported weights (tests/numeric/greedy_ref.py), with and
+#   without a prompt; --top-k 1
 #   is the same text; a temperature of 0.5 or --top-k 5 changes a seed's text;
 # - --prompt TEXT is printed first and the continuation follows; a prompt longer than the
 #   context is cut to its last context - 1 bytes (said), so it continues as that tail does;
@@ -12,8 +14,10 @@
 #   vocabulary, a seed that is not an integer >= 0) and the sampling flags without --sample
 #   end the run with exit 1 and one line that names the flag and the value.
 source tests/e2e/lib.sh
-small_model bytes 1 1f1b 1 30
-train bytes >/dev/null
+small_model bytes 1 1f1b 1 600
+sed -i 's/batch { micro 2 }/batch { micro 4 }/' "$work/bytes.paci"
+grep -q "micro 4" "$work/bytes.paci" || fail "the micro edit did not apply"
+train bytes --blas-threads 1 >/dev/null
 cd "$work/bytes"
 
 # draw FILE [flags]: 48 tokens into FILE (stderr into FILE.err).
@@ -62,6 +66,10 @@ echo "--seed repeats bit for bit, seeds differ, the clock's seed is said and rep
 python_with "torch, numpy"
 ./run --quiet --export hf hf > /dev/null
 "$python" "$root/tests/numeric/greedy_ref.py" hf greedy1 10 || fail "--temperature 0 is not the argmax"
+draw greedy_prompted --prompt "Citizen" --temperature 0
+"$python" "$root/tests/numeric/greedy_ref.py" hf greedy_prompted 10 7 ||
+    fail "--temperature 0 after a prompt is not the argmax given the prompt"
+[ "$(tail -c +8 greedy_prompted)" != "$(cat greedy1)" ] || fail "the prompt did not change the greedy text"
 
 draw prompted --prompt "ROMEO:" --seed 5
 [ "$(head -c 6 prompted)" = "ROMEO:" ] || fail "the prompt does not come first: $(cat prompted)"
