@@ -797,8 +797,8 @@ static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
               exact_double(cfg->weight_decay), exact_double(cfg->grad_clip));
     emit_line(sb, ".global_clip = %d, /* clip by the norm over all stages: in synchronous programs only */",
               schedule_sync[cfg->schedule] || cfg->warm_steps > 0);
-    emit_line(sb, ".eval_every = %ld, .eval_batches = %ld, .ckpt_every = %ld,", cfg->eval_every,
-              cfg->eval_batches, cfg->ckpt_every);
+    emit_line(sb, ".eval_every = %ld, .eval_batches = %ld, .ckpt_every = %ld, .ckpt_keep = %ld,",
+              cfg->eval_every, cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_keep);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);
     emit_line(sb, ".on_nan = %d, /* 0: stop, 1: skip the step */", cfg->on_nan);
     if (cfg->optimizer != PR_OPT_ADAMW)

@@ -253,6 +253,7 @@ typedef struct Config {
     int lr_decay;           /* enum pr_lr_decay in runtime/pacirt.h */
     double min_lr_ratio;
     long eval_every, eval_batches, ckpt_every;
+    long ckpt_keep;         /* checkpoints of this run a save keeps, the new one included */
     char *ckpt_dir;         /* as written: relative to the folder `run` runs in */
     uint64_t seed;
     Precision precision;

@@ -205,6 +205,7 @@ static const KeyDef eval_keys[] = {
 };
 static const KeyDef checkpoint_keys[] = {
     LONG_KEY("every", ckpt_every, 0, 1e12, 0),
+    LONG_KEY("keep", ckpt_keep, 1, 1e9, 2),
     CUSTOM_KEY("dir", set_ckpt_dir),
     END_KEYS,
 };
@@ -1498,8 +1499,8 @@ void config_dump(FILE *out, const Config *cfg)
                 cfg->group_weight_decay);
     fprintf(out, "  warmup %ld steps\n  decay %s\n  floor %g\n", cfg->warmup_steps,
             decay_words[cfg->lr_decay], cfg->min_lr_ratio);
-    fprintf(out, "  eval every %ld, %ld batches\n  checkpoint every %ld in %s\n", cfg->eval_every,
-            cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_dir);
+    fprintf(out, "  eval every %ld, %ld batches\n  checkpoint every %ld in %s, keep %ld\n", cfg->eval_every,
+            cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_dir, cfg->ckpt_keep);
     fprintf(out, "hardware\n  flops %g\n  bandwidth %g\n  latency %g\n  memory %g\n  memory_bandwidth %g\n"
                  "  network_bandwidth %g\n",
             cfg->device_flops, cfg->link_bandwidth, cfg->link_latency, cfg->device_memory, cfg->memory_bandwidth,

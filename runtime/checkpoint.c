@@ -3,14 +3,16 @@
  *
  *   DIR/step_00000500/model.bin   llm.c GPT-2 weights (header 256 int32, fp32 tensors)
  *   DIR/step_00000500/state.bin   our header, AdamW m and v (checkpoint layout), lm_head
- *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step)
+ *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step) and the
+ *                                 length and warmup of the lr schedule it started with
  *   DIR/latest                    the name of the newest complete checkpoint
  *
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
  * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` (or, when a
  * kill came between the rename and `latest`, the newest complete step_N/), so a leftover
- * .tmp folder is never read. A save keeps the new checkpoint and the one `latest` named, and
- * removes only older checkpoints of its own run: a run is a fresh start and every resume
+ * .tmp folder is never read. A save keeps the new checkpoint and the newest N - 1 of its own
+ * run before it (`checkpoint { keep N }`, default 2: the new one and the one `latest` named),
+ * and removes only older checkpoints of its own run: a run is a fresh start and every resume
  * that follows it, one id in run.txt. A run refuses to start where it would replace
  * checkpoints it did not write (pr_ckpt_guard), unless told to with --overwrite.
  *
@@ -171,17 +173,19 @@ static int64_t checkpoint_step(const char *name)
     return digits >= 8 && (*c == '\0' || strcmp(c, ".old") == 0) ? step : -1;
 }
 
-/* What DIR/NAME/run.txt says of the run that wrote it; empty fields where the file is
- * missing (a checkpoint of an older pacic) or says nothing of them. */
+/* What DIR/NAME/run.txt says of the run that wrote it; empty fields (lr_steps -1) where the
+ * file is missing (a checkpoint of an older pacic) or says nothing of them. */
 typedef struct ckpt_owner {
     char run[64];
     char program[1024];
+    long long lr_steps, lr_warmup; /* the lr schedule the run started with */
 } ckpt_owner;
 
 static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
 {
     char path[4096 + 300], line[1100];
     owner->run[0] = owner->program[0] = '\0';
+    owner->lr_steps = owner->lr_warmup = -1;
     snprintf(path, sizeof path, "%s/%s/run.txt", dir, name);
     FILE *f = fopen(path, "r");
     if (!f)
@@ -192,6 +196,11 @@ static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
             snprintf(owner->run, sizeof owner->run, "%.63s", line + 4);
         else if (strncmp(line, "program ", 8) == 0)
             snprintf(owner->program, sizeof owner->program, "%.1023s", line + 8);
+        else if (strncmp(line, "lr_schedule ", 12) == 0 &&
+                 (sscanf(line, "lr_schedule steps %lld warmup %lld", &owner->lr_steps,
+                         &owner->lr_warmup) != 2 ||
+                  owner->lr_steps < 1 || owner->lr_steps > INT32_MAX || owner->lr_warmup < 0))
+            owner->lr_steps = owner->lr_warmup = -1; // unreadable: as if not recorded
     }
     fclose(f);
 }
@@ -248,12 +257,53 @@ static int park(const char *dir, const char *name, char *err)
     return set_latest(dir, parked_name, err);
 }
 
-/* After a save of NAME: keeps it and PREVIOUS (the checkpoint `latest` named before), and
- * removes this run's older checkpoints and the leftovers of saves that never finished
- * (.tmp, or a folder a killed removal left without its files). Other runs' checkpoints stay,
- * unless this run was started with --overwrite. */
+/* The step below which a save of this run's step prunes its own checkpoints: it keeps the
+ * new one and the keep - 1 newest of its own before it (those at step >= the returned one). */
+static int64_t oldest_kept_step(const pr_run *run, const char *dir, int64_t keep)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int64_t *steps = NULL, n = 0, cap = 0, oldest = run->step;
+    while (d && (e = readdir(d))) {
+        int64_t step = checkpoint_step(e->d_name);
+        if (step < 0 || step >= run->step || strchr(e->d_name, '.') || !complete(dir, e->d_name))
+            continue;
+        ckpt_owner owner;
+        read_owner(dir, e->d_name, &owner);
+        if (strcmp(owner.run, run->run_id) != 0)
+            continue;
+        if (n == cap) {
+            int64_t *grown = pr_alloc((size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (n)
+                memcpy(grown, steps, (size_t)n * sizeof *steps);
+            free(steps);
+            steps = grown;
+        }
+        steps[n++] = step;
+    }
+    if (d)
+        closedir(d);
+    // the (keep - 1)-th newest: a selection over the few folders a run leaves
+    for (int64_t kept = 0; kept < keep - 1 && kept < n; kept++) {
+        int64_t newest = 0;
+        for (int64_t i = 1; i < n - kept; i++)
+            newest = steps[i] > steps[newest] ? i : newest;
+        oldest = steps[newest];
+        steps[newest] = steps[n - kept - 1];
+    }
+    free(steps);
+    return oldest;
+}
+
+/* After a save of NAME: keeps it and the newest `checkpoint { keep N }` - 1 checkpoints of
+ * this run before it (by default 1: the one `latest` named), and removes this run's older ones
+ * and the leftovers of saves that never finished (.tmp, or a folder a killed removal left
+ * without its files). Other runs' checkpoints stay, PREVIOUS among them, unless this run was
+ * started with --overwrite. */
 static void prune(const pr_run *run, const char *dir, const char *name, const char *previous)
 {
+    int64_t keep = run->prog->ckpt_keep > 0 ? run->prog->ckpt_keep : 2;
+    int64_t oldest_kept = oldest_kept_step(run, dir, keep);
     DIR *d = opendir(dir);
     struct dirent *e;
     char path[4096];
@@ -265,7 +315,9 @@ static void prune(const pr_run *run, const char *dir, const char *name, const ch
             ckpt_owner owner;
             read_owner(dir, e->d_name, &owner);
             int ours = strcmp(owner.run, run->run_id) == 0, parked = strchr(e->d_name, '.') != NULL;
-            if (strcmp(e->d_name, previous) == 0 && (ours || !run->opt.overwrite))
+            if (strcmp(e->d_name, previous) == 0 && !ours && !run->opt.overwrite)
+                continue;
+            if (ours && !parked && step >= oldest_kept && step < run->step)
                 continue;
             // later ones of its own: what a kill between a save's rename and `latest` left
             if (!run->opt.overwrite && (!ours || (step > run->step && !parked)))
@@ -365,8 +417,9 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
                     {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
     char owner[1200];
-    snprintf(owner, sizeof owner, "run %s\nprogram %.1000s\nstep %lld\n", run->run_id,
-             prog->source ? prog->source : "?", (long long)run->step);
+    snprintf(owner, sizeof owner, "run %s\nprogram %.1000s\nstep %lld\nlr_schedule steps %lld warmup %lld\n",
+             run->run_id, prog->source ? prog->source : "?", (long long)run->step, (long long)run->lr_steps,
+             (long long)run->lr_warmup);
     part owner_text[] = {{owner, strlen(owner)}};
     snprintf(file, sizeof file, "%s/model.bin", tmp);
     int rc = write_parts(file, model, 2, err);
@@ -583,6 +636,12 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
         read_owner(ckpt_dir, name, &owner);
         if (owner.run[0])
             snprintf(run->run_id, sizeof run->run_id, "%s", owner.run);
+        // The lr continues on the schedule the run started with (run.c may --reschedule).
+        run->lr_recorded = owner.lr_steps > 0;
+        if (run->lr_recorded) {
+            run->lr_steps = owner.lr_steps;
+            run->lr_warmup = owner.lr_warmup;
+        }
         snprintf(run->resumed_from, sizeof run->resumed_from, "%s/%s", ckpt_dir, name);
     }
     free(params);
@@ -691,7 +750,7 @@ int pr_ckpt_guard(const pr_run *run, const char *dir, char *err)
     struct dirent *e;
     while (d && (e = readdir(d))) {
         int64_t step = checkpoint_step(e->d_name);
-        ckpt_owner owner = {"", ""};
+        ckpt_owner owner = {.run = ""};
         if (step > after && run->opt.resume)
             read_owner(dir, e->d_name, &owner);
         if (step > after && complete(dir, e->d_name) && strcmp(owner.run, run->run_id) != 0) {

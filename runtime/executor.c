@@ -402,6 +402,8 @@ static int open_local_links(pr_run *run, char *err)
 int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err)
 {
     memset(run, 0, sizeof *run);
+    run->lr_steps = prog->steps;
+    run->lr_warmup = prog->warmup_steps;
     if (check_table(prog, prog->schedule, err) || pr_check_layout(prog, err))
         return -1;
     // The device is chosen before run->prog is set: on failure pr_run_free has nothing to free.
@@ -543,6 +545,12 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
         memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)most,
                (size_t)run->stage[s].code->n_tensors * sizeof(double));
     free(all);
+}
+
+/* lr of step t on the run's schedule: the program's, or a resumed run's first one. */
+static double run_lr(const pr_run *run, int64_t t)
+{
+    return pr_lr_over(run->prog, run->lr_steps, run->lr_warmup, t);
 }
 
 /* The gradient norm clipping uses, which the last stage reports to the metrics (docs/dsl.md,
@@ -717,10 +725,10 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
         st->t++;
         if (sc->has_head && run->on_step)
-            run->on_step(run, st->t, mean_loss, pr_lr(prog, st->t), norm);
+            run->on_step(run, st->t, mean_loss, run_lr(run, st->t), norm);
         return;
     }
-    double lr = pr_lr(prog, st->t + 1);
+    double lr = run_lr(run, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1, st->params_h};
     dev->adamw(prog, st->index, &args);
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
@@ -749,7 +757,7 @@ static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d, c
     pr_optim_rule adamw = {.kind = PR_OPT_ADAMW, .width = prog->width, .beta1 = prog->beta1,
                            .beta2 = prog->beta2, .eps = prog->eps, .weight_decay = prog->weight_decay};
     const pr_optim_rule *rule = prog->optimizer == PR_OPT_ADAMW ? &adamw : sc->optim_rule;
-    pr_predict_args args = {st->params, st->m, st->v, st->t, pr_lr(prog, st->t + 1), d, st->predicted,
+    pr_predict_args args = {st->params, st->m, st->v, st->t, run_lr(run, st->t + 1), d, st->predicted,
                             st->predicted_h};
     run->dev->predict(prog, st->index, rule, &args);
     st->predicted_t = st->t;

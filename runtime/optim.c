@@ -4,14 +4,14 @@
 #include "prt.h"
 
 /* Warmup is linear from peak/warmup at t=1 to the peak at t=warmup; the decay then runs
- * from the peak to min_lr_ratio * peak at t = steps. */
-double pr_lr(const pr_program *prog, int64_t t)
+ * from the peak to min_lr_ratio * peak at t = steps, and stays there after it. */
+double pr_lr_over(const pr_program *prog, int64_t steps, int64_t warmup, int64_t t)
 {
     double peak = prog->lr, floor_lr = prog->min_lr_ratio * prog->lr;
-    if (prog->warmup_steps > 0 && t <= prog->warmup_steps)
-        return peak * (double)t / (double)prog->warmup_steps;
-    int64_t span = prog->steps - prog->warmup_steps;
-    double progress = span > 0 ? (double)(t - prog->warmup_steps) / (double)span : 1.0;
+    if (warmup > 0 && t <= warmup)
+        return peak * (double)t / (double)warmup;
+    int64_t span = steps - warmup;
+    double progress = span > 0 ? (double)(t - warmup) / (double)span : 1.0;
     if (progress > 1.0)
         progress = 1.0;
     switch (prog->decay) {
@@ -22,6 +22,11 @@ double pr_lr(const pr_program *prog, int64_t t)
     default:
         return peak;
     }
+}
+
+double pr_lr(const pr_program *prog, int64_t t)
+{
+    return pr_lr_over(prog, prog->steps, prog->warmup_steps, t);
 }
 
 double pr_sumsq(const float *x, int64_t n)

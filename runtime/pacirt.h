@@ -243,6 +243,7 @@ typedef struct pr_program {
     int32_t global_clip;     /* clip by the norm over all stages (synchronous schedules) */
     /* evaluation, checkpoints, data */
     int64_t eval_every, eval_batches, ckpt_every; /* 0: never */
+    int64_t ckpt_keep;       /* checkpoints of this run a save keeps, the new one included; 0: 2 */
     uint64_t seed;
     const char *train_data, *val_data, *ckpt_dir;
     /* stages and their schedule */

@@ -314,6 +314,8 @@ float pr_lamb_trust_ratio(int decay, double w_norm, double d_norm);
 /* lr of optimizer step t (1-based): linear warmup to the peak over warmup_steps, then the
  * decay to min_lr_ratio * peak, reached at t = steps. */
 double pr_lr(const pr_program *prog, int64_t t);
+/* The same over a schedule of another length and warmup (a resumed run's, pr_run.lr_steps). */
+double pr_lr_over(const pr_program *prog, int64_t steps, int64_t warmup, int64_t t);
 /* Sum of squares of x[0..n), in double, element order. */
 double pr_sumsq(const float *x, int64_t n);
 /* Folds per-tensor sums in the given order, then sqrt. */
@@ -408,6 +410,14 @@ typedef struct pr_options {
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
     const char *tokenizer_path; /* --tokenizer: llm.c's tokenizer file, to print --sample as text */
+    /* --sample's draw: --temperature (0: the most likely token), --top-k (0: the whole
+     * vocabulary), --seed (not given: one from the clock, said), --prompt (text to continue) */
+    double temperature;
+    int64_t top_k;
+    struct pr_seed { uint64_t value; int given; } seed;
+    const char *prompt;
+    const char *sample_only, *resume_only; /* the first flag given that needs --sample, --resume */
+    int reschedule;         /* --reschedule: a resume takes the program's lr schedule */
     const char *device; /* --device: "cpu", "cuda", NULL = choose */
     double peer_timeout;    /* --peer-timeout: seconds a link waits for its peer; 0: forever */
     /* one process per stage (world > 1): this process runs stage `rank` only, and `boot`
@@ -439,6 +449,10 @@ typedef struct pr_run {
                                          warm start: no global clipping norm in it */
     char run_id[64];                  /* checkpoint.c: whose checkpoints a save may prune */
     char resumed_from[4400];          /* the checkpoint loaded ("dir/step_N"), or "" */
+    /* the lr schedule's length and warmup in steps: the program's, or those the run started
+     * with, which a resumed checkpoint recorded (lr_recorded) and keeps unless --reschedule */
+    int64_t lr_steps, lr_warmup;
+    int lr_recorded;
     /* The last stage's loss per global step (the sum of its micro-batch mean losses), from
      * the step's first forward there to its update: a ring of step_loss_len entries, entry
      * i holding step step_loss_step[i] (executor.c, add_step_loss). */

@@ -142,6 +142,8 @@ void pr_replicas_sync(pr_run *run)
     for (int r = 1; r < run->replicas; r++) {
         pr_run *other = run->replica_runs[r]; // its data: pr_run_segment lends replica 0's
         other->step = run->step;
+        other->lr_steps = run->lr_steps;
+        other->lr_warmup = run->lr_warmup;
         for (int s = 0; s < run->p; s++) {
             const pr_stage_rt *from = &run->stage[s];
             pr_stage_rt *to = &other->stage[s];

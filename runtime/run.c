@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "prt.h"
@@ -15,14 +16,26 @@
 static const char usage[] =
     "usage: run [options]\n"
     "  --steps N        stop after N optimizer steps (at most the compiled total)\n"
-    "  --resume         continue from the latest checkpoint in the checkpoint folder\n"
+    "  --resume         continue from the latest checkpoint in the checkpoint folder, on the\n"
+    "                   lr schedule the run started with (its length and warmup, which the\n"
+    "                   checkpoint records: a program recompiled with other steps keeps it,\n"
+    "                   and after its end the lr stays at its final value)\n"
+    "  --reschedule     with --resume: take the program's lr schedule instead, from the\n"
+    "                   resumed step on\n"
     "  --overwrite      start anew in a checkpoint folder that holds checkpoints (of this\n"
     "                   program or another); they are deleted once this run saves its first\n"
     "                   (without it, run refuses to start there)\n"
     "  --init FILE      start from an llm.c GPT-2 checkpoint (version 3), a Hugging Face\n"
     "                   GPT-2 folder (config.json, model.safetensors) or a .safetensors file\n"
     "  --sample N       print N tokens from the latest checkpoint (or the initial weights):\n"
-    "                   bytes for a 256-token vocabulary, else token ids\n"
+    "                   bytes for a 256-token vocabulary, else token ids; then a newline\n"
+    "  --prompt TEXT    with --sample: continue TEXT (printed first; a byte-level vocabulary\n"
+    "                   only; the last context - 1 tokens of a longer one)\n"
+    "  --temperature T  with --sample: divide the logits by T (default 1; 0: always the most\n"
+    "                   likely token)\n"
+    "  --top-k K        with --sample: draw from the K most likely tokens (default 0: all)\n"
+    "  --seed S         with --sample: the draw's seed, an integer >= 0; without it one comes\n"
+    "                   from the clock and is said on stderr (--seed S repeats it)\n"
     "  --tokenizer FILE with --sample: decode the tokens with llm.c's tokenizer file\n"
     "                   (gpt2_tokenizer.bin)\n"
     "  --export hf DIR  write the latest checkpoint (or the initial weights) as a Hugging Face\n"
@@ -448,53 +461,142 @@ static int tokenizer_load(const char *path, tokenizer *tk, char *err)
     return 0;
 }
 
-/* Sampling: temperature 1 from the full model, sequence 0 of a micro-batch holding the last
- * T tokens; deterministic from the seed. Printed through the tokenizer when one is given
- * (ids it does not have as <|ID|>), else as bytes for a 256-token vocabulary, else ids. */
-static void sample(pr_run *run, int64_t n, const tokenizer *tk)
+/* The prompt as the model's tokens: its bytes for a byte-level vocabulary (what `pacic
+ * tokenize` writes). Another vocabulary needs an encoder, which llm.c's tokenizer file is not
+ * (it only decodes): a GPT-2 BPE encoder belongs here. 0, or -1 with err. */
+static int encode_prompt(const pr_run *run, const char *prompt, int32_t **ids, size_t *n, char *err)
 {
-    int64_t T = run->T, BT = run->B * T, V = run->V;
-    int32_t start = V == 256 ? '\n' : 0;
+    if (run->V != 256)
+        return pr_fail(err, "--prompt needs an encoder for this model's %lld-token vocabulary, and "
+                       "there is only the byte-level one (vocab 256, what `pacic tokenize` writes); "
+                       "--tokenizer's llm.c file only decodes: sample without --prompt",
+                       (long long)run->V);
+    size_t len = strlen(prompt);
+    *ids = pr_alloc((len ? len : 1) * sizeof **ids);
+    for (size_t i = 0; i < len; i++)
+        (*ids)[i] = (unsigned char)prompt[i];
+    *n = len;
+    return 0;
+}
+
+/* The model's probabilities of the token after position pos of sequence 0, into p[0..V). The
+ * GPU path's head leaves its fused classifier's unscaled dlogits p - onehot(target) there
+ * (bf16 under bf16), target 0, not the probabilities; a vocab_split's come as probabilities. */
+static void read_probabilities(const pr_run *run, const float *probs, int64_t pos, double *p)
+{
+    const pr_program *prog = run->prog;
+    int gpu = prog->cuda_device && run->dev == prog->cuda_device &&
+              prog->stage[prog->stages - 1].vocab_begin == 0;
+    const float *row = probs + pos * prog->probs_stride;
+    const pr_bf16 *row_h = (const pr_bf16 *)probs + pos * prog->probs_stride;
+    for (int64_t v = 0; v < run->V; v++)
+        p[v] = !gpu ? row[v] : (prog->bf16_operands ? pr_from_bf16(row_h[v]) : row[v]) + (v == 0 ? 1.0 : 0.0);
+}
+
+static int descending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* The next token from probabilities p[0..V): the most likely (the first of equals) at
+ * temperature 0; else one of the top_k most likely (all when 0; equals at the k-th kept in
+ * index order), drawn by coin in [0, 1) with weights p^(1/temperature). w: V doubles of room. */
+static int32_t choose_token(const pr_options *opt, const double *p, double *w, int64_t V, double coin)
+{
+    int32_t best = 0;
+    for (int32_t v = 1; v < V; v++)
+        best = p[v] > p[best] ? v : best;
+    if (opt->temperature == 0)
+        return best;
+    double kth = -1.0; // every p is above it when all are kept
+    int64_t equals_kept = 0;
+    if (opt->top_k > 0 && opt->top_k < V) {
+        memcpy(w, p, (size_t)V * sizeof *w);
+        qsort(w, (size_t)V, sizeof *w, descending);
+        kth = w[opt->top_k - 1];
+        for (int64_t i = 0; i < opt->top_k; i++)
+            equals_kept += w[i] == kth;
+    }
+    double total = 0.0, top = log(p[best]);
+    for (int32_t v = 0; v < V; v++) {
+        int kept = p[v] > kth || (p[v] == kth && equals_kept-- > 0);
+        // scaled by the largest, so that a small temperature underflows to 0, never to NaN
+        w[v] = kept && p[v] > 0 ? exp((log(p[v]) - top) / opt->temperature) : 0.0;
+        total += w[v];
+    }
+    double target = coin * total, cdf = 0.0;
+    for (int32_t v = 0; v < V; v++) {
+        cdf += w[v];
+        if (w[v] > 0 && target < cdf)
+            return v;
+    }
+    return best;
+}
+
+/* One sampled token: through the tokenizer (ids it does not have as <|ID|>), else as a byte
+ * for a 256-token vocabulary, else as its id (space-separated). */
+static void print_token(const pr_run *run, const tokenizer *tk, int32_t id, int first)
+{
+    if (tk && (uint32_t)id < tk->n)
+        fwrite(tk->bytes + tk->start[id], 1, (size_t)(tk->start[id + 1] - tk->start[id]), stdout);
+    else if (tk)
+        printf("<|%d|>", id);
+    else if (run->V == 256)
+        putchar(id);
+    else
+        printf("%s%d", first ? "" : " ", id);
+}
+
+/* --seed, or one from the clock, said so that the sample can be repeated. */
+static uint64_t sample_seed(const pr_options *opt)
+{
+    if (opt->seed.given)
+        return opt->seed.value;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    pr_rng mix = {(uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec + ((uint64_t)getpid() << 40)};
+    uint64_t seed = pr_rng_next(&mix) >> 32; // short enough to copy from the line below
+    if (!opt->quiet)
+        fprintf(stderr, "run: seed %llu (--seed %llu repeats this sample)\n", (unsigned long long)seed,
+                (unsigned long long)seed);
+    return seed;
+}
+
+/* Sampling: sequence 0 of a micro-batch holds the last T tokens of the text, which is a start
+ * token (a newline for bytes, else 0), the prompt (at most its last T - 1 tokens), then the n
+ * tokens drawn; the prompt is printed, then what was drawn, then a newline. Deterministic from
+ * the seed. */
+static void sample(pr_run *run, const tokenizer *tk, const int32_t *prompt, size_t n_prompt)
+{
+    const pr_options *opt = &run->opt;
+    int64_t T = run->T, BT = run->B * T, V = run->V, n = opt->sample;
+    int64_t fed = (int64_t)n_prompt < T - 1 ? (int64_t)n_prompt : T - 1, first = 1 + fed;
+    if (fed < (int64_t)n_prompt && !opt->quiet)
+        fprintf(stderr, "run: note: the prompt is %zu tokens and the context %lld: only its last %lld "
+                "are fed (after the start token)\n", n_prompt, (long long)T, (long long)fed);
     int32_t *tokens = pr_alloc((size_t)BT * sizeof(int32_t));
-    int32_t *text = pr_alloc((size_t)(n + 1) * sizeof(int32_t));
-    pr_rng rng = {run->prog->seed ^ 0x5a5a5a5aULL};
-    // The GPU path's head leaves its fused classifier's unscaled dlogits p - onehot(target) over
-    // the logits (bf16 under bf16), not the probabilities.
-    int gpu = run->prog->cuda_device && run->dev == run->prog->cuda_device &&
-              run->prog->stage[run->prog->stages - 1].vocab_begin == 0; // the split's come as probabilities
-    text[0] = start;
-    for (int64_t i = 1; i <= n; i++) {
+    int32_t *text = pr_alloc((size_t)(first + n) * sizeof(int32_t));
+    double *p = pr_alloc((size_t)V * sizeof(double)), *room = pr_alloc((size_t)V * sizeof(double));
+    pr_rng rng = {sample_seed(opt)};
+    text[0] = V == 256 ? '\n' : 0;
+    if (fed > 0)
+        memcpy(text + 1, prompt + n_prompt - (size_t)fed, (size_t)fed * sizeof(int32_t));
+    if (opt->prompt)
+        fputs(opt->prompt, stdout);
+    for (int64_t i = first; i < first + n; i++) {
         int64_t len = i < T ? i : T;
         for (int64_t j = 0; j < BT; j++)
-            tokens[j] = j < len ? text[i - len + j] : start;
-        const float *probs = pr_forward_all(run, tokens);
-        const float *row = probs + (len - 1) * run->prog->probs_stride;
-        const pr_bf16 *row_h = (const pr_bf16 *)probs + (len - 1) * run->prog->probs_stride;
-        double coin = pr_rng_uniform(&rng), cdf = 0.0;
-        int32_t next = (int32_t)V - 1;
-        for (int32_t v = 0; v < V; v++) {
-            if (!gpu)
-                cdf += row[v];
-            else // p = dlogit + 1 at the target, 0 here
-                cdf += (run->prog->bf16_operands ? pr_from_bf16(row_h[v]) : row[v]) + (v == 0 ? 1.0 : 0.0);
-            if (coin < cdf) {
-                next = v;
-                break;
-            }
-        }
-        text[i] = next;
-        if (tk && (uint32_t)next < tk->n)
-            fwrite(tk->bytes + tk->start[next], 1, (size_t)(tk->start[next + 1] - tk->start[next]), stdout);
-        else if (tk)
-            printf("<|%d|>", next);
-        else if (V == 256)
-            putchar(next);
-        else
-            printf("%s%d", i > 1 ? " " : "", next);
+            tokens[j] = j < len ? text[i - len + j] : text[0];
+        read_probabilities(run, pr_forward_all(run, tokens), len - 1, p);
+        text[i] = choose_token(opt, p, room, V, pr_rng_uniform(&rng));
+        print_token(run, tk, text[i], i == first && !opt->prompt);
     }
     printf("\n");
     free(tokens);
     free(text);
+    free(p);
+    free(room);
 }
 
 /* Seconds >= 0, fractions allowed. */
@@ -511,16 +613,52 @@ static int parse_seconds(const char *flag, const char *value, double *out)
     return 0;
 }
 
+/* A flag's value that is not one it takes, said with the value: -1. */
+static int bad_value(const char *flag, const char *value, const char *needs)
+{
+    if (value)
+        fprintf(stderr, "run: error: %s %s: needs %s\n", flag, value, needs);
+    else
+        fprintf(stderr, "run: error: %s needs %s\n", flag, needs);
+    return -1;
+}
+
 static int parse_count(const char *flag, const char *value, int64_t min, int64_t *out)
 {
     char *end;
     errno = 0;
     long long n = value ? strtoll(value, &end, 10) : 0;
     if (!value || errno || *end || end == value || n < min) {
-        fprintf(stderr, "run: error: %s needs an integer >= %lld\n", flag, (long long)min);
-        return -1;
+        char needs[64];
+        snprintf(needs, sizeof needs, "an integer >= %lld", (long long)min);
+        return bad_value(flag, value, needs);
     }
     *out = n;
+    return 0;
+}
+
+/* --temperature: a finite number >= 0 (NaN fails the comparison). */
+static int parse_temperature(const char *flag, const char *value, double *out)
+{
+    char *end;
+    errno = 0;
+    double t = value ? strtod(value, &end) : -1;
+    if (!value || errno || *end || end == value || !(t >= 0) || !isfinite(t))
+        return bad_value(flag, value, "a finite number >= 0 (0: always the most likely token)");
+    *out = t;
+    return 0;
+}
+
+/* --seed: an integer in [0, 2^64), digits only (strtoull would wrap a minus sign). */
+static int parse_seed(const char *flag, const char *value, struct pr_seed *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long s = value && value[0] >= '0' && value[0] <= '9' ? strtoull(value, &end, 10) : 0;
+    if (!value || value[0] < '0' || value[0] > '9' || errno || *end)
+        return bad_value(flag, value, "an integer in [0, 18446744073709551615]");
+    out->value = s;
+    out->given = 1;
     return 0;
 }
 
@@ -564,23 +702,34 @@ static void install_stop_handlers(void)
 
 /* Flags; returns 0 to go on, 1 after --help, -1 on a bad flag. */
 /* The flags, each once: what its value is and where it goes in pr_options. */
-enum flag_kind { FLAG_SWITCH, FLAG_INT, FLAG_INT64, FLAG_PORT, FLAG_SECONDS, FLAG_TEXT, FLAG_DEVICE };
+enum flag_kind { FLAG_SWITCH, FLAG_INT, FLAG_INT64, FLAG_COUNT, FLAG_PORT, FLAG_SECONDS, FLAG_TEXT,
+                 FLAG_DEVICE, FLAG_TEMPERATURE, FLAG_SEED };
+/* The runs a flag is for: any, or only those that sample or resume (refused in others). */
+enum flag_use { FOR_ANY, FOR_SAMPLE, FOR_RESUME };
 #define AT(field) offsetof(pr_options, field)
 static const struct flag {
     const char *name;
     int kind;           /* enum flag_kind */
     size_t at;          /* the field it sets */
+    int use;            /* enum flag_use */
 } flags[] = {
-    {"--resume", FLAG_SWITCH, AT(resume)}, {"--quiet", FLAG_SWITCH, AT(quiet)},
-    {"--overwrite", FLAG_SWITCH, AT(overwrite)}, {"--no-checkpoint", FLAG_SWITCH, AT(no_checkpoint)},
-    {"--steps", FLAG_INT64, AT(steps)}, {"--sample", FLAG_INT64, AT(sample)},
-    {"--threads", FLAG_INT, AT(threads)}, {"--blas-threads", FLAG_INT, AT(blas_threads)},
-    {"--master-port", FLAG_PORT, AT(master_port)},
-    {"--peer-timeout", FLAG_SECONDS, AT(peer_timeout)}, {"--connect-timeout", FLAG_SECONDS, AT(connect_timeout)},
-    {"--init", FLAG_TEXT, AT(init_path)}, {"--trace", FLAG_TEXT, AT(trace_path)}, {"--data", FLAG_TEXT, AT(data)},
-    {"--val", FLAG_TEXT, AT(val)}, {"--ckpt-dir", FLAG_TEXT, AT(ckpt_dir)}, {"--metrics", FLAG_TEXT, AT(metrics_path)},
-    {"--profile-out", FLAG_TEXT, AT(profile_out)}, {"--tokenizer", FLAG_TEXT, AT(tokenizer_path)},
-    {"--device", FLAG_DEVICE, AT(device)},
+    {"--resume", FLAG_SWITCH, AT(resume), FOR_ANY}, {"--quiet", FLAG_SWITCH, AT(quiet), FOR_ANY},
+    {"--overwrite", FLAG_SWITCH, AT(overwrite), FOR_ANY},
+    {"--no-checkpoint", FLAG_SWITCH, AT(no_checkpoint), FOR_ANY}, {"--steps", FLAG_INT64, AT(steps), FOR_ANY},
+    {"--sample", FLAG_INT64, AT(sample), FOR_ANY}, {"--threads", FLAG_INT, AT(threads), FOR_ANY},
+    {"--blas-threads", FLAG_INT, AT(blas_threads), FOR_ANY},
+    {"--master-port", FLAG_PORT, AT(master_port), FOR_ANY},
+    {"--peer-timeout", FLAG_SECONDS, AT(peer_timeout), FOR_ANY},
+    {"--connect-timeout", FLAG_SECONDS, AT(connect_timeout), FOR_ANY},
+    {"--init", FLAG_TEXT, AT(init_path), FOR_ANY}, {"--trace", FLAG_TEXT, AT(trace_path), FOR_ANY},
+    {"--data", FLAG_TEXT, AT(data), FOR_ANY}, {"--val", FLAG_TEXT, AT(val), FOR_ANY},
+    {"--ckpt-dir", FLAG_TEXT, AT(ckpt_dir), FOR_ANY}, {"--metrics", FLAG_TEXT, AT(metrics_path), FOR_ANY},
+    {"--profile-out", FLAG_TEXT, AT(profile_out), FOR_ANY}, {"--device", FLAG_DEVICE, AT(device), FOR_ANY},
+    {"--tokenizer", FLAG_TEXT, AT(tokenizer_path), FOR_SAMPLE},
+    {"--prompt", FLAG_TEXT, AT(prompt), FOR_SAMPLE},
+    {"--temperature", FLAG_TEMPERATURE, AT(temperature), FOR_SAMPLE},
+    {"--top-k", FLAG_COUNT, AT(top_k), FOR_SAMPLE}, {"--seed", FLAG_SEED, AT(seed), FOR_SAMPLE},
+    {"--reschedule", FLAG_SWITCH, AT(reschedule), FOR_RESUME},
 };
 #undef AT
 
@@ -607,6 +756,15 @@ static int set_flag(const struct flag *f, const char *value, pr_options *opt)
         else
             *(int *)field = (int)n;
         return 0;
+    case FLAG_COUNT:
+        if (parse_count(f->name, value, 0, &n) != 0)
+            return -1;
+        *(int64_t *)field = n;
+        return 0;
+    case FLAG_TEMPERATURE:
+        return parse_temperature(f->name, value, (double *)field);
+    case FLAG_SEED:
+        return parse_seed(f->name, value, (struct pr_seed *)field);
     case FLAG_SECONDS:
         return parse_seconds(f->name, value, (double *)field);
     case FLAG_DEVICE:
@@ -654,6 +812,11 @@ static int parse_flags(int argc, char **argv, pr_options *opt)
         }
         if (set_flag(f, value, opt) != 0)
             return -1;
+        const char **first_for = f->use == FOR_SAMPLE   ? &opt->sample_only
+                                 : f->use == FOR_RESUME ? &opt->resume_only
+                                                        : NULL;
+        if (first_for && !*first_for)
+            *first_for = f->name;
         i += f->kind != FLAG_SWITCH;
     }
     if (opt->threads > 0 && opt->blas_threads > 0) {
@@ -722,8 +885,17 @@ static int find_launch(const pr_program *prog, const pr_options *opt, pr_launch 
 static int settle_options(const pr_program *prog, const pr_launch *launch, pr_options *opt)
 {
     const paci_table *tab = prog->schedule;
-    if (opt->tokenizer_path && opt->sample == 0) {
-        fprintf(stderr, "run: error: --tokenizer is for --sample N\n");
+    if (opt->sample_only && opt->sample == 0) {
+        fprintf(stderr, "run: error: %s is for --sample N\n", opt->sample_only);
+        return -1;
+    }
+    if (opt->resume_only && !opt->resume) {
+        fprintf(stderr, "run: error: %s is for --resume\n", opt->resume_only);
+        return -1;
+    }
+    if (opt->top_k > prog->vocab) {
+        fprintf(stderr, "run: error: --top-k %lld: more than the %d tokens of the vocabulary\n",
+                (long long)opt->top_k, prog->vocab);
         return -1;
     }
     opt->rank = launch->rank;
@@ -767,17 +939,20 @@ static int sample_or_export(pr_run *run, char *err)
 {
     const pr_options *opt = &run->opt;
     if (opt->sample > 0) {
-        tokenizer tk;
-        if (opt->tokenizer_path && tokenizer_load(opt->tokenizer_path, &tk, err) != 0)
-            return -1;
-        if (load_weights(run, 1, err) != 0)
-            return -1;
-        sample(run, opt->sample, opt->tokenizer_path ? &tk : NULL);
-        if (opt->tokenizer_path) {
-            free(tk.start);
-            free(tk.bytes);
-        }
-        return 0;
+        tokenizer tk = {0};
+        int32_t *prompt = NULL;
+        size_t n_prompt = 0;
+        int rc = opt->tokenizer_path ? tokenizer_load(opt->tokenizer_path, &tk, err) : 0;
+        if (rc == 0 && opt->prompt)
+            rc = encode_prompt(run, opt->prompt, &prompt, &n_prompt, err);
+        if (rc == 0)
+            rc = load_weights(run, 1, err);
+        if (rc == 0)
+            sample(run, opt->tokenizer_path ? &tk : NULL, prompt, n_prompt);
+        free(prompt);
+        free(tk.start);
+        free(tk.bytes);
+        return rc;
     }
     if (load_weights(run, 1, err) != 0 || pr_export_hf(run, opt->export_dir, err) != 0)
         return -1;
@@ -788,6 +963,42 @@ static int sample_or_export(pr_run *run, char *err)
                (long long)run->step, opt->export_dir,
                run->prog->tied ? "; head tied to wte" : "; untied head as lm_head.weight");
     return 0;
+}
+
+/* A resume keeps the lr schedule its run started with (its length and warmup, which the
+ * checkpoint records), unless --reschedule takes the program's: a cosine over another length
+ * would make the lr jump. Said when they differ, or when the checkpoint does not say. */
+static void keep_lr_schedule(pr_run *run, int says)
+{
+    const pr_program *prog = run->prog;
+    if (!run->lr_recorded) { // lr_steps and lr_warmup are the program's
+        if (says)
+            printf("run: the checkpoint does not record the lr schedule its run started with (written by "
+                   "an older pacic): the lr follows the program's, %lld steps\n", (long long)prog->steps);
+        return;
+    }
+    if (run->lr_steps == prog->steps && run->lr_warmup == prog->warmup_steps)
+        return;
+    if (run->opt.reschedule) {
+        if (says)
+            printf("run: --reschedule: the lr follows the program's schedule of %lld steps (warmup %lld) "
+                   "from step %lld; the run started with %lld (warmup %lld)\n", (long long)prog->steps,
+                   (long long)prog->warmup_steps, (long long)run->step + 1, (long long)run->lr_steps,
+                   (long long)run->lr_warmup);
+        run->lr_steps = prog->steps;
+        run->lr_warmup = prog->warmup_steps;
+        return;
+    }
+    if (says && prog->steps > run->lr_steps)
+        printf("run: the lr schedule of the first %lld steps (warmup %lld) is kept: after step %lld the lr "
+               "stays at its final value; --reschedule follows the program's %lld steps (warmup %lld) instead\n",
+               (long long)run->lr_steps, (long long)run->lr_warmup, (long long)run->lr_steps,
+               (long long)prog->steps, (long long)prog->warmup_steps);
+    else if (says)
+        printf("run: the lr schedule of the first %lld steps (warmup %lld) is kept: the program's %lld steps "
+               "(warmup %lld) end before it does; --reschedule follows the program's schedule instead\n",
+               (long long)run->lr_steps, (long long)run->lr_warmup, (long long)prog->steps,
+               (long long)prog->warmup_steps);
 }
 
 /* The data, the starting weights (a resume's checkpoint, --init, or the seeded ones) and the
@@ -807,6 +1018,8 @@ static int prepare_training(pr_run *run, char *err)
         return -1;
     if (opt->resume && says)
         printf("run: resumed from step %lld (checkpoint %s)\n", (long long)run->step, run->resumed_from);
+    if (opt->resume)
+        keep_lr_schedule(run, says);
     if (opt->resume && run->step >= opt->steps) {
         if (says)
             printf("run: nothing left to train: the checkpoint is at step %lld, the run's last "
@@ -859,7 +1072,7 @@ static int train_and_report(pr_run *run, char *err)
 int pr_main(int argc, char **argv, const pr_program *prog)
 {
     pr_blas_choose_kernels(argv);
-    pr_options opt = {.peer_timeout = 600, .connect_timeout = PR_DEFAULT_CONNECT_TIMEOUT};
+    pr_options opt = {.peer_timeout = 600, .connect_timeout = PR_DEFAULT_CONNECT_TIMEOUT, .temperature = 1.0};
     int rc = parse_flags(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 1 : 0;

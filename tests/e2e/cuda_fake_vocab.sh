@@ -47,8 +47,8 @@ for name in fp32 bf16-messages; do
     # sampling from the trained weights: fp32 probabilities agree closely enough to draw the
     # same tokens; bf16 ones only need to give a sample
     gpu_text=$(cd "$work/$name/cuda" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=3 \
-        ../run --device cuda --sample 24 2>&1) || fail "$name: --sample on the GPU: $gpu_text"
-    cpu_text=$(cd "$work/$name/cuda" && ../run --device cpu --sample 24 2>&1) ||
+        ../run --device cuda --sample 24 --seed 1 2>&1) || fail "$name: --sample on the GPU: $gpu_text"
+    cpu_text=$(cd "$work/$name/cuda" && ../run --device cpu --sample 24 --seed 1 2>&1) ||
         fail "$name: --sample on the CPU: $cpu_text"
     if [ "$precision" = fp32 ]; then
         [ "$gpu_text" = "$cpu_text" ] || fail "fp32: the GPU samples '$gpu_text', the CPU '$cpu_text'"

@@ -70,8 +70,8 @@ def shapes_of(shape):
     return out
 
 
-def gpt2_loss(P, shape, tokens, targets):
-    B, T, C, NH, V = shape["B"], shape["T"], shape["C"], shape["NH"], shape["V"]
+def gpt2_logits(P, shape, tokens):
+    B, T, C, NH = shape["B"], shape["T"], shape["C"], shape["NH"]
     x = P["wte"][tokens] + P["wpe"][torch.arange(T)]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for layer in range(shape["layers"]):
@@ -87,8 +87,12 @@ def gpt2_loss(P, shape, tokens, targets):
         h = F.gelu(F.linear(h, p("fcw"), p("fcb")), approximate="tanh")
         x = x + F.linear(h, p("fcprojw"), p("fcprojb"))
     x = F.layer_norm(x, (C,), P["lnfw"], P["lnfb"], eps=1e-5)
-    logits = F.linear(x, P["wte"] if shape["tied"] else P["lm_head"])
-    return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    return F.linear(x, P["wte"] if shape["tied"] else P["lm_head"])
+
+
+def gpt2_loss(P, shape, tokens, targets):
+    logits = gpt2_logits(P, shape, tokens)
+    return F.cross_entropy(logits.view(-1, shape["V"]), targets.view(-1))
 
 
 def main():

@@ -123,6 +123,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.cfg.eval_every, 0);
     assert_int_equal(c.cfg.eval_batches, 8);
     assert_int_equal(c.cfg.ckpt_every, 0);
+    assert_int_equal(c.cfg.ckpt_keep, 2); /* the new checkpoint and the one before it */
     assert_string_equal(c.cfg.ckpt_dir, "checkpoints");
     assert_int_equal(c.cfg.seed, 1337);
     assert_int_equal(c.cfg.precision, PREC_FP32);
