@@ -410,6 +410,7 @@ typedef struct pr_options {
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
     const char *tokenizer_path; /* --tokenizer: llm.c's tokenizer file, to print --sample as text */
+    const char *bpe_dir;        /* --bpe: GPT-2's vocab.json and merges.txt, to encode --prompt and decode */
     /* --sample's draw: --temperature (0: the most likely token), --top-k (0: the whole
      * vocabulary), --seed (not given: one from the clock, said), --prompt (text to continue) */
     double temperature;

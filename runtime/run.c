@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bpe.h"
 #include "prt.h"
 
 static const char usage[] =
@@ -29,8 +30,8 @@ static const char usage[] =
     "                   GPT-2 folder (config.json, model.safetensors) or a .safetensors file\n"
     "  --sample N       print N tokens from the latest checkpoint (or the initial weights):\n"
     "                   bytes for a 256-token vocabulary, else token ids; then a newline\n"
-    "  --prompt TEXT    with --sample: continue TEXT (printed first; a byte-level vocabulary\n"
-    "                   only; the last context - 1 tokens of a longer one)\n"
+    "  --prompt TEXT    with --sample: continue TEXT (printed first; a byte-level vocabulary,\n"
+    "                   or --bpe; the last context - 1 tokens of a longer one)\n"
     "  --temperature T  with --sample: divide the logits by T (default 1; 0: always the most\n"
     "                   likely token)\n"
     "  --top-k K        with --sample: draw from the K most likely tokens (default 0: all)\n"
@@ -38,6 +39,8 @@ static const char usage[] =
     "                   from the clock and is said on stderr (--seed S repeats it)\n"
     "  --tokenizer FILE with --sample: decode the tokens with llm.c's tokenizer file\n"
     "                   (gpt2_tokenizer.bin)\n"
+    "  --bpe DIR        with --sample: GPT-2's BPE files in DIR (vocab.json and merges.txt, or\n"
+    "                   encoder.json and vocab.bpe) encode --prompt and decode the tokens\n"
     "  --export hf DIR  write the latest checkpoint (or the initial weights) as a Hugging Face\n"
     "                   GPT-2 folder DIR, which must be new or empty\n"
     "  --data FILE      training tokens (llm.c format)\n"
@@ -406,7 +409,23 @@ typedef struct tokenizer {
     uint32_t n;
     int64_t *start; /* token i is bytes[start[i] .. start[i + 1]) */
     unsigned char *bytes;
+    bpe_tokenizer *bpe; /* --bpe instead: GPT-2's files, which encode too */
 } tokenizer;
+
+/* --bpe DIR: GPT-2's tokenizer files (runtime/bpe.c), for a model of the same vocabulary. */
+static int bpe_open(const pr_run *run, const char *dir, tokenizer *tk, char *err)
+{
+    memset(tk, 0, sizeof *tk);
+    if (bpe_load(dir, &tk->bpe, err, PR_ERR_LEN) != 0)
+        return -1;
+    if (bpe_vocab_size(tk->bpe) != run->V) {
+        int n = bpe_vocab_size(tk->bpe);
+        bpe_free(tk->bpe);
+        tk->bpe = NULL;
+        return pr_fail(err, "--bpe %s: its vocabulary has %d tokens, the model's %lld", dir, n, (long long)run->V);
+    }
+    return 0;
+}
 
 static int tokenizer_load(const char *path, tokenizer *tk, char *err)
 {
@@ -461,15 +480,24 @@ static int tokenizer_load(const char *path, tokenizer *tk, char *err)
     return 0;
 }
 
-/* The prompt as the model's tokens: its bytes for a byte-level vocabulary (what `pacic
- * tokenize` writes). Another vocabulary needs an encoder, which llm.c's tokenizer file is not
- * (it only decodes): a GPT-2 BPE encoder belongs here. 0, or -1 with err. */
-static int encode_prompt(const pr_run *run, const char *prompt, int32_t **ids, size_t *n, char *err)
+/* The prompt as the model's tokens: GPT-2's BPE with --bpe; else its bytes for a byte-level
+ * vocabulary (what `pacic tokenize` writes). llm.c's tokenizer file only decodes. 0, or -1
+ * with err. */
+static int encode_prompt(const pr_run *run, const tokenizer *tk, const char *prompt, int32_t **ids, size_t *n,
+                         char *err)
 {
+    if (tk && tk->bpe) {
+        bpe_ids out = {0};
+        if (bpe_encode(tk->bpe, prompt, strlen(prompt), 1, &out) != 0)
+            return pr_fail(err, "--prompt: out of memory");
+        *ids = out.ids ? out.ids : pr_alloc(sizeof **ids);
+        *n = out.n;
+        return 0;
+    }
     if (run->V != 256)
-        return pr_fail(err, "--prompt needs an encoder for this model's %lld-token vocabulary, and "
-                       "there is only the byte-level one (vocab 256, what `pacic tokenize` writes); "
-                       "--tokenizer's llm.c file only decodes: sample without --prompt",
+        return pr_fail(err, "--prompt needs an encoder for this model's %lld-token vocabulary: --bpe DIR "
+                       "with GPT-2's vocab.json and merges.txt (examples/data/get-gpt2-vocab.sh), or a "
+                       "byte-level model (vocab 256); --tokenizer's llm.c file only decodes",
                        (long long)run->V);
     size_t len = strlen(prompt);
     *ids = pr_alloc((len ? len : 1) * sizeof **ids);
@@ -538,7 +566,11 @@ static int32_t choose_token(const pr_options *opt, const double *p, double *w, i
  * for a 256-token vocabulary, else as its id (space-separated). */
 static void print_token(const pr_run *run, const tokenizer *tk, int32_t id, int first)
 {
-    if (tk && (uint32_t)id < tk->n)
+    size_t len;
+    const unsigned char *bytes = tk && tk->bpe ? bpe_token_bytes(tk->bpe, id, &len) : NULL;
+    if (bytes)
+        fwrite(bytes, 1, len, stdout);
+    else if (tk && (uint32_t)id < tk->n)
         fwrite(tk->bytes + tk->start[id], 1, (size_t)(tk->start[id + 1] - tk->start[id]), stdout);
     else if (tk)
         printf("<|%d|>", id);
@@ -563,8 +595,11 @@ static uint64_t sample_seed(const pr_options *opt)
     return seed;
 }
 
+enum { GPT2_VOCAB = 50257 }; /* its last token, 50256, is <|endoftext|> */
+
 /* Sampling: sequence 0 of a micro-batch holds the last T tokens of the text, which is a start
- * token (a newline for bytes, else 0), the prompt (at most its last T - 1 tokens), then the n
+ * token (a newline for bytes; <|endoftext|>, where documents start, with --bpe or GPT-2's
+ * vocabulary; else 0), the prompt (at most its last T - 1 tokens), then the n
  * tokens drawn; the prompt is printed, then what was drawn, then a newline. Deterministic from
  * the seed. */
 static void sample(pr_run *run, const tokenizer *tk, const int32_t *prompt, size_t n_prompt)
@@ -579,7 +614,7 @@ static void sample(pr_run *run, const tokenizer *tk, const int32_t *prompt, size
     int32_t *text = pr_alloc((size_t)(first + n) * sizeof(int32_t));
     double *p = pr_alloc((size_t)V * sizeof(double)), *room = pr_alloc((size_t)V * sizeof(double));
     pr_rng rng = {sample_seed(opt)};
-    text[0] = V == 256 ? '\n' : 0;
+    text[0] = tk && tk->bpe ? bpe_end_of_text(tk->bpe) : V == 256 ? '\n' : V == GPT2_VOCAB ? GPT2_VOCAB - 1 : 0;
     if (fed > 0)
         memcpy(text + 1, prompt + n_prompt - (size_t)fed, (size_t)fed * sizeof(int32_t));
     if (opt->prompt)
@@ -725,7 +760,7 @@ static const struct flag {
     {"--data", FLAG_TEXT, AT(data), FOR_ANY}, {"--val", FLAG_TEXT, AT(val), FOR_ANY},
     {"--ckpt-dir", FLAG_TEXT, AT(ckpt_dir), FOR_ANY}, {"--metrics", FLAG_TEXT, AT(metrics_path), FOR_ANY},
     {"--profile-out", FLAG_TEXT, AT(profile_out), FOR_ANY}, {"--device", FLAG_DEVICE, AT(device), FOR_ANY},
-    {"--tokenizer", FLAG_TEXT, AT(tokenizer_path), FOR_SAMPLE},
+    {"--tokenizer", FLAG_TEXT, AT(tokenizer_path), FOR_SAMPLE}, {"--bpe", FLAG_TEXT, AT(bpe_dir), FOR_SAMPLE},
     {"--prompt", FLAG_TEXT, AT(prompt), FOR_SAMPLE},
     {"--temperature", FLAG_TEMPERATURE, AT(temperature), FOR_SAMPLE},
     {"--top-k", FLAG_COUNT, AT(top_k), FOR_SAMPLE}, {"--seed", FLAG_SEED, AT(seed), FOR_SAMPLE},
@@ -942,16 +977,21 @@ static int sample_or_export(pr_run *run, char *err)
         tokenizer tk = {0};
         int32_t *prompt = NULL;
         size_t n_prompt = 0;
-        int rc = opt->tokenizer_path ? tokenizer_load(opt->tokenizer_path, &tk, err) : 0;
+        int rc = opt->tokenizer_path && opt->bpe_dir ? pr_fail(err, "--tokenizer and --bpe: one of them")
+                 : opt->tokenizer_path                ? tokenizer_load(opt->tokenizer_path, &tk, err)
+                 : opt->bpe_dir                       ? bpe_open(run, opt->bpe_dir, &tk, err)
+                                                      : 0;
+        const tokenizer *text = opt->tokenizer_path || opt->bpe_dir ? &tk : NULL;
         if (rc == 0 && opt->prompt)
-            rc = encode_prompt(run, opt->prompt, &prompt, &n_prompt, err);
+            rc = encode_prompt(run, text, opt->prompt, &prompt, &n_prompt, err);
         if (rc == 0)
             rc = load_weights(run, 1, err);
         if (rc == 0)
-            sample(run, opt->tokenizer_path ? &tk : NULL, prompt, n_prompt);
+            sample(run, text, prompt, n_prompt);
         free(prompt);
         free(tk.start);
         free(tk.bytes);
+        bpe_free(tk.bpe);
         return rc;
     }
     if (load_weights(run, 1, err) != 0 || pr_export_hf(run, opt->export_dir, err) != 0)

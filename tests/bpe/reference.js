@@ -2,11 +2,21 @@
 // bench/bpe.sh). `node reference.js ids TEXT OUT`: writes <|endoftext|> and then the ids of
 // TEXT (special tokens allowed), int32 little-endian, as pacic tokenize --bpe orders them.
 // `node reference.js bench TEXT`: prints tiktoken's MB/s encoding TEXT (best of 3).
+// `node reference.js encode TEXT` prints TEXT's ids; `node reference.js decode ID...` writes the
+// ids' bytes to stdout (TEXT is a string here, not a file).
 "use strict";
 const fs = require("fs");
 const { get_encoding } = require("tiktoken");
 const enc = get_encoding("gpt2");
 const [mode, textPath, outPath] = process.argv.slice(2);
+if (mode === "encode") {
+    console.log(Array.from(enc.encode(textPath, "all")).join(" "));
+    process.exit(0);
+}
+if (mode === "decode") {
+    process.stdout.write(Buffer.from(enc.decode(Uint32Array.from(process.argv.slice(3).map(Number)))));
+    process.exit(0);
+}
 const text = fs.readFileSync(textPath, "utf8");
 if (mode === "ids") {
     const ids = Int32Array.from([enc.encode("<|endoftext|>", "all")[0], ...enc.encode(text, "all")]);
@@ -21,6 +31,6 @@ if (mode === "ids") {
     }
     console.log((bytes / 1e6 / best).toFixed(2));
 } else {
-    console.error("usage: node reference.js ids TEXT OUT | bench TEXT");
+    console.error("usage: node reference.js ids TEXT OUT | bench TEXT | encode TEXT | decode ID...");
     process.exit(2);
 }

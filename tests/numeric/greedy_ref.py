@@ -9,6 +9,9 @@ torch_ref.py on the weights of a Hugging Face export (read by hf_ref.py, json + 
       prompt and the tokens before it (as many as the context holds), must be the reference's
       most likely token, or within TOL of its logit (a near tie that float32 may order
       otherwise). Prints how many were the argmax exactly; exits 1 on the first that is not.
+  greedy_ref.py HF_DIR --generate N ID...
+      The reference's own greedy N tokens after the ids (a start token, then a prompt's),
+      printed as ids: for a model of another vocabulary, whose text run prints through --bpe.
 """
 import json
 import os
@@ -25,7 +28,37 @@ hf_ref.torch = torch  # hf_ref imports it only for its own `check`
 TOL = 1e-4
 
 
+def load(folder):
+    config = json.load(open(os.path.join(folder, "config.json")))
+    _, tensors = hf_ref.read_safetensors(os.path.join(folder, "model.safetensors"))
+    tied = config["tie_word_embeddings"]
+    layers, P = hf_ref.to_llmc(tensors, tied)
+    V, C = P["wte"].shape
+    T = P["wpe"].shape[0]
+    return P, dict(layers=layers, C=C, NH=config["n_head"], T=T, V=V, B=1, tied=tied)
+
+
+def generate(folder, count, ids):
+    """--generate: the reference's own greedy continuation of ids (the start token and the
+    prompt's), count tokens, printed space-separated; exits 1 where the two most likely are
+    within TOL (float32 may order them otherwise, so the text would not be decided)."""
+    P, shape = load(folder)
+    T, text = shape["T"], list(ids)
+    with torch.no_grad():
+        for _ in range(count):
+            window = text[-T:]
+            tokens = torch.tensor([window + [text[0]] * (T - len(window))])
+            logits = gpt2_logits(P, shape, tokens)[0, len(window) - 1]
+            top = torch.topk(logits, 2)
+            if float(top.values[0] - top.values[1]) < TOL:
+                sys.exit(f"a near tie after {len(text)} tokens: the greedy text is not decided")
+            text.append(int(top.indices[0]))
+    print(" ".join(str(t) for t in text[len(ids):]))
+
+
 def main():
+    if sys.argv[2] == "--generate":
+        return generate(sys.argv[1], int(sys.argv[3]), [int(t) for t in sys.argv[4:]])
     folder, text_file, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
     prompt_length = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     config = json.load(open(os.path.join(folder, "config.json")))
