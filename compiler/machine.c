@@ -231,8 +231,9 @@ bool machine_cpu_config(Config *cfg, const char **error)
         }
     }
     free(path);
-    if (rates->measured)
-        cpu_rates_apply(rates, given);
+    if (!rates->measured) /* until machine_cpu_resolve measures: never a rate of 0 */
+        cpu_rates_guess(rates);
+    cpu_rates_apply(rates, given);
     // what the partitioner and the memory check use: see the comment at the top
     if (cfg->device_flops == 0)
         cfg->device_flops = CPU_NOMINAL_FLOPS;
@@ -255,10 +256,10 @@ void machine_cpu_resolve(Config *cfg, const char *argv0)
         return;
     char *path = cpu_calibration_default_path();
     char err[700];
-    if (!path || !cpu_calibrate(argv0, path, false) || !cpu_rates_load(path, cfg->cpu, err, sizeof err))
-        cpu_rates_guess(cfg->cpu);
+    if (path && cpu_calibrate(argv0, path, false) && !cpu_rates_load(path, cfg->cpu, err, sizeof err))
+        fprintf(stderr, "pacic: warning: %s\n", err);
     free(path);
-    cpu_rates_apply(cfg->cpu, cfg->cpu_given);
+    cpu_rates_apply(cfg->cpu, cfg->cpu_given); /* over what was measured, or still the guesses */
 }
 
 double cpu_gemm_seconds(const CpuRates *r, double m, double n, double k)
