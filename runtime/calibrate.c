@@ -6,9 +6,11 @@
  *  - memory: one thread copying 32 MiB (bytes read plus bytes written, per second);
  *  - messages: two threads passing a message back and forth over the in-process link
  *    (pr_channel), small and large, for a latency and a bandwidth.
- * Every figure is wall-clock work over wall-clock time, summed over repetitions that last
- * about a fifth of a second each: a machine that is busy now is measured as busy, as a run
- * started now would find it.
+ * The products, kernels and copies are timed by the thread's own CPU clock, over repetitions
+ * that last about a fifth of a second each: the rates of a core this thread has to itself,
+ * whatever else the machine runs at the moment (a calibration is kept and reused; the load of
+ * the minute it was made is not the machine's). The messages are timed by the wall clock, as
+ * a wait is.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -34,11 +36,11 @@ static double gemm_rate(int n)
     }
     pr_gemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm: code and caches */
     long reps = 0;
-    double start = pr_now(), elapsed;
+    double start = pr_thread_cpu(), elapsed;
     do {
         pr_gemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         reps++;
-    } while ((elapsed = pr_now() - start) < CAL_BUDGET);
+    } while ((elapsed = pr_thread_cpu() - start) < CAL_BUDGET);
     free(a);
     free(b);
     free(c);
@@ -52,12 +54,12 @@ static double copy_rate(void)
     memset(from, 1, bytes);
     memcpy(to, from, bytes);
     long reps = 0;
-    double start = pr_now(), elapsed;
+    double start = pr_thread_cpu(), elapsed;
     do {
         memcpy(to, from, bytes);
         from[reps % bytes] = (char)reps; /* no copy is the same as the last */
         reps++;
-    } while ((elapsed = pr_now() - start) < CAL_BUDGET);
+    } while ((elapsed = pr_thread_cpu() - start) < CAL_BUDGET);
     free(from);
     free(to);
     return 2.0 * (double)bytes * (double)reps / elapsed;
@@ -149,12 +151,10 @@ int pr_calibrate_main(int argc, char **argv, double (*vector)(void))
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         gemm[i] = gemm_rate(sizes[i]);
     vector(); /* warm */
-    long reps = 0;
-    double counted = 0, start = pr_now(), elapsed;
-    do {
+    double counted = 0, start = pr_thread_cpu(), elapsed;
+    do
         counted += vector();
-        reps++;
-    } while ((elapsed = pr_now() - start) < CAL_BUDGET);
+    while ((elapsed = pr_thread_cpu() - start) < CAL_BUDGET);
     double vector_flops = counted / elapsed;
     double memory_bandwidth = copy_rate();
     int64_t small = 256, large = (int64_t)1 << 18; /* 1 KiB and 1 MiB */
@@ -176,8 +176,8 @@ int pr_calibrate_main(int argc, char **argv, double (*vector)(void))
         perror(argv[1]);
         return 1;
     }
-    fprintf(f, "# this machine's CPU, as pacic calibrate-cpu measured it on %s (wall clock, one thread\n"
-               "# each; the load the machine had then is in the numbers): what `hardware cpu` prices with\n",
+    fprintf(f, "# this machine's CPU, as pacic calibrate-cpu measured it on %s (one thread, timed by its\n"
+               "# CPU clock: a core to itself; messages by the wall clock): what `hardware cpu` prices with\n",
             when);
     fprintf(f, "version %d\n", CAL_VERSION);
     fprintf(f, "cpu \"%s\"\n", name);
