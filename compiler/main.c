@@ -72,8 +72,9 @@ static void usage(FILE *out)
 #undef EMIT_HELP
     fprintf(out,
             "  --steps N        override the number of training steps\n"
-            "  --show-steps N   optimizer steps drawn by timeline, svg, trace (default 3):\n"
-            "                   steady-state steps of the file's run, as --explain prices it\n"
+            "  --show-steps N   optimizer steps drawn by timeline, svg (default 3): steady-\n"
+            "                   state steps of the file's run, as --explain prices it;\n"
+            "                   trace: the run's first N steps\n"
             "  --fill-drain     draw instead a run of just those N steps, from its fill to\n"
             "                   its drain\n"
             "  --profile FILE   measured costs for the cost model (run --profile-out); with\n"
@@ -337,7 +338,7 @@ static int inspect(const char *argv0, const Options *opt, Config *cfg, const Pla
     long steps = opt->show_steps * 2 > EXPLAIN_SIM_STEPS && !explain ? opt->show_steps * 2 : EXPLAIN_SIM_STEPS;
     if (steps > cfg->steps)
         steps = cfg->steps;
-    if (opt->fill_drain)
+    if (opt->fill_drain || opt->emit == EMIT_TRACE) // the trace replays a run: its first N steps
         steps = opt->show_steps < cfg->steps ? opt->show_steps : cfg->steps;
     SimResult sim;
     simulate(cfg, table, &cm, steps, &sim);
