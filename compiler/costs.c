@@ -432,8 +432,31 @@ bool gpu_cost_has_kernel(const char *name)
     return kernel_cost_find(name) != NULL;
 }
 
+/* The CPU's softmax cross-entropy backward is a kernel of its own (the GPU folds it into the
+ * forward): per row its probabilities again from the logits, dlogits written. */
+COST_FN(cost_softmax_xent_backward_cpu)
+{
+    *flops = 3 * l->n * sh->V;
+    *bytes = 8 * l->n * sh->V + 8 * l->n;
+}
+
+double kernel_counted_flops(const Config *cfg, const char *name, double n, double *bytes)
+{
+    const KernelCost *kc = kernel_cost_find(name);
+    if (!kc)
+        ICE("no cost entry for kernel %s", name);
+    Shapes sh = shapes_of(cfg);
+    Launch l = {.n = n, .out = 4, .logit = 4};
+    double flops, b;
+    kc->cost(&sh, &l, &flops, &b);
+    *bytes += b;
+    return flops;
+}
+
 static double engine_rate(const Config *cfg, Engine engine)
 {
+    if (cfg->machine == MACHINE_CPU) /* a stage thread's loops, its share of a core */
+        return cfg->cpu->vector_flops * cpu_core_share(cfg);
     switch (engine) {
     case ENGINE_VECTOR: return cfg->device_flops * VECTOR_SHARE;
     case ENGINE_TENSOR_GEMM: return cfg->device_flops * GEMM_EFFICIENCY;
@@ -446,6 +469,11 @@ static double engine_rate(const Config *cfg, Engine engine)
 static double roofline(const Config *cfg, Engine engine, double flops, double bytes, CostBound *bound)
 {
     double compute = flops / engine_rate(cfg, engine);
+    if (cfg->machine == MACHINE_CPU) { /* no launches; one thread's copy rate, measured */
+        double memory = bytes / (cfg->cpu->memory_bandwidth * cpu_core_share(cfg));
+        *bound = compute >= memory ? BOUND_COMPUTE : BOUND_MEMORY;
+        return compute >= memory ? compute : memory;
+    }
     double memory = bytes / (cfg->memory_bandwidth * MEMORY_EFFICIENCY);
     if (compute >= memory && compute >= LAUNCH_SECONDS) {
         *bound = BOUND_COMPUTE;
@@ -489,6 +517,8 @@ static bool kernel_extent(const KernelDesc *k, char args[][128], int n_args, con
  * form that fits (KernelDesc.gpu_form), else the op's kernel. */
 static const KernelDesc *gpu_kernel_of(const Config *cfg, const Op *op)
 {
+    if (cfg->machine == MACHINE_CPU) /* the CPU runs the op's own kernel */
+        return op->kernel;
     if (op->gpu_kernel)
         return op->gpu_kernel;
     const char *form = attention_gpu_kernel(cfg, op->kernel);
@@ -503,10 +533,15 @@ static void cost_kernel(const Config *cfg, const Shapes *sh, const Op *op, OpCos
     const KernelCost *kc = kernel_cost_find(gk->name);
     char args[16][128], gpu_args[16][128];
     int n_args = split_list(op->args, args, 16);
-    int n_gpu_args = op->gpu_args ? split_list(op->gpu_args, gpu_args, 16) : n_args;
-    if (!op->gpu_args)
+    bool cpu = cfg->machine == MACHINE_CPU;
+    int n_gpu_args = op->gpu_args && !cpu ? split_list(op->gpu_args, gpu_args, 16) : n_args;
+    if (!op->gpu_args || cpu)
         memcpy(gpu_args, args, sizeof args);
-    Launch l = {.bf16 = cfg->precision == PREC_BF16};
+    Launch l = {.bf16 = cfg->precision == PREC_BF16 && !cpu}; /* the CPU's kernels run in fp32 */
+    static const KernelCost xent_backward_cpu = {"softmax_xent_backward", ENGINE_VECTOR,
+                                                 cost_softmax_xent_backward_cpu, NULL};
+    if (cpu && strcmp(gk->name, "softmax_xent_backward") == 0)
+        kc = &xent_backward_cpu;
     c->name = gk->name;
     if (!kc || !kernel_extent(op->kernel, args, n_args, sh, &l.n))
         return;
@@ -515,7 +550,7 @@ static void cost_kernel(const Config *cfg, const Shapes *sh, const Op *op, OpCos
     l.logit = l.bf16 ? 2 : 4;
     kc->cost(sh, &l, &c->flops, &c->bytes);
     c->attention = kc->engine == ENGINE_TENSOR_ATTENTION;
-    c->note = kc->note;
+    c->note = cpu ? NULL : kc->note;
     c->known = true;
     if (c->flops == 0 && c->bytes == 0) {
         c->bound = BOUND_FOLDED;
@@ -530,9 +565,18 @@ static void cost_gemm(const Config *cfg, const Shapes *sh, const Op *op, bool dg
 {
     char args[13][128];
     double m, n, k;
-    if (split_list(op->gpu_args ? op->gpu_args : op->args, args, 13) != 13 || !shape_eval(args[2], sh, &m) || !shape_eval(args[3], sh, &n) ||
-        !shape_eval(args[4], sh, &k))
+    bool cpu = cfg->machine == MACHINE_CPU;
+    if (split_list(op->gpu_args && !cpu ? op->gpu_args : op->args, args, 13) != 13 || !shape_eval(args[2], sh, &m) ||
+        !shape_eval(args[3], sh, &n) || !shape_eval(args[4], sh, &k))
         return;
+    if (cpu) { /* OpenBLAS on the stage's BLAS threads, at the rate measured for its size */
+        c->flops = 2 * m * n * k;
+        c->bytes = 4 * (m * k + k * n + m * n);
+        c->known = true;
+        c->bound = BOUND_COMPUTE;
+        c->seconds = cpu_gemm_seconds(cfg->cpu, m, n, k) / (cpu_blas_threads(cfg) * cpu_core_share(cfg));
+        return;
+    }
     bool bf16_operands = cfg->precision == PREC_BF16 && (op->gpu_args ? op->gpu_operands_h : op->operands_h);
     double operand = bf16_operands ? 2 : 4;
     bool accumulates = strtod(args[10], NULL) != 0;
@@ -565,6 +609,8 @@ static void cost_section(const Config *cfg, const Shapes *sh, const StageSection
     double launches = 1;
     bool bf16 = cfg->precision == PREC_BF16;
     const OpList *l = cs->ops;
+    if (cfg->machine == MACHINE_CPU) // the GPU's fusions and skips are not the CPU's
+        bf16 = false;
     for (int i = 0; i < l->n; i++) {
         const Op *op = &l->ops[i];
         if (op->kind == OP_LOOP) {
@@ -594,7 +640,7 @@ static void cost_section(const Config *cfg, const Shapes *sh, const StageSection
         // under bf16 the GELU gradient runs in the product's epilogue (emit_cuda.c)
         bool dgelu_fused = bf16 && op->kind == OP_GEMM && op->epilogue == EPI_DGELU;
         bool fused_away = bf16 && i > 0 && l->ops[i - 1].kind == OP_GEMM && l->ops[i - 1].epilogue == EPI_DGELU;
-        if (op->gpu_skip) {
+        if (op->gpu_skip && cfg->machine == MACHINE_GPU) {
             *c = (OpCost){.index = c->index, .section = c->section, .name = c->name, .table_name = c->table_name,
                           .what = c->what, .forward = c->forward, .known = true, .bound = BOUND_FOLDED,
                           .note = "done by an earlier op on the GPU"};
@@ -693,11 +739,15 @@ static double priced_newton_schulz(const Config *cfg, double m, double M, int st
         {2 * m * m * m, 4 * (3 * m * m)},            /* A A, with b A added */
         {2 * m * m * M, 4 * (m * m + 3 * m * M)},    /* B X, with a X added */
     };
+    const double shapes[3][3] = {{m, m, M}, {m, m, m}, {m, M, m}}; /* the products' m, n, k */
     for (int i = 0; i < steps; i++)
         for (int k = 0; k < 3; k++) {
             *flops += products[k][0];
             *bytes += products[k][1];
-            seconds += roofline(cfg, ENGINE_VECTOR, products[k][0], products[k][1], &bound);
+            seconds += cfg->machine == MACHINE_CPU
+                           ? cpu_gemm_seconds(cfg->cpu, shapes[k][0], shapes[k][1], shapes[k][2]) /
+                                 (cpu_blas_threads(cfg) * cpu_core_share(cfg))
+                           : roofline(cfg, ENGINE_VECTOR, products[k][0], products[k][1], &bound);
         }
     return seconds;
 }
@@ -811,6 +861,8 @@ void cost_model_from_gpu_costs(const Config *cfg, const Plan *plan, const GpuCos
 {
     cost_model_from_plan(cfg, plan, cm); /* the links' costs */
     for (int s = 0; s < plan->stages; s++) {
+        if (cfg->machine == MACHINE_CPU && s + 1 < plan->stages) // a stage thread's message to the next
+            cm->msg[s] = cfg->cpu->latency + (double)plan->stage[s].msg_bytes / cfg->cpu->bandwidth;
         cm->fwd[s] = gc->stage[s].fwd;
         // recompute full reruns the forward's kernels before each backward's (MFU still counts
         // model FLOPs only: the rerun is not useful work)
@@ -831,6 +883,16 @@ static double model_flops_per_step(const Config *cfg, const Plan *plan)
     return flops * cfg->window;
 }
 
+/* One stage's peak, as MFU divides by: the GPU's `flops`; a CPU stage's largest sgemm rate
+ * on its BLAS threads. */
+static double machine_peak_flops(const Config *cfg)
+{
+    if (cfg->machine == MACHINE_GPU)
+        return cfg->device_flops;
+    const CpuRates *r = cfg->cpu;
+    return r->gemm_flops[r->n_gemm - 1] * cpu_blas_threads(cfg) * cpu_core_share(cfg);
+}
+
 GpuPrediction gpu_costs_predict(const Config *cfg, const Plan *plan, const paci_table *t, const GpuCosts *gc,
                                 long steps)
 {
@@ -841,7 +903,7 @@ GpuPrediction gpu_costs_predict(const Config *cfg, const Plan *plan, const paci_
     GpuPrediction p = {.step_time = sim.step_time, .tokens_per_s = sim.tokens_per_s, .bubble = sim.bubble};
     sim_result_free(&sim);
     p.model_flops = model_flops_per_step(cfg, plan);
-    p.mfu = p.step_time > 0 ? p.model_flops / (p.step_time * cfg->stages * cfg->device_flops) : 0;
+    p.mfu = p.step_time > 0 ? p.model_flops / (p.step_time * cfg->stages * machine_peak_flops(cfg)) : 0;
     return p;
 }
 
@@ -884,8 +946,17 @@ static void explain_section(FILE *out, const GpuCosts *gc, const char *section)
     }
 }
 
-void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const GpuCosts *gc, const GpuPrediction *p)
+void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const GpuCosts *gc, const GpuPrediction *p,
+                       bool priced_above)
 {
+    bool cpu = cfg->machine == MACHINE_CPU;
+    if (cpu)
+        fprintf(out, "\nCPU cost model, op by op (a stage thread's: products at the sgemm rate measured for their size\n"
+                     "on %d BLAS thread%s, the other kernels the larger of FLOPs over %.3g GFLOP/s and bytes over %.3g GB/s;\n"
+                     "messages %.3g us + bytes over %.3g GB/s; the rates of the line 'priced on' at the top):\n",
+                cpu_blas_threads(cfg), cpu_blas_threads(cfg) == 1 ? "" : "s", cfg->cpu->vector_flops / 1e9,
+                cfg->cpu->memory_bandwidth / 1e9, cfg->cpu->latency * 1e6, cfg->cpu->bandwidth / 1e9);
+    else
     fprintf(out, "\nGPU cost model, kernel by kernel (roofline: the larger of FLOPs over %.0f TFLOP/s x an efficiency\n"
                  "and bytes over %.3g TB/s x %.2f, at least %.0f us a launch; products at %.2f, attention as tiled\n"
                  "tensor-core FlashAttention at %.2f, other kernels on the CUDA cores at %.3f; the cross-entropy as\n"
@@ -917,10 +988,20 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
     }
     if (gc->unknown)
         fprintf(out, "  %d op%s without a cost entry (costs.c) count as free\n", gc->unknown, gc->unknown == 1 ? "" : "s");
-    fprintf(out, "  predicted: step time %.4g s, %.4g tokens/s, bubble %.1f%%, MFU %.1f%% (%.4g model FLOPs a step over\n"
-                 "  %d x %.0f TFLOP/s: 6 per weight per token plus causal attention, as llm.c counts)\n",
-            p->step_time, p->tokens_per_s, 100 * p->bubble, 100 * p->mfu, p->model_flops, cfg->stages,
-            cfg->device_flops / 1e12);
+    if (priced_above)
+        fprintf(out, "  predicted: as above (this model priced it)");
+    else
+        fprintf(out, "  this model alone would predict (the figures above are measured costs'): step time %.4g s, "
+                     "%.4g tokens/s, bubble %.1f%% (steady state, the same steps)", p->step_time, p->tokens_per_s,
+                100 * p->bubble);
+    if (cpu)
+        fprintf(out, "; MFU %.1f%% (%.4g model FLOPs a step over %d stages x %.3g GFLOP/s, the largest sgemm rate on "
+                     "a stage's BLAS threads: 6 per weight per token plus causal attention, as llm.c counts)\n",
+                100 * p->mfu, p->model_flops, cfg->stages, machine_peak_flops(cfg) / 1e9);
+    else
+        fprintf(out, "; MFU %.1f%% (%.4g model FLOPs a step over\n"
+                     "  %d x %.0f TFLOP/s: 6 per weight per token plus causal attention, as llm.c counts)\n",
+                100 * p->mfu, p->model_flops, cfg->stages, cfg->device_flops / 1e12);
     int replicas = config_replicas(cfg);
     if (replicas > 1)
         fprintf(out, "  whole job: %d pipelines x %.4g tokens/s = %.4g tokens/s on %d GPUs (the step time holds the "

@@ -54,6 +54,36 @@ static void emit_layout(StrBuf *sb, const Layout *l)
                   l->entry[i].offset, l->entry[i].size, l->entry[i].doc);
 }
 
+/* What the kernels' bodies need in C (kernels.c's vocabulary). */
+static void emit_c_kernel_macros(StrBuf *sb)
+{
+    emit_line(sb, "/* Kernels run their indices in order here: accumulation is a plain add. */");
+    emit_line(sb, "#define RESTRICT restrict");
+    emit_line(sb, "#define ATOMIC_ADD(ptr, value) (*(ptr) += (value))");
+    emit_line(sb, "#define UNROLL /* the C compiler chooses */");
+    emit_line(sb, "/* Dot products vectorise when pacic builds (it passes -fopenmp-simd -DPR_OMP_SIMD); any");
+    emit_line(sb, " * other build keeps the sums in order. */");
+    emit_line(sb, "#ifdef PR_OMP_SIMD");
+    emit_line(sb, "#define PR_PRAGMA(x) _Pragma(#x)");
+    emit_line(sb, "#define SIMD_SUM(...) PR_PRAGMA(omp simd reduction(+ : __VA_ARGS__))");
+    emit_line(sb, "#define SIMD_MAX(x) PR_PRAGMA(omp simd reduction(max : x))");
+    emit_line(sb, "/* glibc's libmvec has expf on vectors, but math.h declares it only under -ffast-math:");
+    emit_line(sb, " * declared here, the rows that call expf (GELU, softmax) vectorise too. */");
+    emit_line(sb, "#if defined(__x86_64__) && defined(__GLIBC__)");
+    emit_line(sb, "#pragma omp declare simd notinbranch");
+    emit_line(sb, "float expf(float);");
+    emit_line(sb, "#endif");
+    emit_line(sb, "#else");
+    emit_line(sb, "#define SIMD_SUM(...)");
+    emit_line(sb, "#define SIMD_MAX(x)");
+    emit_line(sb, "#endif");
+    emit_line(sb, "/* Row kernels: one index walks its whole row (the GPU splits it over a warp). */");
+    emit_line(sb, "#define ROW_LOOP(i, from, to) for (int i = (from); i < (to); i++)");
+    emit_line(sb, "#define ROW_SUM(x) (x)");
+    emit_line(sb, "#define ROW_MAX(x) (x)");
+    emit_line(sb, "#define LEAD 1");
+}
+
 /* A kernel in C: the body inside a loop over the iteration space, indices in order. */
 static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
 {
@@ -289,31 +319,7 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#define ADAMW_EPS ((float)%.9g)", cfg->eps);
     emit_line(sb, "#define ADAMW_WEIGHT_DECAY ((float)%.9g)", cfg->weight_decay);
     blank_line(sb);
-    emit_line(sb, "/* Kernels run their indices in order here: accumulation is a plain add. */");
-    emit_line(sb, "#define RESTRICT restrict");
-    emit_line(sb, "#define ATOMIC_ADD(ptr, value) (*(ptr) += (value))");
-    emit_line(sb, "#define UNROLL /* the C compiler chooses */");
-    emit_line(sb, "/* Dot products vectorise when pacic builds (it passes -fopenmp-simd -DPR_OMP_SIMD); any");
-    emit_line(sb, " * other build keeps the sums in order. */");
-    emit_line(sb, "#ifdef PR_OMP_SIMD");
-    emit_line(sb, "#define PR_PRAGMA(x) _Pragma(#x)");
-    emit_line(sb, "#define SIMD_SUM(...) PR_PRAGMA(omp simd reduction(+ : __VA_ARGS__))");
-    emit_line(sb, "#define SIMD_MAX(x) PR_PRAGMA(omp simd reduction(max : x))");
-    emit_line(sb, "/* glibc's libmvec has expf on vectors, but math.h declares it only under -ffast-math:");
-    emit_line(sb, " * declared here, the rows that call expf (GELU, softmax) vectorise too. */");
-    emit_line(sb, "#if defined(__x86_64__) && defined(__GLIBC__)");
-    emit_line(sb, "#pragma omp declare simd notinbranch");
-    emit_line(sb, "float expf(float);");
-    emit_line(sb, "#endif");
-    emit_line(sb, "#else");
-    emit_line(sb, "#define SIMD_SUM(...)");
-    emit_line(sb, "#define SIMD_MAX(x)");
-    emit_line(sb, "#endif");
-    emit_line(sb, "/* Row kernels: one index walks its whole row (the GPU splits it over a warp). */");
-    emit_line(sb, "#define ROW_LOOP(i, from, to) for (int i = (from); i < (to); i++)");
-    emit_line(sb, "#define ROW_SUM(x) (x)");
-    emit_line(sb, "#define ROW_MAX(x) (x)");
-    emit_line(sb, "#define LEAD 1");
+    emit_c_kernel_macros(sb);
     emit_line(sb, "/* The bf16 copies of product operands are the GPU path's: here kernels get none. The");
     emit_line(sb, " * activations only products read are kept in bf16 %s. */",
               cfg->precision == PREC_BF16 ? "(precision bf16), and widened for the BLAS" : "under bf16 only (not here)");
@@ -840,4 +846,50 @@ void emit_c_program(StrBuf *sb, const Config *cfg, const Lowered *low, const pac
     if (cfg->cuda)
         emit_cuda_stage_codes(sb, cfg, low->plan);
     emit_program_struct(sb, cfg, low->plan);
+}
+
+/* Priced by the cost model's counts (costs.c), timed by runtime/calibrate.c: GELU and LayerNorm
+ * forward over B T = 256 rows of C = 256, the kernels generated code runs. */
+void emit_calibration_program(StrBuf *sb)
+{
+    Config shape = {.micro = 4, .context = 64, .width = 256, .heads = 4, .vocab = 256};
+    double bytes;
+    double flops = kernel_counted_flops(&shape, "gelu_forward", 256, &bytes) +
+                   kernel_counted_flops(&shape, "layernorm_forward", 256, &bytes);
+    emit_line(sb, "/* Generated by pacic %s calibrate-cpu: this machine's rates for the CPU cost model. */",
+              PACIC_VERSION);
+    emit_line(sb, "#include <math.h>");
+    emit_line(sb, "#include <stdlib.h>");
+    emit_line(sb, "#include \"pacirt.h\"");
+    emit_shape_constants(sb, &shape);
+    emit_c_kernel_macros(sb);
+    emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
+    emit_line(sb, "#define BF16_STORE(p) ((pr_bf16 *)0)");
+    blank_line(sb);
+    emit_c_kernel(sb, kernel_find("gelu_forward"));
+    emit_c_kernel(sb, kernel_find("layernorm_forward"));
+    emit_line(sb, "static float *pre, *act, *inp, *out, *mean, *rstd, *weight, *bias;");
+    emit_line(sb, "/* One call of each; the FLOPs costs.c counts for them. */");
+    emit_line(sb, "static double vector(void)");
+    emit_open_block(sb);
+    emit_line(sb, "gelu_forward(pre, act, 0);");
+    emit_line(sb, "layernorm_forward(out, mean, rstd, inp, weight, bias, 0);");
+    emit_line(sb, "return %.17g;", flops);
+    emit_close(sb, "");
+    blank_line(sb);
+    emit_line(sb, "static float *filled(long n, float value)");
+    emit_open_block(sb);
+    emit_line(sb, "float *p = malloc((size_t)n * sizeof(float));");
+    emit_line(sb, "if (!p) exit(1);");
+    emit_line(sb, "for (long i = 0; i < n; i++) p[i] = value + (float)(i %% 13) * 0.01f;");
+    emit_line(sb, "return p;");
+    emit_close(sb, "");
+    blank_line(sb);
+    emit_line(sb, "int main(int argc, char **argv)");
+    emit_open_block(sb);
+    emit_line(sb, "pre = filled((long)BT * 4 * C, 0.5f); act = filled((long)BT * 4 * C, 0);");
+    emit_line(sb, "inp = filled((long)BT * C, 0.5f); out = filled((long)BT * C, 0);");
+    emit_line(sb, "mean = filled(BT, 0); rstd = filled(BT, 0); weight = filled(C, 1); bias = filled(C, 0);");
+    emit_line(sb, "return pr_calibrate_main(argc, argv, vector);");
+    emit_close(sb, "");
 }

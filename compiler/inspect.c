@@ -120,15 +120,16 @@ static void explain_allreduce(FILE *out, const Config *cfg, const Plan *plan)
 
 typedef struct Comparison {
     double uniform_bubble, uniform_idle; /* idle share of a step; idle time a step, in forwards */
-    double step_time, tokens_per_s;
+    double bubble, step_time, tokens_per_s; /* priced as the file is (SimView.cm) */
     long peak_memory;
     int peak_stage;
     int drift0, stash0;
     bool fits;
 } Comparison;
 
-/* One schedule at this file's window and micro-batch: its plan, table and two simulations. */
-static Comparison compare_schedule(const Config *cfg, int kind, long steps)
+/* One schedule at this file's window and micro-batch: its plan, table and two simulations,
+ * one at unit costs, one priced as the file is (measured costs, or the cost model op by op). */
+static Comparison compare_schedule(const Config *cfg, int kind, long steps, const CostModel *measured)
 {
     Config c = *cfg;
     c.schedule = kind;
@@ -156,8 +157,22 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps)
     sim_result_free(&sim);
 
     CostModel cm;
-    cost_model_from_plan(&c, &plan, &cm);
+    if (measured) { /* the profile's stage costs, the W share and barrier of this kind */
+        cm = *measured;
+        cost_model_allreduce(&c, &plan, &cm);
+    } else if (c.measured) {
+        cost_model_from_plan(&c, &plan, &cm);
+    } else {
+        Lowered low;
+        GpuCosts costs;
+        lower_build(&c, &plan, &low);
+        gpu_costs_build(&c, &low, &costs);
+        cost_model_from_gpu_costs(&c, &plan, &costs, &cm);
+        gpu_costs_free(&costs);
+        lower_free(&low);
+    }
     simulate(&c, t, &cm, steps, &sim);
+    cmp.bubble = sim.bubble;
     cmp.step_time = sim.step_time;
     cmp.tokens_per_s = sim.tokens_per_s;
     sim_result_free(&sim);
@@ -251,10 +266,12 @@ static void explain_segments(FILE *out, const Config *cfg, const paci_table *t)
 }
 
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
-                     const VerifyReport *rep, const SimResult *sim)
+                     const VerifyReport *rep, const SimView *view)
 {
+    const SimResult *sim = view->sim;
     double tokens_per_step = (double)cfg->global_batch * cfg->context;
     int replicas = config_replicas(cfg);
+    machine_explain(out, cfg);
     fprintf(out, "model: GPT-2, %d layers, width %d, %d heads, context %d, vocab %d%s: %.1fM parameters\n",
             cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab,
             cfg->tied ? ", tied head" : "", plan->total_params / 1e6);
@@ -301,9 +318,14 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     long all_stages = 0;
     for (int s = 0; s < plan->stages; s++)
         all_stages += plan->stage[s].mem_total;
-    fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes); the %d stages "
-            "together %.2f %s (one device running them all)\n", peak_stage, MEM(peak), unit,
-            gib(cfg->device_memory), cfg->device_memory, plan->stages, MEM(all_stages), unit);
+    if (cfg->machine == MACHINE_CPU)
+        fprintf(out, "memory: the %d stages together %.2f %s of this machine's %.2f GiB (%.3g bytes; one process), "
+                "the fullest stage %d at %.2f %s\n", plan->stages, MEM(all_stages), unit, gib(cfg->device_memory),
+                cfg->device_memory, peak_stage, MEM(peak), unit);
+    else
+        fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes); the %d stages "
+                "together %.2f %s (one device running them all)\n", peak_stage, MEM(peak), unit,
+                gib(cfg->device_memory), cfg->device_memory, plan->stages, MEM(all_stages), unit);
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
     if (plan->recompute)
@@ -321,23 +343,21 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     if (replicas > 1)
         explain_allreduce(out, cfg, plan);
 
-    if (cfg->measured)
-        fprintf(out, "\npredicted (compute costs measured (--balance), %.0f GB/s links, %.1f us latency; %ld steps "
-                     "simulated):\n", cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
-    else
-        fprintf(out, "\npredicted (%.0f TFLOP/s per device, %.0f GB/s links, %.1f us latency; %ld steps simulated):\n",
-                cfg->device_flops / 1e12, cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6, sim->steps);
-    fprintf(out, "  step time %.4g s, %.4g tokens/s, bubble %.1f%% (steady state, includes stage imbalance)\n",
-            sim->step_time, sim->tokens_per_s, 100 * sim->bubble);
+    char bubble[1400];
+    sim_bubble_phrase(view, bubble, sizeof bubble);
+    fprintf(out, "\npredicted (%s; the file's first %ld steps simulated, the bubble and busy columns their "
+                 "steady state, stage imbalance included):\n", view->model, sim->steps);
+    fprintf(out, "  step time %.4g s, %.4g tokens/s, %s\n", sim->step_time, sim->tokens_per_s, bubble);
     if (replicas > 1)
         fprintf(out, "  whole job: %d pipelines x %.4g tokens/s = %.4g tokens/s on %d GPUs (per pipeline: the step "
                      "time includes each stage's allreduce; bubble and busy count compute only)\n",
                 replicas, sim->tokens_per_s, replicas * sim->tokens_per_s, replicas * cfg->stages);
 
-    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble: idle share of a step at uniform stage costs,\n"
-                 "free communication; idle: that idle time a step, in forwards, with F = B = W = 1 (backward 2);\n"
-                 "step time and tokens/s: this plan's costs):\n", cfg->window, cfg->micro);
-    fprintf(out, "  schedule    bubble  idle  step time    tokens/s  peak memory (stage)  drift bound s0\n");
+    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble, step time, tokens/s: priced as above, %s, the\n"
+                 "bubble of the same steady state; at unit costs: the schedule's own bubble with F = B = W = 1\n"
+                 "(backward 2) and free messages, and that idle time a step, in forwards):\n", cfg->window,
+            cfg->micro, view->model);
+    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0  at unit costs: bubble  idle\n");
     for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
         Config as_kind = *cfg;
         as_kind.schedule = kind;
@@ -347,18 +367,25 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
             fprintf(out, "  %-10s    n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
             continue;
         }
-        Comparison c = compare_schedule(cfg, kind, sim->steps);
+        Comparison c = compare_schedule(cfg, kind, sim->steps, view->cm);
+        if (kind == (int)cfg->schedule) { /* the file's own: the very simulation above */
+            c.bubble = sim->bubble;
+            c.step_time = sim->step_time;
+            c.tokens_per_s = sim->tokens_per_s;
+        }
         char drift[32];
         if (kind == PACI_SCHED_PIPEDREAM)
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%% %5.1f  %9.4g  %10.4g  %7.2f %s (%d)%s  %s%s%s\n", paci_schedule_name(kind),
-                100 * c.uniform_bubble, c.uniform_idle, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit, c.peak_stage,
-                c.fits ? "   " : " !!", drift, kind == (int)cfg->schedule ? "   <- this file" : "",
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s\n",
+                paci_schedule_name(kind), 100 * c.bubble, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit,
+                c.peak_stage, c.fits ? "   " : " !!", drift, 100 * c.uniform_bubble, c.uniform_idle,
+                kind == (int)cfg->schedule ? "   <- this file" : "",
                 excluded ? "   (predicted: built under fp32 only)" : "");
     }
-    fprintf(out, "  (!! = over the device's memory; analytic 1F1B-flush bubble (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
+    fprintf(out, "  (!! = over the %s memory; analytic 1F1B-flush bubble at unit costs (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
+            cfg->machine == MACHINE_CPU ? "machine's" : "device's",
             cfg->stages - 1, cfg->window + cfg->stages - 1,
             100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
     if (replicas > 1)
@@ -534,26 +561,50 @@ static char op_char(int op)
                                                       : 'S';
 }
 
-void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
+/* The views' title: what is drawn, and the one bubble figure. */
+static void view_title(char *buf, size_t size, const Config *cfg, const SimView *v)
+{
+    char bubble[1400];
+    sim_bubble_phrase(v, bubble, sizeof bubble);
+    if (v->fill_drain)
+        snprintf(buf, size, "%s, %d stages, window %d: a run of %ld step%s alone, %.4g s; %s",
+                 paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, v->sim->steps,
+                 v->sim->steps == 1 ? "" : "s", v->to - v->from, bubble);
+    else
+        snprintf(buf, size, "%s, %d stages, window %d: steps %ld-%ld of %ld, %.4g s; %s",
+                 paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, v->first, v->last, v->run_steps,
+                 v->to - v->from, bubble);
+}
+
+/* A stage's busy share as the views print it: over the steady state (--explain's busy column),
+ * or over the whole run of --fill-drain. */
+static double view_busy(const SimView *v, int s)
+{
+    return v->fill_drain ? v->sim->busy[s] : v->sim->steady_busy[s];
+}
+
+void inspect_timeline(FILE *out, const Config *cfg, const SimView *view)
 {
     enum { COLUMNS = 96 };
+    const SimResult *sim = view->sim;
     int stages = cfg->stages;
-    double span = sim->makespan > 0 ? sim->makespan : 1;
+    double span = view->to - view->from;
     double bucket = span / COLUMNS;
     StageEvents se[PACI_MAX_STAGES];
     split_by_stage(sim, stages, se);
-    fprintf(out, "%s, %d stages, window %d: first %ld steps, %.4g s (one column = %.3g ms)\n",
-            paci_schedule_name(cfg->schedule), stages, cfg->window, sim->steps, sim->makespan, bucket * 1e3);
+    char title[1600];
+    view_title(title, sizeof title, cfg, view);
+    fprintf(out, "%s\n", title);
     fprintf(out, "       |");
     for (int c = 0; c < COLUMNS; c++)
         fputc(c % 10 == 0 ? '+' : '-', out);
-    fprintf(out, "|  busy\n");
+    fprintf(out, "|  busy%s\n", view->fill_drain ? "" : " (steady state)");
     for (int s = 0; s < stages; s++) {
         fprintf(out, "stage%2d|", s);
         long k = 0;
         for (int c = 0; c < COLUMNS; c++) {
             /* the instruction running at the middle of the column, else idle */
-            double mid = (c + 0.5) * bucket;
+            double mid = view->from + (c + 0.5) * bucket;
             while (k < se[s].n && se[s].items[k]->end <= mid)
                 k++;
             char ch = '.';
@@ -561,9 +612,11 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
                 ch = op_char(se[s].items[k]->op);
             fputc(ch, out);
         }
-        fprintf(out, "| %5.1f%%\n", 100 * sim->busy[s]);
+        fprintf(out, "| %5.1f%%\n", 100 * view_busy(view, s));
     }
-    fprintf(out, "       0%*s%.4g s\n", COLUMNS - 4, "", sim->makespan);
+    char from[32];
+    int width = snprintf(from, sizeof from, "%.4g s", view->from);
+    fprintf(out, "       %s%*s%.4g s\n", from, COLUMNS - width - 2, "", view->to);
     fprintf(out, "legend: F forward, B backward%s, S optimizer step, . idle (waiting for a neighbour)%s\n",
             config_splits_backward(cfg) ? " (its input gradients), W its weight gradients" : "",
             config_replicas(cfg) > 1 ? ", A gradient allreduce among the replicas" : "");
@@ -575,9 +628,11 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim)
 /* The picture's frame in pixels: a row per stage between a title and the time axis. */
 enum { SVG_LEFT = 70, SVG_RIGHT = 20, SVG_TOP = 40, SVG_ROW = 30, SVG_WIDTH = 1200 };
 
-/* One row per stage, a rectangle per instruction coloured by its kind. */
-static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimResult *sim, double scale)
+/* One row per stage, a rectangle per instruction coloured by its kind, clipped to the view's
+ * window of time; forwards are labelled F<micro-batch>, backwards by the micro-batch. */
+static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimView *view, double scale)
 {
+    const SimResult *sim = view->sim;
     for (int s = 0; s < cfg->stages; s++) {
         int y = SVG_TOP + s * SVG_ROW;
         emit_line(sb, "<text x=\"8\" y=\"%d\">stage %d</text>", y + SVG_ROW / 2 + 4, s);
@@ -586,28 +641,31 @@ static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimResult *sim, 
     }
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
-        if (!is_drawn(e->op) || e->end <= e->start)
+        if (!is_drawn(e->op) || e->end <= e->start || e->end <= view->from || e->start >= view->to)
             continue;
         const char *fill = e->op == PACI_OP_FWD                            ? svg_colors[SVG_BLUE]
                            : e->op == PACI_OP_BWD || e->op == PACI_OP_BWD_B ? svg_colors[SVG_ORANGE]
                            : e->op == PACI_OP_BWD_W                         ? svg_colors[SVG_YELLOW]
                            : e->op == SIM_OP_ALLREDUCE                      ? svg_colors[SVG_PURPLE]
                                                                             : svg_colors[SVG_GREEN];
-        double x = SVG_LEFT + e->start * scale, w = (e->end - e->start) * scale;
+        double a = e->start > view->from ? e->start : view->from, b = e->end < view->to ? e->end : view->to;
+        double x = SVG_LEFT + (a - view->from) * scale, w = (b - a) * scale;
         int y = SVG_TOP + e->stage * SVG_ROW + 2;
         emit_line(sb, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
                       "stroke-width=\"0.5\"><title>%s %ld: %.4g-%.4g s</title></rect>",
                   x, y, w, SVG_ROW - 4, fill, e->op == SIM_OP_ALLREDUCE ? "allreduce" : paci_op_name(e->op),
                   e->mb, e->start, e->end);
         if (e->op != PACI_OP_STEP && e->op != SIM_OP_ALLREDUCE && w >= 16)
-            emit_line(sb, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%ld</text>",
-                      x + w / 2, y + SVG_ROW / 2 + 2, e->mb);
+            emit_line(sb, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%s%ld</text>",
+                      x + w / 2, y + SVG_ROW / 2 + 2, e->op == PACI_OP_FWD ? "F" : "", e->mb);
     }
 }
 
-/* The time axis (ten ticks) and the legend of the kinds this configuration runs. */
-static void svg_time_axis(StrBuf *sb, const Config *cfg, double span)
+/* The time axis (ten ticks, milliseconds from the run's start) and the legend of the kinds
+ * this configuration runs. */
+static void svg_time_axis(StrBuf *sb, const Config *cfg, const SimView *view)
 {
+    double span = view->to - view->from;
     int axis = SVG_TOP + cfg->stages * SVG_ROW + 8;
     emit_line(sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>", SVG_LEFT, axis,
               SVG_WIDTH - SVG_RIGHT, axis);
@@ -615,8 +673,8 @@ static void svg_time_axis(StrBuf *sb, const Config *cfg, double span)
         double x = SVG_LEFT + (SVG_WIDTH - SVG_LEFT - SVG_RIGHT) * k / 10.0;
         emit_line(sb, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>", x, axis, x,
                   axis + 5);
-        emit_line(sb, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.3g ms</text>", x, axis + 18,
-                  span * k / 10.0 * 1e3);
+        emit_line(sb, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.4g ms</text>", x, axis + 18,
+                  (view->from + span * k / 10.0) * 1e3);
     }
     int ly = axis + 40;
     const struct { const char *name, *fill; } legend[] = {
@@ -634,16 +692,16 @@ static void svg_time_axis(StrBuf *sb, const Config *cfg, double span)
     }
 }
 
-void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim)
+void inspect_svg(FILE *out, const Config *cfg, const SimView *view)
 {
-    double span = sim->makespan > 0 ? sim->makespan : 1;
+    double span = view->to - view->from > 0 ? view->to - view->from : 1;
+    char title[1600];
+    view_title(title, sizeof title, cfg, view);
     StrBuf sb = {0};
     svg_open(&sb, SVG_WIDTH, SVG_TOP + cfg->stages * SVG_ROW + 70);
-    emit_line(&sb, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s, %d stages, window %d: %ld steps, %.4g s, "
-                   "bubble %.1f%%</text>", SVG_LEFT, paci_schedule_name(cfg->schedule), cfg->stages, cfg->window,
-              sim->steps, sim->makespan, 100 * sim->bubble);
-    svg_stage_rows(&sb, cfg, sim, (SVG_WIDTH - SVG_LEFT - SVG_RIGHT) / span);
-    svg_time_axis(&sb, cfg, span);
+    emit_line(&sb, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s</text>", SVG_LEFT, title);
+    svg_stage_rows(&sb, cfg, view, (SVG_WIDTH - SVG_LEFT - SVG_RIGHT) / span);
+    svg_time_axis(&sb, cfg, view);
     svg_close(&sb);
     fputs(sb.data, out);
     sb_free(&sb);

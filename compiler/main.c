@@ -48,6 +48,7 @@ typedef struct Options {
     EmitKind emit;
     long steps_override;  /* 0: as the file says */
     long show_steps;      /* steps drawn by timeline, svg and trace */
+    bool fill_drain;      /* draw a separate run of show_steps steps, its fill and drain included */
 } Options;
 
 static void usage(FILE *out)
@@ -58,6 +59,7 @@ static void usage(FILE *out)
             "       pacic tokenize --bpe DIR --decode TOKENS.bin\n"
             "       pacic plot METRICS.jsonl [METRICS.jsonl ...] -o FILE.svg [--label NAME ...]\n"
             "                  [--x steps|tokens|both]\n"
+            "       pacic calibrate-cpu [-o FILE]   measure this machine's CPU for the cost model\n"
             "\n"
             "Compiles a pipeline-parallel GPT training description into an executable.\n"
             "`pacic tokenize` makes token files of a text; `pacic plot` draws the loss curves of\n"
@@ -66,15 +68,20 @@ static void usage(FILE *out)
             "  -o PATH          the executable to build (default: run), or the file --emit\n"
             "                   writes (default: standard output; a folder for --emit c)\n"
             "  --check          parse and check only\n"
-            "  --explain        stages, memory, drift bound, predicted throughput, the\n"
-            "                   every schedule side by side, and the GPU cost model\n"
+            "  --explain        the machine it prices on, stages, memory, drift bound,\n"
+            "                   predicted throughput and bubble, every schedule side by\n"
+            "                   side, and the cost model op by op\n"
             "  --emit KIND      one of:\n");
 #define EMIT_HELP(name, text, help) fprintf(out, "                     %-9s %s\n", text, help);
     EMIT_KINDS(EMIT_HELP)
 #undef EMIT_HELP
     fprintf(out,
             "  --steps N        override the number of training steps\n"
-            "  --show-steps N   optimizer steps drawn by timeline, svg, trace (default 3)\n"
+            "  --show-steps N   optimizer steps drawn by timeline, svg (default 3): steady-\n"
+            "                   state steps of the file's run, as --explain prices it;\n"
+            "                   trace: the run's first N steps\n"
+            "  --fill-drain     draw instead a run of just those N steps, from its fill to\n"
+            "                   its drain\n"
             "  --profile FILE   measured costs for the cost model (run --profile-out); with\n"
             "                   --explain, also the most expensive ops of each stage\n"
             "  --balance FILE   split the layers by the costs measured in FILE (run\n"
@@ -165,6 +172,8 @@ static void parse_options(int argc, char **argv, Options *opt)
         } else if (strcmp(a, "--show-steps") == 0) {
             NEED_VALUE();
             opt->show_steps = parse_count(a, next);
+        } else if (strcmp(a, "--fill-drain") == 0) {
+            opt->fill_drain = true;
         } else if (strcmp(a, "--profile") == 0) {
             NEED_VALUE();
             opt->profile = next;
@@ -288,44 +297,75 @@ static int build(const char *argv0, const Options *opt, const Config *cfg, const
     return 0;
 }
 
-/* --explain and the --emit forms that predict: the cost model (or a profile's measured costs),
- * the simulation, and the view asked for. 0, or EXIT_USER on a bad profile. */
-static int inspect(const Options *opt, const Config *cfg, const Plan *plan, const paci_table *table,
+/* The costs every prediction of one pacic call uses, and their name: a profile's measured
+ * ones (--profile, or --balance's per part of the model), else the cost model op by op on the
+ * machine the file names (machine.c). 0, or EXIT_USER on a bad profile. */
+static int inspect_costs(const Options *opt, const Config *cfg, const Plan *plan, const GpuCosts *costs,
+                         CostModel *cm, OpProfile *op_profile, char *model, size_t model_size)
+{
+    if (opt->profile) {
+        cost_model_from_plan(cfg, plan, cm);
+        if (!profile_load(opt->profile, plan, cm, op_profile))
+            return EXIT_USER;
+        cost_model_allreduce(cfg, plan, cm); /* hidden behind the backward measured */
+        snprintf(model, model_size, "costs measured in %s", opt->profile);
+    } else if (cfg->measured) {
+        cost_model_from_plan(cfg, plan, cm);
+        snprintf(model, model_size, "compute costs measured (--balance)");
+    } else {
+        cost_model_from_gpu_costs(cfg, plan, costs, cm);
+        snprintf(model, model_size, "%s cost model", cfg->machine == MACHINE_CPU ? "CPU" : "GPU");
+    }
+    return 0;
+}
+
+/* --explain and the --emit forms that predict: one simulation of the file's own run, priced by
+ * inspect_costs, that every view reads (--explain's figures, the timeline's and the picture's
+ * steady-state steps, the trace); --fill-drain draws a run of --show-steps steps instead. */
+static int inspect(const char *argv0, const Options *opt, Config *cfg, const Plan *plan, const paci_table *table,
                    const VerifyReport *report, const Lowered *lowered)
 {
+    bool explain = opt->mode == MODE_EXPLAIN || opt->emit == EMIT_COSTS;
+    bool model_costs = explain || (!opt->profile && !cfg->measured);
+    GpuCosts costs = {0};
+    if (model_costs) {
+        machine_cpu_resolve(cfg, argv0); /* a CPU nobody measured yet is measured now */
+        gpu_costs_build(cfg, lowered, &costs);
+    }
     CostModel cm;
     OpProfile op_profile = {0};
-    cost_model_from_plan(cfg, plan, &cm);
-    if (opt->profile && !profile_load(opt->profile, plan, &cm, &op_profile))
+    char model[1100];
+    if (inspect_costs(opt, cfg, plan, &costs, &cm, &op_profile, model, sizeof model) != 0) {
+        gpu_costs_free(&costs);
         return EXIT_USER;
-    cost_model_allreduce(cfg, plan, &cm); /* hidden behind the backward measured or predicted */
+    }
+    /* Enough steps for the steady state to dominate, and for the steps drawn to lie in it. */
+    long steps = opt->show_steps * 2 > EXPLAIN_SIM_STEPS && !explain ? opt->show_steps * 2 : EXPLAIN_SIM_STEPS;
+    if (steps > cfg->steps)
+        steps = cfg->steps;
+    if (opt->fill_drain || opt->emit == EMIT_TRACE) // the trace replays a run: its first N steps
+        steps = opt->show_steps < cfg->steps ? opt->show_steps : cfg->steps;
     SimResult sim;
-    /* Enough steps for the steady state to dominate, few enough to stay instant. */
-    long shown = opt->mode == MODE_EXPLAIN ? EXPLAIN_SIM_STEPS : opt->show_steps;
-    if (shown > cfg->steps)
-        shown = cfg->steps;
-    simulate(cfg, table, &cm, shown, &sim);
+    simulate(cfg, table, &cm, steps, &sim);
+    SimView view = sim_view(cfg, &sim, model, opt->fill_drain ? 0 : opt->show_steps);
+    view.cm = opt->profile || cfg->measured ? &cm : NULL;
     FILE *out = open_output(opt->output);
-    GpuCosts costs = {0};
     GpuPrediction predicted = {0};
-    if (opt->mode == MODE_EXPLAIN || opt->emit == EMIT_COSTS) {
-        gpu_costs_build(cfg, lowered, &costs);
-        // --explain's number of steps for both reports, so they print the same prediction
+    if (explain) // the cost model's own prediction, over --explain's steps
         predicted = gpu_costs_predict(cfg, plan, table, &costs,
                                       cfg->steps < EXPLAIN_SIM_STEPS ? cfg->steps : EXPLAIN_SIM_STEPS);
-    }
     if (opt->mode == MODE_EXPLAIN) {
-        inspect_explain(out, cfg, plan, table, report, &sim);
-        gpu_costs_explain(out, cfg, plan, &costs, &predicted);
+        inspect_explain(out, cfg, plan, table, report, &view);
+        gpu_costs_explain(out, cfg, plan, &costs, &predicted, model_costs && !opt->profile && !cfg->measured);
         inspect_op_profile(out, plan, &op_profile, opt->profile);
     } else if (opt->emit == EMIT_COSTS)
         gpu_costs_emit(out, cfg, &costs, &predicted, opt->profile ? &op_profile : NULL);
     else if (opt->emit == EMIT_SCHEDULE)
         inspect_listing(out, cfg, table);
     else if (opt->emit == EMIT_TIMELINE)
-        inspect_timeline(out, cfg, &sim);
+        inspect_timeline(out, cfg, &view);
     else if (opt->emit == EMIT_SVG)
-        inspect_svg(out, cfg, &sim);
+        inspect_svg(out, cfg, &view);
     else if (opt->emit == EMIT_TRACE)
         inspect_trace(out, cfg, &sim);
     else
@@ -343,6 +383,8 @@ int main(int argc, char **argv)
         return tokenize_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "plot") == 0)
         return plot_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "calibrate-cpu") == 0)
+        return calibrate_main(argc - 1, argv + 1, argv[0]);
 
     Options opt;
     parse_options(argc, argv, &opt);
@@ -428,7 +470,7 @@ int main(int argc, char **argv)
             status = build(argv[0], &opt, &cfg, &lowered, table);
         }
     } else {
-        status = inspect(&opt, &cfg, &plan, table, &report, &lowered);
+        status = inspect(argv[0], &opt, &cfg, &plan, table, &report, &lowered);
     }
     lower_free(&lowered);
     schedule_free(table);

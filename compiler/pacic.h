@@ -196,6 +196,9 @@ typedef enum { PREC_FP32, PREC_BF16 } Precision;
  * scores, or per-head matrix products over a T x T workspace (BLAS-friendly on the CPU). */
 typedef enum { ATTN_FLASH, ATTN_MATMUL } AttentionImpl;
 
+/* What --explain prices on (machine.c); order = the hardware block's names. */
+enum machine { MACHINE_GPU, MACHINE_CPU };
+
 /* Validated numbers only: nothing downstream interprets a string of the DSL. */
 /* `pipeline { delay_correction ... }` (docs/dsl.md); order = the DSL's word list. */
 enum delay_correction { DELAY_NONE, DELAY_PREDICT, DELAY_NESTEROV };
@@ -259,13 +262,21 @@ typedef struct Config {
     Precision precision;
     AttentionImpl attention;
     int on_nan;             /* enum pr_on_nan: a non-finite loss or gradient stops or skips */
-    /* hardware the cost model assumes */
-    double device_flops;    /* FLOP/s per device for the chosen precision */
+    /* hardware the cost model assumes: `hardware [gpu] { ... }` a GPU per stage, `hardware cpu
+     * { ... }` and no hardware block this machine's CPU, a thread per stage (machine.c) */
+    int machine;            /* enum machine */
+    double device_flops;    /* FLOP/s per device for the chosen precision (a CPU: one thread's sgemm) */
     double link_bandwidth;  /* bytes/s between neighbouring stages */
     double link_latency;    /* seconds per message */
     double device_memory;   /* bytes per device */
     double memory_bandwidth;/* bytes/s between a device and its memory (HBM) */
     double network_bandwidth;/* bytes/s per device between nodes: the replicas' allreduce */
+    int cpu_cores;          /* `hardware cpu { cores N }`; 0: not written */
+    double vector_flops;    /* `hardware cpu { vector_flops F }`; 0: not written */
+    char *cpu_calibration;  /* `hardware cpu { calibration "FILE" }`, resolved; NULL: the default file */
+    /* a CPU's rates: as priced (its calibration file, read by sema where one is found, under
+     * what the block writes; machine_cpu_resolve completes them), and as written (0: not) */
+    struct CpuRates *cpu, *cpu_given;
     /* where things were written, for checks made by later phases */
     Span span_model, span_stages, span_window, span_micro, span_split, span_memory, span_vocab_split;
     /* set by main, not the DSL: generate the GPU path (NVRTC and libpacirt_cuda.a found) */
@@ -555,6 +566,31 @@ typedef struct OpProfile {
  * op_profile_free); on a bad file nothing changes. */
 bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *ops);
 void op_profile_free(OpProfile *ops);
+/* The steady state SimResult's bubble is measured over: 1-based steps first..last (the whole
+ * run when it is too short to have one). */
+void sim_steady_steps(const SimResult *res, long *first, long *last);
+
+/* What the views print of one simulation (inspect.c): the costs' name, the steady-state steps
+ * its bubble is measured over, and the steps and seconds drawn. */
+typedef struct SimView {
+    const SimResult *sim;
+    const char *model;          /* "GPU cost model", "costs measured in FILE", ... */
+    int stages;
+    long run_steps;             /* the file's */
+    long steady_first, steady_last;
+    long first, last;           /* 1-based steps drawn */
+    double from, to;            /* their seconds */
+    bool fill_drain;            /* a run of just the steps drawn: its fill and drain are in them */
+    const CostModel *cm;        /* the costs simulated; NULL where they are the cost model's, op by op
+                                 * (then each schedule --explain compares is priced by it too) */
+} SimView;
+/* show_steps steady-state steps from the steady state's start; 0: the whole run, fill and drain. */
+SimView sim_view(const Config *cfg, const SimResult *sim, const char *model, long show_steps);
+/* The one way a bubble is said: "bubble 4.6% (steady state: steps 10-24 of 32 simulated, GPU
+ * cost model)", or for --fill-drain "idle 26.0% of a 3-step run, its fill and drain included
+ * (GPU cost model)". */
+void sim_bubble_phrase(const SimView *v, char *buf, size_t size);
+
 /* Simulates `steps` optimizer steps (0: the whole run) of the table. */
 void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res);
 void sim_result_free(SimResult *res);
@@ -603,6 +639,9 @@ typedef struct GpuPrediction {
 
 void gpu_costs_build(const Config *cfg, const Lowered *low, GpuCosts *gc);
 void gpu_costs_free(GpuCosts *gc);
+/* The FLOPs (and bytes) the cost model counts for one launch of the kernel `name` over n
+ * indices at cfg's shapes (fp32). */
+double kernel_counted_flops(const Config *cfg, const char *name, double n, double *bytes);
 /* Whether the model has a cost entry for the kernel named `name`. */
 bool gpu_cost_has_kernel(const char *name);
 /* The per-stage times of gc, with the links' costs of cost_model_from_plan. */
@@ -611,16 +650,17 @@ void cost_model_from_gpu_costs(const Config *cfg, const Plan *plan, const GpuCos
 GpuPrediction gpu_costs_predict(const Config *cfg, const Plan *plan, const paci_table *t, const GpuCosts *gc,
                                 long steps);
 /* The --explain section, and --emit costs (with a profile's measured means beside, or NULL). */
-void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const GpuCosts *gc, const GpuPrediction *p);
+void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const GpuCosts *gc, const GpuPrediction *p,
+                       bool priced_above);
 void gpu_costs_emit(FILE *out, const Config *cfg, const GpuCosts *gc, const GpuPrediction *p, const OpProfile *prof);
 
 /* ---- inspect.c: explain, listing, timeline, svg, trace ------------------------------- */
 
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
-                     const VerifyReport *rep, const SimResult *sim);
+                     const VerifyReport *rep, const SimView *view);
 void inspect_listing(FILE *out, const Config *cfg, const paci_table *t);
-void inspect_timeline(FILE *out, const Config *cfg, const SimResult *sim);
-void inspect_svg(FILE *out, const Config *cfg, const SimResult *sim);
+void inspect_timeline(FILE *out, const Config *cfg, const SimView *view);
+void inspect_svg(FILE *out, const Config *cfg, const SimView *view);
 void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim);
 /* The most expensive ops of each stage in a profile with op lines, with their share of the
  * stage's measured compute time (--explain --profile). */
@@ -953,6 +993,10 @@ void emit_cuda_images(StrBuf *sb, const Config *cfg, const CudaImage *images, in
  * stages.cu, cuda_images.c, cuda_resources.txt). */
 bool codegen_write(const Config *cfg, const Lowered *low, const paci_table *t, const char *dir);
 
+/* The program pacic calibrate-cpu builds (machine.c): the element-wise kernels as generated
+ * code has them, timed by runtime/calibrate.c with the rest (emit_c.c). */
+void emit_calibration_program(StrBuf *sb);
+
 /* ---- build.c: compile generated sources and link the runtime ------------------------ */
 
 /* Finds the runtime (next to the executable, or $PACIC_HOME), compiles dir's sources and
@@ -961,6 +1005,55 @@ bool build_executable(const char *argv0, const char *dir, const char *out);
 /* The runtime found from argv0 has the GPU path: lib/pacic/libpacirt_cuda.a and the link
  * flags it needs (lib/pacic/cuda_ldflags, one line, written by the Makefile). */
 bool runtime_has_cuda(const char *argv0);
+
+/* ---- machine.c: the machine --explain prices on, and `pacic calibrate-cpu` --------------- */
+
+/* A CPU's rates, as `pacic calibrate-cpu` measures them (runtime/calibrate.c writes the file)
+ * and `hardware cpu { ... }` may state them: one thread's sgemm FLOP/s at square sizes, its
+ * FLOP/s in the element-wise kernels and its copy bandwidth, and a message between two stage
+ * threads. */
+enum { CPU_GEMM_SIZES = 8 };
+typedef struct CpuRates {
+    char name[160];         /* the CPU's model name */
+    char source[600];       /* where the rates come from, for --explain's first line */
+    int cores;
+    double memory;          /* bytes of RAM */
+    int n_gemm;
+    double gemm_size[CPU_GEMM_SIZES], gemm_flops[CPU_GEMM_SIZES]; /* rising sizes */
+    double vector_flops, memory_bandwidth, latency, bandwidth;
+    bool measured;          /* read from a calibration file (false: built-in guesses) */
+} CpuRates;
+
+/* Where the CPU's rates are kept when the file names none: $PACIC_CPU_CALIBRATION, else
+ * $XDG_CACHE_HOME/pacic/cpu.txt, else ~/.cache/pacic/cpu.txt. Malloc'ed. */
+char *cpu_calibration_default_path(void);
+/* Reads a calibration file; false and a reason in err. */
+bool cpu_rates_load(const char *path, CpuRates *r, char *err, size_t err_size);
+/* Built-in guesses for a CPU nobody measured (a recent x86 core). */
+void cpu_rates_guess(CpuRates *r);
+/* Builds the calibration program against the runtime found from argv0, runs it, and leaves
+ * its file at path; false with a message printed. */
+bool cpu_calibrate(const char *argv0, const char *path, bool quiet);
+/* `pacic calibrate-cpu [-o FILE]`. */
+int calibrate_main(int argc, char **argv, const char *argv0);
+/* Sema's part: cfg->cpu and cfg->cpu_given from the block's keys and the calibration file
+ * (the one it names, else the default one where it exists); false + message on a bad file. */
+bool machine_cpu_config(Config *cfg, const char **error);
+/* Before pricing a CPU program whose rates were never measured: measures this machine now
+ * (keeping the file at the default path for next time; with a note on stderr), else takes the
+ * guesses; the rates the block writes stay on top. */
+void machine_cpu_resolve(Config *cfg, const char *argv0);
+/* A CpuRates with the rates of `given` (those above 0) over r's. */
+void cpu_rates_apply(CpuRates *r, const CpuRates *given);
+/* One sgemm of m x n x k on one thread of r: its seconds by the measured sizes' rates
+ * (interpolated in the logarithm of the product's cube-root size). */
+double cpu_gemm_seconds(const CpuRates *r, double m, double n, double k);
+/* BLAS threads each stage gets (run's default: the cores over the stages, at least 1), and
+ * the share of a core each stage thread has (below 1 when there are more stages than cores). */
+int cpu_blas_threads(const Config *cfg);
+double cpu_core_share(const Config *cfg);
+/* --explain's first line: the machine it prices on. */
+void machine_explain(FILE *out, const Config *cfg);
 
 /* ---- tokenize.c: text -> llm.c token files (byte-level, vocabulary 256) -------------- */
 

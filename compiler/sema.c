@@ -126,6 +126,7 @@ static void set_optimizer_name(Sema *s, const Entry *e);
 static void set_warmup(Sema *s, const Entry *e);
 static void set_ckpt_dir(Sema *s, const Entry *e);
 static void set_warm_start(Sema *s, const Entry *e);
+static void set_calibration(Sema *s, const Entry *e);
 
 #define AT(f) offsetof(Config, f)
 #define INT_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_INT, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
@@ -229,18 +230,23 @@ static const KeyDef train_keys[] = {
     BLOCK_KEY("checkpoint", checkpoint_block),
     END_KEYS,
 };
-/* Hardware defaults: H100 SXM dense FLOP/s (flops depends on precision: set later), its
- * 80 GB and its HBM3's 3.35 TB/s (an H200: 141e9 and 4.8e12). */
+/* Every number 0 (latency -1) until derive_hardware fills what the block leaves out: for a GPU
+ * an H100 SXM's, for a CPU this machine's (machine.c). */
 static const KeyDef hardware_keys[] = {
     POS_KEY("flops", device_flops, 0),
-    POS_KEY("bandwidth", link_bandwidth, 450e9),
-    NUM_KEY("latency", link_latency, 0, 1e30, 5e-6),
-    POS_KEY("memory", device_memory, 80e9),
-    POS_KEY("memory_bandwidth", memory_bandwidth, 3.35e12),
-    /* 200 Gb/s InfiniBand HDR, one port per GPU: the replicas' allreduce between nodes */
-    POS_KEY("network_bandwidth", network_bandwidth, 25e9),
+    POS_KEY("bandwidth", link_bandwidth, 0),
+    NUM_KEY("latency", link_latency, 0, 1e30, -1),
+    POS_KEY("memory", device_memory, 0),
+    POS_KEY("memory_bandwidth", memory_bandwidth, 0),
+    POS_KEY("network_bandwidth", network_bandwidth, 0),
+    /* hardware cpu only (check_hardware) */
+    INT_KEY("cores", cpu_cores, 1, 1 << 20, 0),
+    POS_KEY("vector_flops", vector_flops, 0),
+    CUSTOM_KEY("calibration", set_calibration),
     END_KEYS,
 };
+/* In the order of enum machine (compiler/pacic.h). */
+static const char *const machine_names[] = {"gpu", "cpu", NULL};
 /* D copies of the whole pipeline; stages x D <= MAX_WORLD_SIZE is checked in check_parallel. */
 static const KeyDef parallel_keys[] = {
     INT_KEY("data", replicas, 1, 1024, 1),
@@ -250,7 +256,7 @@ static const BlockDef model_block = {"model", model_keys, model_names, true, set
 static const BlockDef pipeline_block = {"pipeline", pipeline_keys, NULL, false, NULL};
 static const BlockDef batch_block = {"batch", batch_keys, NULL, false, NULL};
 static const BlockDef train_block = {"train", train_keys, NULL, false, NULL};
-static const BlockDef hardware_block = {"hardware", hardware_keys, NULL, false, NULL};
+static const BlockDef hardware_block = {"hardware", hardware_keys, machine_names, false, NULL};
 static const BlockDef parallel_block = {"parallel", parallel_keys, NULL, false, NULL};
 
 /* The top level holds blocks only; model, batch and train are required. */
@@ -1387,6 +1393,60 @@ static Span span_of(Sema *s, const char *block, const char *key, int root_index)
     return b ? b->key_span : SPAN_FILE;
 }
 
+/* `hardware cpu { calibration "FILE" }`: a file pacic calibrate-cpu wrote, against the DSL's folder. */
+static void set_calibration(Sema *s, const Entry *e)
+{
+    const char *path;
+    if (!string_value(s, e, "one file name in quotes", &path)) {
+        mark_failed(s, e);
+        return;
+    }
+    free(s->cfg->cpu_calibration);
+    s->cfg->cpu_calibration = resolve_path(s, path);
+}
+
+/* The machine: no hardware block is this machine's CPU, `hardware cpu` a CPU too, `hardware`
+ * and `hardware gpu` a GPU per stage; what the block leaves out is an H100 SXM's (dense
+ * FLOP/s by precision, 80 GB, HBM3's 3.35 TB/s, NVLink's 450 GB/s and 5 us, one 200 Gb/s
+ * InfiniBand HDR port per GPU), or the CPU's as machine.c finds them. */
+static void derive_hardware(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *hw = s->blocks[4];
+    cfg->machine = !hw || (hw->block && hw->block->name && strcmp(hw->block->name, "cpu") == 0) ? MACHINE_CPU
+                                                                                                  : MACHINE_GPU;
+    if (cfg->machine == MACHINE_GPU) {
+        static const char *const cpu_only[] = {"cores", "vector_flops", "calibration"};
+        for (size_t i = 0; i < sizeof cpu_only / sizeof *cpu_only; i++) {
+            const Entry *e = written(s, "hardware", cpu_only[i]);
+            if (e)
+                error_at(s->src, e->key_span, "'%s' is a CPU's rate: write `hardware cpu { ... }` (this block "
+                         "describes a GPU)", cpu_only[i]);
+        }
+        if (cfg->device_flops == 0)
+            cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;
+        if (cfg->link_bandwidth == 0)
+            cfg->link_bandwidth = 450e9;
+        if (cfg->link_latency < 0)
+            cfg->link_latency = 5e-6;
+        if (cfg->device_memory == 0)
+            cfg->device_memory = 80e9;
+        if (cfg->memory_bandwidth == 0)
+            cfg->memory_bandwidth = 3.35e12;
+        if (cfg->network_bandwidth == 0)
+            cfg->network_bandwidth = 25e9;
+        return;
+    }
+    const char *error = NULL;
+    if (!machine_cpu_config(cfg, &error)) {
+        const Entry *e = written(s, "hardware", "calibration");
+        if (e && e->n_values > 0)
+            error_at(s->src, e->values[0]->span, "%s", error);
+        else
+            diag_plain(DIAG_ERROR, "%s", error);
+    }
+}
+
 bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -1415,8 +1475,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_delay_correction(s);
     check_warm_start(s);
     derive_training(s);
-    if (cfg->device_flops == 0)
-        cfg->device_flops = cfg->precision == PREC_BF16 ? 989e12 : 494e12;
+    derive_hardware(s);
 
     cfg->span_model = s->blocks[0] ? (s->blocks[0]->block && s->blocks[0]->block->name
                                           ? s->blocks[0]->block->name_span
@@ -1437,6 +1496,9 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
 
 void config_free(Config *cfg)
 {
+    free(cfg->cpu);
+    free(cfg->cpu_given);
+    free(cfg->cpu_calibration);
     free(cfg->split_halves);
     free(cfg->train_data);
     free(cfg->val_data);

@@ -676,12 +676,28 @@ static double step_end(const EventList *ev, int s, long step)
     return -1;
 }
 
+/* The steady state: between the ends of (0-based) steps j1 and j2, the middle half of the run. */
+static void steady_window(long n, long *j1, long *j2)
+{
+    *j1 = n / 4;
+    *j2 = n - 1 - n / 4;
+}
+
+void sim_steady_steps(const SimResult *res, long *first, long *last)
+{
+    long j1, j2;
+    steady_window(res->steps, &j1, &j2);
+    *first = j2 > j1 ? j1 + 2 : 1;
+    *last = j2 > j1 ? j2 + 1 : res->steps;
+}
+
 /* Whole-run figures, and steady-state ones measured between each stage's optimizer steps
  * in the middle half of the run (fill and drain excluded). */
 static void summarise(const Config *cfg, int stages, const EventList *ev, SimResult *res)
 {
     long n = res->steps;
-    long j1 = n / 4, j2 = n - 1 - n / 4;
+    long j1, j2;
+    steady_window(n, &j1, &j2);
     double period_sum = 0;
     for (int s = 0; s < stages; s++) {
         double busy = busy_between(ev, s, 0, res->makespan);
@@ -746,6 +762,45 @@ void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long 
     res->events = ev.items;
     res->n_events = ev.n;
     summarise(cfg, t->stages, &ev, res);
+}
+
+SimView sim_view(const Config *cfg, const SimResult *sim, const char *model, long show_steps)
+{
+    SimView v = {.sim = sim, .model = model, .stages = cfg->stages, .run_steps = cfg->steps, .fill_drain = show_steps == 0};
+    sim_steady_steps(sim, &v.steady_first, &v.steady_last);
+    v.first = v.fill_drain ? 1 : v.steady_first;
+    v.last = v.fill_drain ? sim->steps : v.first + show_steps - 1;
+    if (v.last > sim->steps)
+        v.last = sim->steps;
+    // from the earliest end of the step before the first drawn to the latest end of the last
+    EventList ev = {.items = sim->events, .n = sim->n_events};
+    v.from = v.fill_drain ? 0 : INFINITY;
+    v.to = v.fill_drain ? sim->makespan : 0;
+    for (int s = 0; s < cfg->stages && !v.fill_drain; s++) {
+        double from = v.first > 1 ? step_end(&ev, s, v.first - 2) : 0, to = step_end(&ev, s, v.last - 1);
+        v.from = from < v.from ? from : v.from;
+        v.to = to > v.to ? to : v.to;
+    }
+    if (!(v.to > v.from)) {
+        v.from = 0;
+        v.to = sim->makespan;
+    }
+    return v;
+}
+
+void sim_bubble_phrase(const SimView *v, char *buf, size_t size)
+{
+    const SimResult *sim = v->sim;
+    if (v->fill_drain) {
+        double busy = 0;
+        for (int s = 0; s < v->stages; s++)
+            busy += sim->busy[s];
+        snprintf(buf, size, "idle %.1f%% of a %ld-step run, its fill and drain included (%s)",
+                 100 * (1 - busy / v->stages), sim->steps, v->model);
+        return;
+    }
+    snprintf(buf, size, "bubble %.1f%% (steady state: steps %ld-%ld of %ld simulated, %s)", 100 * sim->bubble,
+             v->steady_first, v->steady_last, sim->steps, v->model);
 }
 
 void sim_result_free(SimResult *res)

@@ -366,5 +366,9 @@ const float *pr_widen_bf16(int slot, const void *x, int rows, int cols, int ld);
 
 /* Entry point: main() in runtime/main.c calls it with the generated program. */
 int pr_main(int argc, char **argv, const pr_program *prog);
+/* The entry point of the program `pacic calibrate-cpu` builds (calibrate.c): measures this
+ * machine's CPU rates and writes them to argv[1]. `vector` runs the element-wise kernels pacic
+ * compiled into that program once and returns the FLOPs its cost model counts for them. */
+int pr_calibrate_main(int argc, char **argv, double (*vector)(void));
 
 #endif

@@ -16,6 +16,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=$root/${PACI_BUILD:-build}
 export PACI_BUILD=${PACI_BUILD:-build} PACIC=$build/bin/pacic
+# What --explain prints for CPU programs is the same on every machine, and no test measures
+# this one unasked: one fixed CPU calibration (tests/e2e/cpu_prediction.sh measures its own).
+export PACIC_CPU_CALIBRATION=${PACIC_CPU_CALIBRATION:-$here/cpu-calibration.txt}
 require_all=${PACI_REQUIRE_ALL:-0}
 # selected LIST NAME: NAME is in the space-separated LIST, or LIST is empty.
 selected() {

@@ -49,11 +49,12 @@ compare_devices "messages bf16 with vocab_split 128, 1f1b, vs one stage" "$work/
 echo "messages bf16 with vocab_split 128 (1f1b): one stage's losses and weights to bf16's rounding"
 
 # The cost model prices the half-size messages: gpt2-medium-8 (which sends bf16) against the
-# same file with fp32 messages.
+# same file with fp32 messages. (The bound was 5% under the FLOPs-only model --explain printed
+# at its top until it printed the GPU cost model's prediction there: 5.8% and 6.7% then.)
 bubble() { sed -n 's/.*bubble \([0-9.]*\)% (steady state.*/\1/p'; }
 fast=$("$pacic" "$root/examples/gpt2-medium-8.paci" --explain 2>/dev/null | bubble)
 sed '/^    messages bf16/d' "$root/examples/gpt2-medium-8.paci" > "$work/medium-fp32.paci"
 slow=$("$pacic" "$work/medium-fp32.paci" --explain 2>/dev/null | bubble)
-[ -n "$fast" ] && [ -n "$slow" ] && awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a < b && a <= 5.0) }' ||
-    fail "gpt2-medium-8's predicted bubble: $fast% with bf16 messages, $slow% with fp32 (want less, and at most 5%)"
+[ -n "$fast" ] && [ -n "$slow" ] && awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a < b && a <= 6.0) }' ||
+    fail "gpt2-medium-8's predicted bubble: $fast% with bf16 messages, $slow% with fp32 (want less, and at most 6%)"
 echo "gpt2-medium-8: predicted PACI bubble $fast% with bf16 messages, $slow% with fp32"

@@ -76,7 +76,9 @@ for case in "tiny 2" "three 3"; do
     "$pacic" "$work/$name.paci" --profile "$work/$name/v1.txt" --explain > "$work/$name/v1_explain.txt" ||
         fail "$name: a version 1 profile is no longer read"
     grep -q "^measured ops" "$work/$name/v1_explain.txt" && fail "$name: an op table without op lines"
-    diff <(printf '%s\n' "$explain" | sed '/^measured ops/,$d' | sed '$d') "$work/$name/v1_explain.txt" ||
+    # (the predictions name the file whose costs they use: the same name for both here)
+    diff <(printf '%s\n' "$explain" | sed '/^measured ops/,$d' | sed '$d' | sed "s|$work/$name/profile.txt|FILE|g") \
+        <(sed "s|$work/$name/v1.txt|FILE|g" "$work/$name/v1_explain.txt") ||
         fail "$name: the op lines changed the cost model's predictions"
 done
 

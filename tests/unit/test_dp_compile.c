@@ -75,7 +75,8 @@ static char *explain_text(const Compiled *c)
     SimResult sim;
     simulate(&c->cfg, c->table, &cm, 32, &sim);
     char *text = NULL;
-    CAPTURE(text, inspect_explain(out, &c->cfg, &c->plan, c->table, &c->report, &sim));
+    SimView view = sim_view(&c->cfg, &sim, "the FLOPs model", 3);
+    CAPTURE(text, inspect_explain(out, &c->cfg, &c->plan, c->table, &c->report, &view));
     sim_result_free(&sim);
     return text;
 }
@@ -230,8 +231,9 @@ static void test_views_draw_the_allreduce(void **state)
         SimResult sim;
         simulate(&c->cfg, c->table, &cm, 3, &sim);
         char *timeline = NULL, *svg = NULL, *trace = NULL;
-        CAPTURE(timeline, inspect_timeline(out, &c->cfg, &sim));
-        CAPTURE(svg, inspect_svg(out, &c->cfg, &sim));
+        SimView view = sim_view(&c->cfg, &sim, "the FLOPs model", 0); /* all 3 steps */
+        CAPTURE(timeline, inspect_timeline(out, &c->cfg, &view));
+        CAPTURE(svg, inspect_svg(out, &c->cfg, &view));
         CAPTURE(trace, inspect_trace(out, &c->cfg, &sim));
         int expected = replicas > 1 ? 3 * c->plan.stages : 0;
         assert_int_equal(count_of(trace, "{\"name\": \"allreduce\", \"cat\": \"allreduce\""), expected);
@@ -324,7 +326,7 @@ static void test_model_flops_per_token_is_per_pipeline(void **state)
         lines[i] = xstrdup(at);
         free(text);
         // the whole job's throughput is the pipelines' together, each slowed by its allreduce
-        CAPTURE(text, gpu_costs_explain(out, &c->cfg, &c->plan, &gc, &p));
+        CAPTURE(text, gpu_costs_explain(out, &c->cfg, &c->plan, &gc, &p, true));
         if (replicas[i] > 1) {
             char whole[128];
             snprintf(whole, sizeof whole, "whole job: 8 pipelines x %.4g tokens/s = %.4g tokens/s on 32 GPUs",

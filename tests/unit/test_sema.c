@@ -129,11 +129,44 @@ static void test_defaults(void **state)
     assert_int_equal(c.cfg.precision, PREC_FP32);
     assert_int_equal(c.cfg.on_nan, PR_ON_NAN_STOP);
     assert_int_equal(c.cfg.attention, ATTN_FLASH);
-    assert_true(c.cfg.device_flops == 494e12);
-    assert_true(c.cfg.link_bandwidth == 450e9);
-    assert_true(c.cfg.link_latency == 5e-6);
-    assert_true(c.cfg.device_memory == 80e9);
     assert_false(c.cfg.tied);
+    /* no hardware block: this machine's CPU, its partitioner's nominal rates */
+    assert_int_equal(c.cfg.machine, MACHINE_CPU);
+    assert_non_null(c.cfg.cpu);
+    assert_true(c.cfg.cpu->vector_flops > 0 && c.cfg.cpu->n_gemm > 0);
+    assert_true(c.cfg.device_memory > 0);
+    done(&c);
+    /* `hardware {}` and `hardware gpu {}`: an H100 SXM's */
+    static const char *const gpu_files[] = {MODEL BATCH TRAIN "hardware {}\n", MODEL BATCH TRAIN "hardware gpu {}\n"};
+    for (int named = 0; named < 2; named++) {
+        c = check(gpu_files[named]);
+        assert_true(c.ok);
+        assert_int_equal(c.cfg.machine, MACHINE_GPU);
+        assert_true(c.cfg.device_flops == 494e12);
+        assert_true(c.cfg.link_bandwidth == 450e9);
+        assert_true(c.cfg.link_latency == 5e-6);
+        assert_true(c.cfg.device_memory == 80e9);
+        done(&c);
+    }
+}
+
+/* `hardware cpu { ... }`: the rates written win over the calibration's; GPU blocks take no CPU key. */
+static void test_hardware_cpu(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL BATCH TRAIN "hardware cpu { cores 3; flops 2e10; vector_flops 3e9; latency 0 }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.machine, MACHINE_CPU);
+    assert_int_equal(c.cfg.cpu->cores, 3);
+    assert_true(c.cfg.cpu->n_gemm == 1 && c.cfg.cpu->gemm_flops[0] == 2e10);
+    assert_true(c.cfg.cpu->vector_flops == 3e9 && c.cfg.cpu->latency == 0);
+    assert_true(c.cfg.device_flops == 2e10); /* the partitioner's */
+    done(&c);
+    c = check(MODEL BATCH TRAIN "hardware gpu { cores 3 }\n");
+    assert_false(c.ok);
+    done(&c);
+    c = check(MODEL BATCH TRAIN "hardware cpu { calibration \"/nonexistent/cpu.txt\" }\n");
+    assert_false(c.ok);
     done(&c);
 }
 
@@ -237,7 +270,7 @@ static void test_global_sets_window(void **state)
 static void test_bf16_flops_and_precision(void **state)
 {
     (void)state;
-    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; precision bf16 }\n");
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; precision bf16 }\nhardware gpu {}\n");
     assert_true(c.ok);
     assert_int_equal(c.cfg.precision, PREC_BF16);
     assert_true(c.cfg.device_flops == 989e12);
@@ -464,7 +497,7 @@ static void test_global_batch_checks(void **state)
 static void test_parallel_data_default_and_parsed(void **state)
 {
     (void)state;
-    Checked c = check(MODEL PIPELINE BATCH TRAIN);
+    Checked c = check(MODEL PIPELINE BATCH TRAIN "hardware {}\n");
     assert_true(c.ok);
     assert_int_equal(c.cfg.replicas, 1);
     assert_true(c.cfg.network_bandwidth == 25e9);
@@ -1020,6 +1053,7 @@ int main(void)
         cmocka_unit_test(test_warmup_percentage_rounds_and_keeps_one),
         cmocka_unit_test(test_global_sets_window),
         cmocka_unit_test(test_bf16_flops_and_precision),
+        cmocka_unit_test(test_hardware_cpu),
         cmocka_unit_test(test_on_nan),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_schedules_by_name),
