@@ -116,5 +116,5 @@ small_model vocab300 1 1f1b 1 2
 sed -i 's/vocab 256 }/vocab 300 }/' "$work/vocab300.paci"
 build_quiet vocab300
 cd "$work/vocab300"
-bad --sample 4 --prompt hi -- "--prompt needs an encoder for this model's 300-token vocabulary, and there is only the byte-level one (vocab 256, what \`pacic tokenize\` writes); --tokenizer's llm.c file only decodes: sample without --prompt"
+bad --sample 4 --prompt hi -- "--prompt needs an encoder for this model's 300-token vocabulary: --bpe DIR with GPT-2's vocab.json and merges.txt (examples/data/get-gpt2-vocab.sh), or a byte-level model (vocab 256); --tokenizer's llm.c file only decodes"
 echo "--prompt with a 300-token vocabulary: refused, saying why"
