@@ -824,6 +824,9 @@ static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
         emit_line(sb, ".recompute = 1, /* recompute full: slots keep inputs, the backward reruns the forward */");
     if (cfg->accumulate == ACCUMULATE_PAIRWISE)
         emit_line(sb, ".accumulate_pairwise = 1, /* a window's gradients summed as a binary tree */");
+    if (cfg->compression == COMPRESSION_DGC)
+        emit_line(sb, ".dgc_density = %.17g, .dgc_warmup_steps = %ld, .dgc_clip = %.17g, /* compression dgc */",
+                  cfg->dgc_density, cfg->dgc_warmup_steps, cfg->dgc_clip);
     if (cfg->cuda)
         emit_line(sb, ".cuda = cuda_stages, .cuda_device = &pr_device_cuda, .bf16_operands = %d,",
                   cfg->precision == PREC_BF16);

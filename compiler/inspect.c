@@ -118,6 +118,27 @@ static void explain_allreduce(FILE *out, const Config *cfg, const Plan *plan)
     fprintf(out, "  all stages: %.4g MB of gradients per replica per step\n", total / 1e6);
 }
 
+/* compression dgc: per stage, what a step's exchange moves per rank, dense (the ring's
+ * allreduce) and compressed (an allgather of k = ceil(density n) pairs of 8 bytes from each
+ * of the D - 1 others), and both at network_bandwidth, so a user sees when it pays. */
+static void explain_compression(FILE *out, const Config *cfg, const Plan *plan)
+{
+    int d = config_replicas(cfg);
+    fprintf(out, "compression dgc { density %g; warmup_steps %ld }: each replica sends k = ceil(%g n) (index, value) "
+                 "pairs of 8 bytes per stage a step (after the warm-up), a sparse allgather: (D-1) x 8k bytes per "
+                 "rank, against the dense ring's 2(D-1)/D x 4n (CPU threads only so far; the prediction below "
+                 "assumes the dense exchange)\n", cfg->dgc_density, cfg->dgc_warmup_steps, cfg->dgc_density);
+    fprintf(out, "  stage  dense MB  dense ms    dgc MB    dgc ms  (per rank per step, %.3g GB/s network_bandwidth)\n",
+            cfg->network_bandwidth / 1e9);
+    for (int s = 0; s < plan->stages; s++) {
+        Allreduce a = stage_allreduce(cfg, &plan->stage[s]);
+        double k = ceil(cfg->dgc_density * (double)plan->stage[s].params);
+        double sparse = (d - 1) * 8.0 * (k < 1 ? 1 : k);
+        fprintf(out, "  %5d  %8.4g  %8.3g  %8.4g  %8.3g\n", s, a.ring_bytes / 1e6, a.seconds * 1e3, sparse / 1e6,
+                sparse / cfg->network_bandwidth * 1e3);
+    }
+}
+
 typedef struct Comparison {
     double uniform_bubble, uniform_idle; /* idle share of a step; idle time a step, in forwards */
     double bubble, step_time, tokens_per_s; /* priced as the file is (SimView.cm) */
@@ -342,6 +363,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         explain_nesterov(out, cfg);
     if (replicas > 1)
         explain_allreduce(out, cfg, plan);
+    if (replicas > 1 && cfg->compression == COMPRESSION_DGC)
+        explain_compression(out, cfg, plan);
 
     char bubble[1400];
     sim_bubble_phrase(view, bubble, sizeof bubble);

@@ -208,6 +208,8 @@ enum recompute { RECOMPUTE_NONE, RECOMPUTE_FULL };
 enum messages { MESSAGES_FP32, MESSAGES_BF16 };
 /* `batch { accumulate ... }` (docs/dsl.md); order = the DSL's word list. */
 enum accumulate { ACCUMULATE_SEQUENTIAL, ACCUMULATE_PAIRWISE };
+/* `parallel { compression NAME { ... } }` (docs/dsl.md); order = the DSL's block names after none. */
+enum compression { COMPRESSION_NONE, COMPRESSION_DGC };
 
 typedef struct Config {
     const Source *src;
@@ -229,6 +231,12 @@ typedef struct Config {
     long warm_steps;        /* N; 0: no warm start */
     /* parallel: `parallel { data D }`, D copies of the whole pipeline averaging gradients */
     int replicas;           /* D >= 1; a Config built by hand may leave 0 (config_replicas) */
+    /* `compression dgc { ... }` inside parallel: Deep Gradient Compression of the replicas'
+     * exchange (Lin et al. 2018; runtime/dgc.c); COMPRESSION_NONE: the dense sum */
+    int compression;        /* enum compression */
+    double dgc_density;     /* the final share of each stage's gradients a replica sends, (0, 1] */
+    long dgc_warmup_steps;  /* steps over which the density falls exponentially to it; 0: none */
+    double dgc_clip;        /* local clipping threshold C (a replica clips at C / sqrt(D)); 0: off */
     /* batch */
     int micro;              /* sequences per micro-batch */
     long global_batch;      /* sequences per optimizer step = micro * window * replicas */

@@ -127,6 +127,7 @@ static void set_warmup(Sema *s, const Entry *e);
 static void set_ckpt_dir(Sema *s, const Entry *e);
 static void set_warm_start(Sema *s, const Entry *e);
 static void set_calibration(Sema *s, const Entry *e);
+static void set_compression_name(Sema *s, const Entry *e);
 
 #define AT(f) offsetof(Config, f)
 #define INT_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_INT, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
@@ -247,9 +248,23 @@ static const KeyDef hardware_keys[] = {
 };
 /* In the order of enum machine (compiler/pacic.h). */
 static const char *const machine_names[] = {"gpu", "cpu", NULL};
+/* `compression dgc { ... }` inside parallel: Deep Gradient Compression of the replicas'
+ * exchange (docs/dsl.md); it needs D > 1 (check_compression). */
+static const KeyDef compression_keys[] = {
+    {.name = "density", .shape = SHAPE_NUMBER, .min = 0, .min_exclusive = true, .max = 1, .required = true,
+     .field = AT(dgc_density)},
+    LONG_KEY("warmup_steps", dgc_warmup_steps, 0, 1e12, 0),
+    NUM_KEY("clip", dgc_clip, 0, 1e30, 0),
+    END_KEYS,
+};
+/* In the order of enum compression after COMPRESSION_NONE (compiler/pacic.h). */
+static const char *const compression_names[] = {"dgc", NULL};
+static const BlockDef compression_block = {"compression", compression_keys, compression_names, true,
+                                           set_compression_name};
 /* D copies of the whole pipeline; stages x D <= MAX_WORLD_SIZE is checked in check_parallel. */
 static const KeyDef parallel_keys[] = {
     INT_KEY("data", replicas, 1, 1024, 1),
+    BLOCK_KEY("compression", compression_block),
     END_KEYS,
 };
 static const BlockDef model_block = {"model", model_keys, model_names, true, set_model_name};
@@ -274,7 +289,7 @@ static const BlockDef root_block = {"file", root_keys, NULL, false, NULL};
 static const BlockDef *const all_blocks[] = {
     &model_block, &pipeline_block, &batch_block, &train_block, &optimizer_block,
     &lr_schedule_block, &eval_block, &checkpoint_block, &hardware_block, &group_block,
-    &parallel_block, NULL,
+    &parallel_block, &compression_block, NULL,
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -369,7 +384,7 @@ static void describe_range(char *buf, size_t size, double min, double max, bool 
     else if (integer)
         snprintf(buf, size, "in %.0f..%.0f", min, max);
     else
-        snprintf(buf, size, "in [%g, %g]", min, max);
+        snprintf(buf, size, "in %s%g, %g]", min_exclusive ? "(" : "[", min, max);
 }
 
 /* A number in range; with `integer`, also whole (`1e4` and `4.0` are whole, `4.5` not). */
@@ -694,6 +709,14 @@ static void set_optimizer_name(Sema *s, const Entry *e)
     for (int i = 0; optimizer_names[i]; i++)
         if (strcmp(e->block->name, optimizer_names[i]) == 0)
             s->cfg->optimizer = i;
+}
+
+/* `compression NAME`: the name is checked against compression_names before this runs. */
+static void set_compression_name(Sema *s, const Entry *e)
+{
+    for (int i = 0; compression_names[i]; i++)
+        if (strcmp(e->block->name, compression_names[i]) == 0)
+            s->cfg->compression = COMPRESSION_DGC + i;
 }
 
 /* `warmup 200` steps or `warmup 1%` of the steps; a percentage is stored negated until the
@@ -1164,6 +1187,32 @@ static void check_parallel(Sema *s)
         note_at(s->src, stages->values[0]->span, "stages set here");
 }
 
+/* compression compresses the replicas' exchange: it needs replicas to exchange (data D > 1),
+ * and it sums the replicas' pairs in replica order, not as accumulate pairwise's tree. */
+static void check_compression(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *e = written(s, "parallel", "compression");
+    if (!e || cfg->compression == COMPRESSION_NONE || !usable(s, "parallel", "compression") ||
+        !usable(s, "parallel", "data"))
+        return;
+    if (config_replicas(cfg) < 2) {
+        const Entry *data = written(s, "parallel", "data");
+        error_at(s->src, e->key_span, "compression %s compresses the gradient exchange between data-parallel "
+                 "replicas, and data %d has none to exchange: write 'data D' with D > 1 in this 'parallel' "
+                 "block, or drop the compression", compression_names[cfg->compression - COMPRESSION_DGC],
+                 config_replicas(cfg));
+        if (data)
+            note_at(s->src, data->values[0]->span, "data set here");
+        return;
+    }
+    const Entry *acc = written(s, "batch", "accumulate");
+    if (acc && cfg->accumulate == ACCUMULATE_PAIRWISE)
+        error_at(s->src, acc->values[0]->span, "accumulate pairwise sums the replicas as a binary tree, and "
+                 "compression %s sums their sparse values in replica order: use one of them",
+                 compression_names[cfg->compression - COMPRESSION_DGC]);
+}
+
 /* accumulate pairwise with replicas: one pipeline of window D x K adds its micro-batches as the
  * D replicas do only when that tree splits into theirs, so when D and K are powers of two; and
  * only a synchronous schedule runs them on the same weights (each replica of an asynchronous
@@ -1468,6 +1517,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
     check_model(s);
     check_pipeline(s);
     check_parallel(s);
+    check_compression(s);
     check_accumulate(s);
     check_zero_bubble(s);
     check_extents(s);
@@ -1538,6 +1588,9 @@ void config_dump(FILE *out, const Config *cfg)
     if (cfg->vocab_split >= 0)
         fprintf(out, "  vocab_split %ld\n", cfg->vocab_split);
     fprintf(out, "parallel\n  data %d\n", config_replicas(cfg));
+    if (cfg->compression == COMPRESSION_DGC) /* only when set: older dumps stay as they were */
+        fprintf(out, "  compression dgc\n    density %g\n    warmup_steps %ld\n    clip %g\n", cfg->dgc_density,
+                cfg->dgc_warmup_steps, cfg->dgc_clip);
     fprintf(out, "batch\n  micro %d\n  global %ld\n", cfg->micro, cfg->global_batch);
     if (cfg->accumulate != ACCUMULATE_SEQUENTIAL) /* only when set: older dumps stay as they were */
         fprintf(out, "  accumulate %s\n", accumulate_words[cfg->accumulate]);

@@ -5,6 +5,8 @@
  *   DIR/step_00000500/state.bin   our header, AdamW m and v (checkpoint layout), lm_head
  *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step) and the
  *                                 length and warmup of the lr schedule it started with
+ *   DIR/step_00000500/dgc.bin     compression dgc only: every replica's residuals (and
+ *                                 velocities) per stage (dgc_save)
  *   DIR/latest                    the name of the newest complete checkpoint
  *
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
@@ -231,7 +233,7 @@ static void find_latest(const char *dir, char *name, size_t size)
  * that NAME can be replaced while `latest` names a complete checkpoint all along. */
 static int park(const char *dir, const char *name, char *err)
 {
-    static const char *const files[3] = {"model.bin", "state.bin", "run.txt"};
+    static const char *const files[4] = {"model.bin", "state.bin", "run.txt", "dgc.bin"};
     char parked_name[300], parked[4096], from[4096], to[4096 + 16];
     snprintf(parked_name, sizeof parked_name, "%s.old", name);
     snprintf(parked, sizeof parked, "%s/%s", dir, parked_name);
@@ -239,12 +241,12 @@ static int park(const char *dir, const char *name, char *err)
     if (mkdir(parked, 0755) != 0)
         return pr_fail(err, "%s: cannot create: %s", parked, strerror(errno));
     int rc = 0;
-    for (int i = 0; i < 3 && rc == 0; i++) {
+    for (int i = 0; i < 4 && rc == 0; i++) {
         snprintf(from, sizeof from, "%s/%s/%s", dir, name, files[i]);
         snprintf(to, sizeof to, "%s/%s", parked, files[i]);
         struct stat st;
-        if (i == 2 && stat(from, &st) != 0)
-            break; // a checkpoint of an older pacic has no run.txt
+        if (i >= 2 && stat(from, &st) != 0)
+            continue; // a checkpoint of an older pacic has no run.txt; a dense one no dgc.bin
         if (link(from, to) != 0)
             rc = copy_file(from, to, err);
     }
@@ -343,6 +345,101 @@ void pr_ckpt_new_run(pr_run *run)
     snprintf(run->run_id, sizeof run->run_id, "%s-%ld-%08x", when, (long)getpid(), nonce);
 }
 
+static void fresh_route(const char *dir, const char *name, char *route, size_t size);
+
+/* dgc.bin: the header, each stage's parameter count, then for replica 0..D-1 and stage
+ * 0..p-1 its residual and (under momentum correction) its velocity, in the stage's layout. */
+#define DGC_MAGIC 0x50444743 /* "PDGC" */
+#define DGC_VERSION 1
+enum { DG_MAGIC, DG_VERSION, DG_REPLICAS, DG_STAGES, DG_STEP, DG_VELOCITY, DG_WARMUP, DG_INTS };
+typedef struct dgc_header {
+    int64_t i[DG_INTS];
+    double density, clip;
+    int64_t n[PACI_MAX_STAGES];
+} dgc_header;
+
+static void dgc_header_of(const pr_run *run, dgc_header *h)
+{
+    memset(h, 0, sizeof *h);
+    h->i[DG_MAGIC] = DGC_MAGIC;
+    h->i[DG_VERSION] = DGC_VERSION;
+    h->i[DG_REPLICAS] = run->replicas;
+    h->i[DG_STAGES] = run->p;
+    h->i[DG_STEP] = run->step;
+    h->i[DG_VELOCITY] = pr_dgc_momentum_correction(run->prog);
+    h->i[DG_WARMUP] = run->prog->dgc_warmup_steps;
+    h->density = run->prog->dgc_density;
+    h->clip = run->prog->dgc_clip;
+    for (int s = 0; s < run->p; s++)
+        h->n[s] = run->stage[s].code->n_params;
+}
+
+static int dgc_save(const pr_run *run, const char *path, char *err)
+{
+    int D = run->replicas, parts_n = 0, vel = pr_dgc_momentum_correction(run->prog);
+    dgc_header h;
+    dgc_header_of(run, &h);
+    part *parts = pr_alloc((size_t)(1 + 2 * D * run->p) * sizeof *parts);
+    parts[parts_n++] = (part){&h, sizeof h};
+    for (int r = 0; r < D; r++)
+        for (int s = 0; s < run->p; s++) {
+            const pr_stage_rt *st = &run->replica_runs[r]->stage[s];
+            size_t bytes = (size_t)st->code->n_params * sizeof(float);
+            parts[parts_n++] = (part){st->dgc.residual, bytes};
+            if (vel)
+                parts[parts_n++] = (part){st->dgc.velocity, bytes};
+        }
+    int rc = write_parts(path, parts, parts_n, err);
+    free(parts);
+    return rc;
+}
+
+/* A compressed run resumes only from a checkpoint of the same compression, replicas and
+ * stages: the residuals are each replica's gradient not yet sent under those settings. */
+static int dgc_load(pr_run *run, const char *dir, const char *name, char *err)
+{
+    char path[4096 + 300], route[9000];
+    snprintf(path, sizeof path, "%s/%s/dgc.bin", dir, name);
+    fresh_route(dir, name, route, sizeof route);
+    FILE *f = fopen(path, "rb");
+    int compressed = run->prog->dgc_density > 0 && run->replica_runs;
+    if (!f && !compressed)
+        return 0;
+    if (!f)
+        return pr_fail(err, "%s/%s: written without compression dgc (no dgc.bin), the program compresses: "
+                       "there are no residuals to resume with; %s", dir, name, route);
+    dgc_header h, want;
+    dgc_header_of(run, &want);
+    int rc = 0;
+    if (!compressed)
+        rc = pr_fail(err, "%s: written with compression dgc, the program has none: its residuals (gradient "
+                     "not yet sent) would be lost; resume with the same compression block, or %s", path, route);
+    else if (fread(&h, sizeof h, 1, f) != 1 || h.i[DG_MAGIC] != DGC_MAGIC || h.i[DG_VERSION] != DGC_VERSION)
+        rc = pr_fail(err, "%s: not a dgc.bin of this pacic (truncated or corrupt)", path);
+    else if (h.i[DG_REPLICAS] != want.i[DG_REPLICAS] || h.i[DG_STAGES] != want.i[DG_STAGES] ||
+             h.density != want.density || h.clip != want.clip || h.i[DG_WARMUP] != want.i[DG_WARMUP] ||
+             h.i[DG_VELOCITY] != want.i[DG_VELOCITY] || memcmp(h.n, want.n, sizeof h.n) != 0)
+        rc = pr_fail(err, "%s: written with data %lld, %lld stages, compression dgc { density %g; warmup_steps "
+                     "%lld; clip %g }, the program has data %lld, %lld stages, { density %g; warmup_steps %lld; "
+                     "clip %g } (or another split or optimizer): each replica's residuals belong to those "
+                     "settings; resume with them, or %s", path, (long long)h.i[DG_REPLICAS],
+                     (long long)h.i[DG_STAGES], h.density, (long long)h.i[DG_WARMUP], h.clip,
+                     (long long)want.i[DG_REPLICAS], (long long)want.i[DG_STAGES], want.density,
+                     (long long)want.i[DG_WARMUP], want.clip, route);
+    for (int r = 0; rc == 0 && r < run->replicas; r++)
+        for (int s = 0; rc == 0 && s < run->p; s++) {
+            pr_stage_rt *st = &run->replica_runs[r]->stage[s];
+            size_t n = (size_t)st->code->n_params;
+            if (fread(st->dgc.residual, sizeof(float), n, f) != n ||
+                (st->dgc.velocity && fread(st->dgc.velocity, sizeof(float), n, f) != n))
+                rc = pr_fail(err, "%s: truncated", path);
+        }
+    if (rc == 0 && fgetc(f) != EOF)
+        rc = pr_fail(err, "%s: oversized (corrupt)", path);
+    fclose(f);
+    return rc;
+}
+
 static void model_header(const pr_program *prog, int32_t h[MODEL_HEADER_INTS])
 {
     memset(h, 0, MODEL_HEADER_INTS * sizeof(int32_t));
@@ -429,6 +526,9 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     snprintf(file, sizeof file, "%s/run.txt", tmp);
     if (rc == 0)
         rc = write_parts(file, owner_text, 1, err);
+    snprintf(file, sizeof file, "%s/dgc.bin", tmp);
+    if (rc == 0 && prog->dgc_density > 0 && run->replica_runs)
+        rc = dgc_save(run, file, err);
     free(params);
     free(m);
     free(v);
@@ -624,6 +724,8 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
     int rc = read_model(run->prog, path, params, 0, err);
     if (rc == 0)
         rc = read_state(run, ckpt_dir, name, sh, params, m, v, err);
+    if (rc == 0)
+        rc = dgc_load(run, ckpt_dir, name, err);
     if (rc == 0) {
         pr_scatter(run, 0, params);
         pr_scatter(run, 1, m);

@@ -730,7 +730,10 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     }
     double lr = run_lr(run, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1, st->params_h};
-    dev->adamw(prog, st->index, &args);
+    if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog))
+        pr_dgc_step(prog, sc, &args); // the exchanged sum holds the replicas' velocities
+    else
+        dev->adamw(prog, st->index, &args);
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
     if (sc->has_head && run->on_step)

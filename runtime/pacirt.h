@@ -268,6 +268,13 @@ typedef struct pr_program {
      * under gpipe and 1f1b D replicas of window K give the bits of one pipeline of window D K
      * (D, K powers of two; never under paci or pipedream: docs/dsl.md) */
     int32_t accumulate_pairwise;
+    /* `parallel { compression dgc { ... } }` (runtime/dgc.c, docs/dsl.md): each replica sends
+     * the top-k of (its residual + this step's gradient), k = density(t) x n per stage, and
+     * keeps the rest; 0: the dense sum. dgc_warmup_steps: the exponential warm-up of the
+     * density; dgc_clip: the local clipping threshold before the residual (0: off). */
+    double dgc_density;
+    int64_t dgc_warmup_steps;
+    double dgc_clip;
 } pr_program;
 
 /* `accumulate pairwise`: the gradient buffers a stage adds beside its own for window K:

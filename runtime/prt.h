@@ -323,6 +323,40 @@ double pr_fold_norm(const double *sums, int64_t n);
 /* The gradient scale for a norm: clip/norm when norm > clip > 0, else 1. */
 float pr_clip_scale(double norm, double clip);
 
+/* ---- dgc.c: Deep Gradient Compression of the replicas' exchange ----------------------- */
+
+/* One replica's compression state for one stage of n parameters (its own, never synced). */
+typedef struct pr_dgc_buffers {
+    float *residual;    /* what it has not sent yet: the error feedback, or the accumulated velocity */
+    float *velocity;    /* momentum correction's local velocity u (LARS), else NULL */
+    uint32_t *scratch;  /* n: the selection's keys */
+    uint32_t *index;    /* this step's pairs: indices, ascending ... */
+    float *value;       /* ... and values */
+    int64_t k;          /* pairs this step */
+} pr_dgc_buffers;
+
+/* The density of step t (from 1): the exponential warm-up, then prog->dgc_density. */
+double pr_dgc_density(const pr_program *prog, int64_t t);
+/* Pairs a stage of n parameters sends at step t: max(1, ceil(density(t) n)), at most n. */
+int64_t pr_dgc_count(const pr_program *prog, int64_t t, int64_t n);
+/* Whether the optimizer is momentum SGD (LARS), whose velocity is corrected and masked. */
+int pr_dgc_momentum_correction(const pr_program *prog);
+/* The k entries of x[0..n) largest in magnitude, ties to the lower index, into index[0..k)
+ * in ascending order (scratch: n keys); returns k (n when k >= n). */
+int64_t pr_dgc_select(const float *x, int64_t n, int64_t k, uint32_t *scratch, uint32_t *index);
+/* Local clipping: min(1, (clip / sqrt(D)) / ||grad||), 1 without `clip`. */
+float pr_dgc_clip_scale(const pr_program *prog, int D, const float *grad, int64_t n);
+/* One replica's side: accumulates scale * grad (through the velocity with momentum mu when
+ * b->velocity), selects k, moves them into b's pairs and zeroes them in residual and
+ * velocity. Returns the pairs. */
+int64_t pr_dgc_compress(pr_dgc_buffers *b, const float *grad, int64_t n, int64_t k, float scale, float mu);
+/* out[0..n) = the D replicas' pairs summed in replica order (0's as they are, then added). */
+void pr_dgc_sum(float *out, int64_t n, const pr_dgc_buffers *const *from, int D);
+void pr_dgc_alloc(pr_dgc_buffers *b, int64_t n, int velocity);
+void pr_dgc_free(pr_dgc_buffers *b);
+/* The step under momentum correction: the stage's rule with momentum 0 (CPU). */
+void pr_dgc_step(const pr_program *prog, const pr_stage_code *sc, const pr_adamw_args *args);
+
 /* ---- layout.c: the checkpoint (llm.c) layout and its mapping onto stages --------------- */
 
 /* Floats of each checkpoint tensor for prog's shape (LM_HEAD 0 when tied). */
@@ -398,6 +432,10 @@ typedef struct pr_stage_rt {
     float **acc_level, **acc_free;
     int acc_n_free;
     int64_t acc_count;
+    /* replicas: what this replica put into the stage's exchange (bytes, counted where they are
+     * written) and the exchanges; `compression dgc`: its residual, velocity and pairs */
+    int64_t exchange_bytes, exchanges;
+    pr_dgc_buffers dgc;
 } pr_stage_rt;
 
 typedef struct pr_options {

@@ -31,6 +31,7 @@ typedef struct replica_group {
     int64_t *entered;    /* per replica: the round it last entered (to name the missing) */
     float **grads;       /* per replica: its stage's gradient block */
     double *loss;        /* per replica: its step's loss sum (last stage) */
+    const pr_dgc_buffers **pairs; /* compression dgc, per replica: its stage's pairs */
     int *stop;           /* per replica: it had seen a stop signal */
 } replica_group;
 
@@ -52,6 +53,11 @@ int pr_replicas_open(pr_run *run, char *err)
     if (D == 1)
         return 0;
     run->replica_ops = &replica_ops;
+    if (run->prog->dgc_density > 0 && run->opt.world > 1)
+        return pr_fail(err, "%s: compression dgc is not yet supported with one process per stage and "
+                       "replica (TCP, MPI, or NCCL on GPUs): it runs with the replicas as threads of "
+                       "one process on the CPU (start ./run alone, no launcher); remove the compression "
+                       "block to run the dense exchange", run->prog->source);
     if (run->opt.world > 1)
         return 0;
     if (!run->dev->host_memory)
@@ -78,6 +84,7 @@ int pr_replicas_open(pr_run *run, char *err)
         g->grads = pr_alloc((size_t)D * sizeof *g->grads);
         g->loss = pr_alloc((size_t)D * sizeof *g->loss);
         g->stop = pr_alloc((size_t)D * sizeof *g->stop);
+        g->pairs = pr_alloc((size_t)D * sizeof *g->pairs);
     }
     run->shared = sh;
     run->replica_runs = pr_alloc((size_t)D * sizeof *run->replica_runs);
@@ -97,6 +104,12 @@ int pr_replicas_open(pr_run *run, char *err)
         other->shared = sh;
         other->replica_ops = &replica_ops;
     }
+    // compression dgc: every replica's own residual (and velocity) per stage, never synced
+    for (int r = 0; run->prog->dgc_density > 0 && r < D; r++)
+        for (int s = 0; s < run->p; s++) {
+            pr_stage_rt *st = &run->replica_runs[r]->stage[s];
+            pr_dgc_alloc(&st->dgc, st->code->n_params, pr_dgc_momentum_correction(run->prog));
+        }
     return 0;
 }
 
@@ -111,6 +124,9 @@ static void replicas_close(pr_run *run)
     run->reduce_buffer = NULL;
     if (!run->replica_runs)
         return;
+    for (int r = 0; r < run->replicas; r++)
+        for (int s = 0; run->replica_runs[r] && s < run->p; s++)
+            pr_dgc_free(&run->replica_runs[r]->stage[s].dgc);
     for (int r = 1; r < run->replicas; r++) {
         pr_run *other = run->replica_runs[r];
         if (!other)
@@ -130,6 +146,7 @@ static void replicas_close(pr_run *run)
         free(g->grads);
         free(g->loss);
         free(g->stop);
+        free(g->pairs);
     }
     free(sh);
     run->shared = NULL;
@@ -257,12 +274,58 @@ static void sum_replicas(const pr_run *run, float *sum, float *const *others, in
     }
 }
 
+/* compression dgc (dgc.c), the replicas as threads: each replica's pairs, then every replica
+ * sums all D replicas' pairs in replica order into its own gradients, so that all hold the
+ * same bits; the second barrier keeps the pairs until every replica has read them. */
+static void in_process_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    pr_replicas *sh = run->shared;
+    replica_group *g = &sh->group[st->index];
+    int D = sh->D, r = run->replica;
+    int64_t n = st->code->n_params, t = st->t + 1;
+    char missing[256], why[PR_ERR_LEN];
+    float mu = pr_dgc_momentum_correction(run->prog) ? (float)st->code->optim_rule->momentum : 0.0f;
+    float scale = pr_dgc_clip_scale(run->prog, D, st->grads, n);
+    int64_t k = pr_dgc_compress(&st->dgc, st->grads, n, pr_dgc_count(run->prog, t, n), scale, mu);
+    // what the exchange carries from this replica: its count, then k (index, value) pairs
+    st->exchange_bytes += (int64_t)sizeof(int64_t) + k * (int64_t)(sizeof *st->dgc.index + sizeof *st->dgc.value);
+    st->exchanges++;
+    g->pairs[r] = &st->dgc;
+    g->loss[r] = *loss;
+    g->stop[r] = *stop;
+    for (int phase = 0; phase < 2; phase++) {
+        if (group_barrier(g, D, r, run->opt.peer_timeout, missing, sizeof missing) != 0) {
+            snprintf(why, sizeof why, "replica %s of stage %d did not come for %g s", missing,
+                     st->index, run->opt.peer_timeout);
+            reduce_failed(run, st, why);
+        }
+        if (phase == 0) {
+            pr_dgc_sum(st->grads, n, g->pairs, D);
+            double total = 0.0;
+            int any = 0;
+            for (int q = 0; q < D; q++) {
+                total += g->loss[q];
+                any |= g->stop[q];
+            }
+            *loss = total;
+            *stop = any;
+        }
+    }
+}
+
 static void in_process_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     pr_replicas *sh = run->shared;
     replica_group *g = &sh->group[st->index];
     int D = sh->D, r = run->replica;
     char missing[256], why[PR_ERR_LEN];
+    if (run->prog->dgc_density > 0) {
+        in_process_dgc(run, st, loss, stop);
+        return;
+    }
+    // what the exchange carries from this replica: its gradients
+    st->exchange_bytes += st->code->n_params * (int64_t)sizeof(float);
+    st->exchanges++;
     g->grads[r] = st->grads;
     g->loss[r] = *loss;
     g->stop[r] = *stop;
@@ -314,6 +377,8 @@ static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, 
     if (rc == 0)
         rc = in ? pr_sock_read(fd, data, n * sizeof(float), deadline)
                 : pr_sock_write(fd, data, n * sizeof(float), deadline);
+    if (rc == 0 && !in)
+        st->exchange_bytes += (int64_t)(sizeof *h + n * sizeof(float));
     char why[PR_ERR_LEN];
     if (rc != 0 && errno == ETIMEDOUT)
         snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s for %g s", peer, st->index,
@@ -334,6 +399,7 @@ static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, 
 static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     size_t n = (size_t)st->code->n_params;
+    st->exchanges++;
     reduce_head h = {REDUCE_MAGIC, (uint32_t)run->replica, st->t, *loss, *stop, 0};
     if (run->replica > 0) {
         reduce_move(run, st, run->reduce_fd[0], 0, 0, &h, st->grads, n);

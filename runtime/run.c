@@ -189,6 +189,31 @@ static void report_stop(const pr_run *run)
                 run->opt.ckpt_dir, (long long)run->step);
 }
 
+/* Replicas: the bytes replica r put into its stages' gradient exchanges per step, stages
+ * summed, as the transport counted them where it wrote them (replicas.c); -1 when this
+ * process does not hold replica r. */
+static double exchange_dense(const pr_run *run)
+{
+    double n = 0.0;
+    for (int s = 0; s < run->p; s++)
+        n += (double)run->stage[s].code->n_params * sizeof(float);
+    return n;
+}
+
+static double exchange_per_step(const pr_run *run, int r)
+{
+    const pr_run *of = run->replica_runs ? run->replica_runs[r] : r == run->replica ? run : NULL;
+    if (!of)
+        return -1;
+    double total = 0.0;
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_rt *st = &of->stage[s];
+        if (st->exchanges > 0)
+            total += (double)st->exchange_bytes / (double)st->exchanges;
+    }
+    return total;
+}
+
 /* The run's closing lines: time, rate and losses; each stage's busy share, drift and memory. */
 static void print_summary(const pr_run *run, double val_loss)
 {
@@ -226,6 +251,17 @@ static void print_summary(const pr_run *run, double val_loss)
         printf(" (this process: %.2f MiB)\n", (double)held / (1 << 20));
     else
         printf(" (allocated by the runtime)\n");
+    if (run->replicas > 1 && (!run->links || !run->links->reduce)) {
+        printf("exchange: bytes sent per step by");
+        for (int r = 0, shown = 0; r < run->replicas; r++)
+            if (exchange_per_step(run, r) >= 0)
+                printf("%s replica %d %.0f", shown++ ? "," : "", r, exchange_per_step(run, r));
+        if (run->prog->dgc_density > 0)
+            printf(" (compression dgc, density %g; dense: %.0f)\n", run->prog->dgc_density,
+                   exchange_dense(run));
+        else
+            printf(" (dense fp32 gradients)\n");
+    }
     if (run->dev->host_memory)
         printf("blas: OpenBLAS, %s kernels, %d thread%s a stage\n", pr_blas_kernels(),
                run->opt.blas_threads, run->opt.blas_threads == 1 ? "" : "s");
@@ -1099,6 +1135,13 @@ static int train_and_report(pr_run *run, char *err)
     int rc = pr_train(run, err);
     if (rc > 0)
         rc = 0; // stopped by a signal, at a checkpoint
+    if (lg.metrics && run->replicas > 1 && (!run->links || !run->links->reduce)) {
+        fprintf(lg.metrics, "{\"exchange_bytes_per_step\": [");
+        for (int r = 0, shown = 0; r < run->replicas; r++)
+            if (exchange_per_step(run, r) >= 0)
+                fprintf(lg.metrics, "%s%.0f", shown++ ? ", " : "", exchange_per_step(run, r));
+        fprintf(lg.metrics, "]}\n");
+    }
     if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
         rc = pr_fail(err, "%s: cannot write metrics", opt->metrics_path);
     run->user = NULL;

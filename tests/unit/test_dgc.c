@@ -1,0 +1,140 @@
+/* test_dgc.c: Deep Gradient Compression's pieces (runtime/dgc.c) on fixed arrays whose
+ * answers are worked out by hand in the comments: the density warm-up, the top-k selection
+ * and its tie-break, the residual carried to the next step (error feedback), momentum
+ * correction with factor masking (LARS), the replica-order sum and the local clipping. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+
+#include "prt.h"
+
+static pr_program program(double density, int64_t warmup, double clip)
+{
+    pr_program p = {0};
+    p.dgc_density = density;
+    p.dgc_warmup_steps = warmup;
+    p.dgc_clip = clip;
+    return p;
+}
+
+/* density 0.001 over 4 steps: 0.25 (0.004)^((t-1)/4) for t = 1..4, then 0.001. */
+static void test_warmup(void **state)
+{
+    (void)state;
+    pr_program p = program(0.001, 4, 0);
+    assert_true(fabs(pr_dgc_density(&p, 1) - 0.25) < 1e-15);
+    assert_true(fabs(pr_dgc_density(&p, 2) - 0.25 * pow(0.004, 0.25)) < 1e-15);
+    assert_true(fabs(pr_dgc_density(&p, 4) - 0.25 * pow(0.004, 0.75)) < 1e-15);
+    assert_true(pr_dgc_density(&p, 5) == 0.001);
+    assert_int_equal(pr_dgc_count(&p, 1, 1000), 250);
+    assert_int_equal(pr_dgc_count(&p, 2, 1000), 63); // ceil(62.87)
+    assert_int_equal(pr_dgc_count(&p, 5, 1000), 1);
+    assert_int_equal(pr_dgc_count(&p, 5, 100), 1);   // at least one pair
+    pr_program high = program(0.5, 2, 0);             // >= 0.25 starts from 1
+    assert_true(pr_dgc_density(&high, 1) == 1.0);
+    assert_int_equal(pr_dgc_count(&high, 1, 10), 10);
+    assert_int_equal(pr_dgc_count(&high, 3, 10), 5);
+    pr_program none = program(0.01, 0, 0);
+    assert_int_equal(pr_dgc_count(&none, 1, 1000), 10);
+}
+
+/* |x| = 0.5 3 2 2 0 3 1: the top 3 are both 3s and, of the two 2s, the lower index. */
+static void test_select_ties(void **state)
+{
+    (void)state;
+    float x[7] = {0.5f, -3.0f, 2.0f, -2.0f, 0.0f, 3.0f, 1.0f};
+    uint32_t scratch[7], index[7];
+    assert_int_equal(pr_dgc_select(x, 7, 3, scratch, index), 3);
+    assert_int_equal(index[0], 1);
+    assert_int_equal(index[1], 2);
+    assert_int_equal(index[2], 5);
+    assert_int_equal(pr_dgc_select(x, 7, 1, scratch, index), 1);
+    assert_int_equal(index[0], 1);
+    float zeros[5] = {0};
+    assert_int_equal(pr_dgc_select(zeros, 5, 2, scratch, index), 2);
+    assert_int_equal(index[0], 0);
+    assert_int_equal(index[1], 1);
+}
+
+/* Error feedback, k = 1: step 1 g = (1, -2, 0.5, 0) sends (1, -2) and keeps (1, 0, 0.5, 0);
+ * step 2 g = (1, 1, 0, 0.25) makes (2, 1, 0.5, 0.25) and sends (0, 2), not g's own 1. */
+static void test_residual(void **state)
+{
+    (void)state;
+    pr_dgc_buffers b;
+    pr_dgc_alloc(&b, 4, 0);
+    float g1[4] = {1, -2, 0.5f, 0}, g2[4] = {1, 1, 0, 0.25f};
+    assert_int_equal(pr_dgc_compress(&b, g1, 4, 1, 1.0f, 0.0f), 1);
+    assert_int_equal(b.index[0], 1);
+    assert_true(b.value[0] == -2.0f);
+    assert_true(b.residual[0] == 1.0f && b.residual[1] == 0.0f && b.residual[2] == 0.5f);
+    assert_int_equal(pr_dgc_compress(&b, g2, 4, 1, 1.0f, 0.0f), 1);
+    assert_int_equal(b.index[0], 0);
+    assert_true(b.value[0] == 2.0f);
+    assert_true(b.residual[0] == 0.0f && b.residual[1] == 1.0f && b.residual[2] == 0.5f &&
+                b.residual[3] == 0.25f);
+    pr_dgc_free(&b);
+}
+
+/* Momentum correction, mu = 0.9, k = 1: step 1 g = (1, 0, 0.5): u = acc = g, sends (0, 1),
+ * masks u and acc at 0: u = acc = (0, 0, 0.5). Step 2 g = (0, 0.3, 0.1): u = 0.9 u + g =
+ * (0, 0.3, 0.55), acc = (0, 0.3, 1.05): sends (2, 1.05) (error feedback alone: 0.6), then
+ * u = (0, 0.3, 0), acc = (0, 0.3, 0). */
+static void test_momentum_correction(void **state)
+{
+    (void)state;
+    pr_dgc_buffers b;
+    pr_dgc_alloc(&b, 3, 1);
+    float g1[3] = {1, 0, 0.5f}, g2[3] = {0, 0.3f, 0.1f};
+    pr_dgc_compress(&b, g1, 3, 1, 1.0f, 0.9f);
+    assert_int_equal(b.index[0], 0);
+    assert_true(b.value[0] == 1.0f);
+    assert_true(b.velocity[0] == 0.0f && b.velocity[2] == 0.5f && b.residual[0] == 0.0f);
+    pr_dgc_compress(&b, g2, 3, 1, 1.0f, 0.9f);
+    assert_int_equal(b.index[0], 2);
+    assert_float_equal(b.value[0], 1.05, 1e-6);
+    assert_true(b.velocity[2] == 0.0f && b.residual[2] == 0.0f);
+    assert_float_equal(b.velocity[1], 0.3, 1e-7);
+    assert_float_equal(b.residual[1], 0.3, 1e-7);
+    pr_dgc_free(&b);
+}
+
+/* Two replicas' pairs into n = 4: replica 0 sends (1, 2) (3, -1), replica 1 (1, 0.5) (2, 4). */
+static void test_sum(void **state)
+{
+    (void)state;
+    pr_dgc_buffers a = {0}, c = {0};
+    uint32_t ia[2] = {1, 3}, ic[2] = {1, 2};
+    float va[2] = {2, -1}, vc[2] = {0.5f, 4};
+    a.index = ia, a.value = va, a.k = 2;
+    c.index = ic, c.value = vc, c.k = 2;
+    const pr_dgc_buffers *from[2] = {&a, &c};
+    float out[4] = {9, 9, 9, 9};
+    pr_dgc_sum(out, 4, from, 2);
+    assert_true(out[0] == 0.0f && out[1] == 2.5f && out[2] == 4.0f && out[3] == -1.0f);
+}
+
+/* clip 1 over D = 4 replicas clips each at 0.5: ||(3, 4)|| = 5 scales by 0.1. */
+static void test_local_clip(void **state)
+{
+    (void)state;
+    pr_program p = program(0.01, 0, 1.0);
+    float g[2] = {3, 4}, small[2] = {0.3f, 0.1f};
+    assert_float_equal(pr_dgc_clip_scale(&p, 4, g, 2), 0.1, 1e-7);
+    assert_true(pr_dgc_clip_scale(&p, 4, small, 2) == 1.0f);
+    pr_program off = program(0.01, 0, 0);
+    assert_true(pr_dgc_clip_scale(&off, 4, g, 2) == 1.0f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_warmup),           cmocka_unit_test(test_select_ties),
+        cmocka_unit_test(test_residual),         cmocka_unit_test(test_momentum_correction),
+        cmocka_unit_test(test_sum),              cmocka_unit_test(test_local_clip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
