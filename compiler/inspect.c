@@ -286,6 +286,52 @@ static void explain_segments(FILE *out, const Config *cfg, const paci_table *t)
                 cfg->steps, paci_schedule_name(t->schedule));
 }
 
+/* Every schedule at this file's window and micro-batch, priced by the same cost model as the
+ * prediction; the file's own row is that very simulation. */
+static void explain_schedules(FILE *out, const Config *cfg, const SimView *view, const char *unit,
+                              double unit_bytes)
+{
+    const SimResult *sim = view->sim;
+    int replicas = config_replicas(cfg);
+    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble, step time, tokens/s: priced as above, %s, the\n"
+                 "bubble of the same steady state; at unit costs: the schedule's own bubble with F = B = W = 1\n"
+                 "(backward 2) and free messages, and that idle time a step, in forwards):\n", cfg->window,
+            cfg->micro, view->model);
+    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0  at unit costs: bubble  idle\n");
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+        Config as_kind = *cfg;
+        as_kind.schedule = kind;
+        // a zero-bubble schedule is predicted under bf16 too, which pacic does not build yet
+        const char *excluded = config_splits_backward(&as_kind) ? zero_bubble_excluded(cfg) : NULL;
+        if (excluded && cfg->precision != PREC_BF16) {
+            fprintf(out, "  %-10s    n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
+            continue;
+        }
+        Comparison c = compare_schedule(cfg, kind, sim->steps, view->cm);
+        if (kind == (int)cfg->schedule) { /* the file's own: the very simulation above */
+            c.bubble = sim->bubble;
+            c.step_time = sim->step_time;
+            c.tokens_per_s = sim->tokens_per_s;
+        }
+        char drift[32];
+        if (kind == PACI_SCHED_PIPEDREAM)
+            snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
+        else
+            snprintf(drift, sizeof drift, "%d", c.drift0);
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s\n",
+                paci_schedule_name(kind), 100 * c.bubble, c.step_time, c.tokens_per_s, (double)c.peak_memory / unit_bytes, unit,
+                c.peak_stage, c.fits ? "   " : " !!", drift, 100 * c.uniform_bubble, c.uniform_idle,
+                kind == (int)cfg->schedule ? "   <- this file" : "",
+                excluded ? "   (predicted: built under fp32 only)" : "");
+    }
+    fprintf(out, "  (!! = over the %s memory; analytic 1F1B-flush bubble at unit costs (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
+            cfg->machine == MACHINE_CPU ? "machine's" : "device's",
+            cfg->stages - 1, cfg->window + cfg->stages - 1,
+            100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
+    if (replicas > 1)
+        fprintf(out, "  (step time and tokens/s: one pipeline of the %d, with its allreduce)\n", replicas);
+}
+
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
                      const VerifyReport *rep, const SimView *view)
 {
@@ -376,43 +422,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
                      "time includes each stage's allreduce; bubble and busy count compute only)\n",
                 replicas, sim->tokens_per_s, replicas * sim->tokens_per_s, replicas * cfg->stages);
 
-    fprintf(out, "\nschedules at window %d, micro-batch %d (bubble, step time, tokens/s: priced as above, %s, the\n"
-                 "bubble of the same steady state; at unit costs: the schedule's own bubble with F = B = W = 1\n"
-                 "(backward 2) and free messages, and that idle time a step, in forwards):\n", cfg->window,
-            cfg->micro, view->model);
-    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0  at unit costs: bubble  idle\n");
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
-        Config as_kind = *cfg;
-        as_kind.schedule = kind;
-        // a zero-bubble schedule is predicted under bf16 too, which pacic does not build yet
-        const char *excluded = config_splits_backward(&as_kind) ? zero_bubble_excluded(cfg) : NULL;
-        if (excluded && cfg->precision != PREC_BF16) {
-            fprintf(out, "  %-10s    n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
-            continue;
-        }
-        Comparison c = compare_schedule(cfg, kind, sim->steps, view->cm);
-        if (kind == (int)cfg->schedule) { /* the file's own: the very simulation above */
-            c.bubble = sim->bubble;
-            c.step_time = sim->step_time;
-            c.tokens_per_s = sim->tokens_per_s;
-        }
-        char drift[32];
-        if (kind == PACI_SCHED_PIPEDREAM)
-            snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
-        else
-            snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s\n",
-                paci_schedule_name(kind), 100 * c.bubble, c.step_time, c.tokens_per_s, MEM(c.peak_memory), unit,
-                c.peak_stage, c.fits ? "   " : " !!", drift, 100 * c.uniform_bubble, c.uniform_idle,
-                kind == (int)cfg->schedule ? "   <- this file" : "",
-                excluded ? "   (predicted: built under fp32 only)" : "");
-    }
-    fprintf(out, "  (!! = over the %s memory; analytic 1F1B-flush bubble at unit costs (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
-            cfg->machine == MACHINE_CPU ? "machine's" : "device's",
-            cfg->stages - 1, cfg->window + cfg->stages - 1,
-            100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
-    if (replicas > 1)
-        fprintf(out, "  (step time and tokens/s: one pipeline of the %d, with its allreduce)\n", replicas);
+    explain_schedules(out, cfg, view, unit, unit_bytes);
 #undef MEM
 }
 
