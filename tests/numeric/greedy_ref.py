@@ -61,13 +61,8 @@ def main():
         return generate(sys.argv[1], int(sys.argv[3]), [int(t) for t in sys.argv[4:]])
     folder, text_file, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
     prompt_length = int(sys.argv[4]) if len(sys.argv) > 4 else 0
-    config = json.load(open(os.path.join(folder, "config.json")))
-    _, tensors = hf_ref.read_safetensors(os.path.join(folder, "model.safetensors"))
-    tied = config["tie_word_embeddings"]
-    layers, P = hf_ref.to_llmc(tensors, tied)
-    V, C = P["wte"].shape
-    T = P["wpe"].shape[0]
-    shape = dict(layers=layers, C=C, NH=config["n_head"], T=T, V=V, B=1, tied=tied)
+    P, shape = load(folder)
+    T = shape["T"]
     drawn = list(open(text_file, "rb").read())
     if not drawn or drawn[-1] != 10:
         sys.exit("the sample does not end with a newline")
