@@ -43,6 +43,10 @@ same() {
 # One path for the three (the path is in the generated code).
 model emit-none 2 1f1b 2 none
 model emit-full 2 1f1b 2 full
+# the same split for all three: the automatic one prices recompute's second forward, which
+# may move a stage boundary (a change of layout, not of the flag's reach)
+sed -i 's/window 2; recompute/window 2; split [2, 2]; recompute/' "$work/emit-none.paci" "$work/emit-full.paci"
+grep -q "split \[2, 2\]; recompute full" "$work/emit-full.paci" || fail "the split edit did not apply"
 sed 's/; recompute none }/ }/' "$work/emit-none.paci" > "$work/emit-plain.paci"
 for name in emit-none emit-full emit-plain; do
     cp "$work/$name.paci" "$work/emit.paci"

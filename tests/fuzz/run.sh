@@ -33,7 +33,7 @@ cd "$root"
 
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -Wno-unused-function)
-front_src=(compiler/util.c compiler/diag.c compiler/ast.c compiler/sema.c compiler/schedule.c
+front_src=(compiler/util.c compiler/diag.c compiler/ast.c compiler/sema.c compiler/schedule.c compiler/machine.c
            "$out/gen/parser.c" "$out/gen/lexer.c")
 runtime_src=()
 for f in runtime/*.c; do
