@@ -278,6 +278,7 @@ fake_replicas_model() {
     sed -i -e "s/^train {/train {\n    attention flash/" -e "s/layers 4;/layers 2;/" "$work/$1.paci"
     [ -z "${2:-}" ] || set_split "$1" "$2"
     echo "parallel { data 2 }" >> "$work/$1.paci"
+    echo "hardware gpu { }   # split as priced for the GPUs it runs on" >> "$work/$1.paci"
     fake_build "$1"
     mkdir -p "$work/$1/cpu"
     (cd "$work/$1/cpu" && ../run --quiet --device cpu --metrics metrics.jsonl) || fail "$1: --device cpu"
