@@ -229,19 +229,26 @@ static int group_barrier(replica_group *g, int D, int replica, double timeout, c
     return late ? -1 : 0;
 }
 
-/* Exits naming the stage and replica that waited, and the ones that did not come. */
-static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *why)
+/* Exits naming the stage and replica that waited, and the ones that did not come; with
+ * find_stuck, the rank the run is stuck on too (a wait that failed, not a message refused). */
+static void reduce_exit(const pr_run *run, const pr_stage_rt *st, const char *why, int find_stuck)
 {
     pr_claim_exit();
     fflush(stdout);
     char rank[32] = "";
     if (run->opt.world > 1)
         snprintf(rank, sizeof rank, " (rank %d)", run->opt.rank);
-    char blame[PR_ERR_LEN];
-    pr_blame(blame, sizeof blame);
+    char blame[PR_ERR_LEN] = "";
+    if (find_stuck)
+        pr_blame(blame, sizeof blame);
     fprintf(stderr, "run: error: stage %d of replica %d%s: %s (the gradient reduction of step %lld)%s\n",
             st->index, run->replica, rank, why, (long long)st->t + 1, blame);
     exit(1);
+}
+
+static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *why)
+{
+    reduce_exit(run, st, why, 1);
 }
 
 /* The sum of v[0..n) grouped as a binary tree: sums of 2^j consecutive values, the earliest
@@ -429,7 +436,7 @@ static void reduce_refused(pr_run *run, pr_stage_rt *st, int peer, const char *f
     va_end(ap);
     snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s", peer, st->index,
              peer * run->p + st->index, what);
-    reduce_failed(run, st, why);
+    reduce_exit(run, st, why, 0); // nobody is stuck: the peer answered, wrongly
 }
 
 static double reduce_deadline(const pr_run *run)
