@@ -574,6 +574,8 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     snprintf(file, sizeof file, "%s/dgc.bin", tmp);
     if (rc == 0 && prog->dgc_density > 0 && (run->replica_runs || run->opt.world > 1))
         rc = dgc_save(run, file, err);
+    free(run->dgc_gathered); // D copies of the model's size: held only for the save
+    run->dgc_gathered = NULL;
     free(params);
     free(m);
     free(v);
