@@ -366,6 +366,47 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
 /* Rank 0 receives every other stage's parameters (and moments, for a checkpoint), so its
  * copy of the whole model is current for evaluation and saving. Stage memory off the host
  * (GPU) travels through host buffers: downloaded before sending, uploaded after receiving. */
+/* compression dgc: every rank's residuals (and velocities, under momentum correction) to rank
+ * 0, for a checkpoint: into run->dgc_gathered, in rank order (replica-major, as dgc.bin holds
+ * them), a gather for the residuals and one for the velocities. */
+static int gather_residuals(pr_run *run, char *err)
+{
+    pr_bootstrap *b = run->opt.boot;
+    int parts = 1 + pr_dgc_momentum_correction(run->prog), rc = 0;
+    const pr_dgc_buffers *own = &run->stage[b->rank % run->p].dgc;
+    float **dst = pr_alloc((size_t)b->world * sizeof *dst);
+    size_t *bytes = pr_alloc((size_t)b->world * sizeof *bytes), total = 0;
+    for (int r = 0; r < b->world; r++)
+        total += (size_t)run->stage[r % run->p].code->n_params * (size_t)parts;
+    if (b->rank == 0) {
+        free(run->dgc_gathered);
+        run->dgc_gathered = pr_alloc(total * sizeof(float));
+    }
+    for (int part = 0; part < parts && rc == 0; part++) {
+        float *at = run->dgc_gathered;
+        for (int r = 0; r < b->world; r++) {
+            bytes[r] = (size_t)run->stage[r % run->p].code->n_params * sizeof(float);
+            dst[r] = at ? at + (size_t)part * (bytes[r] / sizeof(float)) : NULL;
+            at = at ? at + (size_t)parts * (bytes[r] / sizeof(float)) : NULL;
+        }
+        const float *mine = part == 0 ? own->residual : own->velocity;
+        if (b->rank == 0)
+            memcpy(dst[0], mine, bytes[0]);
+        char why[PR_ERR_LEN], blame[PR_ERR_LEN];
+        pr_wait_collective(PR_WAIT_GATHER, run->step);
+        rc = pr_bootstrap_gather(b, mine, bytes[b->rank], (void *const *)dst, bytes, why);
+        if (rc != 0) {
+            pr_blame(blame, sizeof blame);
+            pr_fail(err, "stage %d (rank %d): %s (gathering the compression residuals at step %lld)%s",
+                    b->rank % run->p, b->rank, why, (long long)run->step, blame);
+        }
+        pr_wait_end();
+    }
+    free(dst);
+    free(bytes);
+    return rc;
+}
+
 int pr_gather_stages(pr_run *run, int with_moments, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
@@ -403,5 +444,7 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
     }
     free(dst);
     free(bytes);
+    if (rc == 0 && with_moments && run->prog->dgc_density > 0)
+        rc = gather_residuals(run, err);
     return rc;
 }
