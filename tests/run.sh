@@ -76,6 +76,14 @@ trap 'rm -f "$log"; rm -rf "$logs"' EXIT
 export PACIC_CACHE=${PACIC_CACHE:-$logs/nvrtc-cache}
 # Likewise the fake CUDA stack's parts that do not depend on the model (tests/cuda_fake/build.sh).
 export FAKE_CACHE=${FAKE_CACHE:-$logs/fake-cache}
+# And the C compiler's objects of the programs pacic builds (tests/cc_cache.sh, keyed by the
+# preprocessed source): scripts that build the same model and schedule compile its stages
+# once. PACI_CC_CACHE=off turns it off, and so does a checkout path with blanks (pacic splits
+# CC on them).
+if [ "${PACI_CC_CACHE:-}" != off ] && [ -x "$here/cc_cache.sh" ] && [[ $here != *[[:space:]]* ]]; then
+    export PACI_CC_REAL=${CC:-cc} PACI_CC_CACHE=${PACI_CC_CACHE:-$logs/cc-cache}
+    export CC=$here/cc_cache.sh
+fi
 declare -A started_at=() name_of=()
 running=0 index=0
 
