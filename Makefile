@@ -178,15 +178,26 @@ TSAN_E2E   ?= signals
 TSAN_UNIT  := test_runtime test_checkpoint
 unit: $(UNIT_BIN)
 
-sanitize:
+# The two sanitizer build trees; make sanitize builds them first (CI builds them earlier, on
+# the CPU its tests leave idle).
+sanitize-build:
 	CC=clang CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" B=build/asan $(MAKE) --no-print-directory HAVE_MPI=0 all unit
-	CC=clang PACIC_CFLAGS="$(ASAN_FLAGS)" PACI_BUILD=build/asan PACI_E2E="$(ASAN_E2E)" \
-	    PACI_FUZZ_SECONDS=0 PACI_REQUIRE_ALL=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 tests/run.sh
 	CC=clang CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" B=build/tsan $(MAKE) --no-print-directory HAVE_MPI=0 \
 	    all $(TSAN_UNIT:%=build/tsan/tests/%)
-	CC=clang PACIC_CFLAGS="$(TSAN_FLAGS)" PACI_BUILD=build/tsan PACI_UNIT="$(TSAN_UNIT)" \
-	    PACI_GOLDEN=0 PACI_E2E="$(TSAN_E2E)" PACI_REQUIRE_ALL=0 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 tests/run.sh
+
+# The ASan and the TSan run go at once (each a tests/run.sh with its own block of ports); the
+# TSan run's lines are printed after the ASan run's.
+sanitize: sanitize-build
+	@tsan_log=$$(mktemp); \
+	CC=clang PACIC_CFLAGS="$(TSAN_FLAGS)" PACI_BUILD=build/tsan PACI_UNIT="$(TSAN_UNIT)" PACI_PORT_BASE=20000 \
+	    PACI_GOLDEN=0 PACI_E2E="$(TSAN_E2E)" PACI_REQUIRE_ALL=0 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
+	    tests/run.sh > "$$tsan_log" 2>&1 & tsan=$$!; \
+	CC=clang PACIC_CFLAGS="$(ASAN_FLAGS)" PACI_BUILD=build/asan PACI_E2E="$(ASAN_E2E)" \
+	    PACI_FUZZ_SECONDS=0 PACI_REQUIRE_ALL=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 tests/run.sh; \
+	asan_status=$$?; wait $$tsan; tsan_status=$$?; \
+	echo "ThreadSanitizer:"; cat "$$tsan_log"; rm -f "$$tsan_log"; \
+	[ $$asan_status = 0 ] && [ $$tsan_status = 0 ]
 
 golden: all
 	tests/golden.sh --regenerate
@@ -221,6 +232,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize unit svg
+.PHONY: all data test study study-schedules bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

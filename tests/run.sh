@@ -26,8 +26,6 @@ selected() {
 }
 pass=0 fail=0 skip=0
 skipped=() # "NAME: REASON", listed again before the closing line
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 
 # skipped_test NAME REASON: counts a skip, or a failure under PACI_REQUIRE_ALL=1.
 skipped_test() {
@@ -38,37 +36,46 @@ skipped_test() {
     fi
 }
 
-for t in "$build"/tests/test_*; do
-    [ -x "$t" ] || continue
-    name=$(basename "$t")
-    selected "${PACI_UNIT:-}" "$name" || continue
-    if (cd "$root" && "$t") >"$log" 2>&1; then ok=1; else ok=0; fi
-    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
-    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
-    if [ "$ok" = 0 ] && [ "$f" = 0 ]; then f=1; fi  # crashed or failed outside a test case
-    pass=$((pass + p)); fail=$((fail + f))
-    if [ "$f" != 0 ]; then echo "FAIL $name"; cat "$log"; else echo "ok   $name ($p)"; fi
-    # cmocka's skip(): "[  SKIPPED ] N test(s), listed below:", then one line per case
-    while read -r case_name; do
-        skipped_test "$name/$case_name" "skip() in the test case"
-    done < <(sed -n '/^\[  SKIPPED \] [0-9]* test(s), listed below:$/,$s/^\[  SKIPPED \] \([^ ]*\)$/\1/p' "$log")
-done
+# unit_and_golden COUNTS: the cmocka binaries, then the golden files, printing their lines;
+# runs as one job of the e2e pool below (one process at a time, so a core would idle if they
+# ran alone before it), in a subshell: its counts go to COUNTS ("PASS FAIL SKIP", then
+# each skip's "NAME: REASON" line) for collect.
+unit_and_golden() {
+    local log=$logs/unit-and-golden.out t name ok p f case_name
+    pass=0 fail=0 skip=0 skipped=()
+    for t in "$build"/tests/test_*; do
+        [ -x "$t" ] || continue
+        name=$(basename "$t")
+        selected "${PACI_UNIT:-}" "$name" || continue
+        if (cd "$root" && "$t") >"$log" 2>&1; then ok=1; else ok=0; fi
+        p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+        f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+        if [ "$ok" = 0 ] && [ "$f" = 0 ]; then f=1; fi  # crashed or failed outside a test case
+        pass=$((pass + p)); fail=$((fail + f))
+        if [ "$f" != 0 ]; then echo "FAIL $name"; cat "$log"; else echo "ok   $name ($p)"; fi
+        # cmocka's skip(): "[  SKIPPED ] N test(s), listed below:", then one line per case
+        while read -r case_name; do
+            skipped_test "$name/$case_name" "skip() in the test case"
+        done < <(sed -n '/^\[  SKIPPED \] [0-9]* test(s), listed below:$/,$s/^\[  SKIPPED \] \([^ ]*\)$/\1/p' "$log")
+    done
 
-if [ "${PACI_GOLDEN:-1}" != 0 ]; then
-    if "$here/golden.sh" >"$log" 2>&1; then :; fi
-    p=$(sed -n 's/^golden: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log")
-    f=$(sed -n 's/^golden: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log")
-    [ -z "$p" ] && { p=0; f=1; }
-    pass=$((pass + p)); fail=$((fail + f))
-    if [ "$f" != 0 ]; then cat "$log"; else echo "ok   golden ($p)"; fi
-fi
+    if [ "${PACI_GOLDEN:-1}" != 0 ]; then
+        if "$here/golden.sh" >"$log" 2>&1; then :; fi
+        p=$(sed -n 's/^golden: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log")
+        f=$(sed -n 's/^golden: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log")
+        [ -z "$p" ] && { p=0; f=1; }
+        pass=$((pass + p)); fail=$((fail + f))
+        if [ "$f" != 0 ]; then cat "$log"; else echo "ok   golden ($p)"; fi
+    fi
+    { echo "$pass $fail $skip"; [ "$skip" = 0 ] || printf '%s\n' "${skipped[@]}"; } > "$1"
+}
 
 # The e2e scripts run PACI_JOBS at a time (default: one per CPU); each has its own scratch
 # folder and its own block of TCP ports, and none measures time, so only the order of the lines
 # depends on the machine. Results are counted as each script ends.
 jobs=${PACI_JOBS:-$(nproc 2>/dev/null || echo 1)}
 logs=$(mktemp -d)
-trap 'rm -f "$log"; rm -rf "$logs"' EXIT
+trap 'rm -rf "$logs"' EXIT
 # One NVRTC cache for the whole run, empty at its start (as on a fresh CI machine): pacic keys
 # it by the unit's content, which most scripts' models share (small_model's shape), so their
 # builds skip NVRTC; scripts that set PACIC_CACHE themselves keep their own. Concurrent
@@ -76,13 +83,36 @@ trap 'rm -f "$log"; rm -rf "$logs"' EXIT
 export PACIC_CACHE=${PACIC_CACHE:-$logs/nvrtc-cache}
 # Likewise the fake CUDA stack's parts that do not depend on the model (tests/cuda_fake/build.sh).
 export FAKE_CACHE=${FAKE_CACHE:-$logs/fake-cache}
+# And the C compiler's objects of the programs pacic builds (tests/cc_cache.sh, keyed by the
+# preprocessed source): scripts that build the same model and schedule compile its stages
+# once. PACI_CC_CACHE=off turns it off, and so does a checkout path with blanks (pacic splits
+# CC on them).
+if [ "${PACI_CC_CACHE:-}" != off ] && [ -x "$here/cc_cache.sh" ] && [[ $here != *[[:space:]]* ]]; then
+    export PACI_CC_REAL=${CC:-cc} PACI_CC_CACHE=${PACI_CC_CACHE:-$logs/cc-cache}
+    export CC=$here/cc_cache.sh
+fi
 declare -A started_at=() name_of=()
 running=0 index=0
+# Script N's ports start at PACI_PORT_BASE + 100 N: two runs at once (make sanitize's ASan
+# and TSan runs) take bases far apart.
+port_base=${PACI_PORT_BASE:-10000}
 
 # collect PID STATUS: counts the finished script's result and prints its line.
 collect() {
     local pid=$1 status=$2 name=${name_of[$1]} reason
     local out=$logs/$name.log
+    if [ "$name" = "unit and golden" ]; then
+        cat "$out"
+        local counts=$logs/unit-and-golden.counts
+        local p f k
+        if [ -f "$counts" ] && read -r p f k < "$counts"; then
+            pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + k))
+            mapfile -t -O "${#skipped[@]}" skipped < <(tail -n +2 "$counts")
+        else
+            fail=$((fail + 1)); echo "FAIL unit and golden: ended without its counts (exit $status)"
+        fi
+        return
+    fi
     if [ "$status" = 0 ]; then
         pass=$((pass + 1)); echo "ok   e2e/$name ($(( $(date +%s) - started_at[$pid] ))s)"
     elif [ "$status" = 77 ] && reason=$(sed -n 's/^skipped: //p' "$out" | tail -n 1) && [ -n "$reason" ]; then
@@ -105,6 +135,12 @@ wait_one() {
 # The longest scripts start first, so that the run does not end with one of them on one core
 # while the other cores idle (their order only: every script runs, and none is timed).
 long_first=(cuda_fake study_smoke cuda_emu gpu_check_dry data_parallel cuda_emu_optim fuzz)
+# The unit tests and golden files are one job, started first.
+if [ -n "$(ls "$build"/tests/test_* 2>/dev/null)" ] || [ "${PACI_GOLDEN:-1}" != 0 ]; then
+    unit_and_golden "$logs/unit-and-golden.counts" > "$logs/unit and golden.log" 2>&1 &
+    started_at[$!]=$(date +%s) name_of[$!]="unit and golden"
+    running=$((running + 1))
+fi
 scripts=()
 for name in "${long_first[@]}"; do
     [ ! -e "$here/e2e/$name.sh" ] || scripts+=("$here/e2e/$name.sh")
@@ -122,7 +158,7 @@ for t in "${scripts[@]}"; do
     fi
     while [ "$running" -ge "$jobs" ]; do wait_one; done
     index=$((index + 1))
-    (cd "$root" && PACI_TEST_PORT=$((10000 + 100 * index)) exec "$t") >"$logs/$name.log" 2>&1 &
+    (cd "$root" && PACI_TEST_PORT=$((port_base + 100 * index)) exec "$t") >"$logs/$name.log" 2>&1 &
     started_at[$!]=$(date +%s) name_of[$!]=$name
     running=$((running + 1))
 done

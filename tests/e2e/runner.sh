@@ -49,6 +49,7 @@ has() {
 [ "$(runner all)" = 1 ] || fail "all: run.sh exited 0 with failures"
 has all "ok   test_fake (5)"
 has all "skip test_fake/lacks_a_gpu: skip() in the test case"
+has all "skipped: test_fake/lacks_a_gpu: skip() in the test case" # listed again at the end
 has all "skip e2e/skips: no widget here: none"
 has all "skip e2e/skips_too: no gadget"
 has all "skip e2e/part: part of the test did not run: the gadget half"
