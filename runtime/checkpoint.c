@@ -374,11 +374,32 @@ static void dgc_header_of(const pr_run *run, dgc_header *h)
         h->n[s] = run->stage[s].code->n_params;
 }
 
-static int dgc_save(const pr_run *run, const char *path, char *err)
+/* The floats of dgc.bin before replica r's stage s (after the header), and the process's
+ * part of it with one process per stage and replica (rank r p + s). */
+static int64_t dgc_floats_before(const pr_run *run, int r, int s)
+{
+    int64_t per_replica = 0, before = 0, parts = 1 + pr_dgc_momentum_correction(run->prog);
+    for (int q = 0; q < run->p; q++) {
+        per_replica += run->stage[q].code->n_params * parts;
+        if (q < s)
+            before += run->stage[q].code->n_params * parts;
+    }
+    return (int64_t)r * per_replica + before;
+}
+
+static int dgc_save(pr_run *run, const char *path, char *err)
 {
     int D = run->replicas, parts_n = 0, vel = pr_dgc_momentum_correction(run->prog);
     dgc_header h;
     dgc_header_of(run, &h);
+    if (!run->replica_runs) { // one process per stage and replica: what pr_gather_stages brought
+        part gathered[] = {{&h, sizeof h},
+                           {run->dgc_ranks, (size_t)dgc_floats_before(run, D, 0) * sizeof(float)}};
+        int rc = write_parts(path, gathered, 2, err);
+        free(run->dgc_ranks);
+        run->dgc_ranks = NULL;
+        return rc;
+    }
     part *parts = pr_alloc((size_t)(1 + 2 * D * run->p) * sizeof *parts);
     parts[parts_n++] = (part){&h, sizeof h};
     for (int r = 0; r < D; r++)
@@ -394,6 +415,31 @@ static int dgc_save(const pr_run *run, const char *path, char *err)
     return rc;
 }
 
+/* One process per stage and replica: its own part of dgc.bin (after the header, at f) into
+ * its stage's residual (and velocity), through the device; the file's size is checked. */
+static int dgc_load_own(pr_run *run, FILE *f, const char *path, char *err)
+{
+    int s = run->opt.rank % run->p, vel = pr_dgc_momentum_correction(run->prog);
+    pr_stage_rt *st = &run->stage[s];
+    size_t n = (size_t)st->code->n_params;
+    long at = (long)sizeof(dgc_header) + (long)dgc_floats_before(run, run->replica, s) * (long)sizeof(float);
+    long size = (long)sizeof(dgc_header) + (long)dgc_floats_before(run, run->replicas, 0) * (long)sizeof(float);
+    float *host = pr_alloc(n * sizeof(float));
+    int rc = 0;
+    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != size)
+        rc = pr_fail(err, "%s: %ld bytes, data %d x these stages need %ld (truncated or corrupt)", path,
+                     ftell(f), run->replicas, size);
+    for (int part = 0; rc == 0 && part < 1 + vel; part++) {
+        float *to = part == 0 ? st->dgc.residual : st->dgc.velocity;
+        if (fseek(f, at + (long)(part * n * sizeof(float)), SEEK_SET) != 0 || fread(host, sizeof(float), n, f) != n)
+            rc = pr_fail(err, "%s: truncated", path);
+        else
+            run->dev->upload(s, to, host, n * sizeof(float));
+    }
+    free(host);
+    return rc;
+}
+
 /* A compressed run resumes only from a checkpoint of the same compression, replicas and
  * stages: the residuals are each replica's gradient not yet sent under those settings. */
 static int dgc_load(pr_run *run, const char *dir, const char *name, char *err)
@@ -402,7 +448,10 @@ static int dgc_load(pr_run *run, const char *dir, const char *name, char *err)
     snprintf(path, sizeof path, "%s/%s/dgc.bin", dir, name);
     fresh_route(dir, name, route, sizeof route);
     FILE *f = fopen(path, "rb");
-    int compressed = run->prog->dgc_density > 0 && run->replica_runs;
+    // one process per stage and replica: only this process's stage's part is read
+    int s_own = run->opt.world > 1 ? run->opt.rank % run->p : 0;
+    int ranked = !run->replica_runs && run->opt.world > 1 && run->stage[s_own].dgc.residual;
+    int compressed = run->prog->dgc_density > 0 && (run->replica_runs || ranked);
     if (!f && !compressed)
         return 0;
     if (!f)
@@ -426,6 +475,11 @@ static int dgc_load(pr_run *run, const char *dir, const char *name, char *err)
                      (long long)h.i[DG_STAGES], h.density, (long long)h.i[DG_WARMUP], h.clip,
                      (long long)want.i[DG_REPLICAS], (long long)want.i[DG_STAGES], want.density,
                      (long long)want.i[DG_WARMUP], want.clip, route);
+    if (rc == 0 && ranked) {
+        rc = dgc_load_own(run, f, path, err);
+        fclose(f);
+        return rc;
+    }
     for (int r = 0; rc == 0 && r < run->replicas; r++)
         for (int s = 0; rc == 0 && s < run->p; s++) {
             pr_stage_rt *st = &run->replica_runs[r]->stage[s];
@@ -527,7 +581,7 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     if (rc == 0)
         rc = write_parts(file, owner_text, 1, err);
     snprintf(file, sizeof file, "%s/dgc.bin", tmp);
-    if (rc == 0 && prog->dgc_density > 0 && run->replica_runs)
+    if (rc == 0 && prog->dgc_density > 0 && (run->replica_runs || run->dgc_ranks))
         rc = dgc_save(run, file, err);
     free(params);
     free(m);

@@ -15,6 +15,7 @@
  * bits of one pipeline of window D K when both are powers of two.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,11 +54,15 @@ int pr_replicas_open(pr_run *run, char *err)
     if (D == 1)
         return 0;
     run->replica_ops = &replica_ops;
-    if (run->prog->dgc_density > 0 && run->opt.world > 1)
+    if (run->prog->dgc_density > 0 && run->opt.world > 1 && !run->dev->dgc_open)
         return pr_fail(err, "%s: compression dgc is not yet supported with one process per stage and "
-                       "replica (TCP, MPI, or NCCL on GPUs): it runs with the replicas as threads of "
-                       "one process on the CPU (start ./run alone, no launcher); remove the compression "
-                       "block to run the dense exchange", run->prog->source);
+                       "replica on the CPU (TCP, MPI): it runs with the replicas as threads of one "
+                       "process on the CPU (start ./run alone, no launcher), or one process per stage "
+                       "and replica on GPUs (NCCL); remove the compression block to run the dense "
+                       "exchange", run->prog->source);
+    if (run->opt.world > 1 && run->prog->dgc_density > 0) // GPUs: this process's stage's residuals
+        return run->dev->dgc_open(run->prog, run->opt.rank % run->p,
+                                  &run->stage[run->opt.rank % run->p].dgc, D, err);
     if (run->opt.world > 1)
         return 0;
     if (!run->dev->host_memory)
@@ -122,6 +127,11 @@ static void replicas_close(pr_run *run)
     free(run->reduce_buffer);
     run->reduce_fd = NULL;
     run->reduce_buffer = NULL;
+    free(run->dgc_ranks);
+    run->dgc_ranks = NULL;
+    for (int s = 0; run->dev->dgc_close && s < run->p; s++)
+        if (run->stage[s].dgc.residual)
+            run->dev->dgc_close(s, &run->stage[s].dgc);
     if (!run->replica_runs)
         return;
     for (int r = 0; r < run->replicas; r++)
@@ -460,10 +470,11 @@ static void native_failed(pr_run *run, pr_stage_rt *st, int rc, const char *err)
     reduce_failed(run, st, why);
 }
 
+/* The overlap is dense only: compression dgc selects from the whole window's gradient. */
 static int replicas_overlaps(const pr_run *run, const pr_stage_rt *st)
 {
     return run->replicas > 1 && !run->shared && run->links && run->links->reduce_start &&
-           st->window_backwards + 1 == run->K;
+           run->prog->dgc_density <= 0 && st->window_backwards + 1 == run->K;
 }
 
 static void replicas_ready(void *ctx, int64_t offset, int64_t count)
@@ -505,12 +516,43 @@ static void native_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     *stop = values[1] > 0.0;
 }
 
+/* compression dgc over the device's transport (dgc.c's steps; runtime/cuda/dgc.c on the GPU):
+ * this replica's pairs selected on the device into its slot, every replica's slots gathered
+ * (NCCL's allgather: the same k everywhere, as k depends only on the step and n), then the
+ * slots summed in replica order on the device, so every replica holds the same bits. */
+static void native_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    const pr_device *dev = run->dev;
+    int s = st->index, D = run->replicas;
+    int64_t n = st->code->n_params, k = pr_dgc_count(run->prog, st->t + 1, n);
+    float scale = 1.0f, mu = pr_dgc_momentum_correction(run->prog) ? (float)st->code->optim_rule->momentum : 0.0f;
+    if (run->prog->dgc_clip > 0) { // the local norm, summed on the device in its own order
+        pr_tensor whole = {.name = "gradients", .size = n};
+        double sum = 0.0;
+        dev->sumsq(s, st->grads, &whole, 1, &sum);
+        scale = pr_clip_scale(sqrt(sum), run->prog->dgc_clip / sqrt((double)D));
+    }
+    uint32_t *slots = dev->dgc_compress(s, &st->dgc, st->grads, k, scale, mu, run->replica);
+    double values[2] = {*loss, (double)*stop};
+    char err[PR_ERR_LEN] = "";
+    wait_for_replicas(run, st);
+    int rc = run->links->gather(run, s, slots, (size_t)(2 * k), values, 2, err);
+    if (rc != PR_LINK_OK)
+        native_failed(run, st, rc, err);
+    pr_wait_end();
+    dev->dgc_sum(s, st->grads, slots, k);
+    *loss = values[0];
+    *stop = values[1] > 0.0;
+}
+
 static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     if (run->replicas <= 1)
         return;
     if (run->shared)
         in_process_reduce(run, st, loss, stop);
+    else if (run->links && run->links->gather && run->prog->dgc_density > 0)
+        native_dgc(run, st, loss, stop);
     else if (run->links && run->links->reduce)
         native_reduce(run, st, loss, stop);
     else if (run->reduce_fd)
