@@ -525,6 +525,8 @@ static void native_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     const pr_device *dev = run->dev;
     int s = st->index, D = run->replicas;
     int64_t n = st->code->n_params, k = pr_dgc_count(run->prog, st->t + 1, n);
+    if (!run->links->gather || !dev->dgc_compress || !st->dgc.residual) // never dense in silence
+        pr_internal("stage %d: compression dgc over %s without its gather or device state", s, run->links->name);
     float scale = 1.0f, mu = pr_dgc_momentum_correction(run->prog) ? (float)st->code->optim_rule->momentum : 0.0f;
     if (run->prog->dgc_clip > 0) { // the local norm, summed on the device in its own order
         pr_tensor whole = {.name = "gradients", .size = n};
@@ -551,7 +553,7 @@ static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *sto
         return;
     if (run->shared)
         in_process_reduce(run, st, loss, stop);
-    else if (run->links && run->links->gather && run->prog->dgc_density > 0)
+    else if (run->links && run->prog->dgc_density > 0)
         native_dgc(run, st, loss, stop);
     else if (run->links && run->links->reduce)
         native_reduce(run, st, loss, stop);

@@ -18,6 +18,12 @@
 #   and LARS (momentum correction) runs too, against the CPU's threads.
 # The selection's ties are checked on crafted vectors by tests/cuda_fake/dgc_check.c (run
 # here on the same kernels). Skips (exit 77) where tests/cuda_emu cannot run.
+# Planted faults it fails on (2026-12-05; kernels through FAKE_SED, the rest in the source):
+# the ties taken from the higher indices (scan and compact rewritten: only dgc_check sees it,
+# training meets no ties but zeros), the ties past the first `ties` taken, the residual not
+# zeroed where sent, the sum in reverse replica order (only dgc_check's 3 replicas: with 2
+# the sum commutes), the last replica's pairs left out, the allgather's count k or 2k - 1
+# words instead of 2k.
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
