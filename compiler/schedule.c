@@ -87,19 +87,11 @@ static long min_long(long a, long b)
     return a < b ? a : b;
 }
 
-/* The zero-bubble schedules' bound on the micro-batches a stage holds between a forward and
- * its W (one slot each): 1F1B's peak, p (its first stage's), for zb-h1; 2p - 1 for zb-h2;
- * never more than a window. */
-static long zero_bubble_limit(int kind, int stages, int window)
-{
-    return min_long(kind == PACI_SCHED_ZBH2 ? 2L * stages - 1 : stages, window);
-}
-
-static long zero_bubble_slots(int kind, int stages, int stage, int window, long steps);
+static long zero_bubble_slots(int kind, int stages, int stage, int window);
 
 /* In flight at stage s: the window for gpipe; p-s for 1F1B-style schedules, capped by
  * the micro-batches of one step (1f1b flushes) or of one segment (async ones); for the
- * zero-bubble schedules what their order holds at most (zero_bubble_order). */
+ * zero-bubble schedules what their order holds at most (order_zero_bubble). */
 int schedule_slots(int kind, int stages, int stage, int window, long segment_steps)
 {
     long depth = stages - stage;
@@ -113,7 +105,7 @@ int schedule_slots(int kind, int stages, int stage, int window, long segment_ste
         return (int)min_long(depth, segment_steps * window);
     case PACI_SCHED_ZBH1:
     case PACI_SCHED_ZBH2:
-        return (int)zero_bubble_slots(kind, stages, stage, window, segment_steps);
+        return (int)zero_bubble_slots(kind, stages, stage, window);
     }
     unreachable();
 }
@@ -176,89 +168,53 @@ static void order_one_f_one_b(ComputeList *cl, long first, long count, long w, i
 
 /* The zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism", 2024): each
  * backward is split into B, the gradient of the stage's input, on the pipeline's critical
- * path, and W, its weights' gradients, which no other stage waits for. Every stage's order is
- * that of a list schedule simulated in unit times (F = B = W = 1, messages arriving a unit
- * later): at each unit a stage runs the B whose gradient is there (the oldest first), else
- * the next forward if its activation is there, its window is the stage's current one and
- * fewer than `limit` micro-batches are between their forward and their W, else its oldest
- * pending W; once a window's W's are done it steps. So B's run back to back down the
- * pipeline, W's fill what would be bubbles, and a stage's next window starts after its own
- * step: synchronous, each micro-batch on the weights of the steps before its window. The
- * order does not depend on the model; its times, measured or predicted, are the simulator's. */
-typedef struct ZbStage {
-    long next_f, next_b, next_w, held, steps, w_in_window;
-} ZbStage;
-
-static void zero_bubble_orders(int kind, int stages, int window, long steps, ComputeList *out)
+ * path, and W, its weights' gradients, which no other stage waits for. Stage s of p runs, in
+ * each window, the paper's handcrafted order: `warm` forwards, then for each micro-batch its
+ * B, the W of the micro-batch `defer` places behind, and the next forward; then the W's
+ * left, and its step. zb-h1: warm = p - s, defer = s, so every stage holds at most p
+ * micro-batches between a forward and its W (1F1B's peak), and at F = B = W = 1 a step idles
+ * p - 1 units (1F1B's 3(p - 1)): B's run back to back down the pipeline while the deferred
+ * W's fill the tail. zb-h2: warm = 2(p - s) - 1, defer = 2s, 2p - 1 micro-batches, and no
+ * idle unit; it needs K >= 2p - 1, and a smaller window runs zb-h1's order (zb-h2's capped
+ * warm-up idles as much at unit costs and more at real ones). A stage's next window starts
+ * after its own step: synchronous, each micro-batch on the weights of the steps before its
+ * window. The order does not depend on the model; its times, measured or predicted, are the
+ * simulator's. */
+static void order_zero_bubble(ComputeList *cl, int kind, int stages, int stage, int window, long steps)
 {
-    long mbs = steps * window, limit = zero_bubble_limit(kind, stages, window);
-    /* when mb's activation (act) and gradient (grad) reach each stage; -1: not yet */
-    long *act = xmalloc((size_t)(stages * mbs) * sizeof *act), *grad = xmalloc((size_t)(stages * mbs) * sizeof *grad);
-    for (long i = 0; i < stages * mbs; i++)
-        act[i] = grad[i] = -1;
-    for (long mb = 0; mb < mbs; mb++)
-        act[mb] = 0;
-    ZbStage st[PACI_MAX_STAGES] = {{0}};
-    long finished = 0;
-    for (long t = 0; finished < stages; t++) {
-        for (int s = 0; s < stages; s++) {
-            ZbStage *z = &st[s];
-            if (z->steps == steps)
-                continue;
-            long *a = act + s * mbs, *g = grad + s * mbs;
-            bool last = s == stages - 1;
-            if (z->next_b < z->next_f && (last ? true : g[z->next_b] >= 0 && g[z->next_b] <= t)) {
-                push_compute(&out[s], PACI_OP_BWD_B, z->next_b);
-                if (s > 0)
-                    grad[(s - 1) * mbs + z->next_b] = t + 1;
-                z->next_b++;
-            } else if (z->next_f < mbs && z->next_f / window == z->steps && a[z->next_f] >= 0 &&
-                       a[z->next_f] <= t && z->held < limit) {
-                push_compute(&out[s], PACI_OP_FWD, z->next_f);
-                if (!last)
-                    act[(s + 1) * mbs + z->next_f] = t + 1;
-                z->next_f++;
-                z->held++;
-            } else if (z->next_w < z->next_b) {
-                push_compute(&out[s], PACI_OP_BWD_W, z->next_w++);
-                z->held--;
-                if (++z->w_in_window == window) { /* the step takes no unit of its own */
-                    push_compute(&out[s], PACI_OP_STEP, -1);
-                    z->w_in_window = 0;
-                    finished += ++z->steps == steps;
-                }
-            }
+    bool h2 = kind == PACI_SCHED_ZBH2 && window >= 2 * stages - 1;
+    long warm = min_long(h2 ? 2L * (stages - stage) - 1 : stages - stage, window);
+    long defer = h2 ? 2L * stage : stage;
+    for (long j = 0; j < steps; j++) {
+        long first = j * window, f = 0, b = 0, w = 0;
+        while (f < warm)
+            push_compute(cl, PACI_OP_FWD, first + f++);
+        while (b < window) {
+            push_compute(cl, PACI_OP_BWD_B, first + b++);
+            if (b - w > defer)
+                push_compute(cl, PACI_OP_BWD_W, first + w++);
+            if (f < window)
+                push_compute(cl, PACI_OP_FWD, first + f++);
         }
-        if (t > (mbs + stages) * (3L * stages + 3) + 64) // a unit for each of F, B, W per stage and mb
-            ICE("the %s order of %ld steps does not finish (p = %d, K = %d)", paci_schedule_name(kind), steps,
-            stages, window);
+        while (w < window)
+            push_compute(cl, PACI_OP_BWD_W, first + w++);
+        push_compute(cl, PACI_OP_STEP, -1);
     }
-    free(act);
-    free(grad);
 }
 
-/* The most micro-batches stage s holds between a forward and its W in the zero-bubble order
- * of a segment of `steps` steps (the pattern repeats beyond generated_steps). */
-static long zero_bubble_slots(int kind, int stages, int stage, int window, long steps)
+/* The most micro-batches stage s holds between a forward and its W in its zero-bubble order
+ * (every window's order is the same, and holds none at its step). */
+static long zero_bubble_slots(int kind, int stages, int stage, int window)
 {
-    // the plan asks stage by stage: the orders of all stages are simulated once per shape
-    static long cached[PACI_MAX_STAGES], key[4] = {-1, -1, -1, -1};
-    steps = min_long(steps, 4L * (stages + 2));
-    if (key[0] != kind || key[1] != stages || key[2] != window || key[3] != steps) {
-        ComputeList order[PACI_MAX_STAGES] = {{0}};
-        zero_bubble_orders(kind, stages, window, steps, order);
-        for (int s = 0; s < stages; s++) {
-            long held = 0, most = 0;
-            for (long i = 0; i < order[s].n; i++) {
-                held += order[s].items[i].op == PACI_OP_FWD ? 1 : order[s].items[i].op == PACI_OP_BWD_W ? -1 : 0;
-                most = held > most ? held : most;
-            }
-            cached[s] = most;
-            free(order[s].items);
-        }
-        key[0] = kind, key[1] = stages, key[2] = window, key[3] = steps;
+    ComputeList order = {0};
+    order_zero_bubble(&order, kind, stages, stage, window, 1);
+    long held = 0, most = 0;
+    for (long i = 0; i < order.n; i++) {
+        held += order.items[i].op == PACI_OP_FWD ? 1 : order.items[i].op == PACI_OP_BWD_W ? -1 : 0;
+        most = held > most ? held : most;
     }
-    return cached[stage];
+    free(order.items);
+    return most;
 }
 
 static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps)
@@ -276,9 +232,10 @@ static void build_order(ComputeList *cl, int kind, int stages, int stage, int wi
     case PACI_SCHED_PACI:
         order_one_f_one_b(cl, 0, steps * window, w, window);
         return;
-    case PACI_SCHED_ZBH1: /* zero_bubble_orders gives every stage's order at once */
+    case PACI_SCHED_ZBH1:
     case PACI_SCHED_ZBH2:
-        break;
+        order_zero_bubble(cl, kind, stages, stage, window, steps);
+        return;
     }
     unreachable();
 }
@@ -400,16 +357,9 @@ void schedule_generate(int kind, int stages, int window, long steps, const int32
 {
     *out = (SegmentLists){.stages = stages};
     long mbs = steps * window;
-    bool zero_bubble = kind == PACI_SCHED_ZBH1 || kind == PACI_SCHED_ZBH2;
-    ComputeList orders[PACI_MAX_STAGES] = {{0}};
-    if (zero_bubble) // one simulation gives every stage's order
-        zero_bubble_orders(kind, stages, window, steps, orders);
     for (int s = 0; s < stages; s++) {
         ComputeList order = {0};
-        if (zero_bubble)
-            order = orders[s];
-        else
-            build_order(&order, kind, stages, s, window, steps);
+        build_order(&order, kind, stages, s, window, steps);
         out->slots[s] = slots ? slots[s] : schedule_slots(kind, stages, s, window, steps);
         out->stash[s] = kind == PACI_SCHED_PIPEDREAM ? stash_needed(&order, mbs) : 0;
         InstrList list = {0};

@@ -6,7 +6,9 @@
  *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step) and the
  *                                 length and warmup of the lr schedule it started with
  *   DIR/step_00000500/dgc.bin     compression dgc only: every replica's residuals (and
- *                                 velocities) per stage (dgc_save)
+ *                                 velocities) per stage (dgc_save; with one process per
+ *                                 stage and replica rank 0 gathers them, and each rank
+ *                                 resumes from its own part)
  *   DIR/latest                    the name of the newest complete checkpoint
  *
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
@@ -374,31 +376,25 @@ static void dgc_header_of(const pr_run *run, dgc_header *h)
         h->n[s] = run->stage[s].code->n_params;
 }
 
-/* The floats of dgc.bin before replica r's stage s (after the header), and the process's
- * part of it with one process per stage and replica (rank r p + s). */
-static int64_t dgc_floats_before(const pr_run *run, int r, int s)
+/* The floats of every replica's residuals (and velocities) in dgc.bin, after the header. */
+static size_t dgc_floats(const pr_run *run)
 {
-    int64_t per_replica = 0, before = 0, parts = 1 + pr_dgc_momentum_correction(run->prog);
-    for (int q = 0; q < run->p; q++) {
-        per_replica += run->stage[q].code->n_params * parts;
-        if (q < s)
-            before += run->stage[q].code->n_params * parts;
-    }
-    return (int64_t)r * per_replica + before;
+    size_t stages = 0;
+    for (int s = 0; s < run->p; s++)
+        stages += (size_t)run->stage[s].code->n_params;
+    return stages * (size_t)run->replicas * (size_t)(1 + pr_dgc_momentum_correction(run->prog));
 }
 
-static int dgc_save(pr_run *run, const char *path, char *err)
+static int dgc_save(const pr_run *run, const char *path, char *err)
 {
     int D = run->replicas, parts_n = 0, vel = pr_dgc_momentum_correction(run->prog);
     dgc_header h;
     dgc_header_of(run, &h);
-    if (!run->replica_runs) { // one process per stage and replica: what pr_gather_stages brought
-        part gathered[] = {{&h, sizeof h},
-                           {run->dgc_ranks, (size_t)dgc_floats_before(run, D, 0) * sizeof(float)}};
-        int rc = write_parts(path, gathered, 2, err);
-        free(run->dgc_ranks);
-        run->dgc_ranks = NULL;
-        return rc;
+    if (!run->replica_runs) { // one process per stage and replica: rank 0 gathered them in file order
+        if (!run->dgc_gathered)
+            pr_internal("rank 0 saves a compressed checkpoint without the ranks' residuals");
+        part file[] = {{&h, sizeof h}, {run->dgc_gathered, dgc_floats(run) * sizeof(float)}};
+        return write_parts(path, file, 2, err);
     }
     part *parts = pr_alloc((size_t)(1 + 2 * D * run->p) * sizeof *parts);
     parts[parts_n++] = (part){&h, sizeof h};
@@ -415,26 +411,32 @@ static int dgc_save(pr_run *run, const char *path, char *err)
     return rc;
 }
 
-/* One process per stage and replica: its own part of dgc.bin (after the header, at f) into
- * its stage's residual (and velocity), through the device; the file's size is checked. */
+/* One process per stage and replica: this rank's part of dgc.bin (past its header, at f),
+ * found by the parts of the ranks before it; the file must hold every rank's, no more. */
 static int dgc_load_own(pr_run *run, FILE *f, const char *path, char *err)
 {
-    int s = run->opt.rank % run->p, vel = pr_dgc_momentum_correction(run->prog);
-    pr_stage_rt *st = &run->stage[s];
+    int parts = 1 + pr_dgc_momentum_correction(run->prog), rank = run->opt.rank;
+    size_t before = 0;
+    for (int r = 0; r < rank; r++)
+        before += (size_t)run->stage[r % run->p].code->n_params * (size_t)parts;
+    pr_stage_rt *st = &run->stage[rank % run->p];
     size_t n = (size_t)st->code->n_params;
-    long at = (long)sizeof(dgc_header) + (long)dgc_floats_before(run, run->replica, s) * (long)sizeof(float);
-    long size = (long)sizeof(dgc_header) + (long)dgc_floats_before(run, run->replicas, 0) * (long)sizeof(float);
-    float *host = pr_alloc(n * sizeof(float));
+    struct stat info;
+    if (fstat(fileno(f), &info) != 0 ||
+        (size_t)info.st_size != sizeof(dgc_header) + dgc_floats(run) * sizeof(float))
+        return pr_fail(err, "%s: not the size of data %d x %d stages' residuals (truncated or corrupt)",
+                       path, run->replicas, run->p);
+    if (fseek(f, (long)(sizeof(dgc_header) + before * sizeof(float)), SEEK_SET) != 0)
+        return pr_fail(err, "%s: read failed (rank %d's residuals)", path, rank);
+    // a GPU's residuals (runtime/cuda/dgc.c) through a host buffer, the CPU's in place
+    float *host = run->dev->host_memory ? NULL : pr_alloc(n * sizeof(float));
     int rc = 0;
-    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != size)
-        rc = pr_fail(err, "%s: %ld bytes, data %d x these stages need %ld (truncated or corrupt)", path,
-                     ftell(f), run->replicas, size);
-    for (int part = 0; rc == 0 && part < 1 + vel; part++) {
+    for (int part = 0; part < parts && rc == 0; part++) {
         float *to = part == 0 ? st->dgc.residual : st->dgc.velocity;
-        if (fseek(f, at + (long)(part * n * sizeof(float)), SEEK_SET) != 0 || fread(host, sizeof(float), n, f) != n)
-            rc = pr_fail(err, "%s: truncated", path);
-        else
-            run->dev->upload(s, to, host, n * sizeof(float));
+        if (fread(host ? host : to, sizeof(float), n, f) != n)
+            rc = pr_fail(err, "%s: read failed (rank %d's residuals)", path, rank);
+        else if (host)
+            run->dev->upload(rank % run->p, to, host, n * sizeof(float));
     }
     free(host);
     return rc;
@@ -448,10 +450,8 @@ static int dgc_load(pr_run *run, const char *dir, const char *name, char *err)
     snprintf(path, sizeof path, "%s/%s/dgc.bin", dir, name);
     fresh_route(dir, name, route, sizeof route);
     FILE *f = fopen(path, "rb");
-    // one process per stage and replica: only this process's stage's part is read
-    int s_own = run->opt.world > 1 ? run->opt.rank % run->p : 0;
-    int ranked = !run->replica_runs && run->opt.world > 1 && run->stage[s_own].dgc.residual;
-    int compressed = run->prog->dgc_density > 0 && (run->replica_runs || ranked);
+    int processes = !run->replica_runs && run->opt.world > 1;
+    int compressed = run->prog->dgc_density > 0 && (run->replica_runs || processes);
     if (!f && !compressed)
         return 0;
     if (!f)
@@ -475,7 +475,7 @@ static int dgc_load(pr_run *run, const char *dir, const char *name, char *err)
                      (long long)h.i[DG_STAGES], h.density, (long long)h.i[DG_WARMUP], h.clip,
                      (long long)want.i[DG_REPLICAS], (long long)want.i[DG_STAGES], want.density,
                      (long long)want.i[DG_WARMUP], want.clip, route);
-    if (rc == 0 && ranked) {
+    if (rc == 0 && processes) {
         rc = dgc_load_own(run, f, path, err);
         fclose(f);
         return rc;
@@ -581,8 +581,10 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     if (rc == 0)
         rc = write_parts(file, owner_text, 1, err);
     snprintf(file, sizeof file, "%s/dgc.bin", tmp);
-    if (rc == 0 && prog->dgc_density > 0 && (run->replica_runs || run->dgc_ranks))
+    if (rc == 0 && prog->dgc_density > 0 && (run->replica_runs || run->opt.world > 1))
         rc = dgc_save(run, file, err);
+    free(run->dgc_gathered); // D copies of the model's size: held only for the save
+    run->dgc_gathered = NULL;
     free(params);
     free(m);
     free(v);

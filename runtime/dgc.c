@@ -154,6 +154,14 @@ void pr_dgc_sum(float *out, int64_t n, const pr_dgc_buffers *const *from, int D)
             out[from[q]->index[j]] = out[from[q]->index[j]] + from[q]->value[j];
 }
 
+int64_t pr_dgc_check_index(const uint32_t *index, int64_t k, int64_t n)
+{
+    for (int64_t j = 0; j < k; j++)
+        if ((int64_t)index[j] >= n || (j > 0 && index[j] <= index[j - 1]))
+            return j;
+    return -1;
+}
+
 void pr_dgc_alloc(pr_dgc_buffers *b, int64_t n, int velocity)
 {
     b->residual = pr_alloc((size_t)n * sizeof(float));

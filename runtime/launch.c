@@ -363,50 +363,58 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
     return rc;
 }
 
-/* compression dgc: every rank's residual (and velocity) to rank 0, into run->dgc_ranks in
- * rank order (replica r's stage s is rank r p + s: dgc.bin's order), for the checkpoint. */
-static int gather_dgc(pr_run *run, char *err)
+/* Rank 0 receives every other stage's parameters (and moments, for a checkpoint), so its
+ * copy of the whole model is current for evaluation and saving. Stage memory off the host
+ * (GPU) travels through host buffers: downloaded before sending, uploaded after receiving. */
+/* compression dgc: every rank's residuals (and velocities, under momentum correction) to rank
+ * 0, for a checkpoint: into run->dgc_gathered, in rank order (replica-major, as dgc.bin holds
+ * them), a gather for the residuals and one for the velocities; a GPU's are downloaded first. */
+static int gather_residuals(pr_run *run, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
-    int parts = 1 + pr_dgc_momentum_correction(run->prog), s = b->rank % run->p;
+    int parts = 1 + pr_dgc_momentum_correction(run->prog), rc = 0;
+    const pr_dgc_buffers *own = &run->stage[b->rank % run->p].dgc;
+    float *staged = NULL;
+    float **dst = pr_alloc((size_t)b->world * sizeof *dst);
     size_t *bytes = pr_alloc((size_t)b->world * sizeof *bytes), total = 0;
-    for (int r = 0; r < b->world; r++) {
-        bytes[r] = (size_t)parts * (size_t)run->stage[r % run->p].code->n_params * sizeof(float);
-        total += bytes[r];
-    }
-    const pr_dgc_buffers *mine = &run->stage[s].dgc;
-    float *own = pr_alloc(bytes[b->rank]);
-    size_t half = bytes[b->rank] / (size_t)parts;
-    run->dev->download(s, own, mine->residual, half);
-    if (parts == 2)
-        run->dev->download(s, (char *)own + half, mine->velocity, half);
-    void **dst = pr_alloc((size_t)b->world * sizeof *dst);
+    for (int r = 0; r < b->world; r++)
+        total += (size_t)run->stage[r % run->p].code->n_params * (size_t)parts;
     if (b->rank == 0) {
-        free(run->dgc_ranks);
-        run->dgc_ranks = pr_alloc(total);
-        char *at = (char *)run->dgc_ranks;
-        for (int r = 0; r < b->world; r++, at += bytes[r - 1])
-            dst[r] = at;
-        memcpy(dst[0], own, bytes[0]);
+        free(run->dgc_gathered);
+        run->dgc_gathered = pr_alloc(total * sizeof(float));
     }
-    char why[PR_ERR_LEN], blame[PR_ERR_LEN];
-    pr_wait_collective(PR_WAIT_GATHER, run->step);
-    int rc = pr_bootstrap_gather(b, own, bytes[b->rank], dst, bytes, why);
-    if (rc != 0) {
-        pr_blame(blame, sizeof blame);
-        pr_fail(err, "stage %d (rank %d): %s (gathering the residuals of compression dgc at step %lld)%s", s,
-                b->rank, why, (long long)run->step, blame);
+    for (int part = 0; part < parts && rc == 0; part++) {
+        float *at = run->dgc_gathered;
+        for (int r = 0; r < b->world; r++) {
+            bytes[r] = (size_t)run->stage[r % run->p].code->n_params * sizeof(float);
+            dst[r] = at ? at + (size_t)part * (bytes[r] / sizeof(float)) : NULL;
+            at = at ? at + (size_t)parts * (bytes[r] / sizeof(float)) : NULL;
+        }
+        const float *mine = part == 0 ? own->residual : own->velocity;
+        if (!run->dev->host_memory) { // a GPU's: through a host buffer
+            float *host = pr_alloc(bytes[b->rank]);
+            run->dev->download(b->rank % run->p, host, mine, bytes[b->rank]);
+            mine = staged = host;
+        }
+        if (b->rank == 0)
+            memcpy(dst[0], mine, bytes[0]);
+        char why[PR_ERR_LEN], blame[PR_ERR_LEN];
+        pr_wait_collective(PR_WAIT_GATHER, run->step);
+        rc = pr_bootstrap_gather(b, mine, bytes[b->rank], (void *const *)dst, bytes, why);
+        if (rc != 0) {
+            pr_blame(blame, sizeof blame);
+            pr_fail(err, "stage %d (rank %d): %s (gathering the compression residuals at step %lld)%s",
+                    b->rank % run->p, b->rank, why, (long long)run->step, blame);
+        }
+        pr_wait_end();
+        free(staged);
+        staged = NULL;
     }
-    pr_wait_end();
-    free(own);
     free(dst);
     free(bytes);
     return rc;
 }
 
-/* Rank 0 receives every other stage's parameters (and moments, for a checkpoint), so its
- * copy of the whole model is current for evaluation and saving. Stage memory off the host
- * (GPU) travels through host buffers: downloaded before sending, uploaded after receiving. */
 int pr_gather_stages(pr_run *run, int with_moments, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
@@ -445,6 +453,6 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
     free(dst);
     free(bytes);
     if (rc == 0 && with_moments && run->prog->dgc_density > 0)
-        rc = gather_dgc(run, err);
+        rc = gather_residuals(run, err);
     return rc;
 }

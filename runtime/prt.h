@@ -370,6 +370,9 @@ float pr_dgc_clip_scale(const pr_program *prog, int D, const float *grad, int64_
 int64_t pr_dgc_compress(pr_dgc_buffers *b, const float *grad, int64_t n, int64_t k, float scale, float mu);
 /* out[0..n) = the D replicas' pairs summed in replica order (0's as they are, then added). */
 void pr_dgc_sum(float *out, int64_t n, const pr_dgc_buffers *const *from, int D);
+/* A pair list from another process against what pr_dgc_select sends (indices ascending, each
+ * below n, so pr_dgc_sum stays inside out[0..n)): the first position that is not, or -1. */
+int64_t pr_dgc_check_index(const uint32_t *index, int64_t k, int64_t n);
 void pr_dgc_alloc(pr_dgc_buffers *b, int64_t n, int velocity);
 void pr_dgc_free(pr_dgc_buffers *b);
 /* The step under momentum correction: the stage's rule with momentum 0 (CPU). */
@@ -538,10 +541,12 @@ typedef struct pr_run {
      * reduce_fd[r] leads to replica r; others: reduce_fd[0] leads to replica 0), -1 unused */
     int *reduce_fd;
     float *reduce_buffer;             /* replica 0: one replica's gradients as they arrive */
-    /* compression dgc, one process per stage and replica: rank 0, from a checkpoint's gather
-     * (pr_gather_stages) to its save, every rank's residual (and velocity) in rank order,
-     * which is dgc.bin's order; NULL otherwise */
-    float *dgc_ranks;
+    /* compression dgc over TCP: the other replicas' pair lists of the step (index and value
+     * only, room for reduce_pairs_room pairs each); rank 0, for a checkpoint: every rank's
+     * residuals (and velocities), gathered in rank order, as dgc.bin holds them */
+    pr_dgc_buffers *reduce_pairs;
+    int64_t reduce_pairs_room;
+    float *dgc_gathered;
 } pr_run;
 
 /* Validates program and table, lays out arenas and channels. Parameters are zero. */
@@ -742,7 +747,8 @@ int pr_sock_write(int fd, const void *buf, size_t bytes, double deadline);
  * stage's replica r > 0 to its replica 0 for the gradient reduction; sets run->opt.boot = b. */
 int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_bootstrap *b,
                    char *err);
-/* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0. */
+/* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0; with
+ * with_moments under compression dgc also every rank's residuals (run->dgc_gathered). */
 int pr_gather_stages(pr_run *run, int with_moments, char *err);
 
 /* ---- blame.c: which rank a stuck multi-process run is stuck on ------------------------- */

@@ -10,12 +10,19 @@
  * gradients, and the others copy the sum back. With one process per stage and replica, each
  * replica r > 0 of stage s sends its gradients over TCP to replica 0 of stage s (rank s),
  * which adds them in replica order and sends the sum back (launch.c makes the sockets).
+ * Under `compression dgc` the same sockets carry each replica's (index, value) pairs to
+ * replica 0 and every other replica's back (tcp_dgc), and every replica sums all D lists in
+ * replica order, as the threads do, so processes and threads give the same bits. On GPUs
+ * (the device's transport, NCCL) the sum is the transport's allreduce, and under compression
+ * each replica selects its pairs on its GPU, the transport gathers every replica's, and each
+ * sums them in replica order on its GPU (native_dgc, runtime/cuda/dgc.c).
  * Under `accumulate pairwise` the replicas' sums are added as a binary tree instead
  * (pairwise_sum), the grouping each stage's window uses: D replicas of window K then give the
  * bits of one pipeline of window D K when both are powers of two.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,17 +61,22 @@ int pr_replicas_open(pr_run *run, char *err)
     if (D == 1)
         return 0;
     run->replica_ops = &replica_ops;
-    if (run->prog->dgc_density > 0 && run->opt.world > 1 && !run->dev->dgc_open)
-        return pr_fail(err, "%s: compression dgc is not yet supported with one process per stage and "
-                       "replica on the CPU (TCP, MPI): it runs with the replicas as threads of one "
-                       "process on the CPU (start ./run alone, no launcher), or one process per stage "
-                       "and replica on GPUs (NCCL); remove the compression block to run the dense "
-                       "exchange", run->prog->source);
-    if (run->opt.world > 1 && run->prog->dgc_density > 0) // GPUs: this process's stage's residuals
-        return run->dev->dgc_open(run->prog, run->opt.rank % run->p,
-                                  &run->stage[run->opt.rank % run->p].dgc, D, err);
-    if (run->opt.world > 1)
+    if (run->prog->dgc_density > 0 && run->opt.world > 1 && !run->dev->host_memory && !run->dev->dgc_open)
+        return pr_fail(err, "%s: compression dgc is not supported on the %s device: it runs on the "
+                       "CPU, with the replicas as threads of one process or as processes over TCP "
+                       "(torchrun-style variables or mpirun, --device cpu), and on GPUs (NCCL); remove "
+                       "the compression block to run the dense exchange", run->prog->source, run->dev->name);
+    if (run->opt.world > 1) {
+        // compression dgc: this process's replica of its own stage keeps its residual (on a
+        // GPU in its memory, with the device's selection buffers: runtime/cuda/dgc.c)
+        int s = run->opt.rank % run->p;
+        pr_stage_rt *own = &run->stage[s];
+        if (run->prog->dgc_density > 0 && run->dev->dgc_open)
+            return run->dev->dgc_open(run->prog, s, &own->dgc, D, err);
+        if (run->prog->dgc_density > 0)
+            pr_dgc_alloc(&own->dgc, own->code->n_params, pr_dgc_momentum_correction(run->prog));
         return 0;
+    }
     if (!run->dev->host_memory)
         return pr_fail(err, "%s: data %d runs its replicas in one process on the CPU only; on GPUs "
                        "start %d processes, one per stage and replica (docs/launch.md)",
@@ -127,13 +139,21 @@ static void replicas_close(pr_run *run)
     free(run->reduce_buffer);
     run->reduce_fd = NULL;
     run->reduce_buffer = NULL;
-    free(run->dgc_ranks);
-    run->dgc_ranks = NULL;
-    for (int s = 0; run->dev->dgc_close && s < run->p; s++)
-        if (run->stage[s].dgc.residual)
-            run->dev->dgc_close(s, &run->stage[s].dgc);
-    if (!run->replica_runs)
+    for (int q = 0; run->reduce_pairs && q < run->replicas; q++)
+        pr_dgc_free(&run->reduce_pairs[q]);
+    free(run->reduce_pairs);
+    free(run->dgc_gathered);
+    run->reduce_pairs = NULL;
+    run->dgc_gathered = NULL;
+    if (!run->replica_runs) {
+        for (int s = 0; s < run->p; s++) { // one process per stage and replica: its own stage's
+            if (run->dev->dgc_close && run->stage[s].dgc.residual)
+                run->dev->dgc_close(s, &run->stage[s].dgc);
+            else
+                pr_dgc_free(&run->stage[s].dgc);
+        }
         return;
+    }
     for (int r = 0; r < run->replicas; r++)
         for (int s = 0; run->replica_runs[r] && s < run->p; s++)
             pr_dgc_free(&run->replica_runs[r]->stage[s].dgc);
@@ -221,19 +241,26 @@ static int group_barrier(replica_group *g, int D, int replica, double timeout, c
     return late ? -1 : 0;
 }
 
-/* Exits naming the stage and replica that waited, and the ones that did not come. */
-static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *why)
+/* Exits naming the stage and replica that waited, and the ones that did not come; with
+ * find_stuck, the rank the run is stuck on too (a wait that failed, not a message refused). */
+static void reduce_exit(const pr_run *run, const pr_stage_rt *st, const char *why, int find_stuck)
 {
     pr_claim_exit();
     fflush(stdout);
     char rank[32] = "";
     if (run->opt.world > 1)
         snprintf(rank, sizeof rank, " (rank %d)", run->opt.rank);
-    char blame[PR_ERR_LEN];
-    pr_blame(blame, sizeof blame);
+    char blame[PR_ERR_LEN] = "";
+    if (find_stuck)
+        pr_blame(blame, sizeof blame);
     fprintf(stderr, "run: error: stage %d of replica %d%s: %s (the gradient reduction of step %lld)%s\n",
             st->index, run->replica, rank, why, (long long)st->t + 1, blame);
     exit(1);
+}
+
+static void reduce_failed(const pr_run *run, const pr_stage_rt *st, const char *why)
+{
+    reduce_exit(run, st, why, 1);
 }
 
 /* The sum of v[0..n) grouped as a binary tree: sums of 2^j consecutive values, the earliest
@@ -284,6 +311,16 @@ static void sum_replicas(const pr_run *run, float *sum, float *const *others, in
     }
 }
 
+/* compression dgc (dgc.c), this replica's side on every transport: clips its gradient, adds
+ * it to its residual (through its velocity under LARS) and selects this step's pairs. */
+static int64_t dgc_compress_own(pr_run *run, pr_stage_rt *st)
+{
+    int64_t n = st->code->n_params;
+    float mu = pr_dgc_momentum_correction(run->prog) ? (float)st->code->optim_rule->momentum : 0.0f;
+    float scale = pr_dgc_clip_scale(run->prog, run->replicas, st->grads, n);
+    return pr_dgc_compress(&st->dgc, st->grads, n, pr_dgc_count(run->prog, st->t + 1, n), scale, mu);
+}
+
 /* compression dgc (dgc.c), the replicas as threads: each replica's pairs, then every replica
  * sums all D replicas' pairs in replica order into its own gradients, so that all hold the
  * same bits; the second barrier keeps the pairs until every replica has read them. */
@@ -292,11 +329,9 @@ static void in_process_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop
     pr_replicas *sh = run->shared;
     replica_group *g = &sh->group[st->index];
     int D = sh->D, r = run->replica;
-    int64_t n = st->code->n_params, t = st->t + 1;
+    int64_t n = st->code->n_params;
     char missing[256], why[PR_ERR_LEN];
-    float mu = pr_dgc_momentum_correction(run->prog) ? (float)st->code->optim_rule->momentum : 0.0f;
-    float scale = pr_dgc_clip_scale(run->prog, D, st->grads, n);
-    int64_t k = pr_dgc_compress(&st->dgc, st->grads, n, pr_dgc_count(run->prog, t, n), scale, mu);
+    int64_t k = dgc_compress_own(run, st);
     // what the exchange carries from this replica: its count, then k (index, value) pairs
     st->exchange_bytes += (int64_t)sizeof(int64_t) + k * (int64_t)(sizeof *st->dgc.index + sizeof *st->dgc.value);
     st->exchanges++;
@@ -375,39 +410,188 @@ typedef struct reduce_head {
     int32_t stop, pad;
 } reduce_head;
 
-/* Moves the head and n floats over fd (reading when `in`); a failure names the peer replica
- * and exits. */
-static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, reduce_head *h,
-                        float *data, size_t n)
+/* Moves `bytes` over fd to or from replica `peer` of the stage (reading when `in`) by
+ * `deadline` (0: none); what it writes counts as this replica's exchange. A failure names
+ * the peer, leaves the wait in place for pr_blame and exits. */
+static void reduce_bytes(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, void *data, size_t bytes,
+                         double deadline)
 {
-    double deadline = run->opt.peer_timeout > 0 ? pr_now() + run->opt.peer_timeout : 0;
     int rank = peer * run->p + st->index;
     pr_wait_begin(PR_WAIT_REDUCE, st->t + 1, &rank, 1);
-    int rc = in ? pr_sock_read(fd, h, sizeof *h, deadline) : pr_sock_write(fd, h, sizeof *h, deadline);
-    if (rc == 0)
-        rc = in ? pr_sock_read(fd, data, n * sizeof(float), deadline)
-                : pr_sock_write(fd, data, n * sizeof(float), deadline);
-    if (rc == 0 && !in)
-        st->exchange_bytes += (int64_t)(sizeof *h + n * sizeof(float));
-    char why[PR_ERR_LEN];
-    if (rc != 0 && errno == ETIMEDOUT)
-        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s for %g s", peer, st->index,
-                 rank, in ? "sent nothing" : "took nothing", run->opt.peer_timeout);
-    else if (rc != 0)
-        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) closed the connection", peer,
-                 st->index, rank);
-    else if (in && (h->magic != REDUCE_MAGIC || h->step != st->t))
-        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) sent step %lld's gradients, "
-                 "not step %lld's", peer, st->index, rank, (long long)h->step + 1, (long long)st->t + 1);
-    else {
+    int rc = in ? pr_sock_read(fd, data, bytes, deadline) : pr_sock_write(fd, data, bytes, deadline);
+    if (rc == 0) {
+        if (!in)
+            st->exchange_bytes += (int64_t)bytes;
         pr_wait_end();
         return;
     }
+    char why[PR_ERR_LEN];
+    if (errno == ETIMEDOUT)
+        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s for %g s", peer, st->index,
+                 rank, in ? "sent nothing" : "took nothing", run->opt.peer_timeout);
+    else
+        snprintf(why, sizeof why, "replica %d of stage %d (rank %d) closed the connection", peer,
+                 st->index, rank);
     reduce_failed(run, st, why);
+}
+
+/* A message from replica `peer` that this step cannot take (printf-style: what it sent):
+ * names the peer and exits. */
+static void reduce_refused(pr_run *run, pr_stage_rt *st, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reduce_refused(pr_run *run, pr_stage_rt *st, int peer, const char *fmt, ...)
+{
+    char what[PR_ERR_LEN / 2], why[PR_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s", peer, st->index,
+             peer * run->p + st->index, what);
+    reduce_exit(run, st, why, 0); // nobody is stuck: the peer answered, wrongly
+}
+
+static double reduce_deadline(const pr_run *run)
+{
+    return run->opt.peer_timeout > 0 ? pr_now() + run->opt.peer_timeout : 0;
+}
+
+/* Moves the head over fd (reading when `in`, then checking it is this step's), then n floats;
+ * a failure names the peer replica and exits. */
+static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, reduce_head *h,
+                        float *data, size_t n)
+{
+    double deadline = reduce_deadline(run);
+    reduce_bytes(run, st, fd, peer, in, h, sizeof *h, deadline);
+    if (in && (h->magic != REDUCE_MAGIC || h->step != st->t))
+        reduce_refused(run, st, peer, "sent step %lld's gradients, not step %lld's", (long long)h->step + 1,
+                       (long long)st->t + 1);
+    reduce_bytes(run, st, fd, peer, in, data, n * sizeof(float), deadline);
+}
+
+#define PAIRS_MAGIC 0x50414350u /* "PACP" */
+
+/* compression dgc over TCP: before each pair list, whose list it is and its length; then the
+ * count indices (uint32), then the count values (float). */
+typedef struct pairs_head {
+    uint32_t magic, replica;
+    int64_t count;
+} pairs_head;
+
+static void send_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose, const pr_dgc_buffers *b,
+                       double deadline)
+{
+    pairs_head ph = {PAIRS_MAGIC, (uint32_t)whose, b->k};
+    reduce_bytes(run, st, fd, peer, 0, &ph, sizeof ph, deadline);
+    reduce_bytes(run, st, fd, peer, 0, b->index, (size_t)b->k * sizeof *b->index, deadline);
+    reduce_bytes(run, st, fd, peer, 0, b->value, (size_t)b->k * sizeof *b->value, deadline);
+}
+
+/* Receives replica `whose` list from `peer` into b (room for `want` pairs). Every replica
+ * sends exactly this step's k (pr_dgc_count), so any other count is refused before a pair
+ * is read, and indices that pr_dgc_sum could not take (out of range, out of order) after. */
+static void receive_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose, pr_dgc_buffers *b,
+                          int64_t want, double deadline)
+{
+    pairs_head ph;
+    reduce_bytes(run, st, fd, peer, 1, &ph, sizeof ph, deadline);
+    if (ph.magic != PAIRS_MAGIC || ph.replica != (uint32_t)whose)
+        reduce_refused(run, st, peer, "sent no pair list of replica %d where one was due (corrupt, or "
+                       "another program)", whose);
+    if (ph.count != want)
+        reduce_refused(run, st, peer, "sent a list of %lld pairs for replica %d, step %lld's compression "
+                       "sends %lld (corrupt, or another program)", (long long)ph.count, whose,
+                       (long long)st->t + 1, (long long)want);
+    reduce_bytes(run, st, fd, peer, 1, b->index, (size_t)want * sizeof *b->index, deadline);
+    reduce_bytes(run, st, fd, peer, 1, b->value, (size_t)want * sizeof *b->value, deadline);
+    int64_t bad = pr_dgc_check_index(b->index, want, st->code->n_params);
+    if (bad >= 0)
+        reduce_refused(run, st, peer, "sent pair %lld of replica %d's list with index %u, not ascending "
+                       "below the stage's %lld parameters (corrupt)", (long long)bad, whose,
+                       b->index[bad], (long long)st->code->n_params);
+    b->k = want;
+}
+
+/* The other replicas' lists of this step, with room for k pairs each (k falls over the
+ * warm-up, so the first step's room serves the run). */
+static pr_dgc_buffers *peer_lists(pr_run *run, int64_t k)
+{
+    if (!run->reduce_pairs)
+        run->reduce_pairs = pr_alloc((size_t)run->replicas * sizeof *run->reduce_pairs);
+    if (k > run->reduce_pairs_room) {
+        for (int q = 0; q < run->replicas; q++) {
+            pr_dgc_free(&run->reduce_pairs[q]);
+            run->reduce_pairs[q].index = pr_alloc((size_t)k * sizeof(uint32_t));
+            run->reduce_pairs[q].value = pr_alloc((size_t)k * sizeof(float));
+        }
+        run->reduce_pairs_room = k;
+    }
+    return run->reduce_pairs;
+}
+
+/* compression dgc, one process per stage and replica: an allgather of the pair lists through
+ * replica 0 of the stage, over the dense sum's sockets. Replica r > 0 sends the head (its loss
+ * and stop flag) and its list; replica 0 answers each with the head (the sums) and every other
+ * replica's list, in replica order. Then every replica sums all D lists in replica order
+ * 0..D-1 with pr_dgc_sum, as the threads do: all hold the threads' bits. */
+static void tcp_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    int D = run->replicas, me = run->replica;
+    int64_t k = dgc_compress_own(run, st);
+    st->exchanges++;
+    pr_dgc_buffers *lists = peer_lists(run, k);
+    const pr_dgc_buffers *from[PR_MAX_REPLICAS];
+    for (int q = 0; q < D; q++)
+        from[q] = q == me ? &st->dgc : &lists[q];
+    reduce_head h = {REDUCE_MAGIC, (uint32_t)me, st->t, *loss, *stop, 0};
+    if (me > 0) {
+        int fd = run->reduce_fd[0];
+        double deadline = reduce_deadline(run);
+        reduce_bytes(run, st, fd, 0, 0, &h, sizeof h, deadline);
+        send_pairs(run, st, fd, 0, me, &st->dgc, deadline);
+        deadline = reduce_deadline(run);
+        reduce_bytes(run, st, fd, 0, 1, &h, sizeof h, deadline);
+        if (h.magic != REDUCE_MAGIC || h.step != st->t)
+            reduce_refused(run, st, 0, "sent step %lld's pairs, not step %lld's", (long long)h.step + 1,
+                           (long long)st->t + 1);
+        for (int q = 0; q < D; q++)
+            if (q != me)
+                receive_pairs(run, st, fd, 0, q, &lists[q], k, deadline);
+        *loss = h.loss;
+        *stop = h.stop;
+    } else {
+        double total = *loss;
+        int any = *stop;
+        for (int q = 1; q < D; q++) {
+            double deadline = reduce_deadline(run);
+            reduce_bytes(run, st, run->reduce_fd[q], q, 1, &h, sizeof h, deadline);
+            if (h.magic != REDUCE_MAGIC || h.step != st->t)
+                reduce_refused(run, st, q, "sent step %lld's pairs, not step %lld's", (long long)h.step + 1,
+                               (long long)st->t + 1);
+            receive_pairs(run, st, run->reduce_fd[q], q, q, &lists[q], k, deadline);
+            total += h.loss;
+            any |= h.stop;
+        }
+        h = (reduce_head){REDUCE_MAGIC, 0, st->t, total, any, 0};
+        for (int q = 1; q < D; q++) {
+            double deadline = reduce_deadline(run);
+            reduce_bytes(run, st, run->reduce_fd[q], q, 0, &h, sizeof h, deadline);
+            for (int other = 0; other < D; other++)
+                if (other != q)
+                    send_pairs(run, st, run->reduce_fd[q], q, other, from[other], deadline);
+        }
+        *loss = total;
+        *stop = any;
+    }
+    pr_dgc_sum(st->grads, st->code->n_params, from, D);
 }
 
 static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
+    if (run->prog->dgc_density > 0) {
+        tcp_dgc(run, st, loss, stop);
+        return;
+    }
     size_t n = (size_t)st->code->n_params;
     st->exchanges++;
     reduce_head h = {REDUCE_MAGIC, (uint32_t)run->replica, st->t, *loss, *stop, 0};

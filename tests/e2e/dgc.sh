@@ -9,7 +9,8 @@
 #     momentum reaches the exchange (momentum correction): momentum 0.9 and 0 differ;
 #   - SIGKILL mid-run, then --resume: the uninterrupted run's bits (model, state, dgc.bin);
 #     a resume with another density, or a dense program, is refused in one line;
-#   - one process per stage and replica (TCP) refuses the block; bad blocks get located errors.
+#   - bad blocks get located errors.
+# One process per stage and replica (TCP, mpirun): tests/e2e/dgc_processes.sh.
 # The selection, residual, momentum correction and warm-up are checked on fixed arrays with
 # hand-worked answers in tests/unit/test_dgc.c.
 source tests/e2e/lib.sh
@@ -108,14 +109,6 @@ for name in other plain; do
         || fail "$name: unexpected refusal: $out"
     echo "refused ($name): $out"
 done
-
-# --- TCP processes refuse the block ----------------------------------------------------------------
-mkdir -p "$work/tcp"
-out=$(cd "$work/tcp" && RANK=0 WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
-      "$work/sparse/run" --quiet --connect-timeout 5 2>&1) && fail "TCP processes ran compression dgc"
-grep -q "compression dgc is not yet supported with one process per stage and replica" <<< "$out" \
-    || fail "TCP refusal: $out"
-echo "TCP: $out"
 
 # --- bad blocks: located errors ---------------------------------------------------------------------
 for bad in "data 4; compression dgc { density 0 }|'density' 0 is out of range: it must be in (0, 1]" \

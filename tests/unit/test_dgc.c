@@ -1,7 +1,8 @@
 /* test_dgc.c: Deep Gradient Compression's pieces (runtime/dgc.c) on fixed arrays whose
  * answers are worked out by hand in the comments: the density warm-up, the top-k selection
  * and its tie-break, the residual carried to the next step (error feedback), momentum
- * correction with factor masking (LARS), the replica-order sum and the local clipping. */
+ * correction with factor masking (LARS), the replica-order sum, the local clipping and the
+ * check of a pair list that came from another process. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -117,6 +118,21 @@ static void test_sum(void **state)
     assert_true(out[0] == 0.0f && out[1] == 2.5f && out[2] == 4.0f && out[3] == -1.0f);
 }
 
+/* A list from another process: ascending indices below n pass; an index past the stage, a
+ * repeated one or one out of order is found at its position (pr_dgc_sum would write there). */
+static void test_check_index(void **state)
+{
+    (void)state;
+    uint32_t good[3] = {0, 2, 3}, past[3] = {0, 2, 4}, repeated[3] = {1, 1, 3}, back[3] = {2, 1, 3};
+    uint32_t huge[1] = {0xffffffffu};
+    assert_int_equal(pr_dgc_check_index(good, 3, 4), -1);
+    assert_int_equal(pr_dgc_check_index(good, 0, 4), -1);
+    assert_int_equal(pr_dgc_check_index(past, 3, 4), 2);
+    assert_int_equal(pr_dgc_check_index(repeated, 3, 4), 1);
+    assert_int_equal(pr_dgc_check_index(back, 3, 4), 1);
+    assert_int_equal(pr_dgc_check_index(huge, 1, 4), 0);
+}
+
 /* clip 1 over D = 4 replicas clips each at 0.5: ||(3, 4)|| = 5 scales by 0.1. */
 static void test_local_clip(void **state)
 {
@@ -135,6 +151,7 @@ int main(void)
         cmocka_unit_test(test_warmup),           cmocka_unit_test(test_select_ties),
         cmocka_unit_test(test_residual),         cmocka_unit_test(test_momentum_correction),
         cmocka_unit_test(test_sum),              cmocka_unit_test(test_local_clip),
+        cmocka_unit_test(test_check_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -356,7 +356,7 @@ static long find_instr(const paci_table *t, int s, int op, int64_t mb)
 static void test_verify_zero_bubble_errors(void **state)
 {
     (void)state;
-    static const char *const expected[] = {"W of mb 1 twice", "before its B", "reuses slot"};
+    static const char *const expected[] = {"W of mb 6 twice", "before its B", "reuses slot"};
     for (int mutant = 0; mutant < 3; mutant++) {
         Config cfg = make_config(PACI_SCHED_ZBH1, 4, 8, 6, 0, 0);
         Plan plan;
@@ -369,9 +369,11 @@ static void test_verify_zero_bubble_errors(void **state)
         long w0 = find_instr(t, s, PACI_OP_BWD_W, 0), b0 = find_instr(t, s, PACI_OP_BWD_B, 0);
         long f_next = find_instr(t, s, PACI_OP_FWD, t->slots[s]); /* the next forward into mb 0's slot */
         assert_true(w0 >= 0 && b0 >= 0 && f_next >= 0);
-        if (mutant == 0) { /* W of mb 0 dropped: it runs mb 1's W a second time */
-            instrs[w0].mb = 1;
-            instrs[w0].slot = (uint16_t)(1 % t->slots[s]);
+        if (mutant == 0) { /* the window's last W dropped: it runs the one before a second time */
+            long w_last = find_instr(t, s, PACI_OP_BWD_W, t->window - 1);
+            assert_true(w_last >= 0);
+            instrs[w_last].mb = t->window - 2;
+            instrs[w_last].slot = (uint16_t)((t->window - 2) % t->slots[s]);
         } else if (mutant == 1) { /* W of mb 0 where its B was, and the B where the W was */
             paci_instr b = instrs[b0];
             instrs[b0] = instrs[w0];

@@ -83,6 +83,38 @@ static void test_paci_steady_bubble_is_zero(void **state)
         }
 }
 
+/* The zero-bubble schedules at F = B = W = 1 (backward 2) and free messages: a step of zb-h1
+ * lasts 3K + p - 1 (it idles p - 1 units against 1F1B-flush's 3(p - 1)), and zb-h2's lasts 3K
+ * once K >= 2p - 1: the paper's figures, which its handcrafted orders reach. */
+static void test_zero_bubble_idle_is_the_papers(void **state)
+{
+    (void)state;
+    static const int ps[] = {2, 3, 4, 8};
+    static const int ks[] = {8, 12, 16, 32};
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
+        for (size_t j = 0; j < sizeof ks / sizeof *ks; j++)
+            for (int kind = PACI_SCHED_ZBH1; kind <= PACI_SCHED_ZBH2; kind++) {
+                int p = ps[i], K = ks[j];
+                if (kind == PACI_SCHED_ZBH2 && K < 2 * p - 1)
+                    continue;
+                Config cfg = make_config(kind, p, K, 8);
+                Plan plan;
+                assert_true(plan_build(&cfg, &plan));
+                paci_table *t = schedule_build(&cfg, &plan);
+                CostModel cm = uniform_costs(p);
+                for (int s = 0; s < p; s++)
+                    cm.w[s] = 1;
+                SimResult res;
+                simulate(&cfg, t, &cm, 0, &res);
+                double expected = 3.0 * K + (kind == PACI_SCHED_ZBH1 ? p - 1 : 0);
+                if (fabs(res.step_time - expected) > 1e-6)
+                    fail_msg("%s p=%d K=%d: step %.9f units, the paper's %.0f", paci_schedule_name(kind), p, K,
+                             res.step_time, expected);
+                sim_result_free(&res);
+                schedule_free(t);
+            }
+}
+
 /* GPipe with uniform costs idles as much as 1F1B-flush. */
 static void test_gpipe_bubble(void **state)
 {
@@ -379,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_onef1b_bubble_is_analytic),
         cmocka_unit_test(test_paci_steady_bubble_is_zero),
         cmocka_unit_test(test_gpipe_bubble),
+        cmocka_unit_test(test_zero_bubble_idle_is_the_papers),
         cmocka_unit_test(test_costs_from_plan),
         cmocka_unit_test(test_partial_segment),
         cmocka_unit_test(test_profile),
