@@ -113,6 +113,143 @@ static void emit_sumsq_kernel(StrBuf *sb)
     emit_line(sb, "}");
 }
 
+/* compression dgc's kernels (runtime/pacirt.h, PR_CUDA_DGC_KERNELS; runtime/cuda/dgc.c launches
+ * them): every step is integer arithmetic on the magnitudes' bits or a rounded add in a fixed
+ * order, so the pairs and the sum do not depend on the schedule of the threads. */
+static const char dgc_kernels[] =
+    "/* A float's magnitude as an unsigned integer: ordered as the magnitudes are (NaN above inf). */\n"
+    "__device__ __forceinline__ unsigned pr_dgc_key(float x)\n"
+    "{\n"
+    "    return __float_as_uint(x) & 0x7fffffffu;\n"
+    "}\n"
+    "/* The runtime's: acc += g (error feedback) or u = mu u + g, acc += u (momentum correction),\n"
+    " * g the gradient times the local clipping scale; rounded as the CPU's dgc.c, never fused. */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_accumulate(const float *RESTRICT grad, float *RESTRICT acc, "
+    "float *RESTRICT u, long n, float scale, float mu)\n"
+    "{\n"
+    "    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i >= n)\n"
+    "        return;\n"
+    "    float g = scale == 1.0f ? grad[i] : __fmul_rn(grad[i], scale);\n"
+    "    if (u) {\n"
+    "        float v = __fadd_rn(__fmul_rn(mu, u[i]), g);\n"
+    "        u[i] = v;\n"
+    "        acc[i] = __fadd_rn(acc[i], v);\n"
+    "    } else {\n"
+    "        acc[i] = __fadd_rn(acc[i], g);\n"
+    "    }\n"
+    "}\n"
+    "/* The runtime's: one pass of the radix select, the histogram of the next 8 bits (at shift)\n"
+    " * of the keys that match the threshold's bits found so far (integer atomics: exact). */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_histogram(const float *RESTRICT acc, long n, unsigned *RESTRICT state, "
+    "int shift)\n"
+    "{\n"
+    "    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i >= n)\n"
+    "        return;\n"
+    "    unsigned key = pr_dgc_key(acc[i]);\n"
+    "    if ((key & state[PR_DGC_MASK]) == state[PR_DGC_PREFIX])\n"
+    "        atomicAdd(&state[PR_DGC_STATE_WORDS + ((key >> shift) & 255u)], 1u);\n"
+    "}\n"
+    "/* The runtime's, one thread: the bin holding the wanted-th largest key, from the top; the\n"
+    " * threshold gains its 8 bits, the wanted count loses the keys above the bin; the histogram\n"
+    " * is cleared for the next pass. After the last pass (shift 0) the prefix is the k-th\n"
+    " * largest key and `wanted` the number of entries equal to it to take. */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_pick(unsigned *RESTRICT state, int shift)\n"
+    "{\n"
+    "    unsigned *bins = state + PR_DGC_STATE_WORDS, wanted = state[PR_DGC_WANTED], above = 0, bin = 0;\n"
+    "    for (int b = 255; b >= 0; b--) {\n"
+    "        if (above + bins[b] >= wanted) {\n"
+    "            bin = (unsigned)b;\n"
+    "            break;\n"
+    "        }\n"
+    "        above += bins[b];\n"
+    "    }\n"
+    "    state[PR_DGC_PREFIX] |= bin << shift;\n"
+    "    state[PR_DGC_MASK] |= 255u << shift;\n"
+    "    state[PR_DGC_WANTED] = wanted - above;\n"
+    "    for (int b = 0; b < 256; b++)\n"
+    "        bins[b] = 0;\n"
+    "}\n"
+    "/* The runtime's: per chunk of PR_DGC_CHUNK entries, the keys above the threshold and equal to it. */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_count(const float *RESTRICT acc, long n, const unsigned *RESTRICT state, "
+    "unsigned *RESTRICT above, unsigned *RESTRICT equal)\n"
+    "{\n"
+    "    long c = (long)blockIdx.x * blockDim.x + threadIdx.x, from = c * PR_DGC_CHUNK;\n"
+    "    if (from >= n)\n"
+    "        return;\n"
+    "    long to = from + PR_DGC_CHUNK < n ? from + PR_DGC_CHUNK : n;\n"
+    "    unsigned t = state[PR_DGC_PREFIX], a = 0, e = 0;\n"
+    "    for (long i = from; i < to; i++) {\n"
+    "        unsigned key = pr_dgc_key(acc[i]);\n"
+    "        a += key > t;\n"
+    "        e += key == t;\n"
+    "    }\n"
+    "    above[c] = a;\n"
+    "    equal[c] = e;\n"
+    "}\n"
+    "/* The runtime's, one thread: the chunks' counts become, in index order, each chunk's first\n"
+    " * pair (above) and the ties before it (equal); the ties taken are the first ones. */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_scan(unsigned *RESTRICT above, unsigned *RESTRICT equal, long chunks, "
+    "unsigned *RESTRICT state)\n"
+    "{\n"
+    "    unsigned ties = state[PR_DGC_WANTED], out = 0, seen = 0;\n"
+    "    for (long c = 0; c < chunks; c++) {\n"
+    "        unsigned a = above[c], e = equal[c];\n"
+    "        unsigned left = ties > seen ? ties - seen : 0;\n"
+    "        above[c] = out;\n"
+    "        equal[c] = seen;\n"
+    "        out += a + (left < e ? left : e);\n"
+    "        seen += e;\n"
+    "    }\n"
+    "    state[PR_DGC_WRITTEN] = out;\n"
+    "}\n"
+    "/* The runtime's: per chunk, its pairs in index order at its place, zeroed in acc and u. */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_compact(float *RESTRICT acc, float *RESTRICT u, long n, "
+    "const unsigned *RESTRICT state, const unsigned *RESTRICT first, const unsigned *RESTRICT ties_before, "
+    "unsigned *RESTRICT index, float *RESTRICT value)\n"
+    "{\n"
+    "    long c = (long)blockIdx.x * blockDim.x + threadIdx.x, from = c * PR_DGC_CHUNK;\n"
+    "    if (from >= n)\n"
+    "        return;\n"
+    "    long to = from + PR_DGC_CHUNK < n ? from + PR_DGC_CHUNK : n;\n"
+    "    unsigned t = state[PR_DGC_PREFIX], ties = state[PR_DGC_WANTED], at = first[c], tie = ties_before[c];\n"
+    "    for (long i = from; i < to; i++) {\n"
+    "        unsigned key = pr_dgc_key(acc[i]);\n"
+    "        if (key > t || (key == t && tie++ < ties)) {\n"
+    "            index[at] = (unsigned)i;\n"
+    "            value[at] = acc[i];\n"
+    "            at++;\n"
+    "            acc[i] = 0.0f;\n"
+    "            if (u)\n"
+    "                u[i] = 0.0f;\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "/* The runtime's: one replica's k pairs into the sum (distinct indices: no two threads meet);\n"
+    " * the first replica's as they are, the others' added, one launch per replica in order. */\n"
+    "extern \"C\" __global__ void pr_gpu_dgc_scatter(float *RESTRICT sum, const unsigned *RESTRICT index, "
+    "const float *RESTRICT value, long k, int first)\n"
+    "{\n"
+    "    long j = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (j >= k)\n"
+    "        return;\n"
+    "    unsigned i = index[j];\n"
+    "    sum[i] = first ? value[j] : __fadd_rn(sum[i], value[j]);\n"
+    "}\n";
+
+static void emit_dgc_kernels(StrBuf *sb)
+{
+    emit_line(sb, "/* compression dgc: the selection's state words and chunk (runtime/pacirt.h). */");
+    emit_line(sb, "#define PR_DGC_CHUNK %d", PR_CUDA_DGC_CHUNK);
+    emit_line(sb, "#define PR_DGC_PREFIX %d", PR_DGC_PREFIX);
+    emit_line(sb, "#define PR_DGC_MASK %d", PR_DGC_MASK);
+    emit_line(sb, "#define PR_DGC_WANTED %d", PR_DGC_WANTED);
+    emit_line(sb, "#define PR_DGC_WRITTEN %d", PR_DGC_WRITTEN);
+    emit_line(sb, "#define PR_DGC_STATE_WORDS %d", PR_DGC_STATE_WORDS);
+    sb_puts(sb, dgc_kernels);
+}
+
 /* Every kernel of the model, specialised to cfg's shapes (the stage decides which it
  * launches); no #include, so NVRTC needs no headers. */
 void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
@@ -172,6 +309,8 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
     for (int i = 0; i < kernel_desc_count; i++)
         emit_cuda_kernel(sb, cfg, &kernel_descs[i]);
     emit_sumsq_kernel(sb);
+    if (cfg->dgc_density > 0)
+        emit_dgc_kernels(sb);
 }
 
 /* "const float *RESTRICT wte" -> type "const float *" and name "wte". */

@@ -426,11 +426,20 @@ static int dgc_load_own(pr_run *run, FILE *f, const char *path, char *err)
         (size_t)info.st_size != sizeof(dgc_header) + dgc_floats(run) * sizeof(float))
         return pr_fail(err, "%s: not the size of data %d x %d stages' residuals (truncated or corrupt)",
                        path, run->replicas, run->p);
-    if (fseek(f, (long)(sizeof(dgc_header) + before * sizeof(float)), SEEK_SET) != 0 ||
-        fread(st->dgc.residual, sizeof(float), n, f) != n ||
-        (st->dgc.velocity && fread(st->dgc.velocity, sizeof(float), n, f) != n))
+    if (fseek(f, (long)(sizeof(dgc_header) + before * sizeof(float)), SEEK_SET) != 0)
         return pr_fail(err, "%s: read failed (rank %d's residuals)", path, rank);
-    return 0;
+    // a GPU's residuals (runtime/cuda/dgc.c) through a host buffer, the CPU's in place
+    float *host = run->dev->host_memory ? NULL : pr_alloc(n * sizeof(float));
+    int rc = 0;
+    for (int part = 0; part < parts && rc == 0; part++) {
+        float *to = part == 0 ? st->dgc.residual : st->dgc.velocity;
+        if (fread(host ? host : to, sizeof(float), n, f) != n)
+            rc = pr_fail(err, "%s: read failed (rank %d's residuals)", path, rank);
+        else if (host)
+            run->dev->upload(rank % run->p, to, host, n * sizeof(float));
+    }
+    free(host);
+    return rc;
 }
 
 /* A compressed run resumes only from a checkpoint of the same compression, replicas and

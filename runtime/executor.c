@@ -730,9 +730,13 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     }
     double lr = run_lr(run, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1, st->params_h};
-    if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog))
+    if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog) && dev->host_memory)
         pr_dgc_step(prog, sc, &args); // the exchanged sum holds the replicas' velocities
-    else
+    else if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog)) {
+        // the device's rule as compiled, from a zero buffer: mu 0 + x is x, momentum 0's step
+        dev->zero(st->index, st->m, (size_t)sc->n_params * sizeof(float));
+        dev->adamw(prog, st->index, &args);
+    } else
         dev->adamw(prog, st->index, &args);
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;

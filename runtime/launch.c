@@ -368,12 +368,13 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
  * (GPU) travels through host buffers: downloaded before sending, uploaded after receiving. */
 /* compression dgc: every rank's residuals (and velocities, under momentum correction) to rank
  * 0, for a checkpoint: into run->dgc_gathered, in rank order (replica-major, as dgc.bin holds
- * them), a gather for the residuals and one for the velocities. */
+ * them), a gather for the residuals and one for the velocities; a GPU's are downloaded first. */
 static int gather_residuals(pr_run *run, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
     int parts = 1 + pr_dgc_momentum_correction(run->prog), rc = 0;
     const pr_dgc_buffers *own = &run->stage[b->rank % run->p].dgc;
+    float *staged = NULL;
     float **dst = pr_alloc((size_t)b->world * sizeof *dst);
     size_t *bytes = pr_alloc((size_t)b->world * sizeof *bytes), total = 0;
     for (int r = 0; r < b->world; r++)
@@ -390,6 +391,11 @@ static int gather_residuals(pr_run *run, char *err)
             at = at ? at + (size_t)parts * (bytes[r] / sizeof(float)) : NULL;
         }
         const float *mine = part == 0 ? own->residual : own->velocity;
+        if (!run->dev->host_memory) { // a GPU's: through a host buffer
+            float *host = pr_alloc(bytes[b->rank]);
+            run->dev->download(b->rank % run->p, host, mine, bytes[b->rank]);
+            mine = staged = host;
+        }
         if (b->rank == 0)
             memcpy(dst[0], mine, bytes[0]);
         char why[PR_ERR_LEN], blame[PR_ERR_LEN];
@@ -401,6 +407,8 @@ static int gather_residuals(pr_run *run, char *err)
                     b->rank % run->p, b->rank, why, (long long)run->step, blame);
         }
         pr_wait_end();
+        free(staged);
+        staged = NULL;
     }
     free(dst);
     free(bytes);

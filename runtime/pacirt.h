@@ -326,6 +326,22 @@ extern const struct pr_device pr_device_cuda;
 #define PR_CUDA_SUMSQ_KERNEL "pr_sumsq_partials"
 #define PR_CUDA_SUMSQ_BLOCK 256
 
+/* `compression dgc` (runtime/cuda/dgc.c): kernels of a compressing program's every unit that
+ * the CUDA layer launches itself, by these names (compiler/emit_cuda.c writes them): the
+ * accumulation, the radix select's histogram and pick, the chunks' counts, their scan, the
+ * compaction into (index, value) pairs, and the sum of a replica's pairs. A chunk is
+ * PR_CUDA_DGC_CHUNK consecutive entries, walked in index order by one thread. */
+#define PR_CUDA_DGC_KERNELS(X)                                                               \
+    X(accumulate, "pr_gpu_dgc_accumulate") X(histogram, "pr_gpu_dgc_histogram") X(pick, "pr_gpu_dgc_pick") \
+    X(count, "pr_gpu_dgc_count") X(scan, "pr_gpu_dgc_scan") X(compact, "pr_gpu_dgc_compact")              \
+    X(scatter, "pr_gpu_dgc_scatter")
+#define PR_CUDA_DGC_CHUNK 256
+/* The selection's state on the device (32-bit words): the threshold's bits found so far,
+ * their mask, the entries still wanted (k, then the ties at the threshold to take), the
+ * pairs written; then a histogram of 256 bins. */
+enum { PR_DGC_PREFIX, PR_DGC_MASK, PR_DGC_WANTED, PR_DGC_WRITTEN, PR_DGC_STATE_WORDS = 8,
+       PR_DGC_BINS = 256 };
+
 /* Launches kernel `kernel` of stage's list over `threads` indices in blocks of `block` on
  * the stage's compute stream; args as cuLaunchKernel takes them. */
 void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t block, void **args);

@@ -161,6 +161,7 @@ int pr_dev_link_recv(pr_dev_link *l, const struct pr_device *dev, struct pr_chan
 
 struct pr_run;
 struct pr_bootstrap;
+struct pr_dgc_buffers;
 
 /* A device's native transport between stages (CUDA: NCCL, runtime/cuda/nccl_transport.c).
  * It carries the links marked in run->native; the others stay in-process (device links or
@@ -192,6 +193,12 @@ typedef struct pr_link_ops {
      * so far, and returns without waiting; the step's `reduce`, called with n = 0, then sums
      * the values and waits for every started range. NULL: the step sums the whole block. */
     int (*reduce_start)(struct pr_run *run, int stage, float *grads, size_t n, char *err);
+    /* Replicas under compression dgc: every replica's `words` 32-bit words at slots + replica
+     * x words (device memory, its pairs) into every replica's slots, in place, in replica
+     * order (an allgather), and the n_values doubles at values summed as `reduce` does; the
+     * peer timeout and errors as for send and receive. NULL: the transport cannot. */
+    int (*gather)(struct pr_run *run, int stage, uint32_t *slots, size_t words, double *values,
+                  int n_values, char *err);
 } pr_link_ops;
 
 /* The parts of a zero-bubble backward (pr_device.backward_part). */
@@ -248,6 +255,17 @@ typedef struct pr_device {
     void (*event_destroy)(int stage, void *event);
     void (*event_record)(int stage, void *event);
     void (*event_wait)(int stage, void *event);
+    /* compression dgc on the device (NULL on the CPU, whose replicas run dgc.c on host
+     * memory). dgc_open: b's residual (and velocity, under momentum correction) in the
+     * stage's memory, zero, and its pairs for D replicas: b->index holds D slots of 2 k words
+     * (k indices, then k values, at a step's k). dgc_compress: pr_dgc_compress on the device,
+     * its pairs into slot `replica`; returns the slots. dgc_sum: grads = the D slots summed in
+     * replica order (pr_dgc_sum). */
+    int (*dgc_open)(const pr_program *prog, int stage, struct pr_dgc_buffers *b, int D, char *err);
+    uint32_t *(*dgc_compress)(int stage, struct pr_dgc_buffers *b, const float *grads, int64_t k, float scale,
+                              float mu, int replica);
+    void (*dgc_sum)(int stage, float *grads, const uint32_t *slots, int64_t k);
+    void (*dgc_close)(int stage, struct pr_dgc_buffers *b);
 } pr_device;
 
 extern const pr_device pr_device_cpu;

@@ -12,12 +12,16 @@
  * which adds them in replica order and sends the sum back (launch.c makes the sockets).
  * Under `compression dgc` the same sockets carry each replica's (index, value) pairs to
  * replica 0 and every other replica's back (tcp_dgc), and every replica sums all D lists in
- * replica order, as the threads do, so processes and threads give the same bits.
+ * replica order, as the threads do, so processes and threads give the same bits. On GPUs
+ * (the device's transport, NCCL) the sum is the transport's allreduce, and under compression
+ * each replica selects its pairs on its GPU, the transport gathers every replica's, and each
+ * sums them in replica order on its GPU (native_dgc, runtime/cuda/dgc.c).
  * Under `accumulate pairwise` the replicas' sums are added as a binary tree instead
  * (pairwise_sum), the grouping each stage's window uses: D replicas of window K then give the
  * bits of one pipeline of window D K when both are powers of two.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,14 +61,18 @@ int pr_replicas_open(pr_run *run, char *err)
     if (D == 1)
         return 0;
     run->replica_ops = &replica_ops;
-    if (run->prog->dgc_density > 0 && run->opt.world > 1 && !run->dev->host_memory)
-        return pr_fail(err, "%s: compression dgc is not yet supported on GPUs (NCCL): it runs on the "
+    if (run->prog->dgc_density > 0 && run->opt.world > 1 && !run->dev->host_memory && !run->dev->dgc_open)
+        return pr_fail(err, "%s: compression dgc is not supported on the %s device: it runs on the "
                        "CPU, with the replicas as threads of one process or as processes over TCP "
-                       "(torchrun-style variables or mpirun, --device cpu); remove the compression "
-                       "block to run the dense exchange", run->prog->source);
+                       "(torchrun-style variables or mpirun, --device cpu), and on GPUs (NCCL); remove "
+                       "the compression block to run the dense exchange", run->prog->source, run->dev->name);
     if (run->opt.world > 1) {
-        // compression dgc: this process's replica of its own stage keeps its residual
-        pr_stage_rt *own = &run->stage[run->opt.rank % run->p];
+        // compression dgc: this process's replica of its own stage keeps its residual (on a
+        // GPU in its memory, with the device's selection buffers: runtime/cuda/dgc.c)
+        int s = run->opt.rank % run->p;
+        pr_stage_rt *own = &run->stage[s];
+        if (run->prog->dgc_density > 0 && run->dev->dgc_open)
+            return run->dev->dgc_open(run->prog, s, &own->dgc, D, err);
         if (run->prog->dgc_density > 0)
             pr_dgc_alloc(&own->dgc, own->code->n_params, pr_dgc_momentum_correction(run->prog));
         return 0;
@@ -138,8 +146,12 @@ static void replicas_close(pr_run *run)
     run->reduce_pairs = NULL;
     run->dgc_gathered = NULL;
     if (!run->replica_runs) {
-        for (int s = 0; s < run->p; s++) // one process per stage and replica: its own stage's
-            pr_dgc_free(&run->stage[s].dgc);
+        for (int s = 0; s < run->p; s++) { // one process per stage and replica: its own stage's
+            if (run->dev->dgc_close && run->stage[s].dgc.residual)
+                run->dev->dgc_close(s, &run->stage[s].dgc);
+            else
+                pr_dgc_free(&run->stage[s].dgc);
+        }
         return;
     }
     for (int r = 0; r < run->replicas; r++)
@@ -642,10 +654,11 @@ static void native_failed(pr_run *run, pr_stage_rt *st, int rc, const char *err)
     reduce_failed(run, st, why);
 }
 
+/* The overlap is dense only: compression dgc selects from the whole window's gradient. */
 static int replicas_overlaps(const pr_run *run, const pr_stage_rt *st)
 {
     return run->replicas > 1 && !run->shared && run->links && run->links->reduce_start &&
-           st->window_backwards + 1 == run->K;
+           run->prog->dgc_density <= 0 && st->window_backwards + 1 == run->K;
 }
 
 static void replicas_ready(void *ctx, int64_t offset, int64_t count)
@@ -687,12 +700,45 @@ static void native_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     *stop = values[1] > 0.0;
 }
 
+/* compression dgc over the device's transport (dgc.c's steps; runtime/cuda/dgc.c on the GPU):
+ * this replica's pairs selected on the device into its slot, every replica's slots gathered
+ * (NCCL's allgather: the same k everywhere, as k depends only on the step and n), then the
+ * slots summed in replica order on the device, so every replica holds the same bits. */
+static void native_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
+{
+    const pr_device *dev = run->dev;
+    int s = st->index, D = run->replicas;
+    int64_t n = st->code->n_params, k = pr_dgc_count(run->prog, st->t + 1, n);
+    if (!run->links->gather || !dev->dgc_compress || !st->dgc.residual) // never dense in silence
+        pr_internal("stage %d: compression dgc over %s without its gather or device state", s, run->links->name);
+    float scale = 1.0f, mu = pr_dgc_momentum_correction(run->prog) ? (float)st->code->optim_rule->momentum : 0.0f;
+    if (run->prog->dgc_clip > 0) { // the local norm, summed on the device in its own order
+        pr_tensor whole = {.name = "gradients", .size = n};
+        double sum = 0.0;
+        dev->sumsq(s, st->grads, &whole, 1, &sum);
+        scale = pr_clip_scale(sqrt(sum), run->prog->dgc_clip / sqrt((double)D));
+    }
+    uint32_t *slots = dev->dgc_compress(s, &st->dgc, st->grads, k, scale, mu, run->replica);
+    double values[2] = {*loss, (double)*stop};
+    char err[PR_ERR_LEN] = "";
+    wait_for_replicas(run, st);
+    int rc = run->links->gather(run, s, slots, (size_t)(2 * k), values, 2, err);
+    if (rc != PR_LINK_OK)
+        native_failed(run, st, rc, err);
+    pr_wait_end();
+    dev->dgc_sum(s, st->grads, slots, k);
+    *loss = values[0];
+    *stop = values[1] > 0.0;
+}
+
 static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
 {
     if (run->replicas <= 1)
         return;
     if (run->shared)
         in_process_reduce(run, st, loss, stop);
+    else if (run->links && run->prog->dgc_density > 0)
+        native_dgc(run, st, loss, stop);
     else if (run->links && run->links->reduce)
         native_reduce(run, st, loss, stop);
     else if (run->reduce_fd)

@@ -251,7 +251,7 @@ static void print_summary(const pr_run *run, double val_loss)
         printf(" (this process: %.2f MiB)\n", (double)held / (1 << 20));
     else
         printf(" (allocated by the runtime)\n");
-    if (run->replicas > 1 && (!run->links || !run->links->reduce)) {
+    if (run->replicas > 1) { // the in-process sum, TCP and the device's transport count what they send
         printf("exchange: bytes sent per step by");
         for (int r = 0, shown = 0; r < run->replicas; r++)
             if (exchange_per_step(run, r) >= 0)
@@ -1135,7 +1135,7 @@ static int train_and_report(pr_run *run, char *err)
     int rc = pr_train(run, err);
     if (rc > 0)
         rc = 0; // stopped by a signal, at a checkpoint
-    if (lg.metrics && run->replicas > 1 && (!run->links || !run->links->reduce)) {
+    if (lg.metrics && run->replicas > 1) {
         fprintf(lg.metrics, "{\"exchange_bytes_per_step\": [");
         for (int r = 0, shown = 0; r < run->replicas; r++)
             if (exchange_per_step(run, r) >= 0)

@@ -42,6 +42,16 @@ void pr_cuda_dev_event_destroy(int stage, void *event);
 void pr_cuda_dev_event_record(int stage, void *event);
 void pr_cuda_dev_event_wait(int stage, void *event);
 extern const pr_op_timer pr_cuda_dev_op_timer;
+/* A kernel of the stage's unit by name, NULL with err when there is none; its launch over
+ * `threads` indices in blocks of `block` on the compute stream. */
+CUfunction pr_cuda_function(int stage, const char *name, char *err);
+void pr_cuda_launch_function(int stage, CUfunction f, int64_t threads, int block, void **args);
+/* compression dgc on the GPU (dgc.c): struct pr_device's dgc_* calls (runtime/prt.h). */
+int pr_cuda_dgc_open(const pr_program *prog, int stage, pr_dgc_buffers *b, int D, char *err);
+uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads, int64_t k, float scale,
+                               float mu, int replica);
+void pr_cuda_dgc_sum(int stage, float *grads, const uint32_t *slots, int64_t k);
+void pr_cuda_dgc_close(int stage, pr_dgc_buffers *b);
 /* The NCCL transport (nccl_transport.c). pr_nccl_load loads `library` (NULL: libnccl.so.2)
  * once and returns its version code, or -1 with the reason in err. */
 extern const pr_link_ops pr_nccl_links;

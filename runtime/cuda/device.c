@@ -560,6 +560,27 @@ void pr_cuda_launch(int32_t stage, int32_t kernel, int64_t threads, int32_t bloc
                                             1, 1, 0, cs->compute, args, NULL), "cuLaunchKernel");
 }
 
+/* A kernel of the stage's unit by name (the runtime's own: compression dgc's); 0 with err
+ * when the image has none. */
+CUfunction pr_cuda_function(int stage, const char *name, char *err)
+{
+    CUfunction f = NULL;
+    if (drv.cuModuleGetFunction(&f, enter(stage)->module, name) != CUDA_SUCCESS)
+        return pr_fail(err, "stage %d: its kernels have no %s (built by an older pacic?)", stage, name), NULL;
+    return f;
+}
+
+/* As pr_cuda_launch, for a kernel found by pr_cuda_function. */
+void pr_cuda_launch_function(int stage, CUfunction f, int64_t threads, int block, void **args)
+{
+    cuda_stage *cs = enter(stage);
+    if (threads <= 0)
+        return;
+    int64_t grid = (threads + block - 1) / block;
+    pr_cuda_check(stage, drv.cuLaunchKernel(f, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, cs->compute,
+                                            args, NULL), "cuLaunchKernel");
+}
+
 void pr_cuda_zero(int32_t stage, float *dst, int64_t count)
 {
     pr_cuda_check(stage, drv.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, (size_t)count * sizeof(float),

@@ -1,7 +1,8 @@
 /* cuda/layer.c: the CUDA device layer as the runtime selects it (pr_device_cuda): device.c's
  * calls, with the NCCL transport between processes and GPUs (nccl_transport.c). The files
  * of runtime/cuda/ form layers: device.c (the driver, contexts, streams, memory, launches) at
- * the bottom; gemm.c (cuBLASLt), optim.c (the optimizers' steps) and nccl_transport.c on it;
+ * the bottom; gemm.c (cuBLASLt), optim.c (the optimizers' steps), dgc.c (compression dgc's selection
+ * and sum) and nccl_transport.c on it;
  * this table on top. No file calls one above it.
  */
 #include "../prt.h"
@@ -36,4 +37,8 @@ const pr_device pr_device_cuda = {
     .event_destroy = pr_cuda_dev_event_destroy,
     .event_record = pr_cuda_dev_event_record,
     .event_wait = pr_cuda_dev_event_wait,
+    .dgc_open = pr_cuda_dgc_open,
+    .dgc_compress = pr_cuda_dgc_compress,
+    .dgc_sum = pr_cuda_dgc_sum,
+    .dgc_close = pr_cuda_dgc_close,
 };

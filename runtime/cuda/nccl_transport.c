@@ -56,7 +56,8 @@ _Static_assert(sizeof(ncclUniqueId) == PR_BOOT_ID_BYTES, "an NCCL id is the boot
 #define NCCL_FUNCTIONS(X)                                                                     \
     X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError)   \
     X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclSend) X(ncclRecv)           \
-    X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce)
+    X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce)    \
+    X(ncclAllGather)
 #define DRIVER_FUNCTIONS(X)                                                                   \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamWaitEvent) X(cuEventCreate)                \
     X(cuEventRecord) X(cuEventQuery) X(cuEventDestroy) X(cuMemcpyAsync) X(cuMemcpyDtoH)       \
@@ -567,6 +568,21 @@ static int group_failed(ncclResult_t rc, char *err)
     return rc == ncclInProgress ? PR_LINK_TIMEOUT : PR_LINK_ERROR;
 }
 
+/* The step's exchange is done on the group's stream: the compute stream waits for it, and so
+ * does the host, for the values (the step's loss and stop flag, read at once). */
+static int group_finish(int stage, double *values, int n_values, double deadline, char *err)
+{
+    pr_cuda_check(stage, api.cuEventRecord(group.done, group.stream), "cuEventRecord");
+    pr_cuda_check(stage, api.cuStreamWaitEvent(pr_cuda_compute_stream(stage), group.done, 0), "cuStreamWaitEvent");
+    int waited = wait_event(&group.comm, stage, group.done, deadline, err);
+    if (waited != PR_LINK_OK) {
+        group.open = 0;
+        return waited;
+    }
+    pr_cuda_dev_download(stage, values, group.values, (size_t)n_values * sizeof(double));
+    return PR_LINK_OK;
+}
+
 /* Overlap: the allreduce of a range the window's last backward has just finished, queued on
  * the group's stream behind that backward's kernels; returns without waiting for it. */
 static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, char *err)
@@ -580,6 +596,7 @@ static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, cha
     rc = settle(group.comm, rc, deadline_after(run->opt.peer_timeout));
     if (rc != ncclSuccess)
         return group_failed(rc, err);
+    run->stage[stage].exchange_bytes += (int64_t)(n * sizeof(float)); // what this replica puts in
     return PR_LINK_OK;
 }
 
@@ -592,7 +609,6 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
     if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
-    CUstream compute = pr_cuda_compute_stream(stage);
     pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));
     group_follows_compute(stage);
     double deadline = deadline_after(run->opt.peer_timeout);
@@ -611,15 +627,40 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
     rc = settle(group.comm, rc, deadline);
     if (rc != ncclSuccess)
         return group_failed(rc, err);
-    pr_cuda_check(stage, api.cuEventRecord(group.done, group.stream), "cuEventRecord");
-    pr_cuda_check(stage, api.cuStreamWaitEvent(compute, group.done, 0), "cuStreamWaitEvent");
-    int waited = wait_event(&group.comm, stage, group.done, deadline, err);
-    if (waited != PR_LINK_OK) {
-        group.open = 0;
-        return waited;
+    run->stage[stage].exchange_bytes += (int64_t)(n * sizeof(float));
+    run->stage[stage].exchanges++;
+    return group_finish(stage, values, n_values, deadline, err);
+}
+
+/* compression dgc: every replica's pairs (its slot of `words` words, written by the compute
+ * stream) gathered in place, slot q from replica q (NCCL's allgather puts rank q's buffer at
+ * offset q x count), and the values summed, in one group on the group's stream. */
+static int nccl_gather(pr_run *run, int stage, uint32_t *slots, size_t words, double *values,
+                       int n_values, char *err)
+{
+    if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
+        pr_internal("stage %d: no NCCL group for its replicas", stage);
+    pr_cuda_enter(stage);
+    pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));
+    group_follows_compute(stage);
+    double deadline = deadline_after(run->opt.peer_timeout);
+    uint32_t *mine = slots + (size_t)run->replica * words;
+    ncclResult_t rc = api.ncclGroupStart(), op;
+    if (rc == ncclSuccess) {
+        op = api.ncclAllGather(mine, slots, words, ncclUint32, group.comm, (cudaStream_t)group.stream);
+        if (op == ncclSuccess || op == ncclInProgress)
+            op = api.ncclAllReduce(group.values, group.values, (size_t)n_values, ncclFloat64, ncclSum,
+                                   group.comm, (cudaStream_t)group.stream);
+        rc = api.ncclGroupEnd();
+        if (op != ncclSuccess && op != ncclInProgress)
+            rc = op;
     }
-    pr_cuda_dev_download(stage, values, group.values, (size_t)n_values * sizeof(double));
-    return PR_LINK_OK;
+    rc = settle(group.comm, rc, deadline);
+    if (rc != ncclSuccess)
+        return group_failed(rc, err);
+    run->stage[stage].exchange_bytes += (int64_t)(words * sizeof(uint32_t)); // this replica's slot
+    run->stage[stage].exchanges++;
+    return group_finish(stage, values, n_values, deadline, err);
 }
 
 /* Flushes and frees every end; a communicator still busy at the peer timeout is aborted.
@@ -691,6 +732,7 @@ const pr_link_ops pr_nccl_links = {
     .close = nccl_close,
     .reduce = nccl_reduce,
     .reduce_start = nccl_reduce_start,
+    .gather = nccl_gather,
 };
 
 #else /* no nccl.h */

@@ -455,6 +455,15 @@ inline float __frcp_rn(float x)
 {
     return 1.0f / x;
 }
+/* Rounded products and sums that a compiler never fuses into an fma (the CPU never does). */
+inline float __fmul_rn(float a, float b)
+{
+    return a * b;
+}
+inline float __fadd_rn(float a, float b)
+{
+    return a + b;
+}
 /* A float's bits and back, as the bf16 conversions of the generated code use them. */
 inline unsigned __float_as_uint(float x)
 {

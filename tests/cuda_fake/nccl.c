@@ -5,7 +5,11 @@
  * queued on the caller's stream at ncclGroupEnd, and ncclCommAbort stops what is queued. And
  * ncclAllReduce (sum, float32 or float64) on communicators of up to FAKE_MAX_RANKS ranks: the
  * k-th allreduce of every rank meets the others' k-th, with the same count and type, and the
- * sum adds the ranks in order 0, 1, ... (real NCCL promises no order).
+ * sum adds the ranks in order 0, 1, ... (real NCCL promises no order). And ncclAllGather (any
+ * type): rank q's sendcount elements land at recvbuff + q x sendcount on every rank, as NCCL
+ * defines it, in place when sendbuff is the rank's own place there; it is a collective of the
+ * same sequence as the allreduces (the k-th collective of every rank must be the same kind,
+ * count and type).
  *
  * One mechanism serves ranks in one process and in several: each communicator is a POSIX
  * shared-memory segment named from its unique id ("/fakenccl-<hex>"), created by whichever
@@ -54,8 +58,8 @@ typedef struct {
  * touched only by communicators that reduce. */
 typedef struct {
     atomic_ullong deposited[FAKE_MAX_RANKS], taken[FAKE_MAX_RANKS]; /* chunks, over the life */
-    atomic_int type[FAKE_MAX_RANKS];
-    atomic_ullong count[FAKE_MAX_RANKS]; /* of the allreduce each rank is in */
+    atomic_int type[FAKE_MAX_RANKS], gather[FAKE_MAX_RANKS];
+    atomic_ullong count[FAKE_MAX_RANKS]; /* of the collective each rank is in */
     unsigned char slot[FAKE_MAX_RANKS][STAGE_BYTES];
 } collective;
 
@@ -85,9 +89,10 @@ struct ncclComm {
 typedef struct {
     struct ncclComm *comm;
     CUstream stream;
-    int send, reduce, type, state;
+    int send, reduce, gather, type, state; /* gather: an allgather (reduce is set too) */
     size_t count, bytes, moved;
-    unsigned char *host;
+    unsigned char *host;       /* allgather: the receive buffer, nranks x bytes */
+    const unsigned char *from; /* allgather: the rank's send buffer */
     unsigned long long seq;
 } p2p;
 
@@ -358,8 +363,9 @@ static int step_reduce(p2p *p, int *moved)
                     return 0;
             // What this chunk belongs to, checked by every rank before any rewrites it.
             atomic_store(&k->type[c->rank], p->type);
+            atomic_store(&k->gather[c->rank], p->gather);
             atomic_store(&k->count[c->rank], p->count);
-            memcpy(k->slot[c->rank], p->host + p->moved, n);
+            memcpy(k->slot[c->rank], (p->gather ? p->from : p->host) + p->moved, n);
             atomic_store(&k->deposited[c->rank], g + 1);
             p->state = 1, *moved = 1;
         }
@@ -367,11 +373,17 @@ static int step_reduce(p2p *p, int *moved)
             if (atomic_load(&k->deposited[q]) < g + 1)
                 return 0;
         for (int q = 0; q < c->nranks; q++)
-            if (atomic_load(&k->type[q]) != p->type || atomic_load(&k->count[q]) != p->count)
-                die("rank %d reduces %zu %s as allreduce %llu on %s, and rank %d %llu %s", c->rank,
-                    p->count, type_name(p->type), p->seq, c->name, q,
+            if (atomic_load(&k->type[q]) != p->type || atomic_load(&k->count[q]) != p->count ||
+                atomic_load(&k->gather[q]) != p->gather)
+                die("rank %d %s %zu %s as collective %llu on %s, and rank %d %s %llu %s", c->rank,
+                    p->gather ? "gathers" : "reduces", p->count, type_name(p->type), p->seq, c->name, q,
+                    atomic_load(&k->gather[q]) ? "gathers" : "reduces",
                     (unsigned long long)atomic_load(&k->count[q]), type_name(atomic_load(&k->type[q])));
-        sum_slots(k, c->nranks, p->type, p->host + p->moved, n);
+        if (p->gather)
+            for (int q = 0; q < c->nranks; q++) // rank q's part at q x count, NCCL's layout
+                memcpy(p->host + (size_t)q * p->bytes + p->moved, k->slot[q], n);
+        else
+            sum_slots(k, c->nranks, p->type, p->host + p->moved, n);
         c->chunks = g + 1;
         atomic_store(&k->taken[c->rank], g + 1);
         p->moved += n, p->state = 0, *moved = 1;
@@ -503,7 +515,8 @@ static void launch(void)
         for (int j = i; j < npending; j++)
             if (pending[j].comm && pending[j].stream == s) {
                 b->op[b->n++] = pending[j];
-                fake_count(pending[j].reduce ? "ncclAllReduce" : pending[j].send ? "ncclSend" : "ncclRecv");
+                fake_count(pending[j].gather ? "ncclAllGather" : pending[j].reduce ? "ncclAllReduce"
+                           : pending[j].send ? "ncclSend" : "ncclRecv");
                 pending[j].comm = NULL;
             }
         fake_stream_enqueue(s, run_batch, b);
@@ -592,6 +605,36 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
              .bytes = count * type_sizes[datatype]};
     if (p.bytes > 0)
         p.host = fake_device_range((CUdeviceptr)(uintptr_t)recvbuff, p.bytes, gpu, "ncclAllReduce buffer");
+    p.seq = atomic_fetch_add(&c->colls, 1);
+    return queue(&p);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    struct ncclComm *c = check_live(comm, "ncclAllGather");
+    if (!ready(c))
+        die("ncclAllGather on %s (rank %d) before its initialization completed", c->name, c->rank);
+    if (atomic_load(&c->finalizing))
+        die("ncclAllGather on %s (rank %d) after ncclCommFinalize", c->name, c->rank);
+    if ((int)datatype < 0 || (int)datatype >= ncclNumTypes)
+        die("ncclAllGather with datatype %d", (int)datatype);
+    int gpu = fake_stream_gpu((CUstream)stream);
+    if (c->gpu >= 0 && gpu != c->gpu)
+        die("ncclAllGather on a stream of GPU %d, and communicator %s (rank %d) belongs to GPU %d",
+            gpu, c->name, c->rank, c->gpu);
+    p2p p = {.comm = c, .stream = (CUstream)stream, .reduce = 1, .gather = 1, .type = datatype,
+             .count = sendcount, .bytes = sendcount * type_sizes[datatype]};
+    if (p.bytes > 0) {
+        p.host = fake_device_range((CUdeviceptr)(uintptr_t)recvbuff, p.bytes * (size_t)c->nranks, gpu,
+                                   "ncclAllGather receive buffer");
+        p.from = fake_device_range((CUdeviceptr)(uintptr_t)sendbuff, p.bytes, gpu, "ncclAllGather send buffer");
+        // in place only as NCCL allows it: the send buffer is the rank's own part
+        const unsigned char *own = p.host + (size_t)c->rank * p.bytes;
+        if (p.from != own && p.from < p.host + p.bytes * (size_t)c->nranks && p.from + p.bytes > p.host)
+            die("ncclAllGather on %s (rank %d): the send buffer overlaps the receive buffer away from "
+                "the rank's own part", c->name, c->rank);
+    }
     p.seq = atomic_fetch_add(&c->colls, 1);
     return queue(&p);
 }
