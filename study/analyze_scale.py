@@ -109,6 +109,25 @@ def largest_batch(runs, base, threshold):
     return largest
 
 
+def unigram_loss(folder):
+    """The byte-unigram model's loss, the level a model that has learnt only how often each
+    token occurs reaches: the training file's token frequencies scored on the validation file
+    (llm.c token files: a 256-int header, then uint16 tokens), or None without the files."""
+    import collections
+    import re
+    import struct
+    text = open(os.path.join(folder, "model.paci")).read()
+    paths = [re.search(r'\b%s\s+"([^"]*)"' % k, text) for k in ("data", "val")]
+    if not all(paths) or not all(os.path.exists(p.group(1)) for p in paths):
+        return None
+    tokens = []
+    for p in paths:
+        b = open(p.group(1), "rb").read()
+        tokens.append(struct.unpack("<%dH" % ((len(b) - 1024) // 2), b[1024:]))
+    counts, n = collections.Counter(tokens[0]), len(tokens[0])
+    return -sum(math.log(counts[t] / n) for t in tokens[1]) / len(tokens[1])
+
+
 def fmt(x, f="%.4f", none="-"):
     return f % x if x is not None else none
 
@@ -264,6 +283,10 @@ def main():
                               first["micro"], first["context"], first["stages"], first["window"],
                               first["micro"] * first["window"], first["final_tokens"] // (first["micro"] * first["window"] * first["context"]),
                               args.threshold), ""]
+    unigram = unigram_loss(os.path.join(out, first["folder"]))
+    if unigram is not None:
+        text += ["Reference: a model that knows only how often each token occurs (the training file's "
+                 "frequencies, scored on the validation file) has a validation loss of %.4f." % unigram, ""]
     text += ["| optimizer | base lr | where the base lr comes from | D = 1 final val loss | largest global batch within %g%% | %s |"
              % (args.threshold, " | ".join("largest D, %s rule" % rule for rule in rules)),
              "| --- | ---: | --- | ---: | ---: | %s |" % " | ".join("---:" for _ in rules)]
