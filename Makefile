@@ -5,6 +5,8 @@
 #   make study      the study (docs/study.md): each line of study/configs.txt x its lrs at p = 8,
 #                   K = 8, each at its best lr (study/tuned.sh; time: docs/study.md "Time")
 #   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
+#   make study-scale  batch scaling: 4 optimizers x 2 lr rules at D = 1, 2, 4, 8 replicas, and
+#                   DGC (study/scale.sh; docs/study.md "Batch scaling")
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
 #   make sanitize   the tests under ASan+UBSan (build/asan) and the threads under TSan (build/tsan)
 #   make golden     regenerate the golden files after an intended change (review the diff)
@@ -141,6 +143,11 @@ study-schedules: all
 	study/run.sh --lr 5e-4 --windows "8 16" --schedules "1f1b paci" --wallclock-stages 0 \
 	    --target 3.4 --out docs/study/lr-5e-4
 
+# Batch scaling; e.g. make study-scale STUDY_SCALE_ARGS="--only adamw --out /tmp/scale";
+# re-analyse without training: study/analyze_scale.py --threshold 2 docs/study/scale.
+study-scale: all
+	study/scale.sh $(STUDY_SCALE_ARGS)
+
 bench: all
 	bench/cpu.sh
 
@@ -232,6 +239,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
+.PHONY: all data test study study-schedules study-scale bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

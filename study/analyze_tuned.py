@@ -141,7 +141,7 @@ def baseline(best, schedule_of, schedule):
 
 # ---- SVG: final validation loss against the learning rate -----------------------------------
 
-def lr_panel(series, multipliers, title):
+def lr_panel(series, multipliers, title, xlabel="learning rate, x each optimizer's base (log scale; the dot: the best)"):
     w, h, L, R, T, B = 840, 380, 60, 170, 30, 45
     pw, ph = w - L - R, h - T - B
     xs = [math.log2(m) for m in multipliers]
@@ -162,8 +162,7 @@ def lr_panel(series, multipliers, title):
     for t in analyze.nice_ticks(ylo, yhi):
         out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (L, sy(t), L + pw, sy(t)))
         out.append('<text x="%d" y="%.1f" font-size="10" text-anchor="end">%g</text>' % (L - 4, sy(t) + 3, t))
-    out.append('<text x="%.1f" y="%d" font-size="11" text-anchor="middle">learning rate, x each optimizer\'s base '
-               '(log scale; the dot: the best)</text>' % (L + pw / 2, h - 8))
+    out.append('<text x="%.1f" y="%d" font-size="11" text-anchor="middle">%s</text>' % (L + pw / 2, h - 8, xlabel))
     out.append('<text x="14" y="%.1f" font-size="11" text-anchor="middle" transform="rotate(-90 14 %.1f)">'
                'final validation loss</text>' % (T + ph / 2, T + ph / 2))
     for i, (label, color, pts, best) in enumerate(series):

@@ -29,6 +29,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/study/toolchain.sh"  # $toolchain: a private copy of the build; $pacic, $python
+source "$root/study/common.sh"     # check_multipliers, scale_rates, train_run, the pool
 
 configs=$root/study/configs.txt
 only=""
@@ -75,21 +76,12 @@ if (( micro_batches % (evals * window) != 0 )); then
     echo "study: --micro-batches $micro_batches is not a multiple of evals x window ($evals x $window)" >&2
     exit 2
 fi
-# check_multipliers WHERE LIST: every multiplier a positive number, else an error naming WHERE.
-check_multipliers() {
-    local m
-    for m in $2; do
-        [[ $m =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] && awk -v m="$m" 'BEGIN { exit !(m > 0) }' ||
-            { echo "study: ${1}learning-rate multiplier '$m' is not a positive number" >&2; exit 2; }
-    done
-}
 check_multipliers "" "$lrs"
 steps=$((micro_batches / window))
 every=$((micro_batches / evals / window))
 
 # The configurations: NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER, comments and blanks skipped.
 [ -r "$configs" ] || { echo "study: cannot read the configurations file $configs" >&2; exit 2; }
-trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }
 names=() ; declare -A schedule_of pipeline_of optimizer_of lrs_of
 while IFS= read -r line; do
     line=${line%%#*}
@@ -117,12 +109,7 @@ fi
 # render NAME MULTIPLIER FILE: the DSL of one run. Each {X} of the optimizer becomes X x M.
 render() {
     local name=$1 m=$2 file=$3 optimizer
-    optimizer=$(awk -v m="$m" -v text="${optimizer_of[$name]}" 'BEGIN {
-        while (match(text, /\{[-+0-9.eE]+\}/)) {
-            printf "%s%.6g", substr(text, 1, RSTART - 1), substr(text, RSTART + 1, RLENGTH - 2) * m
-            text = substr(text, RSTART + RLENGTH)
-        }
-        print text }')
+    optimizer=$(scale_rates "$m" "${optimizer_of[$name]}")
     sed -e "s|@STAGES@|$stages|; s|@SCHEDULE@|${schedule_of[$name]}|; s|@WINDOW@|$window|; s|@STEPS@|$steps|" \
         -e "s|@EVAL@|$every|; s|@DATA@|$root/examples/data|; s|@MODEL@|$model_args|" \
         -e "s|@PIPELINE@|${pipeline_of[$name]}|; s|@OPTIMIZER@|$optimizer|" \
@@ -208,30 +195,13 @@ echo "$command_line" > "$out/command.txt"
 echo "config,schedule,lr_multiplier,folder" > "$out/grid.csv"
 echo "study: ${#names[@]} configurations x lr multipliers ($lrs, or a configuration's own) at p = $stages, K = $window, $micro_batches micro-batches per run; results in $out"
 
-# one_run NAME MULTIPLIER: compile and train into runs/NAME/lr-xM/. A run that stops on a
-# non-finite loss or gradient (too high an lr) is recorded as diverged, not as a failure.
+# one_run NAME MULTIPLIER: compile and train into runs/NAME/lr-xM/ (a diverged run is recorded
+# as such: train_run).
 one_run() {
     local name=$1 m=$2 dir=$out/runs/$1/lr-x$2
     mkdir -p "$dir"
     render "$name" "$m" "$dir/model.paci"
-    "$pacic" "$dir/model.paci" -o "$dir/run" 2> "$dir/compile.log" || { cat "$dir/compile.log" >&2; exit 1; }
-    local status=0 TIMEFORMAT="%R %U %S"
-    { time (cd "$dir" && ./run --no-checkpoint --metrics metrics.jsonl --profile-out profile.txt \
-        > run.log 2> run.err) ; } 2> "$dir/time.txt" || status=$?
-    rm -f "$dir/run"
-    if (( status != 0 )); then
-        if grep -q 'is not finite' "$dir/run.err"; then
-            grep 'is not finite' "$dir/run.err" > "$dir/diverged.txt"
-            printf '  %-24s diverged: %s\n' "$name lr x$m" "$(cat "$dir/diverged.txt")"
-            return
-        fi
-        echo "study: $name at lr x $m failed (exit $status):" >&2
-        cat "$dir/run.err" >&2
-        exit 1
-    fi
-    read -r wall user sys < "$dir/time.txt"
-    printf '  %-24s %s (%.0f s wall, %.0f s CPU)\n' "$name lr x$m" "$(grep '^done:' "$dir/run.log" | cut -d';' -f2-)" \
-        "$wall" "$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')"
+    train_run "$dir" "$name lr x$m" --profile-out profile.txt
 }
 
 # The runs interleave the configurations (every configuration's first lr, then every one's
@@ -244,22 +214,13 @@ for name in "${names[@]}"; do
 done
 # At most jobs_max runs at once; a failed run (one_run exits 1) stops the study and its peers.
 trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$toolchain"' EXIT  # toolchain.sh's trap, kept
-running=0
 for (( round = 0; round < rounds; round++ )); do
     for name in "${names[@]}"; do
         read -r -a own <<< "$(lrs_for "$name")"
         (( round < ${#own[@]} )) || continue
-        if (( running == jobs_max )); then
-            wait -n
-            running=$((running - 1))
-        fi
         echo "${name},${schedule_of[$name]},${own[round]},runs/$name/lr-x${own[round]}" >> "$out/grid.csv"
-        one_run "$name" "${own[round]}" &
-        running=$((running + 1))
+        pool_start one_run "$name" "${own[round]}"
     done
 done
-while (( running > 0 )); do
-    wait -n
-    running=$((running - 1))
-done
+pool_drain
 calibrate_and_replay
