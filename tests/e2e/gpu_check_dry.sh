@@ -154,9 +154,12 @@ grep -qx "GPU check: 0 failure(s), 9 section(s) skipped at the deadline" "$out3/
 # ---- 4. a hung section is stopped at its budget -------------------------------------------
 # The hang never ends, so this depends on no machine's speed: only the section's timeout
 # (GPU_CHECK_RUN_LIMIT is the dry run's budget per section) can end it; the kill after the
-# build keeps the later sections from running with that small budget.
+# build keeps the later sections from running with that small budget. The deadline is set
+# apart: by default it is 4 run limits (8 s) from the start, which a loaded machine spent
+# in the preflight, so the build section was skipped instead of stopped.
 out4=$work/out4
-status=$(dry_check "$out4" "$work/hang.txt" GPU_CHECK_RUN_LIMIT=2 GPU_CHECK_PLANT_HANG=build GPU_CHECK_PLANT_KILL_AFTER=build)
+status=$(dry_check "$out4" "$work/hang.txt" GPU_CHECK_RUN_LIMIT=2 GPU_CHECK_DEADLINE=3600 \
+    GPU_CHECK_PLANT_HANG=build GPU_CHECK_PLANT_KILL_AFTER=build)
 [ "$status" -eq 137 ] || { tail -20 "$work/hang.txt"; fail "with a hung build section, check.sh exited $status, not 137"; }
 grep -qx "FAIL: section build stopped at its budget of 2 s" "$out4/figures.txt" || fail "the hung section was not stopped and recorded"
 # and its child with it (a hung run would hold the GPU): the budget's timeout signals the
