@@ -126,7 +126,7 @@ static void explain_compression(FILE *out, const Config *cfg, const Plan *plan)
     int d = config_replicas(cfg);
     fprintf(out, "compression dgc { density %g; warmup_steps %ld }: each replica sends k = ceil(%g n) (index, value) "
                  "pairs of 8 bytes per stage a step (after the warm-up), a sparse allgather: (D-1) x 8k bytes per "
-                 "rank, against the dense ring's 2(D-1)/D x 4n (CPU only so far, threads or processes; the prediction below "
+                 "rank, against the dense ring's 2(D-1)/D x 4n (threads, processes, or NCCL on GPUs; the prediction below "
                  "assumes the dense exchange)\n", cfg->dgc_density, cfg->dgc_warmup_steps, cfg->dgc_density);
     fprintf(out, "  stage  dense MB  dense ms    dgc MB    dgc ms  (per rank per step, %.3g GB/s network_bandwidth)\n",
             cfg->network_bandwidth / 1e9);
