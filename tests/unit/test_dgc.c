@@ -103,6 +103,22 @@ static void test_momentum_correction(void **state)
     pr_dgc_free(&b);
 }
 
+/* Which optimizers correct momentum before the exchange: LARS only (its velocity is then
+ * each replica's own and the optimizer steps with momentum 0); the adaptive rules feed back
+ * the gradient's error. Nothing else pins this: with it off, LARS would apply momentum 0.9
+ * after the exchange and still differ from momentum 0. */
+static void test_momentum_rule(void **state)
+{
+    (void)state;
+    pr_program p = program(0.01, 0, 0);
+    p.optimizer = PR_OPT_LARS;
+    assert_true(pr_dgc_momentum_correction(&p));
+    p.optimizer = PR_OPT_ADAMW;
+    assert_false(pr_dgc_momentum_correction(&p));
+    p.optimizer = PR_OPT_LAMB;
+    assert_false(pr_dgc_momentum_correction(&p));
+}
+
 /* Two replicas' pairs into n = 4: replica 0 sends (1, 2) (3, -1), replica 1 (1, 0.5) (2, 4). */
 static void test_sum(void **state)
 {
@@ -151,7 +167,7 @@ int main(void)
         cmocka_unit_test(test_warmup),           cmocka_unit_test(test_select_ties),
         cmocka_unit_test(test_residual),         cmocka_unit_test(test_momentum_correction),
         cmocka_unit_test(test_sum),              cmocka_unit_test(test_local_clip),
-        cmocka_unit_test(test_check_index),
+        cmocka_unit_test(test_check_index),      cmocka_unit_test(test_momentum_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
