@@ -128,3 +128,14 @@ out=$(cd "$work/straight" && "$work/bin/four" --resume --blas-threads 1) || fail
 grep -qx "run: nothing left to train: the checkpoint is at step 18, the run's last (18 steps)" <<< "$out" ||
     fail "resume of a finished run: $out"
 echo "resume of a finished run: nothing left to train"
+
+# 7. A resume where another run's later checkpoint sits (here the uninterrupted run's step 12,
+#    copied in) is refused, naming both steps; not a byte of the folder changes.
+run_in d four --steps 6
+cp -r "$work/straight/ckpt/step_00000012" "$work/d/ckpt/"
+before=$(snapshot d)
+run_in d four --resume && fail "a resume ran over another run's later checkpoint"
+grep -qx "run: error: ckpt: holds 1 checkpoint of steps 12 to 12, later than step 6 that --resume continues from (ckpt/step_00000006): resuming would replace them; move them out of the folder, or pass --overwrite to replace them (this run deletes them once it has saved its first checkpoint)" "$work/d/err.txt" ||
+    fail "another run's later checkpoint: unexpected message: $(cat "$work/d/err.txt")"
+[ "$(snapshot d)" = "$before" ] || fail "a refused resume changed the checkpoint folder"
+echo "a resume below another run's later checkpoint: refused, the folder unchanged"
