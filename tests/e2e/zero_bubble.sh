@@ -3,31 +3,46 @@
 # input) and W (its weights'), W deferred into what would be bubbles. They are synchronous:
 #   - at p = 4 with an uneven split ([0.5, 1.5, 1.5, 0.5]), 20 steps, on CPU threads, they give
 #     one stage's bits (model.bin, state.bin past the schedule's fields, losses), as 1f1b does;
-#     so do zb-h2 with the vocabulary split and messages bf16 against 1f1b with the same
-#     split (bf16 messages round, so the reference is the pipeline, not one stage), and zb-h1
-#     as 4 processes over TCP against its threads;
+#     zb-h2 at window 8 (its own order needs K >= 2p - 1; below that it runs zb-h1's), against
+#     one stage at window 8; so do zb-h2 with the vocabulary split and messages bf16 against
+#     1f1b with the same split (bf16 messages round, so the reference is the pipeline, not one
+#     stage), and zb-h1 as 4 processes over TCP against its threads;
 #   - on four fake GPUs (the real GPU layer, kernels under the emulator, NCCL between stages)
-#     zb-h1 trains as its CPU path, to cuda_fake.sh's tolerances;
+#     zb-h1 and zb-h2, the same shapes and 20 steps, train as their CPU path to cuda_fake.sh's
+#     tolerances, and log one stage's losses to 1e-5;
 #   - the table shows the split: the last stage defers its W's to the window's end;
 #   - run --profile-out measures a W apart from its B (the replay's price of W).
 # Skips the GPU part (not the rest) where tests/cuda_emu cannot run.
 source tests/e2e/lib.sh
 
 split="[0.5, 1.5, 1.5, 0.5]"
+# window_8 NAME: NAME's window 4 becomes 8 (zb-h2's own order at p = 4 needs at least 7).
+window_8() {
+    sed -i "s/; window 4/; window 8/" "$work/$1.paci"
+    grep -q "; window 8" "$work/$1.paci" || fail "window edit of $1 did not apply"
+}
 split_model one 1 1f1b ""
-train one --blas-threads 1 || fail "one stage did not train"
+split_model one8 1 1f1b ""
+window_8 one8
+for run in one one8; do train "$run" --blas-threads 1 || fail "$run (one stage) did not train"; done
 for schedule in 1f1b zb-h1 zb-h2; do
     split_model "$schedule" 4 "$schedule" "$split"
+    reference=one
+    [ "$schedule" != zb-h2 ] || { window_8 zb-h2; reference=one8; }
     train "$schedule" --blas-threads 1 || fail "$schedule did not train"
-    same_step20 one "$schedule" || fail "$schedule, split $split: not one stage's bits"
+    same_step20 "$reference" "$schedule" || fail "$schedule, split $split: not one stage's bits"
 done
 [ "$(losses zb-h1 | wc -l)" = 20 ] || fail "zb-h1 logged $(losses zb-h1 | wc -l) steps, 20 expected"
-echo "zb-h1, zb-h2 and 1f1b at p = 4, split $split, 20 steps: one stage's model, optimizer state and losses, to the bit"
+echo "1f1b and zb-h1 (window 4), zb-h2 (window 8) at p = 4, split $split, 20 steps: one stage's model, optimizer state and losses, to the bit"
 
 # The listing: B's and W's; the last stage runs its B's as the gradients come and its W's at the end.
 listing=$("$pacic" "$work/zb-h1.paci" --emit schedule 2> /dev/null)
 last=$(sed -n '/stage 3:/,$p' <<< "$listing" | tr '\n' ' ')
 [[ "$last" == *"F3 B3 sg3 W0 W1 W2 W3 S"* ]] || fail "zb-h1's last stage does not defer its W's: $last"
+# zb-h2 at window 8 runs its own order: stage 0 warms up with 2p - 1 = 7 forwards (zb-h1: 4).
+listing=$("$pacic" "$work/zb-h2.paci" --emit schedule 2> /dev/null)
+first=$(sed -n '/stage 0:/,/stage 1:/p' <<< "$listing" | tr '\n' ' ' | tr -s ' ')
+[[ "$first" == *"F6 sa6 rg0 B0 W0 F7"* ]] || fail "zb-h2's first stage does not warm up with 7 forwards: $first"
 
 # The profile prices W apart (a stage line's `w`, under its whole backward), which pacic reads;
 # a schedule without W's writes none.
@@ -45,6 +60,7 @@ echo "zb-h1's profile gives every stage's W its own measured seconds; 1f1b's non
 # the vocabulary split and bf16 messages: against 1f1b, which rounds its messages alike
 for schedule in 1f1b zb-h2; do
     split_model "vs-$schedule" 4 "$schedule" "[1, 2, 1, 0]"
+    window_8 "vs-$schedule"
     with_pipeline "vs-$schedule" "vocab_split 128; messages bf16"
     train "vs-$schedule" --blas-threads 1 || fail "vs-$schedule did not train"
 done
@@ -61,18 +77,34 @@ sed -i "s/^train {/train {\n    precision bf16/" "$work/refused.paci"
 out=$("$pacic" "$work/refused.paci" -o "$work/refused.run" 2>&1) && fail "zb-h1 under bf16 compiled"
 grep -q "error: zb-h1 runs under precision fp32 only for now" <<< "$out" || fail "zb-h1 under bf16: $out"
 
-# The GPU path on the fake stack: zb-h1 at p = 4 on four fake GPUs against its CPU path.
+# The GPU path on the fake stack: zb-h1 and zb-h2 at p = 4 on four fake GPUs, the shapes
+# above, against their CPU path and against one stage's losses (the GPU's kernels round
+# otherwise than the CPU's, so to a tolerance, not to the bit).
 if [ "${PACI_BUILD:-build}" = build ] && [ -f build/lib/pacic/libpacirt_cuda.a ] &&
     command -v "${CXX:-g++}" > /dev/null; then
     need_cuda_emu
     export PACIC_CACHE=$work/cache
-    small_model gpu 4 zb-h1 4 6 3
-    sed -i "s/layers 4;/layers 2;/" "$work/gpu.paci"
-    set_split gpu "[0, 0.5, 1.5, 0]"
-    fake_build gpu
-    on_fake_gpus 4 gpu cuda --device cuda || fail "zb-h1 on four fake GPUs"
-    on_fake_gpus 4 gpu cpu --device cpu || fail "zb-h1 on the CPU"
-    compare_devices "zb-h1, split [0, 0.5, 1.5, 0], four fake GPUs" "$work/gpu/cuda" "$work/gpu/cpu" 1e-5 1e-4
+    for schedule in zb-h1 zb-h2; do
+        split_model "gpu-$schedule" 4 "$schedule" "$split"
+        reference=one
+        [ "$schedule" != zb-h2 ] || { window_8 "gpu-$schedule"; reference=one8; }
+        fake_build "gpu-$schedule"
+        on_fake_gpus 4 "gpu-$schedule" cuda --device cuda || fail "$schedule on four fake GPUs"
+        on_fake_gpus 4 "gpu-$schedule" cpu --device cpu || fail "$schedule on the CPU"
+        compare_devices "$schedule, split $split, 20 steps, four fake GPUs" \
+            "$work/gpu-$schedule/cuda" "$work/gpu-$schedule/cpu" 1e-5 1e-4
+        python3 - "$work/gpu-$schedule/cuda/metrics.jsonl" "$work/$reference/metrics.jsonl" "$schedule" <<'PY' ||
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+gpu, one = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(gpu) == sorted(one) == list(range(1, 21)), "steps %s against %s" % (sorted(gpu), sorted(one))
+worst = max(abs(gpu[s] - one[s]) / abs(one[s]) for s in one)
+assert worst <= 1e-5, "largest relative difference %.3g" % worst
+print("%s on four fake GPUs against one stage on the CPU: 20 losses, largest relative difference %.3g" % (sys.argv[3], worst))
+PY
+            fail "$schedule on four fake GPUs does not log one stage's losses"
+    done
 else
-    skip_part "no CUDA toolkit, C++ compiler or plain build: zb-h1 on the fake GPUs"
+    skip_part "no CUDA toolkit, C++ compiler or plain build: zb-h1 and zb-h2 on the fake GPUs"
 fi
