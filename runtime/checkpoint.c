@@ -810,16 +810,24 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
 
 /* An untied head beside an llm.c file: DIR/state.bin of one of our checkpoints, when its
  * header is the program's shape (the moments are not read: any optimizer, D or batch will
- * do). 1 when there is no such file, or it is of a tied model (wte is its head). */
+ * do). 1 when there is no such file (said when `say`), or it is of a tied model (wte is its
+ * head). */
 static int read_head_beside(const pr_program *prog, const char *model_path, float *head,
-                            int64_t head_floats, int64_t total, char *err)
+                            int64_t head_floats, int64_t total, bool say, char *err)
 {
     char path[4200];
     const char *slash = strrchr(model_path, '/');
     snprintf(path, sizeof path, "%.*sstate.bin", slash ? (int)(slash - model_path + 1) : 0, model_path);
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        // a pacic model.bin copied without its state.bin has lost its trained head
+        if (say)
+            fprintf(stderr, "run: note: --init %s: no state.bin beside it, so the untied LM head starts as "
+                            "a copy of wte; a pacic checkpoint of a model with stages > 1 keeps its trained "
+                            "head in the state.bin beside model.bin: copy it along to keep the head\n",
+                    model_path);
         return 1;
+    }
     int64_t sh[STATE_HEADER_INTS];
     int rc = 0;
     struct stat st;
@@ -857,8 +865,8 @@ int pr_load_llmc(pr_run *run, const char *path, char *err)
     // Our checkpoint of an untied model keeps its head in the state.bin beside model.bin;
     // an llm.c file (or a tied model's) has none, and its head is wte.
     if (rc == 0 && !run->prog->tied)
-        rc = read_head_beside(run->prog, path, params + offsets[PR_CKPT_LM_HEAD],
-                              sizes[PR_CKPT_LM_HEAD], total, err);
+        rc = read_head_beside(run->prog, path, params + offsets[PR_CKPT_LM_HEAD], sizes[PR_CKPT_LM_HEAD],
+                              total, run->opt.world <= 1 || run->opt.rank == 0, err);
     if (rc == 1) {
         memcpy(params + offsets[PR_CKPT_LM_HEAD], params + offsets[PR_CKPT_WTE],
                (size_t)sizes[PR_CKPT_LM_HEAD] * 4);

@@ -108,6 +108,14 @@ cmp -s "$work/a/hf-checkpoint/model.safetensors" "$work/a/hf-advised/model.safet
 # shellcheck disable=SC2086
 run_in a muon $advice --steps 6 || fail "the advised route does not train: $(cat "$work/a/err.txt")"
 echo "the refused resume's route ($advice) starts from the whole trained model"
+# model.bin copied without its state.bin: the head starts as wte, and the run says so
+mkdir -p "$work/lone"
+cp "$work/a/ckpt/$(cat "$work/a/ckpt/latest")/model.bin" "$work/lone/"
+run_in lone muon --init model.bin --steps 1 --no-checkpoint || fail "--init of a lone model.bin: $(cat "$work/lone/err.txt")"
+grep -q "^run: note: --init model.bin: no state.bin beside it, so the untied LM head starts as a copy of wte" \
+    "$work/lone/err.txt" || fail "--init of a lone model.bin lost the head in silence: $(cat "$work/lone/err.txt")"
+! grep -q "note: --init" "$work/a/err.txt" || fail "the advised route, with state.bin, said the head was lost"
+echo "--init of a model.bin without its state.bin says the head starts as wte"
 
 # 5. Another number of sequences a step is refused (window, micro); the same number in
 #    another split of micro x window resumes.
