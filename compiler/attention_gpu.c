@@ -67,7 +67,8 @@ int attention_gpu_block_threads(const Config *cfg, const KernelDesc *k)
     return 32 * attention_gpu_tiling(cfg, k->tiled == TILED_BACKWARD).warps;
 }
 
-/* The device functions, one line an element. */
+/* The device functions, one line an element: a data table (CUDA source text), not a
+ * function, and kept whole past the 120 lines a function may have. */
 static const char *const flash_device_code[] = {
     "#if ATT_TENSOR_CORES",
     "/* bf16 tiles: the products on the tensor cores, fp32 accumulation. */",

@@ -51,6 +51,8 @@
     "        lg[v] = d;\n"                                                                        \
     "}"
 
+/* A data table, not a function: every kernel one entry, kept whole past the 120 lines a
+ * function may have, so that a kernel is read in one place. */
 const KernelDesc kernel_descs[] = {
     {
         .name = "encoder_forward",
