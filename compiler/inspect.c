@@ -313,16 +313,19 @@ static void explain_schedules(FILE *out, const Config *cfg, const SimView *view,
             c.step_time = sim->step_time;
             c.tokens_per_s = sim->tokens_per_s;
         }
+        char order[64] = "";
+        if (kind == PACI_SCHED_ZBH2 && !zero_bubble_h2_order(kind, cfg->stages, cfg->window))
+            snprintf(order, sizeof order, "   (zb-h1's order: K < 2p - 1 = %d)", 2 * cfg->stages - 1);
         char drift[32];
         if (kind == PACI_SCHED_PIPEDREAM)
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s\n",
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s%s\n",
                 paci_schedule_name(kind), 100 * c.bubble, c.step_time, c.tokens_per_s, (double)c.peak_memory / unit_bytes, unit,
                 c.peak_stage, c.fits ? "   " : " !!", drift, 100 * c.uniform_bubble, c.uniform_idle,
                 kind == (int)cfg->schedule ? "   <- this file" : "",
-                excluded ? "   (predicted: built under fp32 only)" : "");
+                excluded ? "   (predicted: built under fp32 only)" : "", order);
     }
     fprintf(out, "  (!! = over the %s memory; analytic 1F1B-flush bubble at unit costs (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
             cfg->machine == MACHINE_CPU ? "machine's" : "device's",

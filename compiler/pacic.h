@@ -311,6 +311,12 @@ static inline bool config_splits_backward(const Config *cfg)
     return cfg->schedule == PACI_SCHED_ZBH1 || cfg->schedule == PACI_SCHED_ZBH2 ||
            (cfg->warm_steps > 0 && (cfg->warm_schedule == PACI_SCHED_ZBH1 || cfg->warm_schedule == PACI_SCHED_ZBH2));
 }
+/* zb-h2 runs its own order (2p - 1 micro-batches in flight) only where the window holds
+ * them; below that it runs zb-h1's (schedule.c's order_zero_bubble). */
+static inline bool zero_bubble_h2_order(int kind, int stages, int window)
+{
+    return kind == PACI_SCHED_ZBH2 && window >= 2 * stages - 1;
+}
 /* What in cfg a zero-bubble schedule does not go with (sema says why), or NULL. */
 static inline const char *zero_bubble_excluded(const Config *cfg)
 {

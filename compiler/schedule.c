@@ -182,7 +182,7 @@ static void order_one_f_one_b(ComputeList *cl, long first, long count, long w, i
  * simulator's. */
 static void order_zero_bubble(ComputeList *cl, int kind, int stages, int stage, int window, long steps)
 {
-    bool h2 = kind == PACI_SCHED_ZBH2 && window >= 2 * stages - 1;
+    bool h2 = zero_bubble_h2_order(kind, stages, window);
     long warm = min_long(h2 ? 2L * (stages - stage) - 1 : stages - stage, window);
     long defer = h2 ? 2L * stage : stage;
     for (long j = 0; j < steps; j++) {
