@@ -52,7 +52,8 @@ int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int
     }
     if (count < B * T + 1) {
         fclose(f);
-        return pr_fail(err, "%s: %lld tokens is too few for one micro-batch (%lld x %lld + 1)",
+        return pr_fail(err, "%s: %lld tokens is too few for one micro-batch (%lld x %lld + 1): more text, a "
+                       "smaller batch or seq, or for a validation file a larger `pacic tokenize --val-fraction`",
                        path, (long long)count, (long long)B, (long long)T);
     }
     uint16_t *tokens = malloc((size_t)count * 2);
