@@ -131,9 +131,10 @@ static const char *calibration_line(char *p, CpuRates *r, int *version)
 
 bool cpu_rates_load(const char *path, CpuRates *r, char *err, size_t err_size)
 {
-    char *text = read_file(path, NULL);
+    char why[200];
+    char *text = read_input_file(path, CALIBRATION_FILE_LIMIT, NULL, why, sizeof why);
     if (!text) {
-        snprintf(err, err_size, "cannot read the CPU calibration '%s': %s", path, strerror(errno));
+        snprintf(err, err_size, "cannot read the CPU calibration '%s': %s", path, why);
         return false;
     }
     CpuRates got = {.latency = -1};

@@ -55,8 +55,20 @@ NORETURN void internal_error(const char *file, int line, const char *fmt, ...) P
 #define unreachable() internal_error(__FILE__, __LINE__, "unreachable")
 #define ICE(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
 
-/* Reads a whole file; NULL with errno set on failure. */
+/* Reads a whole file; NULL with errno set on failure. For pacic's own files: a file the
+ * user names goes through open_input_file or read_input_file. */
 char *read_file(const char *path, size_t *len);
+/* Limits on the files a user names (docs/dsl.md "Files pacic reads"): a device or a pipe
+ * (/dev/zero) would never end, so only regular files are read, and no larger than these. */
+#define DSL_FILE_LIMIT ((size_t)16 << 20)
+#define CALIBRATION_FILE_LIMIT ((size_t)1 << 20)
+#define PROFILE_FILE_LIMIT ((size_t)64 << 20)
+#define METRICS_FILE_LIMIT ((size_t)1 << 30)
+/* A regular file of at most `limit` bytes opened for reading: its descriptor, or -1 with
+ * `why` saying what is wrong ("not a regular file", the size against the limit, strerror). */
+int open_input_file(const char *path, size_t limit, char *why, size_t why_size);
+/* Such a file read whole and NUL-terminated (*len its length, when len is not NULL). */
+char *read_input_file(const char *path, size_t limit, size_t *len, char *why, size_t why_size);
 
 /* A growable text buffer with printf-checked appends (used by every emitter). */
 typedef struct StrBuf {

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pacic.h"
 
@@ -155,9 +156,13 @@ static bool read_record(PlotRun *run, long line, const char *text, size_t len)
 /* Reads a metrics file into its curves; false with the file (and line) named on stderr. */
 static bool load_metrics(PlotRun *run)
 {
-    FILE *f = fopen(run->path, "r");
+    char why[200];
+    int fd = open_input_file(run->path, METRICS_FILE_LIMIT, why, sizeof why);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
     if (!f) {
-        fprintf(stderr, "pacic: error: cannot read %s: %s\n", run->path, strerror(errno));
+        fprintf(stderr, "pacic: error: cannot read %s: %s\n", run->path, fd < 0 ? why : strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return false;
     }
     char *text = NULL;

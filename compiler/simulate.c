@@ -343,9 +343,10 @@ void op_profile_free(OpProfile *ops)
 
 bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *ops)
 {
-    char *text = read_file(path, NULL);
+    char why[200];
+    char *text = read_input_file(path, PROFILE_FILE_LIMIT, NULL, why, sizeof why);
     if (!text) {
-        diag_plain(DIAG_ERROR, "cannot read the profile %s", path);
+        diag_plain(DIAG_ERROR, "cannot read the profile %s: %s", path, why);
         return false;
     }
     ProfileReader r = {.plan = plan, .cm = *cm, .version = 1};

@@ -626,9 +626,9 @@ static const char *const model_fields[8] = {"magic", "version", "context", "voca
 static int read_model(const pr_program *prog, const char *path, float *flat, int allow_padding,
                       char *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "checkpoint", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
+        return -1;
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
         int saved = errno;
@@ -818,6 +818,10 @@ static int read_head_beside(const pr_program *prog, const char *model_path, floa
     char path[4200];
     const char *slash = strrchr(model_path, '/');
     snprintf(path, sizeof path, "%.*sstate.bin", slash ? (int)(slash - model_path + 1) : 0, model_path);
+    struct stat beside;
+    if (stat(path, &beside) == 0 && !S_ISREG(beside.st_mode))
+        return pr_fail(err, "%s: beside %s, but not a regular file: the untied head it would hold cannot be "
+                       "read (move it away to start with wte as the head)", path, model_path);
     FILE *f = fopen(path, "rb");
     if (!f) {
         // a pacic model.bin copied without its state.bin has lost its trained head
