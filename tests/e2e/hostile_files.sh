@@ -70,3 +70,13 @@ bounded "calibration \"/dev/zero\"" "calibration_device\.paci:4:28: error: canno
 start_kib=$(sed -n 's/^peak \([0-9]*\) KiB$/\1/p' "$work/peak")
 bounded "run --init /dev/zero" "^run: error: /dev/zero: not a regular file$" "$work/m/run" --quiet --init /dev/zero
 bounded "run --init on a pipe" "fifo\.safetensors: not a regular file$" bash -c "mkfifo '$work/fifo.safetensors' && '$work/m/run' --quiet --init '$work/fifo.safetensors'"
+bounded "run --sample --tokenizer /dev/zero" "^run: error: /dev/zero: not a regular file$" \
+    bash -c "cd '$work/m' && exec ./run --quiet --sample 4 --tokenizer /dev/zero"
+# A checkpoint's run.txt that is a device: read line by line, /dev/zero never ended (no memory
+# grew, the resume hung); now it reads as not recorded (an older pacic's checkpoint) and resumes.
+rm -rf "$work/m/ckpt"
+(cd "$work/m" && ./run --quiet --steps 2 > /dev/null) || fail "training 2 steps for the run.txt check"
+ln -sf /dev/zero "$work/m/ckpt/step_00000002/run.txt"
+(cd "$work/m" && timeout 20 ./run --quiet --resume > /dev/null) || fail "--resume with run.txt a device: exit $?"
+[ -d "$work/m/ckpt/step_00000004" ] || fail "--resume with run.txt a device did not train to step 4"
+echo "run.txt a device: --resume trained to step 4"
