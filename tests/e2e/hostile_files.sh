@@ -61,6 +61,12 @@ DSL
 mkfifo "$work/fifo.paci"
 bounded "pacic /dev/zero" "^pacic: error: cannot read /dev/zero: not a regular file$" "$pacic" /dev/zero --check
 bounded "pacic on a pipe" "fifo\.paci: not a regular file$" "$pacic" "$work/fifo.paci" --check
+# The limits on a regular file (docs/dsl.md "Files pacic reads"), on sparse files: no disk used
+truncate -s 17M "$work/large.paci"
+truncate -s 1025M "$work/large.jsonl"
+bounded "a 17 MiB DSL file" "large\.paci: 17825792 bytes, larger than the 16 MiB limit$" "$pacic" "$work/large.paci" --check
+bounded "a 1025 MiB metrics file" "large\.jsonl: 1074790400 bytes, larger than the 1024 MiB limit$" \
+    "$pacic" plot "$work/large.jsonl" -o "$work/large.svg"
 bounded "pacic plot /dev/zero" "^pacic: error: cannot read /dev/zero: not a regular file$" \
     "$pacic" plot /dev/zero -o "$work/zero.svg"
 bounded "calibration \"/dev/zero\"" "calibration_device\.paci:4:28: error: cannot read the CPU calibration '/dev/zero': not a regular file" \
