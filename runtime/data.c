@@ -14,13 +14,13 @@
 int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int64_t T, char *err)
 {
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "token file", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open token file: %s", path, strerror(errno));
+        return -1;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        return pr_fail(err, "%s: not a regular file", path);
+        return pr_fail(err, "%s: cannot read its size: %s", path, strerror(errno));
     }
     int64_t size = st.st_size;
     int32_t header[HEADER_INTS];

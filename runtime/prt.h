@@ -28,6 +28,10 @@ int pr_write_all(int fd, const void *data, size_t bytes, const char *path, char 
 /* A folder's entries (new files, renames) on disk; a file system that cannot sync folders
  * (EINVAL) is not an error. */
 int pr_fsync_dir(const char *path, char *err);
+/* A file the user names, opened to read: only a regular file (a device or a pipe, /dev/zero,
+ * would never end; opening does not wait on a pipe); NULL with "PATH: cannot open WHAT: why"
+ * or "PATH: not a regular file" in err. */
+FILE *pr_open_regular(const char *path, const char *what, char *err);
 double pr_now(void);           /* monotonic seconds */
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 

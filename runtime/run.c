@@ -466,9 +466,9 @@ static int bpe_open(const pr_run *run, const char *dir, tokenizer *tk, char *err
 static int tokenizer_load(const char *path, tokenizer *tk, char *err)
 {
     memset(tk, 0, sizeof *tk);
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "tokenizer", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open tokenizer: %s", path, strerror(errno));
+        return -1;
     uint32_t h[TOKENIZER_HEADER_INTS];
     int rc = 0;
     long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
