@@ -725,6 +725,8 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     double norm = grad_norm(run, st);
     float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
     if (non_finite_step(run, st, loss)) {
+        if (run->replica_ops)
+            run->replica_ops->skip(run, st);
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
         st->t++;
         if (sc->has_head && run->on_step)
