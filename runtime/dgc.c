@@ -16,8 +16,8 @@
  *
  * k = max(1, ceil(density(t) n)) for a stage of n parameters at its step t (from 1), where
  * density(t) falls exponentially from s0 = 0.25 (1 when density >= 0.25) to `density` over
- * the first N = warmup_steps steps:  density(t) = s0 (density / s0)^((t - 1) / N) for t <= N,
- * `density` after. Depends on t only, so a resumed run takes the same k.
+ * the first N = warmup_steps steps (paci_dgc.h, which the compiler shares). Depends on t only,
+ * so a resumed run takes the same k.
  *
  * A step that on_nan skips (all replicas skip it: they judge the same sum) is undone: the
  * residual and velocity go back to what the step found (pr_dgc_undo), so its pairs are sent
@@ -27,15 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "paci_dgc.h"
 #include "prt.h"
 
 double pr_dgc_density(const pr_program *prog, int64_t t)
 {
-    double d = prog->dgc_density, start = d < 0.25 ? 0.25 : 1.0;
-    int64_t N = prog->dgc_warmup_steps;
-    if (N <= 0 || t > N || t < 1)
-        return d;
-    return start * pow(d / start, (double)(t - 1) / (double)N);
+    return paci_dgc_density(prog->dgc_density, prog->dgc_warmup_steps, t);
 }
 
 int64_t pr_dgc_count(const pr_program *prog, int64_t t, int64_t n)
