@@ -573,7 +573,10 @@ paci_table *schedule_build(const Config *cfg, const Plan *plan)
         t->stash[s] = schedule_table_stash(cfg, s);
     }
     TableBuilder tb = {.t = t};
-    for (int32_t seg = 0; seg < paci_segments(t); seg++) {
+    paci_segment_run runs[PACI_MAX_SEGMENT_RUNS];
+    int32_t n_runs = paci_segment_runs(t, runs);
+    for (int32_t r = 0; r < n_runs; r++) { /* in segment order: a program's number is where it first runs */
+        int32_t seg = runs[r].first;
         if (paci_segment_program(t, seg))
             continue;
         if (t->n_programs == PACI_MAX_PROGRAMS)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "pacic.h"
+#include "../runtime/paci_dgc.h"
 #include "../runtime/pacirt.h"
 
 typedef struct Sema Sema;
@@ -1199,6 +1200,23 @@ static void check_parallel(Sema *s)
         note_at(s->src, stages->values[0]->span, "stages set here");
 }
 
+/* A dgc warm-up of at least the run's steps never reaches its density: the whole run sends
+ * more than asked (density 0.25 at its first step), which nothing else would say. */
+static void check_dgc_warmup(Sema *s)
+{
+    const Config *cfg = s->cfg;
+    const Entry *warmup = written(s, "compression", "warmup_steps");
+    if (!warmup || !usable(s, "compression", "warmup_steps") || !usable(s, "compression", "density") ||
+        !written(s, "train", "steps") || !usable(s, "train", "steps") || cfg->dgc_warmup_steps < cfg->steps)
+        return;
+    double last = paci_dgc_density(cfg->dgc_density, cfg->dgc_warmup_steps, cfg->steps);
+    if (last > cfg->dgc_density) // density 1 has nothing to warm up
+        warning_at(s->src, warmup->values[0]->span,
+                   "warmup_steps %ld is not shorter than the %ld training steps: the density never reaches %g; "
+                   "it falls from %.3g at step 1 to %.3g at the last step", cfg->dgc_warmup_steps, cfg->steps,
+                   cfg->dgc_density, paci_dgc_density(cfg->dgc_density, cfg->dgc_warmup_steps, 1), last);
+}
+
 /* compression compresses the replicas' exchange: it needs replicas to exchange (data D > 1),
  * and it sums the replicas' pairs in replica order, not as accumulate pairwise's tree. */
 static void check_compression(Sema *s)
@@ -1223,6 +1241,7 @@ static void check_compression(Sema *s)
         error_at(s->src, acc->values[0]->span, "accumulate pairwise sums the replicas as a binary tree, and "
                  "compression %s sums their sparse values in replica order: use one of them",
                  compression_names[cfg->compression - COMPRESSION_DGC]);
+    check_dgc_warmup(s);
 }
 
 /* accumulate pairwise with replicas: one pipeline of window D x K adds its micro-batches as the

@@ -530,14 +530,17 @@ bool verify_schedule(const paci_table *t, const Plan *plan, VerifyReport *rep)
         fail(&v, "the warm start runs %s for %d steps of %d: a synchronous schedule for part of the run expected",
              paci_schedule_name(t->warm_schedule), t->warm_steps, t->total_steps);
     long uses[PACI_MAX_PROGRAMS] = {0}; /* segments each program runs */
-    for (int32_t seg = 0; seg < paci_segments(t) && rep->ok; seg++) {
+    paci_segment_run runs[PACI_MAX_SEGMENT_RUNS];
+    int32_t n_runs = paci_segment_runs(t, runs);
+    for (int32_t r = 0; r < n_runs && rep->ok; r++) { /* a run's segments share its first one's program */
+        int32_t seg = runs[r].first;
         const paci_program *pg = paci_segment_program(t, seg);
         if (!pg)
             fail(&v, "segment %d (steps [%lld, %lld) under %s) has no program", seg,
                  (long long)paci_segment_first_step(t, seg), (long long)paci_segment_end(t, seg),
                  paci_schedule_name(paci_segment_schedule(t, seg)));
         else
-            uses[pg - t->program]++;
+            uses[pg - t->program] += runs[r].count;
     }
     long mbs_total = 0, drifted[PACI_MAX_STAGES] = {0};
     for (int prog = 0; prog < t->n_programs && rep->ok; prog++) {

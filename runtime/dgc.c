@@ -16,22 +16,23 @@
  *
  * k = max(1, ceil(density(t) n)) for a stage of n parameters at its step t (from 1), where
  * density(t) falls exponentially from s0 = 0.25 (1 when density >= 0.25) to `density` over
- * the first N = warmup_steps steps:  density(t) = s0 (density / s0)^((t - 1) / N) for t <= N,
- * `density` after. Depends on t only, so a resumed run takes the same k.
+ * the first N = warmup_steps steps (paci_dgc.h, which the compiler shares). Depends on t only,
+ * so a resumed run takes the same k.
+ *
+ * A step that on_nan skips (all replicas skip it: they judge the same sum) is undone: the
+ * residual and velocity go back to what the step found (pr_dgc_undo), so its pairs are sent
+ * later and its own non-finite gradient is dropped, as a dense skipped step drops it.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "paci_dgc.h"
 #include "prt.h"
 
 double pr_dgc_density(const pr_program *prog, int64_t t)
 {
-    double d = prog->dgc_density, start = d < 0.25 ? 0.25 : 1.0;
-    int64_t N = prog->dgc_warmup_steps;
-    if (N <= 0 || t > N || t < 1)
-        return d;
-    return start * pow(d / start, (double)(t - 1) / (double)N);
+    return paci_dgc_density(prog->dgc_density, prog->dgc_warmup_steps, t);
 }
 
 int64_t pr_dgc_count(const pr_program *prog, int64_t t, int64_t n)
@@ -124,6 +125,9 @@ float pr_dgc_clip_scale(const pr_program *prog, int D, const float *grad, int64_
 int64_t pr_dgc_compress(pr_dgc_buffers *b, const float *grad, int64_t n, int64_t k, float scale, float mu)
 {
     float *acc = b->residual, *u = b->velocity;
+    memcpy(b->residual_before, acc, (size_t)n * sizeof(float));
+    if (u)
+        memcpy(b->velocity_before, u, (size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
         float g = scale == 1.0f ? grad[i] : grad[i] * scale;
         if (u) {
@@ -162,6 +166,13 @@ int64_t pr_dgc_check_index(const uint32_t *index, int64_t k, int64_t n)
     return -1;
 }
 
+void pr_dgc_undo(pr_dgc_buffers *b, int64_t n)
+{
+    memcpy(b->residual, b->residual_before, (size_t)n * sizeof(float));
+    if (b->velocity)
+        memcpy(b->velocity, b->velocity_before, (size_t)n * sizeof(float));
+}
+
 void pr_dgc_alloc(pr_dgc_buffers *b, int64_t n, int velocity)
 {
     b->residual = pr_alloc((size_t)n * sizeof(float));
@@ -169,6 +180,8 @@ void pr_dgc_alloc(pr_dgc_buffers *b, int64_t n, int velocity)
     b->scratch = pr_alloc((size_t)n * sizeof(uint32_t));
     b->index = pr_alloc((size_t)n * sizeof(uint32_t));
     b->value = pr_alloc((size_t)n * sizeof(float));
+    b->residual_before = pr_alloc((size_t)n * sizeof(float));
+    b->velocity_before = velocity ? pr_alloc((size_t)n * sizeof(float)) : NULL;
     b->k = 0;
 }
 
@@ -179,6 +192,8 @@ void pr_dgc_free(pr_dgc_buffers *b)
     free(b->scratch);
     free(b->index);
     free(b->value);
+    free(b->residual_before);
+    free(b->velocity_before);
     memset(b, 0, sizeof *b);
 }
 

@@ -79,10 +79,13 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
         (tab->warm_steps > 0 && !paci_schedule_sync(tab->warm_schedule)))
         return pr_fail(err, "schedule table: a warm start of %d steps of %d under schedule %d", tab->warm_steps,
                        tab->total_steps, tab->warm_schedule);
-    for (int32_t seg = 0; seg < paci_segments(tab); seg++)
-        if (!paci_segment_program(tab, seg))
-            return pr_fail(err, "schedule table: segment %d (steps [%lld, %lld)) has no program", seg,
-                           (long long)paci_segment_first_step(tab, seg), (long long)paci_segment_end(tab, seg));
+    paci_segment_run runs[PACI_MAX_SEGMENT_RUNS];
+    int32_t n_runs = paci_segment_runs(tab, runs);
+    for (int32_t r = 0; r < n_runs; r++) /* a run's segments share its first one's program */
+        if (!paci_segment_program(tab, runs[r].first))
+            return pr_fail(err, "schedule table: segment %d (steps [%lld, %lld)) has no program", runs[r].first,
+                           (long long)paci_segment_first_step(tab, runs[r].first),
+                           (long long)paci_segment_end(tab, runs[r].first));
     for (int p = 0; p < tab->n_programs; p++) {
         const paci_program *pg = &tab->program[p];
         for (int s = 0; s < tab->stages; s++) {
@@ -722,6 +725,8 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     double norm = grad_norm(run, st);
     float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
     if (non_finite_step(run, st, loss)) {
+        if (run->replica_ops)
+            run->replica_ops->skip(run, st);
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
         st->t++;
         if (sc->has_head && run->on_step)

@@ -183,6 +183,42 @@ static inline int32_t paci_segment_schedule(const paci_table *t, int32_t seg)
     return paci_segment_first_step(t, seg) < t->warm_steps ? t->warm_schedule : t->schedule;
 }
 
+/* Runs of consecutive segments that share a schedule and a length, so that whoever needs every
+ * segment's program (the compiler, the verifier, the runtime's start-up) looks at a handful
+ * of segments, never at all of them: a run of steps costs nothing to compile. A run starts at
+ * segment 0, at the last segment, and around the warm start's end (its last segment and the
+ * two after it); between these starts every segment is a full one of the same schedule. Two
+ * neighbouring runs may still share a program. */
+#define PACI_MAX_SEGMENT_RUNS 5
+
+typedef struct paci_segment_run {
+    int32_t first; /* its first segment */
+    int32_t count; /* segments in the run, at least 1 */
+} paci_segment_run;
+
+static inline int32_t paci_segment_runs(const paci_table *t, paci_segment_run run[PACI_MAX_SEGMENT_RUNS])
+{
+    int32_t n = paci_segments(t), starts[PACI_MAX_SEGMENT_RUNS], k = 0;
+    int32_t w = t->warm_steps > 0 ? paci_segment_of_step(t, (int64_t)t->warm_steps - 1) : 0; /* its last */
+    int32_t cand[PACI_MAX_SEGMENT_RUNS] = {0, w, t->warm_steps > 0 ? w + 1 : 0, t->warm_steps > 0 ? w + 2 : 0, n - 1};
+    for (int32_t i = 0; i < PACI_MAX_SEGMENT_RUNS; i++) { /* sorted, once each, within [0, n) */
+        int32_t c = cand[i], j = k;
+        if (c < 0 || c >= n)
+            continue;
+        while (j > 0 && starts[j - 1] > c)
+            j--;
+        if (j > 0 && starts[j - 1] == c)
+            continue;
+        for (int32_t m = k; m > j; m--)
+            starts[m] = starts[m - 1];
+        starts[j] = c;
+        k++;
+    }
+    for (int32_t i = 0; i < k; i++)
+        run[i] = (paci_segment_run){starts[i], (i + 1 < k ? starts[i + 1] : n) - starts[i]};
+    return k;
+}
+
 /* The program that runs segment `seg` (0-based); NULL only in a broken table. */
 static inline const paci_program *paci_segment_program(const paci_table *t, int32_t seg)
 {

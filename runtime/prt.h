@@ -269,6 +269,7 @@ typedef struct pr_device {
     uint32_t *(*dgc_compress)(int stage, struct pr_dgc_buffers *b, const float *grads, int64_t k, float scale,
                               float mu, int replica);
     void (*dgc_sum)(int stage, float *grads, const uint32_t *slots, int64_t k);
+    void (*dgc_undo)(int stage, struct pr_dgc_buffers *b); /* pr_dgc_undo on the device */
     void (*dgc_close)(int stage, struct pr_dgc_buffers *b);
 } pr_device;
 
@@ -355,6 +356,8 @@ typedef struct pr_dgc_buffers {
     uint32_t *index;    /* this step's pairs: indices, ascending ... */
     float *value;       /* ... and values */
     int64_t k;          /* pairs this step */
+    float *residual_before; /* the residual and velocity as this step found them, put back */
+    float *velocity_before; /* if the step is skipped (pr_dgc_undo; NULL without velocity) */
 } pr_dgc_buffers;
 
 /* The density of step t (from 1): the exponential warm-up, then prog->dgc_density. */
@@ -368,15 +371,19 @@ int pr_dgc_momentum_correction(const pr_program *prog);
 int64_t pr_dgc_select(const float *x, int64_t n, int64_t k, uint32_t *scratch, uint32_t *index);
 /* Local clipping: min(1, (clip / sqrt(D)) / ||grad||), 1 without `clip`. */
 float pr_dgc_clip_scale(const pr_program *prog, int D, const float *grad, int64_t n);
-/* One replica's side: accumulates scale * grad (through the velocity with momentum mu when
- * b->velocity), selects k, moves them into b's pairs and zeroes them in residual and
- * velocity. Returns the pairs. */
+/* One replica's side: keeps the residual and velocity as they were (for pr_dgc_undo),
+ * accumulates scale * grad (through the velocity with momentum mu when b->velocity), selects
+ * k, moves them into b's pairs and zeroes them in residual and velocity. Returns the pairs. */
 int64_t pr_dgc_compress(pr_dgc_buffers *b, const float *grad, int64_t n, int64_t k, float scale, float mu);
 /* out[0..n) = the D replicas' pairs summed in replica order (0's as they are, then added). */
 void pr_dgc_sum(float *out, int64_t n, const pr_dgc_buffers *const *from, int D);
 /* A pair list from another process against what pr_dgc_select sends (indices ascending, each
  * below n, so pr_dgc_sum stays inside out[0..n)): the first position that is not, or -1. */
 int64_t pr_dgc_check_index(const uint32_t *index, int64_t k, int64_t n);
+/* A skipped step (on_nan skip) undone: the residual and velocity as pr_dgc_compress found
+ * them, so the pairs it sent stay to be sent later and the step's own gradient is dropped,
+ * as a dense skipped step drops it (docs/dsl.md "Gradient compression"). */
+void pr_dgc_undo(pr_dgc_buffers *b, int64_t n);
 void pr_dgc_alloc(pr_dgc_buffers *b, int64_t n, int velocity);
 void pr_dgc_free(pr_dgc_buffers *b);
 /* The step under momentum correction: the stage's rule with momentum 0 (CPU). */
@@ -608,6 +615,10 @@ typedef struct pr_replica_ops {
      * passes `ready`, with a pr_ready_ctx, as the backward's grads_ready. */
     int (*overlaps)(const pr_run *run, const pr_stage_rt *st);
     void (*ready)(void *ctx, int64_t offset, int64_t count);
+    /* on_nan skip dropped stage st's step after its reduction (every replica drops it: they
+     * judge the same sum): what the reduction kept for later steps goes back to where the
+     * step found it (compression dgc: the residual and velocity, on every transport). */
+    void (*skip)(pr_run *run, pr_stage_rt *st);
     /* From pr_run_free: the other pipelines, the groups, the reduction sockets. */
     void (*close)(pr_run *run);
 } pr_replica_ops;

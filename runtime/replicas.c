@@ -52,7 +52,9 @@ static void replicas_close(pr_run *run);
 static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop);
 static int replicas_overlaps(const pr_run *run, const pr_stage_rt *st);
 static void replicas_ready(void *ctx, int64_t offset, int64_t count);
-static const pr_replica_ops replica_ops = {replicas_reduce, replicas_overlaps, replicas_ready, replicas_close};
+static void replicas_skip(pr_run *run, pr_stage_rt *st);
+static const pr_replica_ops replica_ops = {replicas_reduce, replicas_overlaps, replicas_ready, replicas_skip,
+                                           replicas_close};
 
 int pr_replicas_open(pr_run *run, char *err)
 {
@@ -729,6 +731,18 @@ static void native_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     dev->dgc_sum(s, st->grads, slots, k);
     *loss = values[0];
     *stop = values[1] > 0.0;
+}
+
+/* A skipped step's compression undone: its pairs were sent and summed but never stepped on,
+ * so they stay in the residual (never lost), and its own gradient is dropped with the step. */
+static void replicas_skip(pr_run *run, pr_stage_rt *st)
+{
+    if (run->prog->dgc_density <= 0 || !st->dgc.residual)
+        return;
+    if (run->dev->dgc_open) // the device keeps them (as pr_replicas_open opened them)
+        run->dev->dgc_undo(st->index, &st->dgc);
+    else
+        pr_dgc_undo(&st->dgc, st->code->n_params);
 }
 
 static void replicas_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)

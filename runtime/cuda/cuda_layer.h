@@ -51,6 +51,7 @@ int pr_cuda_dgc_open(const pr_program *prog, int stage, pr_dgc_buffers *b, int D
 uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads, int64_t k, float scale,
                                float mu, int replica);
 void pr_cuda_dgc_sum(int stage, float *grads, const uint32_t *slots, int64_t k);
+void pr_cuda_dgc_undo(int stage, pr_dgc_buffers *b);
 void pr_cuda_dgc_close(int stage, pr_dgc_buffers *b);
 /* The NCCL transport (nccl_transport.c). pr_nccl_load loads `library` (NULL: libnccl.so.2)
  * once and returns its version code, or -1 with the reason in err. */

@@ -18,7 +18,8 @@
  * sum do not depend on how the GPU schedules its threads; given the same gradients they are
  * the CPU's bits.
  *
- * Device memory per stage: the residual (and the velocity, LARS), and the pairs of all D
+ * Device memory per stage: the residual (and the velocity, LARS), their copies as the step
+ * found them (put back if on_nan skips the step: pr_cuda_dgc_undo), and the pairs of all D
  * replicas, D slots of 2 k_max 32-bit words (k indices, then k values, at a step's k), k_max
  * the count of step 1, the largest the warm-up gives; the selection's state and chunk counts.
  */
@@ -54,8 +55,11 @@ int pr_cuda_dgc_open(const pr_program *prog, int stage, pr_dgc_buffers *b, int D
     int64_t k_max = pr_dgc_count(prog, 1, n), chunks = (n + PR_CUDA_DGC_CHUNK - 1) / PR_CUDA_DGC_CHUNK;
     memset(b, 0, sizeof *b);
     b->residual = pr_cuda_dev_alloc(stage, (size_t)n * sizeof(float));
-    if (pr_dgc_momentum_correction(prog))
+    b->residual_before = pr_cuda_dev_alloc(stage, (size_t)n * sizeof(float));
+    if (pr_dgc_momentum_correction(prog)) {
         b->velocity = pr_cuda_dev_alloc(stage, (size_t)n * sizeof(float));
+        b->velocity_before = pr_cuda_dev_alloc(stage, (size_t)n * sizeof(float));
+    }
     b->scratch = pr_cuda_dev_alloc(stage, (size_t)(PR_DGC_STATE_WORDS + PR_DGC_BINS + 2 * chunks) * sizeof(uint32_t));
     b->index = pr_cuda_dev_alloc(stage, (size_t)D * 2 * (size_t)k_max * sizeof(uint32_t));
     stages[stage].open = 1;
@@ -72,8 +76,11 @@ void pr_cuda_dgc_close(int stage, pr_dgc_buffers *b)
     if (!stages[stage].open)
         return;
     pr_cuda_dev_release(stage, b->residual);
-    if (b->velocity)
+    pr_cuda_dev_release(stage, b->residual_before);
+    if (b->velocity) {
         pr_cuda_dev_release(stage, b->velocity);
+        pr_cuda_dev_release(stage, b->velocity_before);
+    }
     pr_cuda_dev_release(stage, b->scratch);
     pr_cuda_dev_release(stage, b->index);
     memset(b, 0, sizeof *b);
@@ -92,6 +99,9 @@ uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads,
     const dgc_functions *f = &stages[stage].f;
     long n = (long)stages[stage].n, chunks = (long)stages[stage].chunks;
     float *acc = b->residual, *u = b->velocity;
+    pr_cuda_dev_queue_copy(stage, b->residual_before, acc, (size_t)n * sizeof(float));
+    if (u)
+        pr_cuda_dev_queue_copy(stage, b->velocity_before, u, (size_t)n * sizeof(float));
     void *acc_args[] = {&grads, &acc, &u, &n, &scale, &mu};
     pr_cuda_launch_function(stage, f->accumulate, n, THREADS, acc_args);
     // the state: no bits of the threshold yet, k wanted; the histogram zero (pick clears it)
@@ -115,6 +125,15 @@ uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads,
     pr_cuda_launch_function(stage, f->compact, chunks, THREADS, compact_args);
     b->k = k;
     return b->index;
+}
+
+/* pr_dgc_undo on the device: the residual and velocity as the skipped step found them. Queued. */
+void pr_cuda_dgc_undo(int stage, pr_dgc_buffers *b)
+{
+    size_t bytes = (size_t)stages[stage].n * sizeof(float);
+    pr_cuda_dev_queue_copy(stage, b->residual, b->residual_before, bytes);
+    if (b->velocity)
+        pr_cuda_dev_queue_copy(stage, b->velocity, b->velocity_before, bytes);
 }
 
 /* grads = the D slots' pairs summed in replica order: zero, slot 0's values as they are, then

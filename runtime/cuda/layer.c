@@ -40,5 +40,6 @@ const pr_device pr_device_cuda = {
     .dgc_open = pr_cuda_dgc_open,
     .dgc_compress = pr_cuda_dgc_compress,
     .dgc_sum = pr_cuda_dgc_sum,
+    .dgc_undo = pr_cuda_dgc_undo,
     .dgc_close = pr_cuda_dgc_close,
 };

@@ -16,6 +16,8 @@
 #       allgather's slot against the allreduce's gradients) fall at least 100x against dense,
 #       after the warm-up (the resumed run's steps 5..8);
 #   and LARS (momentum correction) runs too, against the CPU's threads.
+#   (e) on_nan skip: a skipped step leaves dgc.bin as the step before left it (tests/e2e/dgc_skip.sh
+#       for the CPU).
 # The selection's ties are checked on crafted vectors by tests/cuda_fake/dgc_check.c (run
 # here on the same kernels). Skips (exit 77) where tests/cuda_emu cannot run.
 # Planted faults it fails on (2026-12-05; kernels through FAKE_SED, the rest in the source):
@@ -162,3 +164,23 @@ cp "$work/lars/gpu/rank1/metrics.jsonl" "$work/lars/joined/metrics.jsonl"
 cp -r "$work/lars/gpu/ckpt" "$work/lars/joined/ckpt"
 compare_devices "lars, dgc 0.01, four GPUs" "$work/lars/joined" "$work/lars/cpu" 1e-5 1e-4
 echo "LARS under dgc 0.01 on four fake GPUs trains as the CPU's threads"
+
+# --- (e) on_nan skip: a skipped step's residuals put back on the device ---------------------------
+# tests/e2e/dgc_skip.sh's trigger (row '!' of wte set to +inf in the step-2 checkpoint: step 4
+# reads a '!'): dgc.bin after the skipped step is the step before's (runtime/cuda/dgc.c
+# pr_cuda_dgc_undo), the steps after it train and every residual is finite.
+small_model skip 2 1f1b 2 8 0 1
+sed -i -e "s/^train {/train {\n    attention flash\n    on_nan skip/" -e "s/layers 4;/layers 2;/" \
+    -e 's/dir "ckpt"/dir "ckpt"; keep 8/' -e 's/clip 0.5 }/clip 0.5; weight_decay 0 }/' "$work/skip.paci"
+printf 'parallel { data 2; compression dgc { density 0.01 } }\nhardware gpu { }\n' >> "$work/skip.paci"
+grep -q "keep 8" "$work/skip.paci" && grep -q "on_nan skip" "$work/skip.paci" || fail "(e): model edit did not apply"
+fake_build skip
+on_four skip gpu --steps 2
+poison_row "$(ckpt skip gpu 2)/model.bin" 33
+on_four skip gpu --resume
+list=$(cat "$work/skip/gpu"/rank*/err.txt | skipped_steps)
+[ "$list" = 4 ] || fail "(e): the fake GPUs skipped steps '$list', step 4 expected (the one that reads a '!')"
+cmp -s -i $dgc_head "$(ckpt skip gpu 3)/dgc.bin" "$(ckpt skip gpu 4)/dgc.bin" ||
+    fail "(e): step 4 was skipped, but its dgc.bin differs from step 3's: its pairs were lost"
+dgc_residuals_finite "$(ckpt skip gpu 8)/dgc.bin" || fail "(e): a NaN stayed in a residual"
+echo "(e) on_nan skip on four fake GPUs: step 4 skipped, its dgc.bin step 3's to the bit; steps 5-8 trained; residuals finite"

@@ -119,6 +119,39 @@ expect_allreduces() {
     done
 }
 
+# poison_row MODEL_BIN ROW: sets row ROW of wte in a checkpoint's model.bin to +inf, so the
+# micro-batches that read token ROW get a NaN loss and gradients (an untied head keeps its own).
+poison_row() {
+    python3 - "$1" "$2" <<'PY'
+import struct, sys
+path, row = sys.argv[1], int(sys.argv[2])
+data = bytearray(open(path, 'rb').read())
+width = struct.unpack('<256i', data[:1024])[6]
+for c in range(width):
+    struct.pack_into('<f', data, 1024 + 4 * (row * width + c), float('inf'))
+open(path, 'wb').write(data)
+PY
+}
+
+# skipped_steps: the steps (1-based, ascending, once each) that the run warnings on standard
+# input say on_nan skip skipped, on one line.
+skipped_steps() {
+    sed -n 's/^run: warning: step \([0-9]*\), stage [0-9]*: .*; the step is skipped (on_nan skip)$/\1/p' |
+        sort -n | uniq | tr '\n' ' ' | sed 's/ $//'
+}
+
+# dgc_residuals_finite DGC_BIN: every residual (and velocity) float in a dgc.bin is finite.
+dgc_head=584 # dgc.bin's header (runtime/checkpoint.c dgc_header: 7 int64, 2 doubles, int64 n[64])
+dgc_residuals_finite() {
+    python3 - "$1" $dgc_head <<'PY'
+import math, struct, sys
+raw = open(sys.argv[1], 'rb').read()[int(sys.argv[2]):]
+values = struct.unpack('<%df' % (len(raw) // 4), raw)
+bad = [i for i, x in enumerate(values) if not math.isfinite(x)]
+sys.exit('%s: non-finite residuals at %s' % (sys.argv[1], bad[:8]) if bad else 0)
+PY
+}
+
 # build_quiet NAME: compiles $work/NAME.paci into $work/NAME/run; pacic and the C compiler
 # must print nothing.
 build_quiet() {

@@ -2,13 +2,14 @@
  * answers are worked out by hand in the comments: the density warm-up, the top-k selection
  * and its tie-break, the residual carried to the next step (error feedback), momentum
  * correction with factor masking (LARS), the replica-order sum, the local clipping and the
- * check of a pair list that came from another process. */
+ * check of a pair list that came from another process, and a skipped step undone. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <string.h>
 
 #include "prt.h"
 
@@ -103,6 +104,39 @@ static void test_momentum_correction(void **state)
     pr_dgc_free(&b);
 }
 
+/* A skipped step undone (on_nan skip), mu = 0.9, k = 1: step 1 as in test_momentum_correction
+ * leaves u = acc = (0, 0, 0.5); step 2's gradient (NaN, 0.3, 0.1) sends the NaN (the largest
+ * magnitude) and masks it, the sum is not finite and the step is skipped: undone, u and acc
+ * are (0, 0, 0.5) again, bit for bit, so the 0.5 a sent pair carried stays to be sent, and
+ * no NaN stays behind. Step 3 with g = (0, 0.3, 0.1) then sends (2, 1.05) as step 2 would
+ * have without the NaN. Under error feedback alike: acc back to (0, 0, 0.5). */
+static void test_undo_skipped_step(void **state)
+{
+    (void)state;
+    for (int velocity = 0; velocity <= 1; velocity++) {
+        pr_dgc_buffers b;
+        pr_dgc_alloc(&b, 3, velocity);
+        float mu = velocity ? 0.9f : 0.0f, g1[3] = {1, 0, 0.5f}, bad[3] = {NAN, 0.3f, 0.1f}, g3[3] = {0, 0.3f, 0.1f};
+        pr_dgc_compress(&b, g1, 3, 1, 1.0f, mu);
+        float kept[3], kept_u[3] = {0};
+        memcpy(kept, b.residual, sizeof kept);
+        if (velocity)
+            memcpy(kept_u, b.velocity, sizeof kept_u);
+        pr_dgc_compress(&b, bad, 3, 1, 1.0f, mu);
+        assert_int_equal(b.index[0], 0);
+        assert_true(isnan(b.value[0]));
+        pr_dgc_undo(&b, 3);
+        assert_memory_equal(b.residual, kept, sizeof kept);
+        if (velocity)
+            assert_memory_equal(b.velocity, kept_u, sizeof kept_u);
+        assert_true(b.residual[2] == 0.5f);
+        pr_dgc_compress(&b, g3, 3, 1, 1.0f, mu);
+        assert_int_equal(b.index[0], 2);
+        assert_float_equal(b.value[0], velocity ? 1.05 : 0.6, 1e-6);
+        pr_dgc_free(&b);
+    }
+}
+
 /* Which optimizers correct momentum before the exchange: LARS only (its velocity is then
  * each replica's own and the optimizer steps with momentum 0); the adaptive rules feed back
  * the gradient's error. Nothing else pins this: with it off, LARS would apply momentum 0.9
@@ -168,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_residual),         cmocka_unit_test(test_momentum_correction),
         cmocka_unit_test(test_sum),              cmocka_unit_test(test_local_clip),
         cmocka_unit_test(test_check_index),      cmocka_unit_test(test_momentum_rule),
+        cmocka_unit_test(test_undo_skipped_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -273,6 +273,144 @@ static void test_warm_start(void **state)
     }
 }
 
+/* The reference for where segments begin: the old walk, step by step. A step begins one at 0,
+ * at every multiple of the segment length (a drain: evaluation, checkpoint) and at the warm
+ * start's end. first[] gets each segment's first step; returns the count. */
+static int32_t walk_segment_starts(long total, long segment, long warm, long *first)
+{
+    int32_t n = 0;
+    for (long j = 0; j < total; j++)
+        if (j % segment == 0 || j == warm)
+            first[n++] = j;
+    return n;
+}
+
+/* The reference for the programs: the old per-segment loop of schedule_build, a (schedule,
+ * length) for each distinct one in the order segments first run them; uses[] how often. */
+static int walk_programs(const paci_table *t, int *kind, long *len, long *uses)
+{
+    int n = 0;
+    for (int32_t seg = 0; seg < paci_segments(t); seg++) {
+        int k = paci_segment_schedule(t, seg), i = 0;
+        long steps = paci_segment_end(t, seg) - paci_segment_first_step(t, seg);
+        while (i < n && !(kind[i] == k && len[i] == steps))
+            i++;
+        if (i == n) {
+            assert_true(n < PACI_MAX_PROGRAMS);
+            kind[n] = k, len[n] = steps, uses[n++] = 0;
+        }
+        uses[i]++;
+    }
+    return n;
+}
+
+/* One (steps, eval, checkpoint, warm start, schedule, p, K): the closed forms (segment bounds,
+ * runs of alike segments, the programs schedule_build makes from them) against the walks. */
+static void check_segments_against_walk(int kind, int p, int K, long steps, long eval, long ckpt, int warm_kind,
+                                        long warm)
+{
+    Config cfg = make_config(kind, p, K, steps, eval, ckpt);
+    cfg.warm_schedule = warm_kind;
+    cfg.warm_steps = warm;
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    long first[64];
+    int32_t n = walk_segment_starts(steps, t->segment_steps, t->warm_steps, first);
+    char what[160];
+    snprintf(what, sizeof what, "%s p=%d K=%d steps=%ld eval=%ld ckpt=%ld warm %s %ld", paci_schedule_name(kind), p, K,
+             steps, eval, ckpt, paci_schedule_name(warm_kind), warm);
+    if (paci_segments(t) != n)
+        fail_msg("%s: %d segments, the walk %d", what, paci_segments(t), n);
+    for (int32_t seg = 0; seg < n; seg++) {
+        long end = seg + 1 < n ? first[seg + 1] : steps;
+        if (paci_segment_first_step(t, seg) != first[seg] || paci_segment_end(t, seg) != end)
+            fail_msg("%s: segment %d is [%lld, %lld), the walk [%ld, %ld)", what, seg,
+                     (long long)paci_segment_first_step(t, seg), (long long)paci_segment_end(t, seg), first[seg], end);
+        for (long j = first[seg]; j < end; j++)
+            assert_int_equal(paci_segment_of_step(t, j), seg);
+        assert_int_equal(paci_segment_schedule(t, seg), first[seg] < t->warm_steps ? warm_kind : kind);
+    }
+    int want_kind[PACI_MAX_PROGRAMS];
+    long want_len[PACI_MAX_PROGRAMS], want_uses[PACI_MAX_PROGRAMS], uses[PACI_MAX_PROGRAMS] = {0};
+    int n_want = walk_programs(t, want_kind, want_len, want_uses);
+    if (t->n_programs != n_want)
+        fail_msg("%s: %d programs, the walk %d", what, t->n_programs, n_want);
+    for (int i = 0; i < n_want; i++)
+        if (t->program[i].schedule != want_kind[i] || t->program[i].steps != want_len[i])
+            fail_msg("%s: program %d runs %d steps of %s, the walk's %ld of %s", what, i, t->program[i].steps,
+                     paci_schedule_name(t->program[i].schedule), want_len[i], paci_schedule_name(want_kind[i]));
+    paci_segment_run runs[PACI_MAX_SEGMENT_RUNS];
+    int32_t n_runs = paci_segment_runs(t, runs), next = 0;
+    for (int32_t r = 0; r < n_runs; r++) { /* in order, back to back, each segment alike its run's first */
+        assert_int_equal(runs[r].first, next);
+        assert_true(runs[r].count >= 1);
+        const paci_program *pg = paci_segment_program(t, runs[r].first);
+        for (int32_t seg = runs[r].first; seg < runs[r].first + runs[r].count; seg++)
+            if (paci_segment_program(t, seg) != pg)
+                fail_msg("%s: segment %d runs another program than its run's first, %d", what, seg, runs[r].first);
+        uses[pg - t->program] += runs[r].count;
+        next += runs[r].count;
+    }
+    assert_int_equal(next, n);
+    assert_memory_equal(uses, want_uses, sizeof uses[0] * (size_t)n_want);
+    schedule_free(t);
+}
+
+/* Segments in closed form: the same bounds, runs and programs as the per-segment walks over
+ * runs of 1 to 31 steps, drains every 1 to 10 and warm starts cutting anywhere. */
+static void test_segments_closed_form(void **state)
+{
+    (void)state;
+    static const long steps[] = {1, 2, 3, 5, 7, 8, 12, 13, 24, 31};
+    static const long every[][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {3, 0}, {0, 5}, {4, 6}, {0, 7}, {10, 0}, {0, 40}};
+    static const long warm[] = {0, 1, 2, 3, 4, 6, 9, 12, 30};
+    static const int pk[][2] = {{1, 1}, {2, 3}, {4, 2}};
+    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++)
+        for (size_t a = 0; a < sizeof steps / sizeof *steps; a++)
+            for (size_t b = 0; b < sizeof every / sizeof *every; b++)
+                for (size_t c = 0; c < sizeof warm / sizeof *warm; c++) {
+                    int warm_kind = (a + b + c) % 2 ? PACI_SCHED_ONEF1B : PACI_SCHED_GPIPE;
+                    const int *q = pk[(a + c) % 3];
+                    check_segments_against_walk(kind, q[0], q[1], steps[a], every[b][0], every[b][1], warm_kind,
+                                                warm[c]);
+                }
+}
+
+/* A run of 2^31 - 1 steps with a checkpoint every step, or a warm start cutting a long segment:
+ * a handful of runs cover all segments, and the table holds one program per kind of segment. */
+static void test_segments_of_a_long_run(void **state)
+{
+    (void)state;
+    Config cfg = make_config(PACI_SCHED_PACI, 4, 2, 2147483647L, 0, 1);
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    paci_table *t = schedule_build(&cfg, &plan);
+    paci_segment_run runs[PACI_MAX_SEGMENT_RUNS];
+    assert_int_equal(paci_segments(t), 2147483647);
+    assert_int_equal(paci_segment_runs(t, runs), 2);
+    assert_int_equal(runs[1].first + runs[1].count, 2147483647);
+    assert_int_equal(t->n_programs, 1);
+    VerifyReport rep;
+    assert_true(verify_schedule(t, &plan, &rep));
+    schedule_free(t);
+    cfg = make_config(PACI_SCHED_PACI, 4, 2, 2147483647L, 0, 1000000);
+    cfg.warm_schedule = PACI_SCHED_ONEF1B;
+    cfg.warm_steps = 2500001; /* [0, 2e6) warm in 2, [2e6, 2500001) warm, [2500001, 3e6) paci, ... */
+    assert_true(plan_build(&cfg, &plan));
+    t = schedule_build(&cfg, &plan);
+    int32_t n_runs = paci_segment_runs(t, runs), n = paci_segments(t);
+    assert_int_equal(n, 2149);
+    assert_int_equal(n_runs, 5);
+    static const int32_t first[] = {0, 2, 3, 4, 2148};
+    for (int32_t r = 0; r < n_runs; r++)
+        assert_int_equal(runs[r].first, first[r]);
+    assert_int_equal(t->n_programs, 5); /* warm 1e6 and 500001, paci 499999, 1e6 and the last 483647 */
+    assert_int_equal(t->program[4].steps, 483647);
+    assert_true(verify_schedule(t, &plan, &rep));
+    schedule_free(t);
+}
+
 /* Slot counts: p-s for the 1F1B family (capped), K for GPipe; PipeDream's stash. */
 static void test_slots_and_stash(void **state)
 {
@@ -573,6 +711,8 @@ int main(void)
         cmocka_unit_test(test_all_schedules),
         cmocka_unit_test(test_every_window_at_16_stages),
         cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_segments_closed_form),
+        cmocka_unit_test(test_segments_of_a_long_run),
         cmocka_unit_test(test_slots_and_stash),
         cmocka_unit_test(test_verify_catches_errors),
         cmocka_unit_test(test_verify_zero_bubble_errors),

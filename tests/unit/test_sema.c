@@ -724,6 +724,27 @@ static void test_warnings_do_not_fail(void **state)
     assert_string_equal(line, "t.paci:4:41: warning: warmup 200 steps is longer than the 100 training steps: the lr never reaches its peak");
     free(line);
     done(&c);
+    /* compression dgc's warm-up: one step short of the run reaches its density at the last
+     * step, silently (tests/golden/err_warn_dgc_warmup: as long as the run warns); density 1
+     * has nothing to warm up */
+    c = check(MODEL PIPELINE BATCH "train { steps 100 }\n"
+              "parallel { data 2; compression dgc { density 0.01; warmup_steps 99 } }\n");
+    assert_true(c.ok);
+    assert_string_equal(c.messages, "");
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 100 }\n"
+              "parallel { data 2; compression dgc { density 1; warmup_steps 500 } }\n");
+    assert_true(c.ok);
+    assert_string_equal(c.messages, "");
+    done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 100 }\n"
+              "parallel { data 2; compression dgc { density 0.5; warmup_steps 101 } }\n");
+    assert_true(c.ok);
+    line = first_line(&c);
+    assert_string_equal(line, "t.paci:5:64: warning: warmup_steps 101 is not shorter than the 100 training steps: "
+                              "the density never reaches 0.5; it falls from 1 at step 1 to 0.507 at the last step");
+    free(line);
+    done(&c);
 }
 
 static void test_lr_errors(void **state)
