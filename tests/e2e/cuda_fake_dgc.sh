@@ -106,12 +106,13 @@ compare_devices "dgc 0.001, data 2 x 2 stages, four GPUs" "$work/sparse/joined" 
 python3 - "$work/sparse/joined/ckpt/step_00000008/dgc.bin" "$work/sparse/cpu/ckpt/step_00000008/dgc.bin" <<'PY' || fail "(b): the GPU's residuals are not the CPU's"
 import array, sys
 # dgc.bin: int64 magic, version, replicas, stages, step, velocity, warmup; double density,
-# clip; int64 n[16] (PACI_MAX_STAGES); then replica-major, stage-minor residuals
+# clip; int64 n[64] (PACI_MAX_STAGES); then replica-major, stage-minor residuals
 def load(path):
     raw = open(path, "rb").read()
     head = array.array("q", raw[:7 * 8])
-    n = array.array("q", raw[9 * 8:9 * 8 + 16 * 8])
-    floats = array.array("f", raw[9 * 8 + 16 * 8:])
+    n = array.array("q", raw[9 * 8:9 * 8 + 64 * 8])
+    floats = array.array("f", raw[9 * 8 + 64 * 8:])
+    assert len(floats) == head[2] * sum(n) * (2 if head[5] else 1), "dgc.bin's size is not its header's"
     parts, at = [], 0
     for r in range(head[2]):
         for s in range(head[3]):

@@ -67,6 +67,11 @@ cmp -s "$(final lars9 6)/model.bin" "$(final lars0 6)/model.bin" \
 echo "lars under dgc: momentum 0.9 and 0 differ (the velocity is corrected locally)"
 
 # --- kill -9 mid-run, then --resume: the uninterrupted bits --------------------------------------
+# has_checkpoint DIR: DIR holds a complete step folder; a kill after its rename and before
+# `latest` leaves one without `latest`, and only --resume continues from it.
+has_checkpoint() {
+    compgen -G "$1/step_[0-9]*[0-9]" > /dev/null
+}
 for opt in "adamw { lr 3e-3; clip 0.5 }" "lars { lr 0.5; momentum 0.9 }"; do
     name=kill-${opt%% *}
     dgc_model "$name" "$opt" 30 2 "compression dgc { density 0.01; warmup_steps 5; clip 1 }"
@@ -77,7 +82,7 @@ for opt in "adamw { lr 3e-3; clip 0.5 }" "lars { lr 0.5; momentum 0.9 }"; do
     kills=0
     for i in 1 2 3 4 5 6; do
         resume=""
-        [ -f "$dir/ckpt/latest" ] && resume=--resume
+        has_checkpoint "$dir/ckpt" && resume=--resume
         (cd "$dir" && exec ./run --quiet --blas-threads 1 $resume > out.txt 2> err.txt) &
         pid=$!
         sleep "0.$((RANDOM % 30 + 5))"
@@ -87,7 +92,7 @@ for opt in "adamw { lr 3e-3; clip 0.5 }" "lars { lr 0.5; momentum 0.9 }"; do
         kills=$((kills + 1))
     done
     resume=""
-    [ -f "$dir/ckpt/latest" ] && resume=--resume
+    has_checkpoint "$dir/ckpt" && resume=--resume
     (cd "$dir" && ./run --quiet --blas-threads 1 $resume) || fail "$name: the run after the kills failed"
     for f in model.bin state.bin dgc.bin; do
         cmp -s "$(final "$name" 30)/$f" "$dir/ckpt/step_00000030/$f" || fail "$name: $f after $kills kills differs"
