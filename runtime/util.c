@@ -1,10 +1,11 @@
-/* util.c: the runtime's error messages, aligned memory, clock and random numbers. */
+/* util.c: the runtime's error messages, aligned memory, clock, random numbers and file helpers. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,5 +105,21 @@ int pr_fsync_dir(const char *path, char *err)
     close(fd);
     if (rc != 0 && saved != EINVAL)
         return pr_fail(err, "%s: cannot flush the folder to disk: %s", path, strerror(saved));
+    return 0;
+}
+
+int pr_probe_output(const char *path, const char *what, char *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pr_fail(err, "%s: cannot write %s: it is a folder", path, what);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), made = fd >= 0;
+    if (fd < 0 && errno == EEXIST) // kept as it is until the run writes it
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pr_fail(err, "%s: cannot write %s: %s", path, what, strerror(errno));
+    close(fd);
+    if (made)
+        unlink(path);
     return 0;
 }
