@@ -180,6 +180,7 @@ echo "a holder killed by SIGKILL: its lock file stays, the next run starts and e
 
 # ranks NAME PORT PIDS_VAR: four's two stages as two processes in $work/NAME, one folder
 # (as on a shared file system); rank 0 stops at its lock when STOP=1. Pids into PIDS_VAR.
+# --peer-timeout: a rank left waiting for a peer fails rather than hangs.
 ranks() {
     local dir=$work/$1 r
     local -n pids=$3
@@ -188,11 +189,11 @@ ranks() {
     for r in 0 1; do
         if [ "${STOP:-}" = 1 ] && [ $r = 0 ]; then
             (cd "$dir" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 \
-                LD_PRELOAD="$work/stop_after_lock.so" exec "$work/bin/four" --quiet --connect-timeout 60 \
+                LD_PRELOAD="$work/stop_after_lock.so" exec "$work/bin/four" --quiet --connect-timeout 60 --peer-timeout 120 \
                 2> "rank0.$2.err") &
         else
             (cd "$dir" && RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 \
-                exec "$work/bin/four" --quiet --connect-timeout 60 2> "rank$r.$2.err") &
+                exec "$work/bin/four" --quiet --connect-timeout 60 --peer-timeout 120 2> "rank$r.$2.err") &
         fi
         pids+=($!)
     done
