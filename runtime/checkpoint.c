@@ -571,6 +571,8 @@ static void read_holder(int fd, char *text, size_t size)
  * and gone on), -1 with err when another run holds it or the file cannot be opened. */
 static int take_lock(const char *dir, char *const *argv, char *err)
 {
+    if (lock_fd >= 0) // taken already: a record lock belongs to the process
+        return 0;
     char path[3100], text[1200];
     snprintf(path, sizeof path, "%s/lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);

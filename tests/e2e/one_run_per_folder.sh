@@ -7,11 +7,13 @@
 #   other is refused (by the lock, or by the folder guard when the first had ended);
 # - the lock, not its file, decides: a holder killed with SIGKILL leaves the file, and the
 #   next run starts;
+# - where the file system gives no locks, the run warns and goes on;
 # - the ranks of a run of several processes share one folder (rank 0 holds the lock); a
 #   second such run is refused by rank 0, and its other ranks stop saying why;
 # - a read-only folder, and one without room for a checkpoint, are refused before step 1.
 # The overlap is made, not timed: a preloaded library stops the first run (SIGSTOP) right
-# after it wrote its name into the lock file, and the test continues it after the second run.
+# after it wrote its name into the lock file, and the test continues it after the second run;
+# the same library plays a file system without locks.
 source tests/e2e/lib.sh
 
 # model NAME LAYERS: 12 steps at p = 2, a checkpoint every 6 in ./ckpt, into $work/bin/NAME.
@@ -33,11 +35,15 @@ DSL
 model four 4
 model two 2
 
-cat > "$work/stop_after_lock.c" <<'C'
+cat > "$work/lock_shim.c" <<'C'
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -57,18 +63,49 @@ int ftruncate(int fd, off_t length)
     return real(fd, length);
 }
 
+/* NO_LOCKS=1: a file system that gives no record locks (Lustre without -o flock). */
+static int no_locks(int cmd)
+{
+    const char *no = getenv("NO_LOCKS");
+    return no && *no == '1' && (cmd == F_SETLK || cmd == F_SETLKW);
+}
+
+int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (no_locks(cmd))
+        return errno = ENOLCK, -1;
+    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl");
+    return real(fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (no_locks(cmd))
+        return errno = ENOLCK, -1;
+    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl64");
+    return real(fd, cmd, arg);
+}
+
 ssize_t write(int fd, const void *data, size_t bytes)
 {
     ssize_t (*real)(int, const void *, size_t) = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
     ssize_t rc = real(fd, data, bytes);
-    if (fd == lock_fd) {
+    if (fd == lock_fd && getenv("STOP_AT_LOCK")) {
         lock_fd = -1;
         raise(SIGSTOP);
     }
     return rc;
 }
 C
-${CC:-cc} -shared -fPIC -O1 -o "$work/stop_after_lock.so" "$work/stop_after_lock.c" -ldl
+${CC:-cc} -shared -fPIC -O1 -o "$work/lock_shim.so" "$work/lock_shim.c" -ldl
 
 # start DIR TAG PROGRAM [flags]: PROGRAM in $work/DIR, in the background ($!), stderr in
 # $work/DIR/TAG.err; with STOP=1 in the environment it stops itself once it holds the lock.
@@ -77,7 +114,7 @@ start() {
     shift 3
     mkdir -p "$dir"
     if [ "${STOP:-}" = 1 ]; then
-        (cd "$dir" && LD_PRELOAD="$work/stop_after_lock.so" exec "$work/bin/$program" --quiet \
+        (cd "$dir" && STOP_AT_LOCK=1 LD_PRELOAD="$work/lock_shim.so" exec "$work/bin/$program" --quiet \
             --blas-threads 1 "$@" 2> "$tag.err") &
     else
         (cd "$dir" && exec "$work/bin/$program" --quiet --blas-threads 1 "$@" 2> "$tag.err") &
@@ -178,6 +215,16 @@ start killed next four && wait $! || fail "after a SIGKILL the lock file blocked
 same_checkpoints killed lone-four
 echo "a holder killed by SIGKILL: its lock file stays, the next run starts and ends as a lone run"
 
+# A file system without record locks (the preloaded fcntl says ENOLCK): one warning, and the
+# run goes on, as a lone run.
+mkdir -p "$work/nolocks"
+(cd "$work/nolocks" && NO_LOCKS=1 LD_PRELOAD="$work/lock_shim.so" "$work/bin/four" --quiet \
+    --blas-threads 1 2> err.txt) || fail "without locks the run failed: $(cat "$work/nolocks/err.txt")"
+[ "$(cat "$work/nolocks/err.txt")" = "run: warning: ckpt: cannot lock ckpt/lock (No locks available): the file system gives no locks here, so a second run started in this folder would not be refused" ] ||
+    fail "without locks: $(cat "$work/nolocks/err.txt")"
+same_checkpoints nolocks lone-four
+echo "a file system without locks: one warning, the run trained as a lone run"
+
 # ranks NAME PORT PIDS_VAR: four's two stages as two processes in $work/NAME, one folder
 # (as on a shared file system); rank 0 stops at its lock when STOP=1. Pids into PIDS_VAR.
 # --peer-timeout: a rank left waiting for a peer fails rather than hangs.
@@ -189,7 +236,7 @@ ranks() {
     for r in 0 1; do
         if [ "${STOP:-}" = 1 ] && [ $r = 0 ]; then
             (cd "$dir" && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 \
-                LD_PRELOAD="$work/stop_after_lock.so" exec "$work/bin/four" --quiet --connect-timeout 60 --peer-timeout 120 \
+                STOP_AT_LOCK=1 LD_PRELOAD="$work/lock_shim.so" exec "$work/bin/four" --quiet --connect-timeout 60 --peer-timeout 120 \
                 2> "rank0.$2.err") &
         else
             (cd "$dir" && RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 \
