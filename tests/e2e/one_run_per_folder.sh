@@ -120,12 +120,12 @@ start() {
         (cd "$dir" && exec "$work/bin/$program" --quiet --blas-threads 1 "$@" 2> "$tag.err") &
     fi
 }
-# await_stopped PID: returns once PID is stopped (state T); fails if it ends first.
+# await_stopped PID ERRFILE: returns once PID is stopped (state T); fails, with ERRFILE, if it ends first.
 await_stopped() {
     local i
     for ((i = 0; i < 24000; i++)); do # a 20-minute hang guard, no time limit
         [ "$(sed 's/^.*) \(.\).*/\1/' "/proc/$1/stat" 2> /dev/null)" = T ] && return 0
-        kill -0 "$1" 2> /dev/null || fail "pid $1 ended before it stopped at its lock"
+        kill -0 "$1" 2> /dev/null || fail "pid $1 ended before it stopped at its lock: $(cat "$2")"
         sleep 0.05
     done
     fail "pid $1 never stopped at its lock"
@@ -164,7 +164,7 @@ overlap() {
     [ "$seed" = - ] || cp -a "$work/$seed" "$work/$dir"
     STOP=1 start "$dir" first "${first[@]}"
     pid=$!
-    await_stopped $pid
+    await_stopped $pid "$work/$dir/first.err"
     start "$dir" second "${second[@]}"
     wait $! && fail "$dir: the second run (${second[*]}) ran while the first (${first[*]}) held the folder"
     [ "$(cat "$work/$dir/second.err")" = "$(refusal_of $pid "${first[@]}")" ] ||
@@ -207,7 +207,7 @@ echo "started at once (four and two, two and four, four twice): one trained as a
 # A holder killed with SIGKILL leaves its lock file; the next run starts.
 STOP=1 start killed first four
 pid=$!
-await_stopped $pid
+await_stopped $pid "$work/killed/first.err"
 kill -KILL $pid
 wait $pid 2> /dev/null && fail "the killed run succeeded"
 grep -q "^pid $pid on host " "$work/killed/ckpt/lock" || fail "the killed run left no lock file naming it"
@@ -246,17 +246,17 @@ ranks() {
     done
 }
 STOP=1 ranks ranks $((port + 1)) held
-await_stopped "${held[0]}"
+await_stopped "${held[0]}" "$work/ranks/rank0.$((port + 1)).err"
 ranks ranks $((port + 2)) second
 wait "${second[0]}" && fail "a second run's rank 0 ran in a folder another run held"
 wait "${second[1]}" && fail "a second run's rank 1 went on after its rank 0 was refused"
+kill -CONT "${held[0]}"
+wait "${held[1]}" || fail "rank 1 of the first run: $(cat "$work/ranks/rank1.$((port + 1)).err")"
+wait "${held[0]}" || fail "rank 0 of the first run: $(cat "$work/ranks/rank0.$((port + 1)).err")"
 grep -q "^run: error: ckpt: in use by another run (pid ${held[0]} on host " "$work/ranks/rank0.$((port + 2)).err" ||
     fail "the second run's rank 0: $(cat "$work/ranks/rank0.$((port + 2)).err")"
 [ "$(cat "$work/ranks/rank1.$((port + 2)).err")" = "run: error: rank 1: stopped: rank 0 could not take the checkpoint folder ckpt (its error says why)" ] ||
     fail "the second run's rank 1: $(cat "$work/ranks/rank1.$((port + 2)).err")"
-kill -CONT "${held[0]}"
-wait "${held[0]}" || fail "rank 0 of the first run: $(cat "$work/ranks/rank0.$((port + 1)).err")"
-wait "${held[1]}" || fail "rank 1 of the first run: $(cat "$work/ranks/rank1.$((port + 1)).err")"
 same_checkpoints ranks lone-four
 echo "two processes in one folder: rank 0 held it, rank 1 shared it; a second run's ranks both stopped"
 
