@@ -22,12 +22,15 @@ static Value *value_new(ValueKind kind, Span span)
     return v;
 }
 
-Value *ast_number(Span span, const char *spelling, double number, bool is_integer)
+Value *ast_number(Span span, const char *spelling, double number, bool is_integer, bool past_u64,
+                  uint64_t magnitude)
 {
     Value *v = value_new(VAL_NUMBER, span);
     v->text = xstrdup(spelling);
     v->number = number;
     v->is_integer = is_integer;
+    v->past_u64 = past_u64;
+    v->magnitude = magnitude;
     return v;
 }
 

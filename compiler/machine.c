@@ -77,6 +77,15 @@ void cpu_rates_guess(CpuRates *r)
     snprintf(r->source, sizeof r->source, "pacic's guesses for a recent x86 core: nothing measured this machine");
 }
 
+/* "KEY VALUE is out of range: it must be RANGE", VALUE as written (calibration_line's words). */
+static const char *range_message(const char *key, const char *value, const char *range)
+{
+    static char message[160];
+    snprintf(message, sizeof message, "%s %.*s is out of range: it must be %s", key,
+             (int)strcspn(value, " \t\r"), value, range);
+    return message;
+}
+
 /* One line of a calibration file (comment removed, not blank); NULL or what is wrong. */
 static const char *calibration_line(char *p, CpuRates *r, int *version)
 {
@@ -95,8 +104,9 @@ static const char *calibration_line(char *p, CpuRates *r, int *version)
         return NULL;
     }
     if (strcmp(key, "gemm") == 0) {
-        if (sscanf(p, "%lf %lf", &a, &b) != 2 || !(a > 0) || !(b > 0) || !isfinite(b))
-            return "expected 'gemm SIZE FLOPS', both above 0";
+        if (sscanf(p, "%lf %lf", &a, &b) != 2 || !(a > 0 && a <= MACHINE_RATE_MAX) ||
+            !(b >= MACHINE_RATE_MIN && b <= MACHINE_RATE_MAX))
+            return "expected 'gemm SIZE FLOPS', SIZE in (0, 1e+30] and FLOPS in [1, 1e+30]";
         if (r->n_gemm == CPU_GEMM_SIZES)
             return "more gemm lines than pacic reads";
         if (r->n_gemm > 0 && a <= r->gemm_size[r->n_gemm - 1])
@@ -105,35 +115,41 @@ static const char *calibration_line(char *p, CpuRates *r, int *version)
         r->gemm_flops[r->n_gemm++] = b;
         return NULL;
     }
-    if (sscanf(p, "%lf", &a) != 1 || !isfinite(a) || a < 0)
-        return "expected a number, 0 or above";
+    // the DSL's hardware keys' ranges (MACHINE_RATE_MIN): every time priced on them stays finite
+    double *rate = strcmp(key, "memory") == 0             ? &r->memory
+                   : strcmp(key, "vector_flops") == 0     ? &r->vector_flops
+                   : strcmp(key, "memory_bandwidth") == 0 ? &r->memory_bandwidth
+                   : strcmp(key, "bandwidth") == 0        ? &r->bandwidth
+                                                          : NULL;
+    if (sscanf(p, "%lf", &a) != 1 || !(a >= 0 && a <= MACHINE_RATE_MAX))
+        return "expected a number in [0, 1e+30]";
     if (strcmp(key, "version") == 0) {
         if (a != CALIBRATION_VERSION)
             return "a calibration format this pacic does not read (version 1)";
         *version = (int)a;
-    } else if (strcmp(key, "cores") == 0 && a >= 1)
+    } else if (strcmp(key, "cores") == 0) {
+        if (!(a >= 1 && a <= 1 << 20))
+            return range_message(key, p, "in 1..1048576");
         r->cores = (int)a;
-    else if (strcmp(key, "memory") == 0 && a > 0)
-        r->memory = a;
-    else if (strcmp(key, "vector_flops") == 0 && a > 0)
-        r->vector_flops = a;
-    else if (strcmp(key, "memory_bandwidth") == 0 && a > 0)
-        r->memory_bandwidth = a;
-    else if (strcmp(key, "latency") == 0)
+    } else if (rate) {
+        if (a < MACHINE_RATE_MIN)
+            return range_message(key, p, "in [1, 1e+30]");
+        *rate = a;
+    } else if (strcmp(key, "latency") == 0) {
         r->latency = a;
-    else if (strcmp(key, "bandwidth") == 0 && a > 0)
-        r->bandwidth = a;
-    else
+    } else {
         return "expected version, cpu, blas, cores, memory, gemm, vector_flops, memory_bandwidth, latency or "
-               "bandwidth (each rate above 0)";
+               "bandwidth";
+    }
     return NULL;
 }
 
 bool cpu_rates_load(const char *path, CpuRates *r, char *err, size_t err_size)
 {
-    char *text = read_file(path, NULL);
+    char why[200];
+    char *text = read_input_file(path, CALIBRATION_FILE_LIMIT, NULL, why, sizeof why);
     if (!text) {
-        snprintf(err, err_size, "cannot read the CPU calibration '%s': %s", path, strerror(errno));
+        snprintf(err, err_size, "cannot read the CPU calibration '%s': %s", path, why);
         return false;
     }
     CpuRates got = {.latency = -1};

@@ -390,9 +390,10 @@ int main(int argc, char **argv)
     parse_options(argc, argv, &opt);
 
     size_t len;
-    char *text = read_file(opt.input, &len);
+    char why[200];
+    char *text = read_input_file(opt.input, DSL_FILE_LIMIT, &len, why, sizeof why);
     if (!text) {
-        fprintf(stderr, "pacic: error: cannot read %s: %s\n", opt.input, strerror(errno));
+        fprintf(stderr, "pacic: error: cannot read %s: %s\n", opt.input, why);
         return EXIT_USER;
     }
     if (strlen(text) != len) {

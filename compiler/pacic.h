@@ -55,8 +55,25 @@ NORETURN void internal_error(const char *file, int line, const char *fmt, ...) P
 #define unreachable() internal_error(__FILE__, __LINE__, "unreachable")
 #define ICE(...) internal_error(__FILE__, __LINE__, __VA_ARGS__)
 
-/* Reads a whole file; NULL with errno set on failure. */
+/* Reads a whole file; NULL with errno set on failure. For pacic's own files: a file the
+ * user names goes through open_input_file or read_input_file. */
 char *read_file(const char *path, size_t *len);
+/* Limits on the files a user names (docs/dsl.md "Files pacic reads"): a device or a pipe
+ * (/dev/zero) would never end, so only regular files are read, and no larger than these. */
+#define DSL_FILE_LIMIT ((size_t)16 << 20)
+#define CALIBRATION_FILE_LIMIT ((size_t)1 << 20)
+#define PROFILE_FILE_LIMIT ((size_t)64 << 20)
+#define METRICS_FILE_LIMIT ((size_t)1 << 30)
+/* A machine's rates and sizes (hardware keys, a CPU calibration's lines): FLOP/s, bytes/s and
+ * bytes in [1, 1e30], seconds of latency at most 1e30, so that every time the cost model
+ * works out (a step's FLOPs over a rate, up to ~1e40 s) stays finite: no nan in --explain. */
+#define MACHINE_RATE_MIN 1.0
+#define MACHINE_RATE_MAX 1e30
+/* A regular file of at most `limit` bytes opened for reading: its descriptor, or -1 with
+ * `why` saying what is wrong ("not a regular file", the size against the limit, strerror). */
+int open_input_file(const char *path, size_t limit, char *why, size_t why_size);
+/* Such a file read whole and NUL-terminated (*len its length, when len is not NULL). */
+char *read_input_file(const char *path, size_t limit, size_t *len, char *why, size_t why_size);
 
 /* A growable text buffer with printf-checked appends (used by every emitter). */
 typedef struct StrBuf {
@@ -130,7 +147,9 @@ typedef struct Value {
     ValueKind kind;
     Span span;
     double number;       /* VAL_NUMBER, VAL_PERCENT */
-    bool is_integer;     /* written without '.', exponent or fraction, and fits in int64 */
+    bool is_integer;     /* VAL_NUMBER: whole as written (`1_000`, `-2`, `1e4`; not `1.00000000000000000001e19`) */
+    bool past_u64;       /* is_integer, and 2^64 or more in magnitude */
+    uint64_t magnitude;  /* is_integer, not past_u64: the exact |value|, which `number` rounds above 2^53 */
     char *text;          /* VAL_STRING (unescaped), VAL_WORD; the spelling for numbers */
     struct Value **items;/* VAL_LIST */
     int n_items;
@@ -163,7 +182,8 @@ typedef struct Ast {
 
 /* Builders called by the grammar's actions; each takes the span it covers and owns what
  * it is given (strings, values, entries, blocks). */
-Value *ast_number(Span span, const char *spelling, double number, bool is_integer);
+Value *ast_number(Span span, const char *spelling, double number, bool is_integer, bool past_u64,
+                  uint64_t magnitude);
 Value *ast_percent(Span span, const char *spelling, double number);
 Value *ast_string(Span span, char *unescaped);
 Value *ast_word(Span span, char *word);

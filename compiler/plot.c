@@ -2,10 +2,12 @@
  * `run --metrics` logged (docs/run.md), against optimizer steps and against tokens, a colour
  * per file; read with jansson, drawn with svg.c's pieces. */
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pacic.h"
 
@@ -141,6 +143,16 @@ static bool read_record(PlotRun *run, long line, const char *text, size_t len)
         ok = record_error(run, line, loss ? "\"loss\"" : "\"val_loss\"", " is not a number");
     } else if (tokens && !json_is_number(tokens)) {
         ok = record_error(run, line, "\"tokens\" is not a number", "");
+    } else if (json_is_number(value) && !(fabs(json_number_value(value)) <= FLT_MAX)) {
+        // run writes a float: a larger loss is no run's, and the frame's span would overflow to nan
+        char detail[96];
+        snprintf(detail, sizeof detail, " %g is out of range: it must be in [-%.9g, %.9g] (a float)",
+                 json_number_value(value), FLT_MAX, FLT_MAX);
+        ok = record_error(run, line, loss ? "\"loss\"" : "\"val_loss\"", detail);
+    } else if (tokens && !(json_number_value(tokens) >= 0 && json_number_value(tokens) <= 1e30)) {
+        char detail[80];
+        snprintf(detail, sizeof detail, " %g is out of range: it must be in [0, 1e+30]", json_number_value(tokens));
+        ok = record_error(run, line, "\"tokens\"", detail);
     } else if (json_is_number(value)) {
         if (!tokens && !run->untokened_line)
             run->untokened_line = line;
@@ -155,9 +167,13 @@ static bool read_record(PlotRun *run, long line, const char *text, size_t len)
 /* Reads a metrics file into its curves; false with the file (and line) named on stderr. */
 static bool load_metrics(PlotRun *run)
 {
-    FILE *f = fopen(run->path, "r");
+    char why[200];
+    int fd = open_input_file(run->path, METRICS_FILE_LIMIT, why, sizeof why);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
     if (!f) {
-        fprintf(stderr, "pacic: error: cannot read %s: %s\n", run->path, strerror(errno));
+        fprintf(stderr, "pacic: error: cannot read %s: %s\n", run->path, fd < 0 ? why : strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return false;
     }
     char *text = NULL;

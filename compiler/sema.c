@@ -134,13 +134,14 @@ static void set_compression_name(Sema *s, const Entry *e);
 #define LONG_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_LONG, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
 #define NUM_KEY(n, f, lo, hi, def) {.name = n, .shape = SHAPE_NUMBER, .min = lo, .max = hi, .fallback = def, .field = AT(f)}
 #define POS_KEY(n, f, def) {.name = n, .shape = SHAPE_NUMBER, .min = 0, .min_exclusive = true, .max = 1e30, .fallback = def, .field = AT(f)}
+#define MACHINE_KEY(n, f) {.name = n, .shape = SHAPE_NUMBER, .min = MACHINE_RATE_MIN, .max = MACHINE_RATE_MAX, .field = AT(f)}
 #define CHOICE_KEY(n, f, words, def) {.name = n, .shape = SHAPE_CHOICE, .choices = words, .fallback = def, .field = AT(f)}
 #define CUSTOM_KEY(n, fn) {.name = n, .shape = SHAPE_CUSTOM, .set = fn}
 #define BLOCK_KEY(n, def) {.name = n, .shape = SHAPE_BLOCK, .block = &def}
 #define END_KEYS {.name = NULL}
 
-/* 2^53: seeds above it would not survive the trip through a double. */
-#define MAX_EXACT 9007199254740992.0
+/* 2^64: an integer key below it is read exactly (check_number_exact), 2^64 - 1 the largest. */
+#define ANY_U64 0x1p64
 
 static const KeyDef model_keys[] = {
     INT_KEY("layers", layers, 1, 1024, 0),
@@ -221,7 +222,7 @@ static const KeyDef train_keys[] = {
     CUSTOM_KEY("val", set_val),
     /* the schedule table counts steps in int32 (paci_table.total_steps) */
     {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = INT32_MAX, .required = true, .field = AT(steps)},
-    {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = MAX_EXACT, .fallback = 1337, .field = AT(seed)},
+    {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = ANY_U64, .fallback = 1337, .field = AT(seed)},
     CHOICE_KEY("precision", precision, precision_words, PREC_FP32),
     CHOICE_KEY("attention", attention, attention_words, ATTN_FLASH),
     CHOICE_KEY("on_nan", on_nan, on_nan_words, PR_ON_NAN_STOP),
@@ -234,15 +235,15 @@ static const KeyDef train_keys[] = {
 /* Every number 0 (latency -1) until derive_hardware fills what the block leaves out: for a GPU
  * an H100 SXM's, for a CPU this machine's (machine.c). */
 static const KeyDef hardware_keys[] = {
-    POS_KEY("flops", device_flops, 0),
-    POS_KEY("bandwidth", link_bandwidth, 0),
-    NUM_KEY("latency", link_latency, 0, 1e30, -1),
-    POS_KEY("memory", device_memory, 0),
-    POS_KEY("memory_bandwidth", memory_bandwidth, 0),
-    POS_KEY("network_bandwidth", network_bandwidth, 0),
+    MACHINE_KEY("flops", device_flops),
+    MACHINE_KEY("bandwidth", link_bandwidth),
+    NUM_KEY("latency", link_latency, 0, MACHINE_RATE_MAX, -1),
+    MACHINE_KEY("memory", device_memory),
+    MACHINE_KEY("memory_bandwidth", memory_bandwidth),
+    MACHINE_KEY("network_bandwidth", network_bandwidth),
     /* hardware cpu only (check_hardware) */
     INT_KEY("cores", cpu_cores, 1, 1 << 20, 0),
-    POS_KEY("vector_flops", vector_flops, 0),
+    MACHINE_KEY("vector_flops", vector_flops),
     CUSTOM_KEY("calibration", set_calibration),
     END_KEYS,
 };
@@ -372,42 +373,54 @@ static bool expect_count(Sema *s, const Entry *e, int count, const char *what)
     return false;
 }
 
-/* Writes a range for messages: "1..1024", "> 0", ">= 0"; a large integer bound is named
- * only to a value above it. */
-static void describe_range(char *buf, size_t size, double min, double max, bool min_exclusive,
-                           bool integer, bool above)
+/* Writes the range a check holds a value to, for its message: "in 1..1024", "in (0, 1]",
+ * "in [1, 1e+30]"; an integer bound of 2^64 or more is 2^64 - 1. */
+static void describe_range(char *buf, size_t size, double min, double max, bool min_exclusive, bool integer)
 {
-    if (max >= 1e12 && !integer)
-        snprintf(buf, size, "%s %g", min_exclusive ? ">" : ">=", min);
-    else if (max >= 1e6 && integer && !above)
-        snprintf(buf, size, ">= %.0f", min);
-    else if (integer)
-        snprintf(buf, size, "in %.0f..%.0f", min, max);
+    if (integer)
+        snprintf(buf, size, "in %.0f..%llu", min, max >= 0x1p64 ? UINT64_MAX : (unsigned long long)max);
     else
         snprintf(buf, size, "in %s%g, %g]", min_exclusive ? "(" : "[", min, max);
 }
 
-/* A number in range; with `integer`, also whole (`1e4` and `4.0` are whole, `4.5` not). */
-static bool check_number(Sema *s, const char *key, const Value *v, double min, double max,
-                         bool min_exclusive, bool integer, double *out)
+/* A number in range; with `integer`, also whole (`1e4` and `4.0` are whole, `4.5` not) and
+ * checked on its exact digits (a double would pass 2^53 + 1 as 2^53), *whole its value. */
+static bool check_number_exact(Sema *s, const char *key, const Value *v, double min, double max,
+                               bool min_exclusive, bool integer, double *out, uint64_t *whole)
 {
     if (v->kind != VAL_NUMBER) {
         error_at(s->src, v->span, "'%s' must be %s, not %s", key,
                  integer ? "an integer" : "a number", kind_phrase(v));
         return false;
     }
-    if (integer && v->number != floor(v->number)) {
+    if (integer && !v->is_integer) {
         error_at(s->src, v->span, "'%s' must be an integer, not %s", key, v->text);
         return false;
     }
-    if (v->number < min || v->number > max || (min_exclusive && v->number == min)) {
+    bool in_range;
+    if (integer) { // every integer key has min >= 0
+        bool negative = v->number < 0 && (v->past_u64 || v->magnitude > 0);
+        bool above = !negative && (v->past_u64 || (max < 0x1p64 && v->magnitude > (uint64_t)max));
+        in_range = !negative && !above && v->magnitude >= (uint64_t)min;
+    } else {
+        in_range = !(v->number < min || v->number > max || (min_exclusive && v->number == min));
+    }
+    if (!in_range) {
         char range[64];
-        describe_range(range, sizeof range, min, max, min_exclusive, integer, v->number > max);
+        describe_range(range, sizeof range, min, max, min_exclusive, integer);
         error_at(s->src, v->span, "'%s' %s is out of range: it must be %s", key, v->text, range);
         return false;
     }
     *out = v->number;
+    if (whole)
+        *whole = v->magnitude;
     return true;
+}
+
+static bool check_number(Sema *s, const char *key, const Value *v, double min, double max,
+                         bool min_exclusive, bool integer, double *out)
+{
+    return check_number_exact(s, key, v, min, max, min_exclusive, integer, out, NULL);
 }
 
 /* One word out of `choices`; returns its index or -1 after an error with a suggestion. */
@@ -670,14 +683,12 @@ static bool parse_betas(Sema *s, const Entry *e, double beta[2])
         return false;
     }
     for (int i = 0; i < 2; i++) {
-        /* [0, 1): a beta of 1 would never forget; the range check is done here for the ')' */
-        if (!check_number(s, "betas", e->values[i], 0, 1e30, false, false, &beta[i])) {
-            mark_failed(s, e);
-            return false;
-        }
-        if (beta[i] >= 1) {
-            error_at(s->src, e->values[i]->span, "'betas' %s is out of range: it must be in [0, 1)",
-                     e->values[i]->text);
+        /* [0, 1): a beta of 1 would never forget; the range is checked here for the ')' */
+        const Value *v = e->values[i];
+        bool outside = v->kind == VAL_NUMBER && !(v->number >= 0 && v->number < 1);
+        if (outside)
+            error_at(s->src, v->span, "'betas' %s is out of range: it must be in [0, 1)", v->text);
+        if (outside || !check_number(s, "betas", v, 0, 1, false, false, &beta[i])) {
             mark_failed(s, e);
             return false;
         }
@@ -820,15 +831,16 @@ static void check_plain_key(Sema *s, const KeyDef *k, const Entry *e)
         return;
     }
     double n;
+    uint64_t whole = 0;
     if (!expect_count(s, e, 1, "one value") ||
-        !check_number(s, e->key, e->values[0], k->min, k->max, k->min_exclusive, integer, &n)) {
+        !check_number_exact(s, e->key, e->values[0], k->min, k->max, k->min_exclusive, integer, &n, &whole)) {
         mark_failed(s, e);
         return;
     }
     switch (k->shape) {
     case SHAPE_INT: *(int *)field = (int)n; break;
     case SHAPE_LONG: *(long *)field = (long)n; break;
-    case SHAPE_U64: *(uint64_t *)field = (uint64_t)n; break;
+    case SHAPE_U64: *(uint64_t *)field = whole; break;
     case SHAPE_NUMBER: *(double *)field = n; break;
     default: unreachable();
     }

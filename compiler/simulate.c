@@ -113,12 +113,16 @@ void cost_model_from_plan(const Config *cfg, const Plan *plan, CostModel *cm)
     cost_model_allreduce(cfg, plan, cm);
 }
 
-/* Reads a non-negative number of seconds at *p, advancing it; false if there is none. */
+/* What a time in a profile may be: at most 1e30 s, as a machine's latency, so that every
+ * time --explain adds up from it stays finite (1e308 made the step time inf). */
+#define SECONDS_RANGE ", SECONDS in [0, 1e30]"
+
+/* Reads a number of seconds in [0, 1e30] at *p, advancing it; false if there is none. */
 static bool read_seconds(char **p, double *out)
 {
     char *end;
     double v = strtod(*p, &end);
-    if (end == *p || !isfinite(v) || v < 0)
+    if (end == *p || !(v >= 0 && v <= MACHINE_RATE_MAX))
         return false;
     *p = end;
     *out = v;
@@ -230,9 +234,9 @@ static const char *profile_op_line(char **p, ProfileReader *r)
     else if (!read_word(p, "calls") || !read_index(p, LONG_MAX, &calls))
         err = "expected 'calls N'";
     else if (!read_word(p, "total") || (skip_blanks(p), !read_seconds(p, &op.total)))
-        err = "expected 'total SECONDS'";
+        err = "expected 'total SECONDS'" SECONDS_RANGE;
     else if (!read_word(p, "mean") || (skip_blanks(p), !read_seconds(p, &op.mean)))
-        err = "expected 'mean SECONDS'";
+        err = "expected 'mean SECONDS'" SECONDS_RANGE;
     else if (!read_quoted(p, &op.what))
         err = "expected the op's description in double quotes";
     else if (fabs(op.mean * (double)calls - op.total) > 1e-6 * op.total + 1e-12)
@@ -274,14 +278,14 @@ static const char *profile_line(char *line, ProfileReader *r)
         if (!read_stage(&p, r->plan->stages, &s))
             return "expected a stage number of this plan after 'stage'";
         if (!read_word(&p, "fwd") || (skip_blanks(&p), !read_seconds(&p, &f)))
-            return "expected 'fwd SECONDS'";
+            return "expected 'fwd SECONDS'" SECONDS_RANGE;
         if (!read_word(&p, "bwd") || (skip_blanks(&p), !read_seconds(&p, &b)))
-            return "expected 'bwd SECONDS'";
+            return "expected 'bwd SECONDS'" SECONDS_RANGE;
         if (!read_word(&p, "step") || (skip_blanks(&p), !read_seconds(&p, &st)))
-            return "expected 'step SECONDS'";
+            return "expected 'step SECONDS'" SECONDS_RANGE;
         double w = 0;
         if (read_word(&p, "w") && (skip_blanks(&p), !read_seconds(&p, &w)))
-            return "expected SECONDS after 'w'";
+            return "expected SECONDS after 'w'" SECONDS_RANGE;
         if (w > b)
             return "a backward's W takes more than the whole backward ('w' above 'bwd')";
         cm->fwd[s] = f;
@@ -294,14 +298,14 @@ static const char *profile_line(char *line, ProfileReader *r)
             return "expected a link number (0 .. stages-2) after 'link'";
         skip_blanks(&p);
         if (!read_seconds(&p, &m))
-            return "expected SECONDS after the link number";
+            return "expected SECONDS after the link number" SECONDS_RANGE;
         cm->msg[s] = m;
     } else if (r->version >= 2 && read_word(&p, "compute")) {
         if (!read_stage(&p, r->plan->stages, &s))
             return "expected a stage number of this plan after 'compute'";
         skip_blanks(&p);
         if (!read_seconds(&p, &r->ops.compute[s]))
-            return "expected SECONDS after the stage number";
+            return "expected SECONDS after the stage number" SECONDS_RANGE;
     } else if (r->version >= 2 && read_word(&p, "op")) {
         const char *err = profile_op_line(&p, r);
         if (err)
@@ -343,9 +347,10 @@ void op_profile_free(OpProfile *ops)
 
 bool profile_load(const char *path, const Plan *plan, CostModel *cm, OpProfile *ops)
 {
-    char *text = read_file(path, NULL);
+    char why[200];
+    char *text = read_input_file(path, PROFILE_FILE_LIMIT, NULL, why, sizeof why);
     if (!text) {
-        diag_plain(DIAG_ERROR, "cannot read the profile %s", path);
+        diag_plain(DIAG_ERROR, "cannot read the profile %s: %s", path, why);
         return false;
     }
     ProfileReader r = {.plan = plan, .cm = *cm, .version = 1};

@@ -15,11 +15,17 @@
 
 #define TOKENS_MAGIC 20240520
 #define TOKENS_VERSION 1
+/* The largest text read (the ids of a file must fit int32 anyway), and token file. */
+#define TEXT_LIMIT ((size_t)4 << 30)
+#define TOKEN_FILE_LIMIT (1024 + 2 * (size_t)INT32_MAX)
+/* Below one GPT-2 sequence (1024) + 1 tokens a file is likely too short for run's micro-batch
+ * (batch x seq + 1 tokens), which tokenize does not know: it warns. */
+#define FEW_TOKENS 1025
 
 typedef struct tokenize_args {
     const char *bpe_dir, *prefix, *decode;
     const char **texts;
-    int n_texts, threads;
+    int n_texts, threads, help;
     double val_fraction;
 } tokenize_args;
 
@@ -38,12 +44,23 @@ static int write_tokens(const char *path, const int32_t *ids, size_t n)
     return rc;
 }
 
+static const char USAGE[] = "usage: pacic tokenize [--bpe DIR] TEXT... PREFIX [--val-fraction F] [--threads N]\n"
+                            "       pacic tokenize --bpe DIR --decode TOKENS.bin\n";
+
+static const char HELP[] =
+    "Writes llm.c token files PREFIX_train.bin and PREFIX_val.bin from text files (docs/tokenize.md).\n"
+    "  --bpe DIR           GPT-2's BPE from DIR's vocab.json and merges.txt (or encoder.json and\n"
+    "                      vocab.bpe); each TEXT a document after <|endoftext|>. Without it one\n"
+    "                      token per byte (vocab 256), from one TEXT\n"
+    "  --val-fraction F    the last F of the tokens are the validation file (default 0.1; 0: none)\n"
+    "  --threads N         encode with N threads (default: the machine's cores)\n"
+    "  --decode TOKENS.bin with --bpe: print a token file's text\n";
+
 static int usage_error(const char *fmt, const char *what)
 {
     fprintf(stderr, "pacic: error: tokenize: ");
     fprintf(stderr, fmt, what);
-    fprintf(stderr, "\nusage: pacic tokenize [--bpe DIR] TEXT... PREFIX [--val-fraction F] [--threads N]\n"
-            "       pacic tokenize --bpe DIR --decode TOKENS.bin\n");
+    fprintf(stderr, "\n%s", USAGE);
     return EXIT_USER;
 }
 
@@ -76,6 +93,9 @@ static int parse_args(int argc, char **argv, tokenize_args *args)
                 return usage_error("--decode needs a token file%s", "");
             args->decode = value;
             i++;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            args->help = 1;
+            return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return usage_error("unknown option '%s'", argv[i]);
         } else {
@@ -95,8 +115,9 @@ static int parse_args(int argc, char **argv, tokenize_args *args)
     return 0;
 }
 
-/* The token ids of every text: bytes, or BPE with <|endoftext|> before each document. */
-static int encode_texts(const tokenize_args *args, bpe_ids *ids)
+/* The token ids of every text: bytes, or BPE with <|endoftext|> before each document; BYTES
+ * is the length of the texts. */
+static int encode_texts(const tokenize_args *args, bpe_ids *ids, size_t *bytes)
 {
     bpe_tokenizer *tok = NULL;
     char err[1024];
@@ -105,18 +126,18 @@ static int encode_texts(const tokenize_args *args, bpe_ids *ids)
         return EXIT_USER;
     }
     int rc = 0;
-    size_t bytes = 0;
+    *bytes = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < args->n_texts && rc == 0; i++) {
         size_t len;
-        char *text = read_file(args->texts[i], &len);
+        char *text = bpe_read_file(args->texts[i], TEXT_LIMIT, &len, err, sizeof err);
         if (!text) {
-            fprintf(stderr, "pacic: error: %s: cannot read: %s\n", args->texts[i], strerror(errno));
+            fprintf(stderr, "pacic: error: %s\n", err);
             rc = EXIT_USER;
             break;
         }
-        bytes += len;
+        *bytes += len;
         if (!tok) {
             ids->ids = xcalloc(len + 1, sizeof *ids->ids);
             for (size_t j = 0; j < len; j++)
@@ -136,8 +157,8 @@ static int encode_texts(const tokenize_args *args, bpe_ids *ids)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (tok && rc == 0)
-        printf("%zu bytes, %zu tokens (%.2f bytes a token) in %.2f s, %.1f MB/s on %d threads\n", bytes,
-               ids->n, (double)bytes / (double)(ids->n ? ids->n : 1), seconds, (double)bytes / 1e6 / seconds,
+        printf("%zu bytes, %zu tokens (%.2f bytes a token) in %.2f s, %.1f MB/s on %d threads\n", *bytes,
+               ids->n, (double)*bytes / (double)(ids->n ? ids->n : 1), seconds, (double)*bytes / 1e6 / seconds,
                args->threads);
     if (rc == EXIT_INTERNAL)
         fprintf(stderr, "pacic: error: tokenize: out of memory\n");
@@ -155,13 +176,13 @@ static int decode_tokens(const tokenize_args *args)
         return EXIT_USER;
     }
     size_t len;
-    unsigned char *file = (unsigned char *)read_file(args->decode, &len);
+    unsigned char *file = (unsigned char *)bpe_read_file(args->decode, TOKEN_FILE_LIMIT, &len, err, sizeof err);
     int32_t header[3] = {0};
     if (file && len >= 1024)
         memcpy(header, file, sizeof header);
     int rc = 0;
     if (!file) {
-        fprintf(stderr, "pacic: error: %s: cannot read: %s\n", args->decode, strerror(errno));
+        fprintf(stderr, "pacic: error: %s\n", err);
         rc = EXIT_USER;
     } else if (len < 1024 || header[0] != TOKENS_MAGIC || header[2] < 0 || len < 1024 + 2 * (size_t)header[2]) {
         fprintf(stderr, "pacic: error: %s: not an llm.c token file (magic %d, %zu bytes)\n", args->decode,
@@ -186,23 +207,57 @@ static int decode_tokens(const tokenize_args *args)
     return rc;
 }
 
+/* Enough tokens for both files, or the reason there are not (0 or EXIT_USER). */
+static int check_split(const tokenize_args *args, size_t bytes, size_t n, size_t n_train, size_t n_val)
+{
+    if (bytes == 0 && args->n_texts == 1)
+        fprintf(stderr, "pacic: error: %s: the file is empty: no text to tokenize\n", args->texts[0]);
+    else if (bytes == 0)
+        fprintf(stderr, "pacic: error: %s and the other text files are all empty: no text to tokenize\n",
+                args->texts[0]);
+    else if (n > (size_t)INT32_MAX)
+        fprintf(stderr, "pacic: error: %s: %zu tokens, more than a token file holds (%d)\n", args->texts[0], n,
+                INT32_MAX);
+    else if (n_train < 2)
+        fprintf(stderr, "pacic: error: %s: %zu bytes are %zu tokens, too few: the training file needs 2 or more\n",
+                args->texts[0], bytes, n);
+    else if (args->val_fraction > 0 && n_val < 2)
+        fprintf(stderr, "pacic: error: %s: %zu tokens: the last %g of them (--val-fraction) are %zu, and a "
+                "validation file needs 2 or more: a longer text, a larger --val-fraction, or --val-fraction 0 "
+                "for no validation file\n", args->texts[0], n, args->val_fraction, n_val);
+    else
+        return 0;
+    return EXIT_USER;
+}
+
+/* A file run is likely to refuse (it needs batch x seq + 1 tokens, unknown here). */
+static void warn_if_few(const char *path, size_t n, const char *remedy)
+{
+    if (n > 0 && n < FEW_TOKENS)
+        fprintf(stderr, "pacic: warning: %s: only %zu tokens, fewer than one sequence of 1024 + 1: run needs "
+                "batch x seq + 1 tokens in it (%s)\n", path, n, remedy);
+}
+
 int tokenize_main(int argc, char **argv)
 {
     tokenize_args args;
     bpe_ids ids = {0};
+    size_t bytes = 0;
     int rc = parse_args(argc, argv, &args);
+    if (rc == 0 && args.help) {
+        printf("%s%s", USAGE, HELP);
+        free(args.texts);
+        return 0;
+    }
     if (rc == 0 && args.decode) {
         free(args.texts);
         return decode_tokens(&args);
     }
     if (rc == 0)
-        rc = encode_texts(&args, &ids);
+        rc = encode_texts(&args, &ids, &bytes);
     size_t n_val = (size_t)((double)ids.n * args.val_fraction), n_train = ids.n - n_val;
-    if (rc == 0 && (n_train < 2 || (args.val_fraction > 0 && n_val < 2) || ids.n > (size_t)INT32_MAX)) {
-        fprintf(stderr, "pacic: error: %s: %zu tokens cannot make a training and a validation file\n",
-                args.texts[0], ids.n);
-        rc = EXIT_USER;
-    }
+    if (rc == 0)
+        rc = check_split(&args, bytes, ids.n, n_train, n_val);
     char *train = xasprintf("%s_train.bin", args.prefix ? args.prefix : ""),
          *val = xasprintf("%s_val.bin", args.prefix ? args.prefix : "");
     if (rc == 0 && write_tokens(train, ids.ids, n_train) != 0) {
@@ -215,6 +270,8 @@ int tokenize_main(int argc, char **argv)
         printf("%s: %zu tokens\n", train, n_train);
         if (n_val > 0)
             printf("%s: %zu tokens\n", val, n_val);
+        warn_if_few(train, n_train, "more text");
+        warn_if_few(val, n_val, "a larger --val-fraction, or more text");
     }
     free(train);
     free(val);

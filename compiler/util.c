@@ -98,6 +98,61 @@ char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* Opens without blocking (a FIFO would wait for a writer in open) and checks what the path is
+ * before anything is read; regular files ignore O_NONBLOCK. */
+int open_input_file(const char *path, size_t limit, char *why, size_t why_size)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(why, why_size, "%s", strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        snprintf(why, why_size, "%s", strerror(EISDIR));
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_size, "not a regular file");
+    } else if ((uint64_t)st.st_size > limit) {
+        snprintf(why, why_size, "%lld bytes, larger than the %zu MiB limit", (long long)st.st_size, limit >> 20);
+    } else {
+        return fd;
+    }
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+char *read_input_file(const char *path, size_t limit, size_t *len, char *why, size_t why_size)
+{
+    int fd = open_input_file(path, limit, why, why_size);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap)
+            buf = xrealloc(buf, cap *= 2);
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 || n + (size_t)got > limit) { // a file that grew past the limit while read
+            if (got < 0)
+                snprintf(why, why_size, "%s", strerror(errno));
+            else
+                snprintf(why, why_size, "larger than the %zu MiB limit", limit >> 20);
+            close(fd);
+            free(buf);
+            return NULL;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
 static void sb_reserve(StrBuf *sb, size_t extra)
 {
     if (sb->len + extra + 1 <= sb->cap)

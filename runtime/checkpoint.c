@@ -103,7 +103,8 @@ static void read_latest(const char *dir, char *name, size_t size)
     char path[4096];
     snprintf(path, sizeof path, "%s/latest", dir);
     name[0] = '\0';
-    FILE *f = fopen(path, "r");
+    char ignored[PR_ERR_LEN];
+    FILE *f = pr_open_regular(path, "latest", ignored); // unreadable, or not a regular file: no name
     if (!f)
         return;
     if (!fgets(name, (int)size, f))
@@ -130,9 +131,9 @@ static int set_latest(const char *dir, const char *name, char *err)
 /* Copies a file to a new one, complete on disk when this returns 0. */
 static int copy_file(const char *from, const char *to, char *err)
 {
-    FILE *in = fopen(from, "rb");
+    FILE *in = pr_open_regular(from, "a checkpoint's file", err);
     if (!in)
-        return pr_fail(err, "%s: cannot open: %s", from, strerror(errno));
+        return -1;
     int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         fclose(in);
@@ -194,7 +195,8 @@ static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
     owner->run[0] = owner->program[0] = '\0';
     owner->lr_steps = owner->lr_warmup = -1;
     snprintf(path, sizeof path, "%s/%s/run.txt", dir, name);
-    FILE *f = fopen(path, "r");
+    char ignored[PR_ERR_LEN];
+    FILE *f = pr_open_regular(path, "run.txt", ignored); // a device there (/dev/zero) would never end
     if (!f)
         return;
     while (fgets(line, sizeof line, f)) {
@@ -751,9 +753,9 @@ static const char *const model_fields[8] = {"magic", "version", "context", "voca
 static int read_model(const pr_program *prog, const char *path, float *flat, int allow_padding,
                       char *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "checkpoint", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
+        return -1;
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
         int saved = errno;
@@ -943,6 +945,10 @@ static int read_head_beside(const pr_program *prog, const char *model_path, floa
     char path[4200];
     const char *slash = strrchr(model_path, '/');
     snprintf(path, sizeof path, "%.*sstate.bin", slash ? (int)(slash - model_path + 1) : 0, model_path);
+    struct stat beside;
+    if (stat(path, &beside) == 0 && !S_ISREG(beside.st_mode))
+        return pr_fail(err, "%s: beside %s, but not a regular file: the untied head it would hold cannot be "
+                       "read (move it away to start with wte as the head)", path, model_path);
     FILE *f = fopen(path, "rb");
     if (!f) {
         // a pacic model.bin copied without its state.bin has lost its trained head

@@ -14,13 +14,13 @@
 int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int64_t T, char *err)
 {
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "token file", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open token file: %s", path, strerror(errno));
+        return -1;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        return pr_fail(err, "%s: not a regular file", path);
+        return pr_fail(err, "%s: cannot read its size: %s", path, strerror(errno));
     }
     int64_t size = st.st_size;
     int32_t header[HEADER_INTS];
@@ -52,7 +52,8 @@ int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int
     }
     if (count < B * T + 1) {
         fclose(f);
-        return pr_fail(err, "%s: %lld tokens is too few for one micro-batch (%lld x %lld + 1)",
+        return pr_fail(err, "%s: %lld tokens is too few for one micro-batch (%lld x %lld + 1): more text, a "
+                       "smaller batch or seq, or for a validation file a larger `pacic tokenize --val-fraction`",
                        path, (long long)count, (long long)B, (long long)T);
     }
     uint16_t *tokens = malloc((size_t)count * 2);

@@ -498,9 +498,9 @@ static int config_int(const json_t *config, const char *key, int required, int64
  * tanh form, LayerNorm's epsilon, and whether the head is tied. */
 static int read_config(const pr_program *prog, const char *path, hf_config *cfg, char *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "the config", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
     // a config is a few hundred bytes: the buffer grows as it fills, up to 1 MiB
     size_t cap = 4096, len = 0;
     char *data = malloc(cap);
@@ -573,7 +573,7 @@ static int ends_with(const char *s, const char *suffix)
  * *data_start, *data_bytes the data section's place; NULL (and nothing open) on an error. */
 static json_t *read_header(const char *path, int *fd_out, int64_t *data_start, int64_t *data_bytes, char *err)
 {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // a pipe named *.safetensors: no wait in open
     if (fd < 0) {
         pr_fail(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;

@@ -31,6 +31,10 @@ int pr_fsync_dir(const char *path, char *err);
 /* An output file the run writes later (`what`: "trace"), opened for writing now and left as it
  * was; -1 with err (the path and the system's reason, or that it is a folder). */
 int pr_probe_output(const char *path, const char *what, char *err);
+/* A file the user names, opened to read: only a regular file (a device or a pipe, /dev/zero,
+ * would never end; opening does not wait on a pipe); NULL with "PATH: cannot open WHAT: why"
+ * or "PATH: not a regular file" (" (a folder)" for one) in err. */
+FILE *pr_open_regular(const char *path, const char *what, char *err);
 double pr_now(void);           /* monotonic seconds */
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 

@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -472,15 +471,9 @@ static int bpe_open(const pr_run *run, const char *dir, tokenizer *tk, char *err
 static int tokenizer_load(const char *path, tokenizer *tk, char *err)
 {
     memset(tk, 0, sizeof *tk);
-    FILE *f = fopen(path, "rb");
+    FILE *f = pr_open_regular(path, "tokenizer", err);
     if (!f)
-        return pr_fail(err, "%s: cannot open tokenizer: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { // fopen opens a folder; its size reads nonsense
-        fclose(f);
-        return pr_fail(err, "%s: cannot open tokenizer: it is a folder (--tokenizer names llm.c's "
-                       "gpt2_tokenizer.bin; --bpe takes a folder of GPT-2's files)", path);
-    }
+        return -1;
     uint32_t h[TOKENIZER_HEADER_INTS];
     int rc = 0;
     long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;

@@ -81,6 +81,25 @@ double pr_rng_normal(pr_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+FILE *pr_open_regular(const char *path, const char *what, char *err)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        pr_fail(err, "%s: cannot open %s: %s", path, what, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        pr_fail(err, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a folder)" : "");
+    } else {
+        FILE *f = fdopen(fd, "rb");
+        if (f)
+            return f;
+        pr_fail(err, "%s: cannot open %s: %s", path, what, strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
 int pr_write_all(int fd, const void *data, size_t bytes, const char *path, char *err)
 {
     const char *p = data;

@@ -1,7 +1,8 @@
 // tiktoken's "gpt2" encoding, the reference for pacic's BPE (tests/e2e/bpe_tiktoken.sh and
 // bench/bpe.sh). `node reference.js ids TEXT OUT`: writes <|endoftext|> and then the ids of
 // TEXT (special tokens allowed), int32 little-endian, as pacic tokenize --bpe orders them.
-// `node reference.js bench TEXT`: prints tiktoken's MB/s encoding TEXT (best of 3).
+// `node reference.js bench TEXT [ROUNDS]`: prints tiktoken's MB/s encoding TEXT (best of ROUNDS,
+// default 3).
 // `node reference.js encode TEXT` prints TEXT's ids; `node reference.js decode ID...` writes the
 // ids' bytes to stdout (TEXT is a string here, not a file).
 "use strict";
@@ -9,6 +10,7 @@ const fs = require("fs");
 const { get_encoding } = require("tiktoken");
 const enc = get_encoding("gpt2");
 const [mode, textPath, outPath] = process.argv.slice(2);
+const rounds = mode === "bench" && outPath ? Number(outPath) : 3;
 if (mode === "encode") {
     console.log(Array.from(enc.encode(textPath, "all")).join(" "));
     process.exit(0);
@@ -24,13 +26,13 @@ if (mode === "ids") {
 } else if (mode === "bench") {
     const bytes = fs.statSync(textPath).size;
     let best = Infinity;
-    for (let round = 0; round < 3; round++) {
+    for (let round = 0; round < rounds; round++) {
         const t0 = process.hrtime.bigint();
         enc.encode(text, "all");
         best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
     }
-    console.log((bytes / 1e6 / best).toFixed(2));
+    console.log((bytes / 1e6 / best).toPrecision(3));
 } else {
-    console.error("usage: node reference.js ids TEXT OUT | bench TEXT | encode TEXT | decode ID...");
+    console.error("usage: node reference.js ids TEXT OUT | bench TEXT [ROUNDS] | encode TEXT | decode ID...");
     process.exit(2);
 }

@@ -3,7 +3,7 @@
 # package tiktoken in tests/bpe) to the last id, on the shipped Tiny Shakespeare and on
 # tests/bpe/torture.txt (contractions, runs of spaces and newlines, emoji, CJK, combining
 # marks, Unicode spaces, digits of several scripts, control bytes, <|endoftext|> inside the
-# text); the ids do not depend on --threads; decoding gives back every byte, also of text that
+# text) and on a 100 KB word of random letters and 100 KB of base64; the ids do not depend on --threads; decoding gives back every byte, also of text that
 # is not UTF-8 (which tiktoken cannot take: such bytes are pieces of their own); bad vocabulary
 # files get an error naming the file and line. Needs node, npm ci in tests/bpe and the
 # vocabulary (examples/data/get-gpt2-vocab.sh); .ci/install-deps sets up all three.
@@ -37,6 +37,17 @@ PY
 }
 same_as_tiktoken "$data/tinyshakespeare.txt"
 same_as_tiktoken "$root/tests/bpe/torture.txt"
+# One piece of 100 KB (the heap of pairs: runs of equal ranks, stale entries, long merge
+# chains), and base64 (short pieces of letters, digits and '+/', no spaces); tiktoken is
+# quadratic on the word (seconds) and crashes on a MB of it.
+python3 - "$work/long_word.txt" "$work/base64.txt" <<'PY'
+import base64, random, sys
+rng = random.Random(36)
+open(sys.argv[1], "w").write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(100000)))
+open(sys.argv[2], "w").write(base64.b64encode(rng.randbytes(75000)).decode())
+PY
+same_as_tiktoken "$work/long_word.txt"
+same_as_tiktoken "$work/base64.txt"
 
 # Chunk borders: one thread or three over 3.3 MB, the same ids.
 for i in 1 2 3; do cat "$data/tinyshakespeare.txt" "$root/tests/bpe/torture.txt"; done > "$work/three.txt"

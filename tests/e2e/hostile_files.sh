@@ -29,3 +29,60 @@ one_line "state.bin with a huge float count" "step_00000002/state\.bin: step 2 o
 truncate -s 600 "$work/m/ckpt/step_00000002/model.bin"
 one_line "truncated model.bin" "step_00000002/model\.bin: truncated header" \
     bash -c "cd '$work/m' && ./run --quiet --resume"
+
+# A device or a pipe named as a file: /dev/zero never ends, and read whole it grew memory at
+# ~0.8 GB/s with no end. Every reader takes regular files only: one line, exit 1, with little
+# memory. timeout 20 turns a hang into a failure (a guard, not a timing check); ulimit -v makes
+# unbounded growth fail fast; /usr/bin/time (Debian's `time`, .ci/install-deps) gives the peak.
+[ -x /usr/bin/time ] || fail "no /usr/bin/time (apt-get install time; .ci/install-deps does)"
+# bounded WHAT PATTERN COMMAND...: COMMAND exits 1 with one error, matching PATTERN (a DSL
+# error comes with its source line and caret), within the guards, its peak under 100 MB.
+bounded() {
+    local what=$1 pattern=$2 out status=0 kib
+    shift 2
+    out=$(bash -c 'ulimit -v 4194304 && exec "$@"' _ \
+        timeout 20 /usr/bin/time -f 'peak %M KiB' -o "$work/peak" "$@" 2>&1) || status=$?
+    [ $status = 1 ] || fail "$what: exit status $status: $out"
+    [ "$(grep -c 'error:' <<< "$out")" = 1 ] || fail "$what: expected one error, got: $out"
+    grep -qE "$pattern" <<< "$out" || fail "$what: '$out' does not match '$pattern'"
+    echo "$what: $(head -1 <<< "$out")"
+    kib=$(sed -n 's/^peak \([0-9]*\) KiB$/\1/p' "$work/peak")
+    [ -n "$kib" ] && [ "$kib" -lt $((start_kib + 102400)) ] ||
+        fail "$what: peak memory ${kib:-unknown} KiB, 100 MB over the start's $start_kib KiB at most"
+    echo "$what: peak memory $kib KiB$([ "$start_kib" = 0 ] || echo ", its start's $start_kib KiB")"
+}
+start_kib=0 # pacic's start is a few MiB
+cat > "$work/calibration_device.paci" <<'DSL'
+model gpt2 { layers 2; width 32; heads 2; context 16; vocab 256 }
+batch { micro 2 }
+train { steps 2 }
+hardware cpu { calibration "/dev/zero" }
+DSL
+mkfifo "$work/fifo.paci"
+bounded "pacic /dev/zero" "^pacic: error: cannot read /dev/zero: not a regular file$" "$pacic" /dev/zero --check
+bounded "pacic on a pipe" "fifo\.paci: not a regular file$" "$pacic" "$work/fifo.paci" --check
+# The limits on a regular file (docs/dsl.md "Files pacic reads"), on sparse files: no disk used
+truncate -s 17M "$work/large.paci"
+truncate -s 1025M "$work/large.jsonl"
+bounded "a 17 MiB DSL file" "large\.paci: 17825792 bytes, larger than the 16 MiB limit$" "$pacic" "$work/large.paci" --check
+bounded "a 1025 MiB metrics file" "large\.jsonl: 1074790400 bytes, larger than the 1024 MiB limit$" \
+    "$pacic" plot "$work/large.jsonl" -o "$work/large.svg"
+bounded "pacic plot /dev/zero" "^pacic: error: cannot read /dev/zero: not a regular file$" \
+    "$pacic" plot /dev/zero -o "$work/zero.svg"
+bounded "calibration \"/dev/zero\"" "calibration_device\.paci:4:28: error: cannot read the CPU calibration '/dev/zero': not a regular file" \
+    "$pacic" "$work/calibration_device.paci" --explain
+# run's own start holds ~210 MiB (run --help's peak, OpenBLAS's and the runtime's): the bound is over it
+/usr/bin/time -f 'peak %M KiB' -o "$work/peak" "$work/m/run" --help > /dev/null
+start_kib=$(sed -n 's/^peak \([0-9]*\) KiB$/\1/p' "$work/peak")
+bounded "run --init /dev/zero" "^run: error: /dev/zero: not a regular file$" "$work/m/run" --quiet --init /dev/zero
+bounded "run --init on a pipe" "fifo\.safetensors: not a regular file$" bash -c "mkfifo '$work/fifo.safetensors' && '$work/m/run' --quiet --init '$work/fifo.safetensors'"
+bounded "run --sample --tokenizer /dev/zero" "^run: error: /dev/zero: not a regular file$" \
+    bash -c "cd '$work/m' && exec ./run --quiet --sample 4 --tokenizer /dev/zero"
+# A checkpoint's run.txt that is a device: read line by line, /dev/zero never ended (no memory
+# grew, the resume hung); now it reads as not recorded (an older pacic's checkpoint) and resumes.
+rm -rf "$work/m/ckpt"
+(cd "$work/m" && ./run --quiet --steps 2 > /dev/null) || fail "training 2 steps for the run.txt check"
+ln -sf /dev/zero "$work/m/ckpt/step_00000002/run.txt"
+(cd "$work/m" && timeout 20 ./run --quiet --resume > /dev/null) || fail "--resume with run.txt a device: exit $?"
+[ -d "$work/m/ckpt/step_00000004" ] || fail "--resume with run.txt a device did not train to step 4"
+echo "run.txt a device: --resume trained to step 4"

@@ -155,6 +155,18 @@ refused "$work/lacks.jsonl:2: not a record of run --metrics" "$work/lacks.jsonl"
 refused "$work/not_number.jsonl:1: \"loss\" is not a number" "$work/not_number.jsonl" -o "$work/bad.svg"
 refused "$work/no_loss.jsonl: no loss records" "$ma" "$work/no_loss.jsonl" -o "$work/bad.svg"
 refused "$work/old.jsonl:2: a loss without \"tokens\"" "$work/old.jsonl" --x tokens -o "$work/bad.svg"
+# Losses past a float's range (run writes floats) made the frame's span inf and every y "-nan";
+# tokens below 0 an x of -inf: refused. At the float's own extremes every coordinate is finite.
+printf '{"step": 1, "loss": 1e308, "tokens": 8}\n{"step": 2, "loss": -1e308, "tokens": 16}\n' > "$work/huge.jsonl"
+printf '{"step": 1, "loss": 2, "tokens": -1e308}\n' > "$work/negative_tokens.jsonl"
+refused "$work/huge.jsonl:1: \"loss\" 1e+308 is out of range: it must be in [-3.40282347e+38, 3.40282347e+38]" \
+    "$work/huge.jsonl" -o "$work/bad.svg"
+refused "$work/negative_tokens.jsonl:1: \"tokens\" -1e+308 is out of range: it must be in [0, 1e+30]" \
+    "$work/negative_tokens.jsonl" -o "$work/bad.svg"
+printf '{"step": 1, "loss": 3.4e38, "tokens": 8}\n{"step": 2, "loss": -3.4e38, "tokens": 1e30}\n' > "$work/edge.jsonl"
+"$pacic" plot "$work/edge.jsonl" -o "$work/edge.svg" || fail "losses at a float's extremes are not drawn"
+! grep -qiE '"[^"]*(nan|inf)' "$work/edge.svg" || fail "edge.svg holds a coordinate that is not finite: \
+$(grep -iE '"[^"]*(nan|inf)' "$work/edge.svg" | head -3)"
 refused "no -o FILE.svg" "$ma"
 refused "-o needs a value" "$ma" -o
 refused "no metrics file given" -o "$work/bad.svg"
@@ -165,4 +177,5 @@ out=$("$pacic" plot "$work/old.jsonl" -o "$work/old.svg" 2>&1) || fail "a file w
 grep -qF "note: $work/old.jsonl:2:" <<< "$out" && [ "$(grep -c 'class="panel"' "$work/old.svg")" = 1 ] ||
     fail "a file without tokens is not drawn against steps alone, with a note: $out"
 echo "bad inputs refused: a missing file, a line not JSON, a record lacking its fields, a loss not a number," \
-    "a file without losses, --x tokens on a file without tokens, no -o, no file, a --label too many, a bad --x"
+    "a file without losses, --x tokens on a file without tokens, no -o, no file, a --label too many, a bad --x," \
+    "a loss past a float's range, tokens below 0; losses at a float's extremes drawn with finite coordinates"

@@ -49,7 +49,7 @@ cmp -s prompted.txt expected_prompted.txt ||
 
 # Refusals: a vocabulary that is not the model's, --bpe beside --tokenizer, a missing folder.
 mkdir -p small
-python3 - small <<'PY' # a byte-level vocabulary of 257 tokens in GPT-2's byte-to-unicode alphabet
+python3 - small <<'PY' # a byte-level vocabulary of 258 tokens in GPT-2's byte-to-unicode alphabet
 import json, sys
 printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
 chars, extra = {}, 0
@@ -58,11 +58,12 @@ for b in range(256):
     extra += b not in printable
 vocab = {chars[b]: b for b in range(256)}
 vocab["<|endoftext|>"] = 256
+vocab["ab"] = 257
 json.dump(vocab, open(sys.argv[1] + "/vocab.json", "w"))
-open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n")
+open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\na b\n") # pacic refuses no merges
 PY
-if ./run --quiet --sample 5 --bpe small > out.txt 2>&1; then fail "a 257-token --bpe accepted by a 50257-token model"; fi
-grep -q "its vocabulary has 257 tokens, the model's 50257" out.txt || fail "vocabulary mismatch: $(cat out.txt)"
+if ./run --quiet --sample 5 --bpe small > out.txt 2>&1; then fail "a 258-token --bpe accepted by a 50257-token model"; fi
+grep -q "its vocabulary has 258 tokens, the model's 50257" out.txt || fail "vocabulary mismatch: $(cat out.txt)"
 if ./run --quiet --sample 5 --bpe "$vocab" --tokenizer x.bin > out.txt 2>&1; then fail "--bpe with --tokenizer accepted"; fi
 grep -q -- "--tokenizer and --bpe: one of them" out.txt || fail "--bpe with --tokenizer: $(cat out.txt)"
 if ./run --quiet --sample 5 --bpe nowhere > out.txt 2>&1; then fail "a missing --bpe folder accepted"; fi

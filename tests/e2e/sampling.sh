@@ -112,7 +112,7 @@ bad --sample 4 --temperature nan -- "--temperature nan: needs a finite number >=
 bad --sample 4 --temperature -- "--temperature needs a finite number >= 0 (0: always the most likely token)"
 bad --sample 4 --temperature 1e400 -- "--temperature 1e400: needs at most 1.8e308, the largest double (0: always the most likely token)"
 bad --sample 4 --temperature inf -- "--temperature inf: needs a finite number >= 0 (0: always the most likely token)"
-bad --sample 4 --tokenizer "$work" -- "$work: cannot open tokenizer: it is a folder (--tokenizer names llm.c's gpt2_tokenizer.bin; --bpe takes a folder of GPT-2's files)"
+bad --sample 4 --tokenizer "$work" -- "$work: not a regular file (a folder)"
 bad --sample 4 --top-k -2 -- "--top-k -2: needs an integer >= 0"
 bad --sample 4 --top-k 257 -- "--top-k 257: more than the 256 tokens of the vocabulary"
 bad --sample 4 --seed -3 -- "--seed -3: needs an integer in [0, 18446744073709551615]"

@@ -99,6 +99,7 @@ static void test_too_few_tokens(void **state)
     uint16_t *t = counting(8, 256);
     write_token_file(PR_TOKENS_MAGIC, 1, 8, t, 8, 1024); // B*T+1 = 9 needed
     expect_error("too few for one micro-batch");
+    expect_error("a larger `pacic tokenize --val-fraction`"); /* the way out for a small validation file */
     free(t);
 }
 

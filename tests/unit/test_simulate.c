@@ -376,6 +376,9 @@ static void test_profile_ops(void **state)
          "op 0 0 block_forward gemm calls 1 total 1 mean 1 \"x\"\n", ":3: a second line for the same stage"},
         {"version 2\nop 2 0 block_forward gemm calls 1 total 1 mean 1 \"x\"\n", ":2: expected a stage number"},
         {"version 2\ncompute 0 -1\n", ":2: expected SECONDS"},
+        // past 1e30 s a step's time would add up to inf, and --explain print nan
+        {"stage 0 fwd 1e308 bwd 1 step 1\n", ":1: expected 'fwd SECONDS', SECONDS in [0, 1e30], in 'stage 0 fwd 1e308"},
+        {"version 2\ncompute 0 1e31\n", ":2: expected SECONDS after the stage number, SECONDS in [0, 1e30]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char out_path[] = "/tmp/pacic_diag_XXXXXX";
