@@ -10,10 +10,12 @@
 # - where the file system gives no locks, the run warns and goes on;
 # - the ranks of a run of several processes share one folder (rank 0 holds the lock); a
 #   second such run is refused by rank 0, and its other ranks stop saying why;
-# - a read-only folder, and one without room for a checkpoint, are refused before step 1.
+# - a read-only folder, one without write permission (its old lock file writable or not) and
+#   one without room for a checkpoint (a small tmpfs, and statvfs as a preloaded library says)
+#   are refused before step 1, with the system's reason or the two sizes.
 # The overlap is made, not timed: a preloaded library stops the first run (SIGSTOP) right
 # after it wrote its name into the lock file, and the test continues it after the second run;
-# the same library plays a file system without locks.
+# the same library plays a file system without locks, and one without room.
 source tests/e2e/lib.sh
 
 # model NAME LAYERS: 12 steps at p = 2, a checkpoint every 6 in ./ckpt, into $work/bin/NAME.
@@ -45,6 +47,7 @@ cat > "$work/lock_shim.c" <<'C'
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -92,6 +95,23 @@ int fcntl64(int fd, int cmd, ...)
         return errno = ENOLCK, -1;
     int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl64");
     return real(fd, cmd, arg);
+}
+
+/* FREE_BYTES=N: the folder's file system has N bytes free for a user (statvfs's f_bavail). */
+static void free_bytes(struct statvfs *fs)
+{
+    const char *n = getenv("FREE_BYTES");
+    if (n && fs->f_frsize > 0)
+        fs->f_bavail = strtoull(n, NULL, 10) / fs->f_frsize;
+}
+
+int statvfs(const char *path, struct statvfs *fs)
+{
+    int (*real)(const char *, struct statvfs *) = (int (*)(const char *, struct statvfs *))dlsym(RTLD_NEXT, "statvfs");
+    int rc = real(path, fs);
+    if (rc == 0)
+        free_bytes(fs);
+    return rc;
 }
 
 ssize_t write(int fd, const void *data, size_t bytes)
@@ -262,8 +282,9 @@ echo "two processes in one folder: rank 0 held it, rank 1 shared it; a second ru
 
 # Folders that take no writes, and one without room for a checkpoint, refused before step 1
 # (stdout logs no step: no --quiet). root writes through permissions, so a folder without
-# write permission is tried as nobody (setpriv), and a read-only file system is a tmpfs
-# remounted read-only in a private mount namespace (unshare -m), where that is allowed.
+# write permission is tried as nobody (setpriv); a read-only file system is a tmpfs remounted
+# read-only in a private mount namespace (unshare -m) where that is allowed (CI's container
+# may not: there nobody's unwritable folder stands in).
 expect_refusal() { # expect_refusal TAG OUTPUT LINE
     [ "$2" = "$3" ] || fail "$1: expected '$3', got: $2"
     ! grep -q '^step ' "$work/steps.txt" || fail "$1: the run trained: $(cat "$work/steps.txt")"
@@ -271,42 +292,58 @@ expect_refusal() { # expect_refusal TAG OUTPUT LINE
 }
 mkdir -p "$work/mnt"
 chmod 755 "$work"
-# as_other: a command prefix that runs as a user who is not root (nobody, where this is root).
+# as_other: a command prefix that runs as a user who is not root (nobody, where this is root),
+# with the tokens copied beside the program (the checkout may be closed to nobody).
 as_other=()
+cp "$data/tiny_train.bin" "$work/tokens.bin"
+chmod 644 "$work/tokens.bin"
 if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null && id nobody > /dev/null 2>&1; then
     as_other=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
-    "${as_other[@]}" test -r "$data/tiny_train.bin" -a -x "$work/bin/four" || as_other=(none)
+    "${as_other[@]}" test -r "$work/tokens.bin" -a -x "$work/bin/four" || as_other=(none)
 elif [ "$(id -u)" = 0 ]; then
     as_other=(none)
 fi
 # A folder that keeps an earlier run's lock file (writable) but takes no new file: the lock
 # opens, the probe file does not.
 if [ "${as_other[*]}" = none ]; then
-    skip_part "a folder without write permission: no setpriv, or user nobody cannot read the data"
+    skip_part "a folder without write permission: no setpriv, or user nobody cannot reach $work"
 else
     mkdir -p "$work/kept/ckpt"
     touch "$work/kept/ckpt/lock"
     chmod 666 "$work/kept/ckpt/lock"
     chmod 555 "$work/kept/ckpt"
-    out=$(cd "$work/kept" && "${as_other[@]}" "$work/bin/four" --device cpu --blas-threads 1 2>&1 > "$work/steps.txt") &&
+    out=$(cd "$work/kept" && "${as_other[@]}" "$work/bin/four" --device cpu --blas-threads 1 --data "$work/tokens.bin" 2>&1 > "$work/steps.txt") &&
         fail "a run trained with a checkpoint folder it cannot write"
     expect_refusal "a folder without write permission (its lock file writable)" "$out" \
         "run: error: ckpt: cannot write in the checkpoint folder: Permission denied"
 fi
-# mounts work where a private namespace may mount a tmpfs and remount it read-only
+# A folder that takes no new file: a tmpfs remounted read-only where a private mount namespace
+# may (unshare -m), else a folder without write permission for nobody.
 if unshare -m sh -c 'mount -t tmpfs -o size=1m none "$0" && mount -o remount,ro "$0"' "$work/mnt" 2> /dev/null; then
     out=$(cd "$work" && unshare -m sh -c 'mount -t tmpfs -o size=1m none mnt && mkdir mnt/ckpt &&
         mount -o remount,ro mnt && exec "$0" --device cpu --blas-threads 1 --ckpt-dir mnt/ckpt 2>&1 > steps.txt' "$work/bin/four") &&
         fail "a run trained with a read-only checkpoint folder"
     expect_refusal "a read-only folder" "$out" "run: error: mnt/ckpt: cannot write in the checkpoint folder: Read-only file system"
+    # ... and a real file system without room for one checkpoint
     out=$(cd "$work" && unshare -m sh -c 'mount -t tmpfs -o size=256k none mnt &&
         exec "$0" --device cpu --blas-threads 1 --ckpt-dir mnt/ckpt 2>&1 > steps.txt' "$work/bin/four") &&
         fail "a run trained in a folder without room for a checkpoint"
-    [[ "$out" =~ ^"run: error: mnt/ckpt: "0\.[0-9]" MB free, one checkpoint of this model needs "[0-9.]+" MB (weights and optimizer state): make room, or train in another folder (--ckpt-dir DIR)"$ ]] ||
-        fail "a full folder: unexpected: $out"
-    ! grep -q '^step ' "$work/steps.txt" || fail "a full folder: the run trained: $(cat "$work/steps.txt")"
-    echo "a folder without room: refused before step 1: $out"
+    [[ "$out" =~ ^"run: error: mnt/ckpt: "0\.[0-9]" MB free, one checkpoint of this model needs 0.8 MB (weights and optimizer state): make room, or train in another folder (--ckpt-dir DIR)"$ ]] ||
+        fail "a full tmpfs: unexpected: $out"
+    ! grep -q '^step ' "$work/steps.txt" || fail "a full tmpfs: the run trained: $(cat "$work/steps.txt")"
+    echo "a tmpfs without room: refused before step 1: $out"
+elif [ "${as_other[*]}" != none ]; then
+    mkdir -p "$work/closed/ckpt"
+    chmod 555 "$work/closed/ckpt"
+    out=$(cd "$work/closed" && "${as_other[@]}" "$work/bin/four" --device cpu --blas-threads 1 --data "$work/tokens.bin" 2>&1 > "$work/steps.txt") &&
+        fail "a run trained with a checkpoint folder it cannot write"
+    expect_refusal "a folder without write permission" "$out" \
+        "run: error: ckpt: cannot write in the checkpoint folder: Permission denied"
 else
-    skip_part "a read-only file system: unshare -m cannot mount a tmpfs and remount it read-only here (no CAP_SYS_ADMIN?)"
-    skip_part "a folder without room: unshare -m cannot mount a small tmpfs here"
+    skip_part "a read-only folder: no private mount namespace for a read-only tmpfs, and no user but root"
 fi
+# A folder without room for one checkpoint (0.8 MB): statvfs says 300 kB free (the preloaded
+# library), wherever the test runs.
+out=$(cd "$work" && FREE_BYTES=300000 LD_PRELOAD="$work/lock_shim.so" "$work/bin/four" --device cpu \
+    --blas-threads 1 --ckpt-dir small/ckpt 2>&1 > "$work/steps.txt") && fail "a run trained in a folder without room for a checkpoint"
+expect_refusal "a folder without room" "$out" "run: error: small/ckpt: 0.3 MB free, one checkpoint of this model needs 0.8 MB (weights and optimizer state): make room, or train in another folder (--ckpt-dir DIR)"
