@@ -648,14 +648,55 @@ static int check_room(const pr_program *prog, const char *dir, char *err)
                    free_bytes / 1e6, need / 1e6);
 }
 
+/* The folder this process's claim made, and the first of its parents it made (mkdir -p): ""
+ * when the folder was there before. */
+static char made_dir[3001], made_top[3001];
+
+/* made_top: the shortest leading part of dir (cut at a slash) that does not exist. */
+static void first_missing(const char *dir)
+{
+    struct stat st;
+    snprintf(made_top, sizeof made_top, "%s", dir);
+    for (char *slash = strchr(made_top + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        if (stat(made_top, &st) != 0)
+            return;
+        *slash = '/';
+    }
+}
+
 int pr_ckpt_claim(const pr_run *run, const char *dir, char *const *argv, char *err)
 {
     struct stat st;
-    if (run->opt.resume && stat(dir, &st) != 0) // nothing to resume from: loading says so
+    int existed = stat(dir, &st) == 0;
+    if (run->opt.resume && !existed) // nothing to resume from: loading says so
         return 0;
-    if (pr_ckpt_prepare(dir, err) != 0 || take_lock(dir, argv, err) != 0 || probe_writes(dir, err) != 0)
+    if (!existed)
+        first_missing(dir);
+    if (pr_ckpt_prepare(dir, err) != 0)
+        return -1;
+    if (!existed)
+        snprintf(made_dir, sizeof made_dir, "%s", dir);
+    if (take_lock(dir, argv, err) != 0 || probe_writes(dir, err) != 0)
         return -1;
     return check_room(run->prog, dir, err);
+}
+
+void pr_ckpt_unclaim(void)
+{
+    char path[3100];
+    if (!made_dir[0])
+        return;
+    snprintf(path, sizeof path, "%s/lock", made_dir);
+    unlink(path);
+    // leaf first, up to the first level made; rmdir fails, as it should, where anything else is
+    for (char *slash = made_dir + strlen(made_dir); rmdir(made_dir) == 0 && strcmp(made_dir, made_top) != 0;) {
+        while (slash > made_dir && *slash != '/')
+            slash--;
+        if (slash == made_dir)
+            break;
+        *slash = '\0';
+    }
 }
 
 int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)

@@ -1228,6 +1228,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         rc = sample_or_export(&run, err);
     else if ((rc = prepare_training(&run, err)) == 0)
         rc = train_and_report(&run, err);
+    else if (rc < 0)
+        pr_ckpt_unclaim();
     if (rc < 0)
         return fail_main(&run, err);
     pr_bootstrap_close(&boot);

@@ -7,7 +7,8 @@
 #   other is refused (by the lock, or by the folder guard when the first had ended);
 # - the lock, not its file, decides: a holder killed with SIGKILL leaves the file, and the
 #   next run starts;
-# - where the file system gives no locks, the run warns and goes on;
+# - where the file system gives no locks, the run warns and goes on; a run that fails before
+#   step 1 leaves no folder behind that it made;
 # - the ranks of a run of several processes share one folder (rank 0 holds the lock); a
 #   second such run is refused by rank 0, and its other ranks stop saying why;
 # - a read-only folder, one without write permission (its old lock file writable or not) and
@@ -234,6 +235,13 @@ grep -q "^pid $pid on host " "$work/killed/ckpt/lock" || fail "the killed run le
 start killed next four && wait $! || fail "after a SIGKILL the lock file blocked the next run: $(cat "$work/killed/next.err")"
 same_checkpoints killed lone-four
 echo "a holder killed by SIGKILL: its lock file stays, the next run starts and ends as a lone run"
+
+# A run that fails before step 1 (here its data) leaves no folder its claim made, nor the lock.
+mkdir -p "$work/failed"
+(cd "$work/failed" && "$work/bin/four" --quiet --data missing.bin --ckpt-dir new/ckpt 2> /dev/null) &&
+    fail "a run without its data trained"
+[ -z "$(ls "$work/failed")" ] || fail "a run that failed before step 1 left $(cd "$work/failed" && find .)"
+echo "a run that failed before step 1 removed the folders it made"
 
 # A file system without record locks (the preloaded fcntl says ENOLCK): one warning, and the
 # run goes on, as a lone run.
