@@ -240,7 +240,7 @@ echo "a holder killed by SIGKILL: its lock file stays, the next run starts and e
 mkdir -p "$work/failed"
 (cd "$work/failed" && "$work/bin/four" --quiet --data missing.bin --ckpt-dir new/ckpt 2> /dev/null) &&
     fail "a run without its data trained"
-[ -z "$(ls "$work/failed")" ] || fail "a run that failed before step 1 left $(cd "$work/failed" && find .)"
+[ -z "$(ls "$work/failed")" ] || fail "a run that failed before step 1 left $(cd "$work/failed" && find . | tr "\n" " ")"
 echo "a run that failed before step 1 removed the folders it made"
 
 # A file system without record locks (the preloaded fcntl says ENOLCK): one warning, and the
