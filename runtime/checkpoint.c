@@ -562,6 +562,9 @@ static void read_holder(int fd, char *text, size_t size)
     ssize_t got = pread(fd, text, size - 1, 0);
     text[got > 0 ? got : 0] = '\0';
     text[strcspn(text, "\n")] = '\0';
+    for (char *c = text; *c; c++) // a file written by hand may hold anything: the message stays one plain line
+        if ((unsigned char)*c < ' ' || *c == 0x7f)
+            *c = '?';
     struct flock held = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (!text[0] && fcntl(fd, F_GETLK, &held) == 0 && held.l_type != F_UNLCK)
         snprintf(text, size, "pid %ld, which has not yet written its name", (long)held.l_pid);
