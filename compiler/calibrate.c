@@ -48,8 +48,33 @@ static bool make_parent(const char *path)
     return true;
 }
 
+/* Runs the calibration program, which writes tmp (and says why it cannot, by perror), and
+ * moves tmp to path; false with the reason said. */
+static bool measure_into(const char *command, const char *tmp, const char *path)
+{
+    if (strchr(tmp, '\'')) {
+        fprintf(stderr, "pacic: error: cannot write the CPU calibration to %s: a quote in the path\n", path);
+        return false;
+    }
+    if (system(command) != 0) {
+        fprintf(stderr, "pacic: error: the CPU calibration could not write %s\n", path);
+        return false;
+    }
+    if (rename(tmp, path) != 0) {
+        fprintf(stderr, "pacic: error: cannot write the CPU calibration to %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 bool cpu_calibrate(const char *argv0, const char *path, bool quiet)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { // rename() would fail only after the measuring
+        fprintf(stderr, "pacic: error: cannot write the CPU calibration to %s: it is a folder (-o names "
+                        "the rates file)\n", path);
+        return false;
+    }
     const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char *dir = xasprintf("%s/pacic-calibrate-XXXXXX", tmpdir);
     if (!mkdtemp(dir)) {
@@ -68,9 +93,7 @@ bool cpu_calibrate(const char *argv0, const char *path, bool quiet)
               make_parent(path);
     if (ok) {
         char *command = xasprintf("'%s' '%s'", program, tmp);
-        ok = !strchr(tmp, '\'') && system(command) == 0 && rename(tmp, path) == 0;
-        if (!ok)
-            fprintf(stderr, "pacic: error: the CPU calibration could not write %s\n", path);
+        ok = measure_into(command, tmp, path);
         free(command);
         unlink(tmp);
     }

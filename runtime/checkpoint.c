@@ -10,6 +10,8 @@
  *                                 stage and replica rank 0 gathers them, and each rank
  *                                 resumes from its own part)
  *   DIR/latest                    the name of the newest complete checkpoint
+ *   DIR/lock                      held by the training run in the folder (pr_ckpt_claim): its
+ *                                 pid, host and command line
  *
  * A save writes DIR/step_N.tmp/, fsyncs every file and the folder, renames it to step_N/,
  * then replaces `latest` (temporary, fsync, rename). Loading follows `latest` (or, when a
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -531,6 +534,172 @@ int pr_ckpt_prepare(const char *ckpt_dir, char *err)
     if (!S_ISDIR(st.st_mode))
         return pr_fail(err, "%s: cannot create checkpoint folder: a file is in the way", ckpt_dir);
     return 0;
+}
+
+/* The one lock of this process: a POSIX record lock lives as long as a descriptor of its file
+ * stays open in the process (closing any would drop it), so it is opened once and never closed;
+ * the kernel drops it when the process ends, kill -9 included. */
+static int lock_fd = -1;
+
+/* "pid 123 on host h: ./run --steps 10" into text, the command line's bytes as it was typed,
+ * control characters as spaces so that a refusal stays one line. */
+static void holder_text(char *const *argv, char *text, size_t size)
+{
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    size_t n = (size_t)snprintf(text, size, "pid %ld on host %s:", (long)getpid(), host);
+    for (int i = 0; argv && argv[i] && n + 2 < size; i++)
+        n += (size_t)snprintf(text + n, size - n, " %s", argv[i]);
+    for (char *c = text; *c; c++)
+        if ((unsigned char)*c < ' ')
+            *c = ' ';
+}
+
+/* The holder of a lock, as its file says, else as the kernel says (a holder between its
+ * lock and its write). */
+static void read_holder(int fd, char *text, size_t size)
+{
+    ssize_t got = pread(fd, text, size - 1, 0);
+    text[got > 0 ? got : 0] = '\0';
+    text[strcspn(text, "\n")] = '\0';
+    for (char *c = text; *c; c++) // a file written by hand may hold anything: the message stays one plain line
+        if ((unsigned char)*c < ' ' || *c == 0x7f)
+            *c = '?';
+    struct flock held = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (!text[0] && fcntl(fd, F_GETLK, &held) == 0 && held.l_type != F_UNLCK)
+        snprintf(text, size, "pid %ld, which has not yet written its name", (long)held.l_pid);
+    else if (!text[0])
+        snprintf(text, size, "a run that has not yet written its name");
+}
+
+/* Takes dir's lock for this process: 0 held (or, where the file system gives no locks, warned
+ * and gone on), -1 with err when another run holds it or the file cannot be opened. */
+static int take_lock(const char *dir, char *const *argv, char *err)
+{
+    if (lock_fd >= 0) // taken already: a record lock belongs to the process
+        return 0;
+    char path[3100], text[1200];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return pr_fail(err, "%s: cannot write in the checkpoint folder: %s", dir, strerror(errno));
+    struct flock whole = {.l_type = F_WRLCK, .l_whence = SEEK_SET}; // l_len 0: the whole file
+    if (fcntl(fd, F_SETLK, &whole) != 0) {
+        int saved = errno;
+        if (saved == EACCES || saved == EAGAIN) {
+            read_holder(fd, text, sizeof text);
+            close(fd);
+            return pr_fail(err, "%s: in use by another run (%s), which holds %s: one training run per "
+                           "checkpoint folder; wait for it to end, or train in another folder (--ckpt-dir "
+                           "DIR)", dir, text, path);
+        }
+        // No locks on this file system (Lustre without -o flock, NFS without lockd): a refusal
+        // would stop every run there, so the run goes on, unprotected, and says so.
+        fprintf(stderr, "run: warning: %s: cannot lock %s (%s): the file system gives no locks here, "
+                "so a second run started in this folder would not be refused\n", dir, path, strerror(saved));
+        close(fd);
+        return 0;
+    }
+    holder_text(argv, text, sizeof text);
+    strcat(text, "\n");
+    if (ftruncate(fd, 0) != 0 || pr_write_all(fd, text, strlen(text), path, err) != 0) {
+        close(fd);
+        return pr_fail(err, "%s: cannot write in the checkpoint folder: %s", dir, strerror(errno));
+    }
+    lock_fd = fd;
+    return 0;
+}
+
+/* A file made, synced and removed: a folder that takes no writes (read-only, full, no
+ * permission) fails here with the system's reason, before step 1. */
+static int probe_writes(const char *dir, char *err)
+{
+    char path[3100];
+    snprintf(path, sizeof path, "%s/probe", dir); // one name: the lock's holder alone writes it
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = fd >= 0 && pr_write_all(fd, "probe\n", 6, path, err) == 0 && fsync(fd) == 0 ? 0 : -1;
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    if (rc != 0)
+        return pr_fail(err, "%s: cannot write in the checkpoint folder: %s", dir, strerror(saved));
+    return 0;
+}
+
+/* Bytes of one checkpoint: model.bin and state.bin (dgc.bin, only under compression dgc, is
+ * left out: the figure is a floor). */
+static int64_t checkpoint_bytes(const pr_program *prog)
+{
+    int64_t offsets[PR_CKPT_COUNT], total = pr_ckpt_offsets(prog, offsets);
+    return (int64_t)(MODEL_HEADER_INTS * 4 + STATE_HEADER_INTS * 8) + 4 * (offsets[PR_CKPT_LM_HEAD] + 2 * total) +
+           4 * (total - offsets[PR_CKPT_LM_HEAD]);
+}
+
+/* Refuses a folder without room for one checkpoint: every save writes a whole new one before
+ * it removes an old one, so the first save would fail, and the steps since the start with it. */
+static int check_room(const pr_program *prog, const char *dir, char *err)
+{
+    struct statvfs fs;
+    if (statvfs(dir, &fs) != 0 || fs.f_blocks == 0) // a file system that does not say: nothing to compare
+        return 0;
+    double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize, need = (double)checkpoint_bytes(prog);
+    if (free_bytes >= need)
+        return 0;
+    return pr_fail(err, "%s: %.1f MB free, one checkpoint of this model needs %.1f MB (weights and "
+                   "optimizer state): make room, or train in another folder (--ckpt-dir DIR)", dir,
+                   free_bytes / 1e6, need / 1e6);
+}
+
+/* The folder this process's claim made, and the first of its parents it made (mkdir -p): ""
+ * when the folder was there before. */
+static char made_dir[3001], made_top[3001];
+
+/* made_top: the shortest leading part of dir (cut at a slash) that does not exist. */
+static void first_missing(const char *dir)
+{
+    struct stat st;
+    snprintf(made_top, sizeof made_top, "%s", dir);
+    for (char *slash = strchr(made_top + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        if (stat(made_top, &st) != 0)
+            return;
+        *slash = '/';
+    }
+}
+
+int pr_ckpt_claim(const pr_run *run, const char *dir, char *const *argv, char *err)
+{
+    struct stat st;
+    int existed = stat(dir, &st) == 0;
+    if (run->opt.resume && !existed) // nothing to resume from: loading says so
+        return 0;
+    if (!existed)
+        first_missing(dir);
+    if (pr_ckpt_prepare(dir, err) != 0)
+        return -1;
+    if (!existed)
+        snprintf(made_dir, sizeof made_dir, "%s", dir);
+    if (take_lock(dir, argv, err) != 0 || probe_writes(dir, err) != 0)
+        return -1;
+    return check_room(run->prog, dir, err);
+}
+
+void pr_ckpt_unclaim(void)
+{
+    char path[3100];
+    if (!made_dir[0])
+        return;
+    snprintf(path, sizeof path, "%s/lock", made_dir);
+    unlink(path);
+    // leaf first, up to the first level made; rmdir fails, as it should, where anything else is
+    for (char *slash = made_dir + strlen(made_dir); rmdir(made_dir) == 0 && strcmp(made_dir, made_top) != 0;) {
+        while (slash > made_dir && *slash != '/')
+            slash--;
+        if (slash == made_dir)
+            break;
+        *slash = '\0';
+    }
 }
 
 int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)

@@ -137,7 +137,7 @@ const pr_device pr_device_cpu = {
 
 /* cuda when asked for or (by default) when the program has the GPU path and a GPU answers;
  * asking for cuda where it cannot run is an error, never a silent fall back. */
-int pr_device_select(const pr_program *prog, const char *requested, int quiet,
+int pr_device_select(const pr_program *prog, const char *requested, const char *work,
                      const pr_device **out, char *err)
 {
     *out = &pr_device_cpu;
@@ -160,7 +160,7 @@ int pr_device_select(const pr_program *prog, const char *requested, int quiet,
     }
     if (requested)
         return pr_fail(err, "--device cuda: no usable GPU: %s", why);
-    if (!quiet)
-        fprintf(stderr, "run: note: no GPU (%s); training on the CPU\n", why);
+    if (work)
+        fprintf(stderr, "run: note: no GPU (%s); %s on the CPU\n", why, work);
     return 0;
 }

@@ -411,7 +411,9 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
         return -1;
     // The device is chosen before run->prog is set: on failure pr_run_free has nothing to free.
     const pr_device *dev;
-    if (pr_device_select(prog, opt ? opt->device : NULL, opt ? opt->quiet : 0, &dev, err) != 0)
+    const char *work = !opt || opt->quiet ? NULL : opt->sample > 0 ? "sampling" : opt->export_dir ? "exporting"
+                                                                                        : "training";
+    if (pr_device_select(prog, opt ? opt->device : NULL, work, &dev, err) != 0)
         return -1;
     stage_sizes z = {0};
     if (check_options(prog, dev, &z, err) != 0)

@@ -28,9 +28,12 @@ int pr_write_all(int fd, const void *data, size_t bytes, const char *path, char 
 /* A folder's entries (new files, renames) on disk; a file system that cannot sync folders
  * (EINVAL) is not an error. */
 int pr_fsync_dir(const char *path, char *err);
+/* An output file the run writes later (`what`: "trace"), opened for writing now and left as it
+ * was; -1 with err (the path and the system's reason, or that it is a folder). */
+int pr_probe_output(const char *path, const char *what, char *err);
 /* A file the user names, opened to read: only a regular file (a device or a pipe, /dev/zero,
  * would never end; opening does not wait on a pipe); NULL with "PATH: cannot open WHAT: why"
- * or "PATH: not a regular file" in err. */
+ * or "PATH: not a regular file" (" (a folder)" for one) in err. */
 FILE *pr_open_regular(const char *path, const char *what, char *err);
 double pr_now(void);           /* monotonic seconds */
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
@@ -276,9 +279,10 @@ typedef struct pr_device {
 extern const pr_device pr_device_cpu;
 
 /* The device for `requested` ("cpu", "cuda" or NULL: cuda when the program has the GPU path
- * and a GPU answers, else cpu with a one-line notice unless quiet). -1 with err when cuda
- * was asked for and cannot be had, or the name is unknown. */
-int pr_device_select(const pr_program *prog, const char *requested, int quiet,
+ * and a GPU answers, else cpu with a one-line notice saying what runs there, `work`
+ * ("training", "sampling"; NULL: quiet)). -1 with err when cuda was asked for and cannot be
+ * had, or the name is unknown. */
+int pr_device_select(const pr_program *prog, const char *requested, const char *work,
                      const pr_device **out, char *err);
 
 /* ---- profile.c: per-op times of the generated code (run --profile-out) ----------------- */
@@ -476,6 +480,7 @@ typedef struct pr_options {
     int blas_threads;       /* --blas-threads: OpenBLAS threads per stage; 0: threads / stages */
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
+    char *const *argv;       /* the command line, said to a run refused the checkpoint folder */
     const char *export_dir;  /* --export hf DIR: write the weights as a Hugging Face folder */
     int64_t steps;  /* stop after this many steps (<= the schedule's total) */
     int64_t sample; /* tokens to print; 0 = train */
@@ -641,6 +646,14 @@ static inline int64_t pr_replica_batch(const pr_run *run, int64_t mb)
 /* Creates the checkpoint folder and its missing parents; run calls it before training, so a
  * folder that cannot be made fails at once, not at the first save hours later. */
 int pr_ckpt_prepare(const char *ckpt_dir, char *err);
+/* Before a training run reads or writes its checkpoint folder: makes it, takes its lock (held
+ * to the process's exit; argv is said to a second run, which is refused), writes and removes a
+ * probe file and refuses a folder without room for one checkpoint. A resume from a folder
+ * that does not exist claims nothing (loading says there is no checkpoint). -1 with err. */
+int pr_ckpt_claim(const pr_run *run, const char *dir, char *const *argv, char *err);
+/* A run that fails before step 1 (bad data, --init, room): removes the folder its claim made,
+ * and the lock file in it, so that a refused run leaves nothing behind. */
+void pr_ckpt_unclaim(void);
 /* A new run's id (time, process, random), which its checkpoints' run.txt carry: a save prunes
  * only checkpoints of its own run. A resume takes the id of the checkpoint it loads. */
 void pr_ckpt_new_run(pr_run *run);

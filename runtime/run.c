@@ -221,9 +221,14 @@ static void print_summary(const pr_run *run, double val_loss)
     double wall = pr_now() - lg->begin;
     if (lg->tty)
         printf("\n");
-    printf("done: %lld steps in %.1f s (%.2f s in the pipeline, the rest evaluation and checkpoints), "
-           "%.0f tokens/s; final train loss %.4f", (long long)run->step, wall, run->train_time,
-           tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
+    // A resumed run says the steps it ran, and which: the checkpoint's steps took their time before.
+    if (lg->first_step > 0)
+        printf("done: %lld steps (%lld to %lld) in %.1f s", (long long)(run->step - lg->first_step),
+               (long long)lg->first_step + 1, (long long)run->step, wall);
+    else
+        printf("done: %lld steps in %.1f s", (long long)run->step, wall);
+    printf(" (%.2f s in the pipeline, the rest evaluation and checkpoints), %.0f tokens/s; final train "
+           "loss %.4f", run->train_time, tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
     if (val_loss >= 0)
         printf(", val loss %.4f", val_loss);
     printf("\nbusy:");
@@ -708,13 +713,17 @@ static int parse_count(const char *flag, const char *value, int64_t min, int64_t
     return 0;
 }
 
-/* --temperature: a finite number >= 0 (NaN fails the comparison). */
+/* --temperature: a number in [0, DBL_MAX] (NaN fails the comparison). strtod's ERANGE on
+ * underflow is not an error: a subnormal, or one below it that reads as 0, keeps only the
+ * most likely token as 0 does; on overflow it is (the value read is HUGE_VAL). */
 static int parse_temperature(const char *flag, const char *value, double *out)
 {
     char *end;
     errno = 0;
     double t = value ? strtod(value, &end) : -1;
-    if (!value || errno || *end || end == value || !(t >= 0) || !isfinite(t))
+    if (value && errno == ERANGE && !*end && isinf(t) && t > 0)
+        return bad_value(flag, value, "at most 1.8e308, the largest double (0: always the most likely token)");
+    if (!value || (errno && errno != ERANGE) || *end || end == value || !(t >= 0) || !isfinite(t))
         return bad_value(flag, value, "a finite number >= 0 (0: always the most likely token)");
     *out = t;
     return 0;
@@ -1077,6 +1086,41 @@ static void keep_lr_schedule(pr_run *run, int says)
                (long long)prog->warmup_steps);
 }
 
+/* The checkpoint folder, made, locked and probed before anything in it is read or written:
+ * by rank 0 for a run of several processes (one holder per folder); the others learn whether
+ * it could, so that a refused run's ranks all stop. */
+static int claim_checkpoint_folder(pr_run *run, char *err)
+{
+    const pr_options *opt = &run->opt;
+    int rc = opt->world <= 1 || opt->rank == 0 ? pr_ckpt_claim(run, opt->ckpt_dir, opt->argv, err) : 0;
+    if (opt->world <= 1)
+        return rc;
+    int32_t mine = rc, *all = pr_alloc((size_t)opt->world * sizeof *all);
+    char why[PR_ERR_LEN];
+    int shared = pr_bootstrap_allgather(opt->boot, &mine, sizeof mine, all, why);
+    int refused = shared == 0 && all[0] != 0;
+    free(all);
+    if (rc != 0)
+        return rc;
+    if (shared != 0)
+        return pr_fail(err, "rank %d: %s", opt->rank, why);
+    if (refused)
+        return pr_fail(err, "rank %d: stopped: rank 0 could not take the checkpoint folder %s (its "
+                       "error says why)", opt->rank, opt->ckpt_dir);
+    return 0;
+}
+
+/* --metrics, --trace and --profile-out, probed before training: a path that cannot be written
+ * fails now, not after the steps (the trace and the profile are written at the end). */
+static int probe_outputs(const pr_options *opt, char *err)
+{
+    if (opt->metrics_path && pr_probe_output(opt->metrics_path, "metrics", err) != 0)
+        return -1;
+    if (opt->trace_path && pr_probe_output(opt->trace_path, "trace", err) != 0)
+        return -1;
+    return opt->profile_out ? pr_probe_output(opt->profile_out, "profile", err) : 0;
+}
+
 /* The data, the starting weights (a resume's checkpoint, --init, or the seeded ones) and the
  * checkpoint folder, checked before training. 1 when a resumed run has nothing left to train
  * (said), 0 to train, -1 with err. */
@@ -1087,7 +1131,8 @@ static int prepare_training(pr_run *run, char *err)
     int says = !opt->quiet && (opt->world <= 1 || opt->rank == 0);
     if (!opt->data)
         return pr_fail(err, "no training data: give `data` in the DSL or --data FILE");
-    if (pr_tokens_load(&run->train, opt->data, prog->vocab, run->B, run->T, err) != 0 ||
+    if (probe_outputs(opt, err) != 0 || (!opt->no_checkpoint && claim_checkpoint_folder(run, err) != 0) ||
+        pr_tokens_load(&run->train, opt->data, prog->vocab, run->B, run->T, err) != 0 ||
         (opt->val && pr_tokens_load(&run->val, opt->val, prog->vocab, run->B, run->T, err) != 0) ||
         load_weights(run, opt->resume, err) != 0 ||
         (!opt->no_checkpoint && pr_ckpt_guard(run, opt->ckpt_dir, err) != 0))
@@ -1104,8 +1149,6 @@ static int prepare_training(pr_run *run, char *err)
         return 1;
     }
     pr_replicas_sync(run);
-    if ((opt->world <= 1 || opt->rank == 0) && !opt->no_checkpoint && pr_ckpt_prepare(opt->ckpt_dir, err) != 0)
-        return -1;
     return 0;
 }
 
@@ -1157,6 +1200,7 @@ int pr_main(int argc, char **argv, const pr_program *prog)
     pr_blas_choose_kernels(argv);
     pr_options opt = {.peer_timeout = 600, .connect_timeout = PR_DEFAULT_CONNECT_TIMEOUT, .temperature = 1.0};
     int rc = parse_flags(argc, argv, &opt);
+    opt.argv = argv;
     if (rc != 0)
         return rc < 0 ? 1 : 0;
     pr_launch launch;
@@ -1184,6 +1228,8 @@ int pr_main(int argc, char **argv, const pr_program *prog)
         rc = sample_or_export(&run, err);
     else if ((rc = prepare_training(&run, err)) == 0)
         rc = train_and_report(&run, err);
+    else if (rc < 0)
+        pr_ckpt_unclaim();
     if (rc < 0)
         return fail_main(&run, err);
     pr_bootstrap_close(&boot);

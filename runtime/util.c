@@ -1,4 +1,4 @@
-/* util.c: the runtime's error messages, aligned memory, clock and random numbers. */
+/* util.c: the runtime's error messages, aligned memory, clock, random numbers and file helpers. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -88,7 +88,7 @@ FILE *pr_open_regular(const char *path, const char *what, char *err)
     if (fd < 0 || fstat(fd, &st) != 0) {
         pr_fail(err, "%s: cannot open %s: %s", path, what, strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
-        pr_fail(err, "%s: not a regular file", path);
+        pr_fail(err, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a folder)" : "");
     } else {
         FILE *f = fdopen(fd, "rb");
         if (f)
@@ -124,5 +124,21 @@ int pr_fsync_dir(const char *path, char *err)
     close(fd);
     if (rc != 0 && saved != EINVAL)
         return pr_fail(err, "%s: cannot flush the folder to disk: %s", path, strerror(saved));
+    return 0;
+}
+
+int pr_probe_output(const char *path, const char *what, char *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pr_fail(err, "%s: cannot write %s: it is a folder", path, what);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), made = fd >= 0;
+    if (fd < 0 && errno == EEXIST) // kept as it is until the run writes it
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pr_fail(err, "%s: cannot write %s: %s", path, what, strerror(errno));
+    close(fd);
+    if (made)
+        unlink(path);
     return 0;
 }

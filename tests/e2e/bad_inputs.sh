@@ -56,6 +56,25 @@ expect_error "unwritable checkpoint folder" "plainfile" --ckpt-dir "$work/plainf
 # A folder whose parents are missing is made whole, as the examples' checkpoints/NAME needs.
 ./run --quiet --steps 1 --ckpt-dir "$work/nested/a/b" || fail "a nested checkpoint folder was not created"
 [ -d "$work/nested/a/b/step_00000001" ] || fail "no checkpoint in the nested folder"
+# --metrics, --trace and --profile-out that cannot be written: refused before training (no
+# checkpoint folder made), not when the trace and the profile are written at the end.
+expect_error "--trace in a missing folder" "^run: error: $work/no/such/trace.json: cannot write trace: No such file or directory$" \
+    --ckpt-dir "$work/early-ckpt" --trace "$work/no/such/trace.json"
+expect_error "--profile-out a folder" "^run: error: $work: cannot write profile: it is a folder$" \
+    --ckpt-dir "$work/early-ckpt" --profile-out "$work"
+expect_error "--metrics through a file" "^run: error: $work/plainfile/m.jsonl: cannot write metrics: Not a directory$" \
+    --ckpt-dir "$work/early-ckpt" --metrics "$work/plainfile/m.jsonl"
+[ ! -e "$work/early-ckpt" ] || fail "a run with an unwritable output trained first"
+# A resume's closing line counts the steps it ran, not the checkpoint's.
+./run --quiet --steps 2 --ckpt-dir "$work/resumed" || fail "2 steps"
+done_line=$(./run --resume --ckpt-dir "$work/resumed" 2> /dev/null | grep '^done:')
+[[ $done_line == "done: 2 steps (3 to 4) in "* ]] || fail "the resumed run's closing line: $done_line"
+echo "a resume's closing line: ${done_line%% in *}"
+# calibrate-cpu -o a folder: refused before it measures, saying why.
+msg=$("$pacic" calibrate-cpu -o "$work" 2>&1) && fail "calibrate-cpu -o a folder succeeded"
+[ "$msg" = "pacic: error: cannot write the CPU calibration to $work: it is a folder (-o names the rates file)" ] ||
+    fail "calibrate-cpu -o a folder: '$msg'"
+echo "calibrate-cpu -o a folder: $msg"
 # pacic -o where no executable can be written: one error naming the path, exit 1 (a user's
 # mistake, not pacic's), before anything is compiled, and nothing left behind.
 : > "$work/afile"

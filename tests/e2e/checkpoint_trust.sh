@@ -2,7 +2,8 @@
 # Nothing a user trained is lost by a natural mistake in the checkpoint folder:
 # - another program run in a folder that holds a run's checkpoints is refused, and so is a
 #   rerun of the same program without --resume (a forgotten --resume): one line naming the
-#   folder, the program it holds and the ways on; not a byte of the folder changes, and the
+#   folder, the program it holds and the ways on; not a byte of the folder changes (its lock
+#   file aside, which names the last run that held it), and the
 #   run still resumes to the bits of an uninterrupted one;
 # - a save prunes only its own run's older checkpoints (a resume is the same run); another
 #   run's stay; --overwrite replaces them, but only once its own first checkpoint is saved;
@@ -38,7 +39,7 @@ run_in() {
     mkdir -p "$dir"
     (cd "$dir" && "$work/bin/$program" --quiet --blas-threads 1 "$@" 2> err.txt)
 }
-snapshot() { (cd "$work/$1" && find ckpt -type f -print0 | sort -z | xargs -0 sha1sum); }
+snapshot() { (cd "$work/$1" && find ckpt -type f ! -name lock -print0 | sort -z | xargs -0 sha1sum); }
 
 model four 4 3 3 2
 model two 2 3 3 2
@@ -65,7 +66,7 @@ for f in model.bin state.bin; do
     cmp -s "$work/straight/ckpt/step_00000018/$f" "$work/a/ckpt/step_00000018/$f" ||
         fail "the resumed run's $f differs from the uninterrupted run's"
 done
-[ "$(ls "$work/a/ckpt" | tr '\n' ' ')" = "latest step_00000001 step_00000012 step_00000018 " ] ||
+[ "$(ls "$work/a/ckpt" | tr '\n' ' ')" = "latest lock step_00000001 step_00000012 step_00000018 " ] ||
     fail "after the resume the folder holds $(ls "$work/a/ckpt" | tr '\n' ' ')"
 echo "resumed to the uninterrupted run's bits; pruned its own step 6, kept a foreign step 1"
 
@@ -89,7 +90,7 @@ if ! { wait $pid; } 2> /dev/null; then
     esac
 fi
 run_in b two --overwrite || fail "--overwrite: $(cat "$work/b/err.txt")"
-[ "$(ls "$work/b/ckpt" | tr '\n' ' ')" = "latest step_00000012 step_00000018 " ] ||
+[ "$(ls "$work/b/ckpt" | tr '\n' ' ')" = "latest lock step_00000012 step_00000018 " ] ||
     fail "--overwrite left $(ls "$work/b/ckpt" | tr '\n' ' ')"
 grep -q "program .*two.paci" "$work/b/ckpt/step_00000012/run.txt" || fail "--overwrite: step 12 is not the new run's"
 echo "--overwrite: the old run's latest held until the new run's first save; then only the new run's"

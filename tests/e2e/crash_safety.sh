@@ -129,7 +129,7 @@ for k in $(seq 1 100); do
 done
 [ "$kills" -ge 5 ] && [ "$k" -lt 100 ] || fail "re-save: $kills kills, the last run at call $k"
 [ "$(cat "$dir/ckpt/latest")" = step_00000004 ] || fail "re-save: latest is $(cat "$dir/ckpt/latest")"
-[ "$(ls "$dir/ckpt")" = "$(printf 'latest\nstep_00000004')" ] || fail "re-save left $(ls "$dir/ckpt")"
+[ "$(ls "$dir/ckpt")" = "$(printf 'latest\nlock\nstep_00000004')" ] || fail "re-save left $(ls "$dir/ckpt")"
 echo "step 4 saved again while latest named it: killed before each of its $kills file-system changes," \
      "latest always named a complete step 4 and --resume went on from it"
 

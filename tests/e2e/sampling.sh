@@ -10,9 +10,11 @@
 # - --prompt TEXT is printed first and the continuation follows; a prompt longer than the
 #   context is cut to its last context - 1 bytes (said), so it continues as that tail does;
 # - every text ends with a newline;
-# - bad values (a negative, NaN or missing temperature, a negative top-k or one above the
-#   vocabulary, a seed that is not an integer >= 0) and the sampling flags without --sample
-#   end the run with exit 1 and one line that names the flag and the value.
+# - a subnormal temperature (1e-320) is accepted: greedy, as 0 is;
+# - bad values (a negative, NaN, infinite, too large or missing temperature, a folder for
+#   --tokenizer, a negative top-k or one above the vocabulary, a seed that is not an integer
+#   >= 0) and the sampling flags without --sample end the run with exit 1 and one line that
+#   names the flag and the value.
 source tests/e2e/lib.sh
 small_model bytes 1 1f1b 1 600
 sed -i 's/batch { micro 2 }/batch { micro 4 }/' "$work/bytes.paci"
@@ -60,6 +62,14 @@ differ s5 cool "--seed 5 at temperature 1 and 0.5"
 differ s5 top5 "--seed 5 over the whole vocabulary and the top 5"
 draw all --top-k 256 --seed 5
 same s5 all "--top-k 256 (the whole vocabulary) and no --top-k"
+# A subnormal temperature is a number >= 0 like any: it keeps the most likely token alone.
+draw subnormal --temperature 1e-320 --seed 5
+same greedy1 subnormal "--temperature 1e-320 and --temperature 0"
+# Sampling trains nothing: where no GPU answers, the note says what runs on the CPU.
+! grep -q "training" s5.err || fail "--sample's note speaks of training: $(cat s5.err)"
+if grep -q "^run: note: no GPU" s5.err; then
+    grep -q "^run: note: no GPU (.*); sampling on the CPU$" s5.err || fail "--sample's note: $(cat s5.err)"
+fi
 echo "--seed repeats bit for bit, seeds differ, the clock's seed is said and repeats;" \
      "temperature 0 == top-k 1 under any seed; temperature 0.5 and top-k 5 change the draw"
 
@@ -100,6 +110,9 @@ bad() {
 bad --sample 4 --temperature -1 -- "--temperature -1: needs a finite number >= 0 (0: always the most likely token)"
 bad --sample 4 --temperature nan -- "--temperature nan: needs a finite number >= 0 (0: always the most likely token)"
 bad --sample 4 --temperature -- "--temperature needs a finite number >= 0 (0: always the most likely token)"
+bad --sample 4 --temperature 1e400 -- "--temperature 1e400: needs at most 1.8e308, the largest double (0: always the most likely token)"
+bad --sample 4 --temperature inf -- "--temperature inf: needs a finite number >= 0 (0: always the most likely token)"
+bad --sample 4 --tokenizer "$work" -- "$work: not a regular file (a folder)"
 bad --sample 4 --top-k -2 -- "--top-k -2: needs an integer >= 0"
 bad --sample 4 --top-k 257 -- "--top-k 257: more than the 256 tokens of the vocabulary"
 bad --sample 4 --seed -3 -- "--seed -3: needs an integer in [0, 18446744073709551615]"
