@@ -49,15 +49,7 @@ first=${expected%% *}
 # in that checkpoint to +inf (the head is untied: its own row stays finite).
 poisoned_start() {
     train "$1" --steps 2
-    python3 - "$work/$1/ckpt/step_00000002/model.bin" $bang <<'PY'
-import struct, sys
-path, row = sys.argv[1], int(sys.argv[2])
-data = bytearray(open(path, 'rb').read())
-width = struct.unpack('<256i', data[:1024])[6]
-for c in range(width):
-    struct.pack_into('<f', data, 1024 + 4 * (row * width + c), float('inf'))
-open(path, 'wb').write(data)
-PY
+    poison_row "$work/$1/ckpt/step_00000002/model.bin" $bang
 }
 
 # finite_except_row DIR: every float of DIR's state.bin is finite, and of model.bin all but
