@@ -1,8 +1,9 @@
 /* verify.c: runs every program of the table on all stages at once, with blocking receives
  * and sends into channels of the table's capacity, exactly as the runtime will, and checks
  * the schedule's invariants: no deadlock, each micro-batch's forward and backward exactly
- * once per stage in causal order, a window's backwards (B's, W's) in micro-batch order, slots never reused while live and as many as planned,
- * stash slots holding the version a backward needs, and the weight-version drift.
+ * once per stage in causal order, a window's backwards (B's, W's) in micro-batch order, slots
+ * never reused while live and as many as planned, stash slots holding the version a backward
+ * needs, and the weight-version drift.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -168,9 +169,9 @@ static bool splits(const Verifier *v)
 }
 
 /* The gradients of a window add up in micro-batch order, as one stage adds them: the next
- * backward (or B, or W) after `done` of this window must be mb version * K + done. Floating-point
- * sums depend on their order (accumulate pairwise groups by position), so another order trains
- * to other bits than one stage. */
+ * backward (or B, or W) after `done` of this window must be mb version * K + done. A float
+ * sum's bits depend on its order (accumulate pairwise groups by position), so another order
+ * trains to other bits than one stage. */
 static enum Progress in_window_order(Verifier *v, int s, paci_instr in, const char *what, long done)
 {
     int64_t first = (int64_t)v->st[s].version * v->t->window, due = first + done;
@@ -182,7 +183,8 @@ static enum Progress in_window_order(Verifier *v, int s, paci_instr in, const ch
                   (long long)(first + v->t->window - 1));
 }
 
-/* BWD_W: after mb's B, once, in window order, before the step; the slot goes once the gradient has gone too. */
+/* BWD_W: after mb's B, once, in window order, before the step; the slot goes once the gradient
+ * has gone too. */
 static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
 {
     StageRun *sr = &v->st[s];
@@ -204,8 +206,8 @@ static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
 }
 
 /* BWD, or a zero-bubble program's BWD_B: after the forward and the gradient, once, in window
- * order (a B adds the LayerNorms' gradients); the drift
- * it meets (none in a warm start), the stash it reads. */
+ * order (a B adds the LayerNorms' gradients); the drift it meets (none in a warm start), the
+ * stash it reads. */
 static enum Progress backward(Verifier *v, int s, paci_instr in)
 {
     const paci_table *t = v->t;
