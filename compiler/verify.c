@@ -1,8 +1,9 @@
 /* verify.c: runs every program of the table on all stages at once, with blocking receives
  * and sends into channels of the table's capacity, exactly as the runtime will, and checks
  * the schedule's invariants: no deadlock, each micro-batch's forward and backward exactly
- * once per stage in causal order, slots never reused while live and as many as planned,
- * stash slots holding the version a backward needs, and the weight-version drift.
+ * once per stage in causal order, a window's backwards (B's, W's) in micro-batch order, slots
+ * never reused while live and as many as planned, stash slots holding the version a backward
+ * needs, and the weight-version drift.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -167,7 +168,23 @@ static bool splits(const Verifier *v)
     return program_kind(v) == PACI_SCHED_ZBH1 || program_kind(v) == PACI_SCHED_ZBH2;
 }
 
-/* BWD_W: after mb's B, once, before the step; the slot goes once the gradient has gone too. */
+/* The gradients of a window add up in micro-batch order, as one stage adds them: the next
+ * backward (or B, or W) after `done` of this window must be mb version * K + done. A float
+ * sum's bits depend on its order (accumulate pairwise groups by position), so another order
+ * trains to other bits than one stage. */
+static enum Progress in_window_order(Verifier *v, int s, paci_instr in, const char *what, long done)
+{
+    int64_t first = (int64_t)v->st[s].version * v->t->window, due = first + done;
+    if (in.mb == due)
+        return RAN;
+    return broken(v, "stage %d runs the %s of mb %lld where mb %lld is due: a window's gradients add up in "
+                  "micro-batch order (mbs %lld..%lld in turn), as one stage adds them; another order changes "
+                  "the sum's bits", s, what, (long long)in.mb, (long long)due, (long long)first,
+                  (long long)(first + v->t->window - 1));
+}
+
+/* BWD_W: after mb's B, once, in window order, before the step; the slot goes once the gradient
+ * has gone too. */
 static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
 {
     StageRun *sr = &v->st[s];
@@ -178,6 +195,8 @@ static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
         return broken(v, "stage %d runs the W of mb %lld before its B", s, (long long)in.mb);
     if (sr->w_count[in.mb]++)
         return broken(v, "stage %d runs the W of mb %lld twice", s, (long long)in.mb);
+    if (in_window_order(v, s, in, "W", sr->ws_since_step) == BROKEN)
+        return BROKEN;
     if (!slot_holds(v, s, in))
         return BROKEN;
     sr->ws_since_step++;
@@ -186,8 +205,9 @@ static enum Progress weight_gradient(Verifier *v, int s, paci_instr in)
     return RAN;
 }
 
-/* BWD, or a zero-bubble program's BWD_B: after the forward and the gradient, once; the drift
- * it meets (none in a warm start), the stash it reads. */
+/* BWD, or a zero-bubble program's BWD_B: after the forward and the gradient, once, in window
+ * order (a B adds the LayerNorms' gradients); the drift it meets (none in a warm start), the
+ * stash it reads. */
 static enum Progress backward(Verifier *v, int s, paci_instr in)
 {
     const paci_table *t = v->t;
@@ -200,6 +220,8 @@ static enum Progress backward(Verifier *v, int s, paci_instr in)
         return broken(v, "stage %d runs the backward of mb %lld before its forward", s, (long long)in.mb);
     if (sr->bwd_count[in.mb]++)
         return broken(v, "stage %d runs the backward of mb %lld twice", s, (long long)in.mb);
+    if (in_window_order(v, s, in, splits(v) ? "B" : "backward", sr->backwards_since_step) == BROKEN)
+        return BROKEN;
     if (!last && !sr->grad_received[in.mb])
         return broken(v, "stage %d runs the backward of mb %lld before receiving its gradient", s, (long long)in.mb);
     if (!slot_holds(v, s, in))

@@ -530,6 +530,98 @@ static void test_verify_zero_bubble_errors(void **state)
     }
 }
 
+/* Swaps the table's instructions at a and b (an instruction keeps its slot). */
+static void swap_instrs(paci_table *t, long a, long b)
+{
+    paci_instr *instrs = (paci_instr *)t->instrs;
+    assert_true(a >= 0 && b >= 0);
+    paci_instr x = instrs[a];
+    instrs[a] = instrs[b];
+    instrs[b] = x;
+}
+
+/* Builds kind at p = 4, K = 8 (zb-h2's own order), 6 steps; verifies the shipped table. */
+static paci_table *shipped_table(int kind, Plan *plan)
+{
+    Config cfg = make_config(kind, 4, 8, 6, 0, 0);
+    assert_true(plan_build(&cfg, plan));
+    paci_table *t = schedule_build(&cfg, plan);
+    VerifyReport rep;
+    if (!verify_schedule(t, plan, &rep))
+        fail_msg("shipped %s: %s", paci_schedule_name(kind), rep.error);
+    return t;
+}
+
+static void expect_refused(paci_table *t, const Plan *plan, const char *what, const char *said)
+{
+    VerifyReport rep;
+    if (verify_schedule(t, plan, &rep))
+        fail_msg("%s %s: accepted", paci_schedule_name(t->schedule), what);
+    if (!strstr(rep.error, said) || !strstr(rep.error, "micro-batch order (mbs 0..7 in turn)"))
+        fail_msg("%s %s: '%s' does not say '%s' and the window's order", paci_schedule_name(t->schedule), what,
+                 rep.error, said);
+}
+
+/* A window's gradients add up in micro-batch order (one stage's float sum): zb-h1 and zb-h2 with
+ * the last stage's trailing W's reversed or two of them swapped, zb-h2 with two W's of stage 1
+ * swapped mid-window, and gpipe with the backwards of mb 0 and 1 swapped down the pipeline, each
+ * refused naming the stage, the micro-batches and the order due. Each passes every other check
+ * (with this one off the verifier accepts all five); planted in the generator, reversed orders
+ * trained to other bits than one stage (docs/design.md). */
+static void test_verify_window_order(void **state)
+{
+    (void)state;
+    static const int split_kinds[] = {PACI_SCHED_ZBH1, PACI_SCHED_ZBH2};
+    for (int k = 0; k < 2; k++) {
+        int kind = split_kinds[k];
+        Plan plan;
+        paci_table *t = shipped_table(kind, &plan);
+        /* the last stage's W's after window 0's last B, reversed */
+        int s = 3;
+        paci_instr *list;
+        long n = schedule_expand(t, 0, s, &list), step = 0, first = 0;
+        while (step < n && list[step].op != PACI_OP_STEP)
+            step++;
+        for (first = step; first > 0 && list[first - 1].op == PACI_OP_BWD_W; first--)
+            ;
+        int64_t lo = list[first].mb, hi = list[step - 1].mb;
+        assert_true(n > step && hi == 7 && lo < hi - 1); /* at least three trailing W's */
+        free(list);
+        for (int64_t mb = lo; mb < lo + (hi - lo + 1) / 2; mb++)
+            swap_instrs(t, find_instr(t, s, PACI_OP_BWD_W, mb), find_instr(t, s, PACI_OP_BWD_W, lo + hi - mb));
+        char said[96];
+        snprintf(said, sizeof said, "stage 3 runs the W of mb 7 where mb %lld is due", (long long)lo);
+        expect_refused(t, &plan, "trailing W's reversed", said);
+        schedule_free(t);
+
+        /* two of them swapped: W5 and W6 */
+        t = shipped_table(kind, &plan);
+        swap_instrs(t, find_instr(t, s, PACI_OP_BWD_W, 5), find_instr(t, s, PACI_OP_BWD_W, 6));
+        expect_refused(t, &plan, "W5 and W6 swapped", "stage 3 runs the W of mb 6 where mb 5 is due");
+        schedule_free(t);
+        if (kind != PACI_SCHED_ZBH2) // zb-h1's stage 1 holds no spare slot: its slot check refuses this
+            continue;
+        /* stage 1: W1 and W2, each between two B's, swapped */
+        t = shipped_table(kind, &plan);
+        assert_true(find_instr(t, 1, PACI_OP_BWD_W, 2) < find_instr(t, 1, PACI_OP_BWD_B, 7));
+        swap_instrs(t, find_instr(t, 1, PACI_OP_BWD_W, 1), find_instr(t, 1, PACI_OP_BWD_W, 2));
+        expect_refused(t, &plan, "W1 and W2 swapped", "stage 1 runs the W of mb 2 where mb 1 is due");
+        schedule_free(t);
+    }
+    /* gpipe with the backwards of mb 0 and 1 swapped on every stage, their messages alike */
+    Plan plan;
+    paci_table *t = shipped_table(PACI_SCHED_GPIPE, &plan);
+    for (int s = 0; s < t->stages; s++) {
+        swap_instrs(t, find_instr(t, s, PACI_OP_BWD, 0), find_instr(t, s, PACI_OP_BWD, 1));
+        if (s < t->stages - 1)
+            swap_instrs(t, find_instr(t, s, PACI_OP_RECV_GRAD, 0), find_instr(t, s, PACI_OP_RECV_GRAD, 1));
+        if (s > 0)
+            swap_instrs(t, find_instr(t, s, PACI_OP_SEND_GRAD, 0), find_instr(t, s, PACI_OP_SEND_GRAD, 1));
+    }
+    expect_refused(t, &plan, "backwards 0 and 1 swapped", "stage 3 runs the backward of mb 1 where mb 0 is due");
+    schedule_free(t);
+}
+
 /* recompute full: every schedule still verifies; the rerun forward makes every backward's
  * effective drift 0 while the raw drift stays; stages with several slots keep their inputs
  * and one workspace (less memory), a stage with one slot keeps it whole. */
@@ -716,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_slots_and_stash),
         cmocka_unit_test(test_verify_catches_errors),
         cmocka_unit_test(test_verify_zero_bubble_errors),
+        cmocka_unit_test(test_verify_window_order),
         cmocka_unit_test(test_recompute_plan_and_drift),
         cmocka_unit_test(test_verify_recompute_send_order),
         cmocka_unit_test(test_long_run_is_compact),
