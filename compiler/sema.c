@@ -1139,8 +1139,10 @@ static void check_vocab_split(Sema *s, const Entry *split, bool split_ok, bool s
         else if (cfg->tied)
             error_at(s->src, at, "vocab_split needs an untied head: a tied head reads the embedding's rows");
         else if (optimizer_takes_tensor_norms(cfg->optimizer))
-            error_at(s->src, at, "vocab_split does not go with %s: its trust ratio is the whole head's norm, "
-                     "and each part of a divided head would take its own", optimizer_names[cfg->optimizer]);
+            error_at(s->src, at, "vocab_split does not go with %s: its %s the whole head's norm%s, and each part of "
+                     "a divided head would take its own", optimizer_names[cfg->optimizer],
+                     cfg->optimizer == PR_OPT_LANS ? "gradient normalisation and trust ratios take" : "trust ratio is",
+                     cfg->optimizer == PR_OPT_LANS ? "s" : "");
         else if (split_ok && cfg->split_halves[cfg->stages - 1] != 0)
             error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layer%s, but under "
                      "vocab_split it holds only rows of the LM head: its entry must be 0",

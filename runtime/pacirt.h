@@ -147,7 +147,7 @@ typedef struct pr_optim_rule {
 void pr_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw_args *args);
 /* `delay_correction predict` on one tensor (docs/dsl.md "Delay correction"): out = W - d lr u,
  * u the rule's update direction from its state after t >= 1 steps (params, m, v, indexed as
- * the step indexes them), lr the next step's. Adamw, muon, lamb and nadamw; not lars. */
+ * the step indexes them), lr the next step's. Adamw, muon, lamb, nadamw and lans; not lars. */
 void pr_optim_predict(const pr_optim_rule *rule, const pr_tensor *t, const float *params, const float *m,
                       const float *v, int64_t steps_done, double lr, int32_t d, float *out);
 /* A stage's whole prediction (the device layer's `predict`): out = W - d lr u over every
