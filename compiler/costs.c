@@ -760,8 +760,9 @@ static double priced_newton_schulz(const Config *cfg, double m, double M, int st
 
 /* The optimizer step: per tensor, each launch its own roofline; reported as one op whose
  * figures are the mean per tensor. AdamW and NAdamW one kernel; LAMB its direction, two norms
- * and the update; LANS the gradient's norm, its directions, three norms and two updates; LARS two norms and its update; Muon, for the blocks' matrices, the momentum,
- * a norm, the Newton-Schulz products and the update (its AdamW group as AdamW). */
+ * and the update; LANS its directions, four norms (gradient, weights, both directions) and two
+ * updates; LARS two norms and its update; Muon, for the blocks' matrices, the momentum, a norm,
+ * the Newton-Schulz products and the update (its AdamW group as AdamW). */
 static void cost_optimizer_step(const Config *cfg, const LoweredStage *ls, StageCosts *sc)
 {
     static const char *const step_names[] = {[PR_OPT_ADAMW] = "adamw", [PR_OPT_MUON] = "muon step",
