@@ -350,6 +350,11 @@ COST_FN(cost_lamb_direction) /* weight, gradient, two moments read; moments and 
     *flops = 12 * l->n;
     *bytes = 28 * l->n;
 }
+COST_FN(cost_lans_direction) /* weight, gradient, two moments read; moments and two directions written */
+{
+    *flops = 16 * l->n;
+    *bytes = 32 * l->n;
+}
 COST_FN(cost_lars_apply) /* weight, gradient, buffer read; buffer and weight written */
 {
     *flops = 5 * l->n;
@@ -413,6 +418,7 @@ static const KernelCost kernel_costs[] = {
     {"lamb_direction", ENGINE_VECTOR, cost_lamb_direction, NULL},
     {"lars_apply", ENGINE_VECTOR, cost_lars_apply, NULL},
     {"nadam_apply", ENGINE_VECTOR, cost_nadam_apply, NULL},
+    {"lans_direction", ENGINE_VECTOR, cost_lans_direction, NULL},
     {"optim_predict", ENGINE_VECTOR, cost_optim_predict, NULL},
     {"wide_copy", ENGINE_VECTOR, cost_wide_copy, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
@@ -754,18 +760,20 @@ static double priced_newton_schulz(const Config *cfg, double m, double M, int st
 
 /* The optimizer step: per tensor, each launch its own roofline; reported as one op whose
  * figures are the mean per tensor. AdamW and NAdamW one kernel; LAMB its direction, two norms
- * and the update; LARS two norms and its update; Muon, for the blocks' matrices, the momentum,
- * a norm, the Newton-Schulz products and the update (its AdamW group as AdamW). */
+ * and the update; LANS its directions, four norms (gradient, weights, both directions) and two
+ * updates; LARS two norms and its update; Muon, for the blocks' matrices, the momentum, a norm,
+ * the Newton-Schulz products and the update (its AdamW group as AdamW). */
 static void cost_optimizer_step(const Config *cfg, const LoweredStage *ls, StageCosts *sc)
 {
     static const char *const step_names[] = {[PR_OPT_ADAMW] = "adamw", [PR_OPT_MUON] = "muon step",
                                               [PR_OPT_LAMB] = "lamb step", [PR_OPT_LARS] = "lars step",
-                                              [PR_OPT_NADAMW] = "nadamw step"};
+                                              [PR_OPT_NADAMW] = "nadamw step", [PR_OPT_LANS] = "lans step"};
     static const char *const what[] = {[PR_OPT_ADAMW] = "AdamW update of one tensor",
                                        [PR_OPT_MUON] = "Muon (or its AdamW group's) update of one tensor",
                                        [PR_OPT_LAMB] = "LAMB update of one tensor",
                                        [PR_OPT_LARS] = "LARS update of one tensor",
-                                       [PR_OPT_NADAMW] = "NAdamW update of one tensor"};
+                                       [PR_OPT_NADAMW] = "NAdamW update of one tensor",
+                                       [PR_OPT_LANS] = "LANS update of one tensor"};
     const TensorInfo *tensors = ls->tensors;
     int n = ls->n_tensors;
     OpCost *c = push_cost(sc);
@@ -801,6 +809,11 @@ static void cost_optimizer_step(const Config *cfg, const LoweredStage *ls, Stage
             seconds += priced_launch(cfg, "lamb_direction", size, &f, &b);
             seconds += 2 * priced_norm(cfg, size, &b);
             seconds += priced_launch(cfg, "scale_add", size, &f, &b);
+            break;
+        case PR_OPT_LANS:
+            seconds += priced_launch(cfg, "lans_direction", size, &f, &b);
+            seconds += 4 * priced_norm(cfg, size, &b);
+            seconds += 2 * priced_launch(cfg, "scale_add", size, &f, &b);
             break;
         case PR_OPT_LARS:
             seconds += 2 * priced_norm(cfg, size, &b);

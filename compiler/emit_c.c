@@ -217,7 +217,7 @@ static void emit_op_table(StrBuf *sb, const Config *cfg, int s, const StageSecti
         if (!l) {
             static const char *const step_of[] = {[PR_OPT_ADAMW] = "AdamW", [PR_OPT_MUON] = "Muon (or its AdamW group's)",
                                                   [PR_OPT_LAMB] = "LAMB", [PR_OPT_LARS] = "LARS",
-                                                  [PR_OPT_NADAMW] = "NAdamW"};
+                                                  [PR_OPT_NADAMW] = "NAdamW", [PR_OPT_LANS] = "LANS"};
             emit_line(sb, "{\"%s\", \"adamw\", \"%s update of one tensor\"},", sections[i].name,
                       step_of[cfg->optimizer]);
             continue;
@@ -243,11 +243,11 @@ static void mark_kernels(const OpList *l, bool *used)
             used[l->ops[i].kernel - kernel_descs] = true;
 }
 
-/* The stage's step under muon, lamb, lars or nadamw: the rule's constants, and one runtime
+/* The stage's step under muon, lamb, lars, nadamw or lans: the rule's constants, and one runtime
  * call per tensor (runtime/optim_rules.c), in the place and under the name of the AdamW step. */
 static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
 {
-    static const char *const names[] = {"adamw", "muon", "lamb", "lars", "nadamw"};
+    static const char *const names[] = {"adamw", "muon", "lamb", "lars", "nadamw", "lans"};
     bool muon = cfg->optimizer == PR_OPT_MUON;
     emit_line(sb, "/* optimizer %s (docs/dsl.md): its constants, then one update per tensor. */",
               names[cfg->optimizer]);

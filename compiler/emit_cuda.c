@@ -455,7 +455,7 @@ static void emit_optim_kernels(StrBuf *sb)
     emit_line(sb, ".momentum = K_optim_momentum, .scale_add = K_scale_add, .muon_apply = K_muon_apply,");
     emit_line(sb, ".lamb_direction = K_lamb_direction, .lars_apply = K_lars_apply, .adamw = K_adamw,");
     emit_line(sb, ".to_bf16 = K_to_bf16, .nadam_apply = K_nadam_apply, .optim_predict = K_optim_predict,");
-    emit_line(sb, ".wide_copy = K_wide_copy, .block = CUDA_BLOCK,");
+    emit_line(sb, ".wide_copy = K_wide_copy, .lans_direction = K_lans_direction, .block = CUDA_BLOCK,");
     sb->indent--;
     emit_line(sb, "};");
     sb_puts(sb, "\n");

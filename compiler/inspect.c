@@ -58,9 +58,16 @@ static void explain_lr(FILE *out, const Config *cfg)
             decay_name(cfg->lr_decay), cfg->min_lr_ratio);
 }
 
-/* optimizer nadamw: its rule in one line (the other optimizers print none, as before). */
+/* optimizer nadamw and lans: the rule in one line (the other optimizers print none, as before). */
 static void explain_optimizer(FILE *out, const Config *cfg)
 {
+    if (cfg->optimizer == PR_OPT_LANS)
+        fprintf(out, "optimizer: lans (Zheng et al. 2020: LAMB with each block's gradient divided by its norm "
+                     "and a Nesterov step, beta1 x the trust-ratio-scaled Adam direction + (1 - beta1) x the "
+                     "normalised gradient's; a block is LAMB's: one layer's slice of a tensor, or a whole "
+                     "tensor outside the layers; clip changes nothing, the normalisation cancels it): betas "
+                     "%g %g, eps %g, weight_decay %g; state m and v (8 bytes per parameter, as AdamW)\n",
+                cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
     if (cfg->optimizer != PR_OPT_NADAMW)
         return;
     fprintf(out, "optimizer: nadamw (Adam with Nesterov momentum, Dozat 2016, as torch.optim.NAdam; decoupled "
@@ -218,6 +225,8 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
                                                 "update direction on the rest"
             : cfg->optimizer == PR_OPT_NADAMW ? "NAdamW's update direction"
             : cfg->optimizer == PR_OPT_LAMB   ? "LAMB's update direction, scaled by each layer's trust ratio"
+            : cfg->optimizer == PR_OPT_LANS   ? "LANS's with m^ for the normalised gradient, which is LAMB's "
+                                                "direction scaled by each layer's trust ratio"
                                               : "AdamW's update direction",
             bf16 ? ", and on the GPU its bf16 copy for the products" : "", muon_cost);
     const paci_program *pg = &t->program[0];

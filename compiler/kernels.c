@@ -749,7 +749,7 @@ const KernelDesc kernel_descs[] = {
                 "if (param_h)\n"
                 "    param_h[i] = pr_to_bf16(param[i]);",
     },
-    /* The GPU steps of muon, lamb, lars and nadamw (runtime/cuda/optim.c launches them; the CPU runs
+    /* The GPU steps of muon, lamb, lars, nadamw and lans (runtime/cuda/optim.c launches them; the CPU runs
      * runtime/optim_rules.c). A matrix element i = row * cols + col sits at `at` in the
      * orthogonalisation's operand: transposed (col * rows + row) when `flip`. */
     {
@@ -798,6 +798,24 @@ const KernelDesc kernel_descs[] = {
                 "m[i] = mi;\n"
                 "v[i] = vi;\n"
                 "d[i] = (mi / beta1_correction) / (sqrtf(vi / beta2_correction) + eps) + weight_decay * param[i];",
+    },
+    {
+        .name = "lans_direction",
+        .doc = "LANS's moments of the normalised gradient g = grad inv_norm and its two directions "
+               "r = m^ / (sqrt(v^) + eps) + weight_decay param, c = g / (sqrt(v^) + eps) + weight_decay param",
+        .params = "const float *RESTRICT param, const float *RESTRICT grad, float *RESTRICT m, "
+                  "float *RESTRICT v, float *RESTRICT r, float *RESTRICT c, long n, float beta1, float beta2, "
+                  "float eps, float weight_decay, float inv_norm, float beta1_correction, float beta2_correction",
+        .index = "i",
+        .extent = "n",
+        .body = "float g = grad[i] * inv_norm;\n"
+                "float mi = beta1 * m[i] + (1.0f - beta1) * g;\n"
+                "float vi = beta2 * v[i] + (1.0f - beta2) * g * g;\n"
+                "m[i] = mi;\n"
+                "v[i] = vi;\n"
+                "float denom = sqrtf(vi / beta2_correction) + eps;\n"
+                "r[i] = (mi / beta1_correction) / denom + weight_decay * param[i];\n"
+                "c[i] = g / denom + weight_decay * param[i];",
     },
     {
         .name = "lars_apply",

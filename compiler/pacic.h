@@ -331,6 +331,9 @@ static inline bool config_splits_backward(const Config *cfg)
     return cfg->schedule == PACI_SCHED_ZBH1 || cfg->schedule == PACI_SCHED_ZBH2 ||
            (cfg->warm_steps > 0 && (cfg->warm_schedule == PACI_SCHED_ZBH1 || cfg->warm_schedule == PACI_SCHED_ZBH2));
 }
+/* LAMB, LARS and LANS take norms of whole tensors (a layer's slice of the per-layer ones): the
+ * trust ratio, and LANS's normalised gradient. */
+bool optimizer_takes_tensor_norms(int optimizer); /* sema.c */
 /* zb-h2 runs its own order (2p - 1 micro-batches in flight) only where the window holds
  * them; below that it runs zb-h1's (schedule.c's order_zero_bubble). */
 static inline bool zero_bubble_h2_order(int kind, int stages, int window)

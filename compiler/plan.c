@@ -390,14 +390,14 @@ static double layer_split(const Config *cfg, const ModelCounts *m, long vocab_sp
  * The slowest stage's time is the larger of a time that grows with the rows of the stage
  * before the last and one that falls with them, so a ternary search over the rows finds it.
  * Not with measured costs (a profile does not price rows), a tied head (wte's rows are the
- * embedding's), or LAMB and LARS (per-tensor trust ratios). */
+ * embedding's), or LAMB, LARS and LANS (per-tensor trust ratios). */
 static long automatic_split(const Config *cfg, const ModelCounts *m, int *split)
 {
     bool fits;
     double whole_head = layer_split(cfg, m, 0, split, &fits);
     long lo = 1, hi = (cfg->vocab - 1) / 64; /* in units of 64 rows */
-    // LAMB's and LARS's trust ratio is a tensor's norm: each part of a divided head would take its own
-    bool trust_ratio = cfg->optimizer == PR_OPT_LAMB || cfg->optimizer == PR_OPT_LARS;
+    // LAMB's, LARS's and LANS's trust ratio is a tensor's norm: each part of a divided head would take its own
+    bool trust_ratio = optimizer_takes_tensor_norms(cfg->optimizer);
     if (cfg->vocab_split == 0 || cfg->stages < 2 || cfg->tied || cfg->measured || trust_ratio ||
         !isfinite(whole_head) || hi < lo)
         return 0;

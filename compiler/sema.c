@@ -108,7 +108,7 @@ static const char *const messages_words[] = {"fp32", "bf16", NULL};
 /* In the order of enum accumulate (compiler/pacic.h). */
 static const char *const accumulate_words[] = {"sequential", "pairwise", NULL};
 /* In the order of enum pr_optimizer (runtime/pacirt.h). */
-static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", "nadamw", NULL};
+static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", "nadamw", "lans", NULL};
 static const char *const shape_scale_words[] = {
     [PR_MUON_SCALE_RATIO] = "ratio", [PR_MUON_SCALE_RMS] = "rms", NULL};
 
@@ -1139,9 +1139,11 @@ static void check_vocab_split(Sema *s, const Entry *split, bool split_ok, bool s
                      "there is one stage", cfg->vocab_split);
         else if (cfg->tied)
             error_at(s->src, at, "vocab_split needs an untied head: a tied head reads the embedding's rows");
-        else if (cfg->optimizer == PR_OPT_LAMB || cfg->optimizer == PR_OPT_LARS)
-            error_at(s->src, at, "vocab_split does not go with %s: its trust ratio is the whole head's norm, "
-                     "and each part of a divided head would take its own", optimizer_names[cfg->optimizer]);
+        else if (optimizer_takes_tensor_norms(cfg->optimizer))
+            error_at(s->src, at, "vocab_split does not go with %s: its %s the whole head's norm%s, and each part of "
+                     "a divided head would take its own", optimizer_names[cfg->optimizer],
+                     cfg->optimizer == PR_OPT_LANS ? "gradient normalisation and trust ratios take" : "trust ratio is",
+                     cfg->optimizer == PR_OPT_LANS ? "s" : "");
         else if (split_ok && cfg->split_halves[cfg->stages - 1] != 0)
             error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layer%s, but under "
                      "vocab_split it holds only rows of the LM head: its entry must be 0",
@@ -1294,6 +1296,11 @@ static void check_extents(Sema *s)
     free(hint);
 }
 
+bool optimizer_takes_tensor_norms(int optimizer)
+{
+    return optimizer == PR_OPT_LAMB || optimizer == PR_OPT_LARS || optimizer == PR_OPT_LANS;
+}
+
 /* Learning rate by the scale rule, warmup from a percentage, and warnings on steps. */
 /* Each optimizer takes only its own keys (docs/dsl.md); the defaults that depend on the
  * optimizer are set here, before the learning rate is scaled. */
@@ -1305,6 +1312,7 @@ static void check_optimizer(Sema *s)
         [PR_OPT_LAMB] = " lr betas eps weight_decay clip ",
         [PR_OPT_LARS] = " lr momentum trust_coefficient eps weight_decay clip ",
         [PR_OPT_NADAMW] = " lr betas eps weight_decay momentum_decay clip ",
+        [PR_OPT_LANS] = " lr betas eps weight_decay clip ",
     };
     Config *cfg = s->cfg;
     const char *name = optimizer_names[cfg->optimizer];
@@ -1388,7 +1396,7 @@ static void check_delay_correction(Sema *s)
     } else if (cfg->optimizer == PR_OPT_LARS) {
         error_at(s->src, at, "delay_correction predict extrapolates along the optimizer's update direction; "
                  "lars's step length comes from the next gradient's norm (its trust ratio ||w|| / ||g||), "
-                 "which a forward does not have: use adamw, muon, lamb or nadamw, or delay_correction none");
+                 "which a forward does not have: use adamw, muon, lamb, nadamw or lans, or delay_correction none");
     }
 }
 

@@ -51,11 +51,11 @@ enum { ST_MAGIC, ST_VERSION, ST_LAYERS, ST_WIDTH, ST_HEADS, ST_CONTEXT, ST_VOCAB
  * (enum pr_optimizer), whose state fills m and v. AdamW still writes version 1, so its
  * files stay what they were and older runs keep reading them. */
 #define STATE_VERSION_OPTIMIZER 2
-static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", "nadamw"};
+static const char *const optimizer_names[] = {"adamw", "muon", "lamb", "lars", "nadamw", "lans"};
 
 static const char *optimizer_name(int64_t kind)
 {
-    return kind >= 0 && kind <= PR_OPT_NADAMW ? optimizer_names[kind] : "unknown";
+    return kind >= 0 && kind <= PR_OPT_LANS ? optimizer_names[kind] : "unknown";
 }
 
 typedef struct part {

@@ -6,7 +6,7 @@
  *           factor min(1, (C / sqrt(D)) / ||g||) when `clip C` is set (the paper's rule: the
  *           threshold of the summed gradient scaled by D^-1/2);
  *   momentum correction (LARS, the one momentum-SGD rule):  u = mu u + g,  acc = acc + u;
- *   error feedback (AdamW, LAMB, Muon, NAdamW):              acc = acc + g;
+ *   error feedback (AdamW, LAMB, Muon, NAdamW, LANS):        acc = acc + g;
  *   sends the k entries of acc largest in magnitude, ties to the lower index, as (index,
  *   value) pairs in index order, and zeroes them in acc (and u: momentum factor masking).
  * Every replica then sums all D replicas' pairs in replica order 0..D-1 into its gradients

@@ -188,7 +188,7 @@ static int check_options(const pr_program *prog, const pr_device *dev, stage_siz
     for (int s = 0; s < prog->stages; s++) {
         z->predicts[s] = stage_predicts(prog->schedule, s);
         if (z->predicts[s] && prog->optimizer == PR_OPT_LARS)
-            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb or nadamw, "
+            return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb, nadamw or lans, "
                            "not lars", prog->source);
         if (z->predicts[s] && prog->optimizer != PR_OPT_ADAMW && !prog->stage[s].optim_rule)
             return pr_fail(err, "%s: stage %d's code carries no optimizer rule to predict with", prog->source, s);

@@ -1,5 +1,5 @@
 /* optim_rules.c: the update rules besides AdamW (docs/dsl.md "optimizer"): Muon with an
- * AdamW group, LAMB, LARS and NAdamW, one tensor of a stage per call, in float32 with norms summed
+ * AdamW group, LAMB, LARS, NAdamW and LANS, one tensor of a stage per call, in float32 with norms summed
  * in double. Every rule is local to a tensor, so stages stay independent. The per-layer
  * tensors of a stage hold several layers back to back; the rules that look at a matrix or
  * a norm see one layer's slice at a time, as if the layers were separate tensors. */
@@ -181,6 +181,39 @@ static void lamb_slice(const pr_optim_rule *r, float *p, const float *grad, floa
         p[i] -= lr * ratio * (adam_direction(m[i], v[i], c1, c2, eps) + wd * p[i]);
 }
 
+/* LANS (Zheng et al. 2020, Algorithm 2) on one slice, LAMB's block: the gradient divided by its
+ * norm (a zero gradient stays zero; the clip factor cancels, so the raw gradient's norm is
+ * taken), Adam's moments of it, then two trust-ratio-scaled directions, r from m^ and c from
+ * the normalised gradient, both over sqrt(v^) + eps and with decay, weighted beta1 and
+ * 1 - beta1 (the Nesterov step). Slices without decay take neither decay nor the ratios. */
+static void lans_slice(const pr_optim_rule *r, float *p, const float *grad, float *m, float *v,
+                       int64_t n, float lr, int decay, int64_t t)
+{
+    float b1 = (float)r->beta1, b2 = (float)r->beta2, eps = (float)r->eps, c1, c2;
+    float wd = decay ? (float)r->weight_decay : 0.0f;
+    double g_norm = sqrt(sumsq(grad, n));
+    float inv = g_norm > 0.0 ? (float)(1.0 / g_norm) : 0.0f;
+    pr_adam_corrections(r, t, &c1, &c2);
+    double r_sq = 0.0, c_sq = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * inv;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        float denom = sqrtf(v[i] / c2) + eps;
+        float rd = (m[i] / c1) / denom + wd * p[i], cd = g / denom + wd * p[i];
+        r_sq += (double)rd * (double)rd;
+        c_sq += (double)cd * (double)cd;
+    }
+    double w_norm = sqrt(sumsq(p, n));
+    float ratio_r = pr_lamb_trust_ratio(decay, w_norm, sqrt(r_sq));
+    float ratio_c = pr_lamb_trust_ratio(decay, w_norm, sqrt(c_sq));
+    float step_r = lr * b1 * ratio_r, step_c = lr * (1.0f - b1) * ratio_c;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] * inv, denom = sqrtf(v[i] / c2) + eps;
+        p[i] -= step_r * ((m[i] / c1) / denom + wd * p[i]) + step_c * (g / denom + wd * p[i]);
+    }
+}
+
 /* LARS (You et al. 2017) on one slice: local lr eta ||w|| / (||g|| + wd ||w|| + eps), 1 when
  * either norm is 0, into a momentum buffer that holds lr-scaled steps. Slices without decay
  * (biases, LayerNorm) take neither decay nor the local lr. */
@@ -292,6 +325,10 @@ void pr_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_adamw_ar
     case PR_OPT_NADAMW: // elementwise: one call for the whole tensor
         nadam_slice(r, p, g, m, v, t->size, args->lr, t->decay, args->grad_scale, args->t);
         return;
+    case PR_OPT_LANS: // LAMB's blocks, for the gradient's norm too
+        for (int64_t at = 0; at < t->size; at += slice)
+            lans_slice(r, p + at, g + at, m + at, v + at, slice, args->lr, t->decay, args->t);
+        return;
     default:
         pr_internal("pr_optim_step: optimizer %d", (int)r->kind);
     }
@@ -376,6 +413,7 @@ void pr_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const float *p
         }
         return;
     case PR_OPT_LAMB: // the trust ratio per layer, as the step takes it
+    case PR_OPT_LANS: // m^ standing in for the normalised gradient makes c = r: LAMB's direction
         for (int64_t at = 0; at < t->size; at += slice ? slice : t->size)
             lamb_predict_slice(r, p + at, m + at, v + at, slice ? slice : t->size, t->decay, steps_done, ahead,
                                out + at);

@@ -124,10 +124,10 @@ typedef struct pr_adamw_args {
 
 /* The update rules besides AdamW (runtime/optim_rules.c, docs/dsl.md "optimizer"). Their
  * state uses the stage's m and v blocks: Muon's momentum and its AdamW group's moments in m
- * and v, LAMB's and NAdamW's moments in m and v, LARS's momentum in m (v stays zero). The
+ * and v, LAMB's, NAdamW's and LANS's moments in m and v, LARS's momentum in m (v stays zero). The
  * order of the enumeration is the DSL's list of optimizer names and state.bin's optimizer
  * field. */
-enum pr_optimizer { PR_OPT_ADAMW, PR_OPT_MUON, PR_OPT_LAMB, PR_OPT_LARS, PR_OPT_NADAMW };
+enum pr_optimizer { PR_OPT_ADAMW, PR_OPT_MUON, PR_OPT_LAMB, PR_OPT_LARS, PR_OPT_NADAMW, PR_OPT_LANS };
 /* Muon's shape scaling of the orthogonalised update of a rows x cols matrix. */
 enum pr_muon_scale {
     PR_MUON_SCALE_RATIO, /* sqrt(max(1, rows / cols)) (Keller Jordan) */
@@ -136,7 +136,7 @@ enum pr_muon_scale {
 typedef struct pr_optim_rule {
     int32_t kind;           /* enum pr_optimizer; PR_OPT_ADAMW only for pr_optim_predict */
     int32_t width;          /* C: a block matrix's shape follows from its checkpoint tensor */
-    double beta1, beta2, eps, weight_decay; /* LAMB, NAdamW; Muon's AdamW group; LARS's eps */
+    double beta1, beta2, eps, weight_decay; /* LAMB, NAdamW, LANS; Muon's AdamW group; LARS's eps */
     double momentum, trust_coefficient;     /* Muon and LARS; LARS */
     int32_t nesterov, ns_steps, shape_scale; /* Muon */
     double muon_weight_decay;               /* Muon's matrices */
@@ -147,7 +147,7 @@ typedef struct pr_optim_rule {
 void pr_optim_step(const pr_optim_rule *rule, const pr_tensor *t, const pr_adamw_args *args);
 /* `delay_correction predict` on one tensor (docs/dsl.md "Delay correction"): out = W - d lr u,
  * u the rule's update direction from its state after t >= 1 steps (params, m, v, indexed as
- * the step indexes them), lr the next step's. Adamw, muon, lamb and nadamw; not lars. */
+ * the step indexes them), lr the next step's. Adamw, muon, lamb, nadamw and lans; not lars. */
 void pr_optim_predict(const pr_optim_rule *rule, const pr_tensor *t, const float *params, const float *m,
                       const float *v, int64_t steps_done, double lr, int32_t d, float *out);
 /* A stage's whole prediction (the device layer's `predict`): out = W - d lr u over every
@@ -163,7 +163,7 @@ typedef struct pr_predict_args {
 /* The same on the GPU (runtime/cuda/optim.c): kernels of the stage's unit, indexed as in its
  * list, and cuBLASLt products on the stage's compute stream; pointers in device memory. */
 typedef struct pr_optim_kernels {
-    int32_t momentum, scale_add, muon_apply, lamb_direction, lars_apply, adamw, to_bf16, nadam_apply;
+    int32_t momentum, scale_add, muon_apply, lamb_direction, lars_apply, adamw, to_bf16, nadam_apply, lans_direction;
     int32_t optim_predict, wide_copy;
     int32_t block;          /* threads per block the unit's kernels are bounded to */
 } pr_optim_kernels;

@@ -1,4 +1,4 @@
-/* optim.c: muon, lamb, lars and nadamw on the GPU, the same rules as runtime/optim_rules.c (see
+/* optim.c: muon, lamb, lars, nadamw and lans on the GPU, the same rules as runtime/optim_rules.c (see
  * there and docs/dsl.md): elementwise kernels of the stage's unit (compiler/kernels.c), the
  * Newton-Schulz products through cuBLASLt (pr_cuda_gemm, fp32), and each norm as a sum of
  * squares the CUDA layer computes on the compute stream and brings back (one synchronisation
@@ -102,6 +102,29 @@ static void lamb_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels
     pr_device_cuda.release(stage, d);
 }
 
+/* LANS: the gradient's norm, the kernel's moments and two directions (r from m^, c from the
+ * normalised gradient), their norms and the weights', then the two trust-ratio-scaled steps. */
+static void lans_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, float *p,
+                       const float *g, float *m, float *v, int64_t size, float lr, int decay, int64_t t)
+{
+    long n = (long)size;
+    float *rd = scratch(stage, size), *cd = scratch(stage, size);
+    float beta1 = (float)r->beta1, beta2 = (float)r->beta2, eps = (float)r->eps;
+    float wd = decay ? (float)r->weight_decay : 0.0f, c1, c2;
+    double g_norm = norm_of(stage, g, size);
+    float inv = g_norm > 0.0 ? (float)(1.0 / g_norm) : 0.0f;
+    pr_adam_corrections(r, t, &c1, &c2);
+    void *args[] = {&p, &g, &m, &v, &rd, &cd, &n, &beta1, &beta2, &eps, &wd, &inv, &c1, &c2};
+    pr_cuda_launch(stage, k->lans_direction, size, k->block, args);
+    double w_norm = norm_of(stage, p, size);
+    float ratio_r = pr_lamb_trust_ratio(decay, w_norm, norm_of(stage, rd, size));
+    float ratio_c = pr_lamb_trust_ratio(decay, w_norm, norm_of(stage, cd, size));
+    scale_add(stage, k, rd, p, size, -(lr * beta1 * ratio_r), 1.0f);
+    scale_add(stage, k, cd, p, size, -(lr * (1.0f - beta1) * ratio_c), 1.0f);
+    pr_device_cuda.release(stage, rd);
+    pr_device_cuda.release(stage, cd);
+}
+
 static void lars_slice(const pr_optim_rule *r, int stage, const pr_optim_kernels *k, float *p,
                        const float *g, float *buf, int64_t size, float lr, int decay, float grad_scale)
 {
@@ -165,6 +188,10 @@ void pr_cuda_optim_step(const pr_optim_rule *r, const pr_tensor *t, const pr_ada
         break;
     case PR_OPT_NADAMW:
         nadam_tensor(r, stage, k, p, g, m, v, t->size, args->lr, t->decay, gs, args->t);
+        break;
+    case PR_OPT_LANS: // the clip factor cancels in the normalised gradient
+        for (int64_t at = 0; at < t->size; at += slice)
+            lans_slice(r, stage, k, p + at, g + at, m + at, v + at, slice, args->lr, t->decay, args->t);
         break;
     default:
         pr_internal("pr_cuda_optim_step: optimizer %d", (int)r->kind);
@@ -244,6 +271,7 @@ void pr_cuda_optim_predict(const pr_optim_rule *r, const pr_tensor *t, const pr_
         }
         break;
     case PR_OPT_LAMB: // the trust ratio per layer, as the step takes it
+    case PR_OPT_LANS: // as the CPU's: with m^ for the normalised gradient, LAMB's direction
         for (int64_t at = 0; at < t->size; at += slice ? slice : t->size)
             lamb_predict_slice(r, stage, k, p + at, m + at, v + at, out + at, slice ? slice : t->size, t->decay,
                                args->steps_done, ahead);

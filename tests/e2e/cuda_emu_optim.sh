@@ -2,14 +2,14 @@
 # The optimizers' GPU steps (runtime/cuda/optim.c: the kernels of compiler/kernels.c and the
 # Newton-Schulz products through pr_cuda_gemm) under the CUDA emulator, against the CPU's
 # (runtime/optim_rules.c) in one binary from one seed: muon (Nesterov, ratio scaling; p = 2,
-# so both its AdamW group and its matrices run on each stage), lamb, lars and nadamw (with
+# so both its AdamW group and its matrices run on each stage), lamb, lars, lans and nadamw (with
 # delay_correction nesterov, so stage 0's beta1 is raised and stage 1's is not: one emulated
 # build covers the kernel and the per-stage beta1) at p = 2, and muon under precision bf16
 # (the weights' bf16 copy written back after each tensor's step),
 # losses to LOSS_TOL relative and weights to WEIGHT_TOL absolute as tests/e2e/cuda_emu.sh.
 # The builds named -predict add delay_correction predict (stage 0's forwards run 1 step
 # ahead), so the GPU's predictions (pr_cuda_optim_predict) are checked against the CPU's
-# too: adamw's, muon's (fp32 and bf16: the predicted weights' bf16 copy) and lamb's.
+# too: adamw's, muon's (fp32 and bf16: the predicted weights' bf16 copy), lamb's and lans's.
 # Then muon with predict through the real GPU layer on the fake CUDA stack (tests/e2e/cuda_fake.sh).
 # Skips as cuda_emu.sh does (no libpacirt_cuda.a, no C++ compiler, sanitizer builds).
 source tests/e2e/lib.sh
@@ -26,9 +26,10 @@ declare -A rule=(
     [muon]="muon { lr 0.02; weight_decay 0.1; clip 0.5; adamw { lr 3e-3; betas 0.8 0.95 } }"
     [lamb]="lamb { lr 5e-3; betas 0.9 0.99; eps 1e-6; weight_decay 0.1; clip 0.5 }"
     [lars]="lars { lr 0.5; trust_coefficient 0.02; weight_decay 1e-3; clip 0.5 }"
+    [lans]="lans { lr 5e-3; betas 0.9 0.99; eps 1e-6; weight_decay 0.1 }"
     [nadamw]="nadamw { lr 5e-3; betas 0.9 0.99; eps 1e-6; weight_decay 0.1; momentum_decay 0.004; clip 0.5 }"
 )
-for name in muon-predict lamb-predict lars nadamw-nesterov muon-bf16-predict adamw-predict; do
+for name in muon-predict lamb-predict lans-predict lars nadamw-nesterov muon-bf16-predict adamw-predict; do
     opt=${name%-predict}
     opt=${opt%-bf16}
     opt=${opt%-nesterov}
@@ -56,7 +57,7 @@ for name in muon-predict lamb-predict lars nadamw-nesterov muon-bf16-predict ada
     fi
 done
 grep -q "delay_correction nesterov" "$work/nadamw-nesterov.paci" || fail "nadamw-nesterov: the key was not set"
-echo "muon, lamb, lars, nadamw and adamw under the emulated GPU match their CPU steps and predictions"
+echo "muon, lamb, lans, lars, nadamw and adamw under the emulated GPU match their CPU steps and predictions"
 
 # The real GPU layer (runtime/cuda/ linked: device.c's allocation and sums of squares,
 # cuBLASLt) on the fake CUDA stack of tests/cuda_fake, whose device memory the host cannot

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Muon, LAMB, LARS and NAdamW: `run` itself (executor, clipping, lr schedule, the rule in
+# Muon, LAMB, LARS, NAdamW and LANS: `run` itself (executor, clipping, lr schedule, the rule in
 # runtime/optim_rules.c) against float64 references written from the published rules
 # (tests/numeric/optim_ref.py), 4 steps of window 2 from an llm.c file: weights, the
 # optimizer's buffers (m, and v where the rule has one) and every logged loss, lr and
 # grad_norm. Muon with Nesterov and the ratio scaling at p = 2 (untied, clipped by the global
 # norm), without Nesterov and with the rms scaling at p = 1 (tied); LAMB, LARS and NAdamW
-# (with decay, and without it, where torch.optim.NAdam checks the reference too) at p = 2.
+# (with decay, and without it, where torch.optim.NAdam checks the reference too) at p = 2;
+# LANS at p = 2 untied with clipping (which the normalisation cancels) in two segments, and at
+# p = 1 tied without decay.
 set -eu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -54,9 +56,14 @@ train nadamw 2 false 1.5 1e-2 "nadamw { lr 1e-2; betas 0.9 0.99; eps 1e-6; weigh
 train nadamw_nodecay 2 false 1.0 5e-3 "nadamw { lr 5e-3; betas 0.8 0.95; eps 1e-8; weight_decay 0; momentum_decay 0.1; clip 1.0 }"
 nadamw='{"kind": "nadamw", "betas": [0.9, 0.99], "eps": 1e-6, "weight_decay": 0.1, "momentum_decay": 0.004}'
 nadamw_nodecay='{"kind": "nadamw", "betas": [0.8, 0.95], "eps": 1e-8, "weight_decay": 0, "momentum_decay": 0.1}'
+train lans 2 false 1.5 1e-2 "lans { lr 1e-2; betas 0.9 0.99; eps 1e-6; weight_decay 0.1; clip 1.5 }" 2
+train lans_nodecay 1 true 0 5e-3 "lans { lr 5e-3; betas 0.8 0.95; eps 1e-8; weight_decay 0; clip 0 }"
+lans='{"kind": "lans", "betas": [0.9, 0.99], "eps": 1e-6, "weight_decay": 0.1}'
+lans_nodecay='{"kind": "lans", "betas": [0.8, 0.95], "eps": 1e-8, "weight_decay": 0}'
 lars='{"kind": "lars", "momentum": 0.9, "trust_coefficient": 0.02, "eps": 1e-8, "weight_decay": 1e-3}'
 # shellcheck disable=SC2046
 "$python" tests/numeric/optim_ref.py check \
     $(args muon 1.5 2e-2 "") "$muon" $(args muon_plain 0 2e-2 "") "$muon_plain" \
     $(args lamb 1.5 1e-2 "") "$lamb" $(args lars 1.5 0.5 "") "$lars" \
-    $(args nadamw 1.5 1e-2 "") "$nadamw" $(args nadamw_nodecay 1.0 5e-3 "") "$nadamw_nodecay"
+    $(args nadamw 1.5 1e-2 "") "$nadamw" $(args nadamw_nodecay 1.0 5e-3 "") "$nadamw_nodecay" \
+    $(args lans 1.5 1e-2 "") "$lans" $(args lans_nodecay 0 5e-3 "") "$lans_nodecay"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Resume with each optimizer: 16 steps straight equal 8, stop, resume, 8, bit for bit
 # (model.bin, state.bin with Muon's momentum and its AdamW group's moments, LAMB's m and v,
-# LARS's momentum, NAdamW's m and v, and the losses), on the asynchronous paci schedule at
-# p = 3 (nadamw with delay_correction nesterov too: each stage its own beta1). A state.bin of
-# another optimizer is refused with the way out, and so is AdamW's (version 1) under Muon.
+# LARS's momentum, NAdamW's and LANS's m and v, and the losses), on the asynchronous paci
+# schedule at p = 3 (nadamw with delay_correction nesterov too: each stage its own beta1; lans
+# with delay_correction predict too). A state.bin of another optimizer is refused with the way
+# out (LAMB's under LANS: the same m and v, another rule), and so is AdamW's (version 1) under Muon.
 source tests/e2e/lib.sh
 
 # opt_model NAME OPTIMIZER-BLOCK [PIPELINE-KEYS]: a 3-stage paci program of 16 steps,
@@ -34,10 +35,12 @@ declare -A rule=(
     [adamw]="adamw { lr 3e-3; clip 0.5 }"
     [nadamw]="nadamw { lr 3e-3; betas 0.9 0.95; weight_decay 0.1; momentum_decay 0.004; clip 0.5 }"
     [nadamw-nesterov]="nadamw { lr 3e-3; weight_decay 0.1; clip 0.5 }"
+    [lans]="lans { lr 5e-3; betas 0.9 0.99; weight_decay 0.01 }"
+    [lans-predict]="lans { lr 5e-3; weight_decay 0.01 }"
 )
-declare -A pipeline_keys=([nadamw-nesterov]="delay_correction nesterov")
+declare -A pipeline_keys=([nadamw-nesterov]="delay_correction nesterov" [lans-predict]="delay_correction predict")
 # One build per optimizer; the resumed run is the same program in another folder.
-for opt in muon lamb lars nadamw nadamw-nesterov; do
+for opt in muon lamb lars nadamw nadamw-nesterov lans lans-predict; do
     opt_model "$opt-straight" "${rule[$opt]}" "${pipeline_keys[$opt]:-}"
     train "$opt-straight"
     mkdir -p "$work/$opt-resumed"
@@ -67,6 +70,8 @@ cp "$work/muon-straight/run" "$work/switch/run"
 refused "written by optimizer lamb (2), the program uses muon: its state does not carry over"
 cp "$work/nadamw-straight/run" "$work/switch/run"
 refused "written by optimizer lamb (2), the program uses nadamw: its state does not carry over"
+cp "$work/lans-straight/run" "$work/switch/run"
+refused "written by optimizer lamb (2), the program uses lans: its state does not carry over"
 opt_model adamw "${rule[adamw]}"
 train adamw --steps 8
 rm -rf "$work/switch/ckpt" && cp -r "$work/adamw/ckpt" "$work/switch/ckpt"

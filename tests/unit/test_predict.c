@@ -2,7 +2,7 @@
  * the weights it ran on and the stage's state at that moment; its backward records how many
  * optimizer steps the stage took in between (the delay the run realised, counted here, not
  * read from the table). The forward must have run on W - d * lr(t+1) * u with that d and
- * the optimizer's direction u (AdamW, Muon, NAdamW, LAMB), recomputed here in double. */
+ * the optimizer's direction u (AdamW, Muon, NAdamW, LAMB, LANS), recomputed here in double. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -238,7 +238,7 @@ static double reference_u(const fwd_record *rec, const pr_tensor *tn, int64_t i,
         double mix = (1 - mu_t) / (1 - product) + mu_next / (1 - product * mu_next);
         return mix * m / (sqrt(v / (1 - pow(rule.beta2, t))) + rule.eps) + wd * w;
     }
-    if (optimizer == PR_OPT_LAMB) {
+    if (optimizer == PR_OPT_LAMB || optimizer == PR_OPT_LANS) { // lans: c = r with m^ for h
         double ratio = 1, w_sq = 0, d_sq = 0; // over the tensor: one layer's slice in the toy
         for (int64_t j = tn->offset; j < tn->offset + tn->size; j++) {
             double dj = (rec->m[j] / (1 - pow(rule.beta1, t))) / (sqrt(rec->v[j] / (1 - pow(rule.beta2, t))) + rule.eps) +
@@ -338,12 +338,14 @@ static void test_forward_sees_extrapolated_weights(void **state)
     check_forwards_saw_prediction(3, 3, 5, 1); // K >= p-1: the one-step delay
 }
 
-/* The same with Muon (Nesterov, then plain momentum), NAdamW's and LAMB's directions. */
+/* The same with Muon (Nesterov, then plain momentum), NAdamW's, LAMB's and LANS's directions. */
 static void test_forward_sees_muon_nadamw_lamb_prediction(void **state)
 {
     optimizer = PR_OPT_LAMB;
     check_forwards_saw_prediction(4, 2, 6, 2);
     check_forwards_saw_prediction(3, 3, 5, 1);
+    optimizer = PR_OPT_LANS;
+    check_forwards_saw_prediction(4, 2, 6, 2);
     optimizer = PR_OPT_MUON;
     check_forwards_saw_prediction(4, 2, 6, 2);
     rule.nesterov = 0;
@@ -398,7 +400,7 @@ static void test_refusals(void **state)
     prog = toy_program(&table.t, 4);
     prog.optimizer = PR_OPT_LARS;
     assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
-    if (!strstr(err, "needs optimizer adamw, muon, lamb or nadamw, not lars"))
+    if (!strstr(err, "needs optimizer adamw, muon, lamb, nadamw or lans, not lars"))
         fail_msg("lars: %s", err);
 }
 

@@ -755,7 +755,7 @@ static void test_lr_errors(void **state)
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { lr 1e-3 at 32 scale sqr } }\n",
                          "t.paci:4:56: error: unknown lr scale rule 'sqr'; did you mean 'sqrt'?");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer sgd { } }\n",
-                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw, muon, lamb, lars, nadamw)");
+                         "t.paci:4:28: error: unknown optimizer 'sgd' (expected one of: adamw, muon, lamb, lars, nadamw, lans)");
 }
 
 /* Each optimizer's keys, its defaults, and located errors for keys of another optimizer. */
@@ -830,6 +830,28 @@ static void test_nadamw(void **state)
                          "t.paci:2:54: error: delay_correction nesterov needs an asynchronous schedule (paci or "
                          "pipedream): under 1f1b a micro-batch's forward and backward straddle no optimizer step "
                          "(use delay_correction none)");
+}
+
+/* lans's keys and defaults (LAMB's), a key of another optimizer, and delay_correction predict,
+ * which it takes (along LAMB's direction) where lars is refused. */
+static void test_lans(void **state)
+{
+    (void)state;
+    Checked c = check(MODEL PIPELINE BATCH "train { steps 5; optimizer lans { betas 0.8 0.99; eps 1e-6 } }\n");
+    assert_true(c.ok);
+    assert_true(c.cfg.optimizer == PR_OPT_LANS && c.cfg.beta1 == 0.8 && c.cfg.beta2 == 0.99 && c.cfg.eps == 1e-6);
+    assert_true(c.cfg.weight_decay == 0.1 && c.cfg.lr_base == 3e-4);
+    done(&c);
+    c = check(MODEL "pipeline { stages 4; schedule paci; delay_correction predict }\n" BATCH
+              "train { steps 5; optimizer lans { } }\n");
+    assert_true(c.ok && c.cfg.delay_correction == DELAY_PREDICT);
+    done(&c);
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lans { momentum 0.9 } }\n",
+                         "t.paci:4:35: error: 'momentum' is not a key of optimizer lans (its keys: lr betas "
+                         "eps weight_decay clip )");
+    assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lans { trust_coefficient 0.01 } }\n",
+                         "t.paci:4:35: error: 'trust_coefficient' is not a key of optimizer lans (its keys: lr "
+                         "betas eps weight_decay clip )");
 }
 
 /* ---- syntax ----------------------------------------------------------------------------- */
@@ -1154,6 +1176,7 @@ int main(void)
         cmocka_unit_test(test_lr_errors),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_nadamw),
+        cmocka_unit_test(test_lans),
         cmocka_unit_test(test_syntax_unexpected_token),
         cmocka_unit_test(test_syntax_recovers_and_reports_each_error_once),
         cmocka_unit_test(test_unclosed_block_names_its_line),
