@@ -359,8 +359,9 @@ typedef struct pr_noise_ema {
     int64_t n;
 } pr_noise_ema;
 
-/* The smoothing the runtime uses: about the last 20 steps. */
-#define PR_NOISE_DECAY 0.95
+/* The smoothing the runtime uses: about the last 100 steps (one step's |G|^2 estimate is
+ * often of the order of |G|^2 itself where the batch is well below B_simple). */
+#define PR_NOISE_DECAY 0.99
 /* The two batch sizes, in sequences, of a run of micro-batches of `micro` sequences, `window`
  * of them a step, `replicas` pipelines: a replica's first micro-batch of the window against
  * the step's gradient, every replica's window. 0 when they are equal (nothing to estimate). */
