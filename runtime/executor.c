@@ -723,11 +723,12 @@ static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
  * gradients, taken while they are alone in their buffer: after the window's first backward,
  * or after its first W when no other micro-batch's B (whose LayerNorm gradients join the same
  * buffer) came between. The backward scaled them by 1/(K D); the norm is of their mean.
- * `reducing`: the replicas' sum already runs on them. One sum of squares a window. */
+ * `reducing`: the replicas' sum already runs on them. One sum of squares a window, on replica
+ * 0 only (the one whose last stage writes the metrics). */
 static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grads, int alone, int reducing)
 {
     double b_small, b_big;
-    if (st->noise_small_state != 0 || !noise_estimated(run, &b_small, &b_big))
+    if (st->noise_small_state != 0 || run->replica != 0 || !noise_estimated(run, &b_small, &b_big))
         return;
     if (!alone || reducing) {
         st->noise_small_state = -1;
@@ -745,32 +746,38 @@ static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grad
  * replica's window reduced), both this stage's parameters only. */
 static void add_noise_estimate(pr_run *run, pr_stage_rt *st, const double *sums)
 {
-    double b_small, b_big, big = 0.0, g2, trace;
+    double b_small, b_big, big = 0.0, g2 = 0.0, trace = 0.0;
     int measured = st->noise_small_state == 1;
     st->noise_small_state = 0;
-    if (!measured || !noise_estimated(run, &b_small, &b_big))
+    if (run->replica != 0 || !noise_estimated(run, &b_small, &b_big))
         return;
-    for (int i = 0; i < st->code->n_tensors; i++)
+    for (int i = 0; i < st->code->n_tensors && measured; i++)
         big += sums[i];
-    pr_noise_estimates(st->noise_small, b_small, big, b_big, &g2, &trace);
-    if (!isfinite(g2) || !isfinite(trace))
-        return;
+    if (measured)
+        pr_noise_estimates(st->noise_small, b_small, big, b_big, &g2, &trace);
+    int64_t step = st->t + 1, i = step & 1;
     pthread_mutex_lock(&run->stats_mu);
-    pr_noise_ema_add(&st->noise, g2, trace, PR_NOISE_DECAY);
+    if (measured && isfinite(g2) && isfinite(trace))
+        pr_noise_ema_add(&st->noise, g2, trace, PR_NOISE_DECAY);
+    st->noise_at[i] = st->noise;
+    st->noise_at_step[i] = step;
     pthread_mutex_unlock(&run->stats_mu);
 }
 
-int pr_run_noise_scale(pr_run *run, double *b_simple)
+int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple)
 {
     double b_small, b_big;
     if (!noise_estimated(run, &b_small, &b_big))
         return 0;
+    int64_t at = step < 0 || run->async_segment ? -1 : run->p == 1 ? step : step - 1;
     pr_noise_ema total = {0};
     int every = 1;
     pthread_mutex_lock(&run->stats_mu);
     for (int s = 0; s < run->p; s++) {
-        every &= run->stage[s].noise.n > 0;
-        pr_noise_ema_sum(&total, &run->stage[s].noise);
+        const pr_stage_rt *st = &run->stage[s];
+        const pr_noise_ema *e = at < 0 ? &st->noise : &st->noise_at[at & 1];
+        every &= (at < 0 || st->noise_at_step[at & 1] == at) && e->n > 0;
+        pr_noise_ema_sum(&total, e);
     }
     pthread_mutex_unlock(&run->stats_mu);
     *b_simple = pr_noise_scale(&total);
@@ -804,7 +811,8 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         if (run->replica_ops)
             run->replica_ops->skip(run, st);
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
-        st->noise_small_state = 0;
+        st->noise_small_state = 0; // no estimate from a dropped step's gradients
+        add_noise_estimate(run, st, sums);
         st->t++;
         if (sc->has_head && run->on_step)
             run->on_step(run, st->t, mean_loss, run_lr(run, st->t), norm);

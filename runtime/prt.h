@@ -490,10 +490,12 @@ typedef struct pr_stage_rt {
     /* the noise scale (noise_scale.c): noise_small, the squared norm of the window's first
      * micro-batch's gradients as the backward left them (noise_small_state 1; 0 before it,
      * -1 when the replicas' reduction had already begun on them); noise, this stage's
-     * averages (published under run->stats_mu) */
+     * averages, and noise_at[i] what they were after step noise_at_step[i], the last two
+     * steps by parity (published under run->stats_mu) */
     double noise_small;
     int noise_small_state;
-    pr_noise_ema noise;
+    pr_noise_ema noise, noise_at[2];
+    int64_t noise_at_step[2];
     /* `accumulate pairwise`: acc_level[j], the sum of 2^j of the window's micro-batches, or
      * NULL; acc_free, the buffers not in use (the next backward takes one); acc_count, the
      * window's backwards so far. NULL acc_level: the backward adds to grads in place. */
@@ -603,9 +605,13 @@ void pr_run_free(pr_run *run);
 /* Runs segment seg (all stage threads, joined at the end); run->step advances. */
 void pr_run_segment(pr_run *run, int32_t seg);
 /* The gradient noise scale B_simple in sequences (noise_scale.c): the sum of every stage's
- * moving averages, each as of its own latest step. 0 where the run does not estimate it or a
- * stage has no estimate yet; else 1 with *b_simple (NaN while the |G|^2 average is not > 0). */
-int pr_run_noise_scale(pr_run *run, double *b_simple);
+ * moving averages. For the metrics line of `step` (the last stage's, at its step): with one
+ * stage its own after that step; synchronous stages' after step - 1, which every stage has
+ * taken by then, so the line has the same value in every run; asynchronous stages' each after
+ * its latest step. step < 0: every stage's latest (a drained run's). 0 where the run does not
+ * estimate it or a stage has no average for that step; else 1 with *b_simple (NaN while the
+ * |G|^2 average is not > 0). */
+int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple);
 /* Early stops. A segment ends after step run->stop_at when that is set, or, once a stop
  * was requested (SIGINT/SIGTERM), after the optimizer step stage 0 is feeding: stage 0
  * stops issuing forwards there and every stage drains what is in flight, so the state

@@ -127,7 +127,7 @@ static void log_step(pr_run *run, int64_t step, double loss, double lr, double g
         fprintf(lg->metrics, "\"lr\": %.6g, ", lr);
         metric_number(lg->metrics, "grad_norm", "%.9g", grad_norm);
         double b_simple;
-        if (pr_run_noise_scale(run, &b_simple)) // absent where not estimated; null while not > 0
+        if (pr_run_noise_scale(run, step, &b_simple)) // absent where not estimated; null while not > 0
             metric_number(lg->metrics, "noise_scale", "%.6g", b_simple > 0 ? b_simple : NAN);
         fprintf(lg->metrics, "\"tokens_per_s\": %.1f, \"busy\": [", tps);
         pthread_mutex_lock(&run->stats_mu);
@@ -222,7 +222,7 @@ static double exchange_per_step(const pr_run *run, int r)
 static void print_noise_scale(pr_run *run)
 {
     double b_simple;
-    if (!pr_run_noise_scale(run, &b_simple))
+    if (!pr_run_noise_scale(run, -1, &b_simple))
         return;
     int64_t batch = run->K * run->B * run->replicas;
     if (b_simple > 0)
