@@ -707,9 +707,12 @@ static void pairwise_finish(pr_stage_rt *st)
  * sizes in sequences. Not where the step's gradient is no mean of the replicas' (compression
  * dgc), where the other stages' norms live in other processes, or where a window's only
  * backward hands its gradients to the replicas' sum as it makes them (a device transport's
- * overlap at K = 1). */
+ * overlap at K = 1). Not on GPUs yet: the device's sum of squares returns to the host, a wait
+ * per window beyond the schedule's (docs/gpu.md, "Host waits"). */
 static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
 {
+    if (!run->dev->host_memory)
+        return 0;
     if (run->replicas > 1 && run->prog->dgc_density > 0)
         return 0;
     if (run->opt.world > 1 && run->p > 1)
