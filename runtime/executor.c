@@ -703,6 +703,90 @@ static void pairwise_finish(pr_stage_rt *st)
     st->acc_count = 0;
 }
 
+/* Whether the run estimates the noise scale (noise_scale.c, docs/run.md), and its two batch
+ * sizes in sequences. Not where the step's gradient is no mean of the replicas' (compression
+ * dgc), where the other stages' norms live in other processes, or where a window's only
+ * backward hands its gradients to the replicas' sum as it makes them (a device transport's
+ * overlap at K = 1). Not on GPUs yet: the device's sum of squares returns to the host, a wait
+ * per window beyond the schedule's (docs/gpu.md, "Host waits"). */
+static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
+{
+    if (!run->dev->host_memory)
+        return 0;
+    if (run->replicas > 1 && run->prog->dgc_density > 0)
+        return 0;
+    if (run->opt.world > 1 && run->p > 1)
+        return 0;
+    if (run->K == 1 && run->replicas > 1 && !run->shared && run->links && run->links->reduce_start)
+        return 0;
+    return pr_noise_batches(run->B, run->K, run->replicas, b_small, b_big);
+}
+
+/* The noise scale's small batch: the squared norm of the window's first micro-batch's
+ * gradients, taken while they are alone in their buffer: after the window's first backward,
+ * or after its first W when no other micro-batch's B (whose LayerNorm gradients join the same
+ * buffer) came between. The backward scaled them by 1/(K D); the norm is of their mean.
+ * `reducing`: the replicas' sum already runs on them. One sum of squares a window, on replica
+ * 0 only (the one whose last stage writes the metrics). */
+static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grads, int alone, int reducing)
+{
+    double b_small, b_big;
+    if (st->noise_small_state != 0 || run->replica != 0 || !noise_estimated(run, &b_small, &b_big))
+        return;
+    if (!alone || reducing) {
+        st->noise_small_state = -1;
+        return;
+    }
+    pr_tensor whole = {.name = "gradients", .size = st->code->n_params};
+    double sum = 0.0, kd = (double)(run->K * run->replicas);
+    run->dev->sumsq(st->index, grads, &whole, 1, &sum);
+    st->noise_small = sum * kd * kd;
+    st->noise_small_state = 1;
+}
+
+/* The stage's step's estimates of |G|^2 and tr(Sigma) into its moving averages: the first
+ * micro-batch's squared norm against the step's gradient's (sums: its tensors', every
+ * replica's window reduced), both this stage's parameters only. */
+static void add_noise_estimate(pr_run *run, pr_stage_rt *st, const double *sums)
+{
+    double b_small, b_big, big = 0.0, g2 = 0.0, trace = 0.0;
+    int measured = st->noise_small_state == 1;
+    st->noise_small_state = 0;
+    if (run->replica != 0 || !noise_estimated(run, &b_small, &b_big))
+        return;
+    for (int i = 0; i < st->code->n_tensors && measured; i++)
+        big += sums[i];
+    if (measured)
+        pr_noise_estimates(st->noise_small, b_small, big, b_big, &g2, &trace);
+    int64_t step = st->t + 1, i = step & 1;
+    pthread_mutex_lock(&run->stats_mu);
+    if (measured && isfinite(g2) && isfinite(trace))
+        pr_noise_ema_add(&st->noise, g2, trace, PR_NOISE_DECAY);
+    st->noise_at[i] = st->noise;
+    st->noise_at_step[i] = step;
+    pthread_mutex_unlock(&run->stats_mu);
+}
+
+int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple)
+{
+    double b_small, b_big;
+    if (!noise_estimated(run, &b_small, &b_big))
+        return 0;
+    int64_t at = step < 0 || run->async_segment ? -1 : run->p == 1 ? step : step - 1;
+    pr_noise_ema total = {0};
+    int every = 1;
+    pthread_mutex_lock(&run->stats_mu);
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_rt *st = &run->stage[s];
+        const pr_noise_ema *e = at < 0 ? &st->noise : &st->noise_at[at & 1];
+        every &= (at < 0 || st->noise_at_step[at & 1] == at) && e->n > 0;
+        pr_noise_ema_sum(&total, e);
+    }
+    pthread_mutex_unlock(&run->stats_mu);
+    *b_simple = pr_noise_scale(&total);
+    return every;
+}
+
 static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
@@ -730,11 +814,14 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
         if (run->replica_ops)
             run->replica_ops->skip(run, st);
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
+        st->noise_small_state = 0; // no estimate from a dropped step's gradients
+        add_noise_estimate(run, st, sums);
         st->t++;
         if (sc->has_head && run->on_step)
             run->on_step(run, st->t, mean_loss, run_lr(run, st->t), norm);
         return;
     }
+    add_noise_estimate(run, st, sums);
     double lr = run_lr(run, st->t + 1);
     pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1, st->params_h};
     if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog) && dev->host_memory)
@@ -1140,6 +1227,8 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
         run->dev->backward_part(run->prog, s, PR_BACKWARD_B, &args);
     else
         run->dev->backward(run->prog, s, &args);
+    if (in->op == PACI_OP_BWD)
+        note_first_gradients(run, st, grads, st->window_backwards == 0, args.grads_ready != NULL);
     if (st->acc_level)
         pairwise_insert(st, grads);
     st->window_backwards++;
@@ -1160,6 +1249,7 @@ static void exec_weight_gradient(pr_run *run, pr_stage_rt *st, const paci_instr 
                         sc->has_head ? NULL : st->grad_in, st->index == 0 ? NULL : st->grad_out,
                         1.0f / (float)(run->K * run->replicas), st->params_h, NULL, NULL};
     run->dev->backward_part(run->prog, st->index, PR_BACKWARD_W, &args);
+    note_first_gradients(run, st, st->grads, st->window_backwards == 1, 0);
     st->slot_mb[in->slot] = -1;
 }
 

@@ -350,6 +350,31 @@ double pr_fold_norm(const double *sums, int64_t n);
 /* The gradient scale for a norm: clip/norm when norm > clip > 0, else 1. */
 float pr_clip_scale(double norm, double clip);
 
+/* ---- noise_scale.c: the gradient noise scale, online (docs/run.md) ------------------- */
+
+/* Moving averages of one stage's (or the sum of stages') |G|^2 and tr(Sigma) estimates;
+ * weight = 1 - decay^n, the bias both share (a sum of stages holds corrected values, weight 1). */
+typedef struct pr_noise_ema {
+    double g2, trace, weight;
+    int64_t n;
+} pr_noise_ema;
+
+/* The smoothing the runtime uses: about the last 100 steps (one step's |G|^2 estimate is
+ * often of the order of |G|^2 itself where the batch is well below B_simple). */
+#define PR_NOISE_DECAY 0.99
+/* The two batch sizes, in sequences, of a run of micro-batches of `micro` sequences, `window`
+ * of them a step, `replicas` pipelines: a replica's first micro-batch of the window against
+ * the step's gradient, every replica's window. 0 when they are equal (nothing to estimate). */
+int pr_noise_batches(int64_t micro, int64_t window, int64_t replicas, double *b_small, double *b_big);
+/* The unbiased estimates of |G|^2 and tr(Sigma) from the squared norms of mean gradients at
+ * batch sizes b_small < b_big. */
+void pr_noise_estimates(double small_sq, double b_small, double big_sq, double b_big, double *g2, double *trace);
+void pr_noise_ema_add(pr_noise_ema *e, double g2, double trace, double decay);
+/* Adds part's bias-corrected averages into total (start total at zero): the stages' sum. */
+void pr_noise_ema_sum(pr_noise_ema *total, const pr_noise_ema *part);
+/* B_simple = tr(Sigma) / |G|^2 from the averages; NaN before a positive |G|^2 average. */
+double pr_noise_scale(const pr_noise_ema *e);
+
 /* ---- dgc.c: Deep Gradient Compression of the replicas' exchange ----------------------- */
 
 /* One replica's compression state for one stage of n parameters (its own, never synced). */
@@ -462,6 +487,15 @@ typedef struct pr_stage_rt {
     /* replicas: backwards since the stage's last step, and the gradient floats whose
      * allreduce the window's last backward has started (pr_replicas_ready) */
     int64_t window_backwards, reduce_started;
+    /* the noise scale (noise_scale.c): noise_small, the squared norm of the window's first
+     * micro-batch's gradients as the backward left them (noise_small_state 1; 0 before it,
+     * -1 when the replicas' reduction had already begun on them); noise, this stage's
+     * averages, and noise_at[i] what they were after step noise_at_step[i], the last two
+     * steps by parity (published under run->stats_mu) */
+    double noise_small;
+    int noise_small_state;
+    pr_noise_ema noise, noise_at[2];
+    int64_t noise_at_step[2];
     /* `accumulate pairwise`: acc_level[j], the sum of 2^j of the window's micro-batches, or
      * NULL; acc_free, the buffers not in use (the next backward takes one); acc_count, the
      * window's backwards so far. NULL acc_level: the backward adds to grads in place. */
@@ -570,6 +604,14 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
 void pr_run_free(pr_run *run);
 /* Runs segment seg (all stage threads, joined at the end); run->step advances. */
 void pr_run_segment(pr_run *run, int32_t seg);
+/* The gradient noise scale B_simple in sequences (noise_scale.c): the sum of every stage's
+ * moving averages. For the metrics line of `step` (the last stage's, at its step): with one
+ * stage its own after that step; synchronous stages' after step - 1, which every stage has
+ * taken by then, so the line has the same value in every run; asynchronous stages' each after
+ * its latest step. step < 0: every stage's latest (a drained run's). 0 where the run does not
+ * estimate it or a stage has no average for that step; else 1 with *b_simple (NaN while the
+ * |G|^2 average is not > 0). */
+int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple);
 /* Early stops. A segment ends after step run->stop_at when that is set, or, once a stop
  * was requested (SIGINT/SIGTERM), after the optimizer step stage 0 is feeding: stage 0
  * stops issuing forwards there and every stage drains what is in flight, so the state

@@ -126,6 +126,9 @@ static void log_step(pr_run *run, int64_t step, double loss, double lr, double g
         metric_number(lg->metrics, "loss", "%.6f", loss); // a skipped step's loss may be NaN
         fprintf(lg->metrics, "\"lr\": %.6g, ", lr);
         metric_number(lg->metrics, "grad_norm", "%.9g", grad_norm);
+        double b_simple;
+        if (pr_run_noise_scale(run, step, &b_simple)) // absent where not estimated; null while not > 0
+            metric_number(lg->metrics, "noise_scale", "%.6g", b_simple > 0 ? b_simple : NAN);
         fprintf(lg->metrics, "\"tokens_per_s\": %.1f, \"busy\": [", tps);
         pthread_mutex_lock(&run->stats_mu);
         for (int s = 0; s < run->p; s++)
@@ -214,8 +217,27 @@ static double exchange_per_step(const pr_run *run, int r)
     return total;
 }
 
-/* The run's closing lines: time, rate and losses; each stage's busy share, drift and memory. */
-static void print_summary(const pr_run *run, double val_loss)
+/* The gradient noise scale against the batch a step trains on (docs/run.md), in sequences
+ * and tokens; a line only where the run estimates it. */
+static void print_noise_scale(pr_run *run)
+{
+    double b_simple;
+    if (!pr_run_noise_scale(run, -1, &b_simple))
+        return;
+    int64_t batch = run->K * run->B * run->replicas;
+    if (b_simple > 0)
+        printf("noise scale: B_simple %.*f sequences (%.0f tokens); the global batch is %lld sequences "
+               "(%lld tokens) a step\n", b_simple < 100 ? 1 : 0, b_simple, b_simple * (double)run->T,
+               (long long)batch, (long long)(batch * run->T));
+    else
+        printf("noise scale: not yet positive (the |G|^2 estimate's average is %s); the global batch "
+               "is %lld sequences (%lld tokens) a step\n", isfinite(b_simple) ? "<= 0" : "not finite",
+               (long long)batch, (long long)(batch * run->T));
+}
+
+/* The run's closing lines: time, rate and losses; the noise scale; each stage's busy share,
+ * drift and memory. */
+static void print_summary(pr_run *run, double val_loss)
 {
     const logger *lg = run->user;
     double wall = pr_now() - lg->begin;
@@ -231,7 +253,9 @@ static void print_summary(const pr_run *run, double val_loss)
            "loss %.4f", run->train_time, tokens_per_s(run, run->step, pr_now(), lg), lg->last_loss);
     if (val_loss >= 0)
         printf(", val loss %.4f", val_loss);
-    printf("\nbusy:");
+    printf("\n");
+    print_noise_scale(run);
+    printf("busy:");
     for (int s = 0; s < run->p; s++)
         printf("%s stage %d %.0f%%", s ? "," : "", s, 100.0 * busy_fraction(&run->stage[s], wall));
     printf("\ndrift:");

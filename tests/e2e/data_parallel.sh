@@ -89,6 +89,34 @@ same_bits "$work/sync-d2" "$work/sync-d2-mp/rank0" 0020 || fail "4 processes dif
 [ "$(losses sync-d2)" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/sync-d2-mp/rank1/metrics.jsonl")" ] \
     || fail "the last stage of replica 0 logged other losses than the threaded run"
 [ "$(grep -c '"loss"' "$work/sync-d2-mp/rank3/metrics.jsonl")" = 0 ] || fail "replica 1 logged losses"
+# --- the gradient noise scale (docs/run.md): a window's against the replicas' -----------------
+# A window's first micro-batch against the window (D = 1) and replica 0's first against every
+# replica's window (D > 1) see the same micro-batches here, so the estimates agree: to the bit
+# under pairwise (D = 4 x window 1 against window 4), to rounding otherwise (D = 2 x window 2).
+# At p = 2 the line of step t carries step t - 1's, so step 1 has none; one process per stage
+# cannot sum the stages' norms and logs none (absent, not 0).
+python3 - "$work" <<'PY' || fail "the noise scale in --metrics"
+import json, math, sys
+work = sys.argv[1]
+def scales(path):
+    return {r["step"]: r.get("noise_scale", "absent") for r in map(json.loads, open(path)) if "loss" in r}
+def logged(name):
+    s = scales(f"{work}/{name}/metrics.jsonl")
+    assert s[1] == "absent", f"{name}: step 1 logged noise_scale {s[1]}"
+    bad = [t for t in range(2, 21) if not (isinstance(s[t], float) and math.isfinite(s[t]) and s[t] > 0)]
+    assert not bad, f"{name}: steps {bad} logged no finite positive noise_scale ({[s[t] for t in bad]})"
+    return s
+k4, d2, k2, pk4, pd4 = map(logged, ("sync-k4", "sync-d2", "sync-k2", "pair-k4", "pair-d4"))
+worst = max(abs(d2[t] - k4[t]) / k4[t] for t in range(2, 21))
+assert worst < 1e-4, f"data 2 x window 2 against window 4: relative difference {worst:.3g}"
+assert all(pd4[t] == pk4[t] for t in range(2, 21)), "pairwise data 4 x window 1 is not window 4's"
+for rank in ("sync-d2-mp/rank1", "pair-d4-mp/rank1"):
+    assert all(v == "absent" for v in scales(f"{work}/{rank}/metrics.jsonl").values()), f"{rank} logged one"
+print(f"noise scale at step 20: window 4 {k4[20]:.4g}, data 2 x window 2 {d2[20]:.4g} (worst relative "
+      f"difference {worst:.2g}), window 2 {k2[20]:.4g}; pairwise data 4 x window 1 == window 4 "
+      f"({pd4[20]:.4g}); one process per stage: absent")
+PY
+
 if command -v mpirun >/dev/null && [ -f "${PACI_BUILD:-build}/lib/pacic/libpacirt_mpi.a" ]; then
     mkdir -p "$work/sync-d2-mpi"
     (cd "$work/sync-d2-mpi" && unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE &&
