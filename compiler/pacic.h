@@ -673,6 +673,12 @@ typedef struct GpuPrediction {
 
 void gpu_costs_build(const Config *cfg, const Lowered *low, GpuCosts *gc);
 void gpu_costs_free(GpuCosts *gc);
+/* One stage priced by this model as gpu_costs_build prices it lowered (the partitioner's
+ * price): seconds of a micro-batch's forward and backward (with recompute full's rerun) and
+ * of an optimizer step. ops: model_ops_build's for cfg. */
+typedef struct ModelOps ModelOps;
+void stage_kernel_costs(const Config *cfg, const ModelOps *ops, const StagePlan *sp, double *fwd, double *bwd,
+                        double *step);
 /* The FLOPs (and bytes) the cost model counts for one launch of the kernel `name` over n
  * indices at cfg's shapes (fp32). */
 double kernel_counted_flops(const Config *cfg, const char *name, double n, double *bytes);
