@@ -448,9 +448,10 @@ typedef struct GradRange {
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out);
 /* The layers a stage holds, a half layer counted by its share of a layer's FLOPs. */
 double stage_layer_count(const Config *cfg, const StagePlan *sp);
-/* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step (the
- * partitioner balances stages with them; simulate.c's cost model prices with them). With
- * cfg->measured, from the measured costs of each part of the model. */
+/* One stage's predicted seconds by its FLOPs: a micro-batch's forward and backward, and an
+ * AdamW step (simulate.c's base model, which --profile and --balance replace; the partitioner
+ * balances by costs.c's kernel model instead). With cfg->measured, from the measured costs of
+ * each part of the model (what the partitioner then balances by). */
 void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
 /* The floats of the vocabulary split's messages between the last two stages: forward, the
  * final LayerNorm's output (as its activation is stored) padded to 64, then each token's
