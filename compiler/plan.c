@@ -277,8 +277,8 @@ static void stage_prices_free(StagePrices *pr)
 /* One part's seconds per optimizer step (K forwards and backwards, one optimizer step). */
 static double part_seconds(const Config *cfg, StagePrices *pr, const StagePlan *part)
 {
-    long key[3] = {part->has_embed | part->lead_mlp << 1 | part->n_layers << 2 | part->tail_attn << 3 |
-                       part->has_lnf << 4 | part->has_head << 5 | part->recompute << 6,
+    long key[3] = {(long)part->n_layers << 8 | part->has_embed | part->lead_mlp << 1 | part->tail_attn << 2 |
+                       part->has_lnf << 3 | part->has_head << 4 | part->recompute << 5,
                    part->vocab_begin, part->vocab_end};
     for (int i = 0; i < pr->n_parts; i++) /* few: the layer parts, and the head at each row count tried */
         if (memcmp(pr->parts[i].key, key, sizeof key) == 0)
@@ -432,8 +432,8 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
 
 /* The split for a given vocab_split: whole layers, unless boundaries inside layers (between a
  * layer's attention and its MLP) make the slowest stage at least 1% faster; a half boundary
- * costs nothing more (the message is the same residual stream), but whole layers read
- * better. Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
+ * sends the same residual stream (its unfused residual add is in the kernel model's price),
+ * but whole layers read better. Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
 static double layer_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, long vocab_split, int *split,
                           bool *fits)
 {
