@@ -841,33 +841,59 @@ static void cost_optimizer_step(const Config *cfg, const LoweredStage *ls, Stage
     c->seconds = n ? sc->step / n : 0;
 }
 
+/* Every op of one lowered stage, section by section, and its optimizer step. */
+static void cost_stage_ops(const Config *cfg, const LoweredStage *ls, StageCosts *sc)
+{
+    Shapes sh = shapes_of(cfg);
+    sh.HEAD_VN = (double)(ls->plan->vocab_end - ls->plan->vocab_begin);
+    sh.HEAD_VP = ceil(sh.HEAD_VN / 64) * 64;
+    for (int i = 0; i < ls->n_sections; i++) {
+        if (ls->sections[i].ops)
+            cost_section(cfg, &sh, &ls->sections[i], sc);
+        else
+            cost_optimizer_step(cfg, ls, sc);
+    }
+}
+
+static void stage_costs_free(StageCosts *sc)
+{
+    for (int i = 0; i < sc->n_ops; i++)
+        free(sc->ops[i].what);
+    free(sc->ops);
+}
+
 void gpu_costs_build(const Config *cfg, const Lowered *low, GpuCosts *gc)
 {
     *gc = (GpuCosts){.stages = low->stages};
-    Shapes sh = shapes_of(cfg);
     for (int s = 0; s < low->stages; s++) {
-        const LoweredStage *ls = &low->stage[s];
-        StageCosts *sc = &gc->stage[s];
-        sh.HEAD_VN = (double)(ls->plan->vocab_end - ls->plan->vocab_begin);
-        sh.HEAD_VP = ceil(sh.HEAD_VN / 64) * 64;
-        for (int i = 0; i < ls->n_sections; i++) {
-            if (ls->sections[i].ops)
-                cost_section(cfg, &sh, &ls->sections[i], sc);
-            else
-                cost_optimizer_step(cfg, ls, sc);
-        }
-        gc->unknown += sc->unknown;
+        cost_stage_ops(cfg, &low->stage[s], &gc->stage[s]);
+        gc->unknown += gc->stage[s].unknown;
     }
 }
 
 void gpu_costs_free(GpuCosts *gc)
 {
-    for (int s = 0; s < gc->stages; s++) {
-        for (int i = 0; i < gc->stage[s].n_ops; i++)
-            free(gc->stage[s].ops[i].what);
-        free(gc->stage[s].ops);
-    }
+    for (int s = 0; s < gc->stages; s++)
+        stage_costs_free(&gc->stage[s]);
     *gc = (GpuCosts){0};
+}
+
+void stage_kernel_costs(const Config *cfg, const ModelOps *ops, const StagePlan *sp, double *fwd, double *bwd,
+                        double *step)
+{
+    // the stage lowered as lower_build lowers it, but only what the prices read
+    LoweredStage ls = {.plan = sp};
+    stage_layout(cfg, sp, &ls.layout);
+    ls.n_tensors = stage_tensors(cfg, sp, &ls.layout, &ls.tensors);
+    ls.n_sections = stage_sections(sp, ops, ls.sections);
+    StageCosts sc = {0};
+    cost_stage_ops(cfg, &ls, &sc);
+    *fwd = sc.fwd;
+    // recompute full reruns the forward before each backward, as cost_model_from_gpu_costs prices it
+    *bwd = sc.bwd + (sp->recompute ? sc.fwd : 0);
+    *step = sc.step;
+    stage_costs_free(&sc);
+    free(ls.tensors);
 }
 
 void cost_model_from_gpu_costs(const Config *cfg, const Plan *plan, const GpuCosts *gc, CostModel *cm)

@@ -21,10 +21,11 @@
  * (cpu_calibration_default_path); where there is none, the first prediction measures this
  * machine and keeps the file there. Every rate the block writes wins over the file's.
  *
- * The partitioner (plan.c's cost_stage) needs numbers that do not change from one
- * measurement to the next, or a build and an --explain of the same file could split the
- * layers differently: for a CPU it uses the block's `flops` and `memory_bandwidth` where
- * written, else fixed nominal ones (CPU_NOMINAL_*), which only their ratio matters to.
+ * The partitioner prices stages with the CPU cost model on the rates known when it plans
+ * (the file's, else the guesses; a build measures nothing), so a build and an --explain split
+ * the same way as long as they read the same file. cfg's `flops` and `memory_bandwidth` get
+ * fixed nominal rates (CPU_NOMINAL_*) where the block writes none: what cost_stage's FLOPs
+ * figures (--explain's allreduce and recompute lines) divide by.
  */
 #include <errno.h>
 #include <math.h>

@@ -451,9 +451,10 @@ typedef struct GradRange {
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out);
 /* The layers a stage holds, a half layer counted by its share of a layer's FLOPs. */
 double stage_layer_count(const Config *cfg, const StagePlan *sp);
-/* One stage's predicted seconds: a micro-batch's forward and backward, and an AdamW step (the
- * partitioner balances stages with them; simulate.c's cost model prices with them). With
- * cfg->measured, from the measured costs of each part of the model. */
+/* One stage's predicted seconds by its FLOPs: a micro-batch's forward and backward, and an
+ * AdamW step (simulate.c's base model, which --profile and --balance replace; the partitioner
+ * balances by costs.c's kernel model instead). With cfg->measured, from the measured costs of
+ * each part of the model (what the partitioner then balances by). */
 void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd, double *step);
 /* The floats of the vocabulary split's messages between the last two stages: forward, the
  * final LayerNorm's output (as its activation is stored) padded to 64, then each token's
@@ -676,6 +677,12 @@ typedef struct GpuPrediction {
 
 void gpu_costs_build(const Config *cfg, const Lowered *low, GpuCosts *gc);
 void gpu_costs_free(GpuCosts *gc);
+/* One stage priced by this model as gpu_costs_build prices it lowered (the partitioner's
+ * price): seconds of a micro-batch's forward and backward (with recompute full's rerun) and
+ * of an optimizer step. ops: model_ops_build's for cfg. */
+typedef struct ModelOps ModelOps;
+void stage_kernel_costs(const Config *cfg, const ModelOps *ops, const StagePlan *sp, double *fwd, double *bwd,
+                        double *step);
 /* The FLOPs (and bytes) the cost model counts for one launch of the kernel `name` over n
  * indices at cfg's shapes (fp32). */
 double kernel_counted_flops(const Config *cfg, const char *name, double n, double *bytes);

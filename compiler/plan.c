@@ -239,13 +239,81 @@ void cost_stage(const Config *cfg, const StagePlan *sp, double *fwd, double *bwd
         *bwd += *fwd;
 }
 
-/* A stage's predicted seconds per optimizer step, as the cost model prices it (cost_stage):
- * K forwards and backwards and one AdamW step. */
-static double stage_seconds(const Config *cfg, const StagePlan *sp)
+/* What the partitioner balances: each stage priced by the cost model --explain prices the
+ * program with, the kernel-by-kernel model of costs.c on the machine the file names (with
+ * cfg->measured, cost_stage's measured parts). That model prices a stage section by section
+ * and tensor by tensor, so a stage's price is the sum of its parts' (the embedding, a leading
+ * MLP half, each layer, a trailing attention half, the head's part); the search tries
+ * thousands of stages, so each part is priced once and kept (test_plan checks the sum). */
+typedef struct PartPrice {
+    long key[3]; /* the part: its flags, and the head's rows */
+    double seconds;
+} PartPrice;
+typedef struct StagePrices {
+    bool kernel;     /* false: cost_stage's */
+    ModelOps ops;    /* the kernel model's op lists */
+    PartPrice *parts;
+    int n_parts;
+} StagePrices;
+
+static void stage_prices_init(const Config *cfg, StagePrices *pr)
 {
+    memset(pr, 0, sizeof *pr);
+    pr->kernel = !cfg->measured;
+    if (!pr->kernel)
+        return;
+    if (cfg->machine == MACHINE_CPU && !cfg->cpu)
+        ICE("a CPU program planned without its rates (machine_cpu_config)");
+    model_ops_build(cfg, &pr->ops);
+}
+
+static void stage_prices_free(StagePrices *pr)
+{
+    if (pr->kernel)
+        model_ops_free(&pr->ops);
+    free(pr->parts);
+}
+
+/* One part's seconds per optimizer step (K forwards and backwards, one optimizer step). */
+static double part_seconds(const Config *cfg, StagePrices *pr, const StagePlan *part)
+{
+    long key[3] = {(long)part->n_layers << 8 | part->has_embed | part->lead_mlp << 1 | part->tail_attn << 2 |
+                       part->has_lnf << 3 | part->has_head << 4 | part->recompute << 5,
+                   part->vocab_begin, part->vocab_end};
+    for (int i = 0; i < pr->n_parts; i++) /* few: the layer parts, and the head at each row count tried */
+        if (memcmp(pr->parts[i].key, key, sizeof key) == 0)
+            return pr->parts[i].seconds;
     double fwd, bwd, step;
-    cost_stage(cfg, sp, &fwd, &bwd, &step);
-    return cfg->window * (fwd + bwd) + step;
+    stage_kernel_costs(cfg, &pr->ops, part, &fwd, &bwd, &step);
+    double seconds = cfg->window * (fwd + bwd) + step;
+    pr->parts = xrealloc(pr->parts, (size_t)(pr->n_parts + 1) * sizeof *pr->parts);
+    pr->parts[pr->n_parts++] = (PartPrice){{key[0], key[1], key[2]}, seconds};
+    return seconds;
+}
+
+/* A stage's predicted seconds per optimizer step: K forwards and backwards and one
+ * optimizer step. */
+static double stage_seconds(const Config *cfg, StagePrices *pr, const StagePlan *sp)
+{
+    if (!pr->kernel) {
+        double fwd, bwd, step;
+        cost_stage(cfg, sp, &fwd, &bwd, &step);
+        return cfg->window * (fwd + bwd) + step;
+    }
+    const StagePlan none = {.recompute = sp->recompute, .first_layer = sp->first_layer};
+    StagePlan embed = none, lead = none, layer = none, tail = none, head = none;
+    embed.has_embed = true;
+    lead.lead_mlp = true;
+    layer.n_layers = 1;
+    tail.tail_attn = true;
+    head.has_lnf = sp->has_lnf;
+    head.has_head = sp->has_head;
+    head.vocab_begin = sp->vocab_begin;
+    head.vocab_end = sp->vocab_end;
+    return (sp->has_embed ? part_seconds(cfg, pr, &embed) : 0) + (sp->lead_mlp ? part_seconds(cfg, pr, &lead) : 0) +
+           (sp->n_layers ? sp->n_layers * part_seconds(cfg, pr, &layer) : 0) +
+           (sp->tail_attn ? part_seconds(cfg, pr, &tail) : 0) +
+           (sp->has_lnf || sp->has_head ? part_seconds(cfg, pr, &head) : 0);
 }
 
 /* Balanced contiguous partition by dynamic programming over the model's 2 x layers halves
@@ -257,8 +325,8 @@ static double stage_seconds(const Config *cfg, const StagePlan *sp)
  * no stage idles when it need not. With no partition that fits, the one that ignores memory
  * (and plan_build reports the stage that does not fit; *fits_memory false). split[] gets
  * halves per stage. */
-static double balanced_split(const Config *cfg, const ModelCounts *m, int step, long vocab_split, int *split,
-                             bool *fits_memory)
+static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, int step, long vocab_split,
+                             int *split, bool *fits_memory)
 {
     // under a vocabulary split the last stage holds no layer: the halves go over the others
     int units = 2 * cfg->layers, stages = vocab_split > 0 ? cfg->stages - 1 : cfg->stages;
@@ -272,7 +340,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
     /* a scale for the squares: the whole model's time over its layers and head */
     StagePlan whole;
     stage_fill(cfg, m, 0, 0, units, 0, slots[0], stash[0], &whole);
-    double unit = stage_seconds(cfg, &whole) / (cfg->layers + 1);
+    double unit = stage_seconds(cfg, pr, &whole) / (cfg->layers + 1);
     if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
         unit = 1;
 #define AT(k, u) ((size_t)(k) * (size_t)(units + 1) + (size_t)(u))
@@ -286,7 +354,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
             for (int parity = 0; parity < 2; parity++) {
                 StagePlan sp;
                 stage_fill(cfg, m, k - 1, parity, n, vocab_split, slots[k - 1], stash[k - 1], &sp);
-                stage_time[2 * AT(k, n) + parity] = stage_seconds(cfg, &sp) / unit;
+                stage_time[2 * AT(k, n) + parity] = stage_seconds(cfg, pr, &sp) / unit;
                 fits[2 * AT(k, n) + parity] = (double)sp.mem_total <= cfg->device_memory;
             }
     double back_time = 0;
@@ -294,7 +362,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
     if (vocab_split > 0) {
         StagePlan back;
         stage_fill(cfg, m, cfg->stages - 1, units, 0, vocab_split, slots[cfg->stages - 1], stash[cfg->stages - 1], &back);
-        back_time = stage_seconds(cfg, &back) / unit;
+        back_time = stage_seconds(cfg, pr, &back) / unit;
         back_fits = (double)back.mem_total <= cfg->device_memory;
     }
     int pass;
@@ -364,17 +432,18 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, int step, 
 
 /* The split for a given vocab_split: whole layers, unless boundaries inside layers (between a
  * layer's attention and its MLP) make the slowest stage at least 1% faster; a half boundary
- * costs nothing more (the message is the same residual stream), but whole layers read
- * better. Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
-static double layer_split(const Config *cfg, const ModelCounts *m, long vocab_split, int *split, bool *fits)
+ * sends the same residual stream (its unfused residual add is in the kernel model's price),
+ * but whole layers read better. Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
+static double layer_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, long vocab_split, int *split,
+                          bool *fits)
 {
     int halves[PACI_MAX_STAGES];
     bool whole_fits, half_fits;
-    double whole = balanced_split(cfg, m, 2, vocab_split, split, &whole_fits);
+    double whole = balanced_split(cfg, m, pr, 2, vocab_split, split, &whole_fits);
     *fits = whole_fits;
     if (cfg->measured) /* a profile measures whole layers: it cannot price their halves apart */
         return whole;
-    double half = balanced_split(cfg, m, 1, vocab_split, halves, &half_fits);
+    double half = balanced_split(cfg, m, pr, 1, vocab_split, halves, &half_fits);
     if (half_fits > whole_fits || (half_fits == whole_fits && half < whole * 0.99)) {
         memcpy(split, halves, (size_t)cfg->stages * sizeof *split);
         *fits = half_fits;
@@ -391,10 +460,10 @@ static double layer_split(const Config *cfg, const ModelCounts *m, long vocab_sp
  * before the last and one that falls with them, so a ternary search over the rows finds it.
  * Not with measured costs (a profile does not price rows), a tied head (wte's rows are the
  * embedding's), or LAMB, LARS and LANS (per-tensor trust ratios). */
-static long automatic_split(const Config *cfg, const ModelCounts *m, int *split)
+static long automatic_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, int *split)
 {
     bool fits;
-    double whole_head = layer_split(cfg, m, 0, split, &fits);
+    double whole_head = layer_split(cfg, m, pr, 0, split, &fits);
     long lo = 1, hi = (cfg->vocab - 1) / 64; /* in units of 64 rows */
     // LAMB's, LARS's and LANS's trust ratio is a tensor's norm: each part of a divided head would take its own
     bool trust_ratio = optimizer_takes_tensor_norms(cfg->optimizer);
@@ -405,8 +474,8 @@ static long automatic_split(const Config *cfg, const ModelCounts *m, int *split)
     bool trial_fits;
     while (hi - lo > 2) {
         long m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
-        double t1 = layer_split(cfg, m, 64 * m1, trial, &trial_fits);
-        double t2 = layer_split(cfg, m, 64 * m2, trial, &trial_fits);
+        double t1 = layer_split(cfg, m, pr, 64 * m1, trial, &trial_fits);
+        double t2 = layer_split(cfg, m, pr, 64 * m2, trial, &trial_fits);
         if (t1 > t2)
             lo = m1;
         else
@@ -415,7 +484,7 @@ static long automatic_split(const Config *cfg, const ModelCounts *m, int *split)
     long best = 0;
     double best_time = whole_head;
     for (long u = lo; u <= hi; u++) {
-        double t = layer_split(cfg, m, 64 * u, trial, &trial_fits);
+        double t = layer_split(cfg, m, pr, 64 * u, trial, &trial_fits);
         if (trial_fits >= fits && t < best_time * 0.99 && (best == 0 || t < best_time)) {
             best = 64 * u;
             best_time = t;
@@ -434,12 +503,17 @@ void plan_layout(const Config *cfg, Plan *plan)
     int split[PACI_MAX_STAGES]; /* halves per stage */
     long vocab_split = cfg->vocab_split > 0 ? cfg->vocab_split : 0;
     bool fits;
-    if (cfg->split_halves)
+    if (cfg->split_halves) {
         memcpy(split, cfg->split_halves, (size_t)p * sizeof *split);
-    else if (vocab_split > 0)
-        layer_split(cfg, &m, vocab_split, split, &fits);
-    else
-        vocab_split = automatic_split(cfg, &m, split);
+    } else {
+        StagePrices prices;
+        stage_prices_init(cfg, &prices);
+        if (vocab_split > 0)
+            layer_split(cfg, &m, &prices, vocab_split, split, &fits);
+        else
+            vocab_split = automatic_split(cfg, &m, &prices, split);
+        stage_prices_free(&prices);
+    }
     plan->vocab_split = vocab_split;
 
     plan->stages = p;

@@ -103,12 +103,19 @@ static void test_partition_covers_layers(void **state)
         }
 }
 
-/* The slowest stage's seconds per optimizer step as the cost model prices the plan: K
- * forwards and backwards and one AdamW step. */
+/* The slowest stage's seconds per optimizer step as --explain prices the plan (the kernel
+ * cost model over the lowered program, costs.c): K forwards and backwards and one optimizer
+ * step. */
 static double bottleneck(const Config *cfg, const Plan *plan)
 {
+    Lowered low;
+    GpuCosts gc;
     CostModel cm;
-    cost_model_from_plan(cfg, plan, &cm);
+    lower_build(cfg, plan, &low);
+    gpu_costs_build(cfg, &low, &gc);
+    cost_model_from_gpu_costs(cfg, plan, &gc, &cm);
+    gpu_costs_free(&gc);
+    lower_free(&low);
     double worst = 0;
     for (int s = 0; s < plan->stages; s++) {
         double t = cfg->window * (cm.fwd[s] + cm.bwd[s]) + cm.step[s];
@@ -160,20 +167,54 @@ static double best_automatic(Config *cfg)
     return half < whole * 0.99 ? half : whole;
 }
 
-/* The automatic split is the fastest that fits: its bottleneck equals the enumerated
- * optimum, with the memory unbounded and with the memory just below what that split
- * needs (then the partitioner must find another); heads of every weight relative to a
- * layer (vocabulary 256 to 50257), and steps of so few tokens that the optimizer step
- * outweighs the products. Some of these cases split inside a layer. */
+/* The tests' fixed CPU (tests/cpu-calibration.txt's rates), two cores. */
+static CpuRates test_cpu(void)
+{
+    CpuRates r = {.name = "the tests' fixed CPU", .cores = 2, .memory = 2.528e10, .n_gemm = 6,
+                  .gemm_size = {16, 32, 64, 128, 256, 512},
+                  .gemm_flops = {1.232e10, 3.046e10, 5.147e10, 5.833e10, 6.781e10, 6.485e10},
+                  .vector_flops = 1.174e10, .memory_bandwidth = 2.039e10, .latency = 7.423e-6,
+                  .bandwidth = 1.451e10, .measured = true};
+    return r;
+}
+
+/* The machines the split is checked on: 0 the H100 of gpt2() (products compute-bound, the
+ * element-wise kernels memory-bound), 1 a GPU whose memory is slow for its FLOP/s (every
+ * kernel but the products memory-bound, so the layer's non-product share weighs more), 2 the
+ * tests' CPU (sgemm rates by size, its own kernels). */
+enum { MACHINES = 3 };
+static void on_machine(Config *cfg, int machine, CpuRates *cpu)
+{
+    if (machine == 1) {
+        cfg->device_flops = 2e15;
+        cfg->memory_bandwidth = 1e12;
+    } else if (machine == 2) {
+        *cpu = test_cpu();
+        cfg->machine = MACHINE_CPU;
+        cfg->cpu = cpu;
+        cfg->device_flops = 3e10; /* machine_cpu_config's nominal rates, which the CPU model does not read */
+        cfg->memory_bandwidth = 1e10;
+    }
+}
+
+/* The automatic split is the fastest that fits, as --explain prices it (the kernel cost
+ * model of the file's machine): its bottleneck equals the enumerated optimum, with the memory
+ * unbounded and with the memory just below what that split needs (then the partitioner must
+ * find another); heads of every weight relative to a layer (vocabulary 256 to 50257), steps
+ * of so few tokens that the optimizer step outweighs the products, and three machines. Some
+ * of these cases split inside a layer. */
 static void test_partition_is_optimal_within_memory(void **state)
 {
     (void)state;
     int vocabs[] = {256, 8192, 50257};
     int constrained = 0, halved = 0;
+    for (int machine = 0; machine < MACHINES; machine++)
     for (int v = 0; v < 3; v++)
-        for (int p = 1; p <= 5; p++)
+        for (int p = 1; p <= (machine == 0 ? 5 : 4); p++) /* the other machines: fewer, for time */
             for (int kind = 0; kind < 3; kind++) {
                 Config cfg = gpt2(7, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
+                CpuRates cpu;
+                on_machine(&cfg, machine, &cpu);
                 cfg.vocab = vocabs[v];
                 if (kind == 2) { /* few tokens a step: AdamW's pass over the weights dominates */
                     cfg.micro = 1;
@@ -200,6 +241,53 @@ static void test_partition_is_optimal_within_memory(void **state)
             }
     assert_true(constrained >= 10); /* the memory bound took part */
     assert_true(halved >= 5);       /* and so did boundaries inside layers */
+}
+
+/* The partitioner prices a stage as the sum of its parts' kernel-model prices (plan.c); that
+ * sum is the lowered stage's price --explain prints, on stages that cut inside layers and
+ * divide the head, with recompute full, on a GPU and the CPU. */
+static void test_stage_price_is_sum_of_parts(void **state)
+{
+    (void)state;
+    for (int machine = 0; machine < MACHINES; machine++)
+        for (int recompute = 0; recompute < 2; recompute++) {
+            Config cfg = gpt2(5, 256, 4, 4, PACI_SCHED_PACI, 4);
+            CpuRates cpu;
+            on_machine(&cfg, machine, &cpu);
+            cfg.vocab = 4096;
+            cfg.vocab_split = 1024;
+            cfg.recompute = recompute ? RECOMPUTE_FULL : RECOMPUTE_NONE;
+            int split[4] = {3, 4, 3, 0}; /* 0-1a+emb, 1b-3a, 3b-4+hA, headB */
+            cfg.split_halves = split;
+            Plan plan;
+            plan_layout(&cfg, &plan);
+            Lowered low;
+            GpuCosts gc;
+            lower_build(&cfg, &plan, &low);
+            gpu_costs_build(&cfg, &low, &gc);
+            for (int s = 0; s < 4; s++) {
+                const StagePlan *sp = &plan.stage[s];
+                StagePlan parts[5] = {{.has_embed = sp->has_embed},
+                                      {.lead_mlp = sp->lead_mlp, .first_layer = sp->first_layer},
+                                      {.n_layers = sp->n_layers, .first_layer = sp->first_layer},
+                                      {.tail_attn = sp->tail_attn, .first_layer = sp->first_layer},
+                                      {.has_lnf = sp->has_lnf, .has_head = sp->has_head,
+                                       .vocab_begin = sp->vocab_begin, .vocab_end = sp->vocab_end}};
+                double fwd = 0, bwd = 0, step = 0;
+                for (int i = 0; i < 5; i++) {
+                    double f, b, st;
+                    parts[i].recompute = sp->recompute;
+                    stage_kernel_costs(&cfg, &low.ops, &parts[i], &f, &b, &st);
+                    fwd += f, bwd += b, step += st;
+                }
+                double want_bwd = gc.stage[s].bwd + (sp->recompute ? gc.stage[s].fwd : 0);
+                assert_true(fabs(fwd - gc.stage[s].fwd) <= 1e-12 * gc.stage[s].fwd);
+                assert_true(fabs(bwd - want_bwd) <= 1e-12 * want_bwd);
+                assert_true(fabs(step - gc.stage[s].step) <= 1e-12 * gc.stage[s].step);
+            }
+            gpu_costs_free(&gc);
+            lower_free(&low);
+        }
 }
 
 /* A stage may hold only the head: on the paper's setting (GPT-2 Medium, 8 stages) the head
@@ -401,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_partition_covers_layers),
         cmocka_unit_test(test_partition_balances_head),
         cmocka_unit_test(test_partition_is_optimal_within_memory),
+        cmocka_unit_test(test_stage_price_is_sum_of_parts),
         cmocka_unit_test(test_head_only_stage),
         cmocka_unit_test(test_manual_split_respected),
         cmocka_unit_test(test_half_layer_split),
