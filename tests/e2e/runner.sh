@@ -87,6 +87,14 @@ has bad_tier "tests/run.sh: PACI_TIER=quick: expected check or all"
 rm "$fake/tests/e2e/quick.sh" "$fake/tests/e2e/not_quick.sh"
 echo "PACI_TIER=check: $(tail -n 1 "$work/tier.txt")"
 
+# This tree's tier: the scripts marked for it are the smokes docs/testing.md's table names.
+marked=$(grep -lx '# tier: check' tests/e2e/*.sh | xargs -n 1 basename | sed 's/\.sh$//' | sort)
+[ -n "$marked" ] || fail "no e2e script is marked '# tier: check'"
+named=$(sed -n '/^| subsystem | smoke |$/,/^$/p' docs/testing.md | cut -d '|' -f 3 | grep -o '[a-z_0-9]*' |
+        while read -r word; do [ ! -f "tests/e2e/$word.sh" ] || echo "$word"; done | sort -u)
+[ "$marked" = "$named" ] || fail "the scripts marked '# tier: check' ($(echo $marked)) are not the smokes docs/testing.md names ($(echo $named))"
+echo "make check's smokes: $(echo $marked)"
+
 [ "$(runner some PACI_UNIT=none PACI_E2E="pass_one skips part")" = 0 ] || fail "some: skips made run.sh fail"
 has some "skipped: e2e/skips: no widget here: none"
 has some "1 passed, 0 failed, 2 skipped"
