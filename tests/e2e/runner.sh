@@ -6,6 +6,7 @@
 # scripts marked for it. The closing line reads "N passed, N failed, N skipped".
 # First on a made-up tree (a copy of run.sh beside fake scripts and a fake unit binary), then
 # on this tree's own scripts with a build that has nothing (every skip site must exit 77).
+# tier: check
 source tests/e2e/lib.sh
 fake=$work/tree
 mkdir -p "$fake/tests/e2e" "$fake/build/tests"
