@@ -132,6 +132,14 @@ $(B)/tests/%: tests/unit/%.c $(LIBPACIC) $(LIBRT)
 test: all $(UNIT_BIN)
 	tests/run.sh
 
+# The inner loop's tier: the unit tests, the golden files and one e2e smoke per subsystem (the
+# scripts whose header says "# tier: check"; docs/testing.md), in about two minutes. Its build
+# caches (NVRTC, the fake CUDA stack, cc_cache.sh; all keyed by content) last from one run to
+# the next in $(B)/test-cache; make test starts from empty ones, as CI does.
+check: all $(UNIT_BIN)
+	PACIC_CACHE=$${PACIC_CACHE:-$(abspath $(B)/test-cache/nvrtc)} FAKE_CACHE=$${FAKE_CACHE:-$(abspath $(B)/test-cache/fake)} \
+	PACI_CC_CACHE=$${PACI_CC_CACHE:-$(abspath $(B)/test-cache/cc)} PACI_TIER=check tests/run.sh
+
 # STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--target 2.4";
 # re-analyse without training: study/analyze_tuned.py --target 2.0 docs/study/third.
 study: all
@@ -239,6 +247,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test study study-schedules study-scale bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
+.PHONY: all data test check study study-schedules study-scale bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

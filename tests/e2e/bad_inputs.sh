@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad inputs to run: each gives one error line naming the file and the problem, a
 # non-zero exit, and no crash.
+# tier: check
 source tests/e2e/lib.sh
 
 small_model m 2 paci 2 4 0 2

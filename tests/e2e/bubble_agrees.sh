@@ -6,6 +6,7 @@
 # separate run), and --fill-drain says it draws a run of its own. Two examples (tiny on the
 # CPU cost model, gpt2-medium-8 on the GPU's) under 1f1b, paci and zb-h1 (medium in fp32
 # for zb-h1, which pacic builds in fp32 only), and once with --profile's measured costs.
+# tier: check
 source tests/e2e/lib.sh
 
 phrase() { { grep -o 'bubble [0-9.]*% (steady state: steps [0-9]*-[0-9]* of [0-9]* simulated, [^)]*)' || true; } | head -n 1; }

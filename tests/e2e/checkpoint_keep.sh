@@ -2,6 +2,7 @@
 # `checkpoint { keep N }`: a save leaves the run's N newest checkpoints (2 when not written:
 # the new one and the one before it). A resume is the same run, so its saves prune what the
 # run wrote before it; another run's checkpoint stays whatever N is.
+# tier: check
 source tests/e2e/lib.sh
 
 # keep_model NAME KEEP: the small model, 20 steps, a checkpoint every 4; KEEP "": no `keep`.

@@ -10,6 +10,7 @@
 # CUDA_KERNELS_SED='sed script' edits stages.cu first: how the mutants in docs/gpu.md were
 # planted (never set in `make test`).
 # Skips (exit 77) where the emulator cannot run (need_cuda_emu) or pacic writes no stages.cu.
+# tier: check
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache

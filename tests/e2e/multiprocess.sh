@@ -3,6 +3,7 @@
 # trains bit-identically to the threaded run: 1f1b at p = 2 and paci at p = 3, same losses,
 # weights and optimizer state. A peer that stops answering or dies ends the other process
 # with the stages named; a bad launch is refused with the variable named.
+# tier: check
 source tests/e2e/lib.sh
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # PACI at p = 4 trains, and the drift the runtime measures at every stage equals the
 # bound ceil((p-s-1)/K), computed here independently of the compiler.
+# tier: check
 source tests/e2e/lib.sh
 
 p=4

@@ -123,7 +123,8 @@ git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1 || skip "not a gi
     while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
     tar --null -T - -cf -) | tar -C "$repo" -xf - || fail "cannot copy the working tree"
 [ -z "${PACI_README:-}" ] || cp "$readme" "$repo/README.md"
-cp -a "$root/build" "$repo/build"
+# build/ less make check's caches (build/test-cache), which grow from run to run
+(cd "$root" && tar --exclude=build/test-cache -cf - build) | tar -C "$repo" -xf - || fail "cannot copy build/"
 cp -p "$root"/examples/data/*.bin "$repo/examples/data/"
 [ ! -d "$root/examples/data/gpt2" ] || cp -a "$root/examples/data/gpt2" "$repo/examples/data/gpt2" # .ci/install-deps fetched it
 (cd "$repo" && build/bin/pacic examples/tiny.paci -o run && ./run --steps 10 --quiet) > "$work/setup.log" 2>&1 ||

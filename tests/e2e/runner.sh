@@ -2,9 +2,11 @@
 # tests/run.sh itself: a skip (exit 77 with "skipped: REASON") is counted as skipped, never
 # as passed, and named with its reason; so is a cmocka skip() and a script that left out a
 # part (skip_part in lib.sh); exit 77 without a reason is a failure, and so is a script that
-# is not executable; under PACI_REQUIRE_ALL=1 every skip is. The closing line reads "N passed, N failed, N skipped".
+# is not executable; under PACI_REQUIRE_ALL=1 every skip is. PACI_TIER=check runs only the
+# scripts marked for it. The closing line reads "N passed, N failed, N skipped".
 # First on a made-up tree (a copy of run.sh beside fake scripts and a fake unit binary), then
 # on this tree's own scripts with a build that has nothing (every skip site must exit 77).
+# tier: check
 source tests/e2e/lib.sh
 fake=$work/tree
 mkdir -p "$fake/tests/e2e" "$fake/build/tests"
@@ -37,7 +39,7 @@ chmod +x "$fake/build/tests/test_fake"
 runner() {
     local out=$1 status=0
     shift
-    env -u PACI_UNIT -u PACI_E2E -u PACI_BUILD -u PACI_REQUIRE_ALL PACI_GOLDEN=0 "$@" \
+    env -u PACI_UNIT -u PACI_E2E -u PACI_BUILD -u PACI_REQUIRE_ALL -u PACI_TIER PACI_GOLDEN=0 "$@" \
         "$fake/tests/run.sh" > "$work/$out.txt" 2>&1 || status=$?
     echo "$status"
 }
@@ -72,6 +74,28 @@ sorted_lines() { sed 's/ ([0-9]*s)$//' "$work/$1.txt" | sort; }
 diff <(sorted_lines serial) <(sorted_lines parallel) >&2 || fail "PACI_JOBS=4 counted other results than PACI_JOBS=1"
 rm "$fake/tests/e2e/slow_pass.sh"
 
+# PACI_TIER=check (make check): the unit tests and only the scripts whose header has the line
+# "# tier: check" (the words elsewhere in a line do not count); the rest are counted as left out.
+e2e quick $'# tier: check\necho quick'
+e2e not_quick 'echo "# tier: check"'
+[ "$(runner tier PACI_TIER=check)" = 0 ] || { cat "$work/tier.txt" >&2; fail "tier: run.sh failed"; }
+grep -q '^ok   e2e/quick ' "$work/tier.txt" || { cat "$work/tier.txt" >&2; fail "tier: the marked script did not run"; }
+has tier "ok   test_fake (5)"
+has tier "tier check: 10 e2e scripts not in it left out (make test runs every one)"
+has tier "6 passed, 0 failed, 1 skipped"
+[ "$(runner bad_tier PACI_TIER=quick)" = 2 ] || fail "PACI_TIER=quick: not refused"
+has bad_tier "tests/run.sh: PACI_TIER=quick: expected check or all"
+rm "$fake/tests/e2e/quick.sh" "$fake/tests/e2e/not_quick.sh"
+echo "PACI_TIER=check: $(tail -n 1 "$work/tier.txt")"
+
+# This tree's tier: the scripts marked for it are the smokes docs/testing.md's table names.
+marked=$(grep -lx '# tier: check' tests/e2e/*.sh | xargs -n 1 basename | sed 's/\.sh$//' | sort)
+[ -n "$marked" ] || fail "no e2e script is marked '# tier: check'"
+named=$(sed -n '/^| subsystem | smoke |$/,/^$/p' docs/testing.md | cut -d '|' -f 3 | grep -o '[a-z_0-9]*' |
+        while read -r word; do [ ! -f "tests/e2e/$word.sh" ] || echo "$word"; done | sort -u)
+[ "$marked" = "$named" ] || fail "the scripts marked '# tier: check' ($(echo $marked)) are not the smokes docs/testing.md names ($(echo $named))"
+echo "make check's smokes: $(echo $marked)"
+
 [ "$(runner some PACI_UNIT=none PACI_E2E="pass_one skips part")" = 0 ] || fail "some: skips made run.sh fail"
 has some "skipped: e2e/skips: no widget here: none"
 has some "1 passed, 0 failed, 2 skipped"
@@ -85,7 +109,7 @@ echo "PACI_REQUIRE_ALL=1: $(tail -n 1 "$work/strict.txt")"
 # name to need_cuda_emu, no MPI library), no CUDA under CUDA_HOME, and the fuzzers off.
 scripts="cuda_emu cuda_fake gpu_check_dry mpi nvrtc fuzz"
 status=0
-env -u PACI_UNIT -u PACI_REQUIRE_ALL PACI_BUILD=build/absent-for-the-runner-test PACI_GOLDEN=0 PACI_UNIT=none \
+env -u PACI_UNIT -u PACI_REQUIRE_ALL -u PACI_TIER PACI_BUILD=build/absent-for-the-runner-test PACI_GOLDEN=0 PACI_UNIT=none \
     PACI_E2E="$scripts" CUDA_HOME=$work/no-cuda PACI_FUZZ_SECONDS=0 tests/run.sh > "$work/own.txt" 2>&1 || status=$?
 [ "$status" = 0 ] || { cat "$work/own.txt" >&2; fail "own scripts: run.sh exited $status"; }
 for name in $scripts; do

@@ -8,6 +8,7 @@
 # differently from its single-threaded ones is forced, so the test also shows the one case
 # where p = 1 and p > 1 differ: unequal BLAS threads per stage, as `--threads 2` gives
 # (2 at p = 1, 1 a stage at p = 2).
+# tier: check
 source tests/e2e/lib.sh
 
 # SSE3 kernels, on every x86-64 CPU; AVX-512's happen to sum this shape alike at 1 and 2

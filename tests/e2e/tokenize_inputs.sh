@@ -10,6 +10,7 @@
 # - --help prints the usage and exits 0.
 # The vocabulary is a made-up byte-level one (the 256 bytes, two merges, <|endoftext|>), so
 # no download is needed.
+# tier: check
 source tests/e2e/lib.sh
 mkdir -p "$work/tok" "$work/bad"
 python3 - "$work/tok" <<'PY'
