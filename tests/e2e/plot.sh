@@ -198,7 +198,8 @@ cat > "$work/noise.jsonl" <<'EOF'
 {"step": 8, "loss": 3.9, "noise_scale": 31.0, "tokens": 512}
 {"step": 8, "tokens": 512, "val_loss": 4.1}
 EOF
-printf '{"step": 1, "loss": 3, "noise_scale": 12, "tokens": 8}\n{"step": 2, "loss": 2, "noise_scale": 30.5, "tokens": 16}\n' \
+printf '{"step": 1, "loss": 3, "noise_scale": 12, "tokens": 8}\n%s\n' \
+    '{"step": 2, "loss": 2, "noise_scale": 30.5, "tokens": 16}' \
     > "$work/noise_linear.jsonl"
 printf '{"step": 1, "loss": 3, "tokens": 8}\n{"step": 2, "loss": 2.5, "tokens": 16}\n' > "$work/no_noise.jsonl"
 "$pacic" plot "$work/noise.jsonl" "$work/no_noise.jsonl" -o "$work/noise.svg" || fail "pacic plot of noise scales"
@@ -273,7 +274,8 @@ printf '{"step": 1, "loss": 3.4e38, "tokens": 8}\n{"step": 2, "loss": -3.4e38, "
 $(grep -iE '"[^"]*(nan|inf)' "$work/edge.svg" | head -3)"
 # A noise scale not a number, or outside (0, 1e30]: run writes null where B_simple is not > 0.
 printf '{"step": 1, "loss": 2, "noise_scale": "wide", "tokens": 8}\n' > "$work/noise_word.jsonl"
-printf '{"step": 1, "loss": 2, "noise_scale": 3, "tokens": 8}\n{"step": 2, "loss": 2, "noise_scale": -4, "tokens": 16}\n' \
+printf '{"step": 1, "loss": 2, "noise_scale": 3, "tokens": 8}\n%s\n' \
+    '{"step": 2, "loss": 2, "noise_scale": -4, "tokens": 16}' \
     > "$work/noise_negative.jsonl"
 printf '{"step": 1, "loss": 2, "noise_scale": 0, "tokens": 8}\n' > "$work/noise_zero.jsonl"
 printf '{"step": 1, "loss": 2, "noise_scale": 1e308, "tokens": 8}\n' > "$work/noise_huge.jsonl"
@@ -282,9 +284,11 @@ refused "$work/noise_negative.jsonl:2: \"noise_scale\" -4 is out of range: it mu
     "$work/noise_negative.jsonl" -o "$work/bad.svg"
 refused "$work/noise_zero.jsonl:1: \"noise_scale\" 0 is out of range" "$work/noise_zero.jsonl" -o "$work/bad.svg"
 refused "$work/noise_huge.jsonl:1: \"noise_scale\" 1e+308 is out of range" "$work/noise_huge.jsonl" -o "$work/bad.svg"
-printf '{"step": 1, "loss": 2, "noise_scale": 1e-300, "tokens": 8}\n{"step": 2, "loss": 2, "noise_scale": 1e30, "tokens": 16}\n' \
+printf '{"step": 1, "loss": 2, "noise_scale": 1e-300, "tokens": 8}\n%s\n' \
+    '{"step": 2, "loss": 2, "noise_scale": 1e30, "tokens": 16}' \
     > "$work/noise_edge.jsonl"
-"$pacic" plot "$work/noise_edge.jsonl" -o "$work/noise_edge.svg" || fail "noise scales at the range's ends are not drawn"
+"$pacic" plot "$work/noise_edge.jsonl" -o "$work/noise_edge.svg" ||
+    fail "noise scales at the range's ends are not drawn"
 check_svg "$work/noise_edge.svg" "$work/noise_edge.jsonl" "$work/noise_edge.jsonl"
 refused "no -o FILE.svg" "$ma"
 refused "-o needs a value" "$ma" -o
