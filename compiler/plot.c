@@ -1,6 +1,7 @@
 /* plot.c: `pacic plot METRICS.jsonl... -o FILE.svg`: the training and validation losses that
  * `run --metrics` logged (docs/run.md), against optimizer steps and against tokens, a colour
- * per file; read with jansson, drawn with svg.c's pieces. */
+ * per file, and under them the gradient noise scale where the files log it; read with jansson,
+ * drawn with svg.c's pieces. */
 #include <errno.h>
 #include <float.h>
 #include <jansson.h>
@@ -14,7 +15,8 @@
 static const char plot_usage[] =
     "usage: pacic plot METRICS.jsonl [METRICS.jsonl ...] -o FILE.svg [--label NAME ...]\n"
     "                  [--x steps|tokens|both]\n"
-    "Draws the training loss (solid) and validation loss (dashed) of `run --metrics` files.\n"
+    "Draws the training loss (solid) and validation loss (dashed) of `run --metrics` files,\n"
+    "and the gradient noise scale in a panel under them where the files log it.\n"
     "  -o FILE.svg      the picture to write\n"
     "  --label NAME     the legend's name for a file, in order: the first --label names the\n"
     "                   first file (default: the file's path)\n"
@@ -32,10 +34,11 @@ typedef struct LossCurve {
     long n, cap;
 } LossCurve;
 
-/* One metrics file: its name in the legend and its two curves. */
+/* One metrics file: its name in the legend and its curves; noise holds the logged noise
+ * scales in its `loss`, a null one as NAN (a gap in the line). */
 typedef struct PlotRun {
     const char *path, *label;
-    LossCurve train, val;
+    LossCurve train, val, noise;
     long untokened_line; /* the first loss record without "tokens" (an older run's), or 0 */
 } PlotRun;
 
@@ -122,6 +125,27 @@ static bool record_error(const PlotRun *run, long line, const char *message, con
     return false;
 }
 
+/* A step record's "noise_scale": a number in (0, 1e30] is a point, null (not estimated yet)
+ * a gap; anything else is refused. B_simple > 0 by its definition (run writes null for the
+ * rest), and the bound keeps the frame's span, log or linear, finite. */
+static bool read_noise_scale(PlotRun *run, long line, const json_t *step, const json_t *tokens,
+                             const json_t *noise)
+{
+    if (!json_is_number(noise) && !json_is_null(noise))
+        return record_error(run, line, "\"noise_scale\" is not a number", "");
+    double value = json_is_number(noise) ? json_number_value(noise) : NAN;
+    if (json_is_number(noise) && !(value > 0 && value <= 1e30)) {
+        char detail[80];
+        snprintf(detail, sizeof detail, " %g is out of range: it must be in (0, 1e+30]", value);
+        return record_error(run, line, "\"noise_scale\"", detail);
+    }
+    if (!tokens && json_is_number(noise) && !run->untokened_line)
+        run->untokened_line = line;
+    curve_add(&run->noise, (LossPoint){(long)json_integer_value(step),
+                                       tokens ? json_number_value(tokens) : -1, value});
+    return true;
+}
+
 /* One line of a metrics file: the stage_bytes record (skipped), a step's record with "loss",
  * or an evaluation's with "val_loss" (docs/run.md); a null loss (not finite) is no point. */
 static bool read_record(PlotRun *run, long line, const char *text, size_t len)
@@ -160,6 +184,9 @@ static bool read_record(PlotRun *run, long line, const char *text, size_t len)
                        json_number_value(value)};
         curve_add(loss ? &run->train : &run->val, p);
     }
+    json_t *noise = json_object_get(rec, "noise_scale");
+    if (ok && loss && noise)
+        ok = read_noise_scale(run, line, step, tokens, noise);
     json_decref(rec);
     return ok;
 }
@@ -203,15 +230,18 @@ static bool load_metrics(PlotRun *run)
 
 /* ---- drawing ------------------------------------------------------------------------- */
 
-/* The picture: a title, a panel per x axis side by side, a legend row per file under them. */
-enum { TITLE_H = 36, PANEL_W = 480, PANEL_H = 340, LEGEND_ROW = 18, TICKS = 7 };
+/* The picture: a title, a panel per x axis side by side, the noise scale's panels under them
+ * where a file logs it, a legend row per file under all. */
+enum { TITLE_H = 36, PANEL_W = 480, PANEL_H = 340, NOISE_H = 240, LEGEND_ROW = 18, TICKS = 7 };
 /* Inside a panel: room for the tick labels and axis titles around the plotting area. */
 enum { AREA_LEFT = 62, AREA_RIGHT = 16, AREA_TOP = 12, AREA_BOTTOM = 46 };
 
-/* Where a panel's plotting area lies in the picture, and the data range it shows. */
+/* Where a panel's plotting area lies in the picture, and the data range it shows; on a log y
+ * axis, y_lo and y_hi are the decimal logarithms of the range's ends. */
 typedef struct Frame {
     double left, top, width, height;
     double x_lo, x_hi, y_lo, y_hi;
+    bool log_y;
 } Frame;
 
 static double frame_x(const Frame *f, double x)
@@ -221,6 +251,8 @@ static double frame_x(const Frame *f, double x)
 
 static double frame_y(const Frame *f, double y)
 {
+    if (f->log_y)
+        y = log10(y);
     return f->top + f->height * (1 - (y - f->y_lo) / (f->y_hi - f->y_lo));
 }
 
@@ -229,13 +261,18 @@ static double point_x(const LossPoint *p, XAxis axis)
     return axis == X_TOKENS ? p->tokens : (double)p->step;
 }
 
-/* The panel's frame: x from 0 to the largest logged, y over every loss with a margin. */
+/* The panel's frame: x from 0 to the largest logged (noise scales' steps included, so that
+ * the panel under it shares its x axis), y over every loss with a margin. */
 static Frame panel_frame(const PlotOptions *opt, int panel, XAxis axis)
 {
     Frame f = {.left = panel * PANEL_W + AREA_LEFT, .top = TITLE_H + AREA_TOP,
                .width = PANEL_W - AREA_LEFT - AREA_RIGHT, .height = PANEL_H - AREA_TOP - AREA_BOTTOM,
                .x_hi = 0, .y_lo = 1e300, .y_hi = -1e300};
-    for (int r = 0; r < opt->n_runs; r++)
+    for (int r = 0; r < opt->n_runs; r++) {
+        const LossCurve *noise = &opt->runs[r].noise;
+        for (long i = 0; i < noise->n; i++)
+            if (isfinite(noise->items[i].loss))
+                f.x_hi = fmax(f.x_hi, point_x(&noise->items[i], axis));
         for (int k = 0; k < 2; k++) {
             const LossCurve *c = k ? &opt->runs[r].val : &opt->runs[r].train;
             for (long i = 0; i < c->n; i++) {
@@ -244,12 +281,62 @@ static Frame panel_frame(const PlotOptions *opt, int panel, XAxis axis)
                 f.y_hi = fmax(f.y_hi, c->items[i].loss);
             }
         }
+    }
     if (f.x_hi <= 0)
         f.x_hi = 1;
     double margin = f.y_hi > f.y_lo ? 0.04 * (f.y_hi - f.y_lo) : 0.5;
     f.y_lo -= margin;
     f.y_hi += margin;
     return f;
+}
+
+/* The noise scale's frame under a loss panel: the same x range; y over every logged noise
+ * scale with a margin, on a log axis where they span more than a decade. */
+static Frame noise_frame(const PlotOptions *opt, const Frame *above)
+{
+    Frame f = *above;
+    f.top = TITLE_H + PANEL_H + AREA_TOP;
+    f.height = NOISE_H - AREA_TOP - AREA_BOTTOM;
+    double lo = 1e300, hi = 0;
+    for (int r = 0; r < opt->n_runs; r++)
+        for (long i = 0; i < opt->runs[r].noise.n; i++)
+            if (isfinite(opt->runs[r].noise.items[i].loss)) {
+                lo = fmin(lo, opt->runs[r].noise.items[i].loss);
+                hi = fmax(hi, opt->runs[r].noise.items[i].loss);
+            }
+    f.log_y = hi > 10 * lo;
+    if (f.log_y) {
+        lo = log10(lo);
+        hi = log10(hi);
+    }
+    double margin = hi > lo ? 0.04 * (hi - lo) : 0.1 * hi; // values in (0, 1e30]: lo stays > 0
+    f.y_lo = lo - margin;
+    f.y_hi = hi + margin;
+    return f;
+}
+
+/* The y axis's ticks: svg_ticks's round numbers, or on a log axis the decades in the range
+ * (every k-th where there are more than TICKS), or 1, 2 and 5 times them where fewer than two
+ * decades fall in it. */
+static int y_ticks(const Frame *f, double *ticks)
+{
+    if (!f->log_y)
+        return svg_ticks(f->y_lo, f->y_hi, ticks, TICKS);
+    int first = (int)ceil(f->y_lo), last = (int)floor(f->y_hi), n = 0;
+    if (last - first + 1 >= 2) {
+        int every = (last - first + TICKS) / TICKS;
+        for (int e = first; e <= last && n < TICKS; e += every)
+            ticks[n++] = pow(10, e);
+        return n;
+    }
+    static const double multiples[] = {1, 2, 5};
+    for (int e = first - 1; e <= last && n < TICKS; e++)
+        for (int m = 0; m < 3 && n < TICKS; m++) {
+            double v = multiples[m] * pow(10, e), y = log10(v);
+            if (y >= f->y_lo && y <= f->y_hi)
+                ticks[n++] = v;
+        }
+    return n;
 }
 
 /* A tick's label: plain, or with k, M, G on the tokens axis. */
@@ -265,7 +352,7 @@ static void tick_label(char *buf, size_t size, double value, XAxis axis)
 }
 
 /* The area's box, grid lines and tick labels at round numbers, and the axes' titles. */
-static void draw_axes(StrBuf *sb, const Frame *f, XAxis axis)
+static void draw_axes(StrBuf *sb, const Frame *f, XAxis axis, const char *y_title)
 {
     double ticks[TICKS], right = f->left + f->width, bottom = f->top + f->height;
     char label[32];
@@ -280,7 +367,7 @@ static void draw_axes(StrBuf *sb, const Frame *f, XAxis axis)
     }
     svg_element_close(sb, "g");
     svg_element_open(sb, "<g class=\"y-ticks\" text-anchor=\"end\">");
-    for (int k = 0, n = svg_ticks(f->y_lo, f->y_hi, ticks, TICKS); k < n; k++) {
+    for (int k = 0, n = y_ticks(f, ticks); k < n; k++) {
         double y = frame_y(f, ticks[k]);
         emit_line(sb, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", f->left, y, right, y);
         emit_line(sb, "<text x=\"%.1f\" y=\"%.1f\">%g</text>", f->left - 5, y + 4, ticks[k]);
@@ -290,7 +377,25 @@ static void draw_axes(StrBuf *sb, const Frame *f, XAxis axis)
               bottom + 34, axis == X_TOKENS ? "tokens trained on (every replica's)" : "optimizer step");
     double mid = f->top + f->height / 2, x = f->left - 46;
     emit_line(sb, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f %.1f)\">"
-                  "loss (nats per token)</text>", x, mid, x, mid);
+                  "%s</text>", x, mid, x, mid, y_title);
+}
+
+/* A polyline's points, eight a line, then the end of its start tag; leaves the indent one
+ * deeper, for its title. */
+static void draw_points(StrBuf *sb, const Frame *f, const LossPoint *points, long n, XAxis axis)
+{
+    StrBuf text = {0};
+    sb->indent += 2;
+    for (long i = 0; i < n; i += 8) {
+        text.len = 0;
+        for (long k = i; k < n && k < i + 8; k++)
+            sb_printf(&text, "%s%.1f,%.1f", k > i ? " " : "", frame_x(f, point_x(&points[k], axis)),
+                      frame_y(f, points[k].loss));
+        emit_line(sb, "%s", text.data);
+    }
+    sb->indent--;
+    emit_line(sb, "\">");
+    sb_free(&text);
 }
 
 /* One curve as a polyline, eight points a line; the validation curve dashed, a dot a point
@@ -306,18 +411,8 @@ static void draw_curve(StrBuf *sb, const Frame *f, int run, const PlotRun *r, bo
                  "marker-mid=\"url(#dot%d)\" marker-end=\"url(#dot%d)\"", run, run, run);
     emit_line(sb, "<polyline class=\"%s\" data-run=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
               val ? "val" : "train", run, svg_colors[run % SVG_COLORS], dots);
+    draw_points(sb, f, c->items, c->n, axis);
     StrBuf text = {0};
-    sb->indent += 2;
-    for (long i = 0; i < c->n; i += 8) {
-        text.len = 0;
-        for (long k = i; k < c->n && k < i + 8; k++)
-            sb_printf(&text, "%s%.1f,%.1f", k > i ? " " : "", frame_x(f, point_x(&c->items[k], axis)),
-                      frame_y(f, c->items[k].loss));
-        emit_line(sb, "%s", text.data);
-    }
-    sb->indent--;
-    emit_line(sb, "\">");
-    text.len = 0;
     svg_escaped(&text, r->label);
     emit_line(sb, "<title>%s: %s loss, %ld points</title>", text.data, val ? "validation" : "training", c->n);
     sb->indent--;
@@ -330,7 +425,7 @@ static void draw_panel(StrBuf *sb, const PlotOptions *opt, int panel, XAxis axis
 {
     Frame f = panel_frame(opt, panel, axis);
     svg_element_open(sb, "<g class=\"panel\" data-x=\"%s\">", x_choices[axis]);
-    draw_axes(sb, &f, axis);
+    draw_axes(sb, &f, axis, "loss (nats per token)");
     for (int r = 0; r < opt->n_runs; r++) {
         draw_curve(sb, &f, r, &opt->runs[r], false, axis);
         draw_curve(sb, &f, r, &opt->runs[r], true, axis);
@@ -338,8 +433,57 @@ static void draw_panel(StrBuf *sb, const PlotOptions *opt, int panel, XAxis axis
     svg_element_close(sb, "g");
 }
 
+/* A file's noise scales: a polyline per stretch between nulls (a stretch of one point shows
+ * as its dot), in the file's colour, dotted. */
+static void draw_noise_curve(StrBuf *sb, const Frame *f, int run, const PlotRun *r, XAxis axis)
+{
+    const LossCurve *c = &r->noise;
+    StrBuf text = {0};
+    svg_escaped(&text, r->label);
+    for (long i = 0, end; i < c->n; i = end) {
+        for (; i < c->n && !isfinite(c->items[i].loss); i++)
+            ;
+        for (end = i; end < c->n && isfinite(c->items[end].loss); end++)
+            ;
+        if (end == i)
+            break;
+        char dot[48] = "";
+        if (end - i == 1)
+            snprintf(dot, sizeof dot, " marker-start=\"url(#dot%d)\"", run);
+        emit_line(sb, "<polyline class=\"noise\" data-run=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+                      "stroke-dasharray=\"2 2\"%s points=\"", run, svg_colors[run % SVG_COLORS], dot);
+        draw_points(sb, f, &c->items[i], end - i, axis);
+        emit_line(sb, "<title>%s: noise scale B_simple, steps %ld to %ld</title>", text.data, c->items[i].step,
+                  c->items[end - 1].step);
+        sb->indent--;
+        emit_line(sb, "</polyline>");
+    }
+    sb_free(&text);
+}
+
+/* The noise scale's panel under a loss panel, on the same x axis. */
+static void draw_noise_panel(StrBuf *sb, const PlotOptions *opt, int panel, XAxis axis)
+{
+    Frame above = panel_frame(opt, panel, axis), f = noise_frame(opt, &above);
+    svg_element_open(sb, "<g class=\"noise-panel\" data-x=\"%s\" data-y=\"%s\">", x_choices[axis],
+                     f.log_y ? "log" : "linear");
+    draw_axes(sb, &f, axis, f.log_y ? "noise scale (sequences, log)" : "noise scale (sequences)");
+    for (int r = 0; r < opt->n_runs; r++)
+        draw_noise_curve(sb, &f, r, &opt->runs[r], axis);
+    svg_element_close(sb, "g");
+}
+
+/* The last logged noise scale of a file, or NULL where it logs none. */
+static const LossPoint *last_noise(const PlotRun *run)
+{
+    for (long i = run->noise.n - 1; i >= 0; i--)
+        if (isfinite(run->noise.items[i].loss))
+            return &run->noise.items[i];
+    return NULL;
+}
+
 /* A row per file under the panels: its two line styles in its colour, its name, its last
- * losses. */
+ * losses and noise scale. */
 static void draw_legend(StrBuf *sb, const PlotOptions *opt, int top)
 {
     svg_element_open(sb, "<g class=\"legend\">");
@@ -360,6 +504,10 @@ static void draw_legend(StrBuf *sb, const PlotOptions *opt, int top)
         if (run->val.n)
             sb_printf(&text, "%svalidation %.4f at step %ld", run->train.n ? ", " : "  (",
                       run->val.items[run->val.n - 1].loss, run->val.items[run->val.n - 1].step);
+        const LossPoint *noise = last_noise(run);
+        if (noise)
+            sb_printf(&text, "%snoise scale %.4g at step %ld", run->train.n || run->val.n ? ", " : "  (",
+                      noise->loss, noise->step);
         emit_line(sb, "<text class=\"label\" x=\"%d\" y=\"%d\">%s)</text>", AREA_LEFT + 58, y, text.data);
     }
     sb_free(&text);
@@ -370,10 +518,14 @@ static void draw_legend(StrBuf *sb, const PlotOptions *opt, int top)
 static void draw_plot(StrBuf *sb, const PlotOptions *opt)
 {
     int panels = opt->draw[X_STEPS] + opt->draw[X_TOKENS];
-    int legend_top = TITLE_H + PANEL_H + LEGEND_ROW;
+    bool noise = false;
+    for (int r = 0; r < opt->n_runs; r++)
+        noise |= last_noise(&opt->runs[r]) != NULL;
+    int legend_top = TITLE_H + PANEL_H + (noise ? NOISE_H : 0) + LEGEND_ROW;
     svg_open(sb, panels * PANEL_W, legend_top + opt->n_runs * LEGEND_ROW);
     emit_line(sb, "<text x=\"%d\" y=\"24\" font-size=\"15\">Training loss (solid) and validation loss "
-                  "(dashed, a dot an evaluation)</text>", AREA_LEFT);
+                  "(dashed, a dot an evaluation)%s</text>", AREA_LEFT,
+              noise ? "; under them the noise scale B_simple (dotted)" : "");
     svg_element_open(sb, "<defs>");
     for (int r = 0; r < opt->n_runs; r++)
         emit_line(sb, "<marker id=\"dot%d\" viewBox=\"0 0 6 6\" refX=\"3\" refY=\"3\" markerWidth=\"6\" "
@@ -383,6 +535,9 @@ static void draw_plot(StrBuf *sb, const PlotOptions *opt)
     for (int axis = 0, panel = 0; axis < X_AXES; axis++)
         if (opt->draw[axis])
             draw_panel(sb, opt, panel++, (XAxis)axis);
+    for (int axis = 0, panel = 0; noise && axis < X_AXES; axis++)
+        if (opt->draw[axis])
+            draw_noise_panel(sb, opt, panel++, (XAxis)axis);
     draw_legend(sb, opt, legend_top);
     svg_close(sb);
 }
@@ -426,6 +581,7 @@ int plot_main(int argc, char **argv)
     for (int r = 0; r < opt.n_runs; r++) {
         free(opt.runs[r].train.items);
         free(opt.runs[r].val.items);
+        free(opt.runs[r].noise.items);
     }
     free(opt.runs);
     return status;
