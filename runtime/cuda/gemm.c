@@ -21,7 +21,7 @@
 
 enum { GEMM_CACHE = 64 };
 
-/* cuBLASLt is loaded with dlopen when the first stage opens on a GPU: linked, its ~600 MB
+/* cuBLASLt is loaded with dlopen when the first stage opens on a GPU: linked, its ~540 MB
  * image was mapped and relocated at every start of `run`, CPU runs and --help included. The
  * soname is the toolkit's major version; the search is LD_LIBRARY_PATH, then run's RUNPATH
  * (the toolkit's lib64 that the build knew, cuda_ldflags), then the system's. */
