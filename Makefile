@@ -81,12 +81,13 @@ $(B)/include/pacic/%.h: runtime/%.h
 	cp $< $@
 
 # ---- the GPU path: libpacirt_cuda.a, only where a CUDA toolkit is found ----------------
-# libpacirt.a never depends on CUDA. The archive loads the driver with dlopen (so `run`
-# starts without one and trains on the CPU) and links cuBLASLt; cuda_ldflags tells pacic how.
+# libpacirt.a never depends on CUDA. The archive loads the driver, cuBLASLt and NCCL with
+# dlopen when the GPU path starts (so `run` starts without them, small, and trains on the CPU);
+# cuda_ldflags gives `run` a RUNPATH to the toolkit's lib64, where dlopen finds cuBLASLt.
 CUDA_HOME ?= /usr/local/cuda
 HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/cuda.h && test -f $(CUDA_HOME)/include/cublasLt.h && \
                      test -e $(CUDA_HOME)/lib64/libcublasLt.so && echo 1)
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -ldl
+CUDA_LIBS := -Wl,-rpath,$(CUDA_HOME)/lib64 -ldl
 ifeq ($(HAVE_CUDA),1)
 CUDA_RT_SRC := $(wildcard runtime/cuda/*.c)
 CUDA_RT_OBJ := $(CUDA_RT_SRC:%.c=$(B)/obj/%.o)

@@ -12,6 +12,7 @@
  * LM head's logits under bf16, which the fused classifier turns into dlogits in place.
  */
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,47 @@
 #include "cuda_layer.h"
 
 enum { GEMM_CACHE = 64 };
+
+/* cuBLASLt is loaded with dlopen when the first stage opens on a GPU: linked, its ~540 MB
+ * image was mapped and relocated at every start of `run`, CPU runs and --help included. The
+ * soname is the toolkit's major version; the search is LD_LIBRARY_PATH, then run's RUNPATH
+ * (the toolkit's lib64 that the build knew, cuda_ldflags), then the system's. */
+#define LT_NAME2(major) "libcublasLt.so." #major
+#define LT_NAME(major) LT_NAME2(major)
+#define CUBLASLT_SONAME LT_NAME(CUBLAS_VER_MAJOR)
+
+/* The cuBLASLt entry points used, typed by cublasLt.h. */
+#define CUBLASLT_FUNCTIONS(X)                                                                 \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusString)                           \
+    X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) \
+    X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                              \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                      \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+static struct {
+    int loaded;
+#define LT_FIELD(symbol) __typeof__(symbol) *symbol;
+    CUBLASLT_FUNCTIONS(LT_FIELD)
+#undef LT_FIELD
+} lt;
+
+/* Loads cuBLASLt once; 0, or -1 with the reason (the library and dlerror's words) in err. */
+static int load_cublaslt(char *err)
+{
+    if (lt.loaded)
+        return 0;
+    void *lib = dlopen(CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return pr_fail(err, "cuBLASLt is needed on the GPU, and %s does not load (%s)", CUBLASLT_SONAME,
+                       dlerror());
+#define LT_LOAD(symbol)                                                                       \
+    if (!(*(void **)&lt.symbol = dlsym(lib, #symbol)))                                          \
+        return pr_fail(err, "%s lacks %s (too old?)", CUBLASLT_SONAME, #symbol);
+    CUBLASLT_FUNCTIONS(LT_LOAD)
+#undef LT_LOAD
+    lt.loaded = 1;
+    return 0;
+}
 
 /* What cuBLASLt's epilogue adds to a product. */
 enum { EPI_PLAIN, EPI_BIAS, EPI_DGELU };
@@ -48,7 +90,7 @@ static void check_lt(int stage, cublasStatus_t status, const char *call)
 {
     if (status != CUBLAS_STATUS_SUCCESS)
         pr_internal("stage %d: %s failed: %s (cuBLASLt status %d)", stage, call,
-                    cublasLtGetStatusString(status), (int)status);
+                    lt.cublasLtGetStatusString(status), (int)status);
 }
 
 int pr_cuda_gemm_open(int stage, int gpu, CUstream stream, const pr_device *memory, char *err)
@@ -57,7 +99,9 @@ int pr_cuda_gemm_open(int stage, int gpu, CUstream stream, const pr_device *memo
     memset(gs, 0, sizeof *gs);
     gs->memory = memory;
     gs->stream = stream;
-    if (cublasLtCreate(&gs->handle) != CUBLAS_STATUS_SUCCESS)
+    if (load_cublaslt(err) != 0)
+        return -1;
+    if (lt.cublasLtCreate(&gs->handle) != CUBLAS_STATUS_SUCCESS)
         return pr_fail(err, "stage %d: cuBLASLt does not initialise on GPU %d", stage, gpu);
     gs->workspace = memory->alloc(stage, (size_t)PR_CUDA_WORKSPACE_BYTES);
     return 0;
@@ -68,17 +112,17 @@ void pr_cuda_gemm_close(int stage)
     gemm_stage *gs = &gemm_stages[stage];
     for (int i = 0; i < GEMM_CACHE && gs->plans[i].used; i++) {
         gemm_plan *p = &gs->plans[i];
-        cublasLtMatrixLayoutDestroy(p->a);
-        cublasLtMatrixLayoutDestroy(p->b);
-        cublasLtMatrixLayoutDestroy(p->c);
-        cublasLtMatmulDescDestroy(p->desc);
+        lt.cublasLtMatrixLayoutDestroy(p->a);
+        lt.cublasLtMatrixLayoutDestroy(p->b);
+        lt.cublasLtMatrixLayoutDestroy(p->c);
+        lt.cublasLtMatmulDescDestroy(p->desc);
     }
     if (gs->workspace)
         gs->memory->release(stage, gs->workspace);
     if (gs->ones)
         gs->memory->release(stage, gs->ones);
     if (gs->handle)
-        cublasLtDestroy(gs->handle);
+        lt.cublasLtDestroy(gs->handle);
     memset(gs, 0, sizeof *gs);
 }
 
@@ -124,56 +168,56 @@ static gemm_plan *plan_for(int stage, int inputs, int ta, int tb, int m, int n, 
     cublasComputeType_t compute = inputs == PR_GEMM_FP32_TC ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     cudaDataType in_type = inputs >= PR_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType out_type = inputs == PR_GEMM_BF16_OUT ? CUDA_R_16BF : CUDA_R_32F;
-    check_lt(stage, cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check_lt(stage, lt.cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+    check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
                                                    sizeof op_first), "set TRANSA");
-    check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+    check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                    sizeof op_second), "set TRANSB");
     if (epilogue != EPI_PLAIN) {
         // Column-major D is n x m, so a vector over D's rows is one value per output feature;
         // the GELU input matrix (aux) has D's shape, with our ldc.
         static const cublasLtEpilogue_t kinds[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
                                                    CUBLASLT_EPILOGUE_DGELU};
-        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &kinds[epilogue],
+        check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &kinds[epilogue],
                                                        sizeof kinds[epilogue]), "set EPILOGUE");
         // The heuristic reads the pointers' alignment from here (cublasLt.h), so the plan is
         // keyed on them as on the operands'.
         if (bias)
-            check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+            check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                            sizeof bias), "set BIAS_POINTER");
         if (aux) {
             int64_t aux_ld = ldc;
-            check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+            check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                            &aux, sizeof aux), "set EPILOGUE_AUX_POINTER");
-            check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+            check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                            &aux_ld, sizeof aux_ld), "set EPILOGUE_AUX_LD");
         }
     }
     // First operand: row-major B seen column-major; second: row-major A; result n x m.
-    check_lt(stage, cublasLtMatrixLayoutCreate(&p->a, in_type, tb ? k : n, tb ? n : k, ldb), "layout B");
-    check_lt(stage, cublasLtMatrixLayoutCreate(&p->b, in_type, ta ? m : k, ta ? k : m, lda), "layout A");
-    check_lt(stage, cublasLtMatrixLayoutCreate(&p->c, out_type, n, m, ldc), "layout C");
+    check_lt(stage, lt.cublasLtMatrixLayoutCreate(&p->a, in_type, tb ? k : n, tb ? n : k, ldb), "layout B");
+    check_lt(stage, lt.cublasLtMatrixLayoutCreate(&p->b, in_type, ta ? m : k, ta ? k : m, lda), "layout A");
+    check_lt(stage, lt.cublasLtMatrixLayoutCreate(&p->c, out_type, n, m, ldc), "layout C");
     cublasLtMatmulPreference_t pref;
-    check_lt(stage, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    check_lt(stage, lt.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     uint64_t workspace = (uint64_t)PR_CUDA_WORKSPACE_BYTES;
-    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    check_lt(stage, lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspace, sizeof workspace), "set workspace");
     // cuBLASLt's A is our B and its B our A (the swap above); C and D are the same matrix.
     uint32_t first = (uint32_t)align_b, second = (uint32_t)align_a, out = (uint32_t)align_c;
-    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+    check_lt(stage, lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                          &first, sizeof first), "set A alignment");
-    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+    check_lt(stage, lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                          &second, sizeof second), "set B alignment");
-    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+    check_lt(stage, lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                                          &out, sizeof out), "set C alignment");
-    check_lt(stage, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+    check_lt(stage, lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                          &out, sizeof out), "set D alignment");
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+    cublasStatus_t status = lt.cublasLtMatmulAlgoGetHeuristic(gs->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1,
                                                            &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    lt.cublasLtMatmulPreferenceDestroy(pref);
     // No algorithm comes back as NOT_SUPPORTED or as success with none found.
     if (status == CUBLAS_STATUS_NOT_SUPPORTED)
         found = 0;
@@ -203,18 +247,18 @@ static int run_plan(int stage, gemm_plan *p, float alpha, const void *a, const v
 {
     gemm_stage *gs = &gemm_stages[stage];
     if (bias)
-        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+        check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                        sizeof bias), "set BIAS_POINTER");
     if (aux)
-        check_lt(stage, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+        check_lt(stage, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                        sizeof aux), "set EPILOGUE_AUX_POINTER");
-    cublasStatus_t status = cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, d, p->c, d, p->c,
+    cublasStatus_t status = lt.cublasLtMatmul(gs->handle, p->desc, &alpha, b, p->a, a, p->b, &beta, d, p->c, d, p->c,
                                            &p->algo, gs->workspace, (size_t)PR_CUDA_WORKSPACE_BYTES,
                                            (cudaStream_t)gs->stream);
     if (status != CUBLAS_STATUS_SUCCESS && p->epilogue != EPI_PLAIN &&
         (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
         fprintf(stderr, "run: note: stage %d: cuBLASLt refused %s for %dx%dx%d (%s); computing the epilogue "
-                "apart\n", stage, what, p->m, p->n, p->k, cublasLtGetStatusString(status));
+                "apart\n", stage, what, p->m, p->n, p->k, lt.cublasLtGetStatusString(status));
         p->used = 2;
         return 0;
     }

@@ -265,4 +265,15 @@ case "$out" in
     "run: error: --device cuda: no usable GPU: "*) echo "refused: $out" ;;
     *) fail "unexpected message without a GPU: $out" ;;
 esac
+# cuBLASLt is loaded when a stage opens on a GPU: one that does not load is one line naming it.
+mkdir -p "$work/broken_lt"
+cp "$work/one/lib/libcuda.so.1" "$work/one/lib/libnccl.so.2" "$work/broken_lt/"
+: > "$work/broken_lt/libcublasLt.so.13" # found first, and not a library
+out=$(cd "$work/one" && LD_LIBRARY_PATH=$work/broken_lt FAKE_CUDA_GPUS=1 ./run --device cuda --quiet 2>&1) &&
+    fail "ran without a loadable cuBLASLt"
+case "$out" in
+    "run: error: cuBLASLt is needed on the GPU, and libcublasLt.so.13 does not load ($work/broken_lt/libcublasLt.so.13: "*")")
+        echo "refused: $out" ;;
+    *) fail "unexpected message for a cuBLASLt that does not load: $out" ;;
+esac
 echo "the real GPU layer on the fake CUDA stack matches the CPU path"
