@@ -390,6 +390,8 @@ void bpe_ids_free(bpe_ids *ids)
 
 static int push_ids(bpe_ids *out, const int32_t *ids, size_t n)
 {
+    if (n == 0) // an empty text's ids: none, and no buffer yet to copy into
+        return 0;
     if (out->n + n > out->cap) {
         size_t cap = out->cap ? out->cap : 1024;
         while (cap < out->n + n)

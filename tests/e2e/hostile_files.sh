@@ -37,15 +37,24 @@ one_line "truncated model.bin" "step_00000002/model\.bin: truncated header" \
 [ -x /usr/bin/time ] || fail "no /usr/bin/time (apt-get install time; .ci/install-deps does)"
 # bounded WHAT PATTERN COMMAND...: COMMAND exits 1 with one error, matching PATTERN (a DSL
 # error comes with its source line and caret), within the guards, its peak under 100 MB.
+# Under a sanitizer build (make sanitize: PACI_BUILD=build/asan) the memory is not measured:
+# ASan reserves terabytes of shadow at start (ulimit -v refuses it) and adds its own.
+measure_memory=1
+if [ "${PACI_BUILD:-build}" != build ]; then
+    measure_memory=0
+    skip_part "the memory bound under $PACI_BUILD (a sanitizer's shadow memory); the messages and the hang guard ran"
+fi
 bounded() {
-    local what=$1 pattern=$2 out status=0 kib
+    local what=$1 pattern=$2 out status=0 kib cap=4194304
     shift 2
-    out=$(bash -c 'ulimit -v 4194304 && exec "$@"' _ \
+    [ $measure_memory = 1 ] || cap=unlimited
+    out=$(bash -c 'ulimit -v "$0" && exec "$@"' "$cap" \
         timeout 20 /usr/bin/time -f 'peak %M KiB' -o "$work/peak" "$@" 2>&1) || status=$?
     [ $status = 1 ] || fail "$what: exit status $status: $out"
     [ "$(grep -c 'error:' <<< "$out")" = 1 ] || fail "$what: expected one error, got: $out"
     grep -qE "$pattern" <<< "$out" || fail "$what: '$out' does not match '$pattern'"
     echo "$what: $(head -1 <<< "$out")"
+    [ $measure_memory = 1 ] || return 0
     kib=$(sed -n 's/^peak \([0-9]*\) KiB$/\1/p' "$work/peak")
     [ -n "$kib" ] && [ "$kib" -lt 102400 ] || fail "$what: peak memory ${kib:-unknown} KiB, 100 MB at most"
     echo "$what: peak memory $kib KiB"

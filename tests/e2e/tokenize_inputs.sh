@@ -31,10 +31,18 @@ printf 'abc abcab' > "$work/doc.txt"
     fail "the made-up vocabulary does not load"
 
 # expect_error WANT ARG...: pacic tokenize ARG... exits 1 with one line that holds WANT, within
-# 20 s and (where /usr/bin/time is) under 100 MB of memory.
+# 20 s and (where /usr/bin/time is) under 100 MB of memory; not measured under a sanitizer build
+# (ASan's shadow memory: its reservation fails under ulimit -v and its pages count in the peak).
+measure_memory=1
+if [ "${PACI_BUILD:-build}" != build ]; then
+    measure_memory=0
+    skip_part "the memory bound under $PACI_BUILD (a sanitizer's shadow memory); the messages and the hang guard ran"
+fi
 expect_error() {
     local want=$1 rc=0; shift
-    if [ -x /usr/bin/time ]; then
+    if [ $measure_memory = 0 ]; then
+        timeout 20 "$pacic" tokenize "$@" > "$work/out" 2> "$work/err" || rc=$?
+    elif [ -x /usr/bin/time ]; then
         timeout 20 /usr/bin/time -o "$work/peak" -f %M "$pacic" tokenize "$@" > "$work/out" 2> "$work/err" || rc=$?
     else
         (ulimit -v 1000000; timeout 20 "$pacic" tokenize "$@" > "$work/out" 2> "$work/err") || rc=$?
@@ -43,7 +51,7 @@ expect_error() {
     [ "$rc" = 1 ] || fail "tokenize $*: exit $rc, expected 1: $(cat "$work/err")"
     grep -qF -- "$want" "$work/err" || fail "tokenize $*: expected '$want', got: $(cat "$work/err")"
     [ "$(grep -c . "$work/err")" = 1 ] || fail "tokenize $*: more than one line: $(cat "$work/err")"
-    if [ -x /usr/bin/time ]; then
+    if [ $measure_memory = 1 ] && [ -x /usr/bin/time ]; then
         [ "$(tail -1 "$work/peak")" -lt 100000 ] || fail "tokenize $*: peak memory $(tail -1 "$work/peak") KB"
     fi
     return 0
