@@ -59,14 +59,15 @@ $(B)/obj/compiler/%.o: compiler/%.c $(B)/obj/grammar/parser.h $(B)/obj/grammar/l
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icompiler -I$(B)/obj/grammar -c $< -o $@
 
-# pacic tokenize --bpe shares run's BPE tokenizer (runtime/bpe.c: PCRE2, jansson, threads);
-# `pacic plot` reads run's JSON metrics with jansson too (compiler/plot.c).
-$(PACIC): $(COMPILER_OBJ) $(B)/obj/runtime/bpe.o
+# pacic tokenize --bpe shares run's BPE tokenizer (runtime/bpe.c: PCRE2, jansson, threads) and
+# its bounded file reader (runtime/util.c); `pacic plot` reads run's JSON metrics with jansson too
+# (compiler/plot.c).
+$(PACIC): $(COMPILER_OBJ) $(B)/obj/runtime/bpe.o $(B)/obj/runtime/util.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ -o $@ -lpcre2-8 -ljansson -lpthread $(LDLIBS)
 
 # Everything but main(), for the tests: they pull in only the phases they use.
-$(LIBPACIC): $(COMPILER_LIB_OBJ) $(B)/obj/runtime/bpe.o
+$(LIBPACIC): $(COMPILER_LIB_OBJ) $(B)/obj/runtime/bpe.o $(B)/obj/runtime/util.o
 	rm -f $@ && ar rcs $@ $^
 
 # ---- runtime library ----------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../runtime/bpe.h"
+#include "../runtime/prt.h"
 #include "pacic.h"
 
 #define TOKENS_MAGIC 20240520
@@ -131,7 +132,7 @@ static int encode_texts(const tokenize_args *args, bpe_ids *ids, size_t *bytes)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < args->n_texts && rc == 0; i++) {
         size_t len;
-        char *text = bpe_read_file(args->texts[i], TEXT_LIMIT, &len, err, sizeof err);
+        char *text = pr_read_regular(args->texts[i], "text", TEXT_LIMIT, &len, err);
         if (!text) {
             fprintf(stderr, "pacic: error: %s\n", err);
             rc = EXIT_USER;
@@ -176,7 +177,7 @@ static int decode_tokens(const tokenize_args *args)
         return EXIT_USER;
     }
     size_t len;
-    unsigned char *file = (unsigned char *)bpe_read_file(args->decode, TOKEN_FILE_LIMIT, &len, err, sizeof err);
+    unsigned char *file = (unsigned char *)pr_read_regular(args->decode, "token file", TOKEN_FILE_LIMIT, &len, err);
     int32_t header[3] = {0};
     if (file && len >= 1024)
         memcpy(header, file, sizeof header);

@@ -9,6 +9,7 @@
  * for themselves, the other 68 for U+0100 onwards), which is undone when they are read. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
+#include "prt.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -18,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* The pattern of GPT-2's encoder.py (tiktoken's r50k_base/gpt2 uses the same). */
@@ -54,37 +54,14 @@ static int fail(char *err, size_t size, const char *fmt, ...)
     return -1;
 }
 
-char *bpe_read_file(const char *path, size_t limit, size_t *len, char *err, size_t size)
+/* One of the tokenizer's files, read whole through the runtime's bounded reader. */
+static char *read_tokenizer_file(const char *path, const char *what, size_t *len, char *err, size_t size)
 {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        fail(err, size, "%s: cannot open: %s", path, strerror(errno));
-        return f ? fclose(f), NULL : NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fail(err, size, "%s: not a regular file (a %s): the tokenizer reads files of a known size", path,
-             S_ISDIR(st.st_mode) ? "folder" : S_ISFIFO(st.st_mode) ? "pipe" : S_ISCHR(st.st_mode) ? "character device"
-             : S_ISBLK(st.st_mode) ? "block device" : "socket");
-        return fclose(f), NULL;
-    }
-    if ((unsigned long long)st.st_size > limit) {
-        fail(err, size, "%s: %lld bytes, more than the %zu MiB the tokenizer reads from one file", path,
-             (long long)st.st_size, limit >> 20);
-        return fclose(f), NULL;
-    }
-    size_t want = (size_t)st.st_size;
-    char *buf = malloc(want + 1);
-    size_t got = buf ? fread(buf, 1, want, f) : 0;
-    int failed = !buf || ferror(f);
-    if (failed)
-        fail(err, size, "%s: %s", path, buf ? "read failed" : "out of memory");
-    fclose(f);
-    if (failed)
-        return free(buf), NULL;
-    buf[got] = 0; /* a file that shrank while read: what was there */
-    *len = got;
-    return buf;
+    char why[PR_ERR_LEN];
+    char *text = pr_read_regular(path, what, TOKENIZER_FILE_LIMIT, len, why);
+    if (!text)
+        snprintf(err, size, "%s", why);
+    return text;
 }
 
 /* GPT-2's bytes_to_unicode(): the code point that stands for each byte in the files. */
@@ -260,7 +237,7 @@ static int add_merge_line(bpe_tokenizer *tok, json_t *vocab, char *line, int32_t
 static int read_merges(bpe_tokenizer *tok, json_t *vocab, const char *path, char *err, size_t size)
 {
     size_t len;
-    char *text = bpe_read_file(path, TOKENIZER_FILE_LIMIT, &len, err, size);
+    char *text = read_tokenizer_file(path, "merges file", &len, err, size);
     if (!text)
         return -1;
     size_t slots = 1;
@@ -335,7 +312,7 @@ int bpe_load(const char *dir, bpe_tokenizer **out, char *err, size_t err_size)
     if (access(vocab_path, F_OK) != 0)
         rc = fail(err, err_size, "%s: cannot open vocab.json or encoder.json: %s (a GPT-2 tokenizer's folder; "
                   "examples/data/get-gpt2-vocab.sh fetches one)", dir, strerror(errno));
-    else if (!(vocab_text = bpe_read_file(vocab_path, TOKENIZER_FILE_LIMIT, &vocab_len, err, err_size)))
+    else if (!(vocab_text = read_tokenizer_file(vocab_path, "vocabulary", &vocab_len, err, err_size)))
         rc = -1;
     else if (!(vocab = json_loadb(vocab_text, vocab_len, 0, &json_err)))
         rc = fail(err, err_size, "%s:%d:%d: %s", vocab_path, json_err.line, json_err.column, json_err.text);

@@ -35,9 +35,4 @@ const unsigned char *bpe_token_bytes(const bpe_tokenizer *tok, int32_t id, size_
 
 void bpe_ids_free(bpe_ids *ids);
 
-/* All of PATH, NUL-terminated, in a malloc'd buffer: only a regular file of at most LIMIT
- * bytes (a device such as /dev/zero or a pipe would never end). NULL with a message naming
- * PATH in err otherwise. The tokenizer's one reader: its files, and tokenize's texts. */
-char *bpe_read_file(const char *path, size_t limit, size_t *len, char *err, size_t err_size);
-
 #endif

@@ -33,8 +33,11 @@ int pr_fsync_dir(const char *path, char *err);
 int pr_probe_output(const char *path, const char *what, char *err);
 /* A file the user names, opened to read: only a regular file (a device or a pipe, /dev/zero,
  * would never end; opening does not wait on a pipe); NULL with "PATH: cannot open WHAT: why"
- * or "PATH: not a regular file" (" (a folder)" for one) in err. */
+ * or "PATH: not a regular file (a folder)" (or what else it is) in err. */
 FILE *pr_open_regular(const char *path, const char *what, char *err);
+/* The whole of a regular file of at most LIMIT bytes, NUL-terminated (its length in *len), or
+ * NULL with err naming the path and what is wrong; WHAT names the file in messages. */
+char *pr_read_regular(const char *path, const char *what, size_t limit, size_t *len, char *err);
 double pr_now(void);           /* monotonic seconds */
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 

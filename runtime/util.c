@@ -81,6 +81,13 @@ double pr_rng_normal(pr_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+/* What a path that is not a regular file is, for a message: " (a folder)", ... */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? " (a folder)" : S_ISCHR(mode) ? " (a character device)" : S_ISFIFO(mode) ? " (a pipe)"
+           : S_ISBLK(mode) ? " (a block device)" : S_ISSOCK(mode) ? " (a socket)" : "";
+}
+
 FILE *pr_open_regular(const char *path, const char *what, char *err)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -88,7 +95,7 @@ FILE *pr_open_regular(const char *path, const char *what, char *err)
     if (fd < 0 || fstat(fd, &st) != 0) {
         pr_fail(err, "%s: cannot open %s: %s", path, what, strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
-        pr_fail(err, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a folder)" : "");
+        pr_fail(err, "%s: not a regular file%s", path, file_kind(st.st_mode));
     } else {
         FILE *f = fdopen(fd, "rb");
         if (f)
@@ -98,6 +105,31 @@ FILE *pr_open_regular(const char *path, const char *what, char *err)
     if (fd >= 0)
         close(fd);
     return NULL;
+}
+
+char *pr_read_regular(const char *path, const char *what, size_t limit, size_t *len, char *err)
+{
+    FILE *f = pr_open_regular(path, what, err);
+    struct stat st;
+    if (!f)
+        return NULL;
+    if (fstat(fileno(f), &st) != 0 || (unsigned long long)st.st_size > limit) {
+        pr_fail(err, "%s: %lld bytes, more than the %zu MiB a %s may hold", path, (long long)st.st_size,
+                limit >> 20, what);
+        return fclose(f), NULL;
+    }
+    size_t want = (size_t)st.st_size;
+    char *buf = malloc(want + 1);
+    size_t got = buf ? fread(buf, 1, want, f) : 0;
+    int failed = !buf || ferror(f);
+    if (failed)
+        pr_fail(err, "%s: %s", path, buf ? "read failed" : "out of memory");
+    fclose(f);
+    if (failed)
+        return free(buf), NULL;
+    buf[got] = '\0'; // a file that shrank while read: what was there
+    *len = got;
+    return buf;
 }
 
 int pr_write_all(int fd, const void *data, size_t bytes, const char *path, char *err)

@@ -82,9 +82,9 @@ bounded "calibration \"/dev/zero\"" "calibration_device\.paci:4:28: error: canno
 # linked, it put run --help at ~210 MiB): the same 100 MB bound holds for run
 /usr/bin/time -f 'peak %M KiB' -o "$work/peak" "$work/m/run" --help > /dev/null
 echo "run --help: $(cat "$work/peak")"
-bounded "run --init /dev/zero" "^run: error: /dev/zero: not a regular file$" "$work/m/run" --quiet --init /dev/zero
+bounded "run --init /dev/zero" "^run: error: /dev/zero: not a regular file \(a character device\)$" "$work/m/run" --quiet --init /dev/zero
 bounded "run --init on a pipe" "fifo\.safetensors: not a regular file$" bash -c "mkfifo '$work/fifo.safetensors' && '$work/m/run' --quiet --init '$work/fifo.safetensors'"
-bounded "run --sample --tokenizer /dev/zero" "^run: error: /dev/zero: not a regular file$" \
+bounded "run --sample --tokenizer /dev/zero" "^run: error: /dev/zero: not a regular file \(a character device\)$" \
     bash -c "cd '$work/m' && exec ./run --quiet --sample 4 --tokenizer /dev/zero"
 # A checkpoint's run.txt that is a device: read line by line, /dev/zero never ended (no memory
 # grew, the resume hung); now it reads as not recorded (an older pacic's checkpoint) and resumes.
