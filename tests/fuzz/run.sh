@@ -65,7 +65,7 @@ build() {
         clang "${flags[@]}" -Icompiler -I"$out/gen" tests/fuzz/fuzz_frontend.c "${objects[@]}" \
             -lm -o "$out/fuzz_frontend" ;;
     compile)
-        mapfile -t objects < <(obj "${compiler_src[@]}" runtime/bpe.c)
+        mapfile -t objects < <(obj "${compiler_src[@]}" runtime/bpe.c runtime/util.c)
         clang "${flags[@]}" -Icompiler -Iruntime -I"$out/gen" tests/fuzz/fuzz_compile.c \
             "${objects[@]}" -lpcre2-8 -ljansson -lpthread -lm -o "$out/fuzz_compile" ;; # BPE, plot's JSON
     tokens)
