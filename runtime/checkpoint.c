@@ -688,7 +688,9 @@ int pr_ckpt_claim(const pr_run *run, const char *dir, char *const *argv, char *e
 void pr_ckpt_unclaim(void)
 {
     char path[3100];
-    if (!made_dir[0])
+    // Only the lock's holder: two runs started at once both find no folder and both make it;
+    // the one the lock refused must leave the folder, and the lock file, to the one that holds it.
+    if (!made_dir[0] || lock_fd < 0)
         return;
     snprintf(path, sizeof path, "%s/lock", made_dir);
     unlink(path);

@@ -696,8 +696,9 @@ int pr_ckpt_prepare(const char *ckpt_dir, char *err);
  * probe file and refuses a folder without room for one checkpoint. A resume from a folder
  * that does not exist claims nothing (loading says there is no checkpoint). -1 with err. */
 int pr_ckpt_claim(const pr_run *run, const char *dir, char *const *argv, char *err);
-/* A run that fails before step 1 (bad data, --init, room): removes the folder its claim made,
- * and the lock file in it, so that a refused run leaves nothing behind. */
+/* A run that fails before step 1 (bad data, --init, room) while it holds the folder's lock:
+ * removes the folder its claim made, and the lock file in it, so it leaves nothing behind. A
+ * run the lock refused removes nothing: the folder is the holder's. */
 void pr_ckpt_unclaim(void);
 /* A new run's id (time, process, random), which its checkpoints' run.txt carry: a save prunes
  * only checkpoints of its own run. A resume takes the id of the checkpoint it loads. */
