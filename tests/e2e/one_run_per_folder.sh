@@ -74,16 +74,22 @@ static int no_locks(int cmd)
     return no && *no == '1' && (cmd == F_SETLK || cmd == F_SETLKW);
 }
 
+/* The shim of fcntl and fcntl64 (NAME): ENOLCK for a lock under NO_LOCKS, else the real call. */
+static int fcntl_shim(const char *name, int fd, int cmd, void *arg)
+{
+    if (no_locks(cmd))
+        return errno = ENOLCK, -1;
+    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, name);
+    return real(fd, cmd, arg);
+}
+
 int fcntl(int fd, int cmd, ...)
 {
     va_list ap;
     va_start(ap, cmd);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    if (no_locks(cmd))
-        return errno = ENOLCK, -1;
-    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl");
-    return real(fd, cmd, arg);
+    return fcntl_shim("fcntl", fd, cmd, arg);
 }
 
 int fcntl64(int fd, int cmd, ...)
@@ -92,10 +98,7 @@ int fcntl64(int fd, int cmd, ...)
     va_start(ap, cmd);
     void *arg = va_arg(ap, void *);
     va_end(ap);
-    if (no_locks(cmd))
-        return errno = ENOLCK, -1;
-    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl64");
-    return real(fd, cmd, arg);
+    return fcntl_shim("fcntl64", fd, cmd, arg);
 }
 
 /* FREE_BYTES=N: the folder's file system has N bytes free for a user (statvfs's f_bavail). */
