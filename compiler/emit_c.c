@@ -581,6 +581,12 @@ static const char *const schedule_enum_names[] = {
 #undef SCHED_ENUM_NAME
 };
 
+static const char *const placement_enum_names[] = {
+#define PLACEMENT_ENUM_NAME(name, text) "PACI_PLACEMENT_" #name,
+    PACI_PLACEMENTS(PLACEMENT_ENUM_NAME)
+#undef PLACEMENT_ENUM_NAME
+};
+
 static const bool schedule_sync[] = {
 #define SCHED_SYNC(name, text, sync) sync,
     PACI_SCHEDULES(SCHED_SYNC)
@@ -594,15 +600,15 @@ static int parts_starting_at(const paci_table *t, int i, StrBuf *comments)
     static const char *const part_names[] = {"prologue", "body", "epilogue"};
     int found = 0;
     for (int p = 0; p < t->n_programs; p++)
-        for (int s = 0; s < t->stages; s++) {
-            const paci_stage_program *sp = &t->program[p].stage[s];
+        for (int s = 0; s < t->devices; s++) {
+            const paci_stage_program *sp = &t->program[p].device[s];
             const int32_t start[3] = {sp->prologue, sp->body, sp->epilogue};
             const int32_t count[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
             for (int k = 0; k < 3; k++)
                 if (count[k] > 0 && start[k] == i) {
                     found++;
                     if (comments)
-                        emit_line(comments, "/* program %d, stage %d, %s: %d instructions */", p, s,
+                        emit_line(comments, "/* program %d, device %d, %s: %d instructions */", p, s,
                                   part_names[k], count[k]);
                 }
         }
@@ -612,7 +618,7 @@ static int parts_starting_at(const paci_table *t, int i, StrBuf *comments)
 static void emit_schedule(StrBuf *sb, const paci_table *t)
 {
     if (t->n_instrs > 0) {
-        emit_line(sb, "/* {op, slot, aux, mb} */");
+        emit_line(sb, "/* {op, stage, slot, aux, mb} */");
         emit_line(sb, "static const paci_instr instrs[%d] = {", t->n_instrs);
         sb->indent++;
         int on_line = 0;
@@ -629,7 +635,8 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
                     sb_puts(sb, "    ");
             else
                 sb_puts(sb, " ");
-            sb_printf(sb, "{%s, %d, %d, %lld},", op_enum_names[in->op], in->slot, in->aux, (long long)in->mb);
+            sb_printf(sb, "{%s, %d, %d, %d, %lld},", op_enum_names[in->op], in->stage, in->slot, in->aux,
+                      (long long)in->mb);
             if (++on_line == 4) {
                 sb_puts(sb, "\n");
                 on_line = 0;
@@ -645,6 +652,13 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
     sb->indent++;
     emit_line(sb, ".schedule = %s,", schedule_enum_names[t->schedule]);
     emit_line(sb, ".stages = %d,", t->stages);
+    emit_line(sb, ".devices = %d, .chunks = %d, .placement = %s,", t->devices, t->chunks,
+              placement_enum_names[t->placement]);
+    StrBuf where = {0};
+    for (int s = 0; s < t->stages; s++)
+        sb_printf(&where, "%s%d", s ? ", " : "", t->stage_device[s]);
+    emit_line(sb, ".stage_device = {%s},", where.data ? where.data : "0");
+    sb_free(&where);
     emit_line(sb, ".window = %d,", t->window);
     emit_line(sb, ".total_steps = %d,", t->total_steps);
     emit_line(sb, ".segment_steps = %d,", t->segment_steps);
@@ -666,12 +680,12 @@ static void emit_schedule(StrBuf *sb, const paci_table *t)
     sb->indent++;
     for (int p = 0; p < t->n_programs; p++) {
         const paci_program *pr = &t->program[p];
-        emit_line(sb, "{.schedule = %s, .steps = %d, .body_reps = %d, .stage = {", schedule_enum_names[pr->schedule],
+        emit_line(sb, "{.schedule = %s, .steps = %d, .body_reps = %d, .device = {", schedule_enum_names[pr->schedule],
                   pr->steps, pr->body_reps);
         sb->indent++;
-        for (int s = 0; s < t->stages; s++) {
-            const paci_stage_program *sp = &pr->stage[s];
-            emit_line(sb, "{%d, %d, %d, %d, %d, %d}, /* stage %d: prologue, body, epilogue (start, count) */",
+        for (int s = 0; s < t->devices; s++) {
+            const paci_stage_program *sp = &pr->device[s];
+            emit_line(sb, "{%d, %d, %d, %d, %d, %d}, /* device %d: prologue, body, epilogue (start, count) */",
                       sp->prologue, sp->n_prologue, sp->body, sp->n_body, sp->epilogue,
                       sp->n_epilogue, s);
         }

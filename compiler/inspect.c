@@ -231,7 +231,7 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
             bf16 ? ", and on the GPU its bf16 copy for the products" : "", muon_cost);
     const paci_program *pg = &t->program[0];
     for (int s = 0; s < plan->stages; s++) {
-        const paci_stage_program *sp = &pg->stage[s];
+        const paci_stage_program *sp = &pg->device[s];
         int predicting = 0, forwards = 0, most = 0, any = 0, passes = 0;
         unsigned long long delays_seen = 0; // bit d-1: a forward of the step predicts d ahead
         // The runtime keeps the copy on a stage with any predicted forward in its lists.
@@ -557,7 +557,7 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
             fprintf(out, "\nprogram %d: segments of %d step%s%s\n", p, pg->steps, pg->steps == 1 ? "" : "s",
                     t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
         for (int s = 0; s < t->stages; s++) {
-            const paci_stage_program *sp = &pg->stage[s];
+            const paci_stage_program *sp = &pg->device[s];
             fprintf(out, "  stage %d: %d slot%s", s, t->slots[s], t->slots[s] == 1 ? "" : "s");
             if (t->stash[s])
                 fprintf(out, ", %d stashed versions", t->stash[s]);

@@ -247,13 +247,14 @@ typedef struct InstrList {
     long n, cap;
 } InstrList;
 
-static void push_instr(InstrList *il, int op, int slot, int aux, long mb)
+static void push_instr(InstrList *il, int stage, int op, int slot, int aux, long mb)
 {
     if (il->n == il->cap) {
         il->cap = il->cap ? il->cap * 2 : 1024;
         il->items = xrealloc(il->items, (size_t)il->cap * sizeof *il->items);
     }
-    il->items[il->n++] = (paci_instr){(uint16_t)op, (uint16_t)slot, (int32_t)aux, mb};
+    il->items[il->n++] = (paci_instr){.op = (uint8_t)op, .stage = (uint8_t)stage, .slot = (uint16_t)slot,
+                                      .aux = (int32_t)aux, .mb = mb};
 }
 
 /* The distinct older weight versions in-flight micro-batches need right after a step:
@@ -294,10 +295,10 @@ static void lower_order(const ComputeList *cl, int stages, int stage, int slots,
         int slot = (int)(c.mb % (slots ? slots : 1));
         if (c.op == PACI_OP_FWD) {
             if (!first)
-                push_instr(out, PACI_OP_RECV_ACT, slot, 0, c.mb);
-            push_instr(out, PACI_OP_FWD, slot, 0, c.mb);
+                push_instr(out, stage, PACI_OP_RECV_ACT, slot, 0, c.mb);
+            push_instr(out, stage, PACI_OP_FWD, slot, 0, c.mb);
             if (!last)
-                push_instr(out, PACI_OP_SEND_ACT, slot, 0, c.mb);
+                push_instr(out, stage, PACI_OP_SEND_ACT, slot, 0, c.mb);
             if (stash)
                 fwd_version[c.mb] = (int32_t)version;
             forwards = c.mb + 1;
@@ -306,19 +307,19 @@ static void lower_order(const ComputeList *cl, int stages, int stage, int slots,
             if (stash && fwd_version[c.mb] != version)
                 aux = (int)(fwd_version[c.mb] % stash) + 1;
             if (!last)
-                push_instr(out, PACI_OP_RECV_GRAD, slot, 0, c.mb);
-            push_instr(out, c.op, slot, aux, c.mb);
+                push_instr(out, stage, PACI_OP_RECV_GRAD, slot, 0, c.mb);
+            push_instr(out, stage, c.op, slot, aux, c.mb);
             if (!first)
-                push_instr(out, PACI_OP_SEND_GRAD, slot, 0, c.mb);
+                push_instr(out, stage, PACI_OP_SEND_GRAD, slot, 0, c.mb);
             oldest_in_flight = c.mb + 1;
         } else if (c.op == PACI_OP_BWD_W) {
-            push_instr(out, PACI_OP_BWD_W, slot, 0, c.mb);
+            push_instr(out, stage, PACI_OP_BWD_W, slot, 0, c.mb);
         } else {
             /* Stash the version being retired if a forward in flight ran on it. */
             int aux = 0;
             if (stash && forwards > oldest_in_flight && fwd_version[forwards - 1] == version)
                 aux = (int)(version % stash) + 1;
-            push_instr(out, PACI_OP_STEP, 0, aux, -1);
+            push_instr(out, stage, PACI_OP_STEP, 0, aux, -1);
             version++;
         }
     }
@@ -381,7 +382,7 @@ void segment_lists_free(SegmentLists *sl)
 
 static bool instr_equal(paci_instr a, paci_instr b)
 {
-    return a.op == b.op && a.slot == b.slot && a.aux == b.aux && a.mb == b.mb;
+    return a.op == b.op && a.stage == b.stage && a.slot == b.slot && a.aux == b.aux && a.mb == b.mb;
 }
 
 /* Instructions stage s runs per optimizer step: K micro-batches' worth plus the step (a
@@ -401,7 +402,7 @@ static void find_body(const paci_table *t, int stage, const paci_instr *list, lo
     long best_start = 0, best_len = -1, run_start = 0;
     for (long i = 0; i + period <= n; i++) {
         bool match = i + period < n &&
-                     instr_equal(list[i + period], paci_body_instr(t, stage, list[i], 1));
+                     instr_equal(list[i + period], paci_body_instr(t, list[i], 1));
         if (!match) {
             /* [run_start, i) matched: the body repeats floor(len/period)+1 times there. */
             if (i - run_start > best_len) {
@@ -424,7 +425,7 @@ static int32_t append_range(TableBuilder *tb, const paci_instr *src, long n)
 {
     int32_t at = (int32_t)tb->all.n;
     for (long i = 0; i < n; i++)
-        push_instr(&tb->all, src[i].op, src[i].slot, src[i].aux, src[i].mb);
+        push_instr(&tb->all, src[i].stage, src[i].op, src[i].slot, src[i].aux, src[i].mb);
     return at;
 }
 
@@ -450,7 +451,7 @@ static void compress_program(TableBuilder *tb, const SegmentLists *sl, long step
         long n_pro = reps ? start[s] : sl->count[s];
         long n_body = reps ? period : 0;
         long epi = n_pro + n_body * reps;
-        paci_stage_program *sp = &prog->stage[s];
+        paci_stage_program *sp = &prog->device[s];
         sp->prologue = append_range(tb, sl->instrs[s], n_pro);
         sp->n_prologue = (int32_t)n_pro;
         sp->body = append_range(tb, sl->instrs[s] + n_pro, n_body);
@@ -468,10 +469,10 @@ static void extend_program(TableBuilder *tb, int stages, long gen, long steps, p
     prog->steps = (int32_t)steps;
     prog->body_reps += (int32_t)extra;
     for (int s = 0; s < stages; s++) {
-        paci_stage_program *sp = &prog->stage[s];
+        paci_stage_program *sp = &prog->device[s];
         paci_instr *epi = tb->all.items + sp->epilogue;
         for (long i = 0; i < sp->n_epilogue; i++)
-            epi[i] = paci_body_instr(tb->t, s, epi[i], (int32_t)extra);
+            epi[i] = paci_body_instr(tb->t, epi[i], (int32_t)extra);
     }
 }
 
@@ -562,6 +563,11 @@ paci_table *schedule_build(const Config *cfg, const Plan *plan)
     long total = cfg->steps > 0 ? cfg->steps : 1;
     t->schedule = cfg->schedule;
     t->stages = cfg->stages;
+    t->devices = cfg->stages; /* one stage per device: chunks come with interleaved and zb-v */
+    t->chunks = 1;
+    t->placement = PACI_PLACEMENT_LOOP;
+    for (int s = 0; s < t->stages; s++)
+        t->stage_device[s] = s;
     t->window = cfg->window;
     t->total_steps = (int32_t)total;
     t->segment_steps = (int32_t)schedule_segment_steps(cfg);
@@ -602,7 +608,7 @@ void schedule_free(paci_table *t)
 long schedule_expand(const paci_table *t, int prog, int stage, paci_instr **out)
 {
     const paci_program *pg = &t->program[prog];
-    const paci_stage_program *sp = &pg->stage[stage];
+    const paci_stage_program *sp = &pg->device[stage];
     long n = sp->n_prologue + (long)sp->n_body * pg->body_reps + sp->n_epilogue;
     paci_instr *list = xmalloc((size_t)n * sizeof *list);
     long k = 0;
@@ -610,7 +616,7 @@ long schedule_expand(const paci_table *t, int prog, int stage, paci_instr **out)
         list[k++] = t->instrs[sp->prologue + i];
     for (long r = 0; r < pg->body_reps; r++)
         for (long i = 0; i < sp->n_body; i++)
-            list[k++] = paci_body_instr(t, stage, t->instrs[sp->body + i], (int32_t)r);
+            list[k++] = paci_body_instr(t, t->instrs[sp->body + i], (int32_t)r);
     for (long i = 0; i < sp->n_epilogue; i++)
         list[k++] = t->instrs[sp->epilogue + i];
     *out = list;

@@ -368,7 +368,7 @@ static paci_instr shift_instr(const paci_table *t, int s, paci_instr in, long re
 static long expand_simulated(Verifier *v, int s, paci_instr **out)
 {
     const paci_program *pg = &v->t->program[v->prog];
-    const paci_stage_program *sp = &pg->stage[s];
+    const paci_stage_program *sp = &pg->device[s];
     long cut = pg->body_reps - v->reps;
     if (cut == 0)
         return schedule_expand(v->t, v->prog, s, out);

@@ -15,7 +15,7 @@
 /* Instructions a stage runs in one segment of program pg, counting body repetitions. */
 static int64_t count_op(const paci_table *tab, const paci_program *pg, int s, int op)
 {
-    const paci_stage_program *sp = &pg->stage[s];
+    const paci_stage_program *sp = &pg->device[s];
     int64_t n = 0;
     for (int32_t i = 0; i < sp->n_prologue; i++)
         n += tab->instrs[sp->prologue + i].op == op;
@@ -35,6 +35,8 @@ static int check_range(const paci_table *tab, int s, int32_t first, int32_t n, c
         const paci_instr *in = &tab->instrs[i];
         if (in->op >= PACI_OP_COUNT)
             return pr_fail(err, "schedule table: instruction %d has unknown op %d", i, in->op);
+        if (in->stage != s)
+            return pr_fail(err, "schedule table: instruction %d of device %d names stage %d", i, s, in->stage);
         if (in->op != PACI_OP_STEP && in->slot >= tab->slots[s])
             return pr_fail(err, "schedule table: instruction %d uses slot %d of stage %d's %d",
                            i, in->slot, s, tab->slots[s]);
@@ -61,6 +63,14 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
         return pr_fail(err, "%s: the program has no schedule table", prog->source);
     if (tab->stages != prog->stages || tab->stages < 1 || tab->stages > PACI_MAX_STAGES)
         return pr_fail(err, "schedule table: %d stages, program: %d", tab->stages, prog->stages);
+    // Chunks (several stages a device) are not run yet: each device runs its own stage.
+    if (tab->devices != tab->stages || tab->chunks != 1)
+        return pr_fail(err, "schedule table: %d stages on %d devices (%d chunks each): this runtime "
+                       "runs one stage per device", tab->stages, tab->devices, tab->chunks);
+    for (int32_t i = 0; i < tab->n_instrs; i++)
+        if (tab->instrs[i].stage >= tab->stages)
+            return pr_fail(err, "schedule table: instruction %d names stage %d of %d", i, tab->instrs[i].stage,
+                           tab->stages);
     if (tab->window < 1 || tab->channel_capacity < 1 || tab->segment_steps < 1 ||
         tab->total_steps < 1 || tab->n_programs < 1 || tab->n_programs > PACI_MAX_PROGRAMS)
         return pr_fail(err, "schedule table: window %d, channel capacity %d, segment %d steps, "
@@ -89,7 +99,7 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
     for (int p = 0; p < tab->n_programs; p++) {
         const paci_program *pg = &tab->program[p];
         for (int s = 0; s < tab->stages; s++) {
-            const paci_stage_program *sp = &pg->stage[s];
+            const paci_stage_program *sp = &pg->device[s];
             if (check_range(tab, s, sp->prologue, sp->n_prologue, err) ||
                 check_range(tab, s, sp->body, sp->n_body, err) ||
                 check_range(tab, s, sp->epilogue, sp->n_epilogue, err))
@@ -116,7 +126,7 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
 static int stage_predicts(const paci_table *tab, int s)
 {
     for (int p = 0; p < tab->n_programs; p++) {
-        const paci_stage_program *sp = &tab->program[p].stage[s];
+        const paci_stage_program *sp = &tab->program[p].device[s];
         int32_t starts[3] = {sp->prologue, sp->body, sp->epilogue}, counts[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
         for (int part = 0; part < 3; part++)
             for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
@@ -1314,7 +1324,7 @@ static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n,
     for (int32_t i = first; i < first + n; i++) {
         paci_instr in = run->tab->instrs[i];
         if (rep >= 0)
-            in = paci_body_instr(run->tab, st->index, in, rep);
+            in = paci_body_instr(run->tab, in, rep);
         int64_t mb = in.op == PACI_OP_STEP ? -1 : first_mb + in.mb;
         if (keep(run, st, &in, mb, segment_end))
             execute(run, st, &in, mb);
@@ -1341,7 +1351,7 @@ static int rest_of_body_cut(const pr_run *run, const pr_stage_rt *st, const paci
     if (st->cut_stop == PR_NO_STOP || st->steps_met < st->cut_stop || st->steps_met < st->cut_from)
         return 0;
     for (int32_t i = sp->body; i < sp->body + sp->n_body; i++) {
-        paci_instr in = paci_body_instr(run->tab, st->index, run->tab->instrs[i], rep);
+        paci_instr in = paci_body_instr(run->tab, run->tab->instrs[i], rep);
         if (in.op != PACI_OP_STEP && first_mb + in.mb <= st->cut_stop * run->K)
             return 0;
     }
@@ -1361,7 +1371,7 @@ static void *stage_thread(void *arg)
     pr_run *run = job->run;
     pr_stage_rt *st = &run->stage[job->stage];
     const paci_program *pg = paci_segment_program(run->tab, job->seg);
-    const paci_stage_program *sp = &pg->stage[job->stage];
+    const paci_stage_program *sp = &pg->device[job->stage];
     int64_t first_step = paci_segment_first_step(run->tab, job->seg);
     int64_t first_mb = first_step * run->K, end = first_step + pg->steps;
     st->cut_from = run->step;

@@ -6,7 +6,7 @@
  *
  * Shape. Training is cut into segments at every drain boundary (evaluation, checkpoint,
  * end of training); inside a segment no stage waits for a global barrier. Every segment
- * of the same length runs the same *program*. A program holds, per stage, a prologue, a
+ * of the same length runs the same *program*. A program holds, per device, a prologue, a
  * body that repeats `body_reps` times (one optimizer step's worth of micro-batches per
  * repetition) and an epilogue. Micro-batch numbers in an instruction are relative to the
  * segment; inside the body they are relative to the repetition, which advances them by
@@ -20,6 +20,13 @@
  * v mod stash[s]. A body repetition therefore rotates them: in repetition r the activation
  * slot is (slot + r * window) mod slots[s] and a stash slot j-1 (aux = j > 0) becomes
  * (j - 1 + r) mod stash[s]. paci_body_instr() applies this rule; use it, never re-derive it.
+ *
+ * Stages and devices. The model is cut into `stages` (virtual) stages in layer order; each
+ * runs on one device (stage_device). Without chunks a device holds one stage and its number
+ * is the stage's. With chunks (interleaved 1F1B, ZB-V) a device holds `chunks` of them and
+ * one list runs them all, each instruction naming its stage: RECV_ACT and SEND_GRAD of stage
+ * s talk to stage s-1, SEND_ACT and RECV_GRAD to stage s+1, wherever those run (the same
+ * device is a local hand-over). Slots, stashes, weights and optimizer state are per stage.
  */
 #ifndef PACI_SCHEDULE_H
 #define PACI_SCHEDULE_H
@@ -84,8 +91,10 @@ static inline int paci_schedule_sync(int32_t kind)
  * BWD_B and BWD_W (zb-h1, zb-h2) name the slot as BWD does; the slot lives from the RECV_ACT
  * (or FWD) to the BWD_W, which reads the activations and what the BWD_B kept there. */
 typedef struct paci_instr {
-    uint16_t op;   /* enum paci_op */
-    uint16_t slot; /* activation slot (FWD, BWD, sends, receives); 0 for STEP */
+    uint8_t op;    /* enum paci_op */
+    uint8_t stage; /* the (virtual) stage it runs on: its device's own stage without chunks;
+                    * with chunks a device's list holds the instructions of each stage it holds */
+    uint16_t slot; /* activation slot of that stage (FWD, BWD, sends, receives); 0 for STEP */
     int32_t aux;
     int64_t mb;    /* micro-batch, relative (see the header comment); -1 for STEP. 64 bits: an
                     * epilogue's number is about steps x window, which passes 2^31 */
@@ -97,6 +106,29 @@ typedef struct paci_instr {
 /* The fields fill the struct: no padding, so instructions compare bytewise (memcmp). */
 _Static_assert(sizeof(paci_instr) == 16, "paci_instr has padding");
 
+/* Placements of virtual stages on devices (`pipeline { chunks v; placement ... }`), listed
+ * once; order is the on-disk encoding: append only. With p devices and v chunks the model is
+ * cut into S = p v stages in layer order; chunk c of device d is stage
+ *   loop: c p + d                                  (Megatron's interleaved 1F1B)
+ *   v:    c p + d for even c, c p + (p - 1 - d) for odd c   (ZB-V: down the devices, back up) */
+#define PACI_PLACEMENTS(X)  \
+    X(LOOP, "loop")         \
+    X(V, "v")
+
+enum paci_placement {
+#define PACI_PLACEMENT_ENUM(name, text) PACI_PLACEMENT_##name,
+    PACI_PLACEMENTS(PACI_PLACEMENT_ENUM)
+#undef PACI_PLACEMENT_ENUM
+    PACI_PLACEMENT_COUNT
+};
+
+/* The stage chunk c of device d holds (see PACI_PLACEMENTS). */
+static inline int32_t paci_placed_stage(int32_t placement, int32_t devices, int32_t d, int32_t c)
+{
+    return placement == PACI_PLACEMENT_V && c % 2 == 1 ? c * devices + (devices - 1 - d) : c * devices + d;
+}
+
+/* One device's instructions in a program (every stage it holds, interleaved). */
 typedef struct paci_stage_program {
     int32_t prologue; /* index of the first prologue instruction in paci_table.instrs */
     int32_t n_prologue;
@@ -114,32 +146,36 @@ typedef struct paci_stage_program {
 typedef struct paci_program {
     int32_t schedule;  /* enum paci_schedule_kind it runs: the table's, or its warm start's */
     int32_t steps;     /* optimizer steps in a segment run by this program */
-    int32_t body_reps; /* repetitions of every stage's body */
-    paci_stage_program stage[PACI_MAX_STAGES];
+    int32_t body_reps; /* repetitions of every device's body */
+    paci_stage_program device[PACI_MAX_STAGES]; /* [devices]: each device's list */
 } paci_program;
 
 typedef struct paci_table {
     int32_t schedule;          /* enum paci_schedule_kind */
-    int32_t stages;
+    int32_t stages;            /* S: (virtual) stages, devices x chunks, in layer order */
+    int32_t devices;           /* p: devices (a thread, process or GPU each); S without chunks */
+    int32_t chunks;            /* v: stages per device, 1 without chunks */
+    int32_t placement;         /* enum paci_placement (loop without chunks) */
+    int32_t stage_device[PACI_MAX_STAGES]; /* the device each stage runs on (paci_placed_stage) */
     int32_t window;            /* micro-batches per optimizer step, every schedule */
     int32_t total_steps;
     int32_t segment_steps;     /* segments end at every multiple of it, and at warm_steps */
     int32_t warm_steps;        /* steps [0, warm_steps) run warm_schedule (a warm start); 0: none */
     int32_t warm_schedule;     /* enum paci_schedule_kind, synchronous */
     int32_t channel_capacity;  /* messages a link buffers before send blocks */
-    int32_t slots[PACI_MAX_STAGES]; /* activation slots per stage */
-    int32_t stash[PACI_MAX_STAGES]; /* stashed weight copies per stage (PipeDream) */
+    int32_t slots[PACI_MAX_STAGES]; /* activation slots per (virtual) stage */
+    int32_t stash[PACI_MAX_STAGES]; /* stashed weight copies per (virtual) stage (PipeDream) */
     int32_t n_programs;        /* one per distinct (schedule, length) of the segments */
     paci_program program[PACI_MAX_PROGRAMS];
     int32_t n_instrs;
     const paci_instr *instrs;
 } paci_table;
 
-/* The instruction `in` of stage `stage`'s body as executed in body repetition `rep`, with
- * mb still relative to the segment (see the header comment). */
-static inline paci_instr paci_body_instr(const paci_table *t, int32_t stage, paci_instr in,
-                                         int32_t rep)
+/* The instruction `in` of a device's body as executed in body repetition `rep`, with mb
+ * still relative to the segment (see the header comment); slots rotate in in.stage's count. */
+static inline paci_instr paci_body_instr(const paci_table *t, paci_instr in, int32_t rep)
 {
+    int32_t stage = in.stage;
     if (in.op != PACI_OP_STEP) {
         in.mb += (int64_t)rep * t->window;
         in.slot = (uint16_t)(((int64_t)in.slot + (int64_t)rep * t->window) % t->slots[stage]);

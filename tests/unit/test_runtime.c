@@ -222,7 +222,7 @@ static void test_paci_drift_matches_table(void **state)
     toy_train(&run, TOY_PACI, p, K, STEPS, SEGMENT);
     assert_true(logged_loss[STEPS - 1] < logged_loss[0]);
     const paci_program *full = &table.t.program[0];
-    assert_true(full->body_reps >= 2 && full->stage[0].n_epilogue > 0); // all three parts run
+    assert_true(full->body_reps >= 2 && full->device[0].n_epilogue > 0); // all three parts run
     for (int s = 0; s < p; s++) {
         long drifting = lround(table.report.drift_share[s] * (double)table.micro_batches);
         assert_int_equal(run.stage[s].drift_max, table.report.max_drift[s]);

@@ -444,7 +444,7 @@ static void test_verify_catches_errors(void **state)
     VerifyReport rep;
     assert_true(verify_schedule(t, &plan, &rep));
     paci_instr *instrs = (paci_instr *)t->instrs;
-    const paci_stage_program *sp = &t->program[0].stage[1];
+    const paci_stage_program *sp = &t->program[0].device[1];
     assert_int_equal(t->program[0].body_reps, 0);
     /* stage 1: make its first backward wait for a gradient that never comes first */
     long first_bwd = -1, second_bwd = -1;
@@ -468,7 +468,7 @@ static void test_verify_catches_errors(void **state)
     assert_true(plan_build(&cfg, &plan));
     t = schedule_build(&cfg, &plan);
     instrs = (paci_instr *)t->instrs;
-    sp = &t->program[0].stage[0];
+    sp = &t->program[0].device[0];
     for (long i = 0; i < sp->n_prologue; i++)
         if (instrs[sp->prologue + i].op == PACI_OP_SEND_ACT)
             instrs[sp->prologue + i].op = PACI_OP_RECV_GRAD;
@@ -480,7 +480,7 @@ static void test_verify_catches_errors(void **state)
  * mb (the prologue and the body's first repetition), or -1. */
 static long find_instr(const paci_table *t, int s, int op, int64_t mb)
 {
-    const paci_stage_program *sp = &t->program[0].stage[s];
+    const paci_stage_program *sp = &t->program[0].device[s];
     int32_t starts[2] = {sp->prologue, sp->body}, counts[2] = {sp->n_prologue, sp->n_body};
     for (int part = 0; part < 2; part++)
         for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
@@ -671,7 +671,7 @@ static void test_verify_recompute_send_order(void **state)
         assert_true(plan_build(&cfg, &plan));
         paci_table *t = schedule_build(&cfg, &plan);
         paci_instr *instrs = (paci_instr *)t->instrs;
-        const paci_stage_program *sp = &t->program[0].stage[0];
+        const paci_stage_program *sp = &t->program[0].device[0];
         assert_int_equal(t->program[0].body_reps, 0);
         /* stage 0 starts F0 sa0 F1: make it F0 F1 sa0 */
         long at = sp->prologue;
@@ -772,7 +772,7 @@ static void test_micro_batch_numbers_past_int32(void **state)
     const paci_program *pg = &t->program[0];
     const int64_t last_mb = 3000000LL * 1000 - 1;
     for (int s = 0; s < 2; s++) {
-        const paci_stage_program *sp = &pg->stage[s];
+        const paci_stage_program *sp = &pg->device[s];
         const paci_instr *epi = t->instrs + sp->epilogue;
         assert_true(sp->n_epilogue >= 2);
         assert_int_equal(epi[sp->n_epilogue - 1].op, PACI_OP_STEP);
@@ -782,7 +782,7 @@ static void test_micro_batch_numbers_past_int32(void **state)
         for (int i = 0; i < sp->n_epilogue; i++)
             assert_true(epi[i].op == PACI_OP_STEP || epi[i].mb > INT32_MAX);
         paci_instr first = t->instrs[sp->body];
-        paci_instr moved = paci_body_instr(t, s, first, pg->body_reps - 1);
+        paci_instr moved = paci_body_instr(t, first, pg->body_reps - 1);
         assert_true(moved.mb == first.mb + (int64_t)(pg->body_reps - 1) * 1000);
         assert_true(moved.mb > INT32_MAX);
     }
