@@ -821,6 +821,7 @@ static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
               cfg->eval_every, cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_keep);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);
     emit_line(sb, ".on_nan = %d, /* 0: stop, 1: skip the step */", cfg->on_nan);
+    emit_line(sb, ".data_order = %d, /* 0: the file's order, 1: shuffled per epoch by seed */", cfg->data_order);
     if (cfg->optimizer != PR_OPT_ADAMW)
         emit_line(sb, ".optimizer = %d, /* enum pr_optimizer: state.bin records it */", cfg->optimizer);
     emit_data_path(sb, "train_data", cfg->train_data);

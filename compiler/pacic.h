@@ -290,6 +290,7 @@ typedef struct Config {
     Precision precision;
     AttentionImpl attention;
     int on_nan;             /* enum pr_on_nan: a non-finite loss or gradient stops or skips */
+    int data_order;         /* enum pr_data_order: the training sequences in file order or shuffled by seed */
     /* hardware the cost model assumes: `hardware [gpu] { ... }` a GPU per stage, `hardware cpu
      * { ... }` and no hardware block this machine's CPU, a thread per stage (machine.c) */
     int machine;            /* enum machine */

@@ -75,6 +75,8 @@ static const char *const bool_words[] = {"false", "true", NULL};
 static const char *const precision_words[] = {[PREC_FP32] = "fp32", [PREC_BF16] = "bf16", NULL};
 static const char *const attention_words[] = {[ATTN_FLASH] = "flash", [ATTN_MATMUL] = "matmul", NULL};
 static const char *const on_nan_words[] = {[PR_ON_NAN_STOP] = "stop", [PR_ON_NAN_SKIP] = "skip", NULL};
+static const char *const data_order_words[] = {[PR_DATA_SEQUENTIAL] = "sequential", [PR_DATA_SHUFFLED] = "shuffled",
+                                               NULL};
 static const char *const decay_words[] = {
     [PR_DECAY_COSINE] = "cosine", [PR_DECAY_LINEAR] = "linear", [PR_DECAY_CONSTANT] = "constant",
     NULL};
@@ -224,6 +226,7 @@ static const KeyDef train_keys[] = {
     /* the schedule table counts steps in int32 (paci_table.total_steps) */
     {.name = "steps", .shape = SHAPE_LONG, .min = 1, .max = INT32_MAX, .required = true, .field = AT(steps)},
     {.name = "seed", .shape = SHAPE_U64, .min = 0, .max = ANY_U64, .fallback = 1337, .field = AT(seed)},
+    CHOICE_KEY("data_order", data_order, data_order_words, PR_DATA_SEQUENTIAL),
     CHOICE_KEY("precision", precision, precision_words, PREC_FP32),
     CHOICE_KEY("attention", attention, attention_words, ATTN_FLASH),
     CHOICE_KEY("on_nan", on_nan, on_nan_words, PR_ON_NAN_STOP),
@@ -1637,6 +1640,8 @@ void config_dump(FILE *out, const Config *cfg)
             cfg->train_data ? cfg->train_data : "(none)", cfg->val_data ? cfg->val_data : "(none)",
             cfg->steps, (unsigned long long)cfg->seed, precision_words[cfg->precision],
             attention_words[cfg->attention]);
+    if (cfg->data_order != PR_DATA_SEQUENTIAL) /* only when set: older dumps stay as they were */
+        fprintf(out, "  data_order %s\n", data_order_words[cfg->data_order]);
     fprintf(out, "  lr %g (base %g at global batch %ld, scale %s)\n", cfg->lr, cfg->lr_base,
             cfg->lr_base_batch, scale_words[cfg->lr_scale]);
     fprintf(out, "  betas %g %g\n  eps %g\n  weight_decay %g\n  clip %g\n", cfg->beta1, cfg->beta2,

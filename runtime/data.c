@@ -87,12 +87,49 @@ void pr_tokens_free(pr_tokens *d)
     memset(d, 0, sizeof *d);
 }
 
+/* One round of the Feistel network below: a splitmix64 finaliser of the half, the key and
+ * the round, cut to `bits`. */
+static uint64_t feistel_round(uint64_t half, uint64_t key, int round, int bits)
+{
+    uint64_t z = half + key + 0x9e3779b97f4a7c15ULL * (uint64_t)(round + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z & ((1ULL << bits) - 1);
+}
+
+/* A balanced four-round Feistel network permutes [0, 4^h) for the smallest 4^h >= n; walking
+ * the cycle from i until it lands below n restricts it to a permutation of [0, n) (each
+ * position takes under four walks on average, since 4^h < 4n). */
+int64_t pr_shuffled_position(uint64_t key, int64_t n, int64_t i)
+{
+    int bits = 1;
+    while ((1LL << (2 * bits)) < n)
+        bits++;
+    uint64_t mask = (1ULL << bits) - 1, x = (uint64_t)i;
+    do {
+        uint64_t left = x >> bits, right = x & mask;
+        for (int round = 0; round < 4; round++) {
+            uint64_t next = left ^ feistel_round(right, key, round, bits);
+            left = right;
+            right = next;
+        }
+        x = left << bits | right;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
+}
+
 void pr_tokens_batch(const pr_tokens *d, int64_t g, int64_t B, int64_t T, int32_t *inputs,
                      int32_t *targets)
 {
     int64_t chunks = (d->count - 1) / T;
     for (int64_t b = 0; b < B; b++) {
-        int64_t start = ((g * B + b) % chunks) * T;
+        int64_t i = g * B + b, chunk = i % chunks;
+        if (d->shuffled) { // each epoch its own permutation: the key mixes the seed and the epoch
+            pr_rng mix = {d->order_seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(i / chunks + 1))};
+            chunk = pr_shuffled_position(pr_rng_next(&mix), chunks, chunk);
+        }
+        int64_t start = chunk * T;
         for (int64_t t = 0; t < T; t++) {
             inputs[b * T + t] = d->tokens[start + t];
             targets[b * T + t] = d->tokens[start + t + 1];

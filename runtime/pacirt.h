@@ -225,6 +225,8 @@ typedef struct pr_stage_code {
 
 enum pr_lr_decay { PR_DECAY_COSINE, PR_DECAY_LINEAR, PR_DECAY_CONSTANT };
 enum pr_on_nan { PR_ON_NAN_STOP, PR_ON_NAN_SKIP };
+/* `train { data_order ... }`: the order the training sequences are read in (docs/dsl.md). */
+enum pr_data_order { PR_DATA_SEQUENTIAL, PR_DATA_SHUFFLED };
 
 typedef struct pr_program {
     const char *source;      /* the DSL file this was compiled from */
@@ -256,6 +258,7 @@ typedef struct pr_program {
     const struct pr_device *cuda_device;       /* the CUDA device layer (libpacirt_cuda.a) */
     /* a non-finite loss or gradient: stop the run (no checkpoint) or skip that step */
     int32_t on_nan;                            /* enum pr_on_nan */
+    int32_t data_order;                        /* enum pr_data_order: shuffled is keyed by seed */
     int32_t optimizer;                         /* enum pr_optimizer: state.bin records it */
     /* data parallelism (`parallel { data D }`): D copies of the pipeline, each reading its own
      * micro-batches, average each stage's gradients at that stage's step; 0 or 1: one */

@@ -67,16 +67,25 @@ typedef struct pr_tokens {
     const char *path;
     uint16_t *tokens;
     int64_t count;
+    /* the training file under `data_order shuffled`: each epoch reads the sequences in a
+     * permutation keyed by (order_seed, epoch); 0: in the file's order (validation always) */
+    int shuffled;
+    uint64_t order_seed;
 } pr_tokens;
 
 /* Loads and checks a token file: header, declared count vs size, every token < vocab, and
  * at least B*T+1 tokens (one micro-batch). */
 int pr_tokens_load(pr_tokens *d, const char *path, int32_t vocab, int64_t B, int64_t T, char *err);
 void pr_tokens_free(pr_tokens *d);
-/* Micro-batch g: sequence b is the chunk (g*B + b) mod chunks, each T+1 tokens starting at a
- * multiple of T. Depends only on g, whatever the schedule, p or resume. */
+/* Micro-batch g: sequence b is number i = g*B + b of the run, which reads chunk i mod chunks
+ * (each T+1 tokens starting at a multiple of T), or under d->shuffled the chunk epoch
+ * i / chunks's permutation puts at position i mod chunks. Depends only on g, whatever the
+ * schedule, p, replicas or resume. */
 void pr_tokens_batch(const pr_tokens *d, int64_t g, int64_t B, int64_t T, int32_t *inputs,
                      int32_t *targets);
+/* The shuffled order's permutation of [0, n): a keyed bijection computed per position, so
+ * any sequence of any epoch is found without building the epoch's order. */
+int64_t pr_shuffled_position(uint64_t key, int64_t n, int64_t i);
 
 /* ---- transport.c: bounded FIFO per directed link, in-process or over a socket ---------- */
 

@@ -1161,6 +1161,8 @@ static int prepare_training(pr_run *run, char *err)
         load_weights(run, opt->resume, err) != 0 ||
         (!opt->no_checkpoint && pr_ckpt_guard(run, opt->ckpt_dir, err) != 0))
         return -1;
+    run->train.shuffled = prog->data_order == PR_DATA_SHUFFLED;
+    run->train.order_seed = prog->seed;
     if (opt->resume && says)
         printf("run: resumed from step %lld (checkpoint %s)\n", (long long)run->step, run->resumed_from);
     if (opt->resume)

@@ -148,6 +148,69 @@ static void test_batch_positions(void **state)
     pr_tokens_free(&d);
 }
 
+/* The shuffled order's permutation: a bijection of [0, n) for every n (cycle walking lands
+ * every position once), the same for the same key, another for another key, and no longer
+ * the file's order. */
+static void test_shuffled_permutation(void **state)
+{
+    const int64_t sizes[] = {1, 2, 3, 4, 5, 17, 64, 65, 1000, 4096, 4097, 100003};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        int64_t n = sizes[k], fixed = 0, moved_by_key = 0;
+        char *seen = calloc((size_t)n, 1);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = pr_shuffled_position(1337, n, i);
+            if (j < 0 || j >= n || seen[j])
+                fail_msg("n = %lld: position %lld maps to %lld, outside or taken", (long long)n, (long long)i,
+                         (long long)j);
+            seen[j] = 1;
+            assert_int_equal(j, pr_shuffled_position(1337, n, i));
+            fixed += j == i;
+            moved_by_key += j != pr_shuffled_position(1338, n, i);
+        }
+        free(seen);
+        if (n >= 64 && (fixed > n / 8 || moved_by_key < n / 2))
+            fail_msg("n = %lld: %lld positions fixed, %lld differ under another key", (long long)n,
+                     (long long)fixed, (long long)moved_by_key);
+    }
+}
+
+/* Under the shuffled order an epoch reads every chunk once, epochs read them in other orders,
+ * and the same micro-batch number reads the same tokens whoever asks (resume, replicas). */
+static void test_batch_shuffled(void **state)
+{
+    int64_t n = 101, T = 4, chunks = (n - 1) / T;
+    uint16_t *t = counting(n, 256);
+    write_token_file(PR_TOKENS_MAGIC, 1, (int32_t)n, t, n, 1024);
+    pr_tokens d;
+    char err[PR_ERR_LEN];
+    assert_int_equal(pr_tokens_load(&d, path, 256, 1, T, err), 0);
+    d.shuffled = 1;
+    d.order_seed = 1337;
+    int32_t in[4], tg[4], first_epoch[25], same = 0;
+    for (int64_t epoch = 0; epoch < 2; epoch++) {
+        char seen[25] = {0};
+        for (int64_t i = 0; i < chunks; i++) {
+            pr_tokens_batch(&d, epoch * chunks + i, 1, T, in, tg);
+            assert_int_equal(in[0] % T, 0);
+            assert_int_equal(tg[0], in[0] + 1);
+            int64_t c = in[0] / T;
+            assert_false(seen[c]);
+            seen[c] = 1;
+            if (epoch == 0)
+                first_epoch[i] = (int32_t)c;
+            else
+                same += first_epoch[i] == c;
+        }
+    }
+    assert_true(same < chunks / 2);
+    int32_t again[4], again_tg[4];
+    pr_tokens_batch(&d, 7, 1, T, in, tg);
+    pr_tokens_batch(&d, 7, 1, T, again, again_tg);
+    assert_memory_equal(in, again, sizeof in);
+    free(t);
+    pr_tokens_free(&d);
+}
+
 static void test_tokenize(void **state)
 {
     char text[512], prefix[512], train[600], val[600];
@@ -208,6 +271,8 @@ int main(void)
         cmocka_unit_test(test_token_out_of_range),
         cmocka_unit_test(test_too_few_tokens),
         cmocka_unit_test(test_batch_positions),
+        cmocka_unit_test(test_shuffled_permutation),
+        cmocka_unit_test(test_batch_shuffled),
         cmocka_unit_test(test_tokenize),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
