@@ -510,8 +510,8 @@ static void receive_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int wh
     char why[160];
     reduce_bytes(run, st, fd, peer, 1, b->list, (size_t)paci_dgc_list_words(n, want) * sizeof *b->list, deadline);
     if (pr_dgc_check_list(b->list, n, want, why, sizeof why) != 0)
-        reduce_refused(run, st, peer, "sent replica %d's list of %lld pairs with %s, in a stage of %lld "
-                       "parameters (corrupt)", whose, (long long)want, why, (long long)n);
+        reduce_refused(run, st, peer, "sent replica %d's list of %lld pairs with %s (corrupt)", whose,
+                       (long long)want, why);
     b->k = want;
 }
 
