@@ -23,8 +23,10 @@
 # The selection's ties are checked on crafted vectors by tests/cuda_fake/dgc_check.c (run
 # here on the same kernels). Skips (exit 77) where tests/cuda_emu cannot run.
 # Planted faults it fails on (2026-12-05; kernels through FAKE_SED, the rest in the source):
-# (2026-12-06, 4-byte pairs) the rounding error not left in the residual (compact: acc = 0),
-# the scatter's block search off by one block, the scan's last running count left unwritten;
+# (2026-12-06, 4-byte pairs) the rounding error not left in the residual (compact: acc = 0;
+# (b) sees losses 1.6% apart), the scatter's block search taking a pair at a block's end into
+# that block (>= for >), the scan's last running count left unwritten (both: dgc_check's n
+# of three blocks);
 # the ties taken from the higher indices (scan and compact rewritten: only dgc_check sees it,
 # training meets no ties but zeros), the ties past the first `ties` taken, the residual not
 # zeroed where sent, the sum in reverse replica order (only dgc_check's 3 replicas: with 2
