@@ -6,6 +6,7 @@
 
 #include "pacic.h"
 #include "../runtime/pacirt.h"
+#include "../runtime/paci_dgc.h"
 
 static double gib(double bytes)
 {
@@ -126,23 +127,27 @@ static void explain_allreduce(FILE *out, const Config *cfg, const Plan *plan)
 }
 
 /* compression dgc: per stage, what a step's exchange moves per rank, dense (the ring's
- * allreduce) and compressed (an allgather of k = ceil(density n) pairs of 8 bytes from each
- * of the D - 1 others), and both at network_bandwidth, so a user sees when it pays. */
+ * allreduce) and compressed (an allgather of each of the D - 1 others' lists of k =
+ * ceil(density n) pairs: 4 bytes a pair and 4 a block of 65536 entries, runtime/paci_dgc.h),
+ * and both at network_bandwidth, so a user sees when it pays. */
 static void explain_compression(FILE *out, const Config *cfg, const Plan *plan)
 {
     int d = config_replicas(cfg);
     fprintf(out, "compression dgc { density %g; warmup_steps %ld }: each replica sends k = ceil(%g n) (index, value) "
-                 "pairs of 8 bytes per stage a step (after the warm-up), a sparse allgather: (D-1) x 8k bytes per "
-                 "rank, against the dense ring's 2(D-1)/D x 4n (threads, processes, or NCCL on GPUs; the prediction below "
-                 "assumes the dense exchange)\n", cfg->dgc_density, cfg->dgc_warmup_steps, cfg->dgc_density);
-    fprintf(out, "  stage  dense MB  dense ms    dgc MB    dgc ms  (per rank per step, %.3g GB/s network_bandwidth)\n",
-            cfg->network_bandwidth / 1e9);
+                 "pairs per stage a step (after the warm-up), 4 bytes a pair (a 16-bit offset in a block of %d and "
+                 "the value in bf16, its rounding kept in the residual) plus 4 a block (its count); a sparse "
+                 "allgather: (D-1) x (4k + 4 ceil(n/%d)) bytes per rank, against the dense ring's 2(D-1)/D x 4n "
+                 "(threads, processes, or NCCL on GPUs; the prediction below assumes the dense exchange)\n",
+            cfg->dgc_density, cfg->dgc_warmup_steps, cfg->dgc_density, PACI_DGC_BLOCK, PACI_DGC_BLOCK);
+    fprintf(out, "  stage  dense MB  dense ms    dgc MB    dgc ms  bytes a pair  (per rank per step, %.3g GB/s "
+                 "network_bandwidth)\n", cfg->network_bandwidth / 1e9);
     for (int s = 0; s < plan->stages; s++) {
         Allreduce a = stage_allreduce(cfg, &plan->stage[s]);
-        double k = ceil(cfg->dgc_density * (double)plan->stage[s].params);
-        double sparse = (d - 1) * 8.0 * (k < 1 ? 1 : k);
-        fprintf(out, "  %5d  %8.4g  %8.3g  %8.4g  %8.3g\n", s, a.ring_bytes / 1e6, a.seconds * 1e3, sparse / 1e6,
-                sparse / cfg->network_bandwidth * 1e3);
+        int64_t n = plan->stage[s].params, k = (int64_t)ceil(cfg->dgc_density * (double)n);
+        k = k < 1 ? 1 : k > n ? n : k;
+        double list = 4.0 * (double)paci_dgc_list_words(n, k), sparse = (d - 1) * list;
+        fprintf(out, "  %5d  %8.4g  %8.3g  %8.4g  %8.3g  %12.4g\n", s, a.ring_bytes / 1e6, a.seconds * 1e3,
+                sparse / 1e6, sparse / cfg->network_bandwidth * 1e3, list / (double)k);
     }
 }
 

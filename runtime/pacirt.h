@@ -332,8 +332,8 @@ extern const struct pr_device pr_device_cuda;
 /* `compression dgc` (runtime/cuda/dgc.c): kernels of a compressing program's every unit that
  * the CUDA layer launches itself, by these names (compiler/emit_cuda.c writes them): the
  * accumulation, the radix select's histogram and pick, the chunks' counts, their scan, the
- * compaction into (index, value) pairs, and the sum of a replica's pairs. A chunk is
- * PR_CUDA_DGC_CHUNK consecutive entries, walked in index order by one thread. */
+ * compaction into a list of 4-byte pairs (runtime/paci_dgc.h), and the sum of a replica's
+ * list. A chunk is PR_CUDA_DGC_CHUNK consecutive entries, walked in index order by one thread. */
 #define PR_CUDA_DGC_KERNELS(X)                                                               \
     X(accumulate, "pr_gpu_dgc_accumulate") X(histogram, "pr_gpu_dgc_histogram") X(pick, "pr_gpu_dgc_pick") \
     X(count, "pr_gpu_dgc_count") X(scan, "pr_gpu_dgc_scan") X(compact, "pr_gpu_dgc_compact")              \

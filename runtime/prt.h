@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "pacirt.h"
+#include "paci_dgc.h"
 
 #define PR_ERR_LEN 512
 #define PR_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
@@ -276,10 +277,10 @@ typedef struct pr_device {
     void (*event_wait)(int stage, void *event);
     /* compression dgc on the device (NULL on the CPU, whose replicas run dgc.c on host
      * memory). dgc_open: b's residual (and velocity, under momentum correction) in the
-     * stage's memory, zero, and its pairs for D replicas: b->index holds D slots of 2 k words
-     * (k indices, then k values, at a step's k). dgc_compress: pr_dgc_compress on the device,
-     * its pairs into slot `replica`; returns the slots. dgc_sum: grads = the D slots summed in
-     * replica order (pr_dgc_sum). */
+     * stage's memory, zero, and its pairs for D replicas: b->index holds D slots of
+     * paci_dgc_list_words(n, k) words at a step's k. dgc_compress: pr_dgc_compress on the
+     * device, its list into slot `replica`; returns the slots. dgc_sum: grads = the D slots
+     * decoded and summed in replica order (pr_dgc_sum). */
     int (*dgc_open)(const pr_program *prog, int stage, struct pr_dgc_buffers *b, int D, char *err);
     uint32_t *(*dgc_compress)(int stage, struct pr_dgc_buffers *b, const float *grads, int64_t k, float scale,
                               float mu, int replica);
@@ -394,8 +395,8 @@ typedef struct pr_dgc_buffers {
     float *residual;    /* what it has not sent yet: the error feedback, or the accumulated velocity */
     float *velocity;    /* momentum correction's local velocity u (LARS), else NULL */
     uint32_t *scratch;  /* n: the selection's keys */
-    uint32_t *index;    /* this step's pairs: indices, ascending ... */
-    float *value;       /* ... and values */
+    uint32_t *index;    /* this step's pairs' indices, ascending (the selection's) */
+    uint32_t *list;     /* this step's pairs as sent (paci_dgc.h): paci_dgc_list_words(n, k) words */
     int64_t k;          /* pairs this step */
     float *residual_before; /* the residual and velocity as this step found them, put back */
     float *velocity_before; /* if the step is skipped (pr_dgc_undo; NULL without velocity) */
@@ -412,15 +413,22 @@ int pr_dgc_momentum_correction(const pr_program *prog);
 int64_t pr_dgc_select(const float *x, int64_t n, int64_t k, uint32_t *scratch, uint32_t *index);
 /* Local clipping: min(1, (clip / sqrt(D)) / ||grad||), 1 without `clip`. */
 float pr_dgc_clip_scale(const pr_program *prog, int D, const float *grad, int64_t n);
+/* A sent value as bf16 (to nearest even; a finite value too large for bf16 saturates at its
+ * largest, so that the value less its bf16 stays a float). */
+uint16_t pr_dgc_round(float v);
 /* One replica's side: keeps the residual and velocity as they were (for pr_dgc_undo),
  * accumulates scale * grad (through the velocity with momentum mu when b->velocity), selects
- * k, moves them into b's pairs and zeroes them in residual and velocity. Returns the pairs. */
+ * k, writes them into b->list (the values rounded to bf16 when k < n) and leaves in the
+ * residual what was not sent (the rounding error; zero where all of it was, or where the
+ * value is not finite) and zero in the velocity. Returns the pairs. */
 int64_t pr_dgc_compress(pr_dgc_buffers *b, const float *grad, int64_t n, int64_t k, float scale, float mu);
-/* out[0..n) = the D replicas' pairs summed in replica order (0's as they are, then added). */
+/* out[0..n) = the D replicas' lists decoded and summed in replica order (0's as they are,
+ * then added). */
 void pr_dgc_sum(float *out, int64_t n, const pr_dgc_buffers *const *from, int D);
-/* A pair list from another process against what pr_dgc_select sends (indices ascending, each
- * below n, so pr_dgc_sum stays inside out[0..n)): the first position that is not, or -1. */
-int64_t pr_dgc_check_index(const uint32_t *index, int64_t k, int64_t n);
+/* A list of k pairs from another process against what pr_dgc_compress writes (block counts
+ * running up to k, offsets ascending in each block and below its size, so pr_dgc_sum stays
+ * inside out[0..n) and writes each index once): 0, or -1 with the first fault in why. */
+int pr_dgc_check_list(const uint32_t *list, int64_t n, int64_t k, char *why, size_t len);
 /* A skipped step (on_nan skip) undone: the residual and velocity as pr_dgc_compress found
  * them, so the pairs it sent stay to be sent later and the step's own gradient is dropped,
  * as a dense skipped step drops it (docs/dsl.md "Gradient compression"). */
@@ -603,8 +611,8 @@ typedef struct pr_run {
      * reduce_fd[r] leads to replica r; others: reduce_fd[0] leads to replica 0), -1 unused */
     int *reduce_fd;
     float *reduce_buffer;             /* replica 0: one replica's gradients as they arrive */
-    /* compression dgc over TCP: the other replicas' pair lists of the step (index and value
-     * only, room for reduce_pairs_room pairs each); rank 0, for a checkpoint: every rank's
+    /* compression dgc over TCP: the other replicas' pair lists of the step (the list words
+     * only, room for reduce_pairs_room words each); rank 0, for a checkpoint: every rank's
      * residuals (and velocities), gathered in rank order, as dgc.bin holds them */
     pr_dgc_buffers *reduce_pairs;
     int64_t reduce_pairs_room;

@@ -10,7 +10,7 @@
  * gradients, and the others copy the sum back. With one process per stage and replica, each
  * replica r > 0 of stage s sends its gradients over TCP to replica 0 of stage s (rank s),
  * which adds them in replica order and sends the sum back (launch.c makes the sockets).
- * Under `compression dgc` the same sockets carry each replica's (index, value) pairs to
+ * Under `compression dgc` the same sockets carry each replica's pair list (4 bytes a pair) to
  * replica 0 and every other replica's back (tcp_dgc), and every replica sums all D lists in
  * replica order, as the threads do, so processes and threads give the same bits. On GPUs
  * (the device's transport, NCCL) the sum is the transport's allreduce, and under compression
@@ -334,8 +334,8 @@ static void in_process_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop
     int64_t n = st->code->n_params;
     char missing[256], why[PR_ERR_LEN];
     int64_t k = dgc_compress_own(run, st);
-    // what the exchange carries from this replica: its count, then k (index, value) pairs
-    st->exchange_bytes += (int64_t)sizeof(int64_t) + k * (int64_t)(sizeof *st->dgc.index + sizeof *st->dgc.value);
+    // what the exchange carries from this replica: its count, then its list (paci_dgc.h)
+    st->exchange_bytes += (int64_t)sizeof(int64_t) + paci_dgc_list_words(n, k) * (int64_t)sizeof(uint32_t);
     st->exchanges++;
     g->pairs[r] = &st->dgc;
     g->loss[r] = *loss;
@@ -473,8 +473,9 @@ static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, 
 
 #define PAIRS_MAGIC 0x50414350u /* "PACP" */
 
-/* compression dgc over TCP: before each pair list, whose list it is and its length; then the
- * count indices (uint32), then the count values (float). */
+/* compression dgc over TCP: before each pair list, whose list it is and its count of pairs;
+ * then the list's 32-bit words (paci_dgc.h: a count per block and a word per pair, or the n
+ * values when the count is n). */
 typedef struct pairs_head {
     uint32_t magic, replica;
     int64_t count;
@@ -484,14 +485,15 @@ static void send_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose
                        double deadline)
 {
     pairs_head ph = {PAIRS_MAGIC, (uint32_t)whose, b->k};
+    size_t words = (size_t)paci_dgc_list_words(st->code->n_params, b->k);
     reduce_bytes(run, st, fd, peer, 0, &ph, sizeof ph, deadline);
-    reduce_bytes(run, st, fd, peer, 0, b->index, (size_t)b->k * sizeof *b->index, deadline);
-    reduce_bytes(run, st, fd, peer, 0, b->value, (size_t)b->k * sizeof *b->value, deadline);
+    reduce_bytes(run, st, fd, peer, 0, b->list, words * sizeof *b->list, deadline);
 }
 
 /* Receives replica `whose` list from `peer` into b (room for `want` pairs). Every replica
  * sends exactly this step's k (pr_dgc_count), so any other count is refused before a pair
- * is read, and indices that pr_dgc_sum could not take (out of range, out of order) after. */
+ * is read, and a list that pr_dgc_sum could not take (block counts that do not run up to k,
+ * offsets out of order or past their block) after. */
 static void receive_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose, pr_dgc_buffers *b,
                           int64_t want, double deadline)
 {
@@ -504,29 +506,27 @@ static void receive_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int wh
         reduce_refused(run, st, peer, "sent a list of %lld pairs for replica %d, step %lld's compression "
                        "sends %lld (corrupt, or another program)", (long long)ph.count, whose,
                        (long long)st->t + 1, (long long)want);
-    reduce_bytes(run, st, fd, peer, 1, b->index, (size_t)want * sizeof *b->index, deadline);
-    reduce_bytes(run, st, fd, peer, 1, b->value, (size_t)want * sizeof *b->value, deadline);
-    int64_t bad = pr_dgc_check_index(b->index, want, st->code->n_params);
-    if (bad >= 0)
-        reduce_refused(run, st, peer, "sent pair %lld of replica %d's list with index %u, not ascending "
-                       "below the stage's %lld parameters (corrupt)", (long long)bad, whose,
-                       b->index[bad], (long long)st->code->n_params);
+    int64_t n = st->code->n_params;
+    char why[160];
+    reduce_bytes(run, st, fd, peer, 1, b->list, (size_t)paci_dgc_list_words(n, want) * sizeof *b->list, deadline);
+    if (pr_dgc_check_list(b->list, n, want, why, sizeof why) != 0)
+        reduce_refused(run, st, peer, "sent replica %d's list of %lld pairs with %s (corrupt)", whose,
+                       (long long)want, why);
     b->k = want;
 }
 
-/* The other replicas' lists of this step, with room for k pairs each (k falls over the
- * warm-up, so the first step's room serves the run). */
-static pr_dgc_buffers *peer_lists(pr_run *run, int64_t k)
+/* The other replicas' lists of this step, with room for `words` words each (k falls over
+ * the warm-up, so the first steps' room serves the run). */
+static pr_dgc_buffers *peer_lists(pr_run *run, int64_t words)
 {
     if (!run->reduce_pairs)
         run->reduce_pairs = pr_alloc((size_t)run->replicas * sizeof *run->reduce_pairs);
-    if (k > run->reduce_pairs_room) {
+    if (words > run->reduce_pairs_room) {
         for (int q = 0; q < run->replicas; q++) {
             pr_dgc_free(&run->reduce_pairs[q]);
-            run->reduce_pairs[q].index = pr_alloc((size_t)k * sizeof(uint32_t));
-            run->reduce_pairs[q].value = pr_alloc((size_t)k * sizeof(float));
+            run->reduce_pairs[q].list = pr_alloc((size_t)words * sizeof(uint32_t));
         }
-        run->reduce_pairs_room = k;
+        run->reduce_pairs_room = words;
     }
     return run->reduce_pairs;
 }
@@ -541,7 +541,7 @@ static void tcp_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     int D = run->replicas, me = run->replica;
     int64_t k = dgc_compress_own(run, st);
     st->exchanges++;
-    pr_dgc_buffers *lists = peer_lists(run, k);
+    pr_dgc_buffers *lists = peer_lists(run, paci_dgc_list_words(st->code->n_params, k));
     const pr_dgc_buffers *from[PR_MAX_REPLICAS];
     for (int q = 0; q < D; q++)
         from[q] = q == me ? &st->dgc : &lists[q];
@@ -724,7 +724,7 @@ static void native_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     double values[2] = {*loss, (double)*stop};
     char err[PR_ERR_LEN] = "";
     wait_for_replicas(run, st);
-    int rc = run->links->gather(run, s, slots, (size_t)(2 * k), values, 2, err);
+    int rc = run->links->gather(run, s, slots, (size_t)paci_dgc_list_words(n, k), values, 2, err);
     if (rc != PR_LINK_OK)
         native_failed(run, st, rc, err);
     pr_wait_end();

@@ -10,8 +10,10 @@
  * walks it from the top bin to the one holding the k-th. Four passes give T and the number of
  * keys equal to T to take. The entries are then cut into chunks of PR_CUDA_DGC_CHUNK: a
  * thread per chunk counts its keys above T and equal to T, one thread scans the counts in
- * index order (each chunk's first pair, the ties before it), and a thread per chunk writes
- * its pairs in index order, taking the first ties, and zeroes them in acc (and u).
+ * index order (each chunk's first pair, the ties before it, and each block's running count:
+ * a block of the list is 256 chunks), and a thread per chunk writes its pairs in index order,
+ * taking the first ties (the bf16 value and the offset in its block, one word: paci_dgc.h),
+ * leaves the rounding error in acc and zeroes u. A list of all n entries is acc itself, copied.
  *
  * Every count is an integer and every float is copied, or added in one fixed order with
  * rounded operations (__fadd_rn, __fmul_rn: never fused), so the pairs, the residuals and the
@@ -19,8 +21,8 @@
  * the CPU's bits.
  *
  * Device memory per stage: the residual (and the velocity, LARS), their copies as the step
- * found them (put back if on_nan skips the step: pr_cuda_dgc_undo), and the pairs of all D
- * replicas, D slots of 2 k_max 32-bit words (k indices, then k values, at a step's k), k_max
+ * found them (put back if on_nan skips the step: pr_cuda_dgc_undo), and the lists of all D
+ * replicas, D slots of blocks + k_max 32-bit words (paci_dgc_list_words at a step's k), k_max
  * the count of step 1, the largest the warm-up gives; the selection's state and chunk counts.
  */
 #include <string.h>
@@ -37,9 +39,11 @@ typedef struct dgc_functions {
 
 static struct {
     int open, D;
-    int64_t n, k_max, chunks;
+    int64_t n, k_max, chunks, blocks;
     dgc_functions f;
 } stages[PACI_MAX_STAGES];
+
+_Static_assert(PACI_DGC_BLOCK % PR_CUDA_DGC_CHUNK == 0, "a block of a pair list is whole chunks");
 
 enum { THREADS = 256 }; /* a block of the element-wise kernels */
 
@@ -61,12 +65,14 @@ int pr_cuda_dgc_open(const pr_program *prog, int stage, pr_dgc_buffers *b, int D
         b->velocity_before = pr_cuda_dev_alloc(stage, (size_t)n * sizeof(float));
     }
     b->scratch = pr_cuda_dev_alloc(stage, (size_t)(PR_DGC_STATE_WORDS + PR_DGC_BINS + 2 * chunks) * sizeof(uint32_t));
-    b->index = pr_cuda_dev_alloc(stage, (size_t)D * 2 * (size_t)k_max * sizeof(uint32_t));
+    int64_t blocks = paci_dgc_blocks(n);
+    b->index = pr_cuda_dev_alloc(stage, (size_t)D * (size_t)(blocks + k_max) * sizeof(uint32_t));
     stages[stage].open = 1;
     stages[stage].D = D;
     stages[stage].n = n;
     stages[stage].k_max = k_max;
     stages[stage].chunks = chunks;
+    stages[stage].blocks = blocks;
     stages[stage].f = f;
     return 0;
 }
@@ -88,8 +94,9 @@ void pr_cuda_dgc_close(int stage, pr_dgc_buffers *b)
 }
 
 /* Accumulates scale * grads into the residual (through the velocity with momentum mu), then
- * selects its k largest into slot `replica` of b->index and zeroes them there; returns the
- * slots (k indices then k values each, 2 k words a slot). Queued; the host does not wait. */
+ * writes its k largest as a list into slot `replica` of b->index and leaves what was not sent
+ * in the residual; returns the slots (paci_dgc_list_words(n, k) words a slot). Queued; the
+ * host does not wait. */
 uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads, int64_t k, float scale,
                                float mu, int replica)
 {
@@ -97,13 +104,22 @@ uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads,
         pr_internal("stage %d: dgc selects %lld of at most %lld", stage, (long long)k,
                     (long long)stages[stage].k_max);
     const dgc_functions *f = &stages[stage].f;
-    long n = (long)stages[stage].n, chunks = (long)stages[stage].chunks;
+    long n = (long)stages[stage].n, chunks = (long)stages[stage].chunks, blocks = (long)stages[stage].blocks;
     float *acc = b->residual, *u = b->velocity;
     pr_cuda_dev_queue_copy(stage, b->residual_before, acc, (size_t)n * sizeof(float));
     if (u)
         pr_cuda_dev_queue_copy(stage, b->velocity_before, u, (size_t)n * sizeof(float));
     void *acc_args[] = {&grads, &acc, &u, &n, &scale, &mu};
     pr_cuda_launch_function(stage, f->accumulate, n, THREADS, acc_args);
+    uint32_t *list = b->index + (size_t)replica * (size_t)paci_dgc_list_words(n, k);
+    b->k = k;
+    if (k == n) { // every entry: acc's floats as they are, nothing left behind (pr_dgc_compress)
+        pr_cuda_dev_queue_copy(stage, list, acc, (size_t)n * sizeof(float));
+        pr_cuda_dev_zero(stage, acc, (size_t)n * sizeof(float));
+        if (u)
+            pr_cuda_dev_zero(stage, u, (size_t)n * sizeof(float));
+        return b->index;
+    }
     // the state: no bits of the threshold yet, k wanted; the histogram zero (pick clears it)
     uint32_t start[PR_DGC_STATE_WORDS] = {[PR_DGC_WANTED] = (uint32_t)k};
     uint32_t *state = b->scratch, *above = state + PR_DGC_STATE_WORDS + PR_DGC_BINS, *equal = above + chunks;
@@ -117,13 +133,11 @@ uint32_t *pr_cuda_dgc_compress(int stage, pr_dgc_buffers *b, const float *grads,
     }
     void *count_args[] = {&acc, &n, &state, &above, &equal};
     pr_cuda_launch_function(stage, f->count, chunks, THREADS, count_args);
-    void *scan_args[] = {&above, &equal, &chunks, &state};
+    void *scan_args[] = {&above, &equal, &chunks, &state, &list, &blocks};
     pr_cuda_launch_function(stage, f->scan, 1, 1, scan_args);
-    uint32_t *index = b->index + (size_t)replica * 2 * (size_t)k;
-    float *value = (float *)(index + k);
-    void *compact_args[] = {&acc, &u, &n, &state, &above, &equal, &index, &value};
+    uint32_t *pairs = list + blocks;
+    void *compact_args[] = {&acc, &u, &n, &state, &above, &equal, &pairs};
     pr_cuda_launch_function(stage, f->compact, chunks, THREADS, compact_args);
-    b->k = k;
     return b->index;
 }
 
@@ -136,18 +150,19 @@ void pr_cuda_dgc_undo(int stage, pr_dgc_buffers *b)
         pr_cuda_dev_queue_copy(stage, b->velocity, b->velocity_before, bytes);
 }
 
-/* grads = the D slots' pairs summed in replica order: zero, slot 0's values as they are, then
- * each later slot's added (pr_dgc_sum's order), one launch per slot on the compute stream. */
+/* grads = the D slots' lists decoded and summed in replica order: zero, slot 0's values as
+ * they are, then each later slot's added (pr_dgc_sum's order), one launch per slot on the
+ * compute stream. */
 void pr_cuda_dgc_sum(int stage, float *grads, const uint32_t *slots, int64_t k)
 {
     const dgc_functions *f = &stages[stage].f;
-    long count = (long)k;
-    pr_cuda_dev_zero(stage, grads, (size_t)stages[stage].n * sizeof(float));
+    int64_t n = stages[stage].n, words = paci_dgc_list_words(n, k);
+    long count = (long)k, blocks = k == n ? 0 : (long)stages[stage].blocks; // 0: the n floats
+    pr_cuda_dev_zero(stage, grads, (size_t)n * sizeof(float));
     for (int q = 0; q < stages[stage].D; q++) {
-        const uint32_t *index = slots + (size_t)q * 2 * (size_t)k;
-        const float *value = (const float *)(index + k);
+        const uint32_t *list = slots + (size_t)q * (size_t)words;
         int first = q == 0;
-        void *args[] = {&grads, &index, &value, &count, &first};
+        void *args[] = {&grads, &list, &count, &blocks, &first};
         pr_cuda_launch_function(stage, f->scatter, k, THREADS, args);
     }
 }

@@ -3,8 +3,10 @@
  * on crafted vectors where training rarely goes: half the magnitudes drawn from a handful of
  * values, so that most thresholds have ties (taken from the lower index), zeros among them, an n
  * that is not a multiple of a chunk, k from 1 to n, three steps of residual (and, for LARS,
- * velocity) carried over, a local clipping scale, and the sum of three replicas' pairs (order
- * matters with three: float addition is commutative but not associative). Test tooling for
+ * velocity) carried over, a local clipping scale, and the sum of three replicas' lists (order
+ * matters with three: float addition is commutative but not associative); n past two blocks of
+ * 65536 (the lists' running counts per block, written by the scan, and the scatter's search
+ * for a pair's block). Test tooling for
  * tests/e2e/cuda_fake_dgc.sh, never part of pacic or run.
  *
  * Linked with runtime/cuda/dgc.c, the emulated kernels of a compressing program (their launch
@@ -103,21 +105,20 @@ static void check(int64_t n, int64_t k, int lars, float scale, int D)
     }
     // one stage's state serves the D replicas in turn: every replica's slots are the same size
     uint32_t *slots = gpu[0].index;
+    size_t words = (size_t)paci_dgc_list_words(n, k);
     for (int step = 1; step <= 3; step++) {
         for (int r = 0; r < D; r++) {
             for (int64_t i = 0; i < n; i++)
                 grad[i] = crafted();
             pr_dgc_compress(&cpu[r], grad, n, k, scale, mu);
             pr_cuda_dgc_compress(0, &gpu[r], grad, k, scale, mu, r);
-            if (gpu[r].index != slots) // each replica's pairs into slot r of one buffer, as gathered
-                memcpy(slots + (size_t)r * 2 * (size_t)k, gpu[r].index + (size_t)r * 2 * (size_t)k,
-                       2 * (size_t)k * sizeof(uint32_t));
-            const uint32_t *index = slots + (size_t)r * 2 * (size_t)k;
+            if (gpu[r].index != slots) // each replica's list into slot r of one buffer, as gathered
+                memcpy(slots + (size_t)r * words, gpu[r].index + (size_t)r * words, words * sizeof(uint32_t));
+            const uint32_t *list = slots + (size_t)r * words;
             const char *what = !same_bits(cpu[r].residual, gpu[r].residual, (size_t)n * 4) ? "residual"
                                : lars && !same_bits(cpu[r].velocity, gpu[r].velocity, (size_t)n * 4) ? "velocity"
                                : cpu[r].k != k ? "count"
-                               : !same_bits(cpu[r].index, index, (size_t)k * 4) ? "indices"
-                               : !same_bits(cpu[r].value, index + k, (size_t)k * 4) ? "values" : NULL;
+                               : !same_bits(cpu[r].list, list, words * 4) ? "list" : NULL;
             if (what) {
                 fprintf(stderr, "dgc_check: n %lld, k %lld, %s, scale %g, step %d, replica %d: the GPU's %s "
                         "differ from the CPU's\n", (long long)n, (long long)k, lars ? "lars" : "adamw",
@@ -147,9 +148,9 @@ done:
 
 int main(void)
 {
-    const int64_t sizes[] = {1, 300, 1000, 4099};
+    const int64_t sizes[] = {1, 300, 1000, 4099, 2 * 65536 + 300};
     int cases = 0;
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
         int64_t n = sizes[s];
         const int64_t ks[] = {1, 2, 7, n / 3, n - 1, n};
         for (int j = 0; j < 6; j++) {
@@ -162,7 +163,7 @@ int main(void)
     }
     if (failures)
         return 1;
-    printf("dgc_check: %d cases (n 1..4099, k 1..n, ties at most thresholds, 3 steps): the GPU's "
-           "residuals, velocities, pairs and 3-replica sums are the CPU's bits\n", cases);
+    printf("dgc_check: %d cases (n 1..131372, k 1..n, ties at most thresholds, 3 steps): the GPU's "
+           "residuals, velocities, lists and 3-replica sums are the CPU's bits\n", cases);
     return 0;
 }

@@ -3,8 +3,11 @@
 #   - density 1 is the dense run, bit for bit (model.bin, state.bin), under AdamW and LAMB
 #     (error feedback: everything is sent, the residual stays zero);
 #   - density 0.001: the bytes each replica's exchange wrote per step (counted by the
-#     transport, --metrics exchange_bytes_per_step) fall at least 100x against dense; the
-#     final validation losses are printed (a goal, not asserted);
+#     transport, --metrics exchange_bytes_per_step) are its lists' exactly (per stage 8 for
+#     the count, 4 a block of 65536, 4 a pair: lib.sh dgc_list_bytes) and fall at least 500x
+#     against dense; --explain prices 4 bytes a pair plus the blocks' counts (between 4 and
+#     4.2 bytes a pair on this model); the final validation losses are printed (a goal, not
+#     asserted);
 #   - the warm-up sends more in its first steps than the final density does, and LARS's
 #     momentum reaches the exchange (momentum correction): momentum 0.9 and 0 differ;
 #   - SIGKILL mid-run, then --resume: the uninterrupted run's bits (model, state, dgc.bin);
@@ -45,10 +48,22 @@ train dense --blas-threads 1 || fail "dense did not train"
 train sparse --blas-threads 1 || fail "sparse did not train"
 dense_bytes=$(exchange dense) sparse_bytes=$(exchange sparse)
 [ -n "$dense_bytes" ] && [ -n "$sparse_bytes" ] || fail "no exchange_bytes_per_step in the metrics"
-[ $((dense_bytes)) -ge $((100 * sparse_bytes)) ] \
-    || fail "density 0.001 sends $sparse_bytes bytes a step against dense $dense_bytes: not 100x less"
+[ $((dense_bytes)) -ge $((500 * sparse_bytes)) ] \
+    || fail "density 0.001 sends $sparse_bytes bytes a step against dense $dense_bytes: not 500x less"
+want=$(dgc_list_bytes "$(final sparse 40)/dgc.bin" 0.001 | awk '{s += 8 + $1} END {print s}')
+[ "$sparse_bytes" = "$want" ] \
+    || fail "density 0.001: the threads counted $sparse_bytes bytes a step, the lists (8, 4 a block, 4 a pair) are $want"
 echo "exchange per replica per step, stages summed (40 steps): dense $dense_bytes bytes," \
-     "dgc 0.001 $sparse_bytes bytes ($((dense_bytes / sparse_bytes))x less)"
+     "dgc 0.001 $sparse_bytes bytes ($((dense_bytes / sparse_bytes))x less; the lists' $want)"
+explain=$("$pacic" "$work/sparse.paci" --explain 2>&1) || fail "--explain failed: $explain"
+grep -q "4 bytes a pair (a 16-bit offset in a block of 65536 and the value in bf16" <<< "$explain" \
+    || fail "--explain does not price 4-byte pairs: $(grep -A3 'compression dgc' <<< "$explain")"
+per_pair=$(awk '/bytes a pair/ {on = 1; next} on && NF == 6 {print $6; next} {on = 0}' <<< "$explain")
+[ "$(wc -l <<< "$per_pair")" = 2 ] || fail "--explain: no bytes a pair for both stages: $per_pair"
+for b in $per_pair; do
+    python3 -c "import sys; sys.exit(not 4 < $b < 4.2)" || fail "--explain prices $b bytes a pair, not 4 plus the blocks' counts"
+done
+echo "--explain: $(echo $per_pair) bytes a pair (stages 0 and 1)"
 echo "final val loss: dense $(val_loss dense), dgc 0.001 $(val_loss sparse)" \
      "(goal: within 1%; $(python3 -c "print('%+.2f%%' % (100 * ($(val_loss sparse) / $(val_loss dense) - 1)))"))"
 

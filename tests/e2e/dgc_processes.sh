@@ -9,13 +9,15 @@
 #   - data 2 over TCP: density 1 is the dense exchange, bit for bit;
 #   - data 2, density 0.001: every process killed with SIGKILL after the first checkpoint, then
 #     all started again with --resume (each rank reads its own part of dgc.bin): the threaded
-#     run's bits; and the resumed run's steps wrote at least 100x fewer bytes a step than dense
+#     run's bits; and the resumed run's steps wrote at least 500x fewer bytes a step than dense
 #     on every rank (counted by the transport where it writes: the head, and each pair list's
-#     head and pairs);
+#     head and words), exactly the 32-byte head, the 16-byte list head and the list: 4 bytes
+#     a block of 65536 and 4 a pair (lib.sh dgc_list_bytes);
 #   - under mpirun (where run has MPI; MPI starts the processes, the pairs still go over TCP):
 #     the threaded run's bits;
 #   - a peer whose pair list says another count than the step's k (a shim corrupts it) is
-#     refused with the count and the peer named, before a pair is read.
+#     refused with the count and the peer named, before a pair is read; one whose last pair's
+#     16-bit offset lies past the stage, with the pair and its block named.
 source tests/e2e/lib.sh
 # Unoptimised programs (unless a sanitizer build sets its flags): the C compiler's -O3 would
 # take most of this test's time, and both sides of each comparison run one binary.
@@ -107,14 +109,17 @@ same_bits "$work/sparse/ckpt" "$work/killed/ckpt" 16 model.bin state.bin dgc.bin
     fail "killed at $from and resumed: not the threaded run's bits"
 echo "4 processes killed (SIGKILL) after $from, resumed: model.bin, state.bin, dgc.bin == threads"
 
-# --- density 0.001 writes >= 100x fewer bytes a step than dense (the resumed run's steps) ----------
+# --- density 0.001 writes >= 500x fewer bytes a step than dense (the resumed run's steps) ----------
 for r in 0 1 2 3; do
     dense_bytes=$(exchange "$work/dense-tcp" $r) sparse_bytes=$(exchange "$work/killed" $r)
     [ -n "$dense_bytes" ] && [ -n "$sparse_bytes" ] || fail "rank $r: no exchange_bytes_per_step in the metrics"
-    [ $((dense_bytes)) -ge $((100 * sparse_bytes)) ] ||
-        fail "rank $r: density 0.001 writes $sparse_bytes bytes a step against dense $dense_bytes: not 100x less"
+    [ $((dense_bytes)) -ge $((500 * sparse_bytes)) ] ||
+        fail "rank $r: density 0.001 writes $sparse_bytes bytes a step against dense $dense_bytes: not 500x less"
+    want=$((32 + 16 + $(dgc_list_bytes "$work/killed/ckpt/step_00000016/dgc.bin" 0.001 $((r % 2)))))
+    [ "$sparse_bytes" = "$want" ] ||
+        fail "rank $r: density 0.001 writes $sparse_bytes bytes a step, the heads and the list are $want"
     echo "rank $r (stage $((r % 2)) of replica $((r / 2))): a step writes $dense_bytes bytes dense," \
-         "$sparse_bytes at density 0.001 ($((dense_bytes / sparse_bytes))x less)"
+         "$sparse_bytes at density 0.001 ($((dense_bytes / sparse_bytes))x less; heads 48, list $((want - 48)))"
 done
 
 # --- mpirun: MPI starts the processes, the pairs go over TCP --------------------------------------
@@ -132,23 +137,29 @@ else
     skip_part "no mpirun, or run was built without MPI: the mpirun case"
 fi
 
-# --- a corrupt pair count is refused, naming it and the peer ----------------------------------------
+# --- a corrupt pair count, or a corrupt pair, is refused, naming it and the peer ---------------------
 ${CC:-cc} -shared -fPIC -O1 -o "$work/corrupt_pairs.so" tests/e2e/corrupt_pairs.c -ldl
-port=$((port + 1))
-pids=()
-for r in 0 1 2 3; do
-    mkdir -p "$work/corrupt/rank$r"
-    preload=()
-    [ $r != 2 ] || preload=(CORRUPT_PAIRS_COUNT=1099511627776 LD_PRELOAD="$work/corrupt_pairs.so"
-                            ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0")
-    (cd "$work/corrupt/rank$r" && exec env "${preload[@]}" RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT=$port "$work/sparse/run" --quiet --blas-threads 1 --no-checkpoint --peer-timeout 20 \
-        --connect-timeout 60 > out.txt 2> err.txt) &
-    pids+=($!)
-done
-rc=0
-wait "${pids[0]}" || rc=$?
-for pid in "${pids[@]:1}"; do { wait "$pid"; } 2>/dev/null || true; done
+# corrupt_rank2 DIR VAR=VALUE: the sparse program as 4 processes, rank 2's lists corrupted by
+# the shim (VAR: CORRUPT_PAIRS_COUNT or CORRUPT_PAIRS_OFFSET); rank 0's exit status in $rc.
+corrupt_rank2() {
+    local dir=$1 how=$2 r preload
+    port=$((port + 1))
+    pids=()
+    for r in 0 1 2 3; do
+        mkdir -p "$work/$dir/rank$r"
+        preload=()
+        [ $r != 2 ] || preload=("$how" LD_PRELOAD="$work/corrupt_pairs.so"
+                                ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0")
+        (cd "$work/$dir/rank$r" && exec env "${preload[@]}" RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port "$work/sparse/run" --quiet --blas-threads 1 --no-checkpoint --peer-timeout 20 \
+            --connect-timeout 60 > out.txt 2> err.txt) &
+        pids+=($!)
+    done
+    rc=0
+    wait "${pids[0]}" || rc=$?
+    for r in 1 2 3; do { wait "${pids[$r]}"; } 2>/dev/null || true; done
+}
+corrupt_rank2 corrupt CORRUPT_PAIRS_COUNT=1099511627776
 [ $rc = 1 ] || fail "rank 0 exited $rc on a corrupt pair count: $(cat "$work/corrupt/rank0/err.txt")"
 line=$(tail -n 1 "$work/corrupt/rank0/err.txt")
 grep -Eqx "run: error: stage 0 of replica 0 \(rank 0\): replica 1 of stage 0 \(rank 2\) sent a list of 1099511627776 pairs for replica 1, step 1's compression sends [0-9]+ \(corrupt, or another program\) \(the gradient reduction of step 1\)" <<< "$line" ||
@@ -157,3 +168,10 @@ echo "corrupt count: $line"
 # the rank that sent it then finds rank 0 gone, and says so
 grep -q "the run is stuck on rank 0 (stage 0 of replica 0): its process is gone" "$work/corrupt/rank2/err.txt" ||
     fail "rank 2 after rank 0 refused its pairs: $(cat "$work/corrupt/rank2/err.txt")"
+# the last pair's 16-bit offset past the stage (one block, smaller than 65536)
+corrupt_rank2 corrupt-offset CORRUPT_PAIRS_OFFSET=65535
+[ $rc = 1 ] || fail "rank 0 exited $rc on a corrupt offset: $(cat "$work/corrupt-offset/rank0/err.txt")"
+line=$(tail -n 1 "$work/corrupt-offset/rank0/err.txt")
+grep -Eqx "run: error: stage 0 of replica 0 \(rank 0\): replica 1 of stage 0 \(rank 2\) sent replica 1's list of ([0-9]+) pairs with pair [0-9]+ at offset 65535 of block 0, not ascending below its [0-9]+ entries \(corrupt\) \(the gradient reduction of step 1\)" <<< "$line" ||
+    fail "unexpected message on a corrupt offset: $(cat "$work/corrupt-offset/rank0/err.txt")"
+echo "corrupt offset: $line"

@@ -152,6 +152,23 @@ sys.exit('%s: non-finite residuals at %s' % (sys.argv[1], bad[:8]) if bad else 0
 PY
 }
 
+# dgc_list_bytes DGC_BIN DENSITY [STAGE]: the bytes of one replica's pair list a step after the
+# warm-up, from the stage sizes n in a dgc.bin's header, as docs/dsl.md "The pairs" states them:
+# 4 per block of 65536 entries and 4 per pair, k = max(1, ceil(density n)) (4 n when k = n); one
+# line per stage (only STAGE's if given).
+dgc_list_bytes() {
+    python3 - "$1" "$2" "${3:--1}" <<'PY'
+import math, struct, sys
+raw = open(sys.argv[1], 'rb').read()
+stages = struct.unpack('<7q', raw[:56])[3]
+sizes = struct.unpack('<64q', raw[72:72 + 64 * 8])[:stages]
+for s, n in enumerate(sizes):
+    k = min(n, max(1, math.ceil(float(sys.argv[2]) * n)))
+    if int(sys.argv[3]) in (-1, s):
+        print(4 * n if k == n else 4 * ((n + 65535) // 65536) + 4 * k)
+PY
+}
+
 # build_quiet NAME: compiles $work/NAME.paci into $work/NAME/run; pacic and the C compiler
 # must print nothing.
 build_quiet() {
