@@ -268,6 +268,12 @@ typedef struct pr_program {
      * under gpipe and 1f1b D replicas of window K give the bits of one pipeline of window D K
      * (D, K powers of two; never under paci or pipedream: docs/dsl.md) */
     int32_t accumulate_pairwise;
+    /* `delay_correction dc-asgd` (docs/dsl.md "Delay correction"): a forward's aux in the table
+     * is then the delay d its backward's gradient is corrected for (DC-ASGD, Zheng et al.
+     * 2017), g + dc_lambda g g (d (W - W_prev)), before it joins the window's sum; not a
+     * prediction. dc_lambda 0: the plain backward, PACI's bits */
+    int32_t dc_asgd;
+    double dc_lambda;
     /* `parallel { compression dgc { ... } }` (runtime/dgc.c, docs/dsl.md): each replica sends
      * the top-k of (its residual + this step's gradient), k = density(t) x n per stage, and
      * keeps the rest; 0: the dense sum. dgc_warmup_steps: the exponential warm-up of the

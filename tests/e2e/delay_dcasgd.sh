@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `delay_correction dc-asgd` end to end (PACI at p = 4, K = 2: delays of 1 and 2 steps):
+# dc_lambda 0 trains as plain PACI to the bit (losses, weights, optimizer state); dc_lambda
+# > 0 runs the correction (another run), the loss falls, and it resumes bit for bit. The
+# formula itself, per backward, against a float64 reference: tests/unit/test_dcasgd.c.
+source tests/e2e/lib.sh
+
+# The listing marks each delayed forward with the d its backward is corrected for.
+small_model listing 4 paci 2 12 0 6
+with_pipeline listing "delay_correction dc-asgd; dc_lambda 0.5"
+"$pacic" "$work/listing.paci" --emit schedule 2>/dev/null > "$work/listing.txt"
+grep -q "its gradient is corrected for them (delay_correction dc-asgd)" "$work/listing.txt" || fail "no dc-asgd note in the listing"
+grep -q "body x.*F3+1 sa3 rg0 B0 F4+2" "$work/listing.txt" || fail "stage 0's delays: $(grep -m1 'body' "$work/listing.txt")"
+
+# --explain counts the two weight copies on each stage with a delayed forward (not the last).
+"$pacic" "$work/listing.paci" --explain 2>/dev/null > "$work/explain.txt"
+grep -q "delay correction: dc-asgd (DC-ASGD, Zheng et al. 2017, constant lambda 0.5)" "$work/explain.txt" ||
+    fail "no dc-asgd section in --explain"
+grep -q "stage 0: +[0-9.]* MiB, 2 of 2 backwards per step corrected (d <= 2)" "$work/explain.txt" ||
+    fail "stage 0's cost: $(grep 'stage 0: +' "$work/explain.txt")"
+grep -q "stage 3: +0.00 MiB, 0 of 2 backwards per step corrected (d <= 0)" "$work/explain.txt" ||
+    fail "stage 3's cost: $(grep 'stage 3: +' "$work/explain.txt")"
+
+# dc_lambda 0 is plain PACI, bit for bit.
+small_model plain 4 paci 2 12 0 6
+small_model zero 4 paci 2 12 0 6
+with_pipeline zero "delay_correction dc-asgd; dc_lambda 0"
+train plain 2>/dev/null
+train zero 2>/dev/null
+for f in model.bin state.bin; do
+    cmp "$work/plain/ckpt/step_00000012/$f" "$work/zero/ckpt/step_00000012/$f" ||
+        fail "dc_lambda 0: $f differs from plain PACI's"
+done
+[ "$(losses plain)" = "$(losses zero)" ] || fail "dc_lambda 0: the losses differ from plain PACI's"
+echo "paci K=2 dc-asgd dc_lambda 0 == plain PACI (weights, optimizer state, 12 losses)"
+
+# dc_lambda > 0: the correction runs (another run than plain PACI's), the loss falls, and a
+# stop at the checkpoint resumes bit for bit (W_prev is refreshed by a step of the run before
+# any backward reads it, so it is not checkpoint state).
+small_model lambda 4 paci 2 12 0 6
+with_pipeline lambda "delay_correction dc-asgd; dc_lambda 2"
+train lambda 2>/dev/null
+cmp -s "$work/plain/ckpt/step_00000012/model.bin" "$work/lambda/ckpt/step_00000012/model.bin" &&
+    fail "dc_lambda 2 trained the same weights as plain PACI"
+first=$(losses lambda | head -1)
+last=$(losses lambda | tail -1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.8) }' || fail "dc_lambda 2: loss fell too little ($first -> $last)"
+mkdir -p "$work/lambda-resumed"
+cp "$work/lambda/run" "$work/lambda-resumed/run"
+(cd "$work/lambda-resumed" && ./run --quiet --steps 6 && ./run --quiet --resume)
+for f in model.bin state.bin; do
+    cmp "$work/lambda/ckpt/step_00000012/$f" "$work/lambda-resumed/ckpt/step_00000012/$f" ||
+        fail "dc_lambda 2: $f after resume differs from the straight run"
+done
+echo "paci K=2 dc-asgd dc_lambda 2: loss $first -> $last, not plain PACI's weights; 12 straight == 6 + resume + 6"
+
+# Under a synchronous schedule it only warns and compiles the same table as none.
+small_model sync 3 1f1b 2 4
+"$pacic" "$work/sync.paci" --emit schedule > "$work/sync-none.txt"
+with_pipeline sync "delay_correction dc-asgd; dc_lambda 1"
+"$pacic" "$work/sync.paci" --emit schedule > "$work/sync-dc.txt" 2> "$work/warning.txt"
+grep -q "delay_correction dc-asgd does nothing under the synchronous schedule 1f1b" "$work/warning.txt" ||
+    fail "no warning for 1f1b: $(cat "$work/warning.txt")"
+cmp "$work/sync-none.txt" "$work/sync-dc.txt" || fail "1f1b with dc-asgd compiles to another table"
+echo "1f1b dc-asgd: warned, the same table as none"
