@@ -2,7 +2,8 @@
 # `delay_correction dc-asgd` end to end (PACI at p = 4, K = 2: delays of 1 and 2 steps):
 # dc_lambda 0 trains as plain PACI to the bit (losses, weights, optimizer state); dc_lambda
 # > 0 runs the correction (another run), the loss falls, and it resumes bit for bit. The
-# formula itself, per backward, against a float64 reference: tests/unit/test_dcasgd.c.
+# formula itself, per backward, against a float64 reference: tests/unit/test_dcasgd.c. On
+# the GPU path (the fake CUDA stack of tests/cuda_fake) it is refused, naming the way out.
 source tests/e2e/lib.sh
 
 # The listing marks each delayed forward with the d its backward is corrected for.
@@ -63,3 +64,23 @@ grep -q "delay_correction dc-asgd does nothing under the synchronous schedule 1f
     fail "no warning for 1f1b: $(cat "$work/warning.txt")"
 cmp "$work/sync-none.txt" "$work/sync-dc.txt" || fail "1f1b with dc-asgd compiles to another table"
 echo "1f1b dc-asgd: warned, the same table as none"
+
+# The GPU path has no correction kernels yet: a GPU run stops before training, naming the
+# CPU (the fake CUDA stack, as tests/e2e/cuda_fake.sh builds it; a part skipped without it).
+CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
+if [ "${PACI_BUILD:-build}" != build ] || [ ! -f build/lib/pacic/libpacirt_cuda.a ] || [ -z "$CXX" ]; then
+    skip_part "the fake CUDA stack cannot run here (sanitizer build, no libpacirt_cuda.a or no C++ compiler)"
+else
+    export CXX FAKE_CACHE=$work/fake-cache PACIC_CACHE=$work/cache
+    small_model gpu 3 paci 2 4
+    sed -i "s/layers 4;/layers 1;/" "$work/gpu.paci"
+    with_pipeline gpu "split [0, 1, 0]; delay_correction dc-asgd; dc_lambda 1"
+    fake_build gpu
+    status=0
+    (cd "$work/gpu" && LD_LIBRARY_PATH=$work/gpu/lib FAKE_CUDA_GPUS=1 ./run --device cuda > out.txt 2> err.txt) || status=$?
+    [ "$status" = 1 ] || fail "dc-asgd on the GPU: exit $status, expected 1"
+    grep -q "delay_correction dc-asgd runs on the CPU only for now; run with --device cpu" "$work/gpu/err.txt" ||
+        fail "dc-asgd on the GPU: $(cat "$work/gpu/err.txt")"
+    [ ! -e "$work/gpu/ckpt" ] || fail "dc-asgd on the GPU: the refused run left a checkpoint folder"
+    echo "dc-asgd on the (fake) GPU: refused before training, naming --device cpu"
+fi
