@@ -201,9 +201,9 @@ static int check_options(const pr_program *prog, const pr_device *dev, stage_siz
         int delays = stage_has_delays(prog->schedule, s);
         z->predicts[s] = delays && !prog->dc_asgd;
         z->corrects[s] = delays && prog->dc_asgd && prog->dc_lambda != 0.0;
-        if (z->corrects[s] && !dev->host_memory)
-            return pr_fail(err, "%s: delay_correction dc-asgd runs on the CPU only for now; run with --device cpu, "
-                           "or compile with delay_correction none", prog->source);
+        if (z->corrects[s] && !dev->dc_asgd_add)
+            return pr_fail(err, "%s: delay_correction dc-asgd is not supported on the %s device; run with --device "
+                           "cpu, or compile with delay_correction none", prog->source, dev->name);
         if (z->predicts[s] && prog->optimizer == PR_OPT_LARS)
             return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb, nadamw or lans, "
                            "not lars", prog->source);
@@ -1257,7 +1257,7 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
     // dc-asgd: a delayed backward's gradient is computed alone and joins grads corrected
     int64_t delay = corrected_delay(st, in);
     if (delay > 0)
-        memset(st->dc_grad, 0, (size_t)sc->n_params * sizeof(float));
+        run->dev->zero(s, st->dc_grad, (size_t)sc->n_params * sizeof(float));
     pr_bwd_args args = {weights, delay > 0 ? st->dc_grad : grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
                         sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                         1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
@@ -1271,8 +1271,8 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
     else
         run->dev->backward(run->prog, s, &args);
     if (delay > 0)
-        pr_dc_asgd_add(grads, st->dc_grad, st->params, st->dc_prev, sc->n_params,
-                       (float)(run->prog->dc_lambda * (double)delay * (double)(run->K * run->replicas)));
+        run->dev->dc_asgd_add(s, grads, st->dc_grad, st->params, st->dc_prev, sc->n_params,
+                              (float)(run->prog->dc_lambda * (double)delay * (double)(run->K * run->replicas)));
     if (in->op == PACI_OP_BWD)
         note_first_gradients(run, st, grads, st->window_backwards == 0, args.grads_ready != NULL);
     if (st->acc_level)

@@ -332,6 +332,10 @@ extern const struct pr_device pr_device_cuda;
 #define PR_CUDA_SUMSQ_KERNEL "pr_sumsq_partials"
 #define PR_CUDA_SUMSQ_BLOCK 256
 
+/* `delay_correction dc-asgd` on the GPU: the kernel of such a program's every unit that the
+ * CUDA layer launches as pr_dc_asgd_add (runtime/dc_asgd.c), (sum, g, w, w_prev, n, coef). */
+#define PR_CUDA_DC_ASGD_KERNEL "pr_gpu_dc_asgd_add"
+
 /* `compression dgc` (runtime/cuda/dgc.c): kernels of a compressing program's every unit that
  * the CUDA layer launches itself, by these names (compiler/emit_cuda.c writes them): the
  * accumulation, the radix select's histogram and pick, the chunks' counts, their scan, the

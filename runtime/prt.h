@@ -246,6 +246,9 @@ typedef struct pr_device {
     void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
     /* delay_correction predict: the stage's predicted weights under `rule` (pr_predict_args) */
     void (*predict)(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args);
+    /* delay_correction dc-asgd: pr_dc_asgd_add on the stage's memory; NULL: not on this device */
+    void (*dc_asgd_add)(int stage, float *sum, const float *g, const float *w, const float *w_prev, int64_t n,
+                        float coef);
     void (*close_stage)(int stage);
     /* One process per stage: every stage of this process goes on GPU `gpu` (the local
      * rank); -1 with err when there is no such GPU. NULL: nothing to choose. */

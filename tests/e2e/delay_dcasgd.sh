@@ -65,22 +65,38 @@ grep -q "delay_correction dc-asgd does nothing under the synchronous schedule 1f
 cmp "$work/sync-none.txt" "$work/sync-dc.txt" || fail "1f1b with dc-asgd compiles to another table"
 echo "1f1b dc-asgd: warned, the same table as none"
 
-# The GPU path has no correction kernels yet: a GPU run stops before training, naming the
-# CPU (the fake CUDA stack, as tests/e2e/cuda_fake.sh builds it; a part skipped without it).
+# On the GPU path (the fake CUDA stack, as tests/e2e/cuda_fake.sh builds it: a part skipped
+# without it) the correction is the device's kernel: from the same seed, --device cuda trains
+# as --device cpu does (cuda_fake.sh's tolerances), PACI on three stages on one GPU (device
+# links) and on three (NCCL), and both stay far from plain PACI's run.
 CXX=${CXX:-$(command -v g++ || command -v clang++ || true)}
 if [ "${PACI_BUILD:-build}" != build ] || [ ! -f build/lib/pacic/libpacirt_cuda.a ] || [ -z "$CXX" ]; then
     skip_part "the fake CUDA stack cannot run here (sanitizer build, no libpacirt_cuda.a or no C++ compiler)"
 else
     export CXX FAKE_CACHE=$work/fake-cache PACIC_CACHE=$work/cache
-    small_model gpu 3 paci 2 4
-    sed -i "s/layers 4;/layers 1;/" "$work/gpu.paci"
-    with_pipeline gpu "split [0, 1, 0]; delay_correction dc-asgd; dc_lambda 1"
+    # on NAME DIR GPUS [run flags...]: NAME's program in $work/NAME/DIR on GPUS fake GPUs.
+    on() {
+        local name=$1 dir=$2 gpus=$3
+        shift 3
+        mkdir -p "$work/$name/$dir"
+        (cd "$work/$name/$dir" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=$gpus \
+            ../run --metrics metrics.jsonl "$@" > out.txt 2> err.txt) || { cat "$work/$name/$dir/err.txt" >&2; return 1; }
+    }
+    for name in gpu gpu-plain; do
+        small_model "$name" 3 paci 2 4
+        sed -i "s/layers 4;/layers 1;/" "$work/$name.paci"
+        with_pipeline "$name" "split [0, 1, 0]"
+    done
+    with_pipeline gpu "delay_correction dc-asgd; dc_lambda 50"
     fake_build gpu
-    status=0
-    (cd "$work/gpu" && LD_LIBRARY_PATH=$work/gpu/lib FAKE_CUDA_GPUS=1 ./run --device cuda > out.txt 2> err.txt) || status=$?
-    [ "$status" = 1 ] || fail "dc-asgd on the GPU: exit $status, expected 1"
-    grep -q "delay_correction dc-asgd runs on the CPU only for now; run with --device cpu" "$work/gpu/err.txt" ||
-        fail "dc-asgd on the GPU: $(cat "$work/gpu/err.txt")"
-    [ ! -e "$work/gpu/ckpt" ] || fail "dc-asgd on the GPU: the refused run left a checkpoint folder"
-    echo "dc-asgd on the (fake) GPU: refused before training, naming --device cpu"
+    fake_build gpu-plain
+    on gpu cpu 1 --device cpu || fail "dc-asgd: --device cpu"
+    on gpu cuda 1 --device cuda || fail "dc-asgd: --device cuda on one GPU"
+    compare_devices "dc-asgd, 3 stages on one GPU" "$work/gpu/cuda" "$work/gpu/cpu" 1e-5 1e-4
+    on gpu nccl 3 --device cuda || fail "dc-asgd: --device cuda on three GPUs"
+    compare_devices "dc-asgd, 3 stages on three GPUs" "$work/gpu/nccl" "$work/gpu/cpu" 1e-5 1e-4
+    on gpu-plain cpu 1 --device cpu || fail "plain PACI: --device cpu"
+    (compare_devices "dc-asgd against plain PACI" "$work/gpu/cuda" "$work/gpu-plain/cpu" 1e-5 1e-4) > "$work/plain.txt" 2>&1 &&
+        fail "dc_lambda 50 on the GPU trains as plain PACI does, to the tolerances: $(cat "$work/plain.txt")"
+    echo "dc-asgd on the (fake) GPU == its CPU run to the tolerances, and not plain PACI's"
 fi

@@ -4,7 +4,8 @@
  * not read from the table); every step records the weights it starts from, so the test holds
  * each stage's weight history itself. At each step the window's gradient sum must be
  * sum over its backwards of g + lambda d K g g (W_t - W_{t-1}) (d = 0: g), in double, with
- * t the steps before the backward. At lambda 0 the run is plain PACI's, bit for bit. */
+ * t the steps before the backward. At lambda 0 the run is plain PACI's, bit for bit. The GPU's
+ * kernel is checked against this CPU path by tests/e2e/delay_dcasgd.sh (the fake CUDA stack). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -283,14 +284,14 @@ static void test_lambda_zero_is_plain_paci(void **state)
     free(corrected);
 }
 
-/* A device whose memory the host cannot read refuses dc-asgd before allocating anything. */
+/* A device without the correction's call refuses dc-asgd before allocating anything. */
 static int fake_gpu_probe(char *why)
 {
     (void)why;
     return 1;
 }
 
-static void test_refused_off_the_cpu(void **state)
+static void test_refused_without_the_call(void **state)
 {
     pr_run run;
     char err[PR_ERR_LEN] = "";
@@ -298,6 +299,7 @@ static void test_refused_off_the_cpu(void **state)
     gpu.name = "fake";
     gpu.host_memory = 0;
     gpu.probe = fake_gpu_probe;
+    gpu.dc_asgd_add = NULL;
     toy_build_stages(4);
     toy_delay_correction = DELAY_DC_ASGD;
     toy_build_table(&table, TOY_PACI, 4, 2, 4, 4);
@@ -309,7 +311,7 @@ static void test_refused_off_the_cpu(void **state)
     prog.cuda = (const struct pr_cuda_stage *)&gpu; // any non-NULL: the GPU path "exists"
     pr_options opt = {.device = "cuda", .quiet = 1};
     assert_int_equal(pr_run_init(&run, &prog, &opt, err), -1);
-    if (!strstr(err, "delay_correction dc-asgd runs on the CPU only for now; run with --device cpu"))
+    if (!strstr(err, "delay_correction dc-asgd is not supported on the fake device; run with --device cpu"))
         fail_msg("%s", err);
 }
 
@@ -333,7 +335,7 @@ int main(void)
         cmocka_unit_test(test_formula_against_double),
         cmocka_unit_test(test_window_sums_are_corrected),
         cmocka_unit_test(test_lambda_zero_is_plain_paci),
-        cmocka_unit_test(test_refused_off_the_cpu),
+        cmocka_unit_test(test_refused_without_the_call),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
