@@ -161,6 +161,7 @@ static void log_loss(pr_run *run, int64_t step, double loss, double lr, double g
 
 static toy_table table;
 static pr_program prog;
+static int pairwise; /* the next train() accumulates pairwise (each gradient alone, summed as a tree) */
 
 /* Trains the toy under PACI (or `correction` none) at p, K for `steps`, dc_lambda `lam`;
  * checks every step against the reference if asked. Returns the gathered weights. */
@@ -183,6 +184,7 @@ static float *train(int p, int K, int steps, int correction, double lam, int che
     prog.grad_clip = 1.0;
     prog.dc_asgd = correction == DELAY_DC_ASGD;
     prog.dc_lambda = lam;
+    prog.accumulate_pairwise = pairwise;
     lambda = lam;
     if (pr_run_init(&run, &prog, NULL, err) != 0)
         fail_msg("%s", err);
@@ -262,6 +264,9 @@ static void test_window_sums_are_corrected(void **state)
 {
     check_run(4, 2, 6, 2);
     check_run(3, 3, 5, 1);
+    pairwise = 1; // the corrected gradient goes into the tree's buffer instead of the sum
+    check_run(4, 2, 6, 2);
+    pairwise = 0;
 }
 
 /* dc_lambda 0 is plain PACI to the bit (the table marks the delays, nothing else changes);
@@ -322,6 +327,13 @@ static int setup(void **state)
     return 0;
 }
 
+/* Each test starts accumulating sequentially, also after one that failed midway. */
+static int sequential(void **state)
+{
+    pairwise = 0;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     unlink(token_path);
@@ -332,10 +344,10 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_formula_against_double),
-        cmocka_unit_test(test_window_sums_are_corrected),
-        cmocka_unit_test(test_lambda_zero_is_plain_paci),
-        cmocka_unit_test(test_refused_without_the_call),
+        cmocka_unit_test_setup(test_formula_against_double, sequential),
+        cmocka_unit_test_setup(test_window_sums_are_corrected, sequential),
+        cmocka_unit_test_setup(test_lambda_zero_is_plain_paci, sequential),
+        cmocka_unit_test_setup(test_refused_without_the_call, sequential),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
