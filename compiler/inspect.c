@@ -271,8 +271,8 @@ static void explain_dc_asgd(FILE *out, const Config *cfg, const Plan *plan, cons
     }
     fprintf(out, "cost per stage: the weights before the last step and one micro-batch's gradient (2 copies "
                  "of the weights, not in the totals above), per step one copy of the weights, and per "
-                 "corrected backward one pass over them (reads g, W, W_prev and the sum, writes the sum: "
-                 "20 bytes and 6 flops per weight):\n");
+                 "corrected backward the buffer zeroed and one pass over them (reads g, W, W_prev and the "
+                 "sum, writes the sum: 24 bytes with the zeroing, and 6 flops per weight):\n");
     const paci_program *pg = &t->program[0];
     for (int s = 0; s < plan->stages; s++) {
         const paci_stage_program *sp = &pg->device[s];
