@@ -237,9 +237,10 @@ static void size_stages(const pr_run *run, const pr_device *dev, stage_sizes *z)
         z->recomputes[s] = prog->recompute && tab->slots[s] > 1;
         z->slot_floats[s] = !z->recomputes[s] ? sc->act_floats : s > 0 ? pr_link_floats(prog, PR_LINK_ACT, s - 1) : 0;
         z->work_floats[s] = z->recomputes[s] ? sc->act_floats : 0;
-        z->floats[s] = hold == HOLD_FULL ? (4 + predicts + 2 * z->corrects[s] + z->acc_buffers) * n + z->slots[s] * z->slot_floats[s] +
-                                               z->work_floats[s] + tab->stash[s] * (n + n_h) + sc->scratch_floats +
-                                               2 * z->message + (1 + predicts) * n_h + pad
+        z->floats[s] = hold == HOLD_FULL ? (4 + predicts + 2 * z->corrects[s] + z->acc_buffers) * n +
+                                               z->slots[s] * z->slot_floats[s] + z->work_floats[s] +
+                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * z->message +
+                                               (1 + predicts) * n_h + pad
                      : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                      : 0;
         z->bytes[s] = z->floats[s] * (int64_t)sizeof(float) +
