@@ -839,6 +839,9 @@ static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
         emit_line(sb, ".recompute = 1, /* recompute full: slots keep inputs, the backward reruns the forward */");
     if (cfg->accumulate == ACCUMULATE_PAIRWISE)
         emit_line(sb, ".accumulate_pairwise = 1, /* a window's gradients summed as a binary tree */");
+    if (cfg->delay_correction == DELAY_DC_ASGD)
+        emit_line(sb, ".dc_asgd = 1, .dc_lambda = %s, /* delay_correction dc-asgd: a forward's +d corrects its "
+                  "backward */", exact_double(cfg->dc_lambda));
     if (cfg->compression == COMPRESSION_DGC)
         emit_line(sb, ".dgc_density = %.17g, .dgc_warmup_steps = %ld, .dgc_clip = %.17g, /* compression dgc */",
                   cfg->dgc_density, cfg->dgc_warmup_steps, cfg->dgc_clip);

@@ -270,6 +270,22 @@ static const char dgc_kernels[] =
     "    sum[i] = first ? v : __fadd_rn(sum[i], v);\n"
     "}\n";
 
+/* delay_correction dc-asgd's kernel (PR_CUDA_DC_ASGD_KERNEL; runtime/cuda/device.c launches it):
+ * runtime/dc_asgd.c's pr_dc_asgd_add, in its order of operations, each rounded, never fused. */
+static const char dc_asgd_kernel[] =
+    "/* delay_correction dc-asgd: sum += g + coef g g (w - w_prev), as the CPU's pr_dc_asgd_add\n"
+    " * (runtime/dc_asgd.c) rounds it: never fused. */\n"
+    "extern \"C\" __global__ void pr_gpu_dc_asgd_add(float *RESTRICT sum, const float *RESTRICT g, "
+    "const float *RESTRICT w, const float *RESTRICT w_prev, long n, float coef)\n"
+    "{\n"
+    "    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i >= n)\n"
+    "        return;\n"
+    "    float x = g[i];\n"
+    "    float correction = __fmul_rn(__fmul_rn(__fmul_rn(coef, x), x), __fsub_rn(w[i], w_prev[i]));\n"
+    "    sum[i] = __fadd_rn(sum[i], __fadd_rn(x, correction));\n"
+    "}\n";
+
 static void emit_dgc_kernels(StrBuf *sb)
 {
     emit_line(sb, "/* compression dgc: the selection's state words and chunk (runtime/pacirt.h). */");
@@ -346,6 +362,8 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
     emit_sumsq_kernel(sb);
     if (cfg->dgc_density > 0)
         emit_dgc_kernels(sb);
+    if (cfg->delay_correction == DELAY_DC_ASGD)
+        sb_puts(sb, dc_asgd_kernel);
 }
 
 /* "const float *RESTRICT wte" -> type "const float *" and name "wte". */

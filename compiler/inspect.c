@@ -262,6 +262,42 @@ static void explain_prediction(FILE *out, const Config *cfg, const Plan *plan, c
     }
 }
 
+/* `delay_correction dc-asgd`: what it costs per stage, read off the table's forwards (their aux
+ * is the delay d of their backward) in one body repetition, i.e. per step of the steady state;
+ * the runtime keeps the buffers on a stage with any delayed forward, and none at lambda 0. */
+static void explain_dc_asgd(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t)
+{
+    fprintf(out, "delay correction: dc-asgd (DC-ASGD, Zheng et al. 2017, constant lambda %g): a backward whose "
+                 "forward came d > 0 optimizer steps earlier adds g + lambda g g d (W - W_prev) for its gradient g, "
+                 "W - W_prev the stage's last update; ", cfg->dc_lambda);
+    if (cfg->dc_lambda == 0) {
+        fprintf(out, "lambda 0 is plain PACI: every backward runs as without it and no stage keeps more\n");
+        return;
+    }
+    fprintf(out, "cost per stage: the weights before the last step and one micro-batch's gradient (2 copies "
+                 "of the weights, not in the totals above), per step one copy of the weights, and per "
+                 "corrected backward the buffer zeroed and one pass over them (reads g, W, W_prev and the "
+                 "sum, writes the sum: 24 bytes with the zeroing, and 6 flops per weight):\n");
+    const paci_program *pg = &t->program[0];
+    for (int s = 0; s < plan->stages; s++) {
+        const paci_stage_program *sp = &pg->device[s];
+        int corrected = 0, backwards = 0, most = 0, any = 0;
+        int32_t starts[3] = {sp->prologue, sp->body, sp->epilogue}, counts[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
+        for (int part = 0; part < 3; part++)
+            for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
+                any |= t->instrs[i].op == PACI_OP_FWD && t->instrs[i].aux > 0;
+        for (int32_t i = sp->body; i < sp->body + sp->n_body; i++) {
+            backwards += t->instrs[i].op == PACI_OP_BWD;
+            if (t->instrs[i].op == PACI_OP_FWD) {
+                corrected += t->instrs[i].aux > 0;
+                most = t->instrs[i].aux > most ? t->instrs[i].aux : most;
+            }
+        }
+        fprintf(out, "  stage %d: +%.2f MiB, %d of %d backwards per step corrected (d <= %d)\n", s,
+                any ? (double)plan->stage[s].params * 8 / (1 << 20) : 0.0, corrected, backwards, most);
+    }
+}
+
 /* `recompute full`: the activation memory it saves per stage and the forward it adds to each
  * backward, priced as the cost model prices them (cost_stage). */
 static void explain_recompute(FILE *out, const Config *cfg, const Plan *plan, const char *unit, double unit_bytes)
@@ -424,6 +460,8 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         explain_prediction(out, cfg, plan, t);
     if (cfg->delay_correction == DELAY_NESTEROV)
         explain_nesterov(out, cfg);
+    if (cfg->delay_correction == DELAY_DC_ASGD)
+        explain_dc_asgd(out, cfg, plan, t);
     if (replicas > 1)
         explain_allreduce(out, cfg, plan);
     if (replicas > 1 && cfg->compression == COMPRESSION_DGC)
@@ -549,6 +587,9 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
                      "slot j first (slots advance by one per repetition).\n");
     if (cfg->delay_correction == DELAY_PREDICT)
         fprintf(out, "# F3+d: forward on the weights predicted d optimizer steps ahead (delay_correction predict).\n");
+    if (cfg->delay_correction == DELAY_DC_ASGD)
+        fprintf(out, "# F3+d: its backward comes d optimizer steps later; its gradient is corrected for them "
+                     "(delay_correction dc-asgd).\n");
     if (t->warm_steps > 0)
         fprintf(out, "# warm start: steps [0, %d) under %s, then %s; the pipeline drains at step %d.\n",
                 t->warm_steps, paci_schedule_name(t->warm_schedule), paci_schedule_name(t->schedule), t->warm_steps);

@@ -221,7 +221,7 @@ enum machine { MACHINE_GPU, MACHINE_CPU };
 
 /* Validated numbers only: nothing downstream interprets a string of the DSL. */
 /* `pipeline { delay_correction ... }` (docs/dsl.md); order = the DSL's word list. */
-enum delay_correction { DELAY_NONE, DELAY_PREDICT, DELAY_NESTEROV };
+enum delay_correction { DELAY_NONE, DELAY_PREDICT, DELAY_NESTEROV, DELAY_DC_ASGD };
 /* `pipeline { recompute ... }` (docs/dsl.md); order = the DSL's word list. */
 enum recompute { RECOMPUTE_NONE, RECOMPUTE_FULL };
 /* `pipeline { messages ... }`: what the residual-stream messages between stages carry. */
@@ -245,6 +245,7 @@ typedef struct Config {
                                stage before the last, rows [N, V) alone on the last; 0: the head whole
                                on the last stage; -1: not written (automatic) */
     int delay_correction;   /* enum delay_correction: what the forwards of async schedules run on */
+    double dc_lambda;       /* `dc_lambda`: DC-ASGD's lambda under delay_correction dc-asgd; -1: not written */
     int recompute;          /* enum recompute: full keeps a slot's input only, the backward reruns the forward */
     int messages;           /* enum messages: bf16 sends the residual stream and its gradient in bf16 */
     int warm_schedule;      /* `warm_start SCHEDULE N`: a synchronous schedule for the first N steps */

@@ -476,8 +476,9 @@ static void extend_program(TableBuilder *tb, int stages, long gen, long steps, p
     }
 }
 
-/* `delay_correction predict`: each forward's aux becomes d, the optimizer steps its stage
- * takes between that forward and the micro-batch's backward, read off the stage's own list. */
+/* `delay_correction predict` and `dc-asgd`: each forward's aux becomes d, the optimizer steps
+ * its stage takes between that forward and the micro-batch's backward, read off the stage's
+ * own list (predict runs the forward d steps ahead; dc-asgd corrects the backward's gradient). */
 static void mark_forward_delays(SegmentLists *sl)
 {
     for (int s = 0; s < sl->stages; s++) {
@@ -534,11 +535,12 @@ static void build_program(TableBuilder *tb, const Config *cfg, int kind, long st
 {
     paci_table *t = tb->t;
     long gen = generated_steps(cfg->stages, steps), mark = tb->all.n;
-    bool predict = cfg->delay_correction == DELAY_PREDICT && kind == PACI_SCHED_PACI;
+    bool marks_delays = (cfg->delay_correction == DELAY_PREDICT || cfg->delay_correction == DELAY_DC_ASGD) &&
+                   kind == PACI_SCHED_PACI;
     SegmentLists sl;
     prog->schedule = kind;
     schedule_generate(kind, cfg->stages, cfg->window, gen, t->slots, &sl);
-    if (predict)
+    if (marks_delays)
         mark_forward_delays(&sl);
     compress_program(tb, &sl, gen, prog);
     segment_lists_free(&sl);
@@ -546,7 +548,7 @@ static void build_program(TableBuilder *tb, const Config *cfg, int kind, long st
         /* No body to repeat (not expected past generated_steps): generate it all. */
         tb->all.n = mark;
         schedule_generate(kind, cfg->stages, cfg->window, steps, t->slots, &sl);
-        if (predict)
+        if (marks_delays)
             mark_forward_delays(&sl);
         compress_program(tb, &sl, steps, prog);
         segment_lists_free(&sl);

@@ -102,7 +102,7 @@ static const Preset presets[] = {
 static const char *const model_names[] = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large",
                                           "gpt2-xl", NULL};
 /* In the order of enum delay_correction (compiler/pacic.h). */
-static const char *const delay_correction_words[] = {"none", "predict", "nesterov", NULL};
+static const char *const delay_correction_words[] = {"none", "predict", "nesterov", "dc-asgd", NULL};
 /* In the order of enum recompute (compiler/pacic.h). */
 static const char *const recompute_words[] = {"none", "full", NULL};
 /* In the order of enum messages (compiler/pacic.h). */
@@ -162,6 +162,7 @@ static const KeyDef pipeline_keys[] = {
     CUSTOM_KEY("split", set_split),
     LONG_KEY("vocab_split", vocab_split, 0, 1048576, -1), /* -1: not written, automatic */
     CHOICE_KEY("delay_correction", delay_correction, delay_correction_words, DELAY_NONE),
+    NUM_KEY("dc_lambda", dc_lambda, 0, 1e30, -1), /* -1: not written (check_delay_correction) */
     CHOICE_KEY("recompute", recompute, recompute_words, RECOMPUTE_NONE),
     CHOICE_KEY("messages", messages, messages_words, MESSAGES_FP32),
     CUSTOM_KEY("warm_start", set_warm_start),
@@ -1368,6 +1369,45 @@ static void check_zero_bubble(Sema *s)
                  "comes from its B and its W at different times, into one buffer (use accumulate sequential)", name);
 }
 
+/* `dc_lambda` is DC-ASGD's lambda: written without `delay_correction dc-asgd` it would do
+ * nothing, and dc-asgd has no default for it (docs/dsl.md "Delay correction"). */
+static void check_dc_lambda(Sema *s)
+{
+    Config *cfg = s->cfg;
+    const Entry *lambda = written(s, "pipeline", "dc_lambda");
+    const Entry *mode = written(s, "pipeline", "delay_correction");
+    if (!usable(s, "pipeline", "delay_correction") || (lambda && !usable(s, "pipeline", "dc_lambda")))
+        return;
+    if (lambda && cfg->delay_correction != DELAY_DC_ASGD)
+        error_at(s->src, lambda->key_span, "dc_lambda is DC-ASGD's lambda and goes with delay_correction dc-asgd, "
+                 "not %s (remove dc_lambda, or write delay_correction dc-asgd)",
+                 delay_correction_words[cfg->delay_correction]);
+    else if (!lambda && cfg->delay_correction == DELAY_DC_ASGD)
+        error_at(s->src, mode->values[0]->span, "delay_correction dc-asgd needs dc_lambda, DC-ASGD's lambda, in "
+                 "the pipeline block (dc_lambda 0 trains as plain PACI, bit for bit)");
+}
+
+/* DC-ASGD corrects the gradient of a backward whose stage stepped since its forward: it needs
+ * PACI's delays, a backward that differentiates at the live weights (not PipeDream's stash,
+ * not a recomputing slot's rerun) and, for now, the CPU runtime (checked there). */
+static void check_dc_asgd(Sema *s, Span at)
+{
+    Config *cfg = s->cfg;
+    if (paci_schedule_is_sync(cfg->schedule)) {
+        warning_at(s->src, at, "delay_correction dc-asgd does nothing under the synchronous schedule %s: "
+                   "no backward comes after an optimizer step of its stage", paci_schedule_name(cfg->schedule));
+        cfg->delay_correction = DELAY_NONE;
+    } else if (cfg->schedule == PACI_SCHED_PIPEDREAM) {
+        error_at(s->src, at, "delay_correction dc-asgd is not implemented for pipedream: its backward runs on "
+                 "the forward's stashed weights, toward which the correction would have to be taken; use "
+                 "schedule paci");
+    } else if (cfg->recompute == RECOMPUTE_FULL && usable(s, "pipeline", "recompute")) {
+        error_at(s->src, at, "delay_correction dc-asgd does not go with recompute full: a recomputing stage "
+                 "reruns each forward on the live weights before its backward, so its gradients have no "
+                 "delay to correct (use recompute none)");
+    }
+}
+
 /* Weight prediction needs the forward-to-backward delay of an asynchronous schedule without
  * weight stashing (paci), and an optimizer whose update direction the runtime predicts along; the Nesterov correction NAdamW and a
  * delay, so an asynchronous schedule (docs/dsl.md "delay_correction"). */
@@ -1375,9 +1415,14 @@ static void check_delay_correction(Sema *s)
 {
     Config *cfg = s->cfg;
     const Entry *e = written(s, "pipeline", "delay_correction");
+    check_dc_lambda(s);
     if (!e || cfg->delay_correction == DELAY_NONE || !usable(s, "pipeline", "delay_correction"))
         return;
     Span at = e->values[0]->span;
+    if (cfg->delay_correction == DELAY_DC_ASGD) {
+        check_dc_asgd(s, at);
+        return;
+    }
     if (cfg->delay_correction == DELAY_NESTEROV) {
         if (cfg->optimizer != PR_OPT_NADAMW)
             error_at(s->src, at, "delay_correction nesterov raises NAdamW's beta1 with each stage's delay; "
@@ -1625,6 +1670,8 @@ void config_dump(FILE *out, const Config *cfg)
     }
     if (cfg->recompute != RECOMPUTE_NONE) /* only when set: older dumps stay as they were */
         fprintf(out, "  recompute %s\n", recompute_words[cfg->recompute]);
+    if (cfg->delay_correction == DELAY_DC_ASGD)
+        fprintf(out, "  delay_correction dc-asgd\n  dc_lambda %g\n", cfg->dc_lambda);
     if (cfg->messages != MESSAGES_FP32)
         fprintf(out, "  messages %s\n", messages_words[cfg->messages]);
     if (cfg->vocab_split >= 0)

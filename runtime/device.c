@@ -108,6 +108,13 @@ static void cpu_predict(const pr_program *prog, int stage, const pr_optim_rule *
         pr_optim_predict(rule, &sc->tensors[k], a->params, a->m, a->v, a->steps_done, a->lr, a->d, a->out);
 }
 
+static void cpu_dc_asgd_add(int stage, float *sum, const float *g, const float *w, const float *w_prev, int64_t n,
+                            float coef)
+{
+    (void)stage;
+    pr_dc_asgd_add(sum, g, w, w_prev, n, coef);
+}
+
 static void cpu_close_stage(int stage)
 {
     (void)stage;
@@ -131,6 +138,7 @@ const pr_device pr_device_cpu = {
     .backward_part = cpu_backward_part,
     .adamw = cpu_adamw,
     .predict = cpu_predict,
+    .dc_asgd_add = cpu_dc_asgd_add,
     .close_stage = cpu_close_stage,
     .op_timer = &pr_cpu_op_timer,
 };

@@ -121,9 +121,10 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
     return 0;
 }
 
-/* Whether some forward of stage s runs on predicted weights (FWD aux > 0, `delay_correction
- * predict`): the stage then keeps one more weight copy. */
-static int stage_predicts(const paci_table *tab, int s)
+/* Whether some forward of stage s carries a delay (FWD aux > 0): under `delay_correction
+ * predict` it runs on predicted weights, under `dc-asgd` its backward's gradient is corrected;
+ * either way the stage keeps more buffers. */
+static int stage_has_delays(const paci_table *tab, int s)
 {
     for (int p = 0; p < tab->n_programs; p++) {
         const paci_stage_program *sp = &tab->program[p].device[s];
@@ -166,6 +167,7 @@ typedef struct stage_sizes {
     int weight_copies;        /* products read bf16 copies of the weights (and of each stash slot) */
     int acc_buffers;          /* accumulate pairwise's gradient buffers per stage */
     int predicts[PACI_MAX_STAGES];
+    int corrects[PACI_MAX_STAGES];  /* dc-asgd with lambda != 0: the weights before the last step, a gradient buffer */
     int recomputes[PACI_MAX_STAGES];
     int64_t floats[PACI_MAX_STAGES], bytes[PACI_MAX_STAGES], slots[PACI_MAX_STAGES];
     /* recompute full: a slot keeps the stage's input only (the first stage's tokens are kept
@@ -196,7 +198,12 @@ static void set_shapes(pr_run *run, const pr_program *prog, const pr_options *op
 static int check_options(const pr_program *prog, const pr_device *dev, stage_sizes *z, char *err)
 {
     for (int s = 0; s < prog->stages; s++) {
-        z->predicts[s] = stage_predicts(prog->schedule, s);
+        int delays = stage_has_delays(prog->schedule, s);
+        z->predicts[s] = delays && !prog->dc_asgd;
+        z->corrects[s] = delays && prog->dc_asgd && prog->dc_lambda != 0.0;
+        if (z->corrects[s] && !dev->dc_asgd_add)
+            return pr_fail(err, "%s: delay_correction dc-asgd is not supported on the %s device; run with --device "
+                           "cpu, or compile with delay_correction none", prog->source, dev->name);
         if (z->predicts[s] && prog->optimizer == PR_OPT_LARS)
             return pr_fail(err, "%s: delay_correction predict needs optimizer adamw, muon, lamb, nadamw or lans, "
                            "not lars", prog->source);
@@ -230,9 +237,10 @@ static void size_stages(const pr_run *run, const pr_device *dev, stage_sizes *z)
         z->recomputes[s] = prog->recompute && tab->slots[s] > 1;
         z->slot_floats[s] = !z->recomputes[s] ? sc->act_floats : s > 0 ? pr_link_floats(prog, PR_LINK_ACT, s - 1) : 0;
         z->work_floats[s] = z->recomputes[s] ? sc->act_floats : 0;
-        z->floats[s] = hold == HOLD_FULL ? (4 + predicts + z->acc_buffers) * n + z->slots[s] * z->slot_floats[s] +
-                                               z->work_floats[s] + tab->stash[s] * (n + n_h) + sc->scratch_floats +
-                                               2 * z->message + (1 + predicts) * n_h + pad
+        z->floats[s] = hold == HOLD_FULL ? (4 + predicts + 2 * z->corrects[s] + z->acc_buffers) * n +
+                                               z->slots[s] * z->slot_floats[s] + z->work_floats[s] +
+                                               tab->stash[s] * (n + n_h) + sc->scratch_floats + 2 * z->message +
+                                               (1 + predicts) * n_h + pad
                      : hold == HOLD_COPY ? 3 * n + sc->act_floats + n_h + pad
                      : 0;
         z->bytes[s] = z->floats[s] * (int64_t)sizeof(float) +
@@ -277,6 +285,10 @@ static void carve_arena(pr_stage_rt *st, const paci_table *tab, const stage_size
         st->grad_out = at, at += z->message;
         if (z->predicts[s])
             st->predicted = at, at += n;
+        if (z->corrects[s]) {
+            st->dc_prev = at, at += n;
+            st->dc_grad = at, at += n;
+        }
         if (z->acc_buffers > 0) {
             st->acc_level = pr_alloc(64 * sizeof *st->acc_level);
             st->acc_free = pr_alloc((size_t)z->acc_buffers * sizeof *st->acc_free);
@@ -312,6 +324,7 @@ static void alloc_slot_buffers(pr_run *run, pr_stage_rt *st, int64_t slots, int 
     st->slot_losses = pr_alloc((size_t)(slots * BT) * sizeof(float));
     st->slot_mb = pr_alloc((size_t)slots * sizeof(int64_t));
     st->slot_fwd_step = pr_alloc((size_t)slots * sizeof(int64_t));
+    st->slot_fwd_delay = pr_alloc((size_t)slots * sizeof(int32_t));
     if (dev->host_memory) {
         st->dev_tokens = st->slot_tokens;
         st->dev_targets = st->slot_targets;
@@ -471,6 +484,7 @@ void pr_run_free(pr_run *run)
         free(st->slot_losses);
         free(st->slot_mb);
         free(st->slot_fwd_step);
+        free(st->slot_fwd_delay);
         free(st->acc_level);
         free(st->acc_free);
         free(st->tensor_sumsq[0]);
@@ -804,6 +818,9 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     const pr_device *dev = run->dev;
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
+    // dc-asgd: W - dc_prev is this step's update for the backwards after it (a skipped step's: 0)
+    if (st->dc_prev)
+        dev->copy(st->index, st->dc_prev, st->params, (size_t)sc->n_params * sizeof(float));
     if (st->acc_level)
         pairwise_finish(st);
     // Replicas: the step's gradient is the sum of every replica's (each scaled by 1/(D*K)).
@@ -1158,8 +1175,10 @@ static void exec_forward(pr_run *run, pr_stage_rt *st, const paci_instr *in, int
     }
     st->slot_mb[in->slot] = mb;
     st->slot_fwd_step[in->slot] = st->t;
+    st->slot_fwd_delay[in->slot] = in->aux;
     const pr_bf16 *weights_h = st->params_h;
-    const float *weights = in->aux > 0 ? predicted_weights(run, st, in->aux, &weights_h) : st->params;
+    const float *weights = in->aux > 0 && !run->prog->dc_asgd ? predicted_weights(run, st, in->aux, &weights_h)
+                                                              : st->params;
     input_to_workspace(run, st, &v);
     pr_fwd_args args = {weights, v.acts, v.dev_tokens, v.dev_targets, v.dev_losses, weights_h};
     dev->forward(run->prog, s, &args);
@@ -1203,6 +1222,17 @@ static float *backward_gradients(const pr_run *run, pr_stage_rt *st)
     return grads;
 }
 
+/* dc-asgd: the delay d a backward's gradient is corrected for, 0 where none is: its
+ * forward's in the table, or where a run resumed mid-way after a stop skipped steps the table
+ * counts, the steps this stage took since that forward (W - dc_prev is a step of this run). */
+static int64_t corrected_delay(const pr_stage_rt *st, const paci_instr *in)
+{
+    if (!st->dc_grad || st->recompute || in->op != PACI_OP_BWD)
+        return 0;
+    int64_t table = st->slot_fwd_delay[in->slot], taken = st->t - st->slot_fwd_step[in->slot];
+    return taken < table ? taken : table;
+}
+
 /* BWD (or a zero-bubble B): on the live or stashed weights (rerunning the forward there under
  * recompute full), into the gradients, the gradient for the previous stage into grad_out. A
  * B keeps the slot for its W. */
@@ -1225,11 +1255,15 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
         st->work_mb = -1;
     }
     float *grads = backward_gradients(run, st);
-    pr_bwd_args args = {weights, grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
+    // dc-asgd: a delayed backward's gradient is computed alone and joins grads corrected
+    int64_t delay = corrected_delay(st, in);
+    if (delay > 0)
+        run->dev->zero(s, st->dc_grad, (size_t)sc->n_params * sizeof(float));
+    pr_bwd_args args = {weights, delay > 0 ? st->dc_grad : grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
                         sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
                         1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
     pr_ready_ctx ready = {run, st};
-    if (in->op == PACI_OP_BWD && run->replica_ops && run->replica_ops->overlaps(run, st)) {
+    if (in->op == PACI_OP_BWD && delay == 0 && run->replica_ops && run->replica_ops->overlaps(run, st)) {
         args.grads_ready = run->replica_ops->ready;
         args.ready_ctx = &ready;
     }
@@ -1237,6 +1271,9 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
         run->dev->backward_part(run->prog, s, PR_BACKWARD_B, &args);
     else
         run->dev->backward(run->prog, s, &args);
+    if (delay > 0)
+        run->dev->dc_asgd_add(s, grads, st->dc_grad, st->params, st->dc_prev, sc->n_params,
+                              (float)(run->prog->dc_lambda * (double)delay * (double)(run->K * run->replicas)));
     if (in->op == PACI_OP_BWD)
         note_first_gradients(run, st, grads, st->window_backwards == 0, args.grads_ready != NULL);
     if (st->acc_level)

@@ -271,6 +271,12 @@ typedef struct pr_program {
      * under gpipe and 1f1b D replicas of window K give the bits of one pipeline of window D K
      * (D, K powers of two; never under paci or pipedream: docs/dsl.md) */
     int32_t accumulate_pairwise;
+    /* `delay_correction dc-asgd` (docs/dsl.md "Delay correction"): a forward's aux in the table
+     * is then the delay d its backward's gradient is corrected for (DC-ASGD, Zheng et al.
+     * 2017), g + dc_lambda g g (d (W - W_prev)), before it joins the window's sum; not a
+     * prediction. dc_lambda 0: the plain backward, PACI's bits */
+    int32_t dc_asgd;
+    double dc_lambda;
     /* `parallel { compression dgc { ... } }` (runtime/dgc.c, docs/dsl.md): each replica sends
      * the top-k of (its residual + this step's gradient), k = density(t) x n per stage, and
      * keeps the rest; 0: the dense sum. dgc_warmup_steps: the exponential warm-up of the
@@ -328,6 +334,10 @@ extern const struct pr_device pr_device_cuda;
  * partial[b]; the host adds the partials in order. */
 #define PR_CUDA_SUMSQ_KERNEL "pr_sumsq_partials"
 #define PR_CUDA_SUMSQ_BLOCK 256
+
+/* `delay_correction dc-asgd` on the GPU: the kernel of such a program's every unit that the
+ * CUDA layer launches as pr_dc_asgd_add (runtime/dc_asgd.c), (sum, g, w, w_prev, n, coef). */
+#define PR_CUDA_DC_ASGD_KERNEL "pr_gpu_dc_asgd_add"
 
 /* `compression dgc` (runtime/cuda/dgc.c): kernels of a compressing program's every unit that
  * the CUDA layer launches itself, by these names (compiler/emit_cuda.c writes them): the

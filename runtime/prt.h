@@ -256,6 +256,9 @@ typedef struct pr_device {
     void (*adamw)(const pr_program *prog, int stage, const pr_adamw_args *args);
     /* delay_correction predict: the stage's predicted weights under `rule` (pr_predict_args) */
     void (*predict)(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args);
+    /* delay_correction dc-asgd: pr_dc_asgd_add on the stage's memory; NULL: not on this device */
+    void (*dc_asgd_add)(int stage, float *sum, const float *g, const float *w, const float *w_prev, int64_t n,
+                        float coef);
     void (*close_stage)(int stage);
     /* One process per stage: every stage of this process goes on GPU `gpu` (the local
      * rank); -1 with err when there is no such GPU. NULL: nothing to choose. */
@@ -438,6 +441,12 @@ void pr_dgc_free(pr_dgc_buffers *b);
 /* The step under momentum correction: the stage's rule with momentum 0 (CPU). */
 void pr_dgc_step(const pr_program *prog, const pr_stage_code *sc, const pr_adamw_args *args);
 
+/* ---- dc_asgd.c: `delay_correction dc-asgd` ---------------------------------------------- */
+
+/* sum += g + coef g g (W - W_prev), elementwise: DC-ASGD's corrected gradient joins the
+ * window's sum (coef = lambda d K D for a backward's gradient g, already divided by K D). */
+void pr_dc_asgd_add(float *sum, const float *g, const float *w, const float *w_prev, int64_t n, float coef);
+
 /* ---- layout.c: the checkpoint (llm.c) layout and its mapping onto stages --------------- */
 
 /* Floats of each checkpoint tensor for prog's shape (LM_HEAD 0 when tied). */
@@ -474,6 +483,10 @@ typedef struct pr_stage_rt {
     float *predicted;
     pr_bf16 *predicted_h;                /* its bf16 copy, where the products read one */
     int64_t predicted_t, predicted_d;    /* the step count and delay `predicted` holds (t > 0) */
+    /* `delay_correction dc-asgd` with lambda != 0 on a stage whose table has a delayed forward:
+     * the weights before the stage's last step (copied at each step), and the buffer a
+     * delayed backward's gradient is computed in before its correction joins the sum; else NULL */
+    float *dc_prev, *dc_grad;
     /* the activation slot forwards and backwards run in: slots' own with recompute none (slot
      * 0 for evaluation), else one workspace while the slots keep slot_floats of input each;
      * work_mb: the micro-batch whose forward the workspace holds, for its SEND_ACT; recompute:
@@ -489,6 +502,7 @@ typedef struct pr_stage_rt {
     float *dev_losses, *staging;
     int64_t *slot_mb;                    /* micro-batch held by each slot, -1 if none */
     int64_t *slot_fwd_step;              /* the stage's step count at that slot's FWD */
+    int32_t *slot_fwd_delay;             /* that FWD's aux: the table's delay d of its backward */
     int64_t grad_in_mb, grad_out_mb;
     int64_t t;                           /* optimizer steps this stage has taken */
     double *tensor_sumsq[2];             /* per tensor, double-buffered by step parity */

@@ -34,6 +34,8 @@ void pr_cuda_dev_backward(const pr_program *prog, int stage, const pr_bwd_args *
 void pr_cuda_dev_backward_part(const pr_program *prog, int stage, int part, const pr_bwd_args *args);
 void pr_cuda_dev_adamw(const pr_program *prog, int stage, const pr_adamw_args *args);
 void pr_cuda_dev_predict(const pr_program *prog, int stage, const pr_optim_rule *rule, const pr_predict_args *args);
+void pr_cuda_dev_dc_asgd_add(int stage, float *sum, const float *g, const float *w, const float *w_prev, int64_t n,
+                             float coef);
 void pr_cuda_dev_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h);
 void pr_cuda_dev_follow(int stage, int other);
 void pr_cuda_dev_finish(int stage);

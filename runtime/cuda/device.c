@@ -62,6 +62,7 @@ typedef struct cuda_stage {
     /* sums of squares of the gradients (pr_cuda_dev_sumsq): SUMSQ_BLOCKS partials per tensor */
     CUfunction sumsq;
     double *partials, *partials_host;
+    CUfunction dc_asgd_add; /* delay_correction dc-asgd's kernel (pr_cuda_dev_dc_asgd_add); NULL without it */
     /* per-op timing (run --profile-out): pairs recorded since the last resolve, from a pool
      * of created pairs that grows to the most ops one forward, backward or step queues */
     op_events *timed;
@@ -237,6 +238,9 @@ int pr_cuda_dev_open_stage(const pr_program *prog, int stage, char *err)
                            code->kernel_names[k]);
     if (drv.cuModuleGetFunction(&cs->sumsq, cs->module, PR_CUDA_SUMSQ_KERNEL) != CUDA_SUCCESS)
         return pr_fail(err, "stage %d: the %s image has no kernel %s", stage, image->arch, PR_CUDA_SUMSQ_KERNEL);
+    cs->dc_asgd_add = NULL;
+    if (prog->dc_asgd && drv.cuModuleGetFunction(&cs->dc_asgd_add, cs->module, PR_CUDA_DC_ASGD_KERNEL) != CUDA_SUCCESS)
+        return pr_fail(err, "stage %d: the %s image has no kernel %s", stage, image->arch, PR_CUDA_DC_ASGD_KERNEL);
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->compute, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->comm, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuEventCreate(&cs->compute_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -532,6 +536,19 @@ void pr_cuda_dev_predict(const pr_program *prog, int stage, const pr_optim_rule 
 {
     enter(stage);
     prog->cuda[stage].predict(rule, args);
+}
+
+/* delay_correction dc-asgd: sum += g + coef g g (w - w_prev) on the compute stream, rounded as
+ * the CPU's pr_dc_asgd_add (the kernel's operations are never fused). */
+void pr_cuda_dev_dc_asgd_add(int stage, float *sum, const float *g, const float *w, const float *w_prev, int64_t n,
+                             float coef)
+{
+    cuda_stage *cs = enter(stage);
+    if (!cs->dc_asgd_add)
+        pr_internal("stage %d: delay_correction dc-asgd's kernel was not loaded", stage);
+    long count = (long)n;
+    void *args[] = {&sum, &g, &w, &w_prev, &count, &coef};
+    pr_cuda_launch_function(stage, cs->dc_asgd_add, n, PR_CUDA_SUMSQ_BLOCK, args);
 }
 
 void pr_cuda_dev_weight_copy(const pr_program *prog, int stage, const float *params, pr_bf16 *params_h)

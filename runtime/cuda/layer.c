@@ -26,6 +26,7 @@ const pr_device pr_device_cuda = {
     .backward_part = pr_cuda_dev_backward_part,
     .adamw = pr_cuda_dev_adamw,
     .predict = pr_cuda_dev_predict,
+    .dc_asgd_add = pr_cuda_dev_dc_asgd_add,
     .close_stage = pr_cuda_dev_close_stage,
     .pin = pr_cuda_dev_pin,
     .links = &pr_nccl_links,

@@ -464,6 +464,10 @@ inline float __fadd_rn(float a, float b)
 {
     return a + b;
 }
+inline float __fsub_rn(float a, float b)
+{
+    return a - b;
+}
 /* A float's bits and back, as the bf16 conversions of the generated code use them. */
 inline unsigned __float_as_uint(float x)
 {
