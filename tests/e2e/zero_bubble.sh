@@ -13,10 +13,12 @@
 #   - on four fake GPUs (the real GPU layer, kernels under the emulator, NCCL between stages)
 #     zb-h1 and zb-h2, the same shapes and 20 steps, train as their CPU path to cuda_fake.sh's
 #     tolerances, and log one stage's losses to 1e-5;
-#   - under precision bf16 on two fake GPUs (the products read bf16 copies; W's bias kernels
-#     write the copies of the gradients B kept, B's keep of d fc the copy its product fused
-#     with GELU's gradient did not): zb-h1 and zb-h2 (flash attention) and zb-h1 (matmul) train
-#     as 1f1b on the same GPUs, to the bit (weights, losses);
+#   - under precision bf16 on fake GPUs (the products read bf16 copies; W's bias kernels write
+#     the copies of the gradients B kept, B's keep of d fc the copy its product fused with
+#     GELU's gradient did not): zb-h1 and zb-h2 (flash attention) and zb-h1 (matmul) at p = 2
+#     split [0.5, 1.5] (a trailing attention half, a leading MLP half, a whole layer), and
+#     zb-h1 with the vocabulary split at p = 3, train as 1f1b on the same GPUs, to the bit
+#     (weights, losses);
 #   - the table shows the split: the last stage defers its W's to the window's end;
 #   - run --profile-out measures a W apart from its B (the replay's price of W).
 # Skips the GPU part (not the rest) where tests/cuda_emu cannot run.
@@ -121,21 +123,28 @@ print("%s on four fake GPUs against one stage on the CPU: 20 losses, largest rel
 PY
             fail "$schedule on four fake GPUs does not log one stage's losses"
     done
-    # bf16 on two fake GPUs: against 1f1b's run on them (the GPU's bf16 products round
-    # otherwise than the CPU's), to the bit
-    for run in 1f1b zb-h1 zb-h2 matmul-1f1b matmul-zb-h1; do
-        schedule=${run#matmul-}
-        small_model "gpu-bf16-$run" 2 "$schedule" 4 6 3
-        sed -i -e "s/^train {/train {\n    precision bf16\n    attention $([ "$run" = "$schedule" ] && echo flash || echo matmul)/" \
-            -e "s/layers 4;/layers 2;/" "$work/gpu-bf16-$run.paci"
-        fake_build "gpu-bf16-$run"
-        FAKE_CUDA_REPORT=1 on_fake_gpus 2 "gpu-bf16-$run" cuda --device cuda || fail "$run under bf16 on two fake GPUs"
+    # bf16 on fake GPUs: against 1f1b's run on them (the GPU's bf16 products round otherwise
+    # than the CPU's), to the bit. gpu_bf16 NAME STAGES SCHEDULE ATTENTION KEYS: the 2-layer
+    # model, window 4, 6 steps, with the pipeline keys KEYS, run on STAGES fake GPUs.
+    gpu_bf16() {
+        small_model "$1" "$2" "$3" 4 6 3
+        sed -i -e "s/^train {/train {\n    precision bf16\n    attention $4/" -e "s/layers 4;/layers 2;/" "$work/$1.paci"
+        with_pipeline "$1" "$5"
+        fake_build "$1"
+        FAKE_CUDA_REPORT=1 on_fake_gpus "$2" "$1" cuda --device cuda || fail "$1 on $2 fake GPUs"
+    }
+    for schedule in 1f1b zb-h1 zb-h2; do
+        gpu_bf16 "bf16-flash-$schedule" 2 "$schedule" flash "split [0.5, 1.5]"
     done
-    grep -q "^fake cuda: calls:.* dgelu_epilogue [1-9]" "$work/gpu-bf16-zb-h1/cuda/err.txt" ||
+    for schedule in 1f1b zb-h1; do
+        gpu_bf16 "bf16-matmul-$schedule" 2 "$schedule" matmul "split [0.5, 1.5]"
+        gpu_bf16 "bf16-vocab-$schedule" 3 "$schedule" flash "split [1, 1, 0]; vocab_split 128"
+    done
+    grep -q "^fake cuda: calls:.* dgelu_epilogue [1-9]" "$work/bf16-flash-zb-h1/cuda/err.txt" ||
         fail "zb-h1 under bf16: GELU's gradient did not fuse into its product"
-    for run in zb-h1 zb-h2 matmul-zb-h1; do
-        compare_devices "$run under bf16 against 1f1b, two fake GPUs" "$work/gpu-bf16-$run/cuda" \
-            "$work/gpu-bf16-$([ "$run" = matmul-zb-h1 ] && echo matmul-)1f1b/cuda" 0 0
+    for run in flash-zb-h1 flash-zb-h2 matmul-zb-h1 vocab-zb-h1; do
+        compare_devices "$run under bf16 against 1f1b on the same fake GPUs" "$work/bf16-$run/cuda" \
+            "$work/bf16-${run%-zb-h*}-1f1b/cuda" 0 0
     done
 else
     skip_part "no CUDA toolkit, C++ compiler or plain build: zb-h1 and zb-h2 on the fake GPUs"
