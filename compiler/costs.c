@@ -375,6 +375,11 @@ COST_FN(cost_wide_copy)
     *flops = 0;
     *bytes = 8 * l->n;
 }
+COST_FN(cost_keep_gradient) /* a copy, and on the GPU under bf16 the copy in bf16 beside */
+{
+    *flops = 0;
+    *bytes = (8 + l->copy) * l->n;
+}
 COST_FN(cost_to_bf16)
 {
     *flops = l->n;
@@ -421,6 +426,7 @@ static const KernelCost kernel_costs[] = {
     {"lans_direction", ENGINE_VECTOR, cost_lans_direction, NULL},
     {"optim_predict", ENGINE_VECTOR, cost_optim_predict, NULL},
     {"wide_copy", ENGINE_VECTOR, cost_wide_copy, NULL},
+    {"keep_gradient", ENGINE_VECTOR, cost_keep_gradient, NULL},
     {"to_bf16", ENGINE_VECTOR, cost_to_bf16, NULL},
     {"from_bf16", ENGINE_VECTOR, cost_to_bf16, NULL}, /* the same bytes the other way */
 };

@@ -502,8 +502,8 @@ static void emit_c_stage_kernels(StrBuf *sb, const Config *cfg, const LoweredSta
         mark_kernels(&ops->attn_fwd, used);
         mark_kernels(&ops->attn_bwd, used);
     }
-    for (int i = 0; i < ls->n_sections; i++) // the head's sections, whichever part of the head it holds
-        if (ls->sections[i].ops && strncmp(ls->sections[i].name, "head_", 5) == 0)
+    for (int i = 0; i < ls->n_sections; i++) // the head's, whichever part it holds; a zero-bubble B's and W's
+        if (ls->sections[i].ops)
             mark_kernels(ls->sections[i].ops, used);
     used[kernel_find("adamw") - kernel_descs] = cfg->optimizer == PR_OPT_ADAMW;
     if (receives_residual(cfg, sp) || sends_residual(cfg, sp)) { // the driver converts the messages

@@ -351,9 +351,8 @@ static void explain_schedules(FILE *out, const Config *cfg, const SimView *view,
     for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
         Config as_kind = *cfg;
         as_kind.schedule = kind;
-        // a zero-bubble schedule is predicted under bf16 too, which pacic does not build yet
         const char *excluded = config_splits_backward(&as_kind) ? zero_bubble_excluded(cfg) : NULL;
-        if (excluded && cfg->precision != PREC_BF16) {
+        if (excluded) {
             fprintf(out, "  %-10s    n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
             continue;
         }
@@ -371,11 +370,10 @@ static void explain_schedules(FILE *out, const Config *cfg, const SimView *view,
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s%s\n",
+        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s\n",
                 paci_schedule_name(kind), 100 * c.bubble, c.step_time, c.tokens_per_s, (double)c.peak_memory / unit_bytes, unit,
                 c.peak_stage, c.fits ? "   " : " !!", drift, 100 * c.uniform_bubble, c.uniform_idle,
-                kind == (int)cfg->schedule ? "   <- this file" : "",
-                excluded ? "   (predicted: built under fp32 only)" : "", order);
+                kind == (int)cfg->schedule ? "   <- this file" : "", order);
     }
     fprintf(out, "  (!! = over the %s memory; analytic 1F1B-flush bubble at unit costs (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
             cfg->machine == MACHINE_CPU ? "machine's" : "device's",

@@ -880,6 +880,18 @@ const KernelDesc kernel_descs[] = {
         .body = "out[i] = pr_to_bf16(x[i]);",
     },
     {
+        .name = "keep_gradient",
+        .doc = "out[i] = x[i], and out_h[i] = x[i] in bf16 when given: a zero-bubble B keeps a gradient "
+               "in the slot for its W and writes on the way the bf16 copy the next product reads, where "
+               "a product fused with GELU's gradient wrote none",
+        .params = "float *RESTRICT out, const float *RESTRICT x, long n, pr_bf16 *RESTRICT out_h",
+        .index = "i",
+        .extent = "n",
+        .body = "out[i] = x[i];\n"
+                "if (out_h)\n"
+                "    out_h[i] = pr_to_bf16(x[i]);",
+    },
+    {
         .name = "from_bf16",
         .doc = "out[i] = x[i] widened to fp32: a message received in bf16 (messages bf16)",
         .params = "const pr_bf16 *RESTRICT x, float *RESTRICT out, long n",

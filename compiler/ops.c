@@ -226,11 +226,15 @@ static void mlp_half_forward(OpList *l, bool with_ln2)
  * down through it and the LayerNorm, which adds into dres. The fused backward runs them in
  * order; a zero-bubble B runs B1 and B2, keeping dres and the middle gradient in the slot
  * (A_W_*) for its W, which runs W1 and W2 from there. `dres` and `dmid` name where W1 and W2
- * read them. */
-static void mlp_w1(OpList *l, const char *dres)
+ * read them. Under bf16 the GPU's W1 and W2 products read the gradients' bf16 copies in the
+ * scratch (S_*_H): in the fused backward the kernel that wrote the gradient wrote its copy;
+ * a W, whose gradient comes from the slot (`kept`), finds another micro-batch's copy there, so
+ * its bias kernel, which reads the gradient first, writes the copy again on the way. */
+static void mlp_w1(OpList *l, const char *dres, bool kept)
 {
     kernel_op(l, "bias_backward", "d fcprojb", "gm + P_FCPROJB, %s, C", dres);
-    gpu_instead(l, "bias_backward_tiles", "gm + P_FCPROJB, %s, C, (pr_bf16 *)0", dres);
+    gpu_instead(l, "bias_backward_tiles", "gm + P_FCPROJB, %s, C, %s", dres,
+                kept ? COPY("s", "S_DRES_H") : "(pr_bf16 *)0");
     GEMM(l, "d fcprojw += dres^T gelu",
          "1, 0, C, 4 * C, BT, 1.0f, %s, C, am + A_FC_GELU, 4 * C, 1.0f, gm + P_FCPROJW, 4 * C", dres);
     operands_h(l, "s + S_DRES_H, am + A_FC_GELU");
@@ -266,32 +270,42 @@ static void mlp_b2(OpList *l)
 /* The MLP half's backward: S_DRES holds d(resid3) on entry and d(resid2) on exit. */
 static void mlp_half_backward(OpList *l)
 {
-    mlp_w1(l, "s + S_DRES");
+    mlp_w1(l, "s + S_DRES", false);
     mlp_b1(l);
     mlp_w2(l, "s + S_DFC");
     mlp_b2(l);
 }
 
 /* Its zero-bubble parts: B keeps d(resid3) and d fc in the slot, W reads them there (the
- * LayerNorm's gain and bias gradients stay in B: its one kernel computes them with d(x)). */
-static void mlp_half_backward_b(OpList *l)
+ * LayerNorm's gain and bias gradients stay in B: its one kernel computes them with d(x)).
+ * Under bf16 the GPU's product fused with GELU's gradient writes d fc in fp32 only, and the
+ * bias kernel that writes its bf16 copy in the fused backward is W's: so B's keep writes it,
+ * for B2's product. */
+static void mlp_half_backward_b(OpList *l, const Config *cfg)
 {
     plain_op(l, OP_COPY, "keep d(resid3) for W", "am + A_W_DRES3, s + S_DRES, BT * C");
     mlp_b1(l);
-    plain_op(l, OP_COPY, "keep d fc for W", "am + A_W_DFC, s + S_DFC, BT * 4 * C");
+    if (cfg->precision == PREC_BF16)
+        kernel_op(l, "keep_gradient", "keep d fc for W, and its bf16 copy for the next product",
+                  "am + A_W_DFC, s + S_DFC, BT * 4 * C, " COPY("s", "S_DFC_H"));
+    else
+        plain_op(l, OP_COPY, "keep d fc for W", "am + A_W_DFC, s + S_DFC, BT * 4 * C");
     mlp_b2(l);
 }
 
 static void mlp_half_backward_w(OpList *l)
 {
-    mlp_w1(l, "am + A_W_DRES3");
+    mlp_w1(l, "am + A_W_DRES3", true);
     mlp_w2(l, "am + A_W_DFC");
 }
 
-static void attention_w1(OpList *l, const Config *cfg, const char *dres)
+static void attention_w1(OpList *l, const Config *cfg, const char *dres, bool kept)
 {
+    // the matmul attention's projection reads fp32 operands: no copy to write
+    bool copy = kept && cfg->attention == ATTN_FLASH;
     kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, %s, C", dres);
-    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, %s, C, (pr_bf16 *)0", dres);
+    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, %s, C, %s", dres,
+                copy ? COPY("s", "S_DRES_H") : "(pr_bf16 *)0");
     GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, %s, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C", dres);
     if (cfg->attention == ATTN_FLASH)
         operands_h(l, "s + S_DRES_H, a + A_ATTY");
@@ -312,10 +326,12 @@ static void attention_b1(OpList *l, const Config *cfg)
     }
 }
 
-static void attention_w2(OpList *l, const Config *cfg, const char *dqkv)
+static void attention_w2(OpList *l, const Config *cfg, const char *dqkv, bool kept)
 {
+    bool copy = kept && cfg->attention == ATTN_FLASH;
     kernel_op(l, "bias_backward", "d qkvb", "g + P_QKVB, %s, 3 * C", dqkv);
-    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, %s, 3 * C, (pr_bf16 *)0", dqkv);
+    gpu_instead(l, "bias_backward_tiles", "g + P_QKVB, %s, 3 * C, %s", dqkv,
+                copy ? COPY("s", "S_DQKV_H") : "(pr_bf16 *)0");
     GEMM(l, "d qkvw += dqkv^T ln1", "1, 0, 3 * C, C, BT, 1.0f, %s, 3 * C, a + A_LN1, C, 1.0f, g + P_QKVW, C", dqkv);
     if (cfg->attention == ATTN_FLASH) // the matmul attention's gradients come from per-head products: no bf16 copy
         operands_h(l, "s + S_DQKV_H, a + A_LN1");
@@ -335,9 +351,9 @@ static void attention_b2(OpList *l, const Config *cfg)
 /* The attention half's backward: S_DRES holds d(resid2) on entry and d(x) on exit. */
 static void attention_half_backward(OpList *l, const Config *cfg)
 {
-    attention_w1(l, cfg, "s + S_DRES");
+    attention_w1(l, cfg, "s + S_DRES", false);
     attention_b1(l, cfg);
-    attention_w2(l, cfg, "s + S_DQKV");
+    attention_w2(l, cfg, "s + S_DQKV", false);
     attention_b2(l, cfg);
 }
 
@@ -351,8 +367,8 @@ static void attention_half_backward_b(OpList *l, const Config *cfg)
 
 static void attention_half_backward_w(OpList *l, const Config *cfg)
 {
-    attention_w1(l, cfg, "a + A_W_DRES2");
-    attention_w2(l, cfg, "a + A_W_DQKV");
+    attention_w1(l, cfg, "a + A_W_DRES2", true);
+    attention_w2(l, cfg, "a + A_W_DQKV", true);
 }
 
 /* The head's backward in three parts: the dlogits (in place over the probabilities), the LM
@@ -550,11 +566,11 @@ static void split_backward_ops(const Config *cfg, ModelOps *ops)
     head_logits_gradient(&ops->head_bwd_b);
     head_input_gradient(&ops->head_bwd_b);
     head_weight_gradient(&ops->head_bwd_w);
-    mlp_half_backward_b(&ops->block_bwd_b);
+    mlp_half_backward_b(&ops->block_bwd_b, cfg);
     attention_half_backward_b(&ops->block_bwd_b, cfg);
     mlp_half_backward_w(&ops->block_bwd_w);
     attention_half_backward_w(&ops->block_bwd_w, cfg);
-    mlp_half_backward_b(&ops->mlp_bwd_b);
+    mlp_half_backward_b(&ops->mlp_bwd_b, cfg);
     mlp_half_backward_w(&ops->mlp_bwd_w);
     attention_half_backward_b(&ops->attn_bwd_b, cfg);
     attention_half_backward_w(&ops->attn_bwd_w, cfg);

@@ -345,8 +345,7 @@ static inline bool zero_bubble_h2_order(int kind, int stages, int window)
 /* What in cfg a zero-bubble schedule does not go with (sema says why), or NULL. */
 static inline const char *zero_bubble_excluded(const Config *cfg)
 {
-    return cfg->precision == PREC_BF16              ? "precision bf16"
-           : cfg->recompute == RECOMPUTE_FULL       ? "recompute full"
+    return cfg->recompute == RECOMPUTE_FULL         ? "recompute full"
            : cfg->accumulate == ACCUMULATE_PAIRWISE ? "accumulate pairwise"
                                                     : NULL;
 }

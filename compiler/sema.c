@@ -1342,11 +1342,9 @@ static void check_optimizer(Sema *s)
         cfg->lr_base = 0.02;
 }
 
-/* The zero-bubble schedules' B and W are built for what they are built for: fp32 operands
- * (under bf16, W's products would read bf16 copies of the gradients B does not keep), slots that
- * keep every activation (recompute full keeps only the input, which W cannot read), and one
- * gradient buffer a stage (accumulate pairwise gives each backward its own, which B and W would
- * both have to find). */
+/* The zero-bubble schedules' B and W are built for slots that keep every activation (recompute
+ * full keeps only the input, which W cannot read) and one gradient buffer a stage (accumulate
+ * pairwise gives each backward its own, which B and W would both have to find). */
 static void check_zero_bubble(Sema *s)
 {
     Config *cfg = s->cfg;
@@ -1357,10 +1355,6 @@ static void check_zero_bubble(Sema *s)
     const Entry *e;
     if (!zero_bubble_excluded(cfg))
         return;
-    if (cfg->precision == PREC_BF16 && (e = written(s, "train", "precision")))
-        error_at(s->src, e->values[0]->span, "%s runs under precision fp32 only for now: its W's products would "
-                 "read bf16 copies of the gradients its B does not keep (use precision fp32, or another schedule)",
-                 name);
     if (cfg->recompute == RECOMPUTE_FULL && (e = written(s, "pipeline", "recompute")))
         error_at(s->src, e->values[0]->span, "recompute full does not go with %s: a W reads the activations of its "
                  "micro-batch, which a recomputing slot does not keep (use recompute none)", name);

@@ -15,7 +15,10 @@
  *   - bias_backward_tiles against bias_backward for widths C, 3C and 4C, and its bf16 copy of
  *     dout bit for bit against pr_to_bf16;
  *   - layernorm_backward_blocks against layernorm_backward (dinp, dweight, dbias, dinp's bf16
- *     copy) with BT not a multiple of the 64 rows a block takes.
+ *     copy) with BT not a multiple of the 64 rows a block takes;
+ *   - keep_gradient (a zero-bubble B's keep of d fc under bf16): its copy and its bf16 copy bit
+ *     for bit against x and pr_to_bf16 (ties to even, a NaN kept a NaN), over a count that is
+ *     not a multiple of the block, with nothing written past it.
  * Exit 0: all pass; 1: a check failed (each failure names the kernel, tensor and index).
  */
 #include STAGE_FILE
@@ -201,6 +204,27 @@ static void check_layernorm(void)
     free(cpu_db), free(dinp), free(dw), free(db), free(dinp_h);
 }
 
+static void check_keep_gradient(void)
+{
+    enum { N = 4 * C * BT + 37, BLOCK = 256 };
+    float *x = random_floats(N, -1.0f, 1.0f), *out = random_floats(N + 1, 5.0f, 6.0f);
+    union { unsigned u; float f; } tie = {0x3f808000u}, odd_tie = {0x3f818000u}, nan = {0x7fc00001u};
+    x[0] = tie.f, x[1] = odd_tie.f, x[2] = nan.f; // 1 + 2^-8 rounds down to even, 1 + 3 * 2^-8 up
+    pr_bf16 *out_h = alloc((N + 1) * sizeof *out_h);
+    out_h[N] = 0x1234;
+    float guard = out[N];
+    long n = N;
+    void *args[] = {&out, &x, &n, &out_h};
+    launch("keep_gradient", (N + BLOCK - 1) / BLOCK, BLOCK, args);
+    long wrong = 0;
+    for (long i = 0; i < N; i++)
+        wrong += memcmp(&out[i], &x[i], sizeof *x) != 0 || out_h[i] != pr_to_bf16(x[i]);
+    wrong += out_h[0] != 0x3f80 || out_h[1] != 0x3f82 || out_h[N] != 0x1234 || memcmp(&out[N], &guard, sizeof guard) != 0;
+    printf("%s keep_gradient copy and bf16 copy: %ld of %ld differ\n", wrong ? "FAIL" : "ok", wrong, (long)N);
+    failures += wrong != 0;
+    free(x), free(out), free(out_h);
+}
+
 int main(void)
 {
     printf("shapes: BT %d (blocks of 64 rows: %d), C %d, V %d, VP %ld\n", BT, (BT + 63) / 64, C, V, (long)VP);
@@ -209,6 +233,7 @@ int main(void)
     check_bias(3 * C);
     check_bias(4 * C);
     check_layernorm();
+    check_keep_gradient();
     printf("%s\n", failures ? "kernel_check: FAILED" : "kernel_check: every GPU kernel matches the CPU path");
     return failures != 0;
 }

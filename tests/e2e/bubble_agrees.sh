@@ -4,8 +4,8 @@
 # the same number for the same file, and the same "steady state: steps a-b of n simulated,
 # MODEL" words beside it; the timeline and the SVG draw steps of that steady state (not a
 # separate run), and --fill-drain says it draws a run of its own. Two examples (tiny on the
-# CPU cost model, gpt2-medium-8 on the GPU's) under 1f1b, paci and zb-h1 (medium in fp32
-# for zb-h1, which pacic builds in fp32 only), and once with --profile's measured costs.
+# CPU cost model, gpt2-medium-8 on the GPU's, in bf16) under 1f1b, paci and zb-h1, and once
+# with --profile's measured costs.
 # tier: check
 source tests/e2e/lib.sh
 
@@ -36,15 +36,10 @@ check() {
 
 small=$root/examples/tiny.paci
 medium=$root/examples/gpt2-medium-8.paci
-sed '/^ *precision bf16/d; /^ *messages bf16/d' "$medium" > "$work/medium-fp32.paci"
 for schedule in 1f1b paci zb-h1; do
     sed "s/schedule paci/schedule $schedule/" "$small" > "$work/tiny-$schedule.paci"
     check "tiny $schedule" "$work/tiny-$schedule.paci"
-    if [ "$schedule" = zb-h1 ]; then
-        sed "s/schedule paci/schedule $schedule/" "$work/medium-fp32.paci" > "$work/medium-$schedule.paci"
-    else
-        sed "s/schedule paci/schedule $schedule/" "$medium" > "$work/medium-$schedule.paci"
-    fi
+    sed "s/schedule paci/schedule $schedule/" "$medium" > "$work/medium-$schedule.paci"
     check "gpt2-medium-8 $schedule" "$work/medium-$schedule.paci"
 done
 grep -q "GPU cost model" <<< "$("$pacic" "$work/medium-paci.paci" --emit timeline 2>/dev/null | head -n 1)" ||

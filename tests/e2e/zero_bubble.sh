@@ -7,9 +7,18 @@
 #     one stage at window 8; so do zb-h2 with the vocabulary split and messages bf16 against
 #     1f1b with the same split (bf16 messages round, so the reference is the pipeline, not one
 #     stage), and zb-h1 as 4 processes over TCP against its threads;
+#   - under precision bf16 on CPU threads (ln1, ln2, GELU's and attention's outputs kept in bf16
+#     and widened for the products, W's as the whole backward's), the same shapes: zb-h1 and
+#     zb-h2 give one bf16 stage's bits, as 1f1b does;
 #   - on four fake GPUs (the real GPU layer, kernels under the emulator, NCCL between stages)
 #     zb-h1 and zb-h2, the same shapes and 20 steps, train as their CPU path to cuda_fake.sh's
 #     tolerances, and log one stage's losses to 1e-5;
+#   - under precision bf16 on fake GPUs (the products read bf16 copies; W's bias kernels write
+#     the copies of the gradients B kept, B's keep of d fc the copy its product fused with
+#     GELU's gradient did not): zb-h1 and zb-h2 (flash attention) and zb-h1 (matmul) at p = 2
+#     split [0.5, 1.5] (a trailing attention half, a leading MLP half, a whole layer), and
+#     zb-h1 with the vocabulary split at p = 3, train as 1f1b on the same GPUs, to the bit
+#     (weights, losses);
 #   - the table shows the split: the last stage defers its W's to the window's end;
 #   - run --profile-out measures a W apart from its B (the replay's price of W).
 # Skips the GPU part (not the rest) where tests/cuda_emu cannot run.
@@ -71,11 +80,20 @@ echo "zb-h2 with vocab_split 128 and messages bf16, split [1, 2, 1, 0]: 1f1b's b
 processes_equal_threads zb-h1 4
 echo "zb-h1 as 4 processes over TCP: the threaded run's bits"
 
-# Refused where B and W are not built: bf16, recompute full, accumulate pairwise.
-small_model refused 2 zb-h1 2 4
-sed -i "s/^train {/train {\n    precision bf16/" "$work/refused.paci"
-out=$("$pacic" "$work/refused.paci" -o "$work/refused.run" 2>&1) && fail "zb-h1 under bf16 compiled"
-grep -q "error: zb-h1 runs under precision fp32 only for now" <<< "$out" || fail "zb-h1 under bf16: $out"
+# precision bf16 on the CPU: one bf16 stage's bits (recompute full and accumulate pairwise are
+# refused: tests/golden/err_zb_*.paci)
+for run in one one8 1f1b zb-h1 zb-h2; do
+    sed "s/^train {/train {\n    precision bf16/" "$work/$run.paci" > "$work/bf16-$run.paci"
+    train "bf16-$run" --blas-threads 1 || fail "$run under bf16 did not train"
+done
+for schedule in 1f1b zb-h1 zb-h2; do
+    reference=bf16-one
+    [ "$schedule" != zb-h2 ] || reference=bf16-one8
+    same_step20 "$reference" "bf16-$schedule" || fail "$schedule under bf16, split $split: not one bf16 stage's bits"
+done
+cmp -s "$work/one/ckpt/step_00000020/model.bin" "$work/bf16-one/ckpt/step_00000020/model.bin" &&
+    fail "precision bf16 trained fp32's bits"
+echo "precision bf16: 1f1b and zb-h1 (window 4), zb-h2 (window 8) at p = 4, split $split: one bf16 stage's bits"
 
 # The GPU path on the fake stack: zb-h1 and zb-h2 at p = 4 on four fake GPUs, the shapes
 # above, against their CPU path and against one stage's losses (the GPU's kernels round
@@ -104,6 +122,29 @@ assert worst <= 1e-5, "largest relative difference %.3g" % worst
 print("%s on four fake GPUs against one stage on the CPU: 20 losses, largest relative difference %.3g" % (sys.argv[3], worst))
 PY
             fail "$schedule on four fake GPUs does not log one stage's losses"
+    done
+    # bf16 on fake GPUs: against 1f1b's run on them (the GPU's bf16 products round otherwise
+    # than the CPU's), to the bit. gpu_bf16 NAME STAGES SCHEDULE ATTENTION KEYS: the 2-layer
+    # model, window 4, 6 steps, with the pipeline keys KEYS, run on STAGES fake GPUs.
+    gpu_bf16() {
+        small_model "$1" "$2" "$3" 4 6 3
+        sed -i -e "s/^train {/train {\n    precision bf16\n    attention $4/" -e "s/layers 4;/layers 2;/" "$work/$1.paci"
+        with_pipeline "$1" "$5"
+        fake_build "$1"
+        FAKE_CUDA_REPORT=1 on_fake_gpus "$2" "$1" cuda --device cuda || fail "$1 on $2 fake GPUs"
+    }
+    for schedule in 1f1b zb-h1 zb-h2; do
+        gpu_bf16 "bf16-flash-$schedule" 2 "$schedule" flash "split [0.5, 1.5]"
+    done
+    for schedule in 1f1b zb-h1; do
+        gpu_bf16 "bf16-matmul-$schedule" 2 "$schedule" matmul "split [0.5, 1.5]"
+        gpu_bf16 "bf16-vocab-$schedule" 3 "$schedule" flash "split [1, 1, 0]; vocab_split 128"
+    done
+    grep -q "^fake cuda: calls:.* dgelu_epilogue [1-9]" "$work/bf16-flash-zb-h1/cuda/err.txt" ||
+        fail "zb-h1 under bf16: GELU's gradient did not fuse into its product"
+    for run in flash-zb-h1 flash-zb-h2 matmul-zb-h1 vocab-zb-h1; do
+        compare_devices "$run under bf16 against 1f1b on the same fake GPUs" "$work/bf16-$run/cuda" \
+            "$work/bf16-${run%-zb-h*}-1f1b/cuda" 0 0
     done
 else
     skip_part "no CUDA toolkit, C++ compiler or plain build: zb-h1 and zb-h2 on the fake GPUs"

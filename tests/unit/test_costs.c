@@ -190,6 +190,32 @@ static void test_gpu_forms(void **state)
     gpu_costs_free(&gc);
 }
 
+/* Zero-bubble under bf16 (zb-h1): a W's bias kernels, which read the gradients B kept in the slot,
+ * write their bf16 copies again for W's products (the scratch holds another micro-batch's), and
+ * B's keep of d fc writes its copy for B's next product (the fused GELU product wrote none). */
+static void test_zero_bubble_bf16(void **state)
+{
+    (void)state;
+    Config cfg = tiny_config(PREC_BF16, ATTN_FLASH, 1, 1);
+    cfg.schedule = PACI_SCHED_ZBH1;
+    Plan plan;
+    assert_true(plan_build(&cfg, &plan));
+    GpuCosts gc;
+    costs_of(&cfg, &plan, &gc);
+    assert_int_equal(gc.unknown, 0);
+    const StageCosts *sc = &gc.stage[0];
+    double BT = 8, C = 8;
+    const OpCost *w = find_op(sc, "block_backward_w", "d fcprojb");
+    assert_string_equal(w->name, "bias_backward_tiles");
+    assert_close(w->bytes, (4 + 2) * BT * C + 8 * C, "W's d fcprojb bytes with its bf16 copy");
+    const OpCost *qkvb = find_op(sc, "block_backward_w", "d qkvb");
+    assert_close(qkvb->bytes, (4 + 2) * BT * 3 * C + 8 * 3 * C, "W's d qkvb bytes with its bf16 copy");
+    const OpCost *keep = find_op(sc, "block_backward_b", "keep d fc for W");
+    assert_string_equal(keep->name, "keep_gradient");
+    assert_close(keep->bytes, (8 + 2) * BT * 4 * C, "B's keep of d fc with its bf16 copy");
+    gpu_costs_free(&gc);
+}
+
 /* The optimizer step by hand for one layer at C = 8: Muon's four weight matrices (qkv as three
  * 8 x 8, fc 32 x 8, its projection 8 x 32, the attention projection 8 x 8) get momentum,
  * normalisation, 5 Newton-Schulz steps of 4 m^2 M + 2 m^3 FLOPs (m the shorter side) and the
@@ -233,8 +259,10 @@ static void test_optimizer_steps(void **state)
 static void test_numbering_is_the_generated_codes(void **state)
 {
     (void)state;
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 8; variant++) { /* bf16, matmul attention, zero-bubble */
         Config cfg = tiny_config(variant & 1 ? PREC_BF16 : PREC_FP32, variant & 2 ? ATTN_MATMUL : ATTN_FLASH, 2, 3);
+        if (variant & 4)
+            cfg.schedule = PACI_SCHED_ZBH1;
         Plan plan;
         assert_true(plan_build(&cfg, &plan));
         GpuCosts gc;
@@ -312,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_figures_by_hand),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_gpu_forms),
+        cmocka_unit_test(test_zero_bubble_bf16),
         cmocka_unit_test(test_optimizer_steps),
         cmocka_unit_test(test_numbering_is_the_generated_codes),
         cmocka_unit_test(test_every_kernel_has_a_cost),
