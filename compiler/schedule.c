@@ -314,12 +314,15 @@ static void order_interleaved(ComputeList *cl, const PipeShape *shape, int devic
  *   1. 2(p - d) - 1 F0: chunk 0's pipeline fills;
  *   2. d times F1 F0: chunk 1 starts as the micro-batches come back up;
  *   3. p - d times F1 B1 W1: the first backwards, which start at the head (device 0's chunk 1);
- *   4. while forwards are left: F0 B0 W0 F1 B1 W1, F0 only while chunk 0 has one left;
+ *   4. while forwards are left: B0 W0 F0 F1 B1 W1, F0 only while chunk 0 has one left (B0 W0
+ *      first: a slot is freed before the next is taken, so the device's two stages together
+ *      hold at most 2p chunk activations, p stages' worth: 1F1B's peak);
  *   5. d times B0 B1, then p - d times B0 W0: the backwards left, W's deferred into the drain;
  *   6. the W's left, chunk 1's then chunk 0's; then both stages step.
  * Every count is capped by what is left to run, so any window runs (the pipeline idles more
- * when K < 2p - 1). At F = B = W the steady state idles nowhere and a device holds about 2p
- * chunk activations, p stages' worth: 1F1B's peak. Synchronous: a flush ends each window. */
+ * when K < 2p - 1: at K = p a sixth of 1F1B's idle time). At F = B = W and K >= 2p - 1 the
+ * steady state idles nowhere. Synchronous: each stage steps after its window's W's, and its
+ * next window's forwards come after that step. */
 static void order_zero_bubble_v(ComputeList *cl, const PipeShape *shape, int device, int window, long steps)
 {
     long p = shape->devices, d = device;
@@ -345,9 +348,9 @@ static void order_zero_bubble_v(ComputeList *cl, const PipeShape *shape, int dev
             W1();
         }
         while (f1 < window) {
-            F0();
             B0();
             W0();
+            F0();
             F1();
             B1();
             W1();
@@ -398,7 +401,7 @@ static long chunked_slots(int kind, const PipeShape *shape, int stage, int windo
         most = held > most ? held : most;
     }
     free(order.items);
-    return most;
+    return most > 0 ? most : 1; /* a broken order is the verifier's to report, not a division by 0 */
 }
 
 static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps);
