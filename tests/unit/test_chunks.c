@@ -320,6 +320,67 @@ static void test_unit_cost_bubbles(void **state)
     }
 }
 
+/* examples/gpt2-medium-8.paci as --explain compares the schedules: its plan and table under
+ * `kind` (the file's window unless `window` > 0), and the idle time a step at unit costs. */
+static double medium8_figures(int kind, int window, long *peak_memory)
+{
+    size_t len;
+    char *text = read_file("examples/gpt2-medium-8.paci", &len);
+    assert_non_null(text);
+    Source src = {"examples/gpt2-medium-8.paci", text, len};
+    Ast *ast = parse_source(&src);
+    assert_non_null(ast);
+    Config file, cfg;
+    diag_set_stream(fopen("/dev/null", "w")); /* the data files are absent: warnings */
+    assert_true(sema_check(&src, ast, false, &file));
+    diag_set_stream(stderr);
+    if (window > 0)
+        file.window = window;
+    assert_null(config_with_schedule(&file, kind, &cfg));
+    Plan plan;
+    paci_table *t = build(&cfg, &plan);
+    *peak_memory = plan_peak_device_memory(&plan, NULL);
+    int v = config_chunks(&cfg);
+    CostModel cm = {0};
+    for (int s = 0; s < t->stages; s++) {
+        cm.fwd[s] = 1.0 / v;
+        cm.bwd[s] = 2.0 / v;
+        cm.w[s] = schedule_splits_backward(kind) ? 1.0 / v : 0;
+    }
+    SimResult res;
+    simulate(&cfg, t, &cm, 32, &res);
+    double idle = res.bubble * res.step_time;
+    sim_result_free(&res);
+    schedule_free(t);
+    ast_free(ast);
+    config_free(&file);
+    free(text);
+    return idle;
+}
+
+/* The issue's figures on examples/gpt2-medium-8.paci (p = 8): zb-v within 1.05 x 1F1B-flush's
+ * peak memory (the bytes --explain prints), interleaved at most 55% of its idle time a step;
+ * zb-v at most 10% of it where the window fills the V (K = 16 = 2p), a sixth at the file's K = 8. */
+static void test_gpt2_medium_8(void **state)
+{
+    (void)state;
+    long flush_peak, zbv_peak, inter_peak, ignored;
+    double flush = medium8_figures(PACI_SCHED_ONEF1B, 0, &flush_peak);
+    double zbv = medium8_figures(PACI_SCHED_ZBV, 0, &zbv_peak);
+    double inter = medium8_figures(PACI_SCHED_INTERLEAVED, 0, &inter_peak);
+    double flush16 = medium8_figures(PACI_SCHED_ONEF1B, 16, &ignored);
+    double zbv16 = medium8_figures(PACI_SCHED_ZBV, 16, &ignored);
+    print_message("gpt2-medium-8, K = 8: 1f1b idle %.2f, peak %.2f GiB; zb-v idle %.2f (%.1f%%), peak %.2f GiB (%.3fx); "
+                  "interleaved idle %.2f (%.1f%%), peak %.2f GiB; K = 16: 1f1b idle %.2f, zb-v %.2f (%.1f%%)\n",
+                  flush, flush_peak / 1073741824.0, zbv, 100 * zbv / flush, zbv_peak / 1073741824.0,
+                  (double)zbv_peak / (double)flush_peak, inter, 100 * inter / flush, inter_peak / 1073741824.0,
+                  flush16, zbv16, 100 * zbv16 / flush16);
+    assert_true(zbv_peak <= 1.05 * flush_peak);
+    assert_true(inter <= 0.55 * flush);
+    assert_true(zbv16 <= 0.10 * flush16);
+    assert_true(zbv <= flush / 6 + 1e-9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_placements),
         cmocka_unit_test(test_verifier_refuses_broken_chunk_tables),
         cmocka_unit_test(test_unit_cost_bubbles),
+        cmocka_unit_test(test_gpt2_medium_8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
