@@ -766,6 +766,12 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
                 sp->mem_weights, sp->mem_grads, sp->mem_optim, sp->mem_acts, sp->mem_stash,
                 sp->mem_work, sp->mem_total);
     }
+    for (int d = 0; d < plan->devices && plan->chunks > 1; d++) {
+        fprintf(out, "device %d: stages", d);
+        for (int c = 0; c < plan->chunks; c++)
+            fprintf(out, "%s %d", c ? "," : "", paci_placed_stage(plan->placement, plan->devices, d, c));
+        fprintf(out, " | total %ld\n", plan_device_memory(plan, d));
+    }
 }
 
 void stage_layers_label(const StagePlan *sp, char *out, size_t size)
