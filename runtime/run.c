@@ -235,6 +235,35 @@ static void print_noise_scale(pr_run *run)
                (long long)batch, (long long)(batch * run->T));
 }
 
+/* Post-validation's cost, where the run's steps were post-validated: the steps rolled back
+ * and redone (each ran its window again) and the memory kept to roll back. Stage 0 counts
+ * for all: every stage comes to the same verdict. */
+static void print_post_validation(const pr_run *run)
+{
+    const pr_post_validation *pv = &run->stage[0].pv;
+    if (!pv->kept || pv->checked == 0)
+        return;
+    printf("post-validation: %lld of %lld steps rolled back and redone (%lld clipped, %lld not finite); "
+           "kept to roll back:", (long long)(pv->rolled_clip + pv->rolled_skip), (long long)pv->checked,
+           (long long)pv->rolled_clip, (long long)pv->rolled_skip);
+    for (int s = 0; s < run->p; s++)
+        printf("%s stage %d %.2f MiB", s ? "," : "", s, (double)run->stage[s].pv.kept_bytes / (1 << 20));
+    printf("\n");
+}
+
+static void metrics_post_validation(const pr_run *run, FILE *metrics)
+{
+    const pr_post_validation *pv = &run->stage[0].pv;
+    if (!pv->kept || pv->checked == 0)
+        return;
+    fprintf(metrics, "{\"post_validation\": {\"steps_checked\": %lld, \"rolled_back_clipped\": %lld, "
+            "\"rolled_back_not_finite\": %lld, \"kept_bytes\": [", (long long)pv->checked,
+            (long long)pv->rolled_clip, (long long)pv->rolled_skip);
+    for (int s = 0; s < run->p; s++)
+        fprintf(metrics, "%s%lld", s ? ", " : "", (long long)run->stage[s].pv.kept_bytes);
+    fprintf(metrics, "]}}\n");
+}
+
 /* The run's closing lines: time, rate and losses; the noise scale; each stage's busy share,
  * drift and memory. */
 static void print_summary(pr_run *run, double val_loss)
@@ -291,6 +320,7 @@ static void print_summary(pr_run *run, double val_loss)
         else
             printf(" (dense fp32 gradients)\n");
     }
+    print_post_validation(run);
     if (run->dev->host_memory)
         printf("blas: OpenBLAS, %s kernels, %d thread%s a stage\n", pr_blas_kernels(),
                run->opt.blas_threads, run->opt.blas_threads == 1 ? "" : "s");
@@ -1209,6 +1239,8 @@ static int train_and_report(pr_run *run, char *err)
                 fprintf(lg.metrics, "%s%.0f", shown++ ? ", " : "", exchange_per_step(run, r));
         fprintf(lg.metrics, "]}\n");
     }
+    if (lg.metrics)
+        metrics_post_validation(run, lg.metrics);
     if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
         rc = pr_fail(err, "%s: cannot write metrics", opt->metrics_path);
     run->user = NULL;
