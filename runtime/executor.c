@@ -321,7 +321,7 @@ static int post_validation_possible(const pr_run *run)
 {
     const pr_program *prog = run->prog;
     return prog->post_validation && prog->grad_clip > 0.0 && prog->global_clip && run->p > 1 &&
-           run->opt.world <= 1 && run->replicas <= 1;
+           run->replicas <= 1;
 }
 
 /* Room on the device for what a rollback restores: the step's params, m, v and grads as it
@@ -559,36 +559,47 @@ static const char *of_replica(const pr_run *run, char buf[32])
     return buf;
 }
 
-/* One process per stage: every rank publishes its stage's per-tensor sums and takes the
- * others', so the fold below sees every stage as the threaded run does. The allgather sends
- * the same length from every rank, the most tensors any stage has: a stage with fewer sends
- * its sums zero-padded from a row of that length, never past its own buffer. */
-static void exchange_sums(pr_run *run, pr_stage_rt *st)
+/* One process per stage: every rank publishes its stage's per-tensor sums of step t + 1 and
+ * takes the others', so the fold below sees every stage as the threaded run does. The
+ * allgather sends the same length from every rank, the most tensors any stage has: a stage
+ * with fewer sends its sums zero-padded from a row of that length, never past its own buffer.
+ * Post-validated (on_trust), each row ends with whether its stage skipped the step itself,
+ * and the exchange runs on a thread of its own while the stage goes on: the one wait a
+ * process's blame names is the stage thread's, so this one is not marked. */
+static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
 {
-    int most = 0, parity = (int)(st->t & 1), world = run->opt.world;
+    int most = 0, parity = (int)(t & 1), world = run->opt.world;
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    double *all = pr_alloc((size_t)(world + 1) * (size_t)most * sizeof(double));
-    double *mine = all + (size_t)world * (size_t)most; // zeroed by pr_alloc past our count
+    int row = most + on_trust;
+    double *all = pr_alloc((size_t)(world + 1) * (size_t)row * sizeof(double));
+    double *mine = all + (size_t)world * (size_t)row; // zeroed by pr_alloc past our count
     memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
+    if (on_trust)
+        mine[most] = st->pv.skipped[parity];
     char err[PR_ERR_LEN];
-    pr_wait_collective(PR_WAIT_NORM, st->t + 1);
-    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
+    if (!on_trust)
+        pr_wait_collective(PR_WAIT_NORM, t + 1);
+    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)row * sizeof(double), all, err) != 0) {
         pr_claim_exit();
         fflush(stdout);
         char of[32], blame[PR_ERR_LEN];
         pr_blame(blame, sizeof blame);
         fprintf(stderr, "run: error: stage %d%s (rank %d): %s (gradient-norm sums of step %lld)%s\n",
-                st->index, of_replica(run, of), run->opt.rank, err, (long long)st->t + 1, blame);
+                st->index, of_replica(run, of), run->opt.rank, err, (long long)t + 1, blame);
         exit(1);
     }
-    pr_wait_end();
+    if (!on_trust)
+        pr_wait_end();
     // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
     // (the replicas' sums are equal: their gradients were reduced first).
-    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)most;
-    for (int s = 0; s < run->p; s++)
-        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)most,
+    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)row;
+    for (int s = 0; s < run->p; s++) {
+        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)row,
                (size_t)run->stage[s].code->n_tensors * sizeof(double));
+        if (on_trust)
+            run->stage[s].pv.skipped[parity] = ours[(size_t)s * (size_t)row + (size_t)most] != 0.0;
+    }
     free(all);
 }
 
@@ -612,7 +623,7 @@ static double grad_norm(pr_run *run, pr_stage_rt *st)
         return pr_fold_norm(sums, sc->n_tensors);
     pthread_barrier_wait(&run->barrier);
     if (run->opt.world > 1)
-        exchange_sums(run, st);
+        exchange_sums(run, st, st->t, 0);
     // Every stage folds the same numbers in the same order; the parity buffers keep the
     // next step's sums from overwriting ones a slower stage is still reading.
     double total = 0.0;
@@ -860,11 +871,34 @@ static void apply_update(pr_run *run, pr_stage_rt *st, int64_t t, float scale, d
 
 int pr_post_validating(const pr_run *run)
 {
-    return post_validation_possible(run) && !run->async_segment && run->stage[0].pv.kept != NULL;
+    return post_validation_possible(run) && !run->async_segment;
 }
 
+typedef struct trusted_exchange {
+    pr_run *run;
+    pr_stage_rt *st;
+    int64_t t;
+} trusted_exchange;
+
+static void *exchange_on_trust(void *arg)
+{
+    trusted_exchange *x = arg;
+    exchange_sums(x->run, x->st, x->t, 1);
+    free(x);
+    return NULL;
+}
+
+/* The stage's sums of step t + 1 (and whether it skipped it) where the others read them: in
+ * the run's memory, or between processes by an allgather on a thread of its own. */
 static void publish_sums(pr_run *run, pr_stage_rt *st)
 {
+    if (run->opt.world > 1) {
+        trusted_exchange *x = pr_alloc(sizeof *x);
+        *x = (trusted_exchange){run, st, st->t};
+        if (pthread_create(&st->pv.exchange, NULL, exchange_on_trust, x) != 0)
+            pr_internal("cannot start the gradient-norm exchange of stage %d", st->index);
+        return;
+    }
     pthread_mutex_lock(&run->pv_mu);
     st->pv.published = st->t + 1;
     pthread_cond_broadcast(&run->pv_cv);
@@ -872,8 +906,14 @@ static void publish_sums(pr_run *run, pr_stage_rt *st)
 }
 
 /* Until every stage has published its sums of `step` (from 1). */
-static void await_sums(pr_run *run, int64_t step)
+static void await_sums(pr_run *run, pr_stage_rt *st, int64_t step)
 {
+    if (run->opt.world > 1) {
+        int rc = pthread_join(st->pv.exchange, NULL);
+        if (rc != 0)
+            pr_internal("cannot join the gradient-norm exchange of stage %d: %s", st->index, strerror(rc));
+        return;
+    }
     pthread_mutex_lock(&run->pv_mu);
     for (int s = 0; s < run->p; s++)
         while (run->stage[s].pv.published < step)
@@ -975,7 +1015,7 @@ static void settle_step(pr_run *run, pr_stage_rt *st)
     pr_post_validation *pv = &st->pv;
     const pr_stage_code *sc = st->code;
     int64_t t = pv->pending - 1; // steps taken before the one checked
-    await_sums(run, t + 1);
+    await_sums(run, st, t + 1);
     double norm = fold_global_norm(run, t);
     float scale = pr_clip_scale(norm, run->prog->grad_clip);
     int some_trusted, finite = all_sums_finite(run, t, &some_trusted);

@@ -463,6 +463,7 @@ typedef struct pr_post_validation {
     int64_t *done_mb;
     int32_t n_done, cap_done;
     int64_t published;           /* steps whose per-tensor sums the stage has published (run->pv_mu) */
+    pthread_t exchange;          /* one process per stage: the allgather of the pending step's sums */
     int64_t checked;             /* steps taken on trust and checked */
     int64_t rolled_clip, rolled_skip; /* steps rolled back (their window run again) because the
                                        * norm clipped / a gradient was not finite */

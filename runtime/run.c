@@ -236,25 +236,34 @@ static void print_noise_scale(pr_run *run)
 }
 
 /* Post-validation's cost, where the run's steps were post-validated: the steps rolled back
- * and redone (each ran its window again) and the memory kept to roll back. Stage 0 counts
- * for all: every stage comes to the same verdict. */
+ * and redone (each ran its window again) and the memory kept to roll back. Every stage comes
+ * to the same verdict, so the first this process runs counts for all; NULL: none was checked. */
+static const pr_post_validation *post_validation_of(const pr_run *run)
+{
+    for (int s = 0; s < run->p; s++)
+        if (run->stage[s].pv.kept && run->stage[s].pv.checked > 0)
+            return &run->stage[s].pv;
+    return NULL;
+}
+
 static void print_post_validation(const pr_run *run)
 {
-    const pr_post_validation *pv = &run->stage[0].pv;
-    if (!pv->kept || pv->checked == 0)
+    const pr_post_validation *pv = post_validation_of(run);
+    if (!pv)
         return;
     printf("post-validation: %lld of %lld steps rolled back and redone (%lld clipped, %lld not finite); "
            "kept to roll back:", (long long)(pv->rolled_clip + pv->rolled_skip), (long long)pv->checked,
            (long long)pv->rolled_clip, (long long)pv->rolled_skip);
-    for (int s = 0; s < run->p; s++)
-        printf("%s stage %d %.2f MiB", s ? "," : "", s, (double)run->stage[s].pv.kept_bytes / (1 << 20));
+    for (int s = 0, shown = 0; s < run->p; s++)
+        if (run->stage[s].pv.kept)
+            printf("%s stage %d %.2f MiB", shown++ ? "," : "", s, (double)run->stage[s].pv.kept_bytes / (1 << 20));
     printf("\n");
 }
 
 static void metrics_post_validation(const pr_run *run, FILE *metrics)
 {
-    const pr_post_validation *pv = &run->stage[0].pv;
-    if (!pv->kept || pv->checked == 0)
+    const pr_post_validation *pv = post_validation_of(run);
+    if (!pv)
         return;
     fprintf(metrics, "{\"post_validation\": {\"steps_checked\": %lld, \"rolled_back_clipped\": %lld, "
             "\"rolled_back_not_finite\": %lld, \"kept_bytes\": [", (long long)pv->checked,

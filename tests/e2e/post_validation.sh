@@ -9,7 +9,9 @@
 #     exceed 1.0, and the summary and --metrics count exactly those;
 #   - steps 25-42 resumed from the same checkpoint: clipping triggers in none (0 rolled back);
 #   - on_nan skip from a checkpoint whose embedding row of '!' is +inf: the same steps skipped;
-#   - 1f1b and gpipe at p = 4, clip 0.5, 20 steps: equal too, and so is one stage (no check).
+#   - 1f1b and gpipe at p = 4, clip 0.5, 20 steps: equal too; one stage has nothing to check;
+#   - zb-h2 as 4 processes over TCP (the sums go through the bootstrap's allgather, on a
+#     thread of its own): the threaded run's bits.
 # And --explain prices the schedules without the barrier: on examples/gpt2-medium-8.paci at
 # zb-h2, window 16, fp32, clip 1.0, zb-h2's bubble is below half of zb-h1's, and not with
 # post_validation false.
@@ -109,6 +111,16 @@ for schedule in 1f1b gpipe; do
     [ "$(rolled $schedule-true | cut -d' ' -f1)" = 20 ] || fail "$schedule: the metrics say '$(rolled $schedule-true)'"
     echo "$schedule, p = 4, clip 0.5: $(rolled $schedule-true | cut -d' ' -f2) of 20 steps rolled back; the barrier run's bits"
 done
+# One process per stage over TCP: the sums of a step trusted go out on a thread of their own
+# while the stage runs on; the threaded run's bits, and its count of steps rolled back.
+model mp zb-h2 8 20 20 true
+train mp --blas-threads 1 > /dev/null || fail "zb-h2 mp did not train"
+processes_equal_threads mp 4
+[ "$(rolled mp)" = "$(rolled mp-mp/rank3)" ] || fail "processes: rank 3 says '$(rolled mp-mp/rank3)', threads '$(rolled mp)'"
+cmp -s "$work/mp/ckpt/step_00000020/state.bin" "$work/mp-mp/rank0/ckpt/step_00000020/state.bin" ||
+    fail "processes: optimizer state differs from the threaded run's"
+echo "zb-h2 as 4 processes over TCP: $(rolled mp | cut -d' ' -f2) of 20 steps rolled back; the threaded run's bits"
+
 small_model one 1 1f1b 4 20 0 20
 train one --blas-threads 1 > "$work/one.out" || fail "one stage did not train"
 [ "$(rolled one)" = none ] || fail "one stage reports post-validation: $(rolled one)"
@@ -124,6 +136,12 @@ grep -q "schedule zb-h2" "$work/m8.paci" && grep -q "window 16 " "$work/m8.paci"
     fail "the medium-8 edit did not apply"
 sed 's/^        clip 1.0$/        clip 1.0\n        post_validation false/' "$work/m8.paci" > "$work/m8-barrier.paci"
 grep -q "post_validation false" "$work/m8-barrier.paci" || fail "the barrier edit did not apply"
+explain=$("$pacic" "$work/m8.paci" --explain 2> /dev/null)
+grep -q '^clipping: by the norm over every stage (clip 1), post-validated: ' <<< "$explain" ||
+    fail "--explain does not say the steps are post-validated"
+explain=$("$pacic" "$work/m8-barrier.paci" --explain 2> /dev/null)
+grep -q "^clipping: by the norm over every stage (clip 1): every step waits for every stage's gradients (post_validation false)" <<< "$explain" ||
+    fail "--explain does not say the steps wait for the norm"
 read -r h1 h2 <<< "$(bubbles "$work/m8.paci")"
 read -r bh1 bh2 <<< "$(bubbles "$work/m8-barrier.paci")"
 [ -n "$h1" ] && [ -n "$bh1" ] || fail "no zb-h1 / zb-h2 rows in --explain"
