@@ -8,7 +8,8 @@
 #     its end): clipping triggers in some steps, as many as the barrier run's grad_norm says
 #     exceed 1.0, and the summary and --metrics count exactly those;
 #   - steps 25-42 resumed from the same checkpoint: clipping triggers in none (0 rolled back);
-#   - on_nan skip from a checkpoint whose embedding row of '!' is +inf: the same steps skipped;
+#   - on_nan skip from a checkpoint whose embedding row of '!' is +inf: the same steps skipped,
+#     on threads and as 4 processes;
 #   - 1f1b and gpipe at p = 4, clip 0.5, 20 steps: equal too; one stage has nothing to check;
 #   - zb-h2 as 4 processes over TCP (the sums go through the bootstrap's allgather, on a
 #     thread of its own): the threaded run's bits.
@@ -92,6 +93,7 @@ for name in nan-on nan-off; do
     grep -q "on_nan skip" "$work/$name.paci" || fail "on_nan edit of $name did not apply"
     train $name --blas-threads 1 --steps 2 > /dev/null
     poison_row "$work/$name/ckpt/step_00000002/model.bin" 33
+    [ $name = nan-off ] || cp -r "$work/$name/ckpt" "$work/nan-poisoned" # the start of the processes below
     train $name --blas-threads 1 --resume > /dev/null 2> "$work/$name.err" || fail "$name: $(cat "$work/$name.err")"
 done
 skipped=$(skipped_steps < "$work/nan-on.err")
@@ -99,6 +101,26 @@ skipped=$(skipped_steps < "$work/nan-on.err")
     fail "on_nan skip: post-validated run skipped '$skipped', the barrier run '$(skipped_steps < "$work/nan-off.err")'"
 same nan-on nan-off 12 || fail "on_nan skip: post-validated and barrier runs differ"
 echo "zb-h2, on_nan skip from a poisoned row: steps $skipped skipped alike; the barrier run's bits"
+
+# The same resume as 4 processes over TCP: each judges its own stage's loss and sums at its
+# step and the others' at the check, and the threads' bits come out.
+port=$((port + 1))
+pids=()
+for r in 0 1 2 3; do
+    mkdir -p "$work/nan-mp/rank$r/ckpt"
+    cp -r "$work/nan-poisoned/step_00000002" "$work/nan-mp/rank$r/ckpt/"
+    echo step_00000002 > "$work/nan-mp/rank$r/ckpt/latest"
+    (cd "$work/nan-mp/rank$r" && RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$work/nan-on/run" --quiet --resume --blas-threads 1 --connect-timeout 60 > out.txt 2> err.txt) &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || fail "on_nan skip over 4 processes: a rank failed"; done
+cmp -s "$work/nan-on/ckpt/step_00000012/model.bin" "$work/nan-mp/rank0/ckpt/step_00000012/model.bin" &&
+    cmp -s "$work/nan-on/ckpt/step_00000012/state.bin" "$work/nan-mp/rank0/ckpt/step_00000012/state.bin" ||
+    fail "on_nan skip over 4 processes: not the threads' bits"
+[ "$(cat "$work"/nan-mp/rank*/err.txt | skipped_steps)" = "$skipped" ] ||
+    fail "on_nan skip over 4 processes: skipped '$(cat "$work"/nan-mp/rank*/err.txt | skipped_steps)', threads '$skipped'"
+echo "the same as 4 processes: steps $skipped skipped; the threads' bits"
 
 # The other synchronous schedules, and one stage (nothing to check there).
 for schedule in 1f1b gpipe; do
