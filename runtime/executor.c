@@ -316,7 +316,7 @@ static void alloc_slot_buffers(pr_run *run, pr_stage_rt *st, int64_t slots, int 
         st->slot_mb[i] = -1;
 }
 
-/* Whether some segment of this run may post-validate its steps (pr_post_validating). */
+/* Whether some segment of this run may post-validate its steps (post_validating). */
 static int post_validation_possible(const pr_run *run)
 {
     const pr_program *prog = run->prog;
@@ -363,7 +363,7 @@ static void init_stage(pr_run *run, int s, const stage_sizes *z)
     st->grad_in_mb = st->grad_out_mb = st->work_mb = -1;
     for (int k = 0; k < 2; k++)
         st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
-    if (hold == HOLD_FULL && post_validation_possible(run))
+    if (hold == HOLD_FULL && post_validation_possible(run) && run->opt.sample == 0) // sampling takes no step
         keep_for_rollback_alloc(run, st);
     if (run->opt.profile_out)
         pr_op_stats_open(s, sc->n_ops);
@@ -869,7 +869,9 @@ static void apply_update(pr_run *run, pr_stage_rt *st, int64_t t, float scale, d
  * window since again: the links pair as the first time, since every stage reruns the same
  * window in the same order after finishing it. The result is the barrier run's, bit for bit. */
 
-int pr_post_validating(const pr_run *run)
+/* Whether the running segment's steps are post-validated: a synchronous segment clipping by
+ * the global norm with post_validation on, one replica. */
+static int post_validating(const pr_run *run)
 {
     return post_validation_possible(run) && !run->async_segment;
 }
@@ -1082,7 +1084,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     double mean_loss = loss / (double)(run->K * run->replicas);
     double *sums = st->tensor_sumsq[st->t & 1];
     dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
-    if (pr_post_validating(run)) {
+    if (post_validating(run)) {
         step_on_trust(run, st, loss);
         return;
     }

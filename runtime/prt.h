@@ -636,9 +636,6 @@ typedef struct pr_run {
 /* Validates program and table, lays out arenas and channels. Parameters are zero. */
 int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char *err);
 void pr_run_free(pr_run *run);
-/* Whether the running segment's steps are post-validated: a synchronous segment clipping by
- * the global norm with post_validation on, its stages threads of one process, one replica. */
-int pr_post_validating(const pr_run *run);
 /* Runs segment seg (all stage threads, joined at the end); run->step advances. */
 void pr_run_segment(pr_run *run, int32_t seg);
 /* The gradient noise scale B_simple in sequences (noise_scale.c): the sum of every stage's
