@@ -1022,6 +1022,7 @@ static void settle_step(pr_run *run, pr_stage_rt *st)
     float scale = pr_clip_scale(norm, run->prog->grad_clip);
     int some_trusted, finite = all_sums_finite(run, t, &some_trusted);
     int wrong = !finite || scale != 1.0f, redo = wrong && some_trusted;
+    pv->wait_next = wrong;
     if (!pv->skipped[t & 1] && !finite) {
         non_finite_step(run, st, t, pv->loss, 1); // another stage's sums: on_nan stop exits here
         rollback_copy(run, st, 1);
@@ -1084,12 +1085,17 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     double mean_loss = loss / (double)(run->K * run->replicas);
     double *sums = st->tensor_sumsq[st->t & 1];
     dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
-    if (post_validating(run)) {
+    if (post_validating(run) && !st->pv.wait_next) {
         step_on_trust(run, st, loss);
         return;
     }
     double norm = grad_norm(run, st);
     float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
+    if (post_validating(run)) { // the step after one that clipped waited: does the next?
+        int some_trusted;
+        st->pv.wait_next = !all_sums_finite(run, st->t, &some_trusted) || scale != 1.0f;
+        st->pv.waited++;
+    }
     int measured = st->noise_small_state == 1;
     st->noise_small_state = 0;
     if (non_finite_step(run, st, st->t, loss, 1)) {

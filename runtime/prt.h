@@ -465,6 +465,10 @@ typedef struct pr_post_validation {
     int64_t published;           /* steps whose per-tensor sums the stage has published (run->pv_mu) */
     pthread_t exchange;          /* one process per stage: the allgather of the pending step's sums */
     int64_t checked;             /* steps taken on trust and checked */
+    /* the last step clipped or was not finite, so the next one waits for the norm as without
+     * post-validation (a run of clipped steps rolls back once); waited: steps taken so */
+    int wait_next;
+    int64_t waited;
     int64_t rolled_clip, rolled_skip; /* steps rolled back (their window run again) because the
                                        * norm clipped / a gradient was not finite */
 } pr_post_validation;

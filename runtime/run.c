@@ -241,7 +241,7 @@ static void print_noise_scale(pr_run *run)
 static const pr_post_validation *post_validation_of(const pr_run *run)
 {
     for (int s = 0; s < run->p; s++)
-        if (run->stage[s].pv.kept && run->stage[s].pv.checked > 0)
+        if (run->stage[s].pv.kept && run->stage[s].pv.checked + run->stage[s].pv.waited > 0)
             return &run->stage[s].pv;
     return NULL;
 }
@@ -251,9 +251,10 @@ static void print_post_validation(const pr_run *run)
     const pr_post_validation *pv = post_validation_of(run);
     if (!pv)
         return;
-    printf("post-validation: %lld of %lld steps rolled back and redone (%lld clipped, %lld not finite); "
-           "kept to roll back:", (long long)(pv->rolled_clip + pv->rolled_skip), (long long)pv->checked,
-           (long long)pv->rolled_clip, (long long)pv->rolled_skip);
+    printf("post-validation: %lld of %lld steps taken on trust rolled back and redone (%lld clipped, %lld not "
+           "finite), %lld after those waiting for the norm; kept to roll back:",
+           (long long)(pv->rolled_clip + pv->rolled_skip), (long long)pv->checked, (long long)pv->rolled_clip,
+           (long long)pv->rolled_skip, (long long)pv->waited);
     for (int s = 0, shown = 0; s < run->p; s++)
         if (run->stage[s].pv.kept)
             printf("%s stage %d %.2f MiB", shown++ ? "," : "", s, (double)run->stage[s].pv.kept_bytes / (1 << 20));
@@ -266,8 +267,8 @@ static void metrics_post_validation(const pr_run *run, FILE *metrics)
     if (!pv)
         return;
     fprintf(metrics, "{\"post_validation\": {\"steps_checked\": %lld, \"rolled_back_clipped\": %lld, "
-            "\"rolled_back_not_finite\": %lld, \"kept_bytes\": [", (long long)pv->checked,
-            (long long)pv->rolled_clip, (long long)pv->rolled_skip);
+            "\"rolled_back_not_finite\": %lld, \"steps_waited\": %lld, \"kept_bytes\": [", (long long)pv->checked,
+            (long long)pv->rolled_clip, (long long)pv->rolled_skip, (long long)pv->waited);
     for (int s = 0; s < run->p; s++)
         fprintf(metrics, "%s%lld", s ? ", " : "", (long long)run->stage[s].pv.kept_bytes);
     fprintf(metrics, "]}}\n");
