@@ -66,9 +66,9 @@ static void explain_clipping(FILE *out, const Config *cfg)
         return;
     fprintf(out, "clipping: by the norm over every stage (clip %g)", cfg->grad_clip);
     if (cfg->post_validation && config_replicas(cfg) <= 1)
-        fprintf(out, ", post-validated: no stage waits for it at its step, and a step it clips is rolled back "
-                     "and redone with the window since, which the predictions do not price; each stage keeps "
-                     "%d bytes a parameter to roll back, not in the table below\n",
+        fprintf(out, ", post-validated: no stage waits for it at its step; a step it clips is rolled back and "
+                     "redone with the window since, and the next step waits, which the predictions do not price; "
+                     "each stage keeps %d bytes a parameter to roll back, not in the table below\n",
                 cfg->precision == PREC_BF16 ? 18 : 16);
     else
         fprintf(out, ": every step waits for every stage's gradients (%s), as the predictions price it\n",
