@@ -817,6 +817,8 @@ static void emit_program_struct(StrBuf *sb, const Config *cfg, const Plan *plan)
               exact_double(cfg->weight_decay), exact_double(cfg->grad_clip));
     emit_line(sb, ".global_clip = %d, /* clip by the norm over all stages: in synchronous programs only */",
               schedule_sync[cfg->schedule] || cfg->warm_steps > 0);
+    emit_line(sb, ".post_validation = %d, /* step without waiting for the global norm, redo the rare clipped step */",
+              cfg->post_validation);
     emit_line(sb, ".eval_every = %ld, .eval_batches = %ld, .ckpt_every = %ld, .ckpt_keep = %ld,",
               cfg->eval_every, cfg->eval_batches, cfg->ckpt_every, cfg->ckpt_keep);
     emit_line(sb, ".seed = %lluULL,", (unsigned long long)cfg->seed);

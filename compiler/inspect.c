@@ -59,6 +59,23 @@ static void explain_lr(FILE *out, const Config *cfg)
             decay_name(cfg->lr_decay), cfg->min_lr_ratio);
 }
 
+/* Clipping by the norm over every stage (a synchronous program, p > 1): whether the steps wait
+ * for it or are post-validated (docs/dsl.md, "Post-validation"), as the predictions price it. */
+static void explain_clipping(FILE *out, const Config *cfg)
+{
+    if (!(paci_schedule_is_sync(cfg->schedule) || cfg->warm_steps > 0) || cfg->grad_clip <= 0 || cfg->stages < 2)
+        return;
+    fprintf(out, "clipping: by the norm over every stage (clip %g)", cfg->grad_clip);
+    if (cfg->post_validation && config_replicas(cfg) <= 1)
+        fprintf(out, ", post-validated: no stage waits for it at its step; a step it clips is rolled back and "
+                     "redone with the window since, and the next step waits, which the predictions do not price; "
+                     "each stage keeps %d bytes a parameter to roll back, not in the table below\n",
+                cfg->precision == PREC_BF16 ? 18 : 16);
+    else
+        fprintf(out, ": every step waits for every stage's gradients (%s), as the predictions price it\n",
+                cfg->post_validation ? "data > 1 keeps the barrier" : "post_validation false");
+}
+
 /* optimizer nadamw and lans: the rule in one line (the other optimizers print none, as before). */
 static void explain_optimizer(FILE *out, const Config *cfg)
 {
@@ -431,6 +448,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         explain_replicas(out, cfg, tokens_per_step);
     explain_segments(out, cfg, t);
     explain_lr(out, cfg);
+    explain_clipping(out, cfg);
     explain_optimizer(out, cfg);
 
     /* One unit for the whole table: GiB for real models, MiB for the CPU-sized ones. */

@@ -273,6 +273,9 @@ typedef struct Config {
     LrScale lr_scale;
     double lr;              /* peak lr for global_batch, derived by the scale rule */
     double beta1, beta2, eps, weight_decay, grad_clip;
+    /* optimizer post-validation (docs/dsl.md): a synchronous program's stages step without
+     * waiting for the global norm, and roll back and redo the rare step it clips or skips */
+    bool post_validation;
     /* the optimizer's name (enum pr_optimizer) and the keys only some optimizers take
      * (docs/dsl.md); adamw uses the line above only */
     int optimizer;
@@ -588,7 +591,8 @@ typedef struct CostModel {
     double w_measured[PACI_MAX_STAGES]; /* a profile's W seconds (its stage line's `w`); 0: none,
                                          * w is then the W products' share of bwd's FLOPs */
     bool step_barrier;           /* every stage's k-th step waits for all stages' (clipping by
-                                  * the global norm: a synchronous schedule with clip, p > 1) */
+                                  * the global norm: a synchronous schedule with clip, p > 1,
+                                  * without post-validation, or with data > 1) */
 } CostModel;
 
 /* Stage sp's gradient allreduce among cfg's D replicas, once per optimizer step: its fp32

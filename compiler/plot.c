@@ -146,7 +146,8 @@ static bool read_noise_scale(PlotRun *run, long line, const json_t *step, const 
     return true;
 }
 
-/* One line of a metrics file: the stage_bytes record (skipped), a step's record with "loss",
+/* One line of a metrics file: the stage_bytes, post_validation and exchange_bytes_per_step
+ * records (skipped), a step's record with "loss",
  * or an evaluation's with "val_loss" (docs/run.md); a null loss (not finite) is no point. */
 static bool read_record(PlotRun *run, long line, const char *text, size_t len)
 {
@@ -160,6 +161,8 @@ static bool read_record(PlotRun *run, long line, const char *text, size_t len)
     json_t *value = loss ? loss : val_loss;
     if (json_object_get(rec, "stage_bytes") && !step) {
         // the run's first line: what it allocated, nothing to draw
+    } else if ((json_object_get(rec, "post_validation") || json_object_get(rec, "exchange_bytes_per_step")) && !step) {
+        // the run's closing records: what post-validation and the replicas' exchange cost
     } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !value) {
         ok = record_error(run, line, "not a record of run --metrics: a step's has an integer \"step\" "
                                      "and \"loss\", an evaluation's \"step\" and \"val_loss\"", "");

@@ -196,6 +196,7 @@ static const KeyDef optimizer_keys[] = {
     POS_KEY("eps", eps, 1e-8),
     NUM_KEY("weight_decay", weight_decay, 0, 1e30, 0.1),
     NUM_KEY("clip", grad_clip, 0, 1e30, 1.0),
+    {.name = "post_validation", .shape = SHAPE_BOOL, .fallback = 1, .field = AT(post_validation)},
     /* muon and lars only (check_optimizer); momentum -1: the optimizer's default */
     NUM_KEY("momentum", momentum, 0, 0.9999, -1),
     {.name = "nesterov", .shape = SHAPE_BOOL, .fallback = 1, .field = AT(nesterov)},
@@ -1444,12 +1445,12 @@ bool optimizer_takes_tensor_norms(int optimizer)
 static void check_optimizer(Sema *s)
 {
     static const char *const keys_of[] = {
-        [PR_OPT_ADAMW] = " lr betas eps weight_decay clip ",
-        [PR_OPT_MUON] = " lr momentum nesterov ns_steps shape_scale weight_decay clip adamw ",
-        [PR_OPT_LAMB] = " lr betas eps weight_decay clip ",
-        [PR_OPT_LARS] = " lr momentum trust_coefficient eps weight_decay clip ",
-        [PR_OPT_NADAMW] = " lr betas eps weight_decay momentum_decay clip ",
-        [PR_OPT_LANS] = " lr betas eps weight_decay clip ",
+        [PR_OPT_ADAMW] = " lr betas eps weight_decay clip post_validation ",
+        [PR_OPT_MUON] = " lr momentum nesterov ns_steps shape_scale weight_decay clip post_validation adamw ",
+        [PR_OPT_LAMB] = " lr betas eps weight_decay clip post_validation ",
+        [PR_OPT_LARS] = " lr momentum trust_coefficient eps weight_decay clip post_validation ",
+        [PR_OPT_NADAMW] = " lr betas eps weight_decay momentum_decay clip post_validation ",
+        [PR_OPT_LANS] = " lr betas eps weight_decay clip post_validation ",
     };
     Config *cfg = s->cfg;
     const char *name = optimizer_names[cfg->optimizer];

@@ -339,6 +339,27 @@ static void alloc_slot_buffers(pr_run *run, pr_stage_rt *st, int64_t slots, int 
         st->slot_mb[i] = -1;
 }
 
+/* Whether some segment of this run may post-validate its steps (post_validating). */
+static int post_validation_possible(const pr_run *run)
+{
+    const pr_program *prog = run->prog;
+    return prog->post_validation && prog->grad_clip > 0.0 && prog->global_clip && run->p > 1 &&
+           run->replicas <= 1;
+}
+
+/* Room on the device for what a rollback restores: the step's params, m, v and grads as it
+ * found them, and the bf16 weights. */
+static void keep_for_rollback_alloc(pr_run *run, pr_stage_rt *st)
+{
+    size_t n = (size_t)st->code->n_params;
+    st->pv.kept = run->dev->alloc(st->index, 4 * n * sizeof(float));
+    st->pv.kept_bytes = (int64_t)(4 * n * sizeof(float));
+    if (st->params_h) {
+        st->pv.kept_h = run->dev->alloc(st->index, n * sizeof(pr_bf16));
+        st->pv.kept_bytes += (int64_t)(n * sizeof(pr_bf16));
+    }
+}
+
 /* Stage s: its arena and buffers, its profile counters and its links to stage s + 1. */
 static void init_stage(pr_run *run, int s, const stage_sizes *z)
 {
@@ -365,6 +386,8 @@ static void init_stage(pr_run *run, int s, const stage_sizes *z)
     st->grad_in_mb = st->grad_out_mb = st->work_mb = -1;
     for (int k = 0; k < 2; k++)
         st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
+    if (hold == HOLD_FULL && post_validation_possible(run) && run->opt.sample == 0) // sampling takes no step
+        keep_for_rollback_alloc(run, st);
     if (run->opt.profile_out)
         pr_op_stats_open(s, sc->n_ops);
     if (s + 1 < run->p) {
@@ -393,6 +416,13 @@ static int init_shared(pr_run *run, char *err)
     if ((rc = pthread_mutex_init(&run->stats_mu, NULL)) != 0)
         return pr_fail(err, "cannot create the stages' statistics lock: %s", strerror(rc));
     run->stats_mu_made = 1;
+    if ((rc = pthread_mutex_init(&run->pv_mu, NULL)) != 0)
+        return pr_fail(err, "cannot create the stages' post-validation lock: %s", strerror(rc));
+    if ((rc = pthread_cond_init(&run->pv_cv, NULL)) != 0) {
+        pthread_mutex_destroy(&run->pv_mu);
+        return pr_fail(err, "cannot create the stages' post-validation condition: %s", strerror(rc));
+    }
+    run->pv_made = 1;
     run->start_time = pr_now();
     run->stop_at = PR_NO_STOP;
     return 0;
@@ -471,6 +501,10 @@ void pr_run_free(pr_run *run)
         pr_stage_rt *st = &run->stage[s];
         if (st->arena)
             run->dev->release(s, st->arena);
+        if (st->pv.kept)
+            run->dev->release(s, st->pv.kept);
+        if (st->pv.kept_h)
+            run->dev->release(s, st->pv.kept_h);
         if (!run->dev->host_memory && st->dev_tokens) {
             run->dev->release(s, st->dev_tokens);
             run->dev->release(s, st->dev_targets);
@@ -489,6 +523,8 @@ void pr_run_free(pr_run *run)
         free(st->acc_free);
         free(st->tensor_sumsq[0]);
         free(st->tensor_sumsq[1]);
+        free(st->pv.done);
+        free(st->pv.done_mb);
         free(st->trace);
         pr_op_stats_close(s);
         if (s + 1 < run->p) {
@@ -505,6 +541,10 @@ void pr_run_free(pr_run *run)
         pthread_barrier_destroy(&run->barrier);
     if (run->stats_mu_made)
         pthread_mutex_destroy(&run->stats_mu);
+    if (run->pv_made) {
+        pthread_cond_destroy(&run->pv_cv);
+        pthread_mutex_destroy(&run->pv_mu);
+    }
     memset(run, 0, sizeof *run);
 }
 
@@ -543,36 +583,47 @@ static const char *of_replica(const pr_run *run, char buf[32])
     return buf;
 }
 
-/* One process per stage: every rank publishes its stage's per-tensor sums and takes the
- * others', so the fold below sees every stage as the threaded run does. The allgather sends
- * the same length from every rank, the most tensors any stage has: a stage with fewer sends
- * its sums zero-padded from a row of that length, never past its own buffer. */
-static void exchange_sums(pr_run *run, pr_stage_rt *st)
+/* One process per stage: every rank publishes its stage's per-tensor sums of step t + 1 and
+ * takes the others', so the fold below sees every stage as the threaded run does. The
+ * allgather sends the same length from every rank, the most tensors any stage has: a stage
+ * with fewer sends its sums zero-padded from a row of that length, never past its own buffer.
+ * Post-validated (on_trust), each row ends with whether its stage skipped the step itself,
+ * and the exchange runs on a thread of its own while the stage goes on: the one wait a
+ * process's blame names is the stage thread's, so this one is not marked. */
+static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
 {
-    int most = 0, parity = (int)(st->t & 1), world = run->opt.world;
+    int most = 0, parity = (int)(t & 1), world = run->opt.world;
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    double *all = pr_alloc((size_t)(world + 1) * (size_t)most * sizeof(double));
-    double *mine = all + (size_t)world * (size_t)most; // zeroed by pr_alloc past our count
+    int row = most + on_trust;
+    double *all = pr_alloc((size_t)(world + 1) * (size_t)row * sizeof(double));
+    double *mine = all + (size_t)world * (size_t)row; // zeroed by pr_alloc past our count
     memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
+    if (on_trust)
+        mine[most] = st->pv.skipped[parity];
     char err[PR_ERR_LEN];
-    pr_wait_collective(PR_WAIT_NORM, st->t + 1);
-    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
+    if (!on_trust)
+        pr_wait_collective(PR_WAIT_NORM, t + 1);
+    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)row * sizeof(double), all, err) != 0) {
         pr_claim_exit();
         fflush(stdout);
         char of[32], blame[PR_ERR_LEN];
         pr_blame(blame, sizeof blame);
         fprintf(stderr, "run: error: stage %d%s (rank %d): %s (gradient-norm sums of step %lld)%s\n",
-                st->index, of_replica(run, of), run->opt.rank, err, (long long)st->t + 1, blame);
+                st->index, of_replica(run, of), run->opt.rank, err, (long long)t + 1, blame);
         exit(1);
     }
-    pr_wait_end();
+    if (!on_trust)
+        pr_wait_end();
     // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
     // (the replicas' sums are equal: their gradients were reduced first).
-    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)most;
-    for (int s = 0; s < run->p; s++)
-        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)most,
+    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)row;
+    for (int s = 0; s < run->p; s++) {
+        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)row,
                (size_t)run->stage[s].code->n_tensors * sizeof(double));
+        if (on_trust)
+            run->stage[s].pv.skipped[parity] = ours[(size_t)s * (size_t)row + (size_t)most] != 0.0;
+    }
     free(all);
 }
 
@@ -596,7 +647,7 @@ static double grad_norm(pr_run *run, pr_stage_rt *st)
         return pr_fold_norm(sums, sc->n_tensors);
     pthread_barrier_wait(&run->barrier);
     if (run->opt.world > 1)
-        exchange_sums(run, st);
+        exchange_sums(run, st, st->t, 0);
     // Every stage folds the same numbers in the same order; the parity buffers keep the
     // next step's sums from overwriting ones a slower stage is still reading.
     double total = 0.0;
@@ -646,11 +697,13 @@ static double step_loss_of(const pr_run *run, int64_t step)
  * and the tensor. on_nan stop ends the process there, so no checkpoint after the fault is
  * ever written; on_nan skip drops this stage's update (m, v and weights stay as they were)
  * and goes on. The per-tensor sums of squares are finite exactly when every gradient is.
- * Returns whether the update is to be skipped. */
-static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
+ * t: the steps taken before the one checked; others: whether the other stages' sums are
+ * read too (post-validation reads them at the check, after the step). Returns whether the
+ * update is to be skipped. */
+static int non_finite_step(pr_run *run, pr_stage_rt *st, int64_t t, double loss, int others)
 {
     const pr_stage_code *sc = st->code;
-    const double *sums = st->tensor_sumsq[st->t & 1];
+    const double *sums = st->tensor_sumsq[t & 1];
     char what[160] = "";
     if (sc->has_head && !isfinite(loss))
         snprintf(what, sizeof what, "the loss is not finite (%g)", loss);
@@ -659,10 +712,10 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
             snprintf(what, sizeof what, "the gradient of %s is not finite (sum of squares %g)",
                      sc->tensors[i].name, sums[i]);
     // Clipping by the global norm makes the decision global: every stage sees the sums.
-    int global = run->prog->global_clip && !run->async_segment && run->prog->grad_clip > 0.0 && run->p > 1;
+    int global = others && run->prog->global_clip && !run->async_segment && run->prog->grad_clip > 0.0 && run->p > 1;
     for (int s = 0; global && s < run->p && !what[0]; s++)
         for (int i = 0; i < run->stage[s].code->n_tensors && !what[0]; i++)
-            if (!isfinite(run->stage[s].tensor_sumsq[st->t & 1][i]))
+            if (!isfinite(run->stage[s].tensor_sumsq[t & 1][i]))
                 snprintf(what, sizeof what, "stage %d's gradient of %s is not finite (the "
                          "clipping norm is global)", s, run->stage[s].code->tensors[i].name);
     if (!what[0])
@@ -672,12 +725,12 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st, double loss)
     fflush(stdout);
     if (run->prog->on_nan == PR_ON_NAN_SKIP) {
         fprintf(stderr, "run: warning: step %lld, stage %d: %s; the step is skipped "
-                "(on_nan skip)\n", (long long)st->t + 1, st->index, what);
+                "(on_nan skip)\n", (long long)t + 1, st->index, what);
         return 1;
     }
     fprintf(stderr, "run: error: step %lld, stage %d: %s; stopping before the update, no "
             "checkpoint written (on_nan skip would drop the step instead)\n",
-            (long long)st->t + 1, st->index, what);
+            (long long)t + 1, st->index, what);
     exit(1);
 }
 
@@ -768,21 +821,20 @@ static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grad
     st->noise_small_state = 1;
 }
 
-/* The stage's step's estimates of |G|^2 and tr(Sigma) into its moving averages: the first
- * micro-batch's squared norm against the step's gradient's (sums: its tensors', every
- * replica's window reduced), both this stage's parameters only. */
-static void add_noise_estimate(pr_run *run, pr_stage_rt *st, const double *sums)
+/* Step `step`'s estimates of |G|^2 and tr(Sigma) into the stage's moving averages: the
+ * first micro-batch's squared norm (small, where measured) against the step's gradient's
+ * (sums: its tensors', every replica's window reduced), both this stage's parameters only. */
+static void add_noise_estimate(pr_run *run, pr_stage_rt *st, int64_t step, int measured, double small,
+                               const double *sums)
 {
     double b_small, b_big, big = 0.0, g2 = 0.0, trace = 0.0;
-    int measured = st->noise_small_state == 1;
-    st->noise_small_state = 0;
     if (run->replica != 0 || !noise_estimated(run, &b_small, &b_big))
         return;
     for (int i = 0; i < st->code->n_tensors && measured; i++)
         big += sums[i];
     if (measured)
-        pr_noise_estimates(st->noise_small, b_small, big, b_big, &g2, &trace);
-    int64_t step = st->t + 1, i = step & 1;
+        pr_noise_estimates(small, b_small, big, b_big, &g2, &trace);
+    int64_t i = step & 1;
     pthread_mutex_lock(&run->stats_mu);
     if (measured && isfinite(g2) && isfinite(trace))
         pr_noise_ema_add(&st->noise, g2, trace, PR_NOISE_DECAY);
@@ -811,11 +863,236 @@ int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple)
     return every;
 }
 
+/* The optimizer's update of step t + 1 from the gradients, scaled by the clip factor. */
+static void apply_update(pr_run *run, pr_stage_rt *st, int64_t t, float scale, double lr)
+{
+    const pr_program *prog = run->prog;
+    const pr_stage_code *sc = st->code;
+    const pr_device *dev = run->dev;
+    pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, t + 1, st->params_h};
+    if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog) && dev->host_memory)
+        pr_dgc_step(prog, sc, &args); // the exchanged sum holds the replicas' velocities
+    else if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog)) {
+        // the device's rule as compiled, from a zero buffer: mu 0 + x is x, momentum 0's step
+        dev->zero(st->index, st->m, (size_t)sc->n_params * sizeof(float));
+        dev->adamw(prog, st->index, &args);
+    } else
+        dev->adamw(prog, st->index, &args);
+}
+
+/* ---- post-validation ------------------------------------------------------------------
+ * A synchronous schedule clipping by the global norm would have every stage wait at its step
+ * for every other stage's gradients. Post-validated, a stage publishes its per-tensor sums,
+ * keeps its params, m, v and grads, and steps at once as if the norm did not clip and every
+ * gradient were finite; it then runs the next window on those weights. Before its next step
+ * (or at the segment's end) it checks: every stage published its sums by then (each stage's
+ * window needs every other stage's messages of the same window, sent after their steps), so
+ * the check waits for nothing in a synchronous table. Where the norm clips (the clip factor
+ * is not exactly 1) or a gradient is not finite, every stage comes to the same verdict, puts
+ * back what it kept, redoes the step as the barrier's run does (or skips it), and runs the
+ * window since again: the links pair as the first time, since every stage reruns the same
+ * window in the same order after finishing it. The result is the barrier run's, bit for bit. */
+
+/* Whether the running segment's steps are post-validated: a synchronous segment clipping by
+ * the global norm with post_validation on, one replica. */
+static int post_validating(const pr_run *run)
+{
+    return post_validation_possible(run) && !run->async_segment;
+}
+
+typedef struct trusted_exchange {
+    pr_run *run;
+    pr_stage_rt *st;
+    int64_t t;
+} trusted_exchange;
+
+static void *exchange_on_trust(void *arg)
+{
+    trusted_exchange *x = arg;
+    exchange_sums(x->run, x->st, x->t, 1);
+    free(x);
+    return NULL;
+}
+
+/* The stage's sums of step t + 1 (and whether it skipped it) where the others read them: in
+ * the run's memory, or between processes by an allgather on a thread of its own. */
+static void publish_sums(pr_run *run, pr_stage_rt *st)
+{
+    if (run->opt.world > 1) {
+        trusted_exchange *x = pr_alloc(sizeof *x);
+        *x = (trusted_exchange){run, st, st->t};
+        if (pthread_create(&st->pv.exchange, NULL, exchange_on_trust, x) != 0)
+            pr_internal("cannot start the gradient-norm exchange of stage %d", st->index);
+        return;
+    }
+    pthread_mutex_lock(&run->pv_mu);
+    st->pv.published = st->t + 1;
+    pthread_cond_broadcast(&run->pv_cv);
+    pthread_mutex_unlock(&run->pv_mu);
+}
+
+/* Until every stage has published its sums of `step` (from 1). */
+static void await_sums(pr_run *run, pr_stage_rt *st, int64_t step)
+{
+    if (run->opt.world > 1) {
+        int rc = pthread_join(st->pv.exchange, NULL);
+        if (rc != 0)
+            pr_internal("cannot join the gradient-norm exchange of stage %d: %s", st->index, strerror(rc));
+        return;
+    }
+    pthread_mutex_lock(&run->pv_mu);
+    for (int s = 0; s < run->p; s++)
+        while (run->stage[s].pv.published < step)
+            pthread_cond_wait(&run->pv_cv, &run->pv_mu);
+    pthread_mutex_unlock(&run->pv_mu);
+}
+
+/* The global norm of step t + 1, folded as grad_norm folds it. */
+static double fold_global_norm(const pr_run *run, int64_t t)
+{
+    double total = 0.0;
+    for (int s = 0; s < run->p; s++)
+        for (int i = 0; i < run->stage[s].code->n_tensors; i++)
+            total += run->stage[s].tensor_sumsq[t & 1][i];
+    return sqrt(total);
+}
+
+/* Copies params, m, v and grads (and the bf16 weights) to the kept buffer, or back. */
+static void rollback_copy(pr_run *run, pr_stage_rt *st, int restore)
+{
+    size_t n = (size_t)st->code->n_params, bytes = n * sizeof(float);
+    float *live[4] = {st->params, st->m, st->v, st->grads};
+    for (int k = 0; k < 4; k++) {
+        float *kept = st->pv.kept + (size_t)k * n;
+        run->dev->copy(st->index, restore ? live[k] : kept, restore ? kept : live[k], bytes);
+    }
+    if (st->params_h)
+        run->dev->copy(st->index, restore ? (void *)st->params_h : (void *)st->pv.kept_h,
+                       restore ? (const void *)st->pv.kept_h : (const void *)st->params_h, n * sizeof(pr_bf16));
+}
+
+/* The step on trust: sums published, state kept, the update with no clipping; the report
+ * waits for the check. A stage whose own loss or sums are not finite skips (or stops) here,
+ * as it would at the barrier. */
+static void step_on_trust(pr_run *run, pr_stage_rt *st, double loss)
+{
+    pr_post_validation *pv = &st->pv;
+    const pr_stage_code *sc = st->code;
+    int skipped = non_finite_step(run, st, st->t, loss, 0);
+    pv->skipped[st->t & 1] = skipped;
+    publish_sums(run, st);
+    pv->pending = st->t + 1;
+    pv->loss = loss;
+    pv->lr = run_lr(run, st->t + 1);
+    pv->noise_small = st->noise_small;
+    pv->noise_state = st->noise_small_state;
+    st->noise_small_state = 0; // the next window measures its own
+    pv->n_done = 0;
+    if (skipped) {
+        pv->noise_state = 0; // no estimate from a dropped step's gradients
+    } else {
+        rollback_copy(run, st, 0);
+        apply_update(run, st, st->t, 1.0f, pv->lr);
+    }
+    run->dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
+    st->t++;
+}
+
+/* Back to the start of the window run since the step: its gradients and loss forgotten. */
+static void forget_window(pr_run *run, pr_stage_rt *st)
+{
+    for (int j = 0; st->acc_level && j < 64; j++)
+        if (st->acc_level[j]) {
+            st->acc_free[st->acc_n_free++] = st->acc_level[j];
+            st->acc_level[j] = NULL;
+        }
+    st->acc_count = 0;
+    run->dev->zero(st->index, st->grads, (size_t)st->code->n_params * sizeof(float));
+    st->window_backwards = 0;
+    st->noise_small_state = 0;
+    int64_t i = st->t % run->step_loss_len;
+    if (st->code->has_head && run->step_loss_step[i] == st->t)
+        run->step_loss_step[i] = -1;
+}
+
+static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb);
+
+/* Whether every stage's sums of step t + 1 are finite, and whether some stage stepped on
+ * trust (did not skip it on its own loss or sums). */
+static int all_sums_finite(const pr_run *run, int64_t t, int *some_trusted)
+{
+    int finite = 1;
+    *some_trusted = 0;
+    for (int s = 0; s < run->p; s++) {
+        const pr_stage_rt *other = &run->stage[s];
+        *some_trusted |= !other->pv.skipped[t & 1];
+        for (int i = 0; i < other->code->n_tensors; i++)
+            finite &= isfinite(other->tensor_sumsq[t & 1][i]) != 0;
+    }
+    return finite;
+}
+
+/* The check of the step taken on trust: where the norm clips or a gradient is not finite, the
+ * step is rolled back and redone (or skipped) and the window since runs again; then the step
+ * is reported with the norm clipping used, as at the barrier. Every stage reads the same
+ * sums and flags, so all of them redo the window or none does. */
+static void settle_step(pr_run *run, pr_stage_rt *st)
+{
+    pr_post_validation *pv = &st->pv;
+    const pr_stage_code *sc = st->code;
+    int64_t t = pv->pending - 1; // steps taken before the one checked
+    await_sums(run, st, t + 1);
+    double norm = fold_global_norm(run, t);
+    float scale = pr_clip_scale(norm, run->prog->grad_clip);
+    int some_trusted, finite = all_sums_finite(run, t, &some_trusted);
+    int wrong = !finite || scale != 1.0f, redo = wrong && some_trusted;
+    pv->wait_next = wrong;
+    if (!pv->skipped[t & 1] && !finite) {
+        non_finite_step(run, st, t, pv->loss, 1); // another stage's sums: on_nan stop exits here
+        rollback_copy(run, st, 1);
+        pv->noise_state = 0;
+    } else if (!pv->skipped[t & 1] && wrong) {
+        rollback_copy(run, st, 1);
+        apply_update(run, st, t, scale, pv->lr);
+    }
+    pv->checked++;
+    if (redo)
+        *(finite ? &pv->rolled_clip : &pv->rolled_skip) += 1;
+    add_noise_estimate(run, st, t + 1, pv->noise_state == 1, pv->noise_small, st->tensor_sumsq[t & 1]);
+    pv->pending = 0;
+    if (sc->has_head && run->on_step)
+        run->on_step(run, t + 1, pv->loss / (double)(run->K * run->replicas), pv->lr, norm);
+    if (!redo)
+        return;
+    forget_window(run, st);
+    for (int32_t i = 0; i < pv->n_done; i++)
+        if (st->cut_stop == PR_NO_STOP || pv->done_mb[i] < st->cut_stop * run->K) // not a stop mark's
+            execute(run, st, &pv->done[i], pv->done_mb[i]);
+    pv->n_done = 0;
+}
+
+/* An instruction run after a step taken on trust, which a rollback runs again. */
+static void note_done(pr_stage_rt *st, const paci_instr *in, int64_t mb)
+{
+    pr_post_validation *pv = &st->pv;
+    if (pv->n_done == pv->cap_done) {
+        pv->cap_done = pv->cap_done ? 2 * pv->cap_done : 64;
+        pv->done = realloc(pv->done, (size_t)pv->cap_done * sizeof *pv->done);
+        pv->done_mb = realloc(pv->done_mb, (size_t)pv->cap_done * sizeof *pv->done_mb);
+        if (!pv->done || !pv->done_mb)
+            pr_internal("out of memory for the window of stage %d", st->index);
+    }
+    pv->done[pv->n_done] = *in;
+    pv->done_mb[pv->n_done++] = mb;
+}
+
 static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
     const pr_program *prog = run->prog;
     const pr_device *dev = run->dev;
+    if (st->pv.pending)
+        settle_step(run, st);
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
     // dc-asgd: W - dc_prev is this step's update for the backwards after it (a skipped step's: 0)
@@ -835,30 +1112,33 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     double mean_loss = loss / (double)(run->K * run->replicas);
     double *sums = st->tensor_sumsq[st->t & 1];
     dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
+    if (post_validating(run) && !st->pv.wait_next) {
+        step_on_trust(run, st, loss);
+        return;
+    }
     double norm = grad_norm(run, st);
     float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
-    if (non_finite_step(run, st, loss)) {
+    if (post_validating(run)) { // the step after one that clipped waited: does the next?
+        int some_trusted;
+        st->pv.wait_next = !all_sums_finite(run, st->t, &some_trusted) || scale != 1.0f;
+        st->pv.waited++;
+    }
+    int measured = st->noise_small_state == 1;
+    st->noise_small_state = 0;
+    if (non_finite_step(run, st, st->t, loss, 1)) {
         if (run->replica_ops)
             run->replica_ops->skip(run, st);
         dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
-        st->noise_small_state = 0; // no estimate from a dropped step's gradients
-        add_noise_estimate(run, st, sums);
+        // no estimate from a dropped step's gradients
+        add_noise_estimate(run, st, st->t + 1, 0, st->noise_small, sums);
         st->t++;
         if (sc->has_head && run->on_step)
             run->on_step(run, st->t, mean_loss, run_lr(run, st->t), norm);
         return;
     }
-    add_noise_estimate(run, st, sums);
+    add_noise_estimate(run, st, st->t + 1, measured, st->noise_small, sums);
     double lr = run_lr(run, st->t + 1);
-    pr_adamw_args args = {st->params, st->grads, st->m, st->v, (float)lr, scale, st->t + 1, st->params_h};
-    if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog) && dev->host_memory)
-        pr_dgc_step(prog, sc, &args); // the exchanged sum holds the replicas' velocities
-    else if (prog->dgc_density > 0 && pr_dgc_momentum_correction(prog)) {
-        // the device's rule as compiled, from a zero buffer: mu 0 + x is x, momentum 0's step
-        dev->zero(st->index, st->m, (size_t)sc->n_params * sizeof(float));
-        dev->adamw(prog, st->index, &args);
-    } else
-        dev->adamw(prog, st->index, &args);
+    apply_update(run, st, st->t, scale, lr);
     dev->zero(st->index, st->grads, (size_t)sc->n_params * sizeof(float));
     st->t++;
     if (sc->has_head && run->on_step)
@@ -1363,8 +1643,11 @@ static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n,
         if (rep >= 0)
             in = paci_body_instr(run->tab, in, rep);
         int64_t mb = in.op == PACI_OP_STEP ? -1 : first_mb + in.mb;
-        if (keep(run, st, &in, mb, segment_end))
-            execute(run, st, &in, mb);
+        if (!keep(run, st, &in, mb, segment_end))
+            continue;
+        if (st->pv.pending && in.op != PACI_OP_STEP)
+            note_done(st, &in, mb);
+        execute(run, st, &in, mb);
     }
 }
 
@@ -1424,6 +1707,8 @@ static void *stage_thread(void *arg)
         execute_list(run, st, sp->body, sp->n_body, first_mb, r, end);
     }
     execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
+    if (st->pv.pending) // the segment's last step, checked before the drain
+        settle_step(run, st);
     // The segment ends when the device has done the stage's work (its time is the GPU's).
     if (run->dev->finish)
         run->dev->finish(st->index);

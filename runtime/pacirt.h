@@ -243,6 +243,7 @@ typedef struct pr_program {
     int32_t decay;           /* enum pr_lr_decay */
     double beta1, beta2, eps, weight_decay, grad_clip; /* grad_clip 0: off */
     int32_t global_clip;     /* clip by the norm over all stages (synchronous schedules) */
+    int32_t post_validation; /* ... checked after the step, which a rollback redoes (executor.c) */
     /* evaluation, checkpoints, data */
     int64_t eval_every, eval_batches, ckpt_every; /* 0: never */
     int64_t ckpt_keep;       /* checkpoints of this run a save keeps, the new one included; 0: 2 */

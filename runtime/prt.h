@@ -470,6 +470,35 @@ typedef struct pr_trace_event {
     double start, end; /* seconds since the run began */
 } pr_trace_event;
 
+/* Optimizer post-validation (executor.c, "post-validation"; docs/dsl.md): a synchronous stage
+ * steps as if nothing clipped or skipped and checks the global norm before its next step. */
+typedef struct pr_post_validation {
+    int64_t pending;             /* the step (from 1) taken on trust and not yet checked; 0: none */
+    int skipped[2];              /* by the parity of t: the stage skipped step t + 1 itself (its own
+                                  * loss or sums not finite); published with the sums */
+    double loss, lr;             /* its loss sum and lr, for its report once checked */
+    double noise_small;          /* its window's noise-scale measurement, taken at the check */
+    int noise_state;
+    /* what a rollback restores, on the device: params, m, v and grads as the step found them
+     * (4 n floats), and the bf16 weights where the stage has them */
+    float *kept;
+    pr_bf16 *kept_h;
+    int64_t kept_bytes;
+    /* the instructions run since the step (op, slot, mb), which a rollback runs again */
+    paci_instr *done;
+    int64_t *done_mb;
+    int32_t n_done, cap_done;
+    int64_t published;           /* steps whose per-tensor sums the stage has published (run->pv_mu) */
+    pthread_t exchange;          /* one process per stage: the allgather of the pending step's sums */
+    int64_t checked;             /* steps taken on trust and checked */
+    /* the last step clipped or was not finite, so the next one waits for the norm as without
+     * post-validation (a run of clipped steps rolls back once); waited: steps taken so */
+    int wait_next;
+    int64_t waited;
+    int64_t rolled_clip, rolled_skip; /* steps rolled back (their window run again) because the
+                                       * norm clipped / a gradient was not finite */
+} pr_post_validation;
+
 typedef struct pr_stage_rt {
     int index;
     const pr_stage_code *code;
@@ -540,6 +569,7 @@ typedef struct pr_stage_rt {
      * written) and the exchanges; `compression dgc`: its residual, velocity and pairs */
     int64_t exchange_bytes, exchanges;
     pr_dgc_buffers dgc;
+    pr_post_validation pv;
 } pr_stage_rt;
 
 typedef struct pr_options {
@@ -607,6 +637,11 @@ typedef struct pr_run {
     pthread_barrier_t barrier;
     pthread_mutex_t stats_mu;
     uint8_t barrier_made, stats_mu_made; /* made by pr_run_init, so pr_run_free may destroy them */
+    /* post-validation: a stage publishes its sums of a step under pv_mu and wakes the stages
+     * waiting on pv_cv to check it */
+    pthread_mutex_t pv_mu;
+    pthread_cond_t pv_cv;
+    uint8_t pv_made;
     double start_time, train_time;    /* train_time: seconds inside segments, this process */
     int64_t steps_this_process;
     /* called by the last stage after each step (logging); may be NULL */

@@ -235,6 +235,45 @@ static void print_noise_scale(pr_run *run)
                (long long)batch, (long long)(batch * run->T));
 }
 
+/* Post-validation's cost, where the run's steps were post-validated: the steps rolled back
+ * and redone (each ran its window again) and the memory kept to roll back. Every stage comes
+ * to the same verdict, so the first this process runs counts for all; NULL: none was checked. */
+static const pr_post_validation *post_validation_of(const pr_run *run)
+{
+    for (int s = 0; s < run->p; s++)
+        if (run->stage[s].pv.kept && run->stage[s].pv.checked + run->stage[s].pv.waited > 0)
+            return &run->stage[s].pv;
+    return NULL;
+}
+
+static void print_post_validation(const pr_run *run)
+{
+    const pr_post_validation *pv = post_validation_of(run);
+    if (!pv)
+        return;
+    printf("post-validation: %lld of %lld steps taken on trust rolled back and redone (%lld clipped, %lld not "
+           "finite), %lld after those waiting for the norm; kept to roll back:",
+           (long long)(pv->rolled_clip + pv->rolled_skip), (long long)pv->checked, (long long)pv->rolled_clip,
+           (long long)pv->rolled_skip, (long long)pv->waited);
+    for (int s = 0, shown = 0; s < run->p; s++)
+        if (run->stage[s].pv.kept)
+            printf("%s stage %d %.2f MiB", shown++ ? "," : "", s, (double)run->stage[s].pv.kept_bytes / (1 << 20));
+    printf("\n");
+}
+
+static void metrics_post_validation(const pr_run *run, FILE *metrics)
+{
+    const pr_post_validation *pv = post_validation_of(run);
+    if (!pv)
+        return;
+    fprintf(metrics, "{\"post_validation\": {\"steps_checked\": %lld, \"rolled_back_clipped\": %lld, "
+            "\"rolled_back_not_finite\": %lld, \"steps_waited\": %lld, \"kept_bytes\": [", (long long)pv->checked,
+            (long long)pv->rolled_clip, (long long)pv->rolled_skip, (long long)pv->waited);
+    for (int s = 0; s < run->p; s++)
+        fprintf(metrics, "%s%lld", s ? ", " : "", (long long)run->stage[s].pv.kept_bytes);
+    fprintf(metrics, "]}}\n");
+}
+
 /* The run's closing lines: time, rate and losses; the noise scale; each stage's busy share,
  * drift and memory. */
 static void print_summary(pr_run *run, double val_loss)
@@ -291,6 +330,7 @@ static void print_summary(pr_run *run, double val_loss)
         else
             printf(" (dense fp32 gradients)\n");
     }
+    print_post_validation(run);
     if (run->dev->host_memory)
         printf("blas: OpenBLAS, %s kernels, %d thread%s a stage\n", pr_blas_kernels(),
                run->opt.blas_threads, run->opt.blas_threads == 1 ? "" : "s");
@@ -1211,6 +1251,8 @@ static int train_and_report(pr_run *run, char *err)
                 fprintf(lg.metrics, "%s%.0f", shown++ ? ", " : "", exchange_per_step(run, r));
         fprintf(lg.metrics, "]}\n");
     }
+    if (lg.metrics)
+        metrics_post_validation(run, lg.metrics);
     if (lg.metrics && fclose(lg.metrics) != 0 && rc == 0)
         rc = pr_fail(err, "%s: cannot write metrics", opt->metrics_path);
     run->user = NULL;

@@ -776,16 +776,16 @@ static void test_optimizers(void **state)
     done(&c);
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lars { betas 0.9 0.99 } }\n",
                          "t.paci:4:35: error: 'betas' is not a key of optimizer lars (its keys: lr momentum "
-                         "trust_coefficient eps weight_decay clip )");
+                         "trust_coefficient eps weight_decay clip post_validation )");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { momentum 0.9 } }\n",
                          "t.paci:4:36: error: 'momentum' is not a key of optimizer adamw (its keys: lr betas "
-                         "eps weight_decay clip )");
+                         "eps weight_decay clip post_validation )");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lamb { adamw { lr 1e-3 } } }\n",
                          "t.paci:4:35: error: 'adamw' is not a key of optimizer lamb (its keys: lr betas "
-                         "eps weight_decay clip )");
+                         "eps weight_decay clip post_validation )");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { betas 0.9 0.95 } }\n",
                          "t.paci:4:35: error: 'betas' is not a key of optimizer muon (its keys: lr momentum "
-                         "nesterov ns_steps shape_scale weight_decay clip adamw ); the AdamW group's goes in "
+                         "nesterov ns_steps shape_scale weight_decay clip post_validation adamw ); the AdamW group's goes in "
                          "its 'adamw { ... }' block");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer muon { ns_steps 0 } }\n",
                          "t.paci:4:44: error: 'ns_steps' 0 is out of range: it must be in 1..20");
@@ -818,10 +818,10 @@ static void test_nadamw(void **state)
                          "t.paci:4:52: error: 'momentum_decay' -1 is out of range: it must be in [0, 1e+30]");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer nadamw { momentum 0.9 } }\n",
                          "t.paci:4:37: error: 'momentum' is not a key of optimizer nadamw (its keys: lr betas "
-                         "eps weight_decay momentum_decay clip )");
+                         "eps weight_decay momentum_decay clip post_validation )");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer adamw { momentum_decay 0.004 } }\n",
                          "t.paci:4:36: error: 'momentum_decay' is not a key of optimizer adamw (its keys: lr "
-                         "betas eps weight_decay clip )");
+                         "betas eps weight_decay clip post_validation )");
     assert_first_message(MODEL "pipeline { stages 4; delay_correction nesterov }\n" BATCH "train { steps 5 }\n",
                          "t.paci:2:39: error: delay_correction nesterov raises NAdamW's beta1 with each stage's "
                          "delay; it needs optimizer nadamw, not adamw (or delay_correction none)");
@@ -848,10 +848,10 @@ static void test_lans(void **state)
     done(&c);
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lans { momentum 0.9 } }\n",
                          "t.paci:4:35: error: 'momentum' is not a key of optimizer lans (its keys: lr betas "
-                         "eps weight_decay clip )");
+                         "eps weight_decay clip post_validation )");
     assert_first_message(MODEL PIPELINE BATCH "train { steps 5; optimizer lans { trust_coefficient 0.01 } }\n",
                          "t.paci:4:35: error: 'trust_coefficient' is not a key of optimizer lans (its keys: lr "
-                         "betas eps weight_decay clip )");
+                         "betas eps weight_decay clip post_validation )");
 }
 
 /* ---- syntax ----------------------------------------------------------------------------- */
