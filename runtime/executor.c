@@ -791,6 +791,20 @@ static void add_noise_estimate(pr_run *run, pr_stage_rt *st, const double *sums)
     pthread_mutex_unlock(&run->stats_mu);
 }
 
+int pr_run_noise_estimated(const pr_run *run)
+{
+    double b_small, b_big;
+    return noise_estimated(run, &b_small, &b_big);
+}
+
+void pr_run_noise_restore(pr_run *run, int s, const pr_noise_ema *e)
+{
+    pr_stage_rt *st = &run->stage[s];
+    st->noise = *e;
+    st->noise_at[run->step & 1] = *e; // what the next step's metrics line reads (p > 1)
+    st->noise_at_step[run->step & 1] = run->step;
+}
+
 int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple)
 {
     double b_small, b_big;

@@ -646,6 +646,10 @@ void pr_run_segment(pr_run *run, int32_t seg);
  * estimate it or a stage has no average for that step; else 1 with *b_simple (NaN while the
  * |G|^2 average is not > 0). */
 int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple);
+/* Whether the run estimates the noise scale at all (docs/run.md, where it is absent). */
+int pr_run_noise_estimated(const pr_run *run);
+/* Stage s's averages as a checkpoint of step run->step recorded them: a resume continues them. */
+void pr_run_noise_restore(pr_run *run, int s, const pr_noise_ema *e);
 /* Early stops. A segment ends after step run->stop_at when that is set, or, once a stop
  * was requested (SIGINT/SIGTERM), after the optimizer step stage 0 is feeding: stage 0
  * stops issuing forwards there and every stage drains what is in flight, so the state
