@@ -543,21 +543,38 @@ static const char *of_replica(const pr_run *run, char buf[32])
     return buf;
 }
 
+/* A stage's noise-scale averages as doubles, for a message of doubles (n is far below 2^53). */
+enum { NOISE_WORDS = 4 };
+static void noise_to_words(const pr_noise_ema *e, double *w)
+{
+    w[0] = e->g2, w[1] = e->trace, w[2] = e->weight, w[3] = (double)e->n;
+}
+
+static void noise_from_words(const double *w, pr_noise_ema *e)
+{
+    *e = (pr_noise_ema){.g2 = w[0], .trace = w[1], .weight = w[2], .n = (int64_t)w[3]};
+}
+
 /* One process per stage: every rank publishes its stage's per-tensor sums and takes the
  * others', so the fold below sees every stage as the threaded run does. The allgather sends
  * the same length from every rank, the most tensors any stage has: a stage with fewer sends
- * its sums zero-padded from a row of that length, never past its own buffer. */
+ * its sums zero-padded from a row of that length, never past its own buffer. The noise
+ * scale's averages after step t - 1 ride at the row's end (4 doubles), which the metrics
+ * line of step t sums over the stages (pr_run_noise_scale). */
 static void exchange_sums(pr_run *run, pr_stage_rt *st)
 {
     int most = 0, parity = (int)(st->t & 1), world = run->opt.world;
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    double *all = pr_alloc((size_t)(world + 1) * (size_t)most * sizeof(double));
-    double *mine = all + (size_t)world * (size_t)most; // zeroed by pr_alloc past our count
+    int noise = pr_run_noise_estimated(run), row = most + (noise ? NOISE_WORDS : 0);
+    double *all = pr_alloc((size_t)(world + 1) * (size_t)row * sizeof(double));
+    double *mine = all + (size_t)world * (size_t)row; // zeroed by pr_alloc past our count
     memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
+    if (noise)
+        noise_to_words(&st->noise, mine + most);
     char err[PR_ERR_LEN];
     pr_wait_collective(PR_WAIT_NORM, st->t + 1);
-    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)most * sizeof(double), all, err) != 0) {
+    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)row * sizeof(double), all, err) != 0) {
         pr_claim_exit();
         fflush(stdout);
         char of[32], blame[PR_ERR_LEN];
@@ -569,10 +586,20 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st)
     pr_wait_end();
     // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
     // (the replicas' sums are equal: their gradients were reduced first).
-    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)most;
+    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)row;
     for (int s = 0; s < run->p; s++)
-        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)most,
+        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)row,
                (size_t)run->stage[s].code->n_tensors * sizeof(double));
+    pthread_mutex_lock(&run->stats_mu);
+    for (int s = 0; s < run->p && noise && run->replica == 0; s++) {
+        pr_stage_rt *other = &run->stage[s];
+        if (other == st)
+            continue;
+        noise_from_words(ours + (size_t)s * (size_t)row + most, &other->noise);
+        other->noise_at[st->t & 1] = other->noise; // after step t - 1, as st's own
+        other->noise_at_step[st->t & 1] = st->t;
+    }
+    pthread_mutex_unlock(&run->stats_mu);
     free(all);
 }
 
@@ -729,17 +756,15 @@ static void pairwise_finish(pr_stage_rt *st)
 
 /* Whether the run estimates the noise scale (noise_scale.c, docs/run.md), and its two batch
  * sizes in sequences. Not where the step's gradient is no mean of the replicas' (compression
- * dgc), where the other stages' norms live in other processes, or where a window's only
+ * dgc), or where a window's only
  * backward hands its gradients to the replicas' sum as it makes them (a device transport's
- * overlap at K = 1). Not on GPUs yet: the device's sum of squares returns to the host, a wait
- * per window beyond the schedule's (docs/gpu.md, "Host waits"). */
+ * overlap at K = 1). A device whose sum of squares waits for it (the GPU) needs sumsq_hold,
+ * which brings the sum back with the step's own download (docs/gpu.md, "Host waits"). */
 static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
 {
-    if (!run->dev->host_memory)
+    if (!run->dev->host_memory && !run->dev->sumsq_hold)
         return 0;
     if (run->replicas > 1 && run->prog->dgc_density > 0)
-        return 0;
-    if (run->opt.world > 1 && run->p > 1)
         return 0;
     if (run->K == 1 && run->replicas > 1 && !run->shared && run->links && run->links->reduce_start)
         return 0;
@@ -751,7 +776,8 @@ static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
  * or after its first W when no other micro-batch's B (whose LayerNorm gradients join the same
  * buffer) came between. The backward scaled them by 1/(K D); the norm is of their mean.
  * `reducing`: the replicas' sum already runs on them. One sum of squares a window, on replica
- * 0 only (the one whose last stage writes the metrics). */
+ * 0 only (the one whose last stage writes the metrics); on a device with sumsq_hold it is
+ * queued (noise_small_state 2) and read at the step (add_noise_estimate). */
 static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grads, int alone, int reducing)
 {
     double b_small, b_big;
@@ -759,6 +785,11 @@ static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grad
         return;
     if (!alone || reducing) {
         st->noise_small_state = -1;
+        return;
+    }
+    if (run->dev->sumsq_hold) {
+        run->dev->sumsq_hold(st->index, grads, st->code->n_params);
+        st->noise_small_state = 2;
         return;
     }
     pr_tensor whole = {.name = "gradients", .size = st->code->n_params};
@@ -773,7 +804,11 @@ static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grad
  * replica's window reduced), both this stage's parameters only. */
 static void add_noise_estimate(pr_run *run, pr_stage_rt *st, const double *sums)
 {
-    double b_small, b_big, big = 0.0, g2 = 0.0, trace = 0.0;
+    double b_small, b_big, big = 0.0, g2 = 0.0, trace = 0.0, held, kd = (double)(run->K * run->replicas);
+    if (st->noise_small_state == 2 && run->dev->sumsq_held(st->index, &held)) { // the step's download brought it
+        st->noise_small = held * kd * kd;
+        st->noise_small_state = 1;
+    }
     int measured = st->noise_small_state == 1;
     st->noise_small_state = 0;
     if (run->replica != 0 || !noise_estimated(run, &b_small, &b_big))
@@ -811,6 +846,8 @@ int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple)
     if (!noise_estimated(run, &b_small, &b_big))
         return 0;
     int64_t at = step < 0 || run->async_segment ? -1 : run->p == 1 ? step : step - 1;
+    if (step >= 0 && at < 0 && run->opt.world > 1 && run->p > 1)
+        return 0; // an asynchronous line: the other processes' stages' latest averages are not here
     pr_noise_ema total = {0};
     int every = 1;
     pthread_mutex_lock(&run->stats_mu);

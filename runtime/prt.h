@@ -249,6 +249,11 @@ typedef struct pr_device {
     void (*zero)(int stage, void *dst, size_t bytes);
     /* sums[i] = the sum of squares of the n tensors at base + tensors[i].offset, in double. */
     void (*sumsq)(int stage, const float *base, const pr_tensor *tensors, int n, double *sums);
+    /* The noise scale's sum of squares of x[0..size) without a wait (NULL: sumsq is free of
+     * waits, the CPU): sumsq_hold queues it; the stage's next sumsq of all its tensors brings
+     * it back in its own download; sumsq_held then gives it once (0: none came). */
+    void (*sumsq_hold)(int stage, const float *x, int64_t size);
+    int (*sumsq_held)(int stage, double *sum);
     void (*forward)(const pr_program *prog, int stage, const pr_fwd_args *args);
     void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
     /* a zero-bubble program's backward in its parts: part PR_BACKWARD_B or PR_BACKWARD_W */
@@ -859,6 +864,10 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
 /* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0; with
  * with_moments under compression dgc also every rank's residuals (run->dgc_gathered). */
 int pr_gather_stages(pr_run *run, int with_moments, char *err);
+/* One process per stage, p > 1, where the run estimates the noise scale: every rank takes
+ * replica 0's stages' noise-scale averages after the drain at run->step (32 bytes a rank, at
+ * each segment's end), for the summary (rank p - 1) and the checkpoint (rank 0). */
+int pr_gather_noise(pr_run *run, char *err);
 
 /* ---- blame.c: which rank a stuck multi-process run is stuck on ------------------------- */
 
