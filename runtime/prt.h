@@ -647,9 +647,11 @@ void pr_run_segment(pr_run *run, int32_t seg);
  * moving averages. For the metrics line of `step` (the last stage's, at its step): with one
  * stage its own after that step; synchronous stages' after step - 1, which every stage has
  * taken by then, so the line has the same value in every run; asynchronous stages' each after
- * its latest step. step < 0: every stage's latest (a drained run's). 0 where the run does not
- * estimate it or a stage has no average for that step; else 1 with *b_simple (NaN while the
- * |G|^2 average is not > 0). */
+ * its latest step. step < 0: every stage's latest (a drained run's). One process per stage:
+ * the other stages' come with the step's exchange of the clipping sums (exchange_sums) or the
+ * gather at a segment's end (pr_gather_noise); an asynchronous line has none. 0 where the run
+ * does not estimate it or a stage has no average for that step; else 1 with *b_simple (NaN
+ * while the |G|^2 average is not > 0). */
 int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple);
 /* Whether the run estimates the noise scale at all (docs/run.md, where it is absent). */
 int pr_run_noise_estimated(const pr_run *run);

@@ -6,6 +6,7 @@
 #     p = 2; a checkpoint without them (an older pacic's run.txt) resumes, restarts the
 #     averages and says so in one line, so the values after it differ;
 #   - one process per stage (p = 2) logs, prints and records the threads' values (below).
+# On the GPU (the fake CUDA stack) it is checked against the CPU in tests/e2e/cuda_fake.sh.
 source tests/e2e/lib.sh
 
 # noise_of FILE: "step value" of every step line of a metrics file, the value as written.
