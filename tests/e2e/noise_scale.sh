@@ -4,7 +4,7 @@
 #   - a run stopped at a checkpoint and resumed logs the straight run's noise_scale on every
 #     step after the resume, to the bit (run.txt carries each stage's averages), at p = 1 and
 #     p = 2; a checkpoint without them (an older pacic's run.txt) resumes, restarts the
-#     averages and says so in one line, so the values after it differ;
+#     averages and says so in one line, so the values after it differ (a damaged line too);
 #   - one process per stage (p = 2) logs, prints and records the threads' values (below).
 # On the GPU (the fake CUDA stack) it is checked against the CPU in tests/e2e/cuda_fake.sh.
 source tests/e2e/lib.sh
@@ -47,8 +47,15 @@ $(diff <(echo "$straight") <(echo "$resumed") | head -6)"
         fail "$name: without the averages the resume said '$(cat "$work/$name-old/err.txt")', not the note"
     [ "$(noise_of "$work/$name-old/resumed.jsonl")" != "$straight" ] ||
         fail "$name: restarted averages log the straight run's values: the comparison is blind"
+    # a damaged line: the resume (at the run's end: nothing left to train) says it restarts them
+    sed -i 's/^\(noise_scale stage 0 g2\) [^ ]*/\1 banana/' "$work/$name-cut/ckpt/step_00000020/run.txt"
+    grep -q '^noise_scale stage 0 g2 banana' "$work/$name-cut/ckpt/step_00000020/run.txt" || fail "$name: no line to damage"
+    (cd "$work/$name-cut" && ./run --quiet --blas-threads 1 --resume 2>err.txt >/dev/null) ||
+        fail "$name: a damaged line stopped the resume: $(cat "$work/$name-cut/err.txt")"
+    note="run: note: ckpt/step_00000020/run.txt has an unreadable noise_scale line, so the noise scale's averages start afresh"
+    grep -qxF "$note" "$work/$name-cut/err.txt" || fail "$name: a damaged line: $(cat "$work/$name-cut/err.txt")"
     echo "p = $stages: 10 + resume + 10 logs the straight run's noise_scale on steps 11..20 to the bit" \
-        "($(echo "$straight" | tail -n 1)); without the averages in run.txt: one note, other values"
+        "($(echo "$straight" | tail -n 1)); without the averages in run.txt: one note, other values; a damaged line: its note"
 done
 
 # --- one process per stage: the threads' values -------------------------------------------
