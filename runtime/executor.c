@@ -756,10 +756,10 @@ static void pairwise_finish(pr_stage_rt *st)
 
 /* Whether the run estimates the noise scale (noise_scale.c, docs/run.md), and its two batch
  * sizes in sequences. Not where the step's gradient is no mean of the replicas' (compression
- * dgc), or where a window's only
- * backward hands its gradients to the replicas' sum as it makes them (a device transport's
- * overlap at K = 1). A device whose sum of squares waits for it (the GPU) needs sumsq_hold,
- * which brings the sum back with the step's own download (docs/gpu.md, "Host waits"). */
+ * dgc), or where a window's only backward hands its gradients to the replicas' sum as it
+ * makes them (a device transport's overlap at K = 1). A device whose sum of squares waits for
+ * it (the GPU) needs sumsq_hold, which brings the sum back with the step's own download
+ * (docs/gpu.md, "Host waits"). */
 static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
 {
     if (!run->dev->host_memory && !run->dev->sumsq_hold)
