@@ -3,8 +3,10 @@
  *
  *   DIR/step_00000500/model.bin   llm.c GPT-2 weights (header 256 int32, fp32 tensors)
  *   DIR/step_00000500/state.bin   our header, AdamW m and v (checkpoint layout), lm_head
- *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step) and the
- *                                 length and warmup of the lr schedule it started with
+ *   DIR/step_00000500/run.txt     the run that wrote it (its id, program and step), the
+ *                                 length and warmup of the lr schedule it started with, and
+ *                                 each stage's noise-scale averages (hexadecimal doubles, so a
+ *                                 resume continues them to the bit)
  *   DIR/step_00000500/dgc.bin     compression dgc only: every replica's residuals (and
  *                                 velocities) per stage (dgc_save; with one process per
  *                                 stage and replica rank 0 gathers them, and each rank
@@ -181,19 +183,42 @@ static int64_t checkpoint_step(const char *name)
     return digits >= 8 && (*c == '\0' || strcmp(c, ".old") == 0) ? step : -1;
 }
 
-/* What DIR/NAME/run.txt says of the run that wrote it; empty fields (lr_steps -1) where the
- * file is missing (a checkpoint of an older pacic) or says nothing of them. */
+/* What DIR/NAME/run.txt says of the run that wrote it; empty fields (lr_steps -1, noise_stages
+ * 0) where the file is missing (a checkpoint of an older pacic) or says nothing of them. */
 typedef struct ckpt_owner {
     char run[64];
     char program[1024];
     long long lr_steps, lr_warmup; /* the lr schedule the run started with */
+    /* the noise scale's averages of stages 0 .. noise_stages - 1, in order; -1: unreadable */
+    int noise_stages;
+    pr_noise_ema noise[PACI_MAX_STAGES];
 } ckpt_owner;
+
+/* One stage's noise-scale line of run.txt into owner (in stage order, else unreadable). */
+static void read_noise_line(const char *line, ckpt_owner *owner)
+{
+    int stage;
+    long long n;
+    pr_noise_ema e;
+    if (owner->noise_stages < 0)
+        return;
+    if (sscanf(line, "noise_scale stage %d g2 %la trace %la weight %la n %lld", &stage, &e.g2, &e.trace,
+               &e.weight, &n) != 5 || stage != owner->noise_stages || stage >= PACI_MAX_STAGES || n < 0 ||
+        !isfinite(e.g2) || !isfinite(e.trace) || !(e.weight >= 0.0 && e.weight <= 1.0) ||
+        (n > 0 && !(e.weight > 0.0))) {
+        owner->noise_stages = -1;
+        return;
+    }
+    e.n = n;
+    owner->noise[owner->noise_stages++] = e;
+}
 
 static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
 {
     char path[4096 + 300], line[1100];
     owner->run[0] = owner->program[0] = '\0';
     owner->lr_steps = owner->lr_warmup = -1;
+    owner->noise_stages = 0;
     snprintf(path, sizeof path, "%s/%s/run.txt", dir, name);
     char ignored[PR_ERR_LEN];
     FILE *f = pr_open_regular(path, "run.txt", ignored); // a device there (/dev/zero) would never end
@@ -210,6 +235,8 @@ static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
                          &owner->lr_warmup) != 2 ||
                   owner->lr_steps < 1 || owner->lr_steps > INT32_MAX || owner->lr_warmup < 0))
             owner->lr_steps = owner->lr_warmup = -1; // unreadable: as if not recorded
+        else if (strncmp(line, "noise_scale ", 12) == 0)
+            read_noise_line(line, owner);
     }
     fclose(f);
 }
@@ -740,10 +767,15 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     part model[] = {{mh, sizeof mh}, {params, (size_t)offsets[PR_CKPT_LM_HEAD] * 4}};
     part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
                     {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
-    char owner[1200];
-    snprintf(owner, sizeof owner, "run %s\nprogram %.1000s\nstep %lld\nlr_schedule steps %lld warmup %lld\n",
-             run->run_id, prog->source ? prog->source : "?", (long long)run->step, (long long)run->lr_steps,
-             (long long)run->lr_warmup);
+    char owner[1200 + PACI_MAX_STAGES * 160];
+    int at = snprintf(owner, 1200, "run %s\nprogram %.1000s\nstep %lld\nlr_schedule steps %lld warmup %lld\n",
+                      run->run_id, prog->source ? prog->source : "?", (long long)run->step,
+                      (long long)run->lr_steps, (long long)run->lr_warmup);
+    for (int s = 0; s < run->p && pr_run_noise_estimated(run); s++) {
+        const pr_noise_ema *e = &run->stage[s].noise;
+        at += snprintf(owner + at, 160, "noise_scale stage %d g2 %a trace %a weight %a n %lld\n", s, e->g2,
+                       e->trace, e->weight, (long long)e->n);
+    }
     part owner_text[] = {{owner, strlen(owner)}};
     snprintf(file, sizeof file, "%s/model.bin", tmp);
     int rc = write_parts(file, model, 2, err);
@@ -936,6 +968,24 @@ static int read_state(const pr_run *run, const char *dir, const char *name, int6
     return rc;
 }
 
+/* The noise scale's averages continue from the checkpoint's; a checkpoint without them (an
+ * older pacic's, or one of another stage count) restarts them, said in one line. */
+static void resume_noise(pr_run *run, const ckpt_owner *owner)
+{
+    if (!pr_run_noise_estimated(run) || run->opt.sample > 0)
+        return;
+    if (owner->noise_stages == run->p) {
+        for (int s = 0; s < run->p; s++)
+            pr_run_noise_restore(run, s, &owner->noise[s]);
+        return;
+    }
+    if (run->opt.world <= 1 || run->opt.rank == 0)
+        fprintf(stderr, "run: note: %s/run.txt %s, so the noise scale's averages start afresh\n",
+                run->resumed_from, owner->noise_stages < 0 ? "has an unreadable noise_scale line"
+                : owner->noise_stages == 0 ? "records no noise-scale averages"
+                : "records the noise-scale averages of another number of stages");
+}
+
 int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
 {
     char name[256], path[4096];
@@ -974,6 +1024,7 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
             run->lr_warmup = owner.lr_warmup;
         }
         snprintf(run->resumed_from, sizeof run->resumed_from, "%s/%s", ckpt_dir, name);
+        resume_noise(run, &owner);
     }
     free(params);
     free(m);

@@ -583,24 +583,41 @@ static const char *of_replica(const pr_run *run, char buf[32])
     return buf;
 }
 
+/* A stage's noise-scale averages as doubles, for a message of doubles (n is far below 2^53). */
+enum { NOISE_WORDS = 4 };
+static void noise_to_words(const pr_noise_ema *e, double *w)
+{
+    w[0] = e->g2, w[1] = e->trace, w[2] = e->weight, w[3] = (double)e->n;
+}
+
+static void noise_from_words(const double *w, pr_noise_ema *e)
+{
+    *e = (pr_noise_ema){.g2 = w[0], .trace = w[1], .weight = w[2], .n = (int64_t)w[3]};
+}
+
 /* One process per stage: every rank publishes its stage's per-tensor sums of step t + 1 and
  * takes the others', so the fold below sees every stage as the threaded run does. The
  * allgather sends the same length from every rank, the most tensors any stage has: a stage
  * with fewer sends its sums zero-padded from a row of that length, never past its own buffer.
- * Post-validated (on_trust), each row ends with whether its stage skipped the step itself,
+ * Post-validated (on_trust), each row then says whether its stage skipped the step itself,
  * and the exchange runs on a thread of its own while the stage goes on: the one wait a
- * process's blame names is the stage thread's, so this one is not marked. */
+ * process's blame names is the stage thread's, so this one is not marked. The noise scale's
+ * averages after step t - 1 ride at the row's end (4 doubles), which the metrics line of step
+ * t sums over the stages (pr_run_noise_scale); the stage changes them only once this exchange
+ * is joined (settle_step) or, with the barrier, after it returns. */
 static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
 {
     int most = 0, parity = (int)(t & 1), world = run->opt.world;
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    int row = most + on_trust;
+    int noise = pr_run_noise_estimated(run), row = most + on_trust + (noise ? NOISE_WORDS : 0);
     double *all = pr_alloc((size_t)(world + 1) * (size_t)row * sizeof(double));
     double *mine = all + (size_t)world * (size_t)row; // zeroed by pr_alloc past our count
     memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
     if (on_trust)
         mine[most] = st->pv.skipped[parity];
+    if (noise)
+        noise_to_words(&st->noise, mine + most + on_trust);
     char err[PR_ERR_LEN];
     if (!on_trust)
         pr_wait_collective(PR_WAIT_NORM, t + 1);
@@ -624,6 +641,16 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
         if (on_trust)
             run->stage[s].pv.skipped[parity] = ours[(size_t)s * (size_t)row + (size_t)most] != 0.0;
     }
+    pthread_mutex_lock(&run->stats_mu);
+    for (int s = 0; s < run->p && noise && run->replica == 0; s++) {
+        pr_stage_rt *other = &run->stage[s];
+        if (other == st)
+            continue;
+        noise_from_words(ours + (size_t)s * (size_t)row + most + on_trust, &other->noise);
+        other->noise_at[t & 1] = other->noise; // after step t - 1, as st's own
+        other->noise_at_step[t & 1] = t;
+    }
+    pthread_mutex_unlock(&run->stats_mu);
     free(all);
 }
 
@@ -782,17 +809,15 @@ static void pairwise_finish(pr_stage_rt *st)
 
 /* Whether the run estimates the noise scale (noise_scale.c, docs/run.md), and its two batch
  * sizes in sequences. Not where the step's gradient is no mean of the replicas' (compression
- * dgc), where the other stages' norms live in other processes, or where a window's only
- * backward hands its gradients to the replicas' sum as it makes them (a device transport's
- * overlap at K = 1). Not on GPUs yet: the device's sum of squares returns to the host, a wait
- * per window beyond the schedule's (docs/gpu.md, "Host waits"). */
+ * dgc), or where a window's only backward hands its gradients to the replicas' sum as it
+ * makes them (a device transport's overlap at K = 1). A device whose sum of squares waits for
+ * it (the GPU) needs sumsq_hold, which brings the sum back with the step's own download
+ * (docs/gpu.md, "Host waits"). */
 static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
 {
-    if (!run->dev->host_memory)
+    if (!run->dev->host_memory && !run->dev->sumsq_hold)
         return 0;
     if (run->replicas > 1 && run->prog->dgc_density > 0)
-        return 0;
-    if (run->opt.world > 1 && run->p > 1)
         return 0;
     if (run->K == 1 && run->replicas > 1 && !run->shared && run->links && run->links->reduce_start)
         return 0;
@@ -804,7 +829,8 @@ static int noise_estimated(const pr_run *run, double *b_small, double *b_big)
  * or after its first W when no other micro-batch's B (whose LayerNorm gradients join the same
  * buffer) came between. The backward scaled them by 1/(K D); the norm is of their mean.
  * `reducing`: the replicas' sum already runs on them. One sum of squares a window, on replica
- * 0 only (the one whose last stage writes the metrics). */
+ * 0 only (the one whose last stage writes the metrics); on a device with sumsq_hold it is
+ * queued (noise_small_state 2) and read at the step (add_noise_estimate). */
 static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grads, int alone, int reducing)
 {
     double b_small, b_big;
@@ -814,11 +840,27 @@ static void note_first_gradients(pr_run *run, pr_stage_rt *st, const float *grad
         st->noise_small_state = -1;
         return;
     }
+    if (run->dev->sumsq_hold) {
+        run->dev->sumsq_hold(st->index, grads, st->code->n_params);
+        st->noise_small_state = 2;
+        return;
+    }
     pr_tensor whole = {.name = "gradients", .size = st->code->n_params};
     double sum = 0.0, kd = (double)(run->K * run->replicas);
     run->dev->sumsq(st->index, grads, &whole, 1, &sum);
     st->noise_small = sum * kd * kd;
     st->noise_small_state = 1;
+}
+
+/* On a device with sumsq_hold, the window's first micro-batch's squared norm was queued
+ * (noise_small_state 2) and came back with the step's own download (dev->sumsq): read it. */
+static void take_held_first_norm(pr_run *run, pr_stage_rt *st)
+{
+    double held, kd = (double)(run->K * run->replicas);
+    if (st->noise_small_state == 2 && run->dev->sumsq_held(st->index, &held)) {
+        st->noise_small = held * kd * kd;
+        st->noise_small_state = 1;
+    }
 }
 
 /* Step `step`'s estimates of |G|^2 and tr(Sigma) into the stage's moving averages: the
@@ -843,12 +885,28 @@ static void add_noise_estimate(pr_run *run, pr_stage_rt *st, int64_t step, int m
     pthread_mutex_unlock(&run->stats_mu);
 }
 
+int pr_run_noise_estimated(const pr_run *run)
+{
+    double b_small, b_big;
+    return noise_estimated(run, &b_small, &b_big);
+}
+
+void pr_run_noise_restore(pr_run *run, int s, const pr_noise_ema *e)
+{
+    pr_stage_rt *st = &run->stage[s];
+    st->noise = *e;
+    st->noise_at[run->step & 1] = *e; // what the next step's metrics line reads (p > 1)
+    st->noise_at_step[run->step & 1] = run->step;
+}
+
 int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple)
 {
     double b_small, b_big;
     if (!noise_estimated(run, &b_small, &b_big))
         return 0;
     int64_t at = step < 0 || run->async_segment ? -1 : run->p == 1 ? step : step - 1;
+    if (step >= 0 && at < 0 && run->opt.world > 1 && run->p > 1)
+        return 0; // an asynchronous line: the other processes' stages' latest averages are not here
     pr_noise_ema total = {0};
     int every = 1;
     pthread_mutex_lock(&run->stats_mu);
@@ -1112,6 +1170,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     double mean_loss = loss / (double)(run->K * run->replicas);
     double *sums = st->tensor_sumsq[st->t & 1];
     dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
+    take_held_first_norm(run, st);
     if (post_validating(run) && !st->pv.wait_next) {
         step_on_trust(run, st, loss);
         return;

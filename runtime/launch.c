@@ -415,6 +415,29 @@ static int gather_residuals(pr_run *run, char *err)
     return rc;
 }
 
+int pr_gather_noise(pr_run *run, char *err)
+{
+    pr_bootstrap *b = run->opt.boot;
+    if (run->p == 1 || !pr_run_noise_estimated(run))
+        return 0;
+    pr_noise_ema mine = run->stage[b->rank % run->p].noise, *all = pr_alloc((size_t)b->world * sizeof *all);
+    char why[PR_ERR_LEN], blame[PR_ERR_LEN];
+    pr_wait_collective(PR_WAIT_GATHER, run->step);
+    int rc = pr_bootstrap_allgather(b, &mine, sizeof mine, all, why);
+    if (rc != 0) {
+        pr_blame(blame, sizeof blame);
+        pr_fail(err, "stage %d (rank %d): %s (gathering the noise scale's averages at step %lld)%s",
+                b->rank % run->p, b->rank, why, (long long)run->step, blame);
+    }
+    pr_wait_end();
+    // replica 0's ranks are 0 .. p - 1, stage s on rank s; the other replicas keep no averages
+    for (int s = 0; s < run->p && rc == 0; s++)
+        if (s != b->rank % run->p)
+            pr_run_noise_restore(run, s, &all[s]);
+    free(all);
+    return rc;
+}
+
 int pr_gather_stages(pr_run *run, int with_moments, char *err)
 {
     pr_bootstrap *b = run->opt.boot;

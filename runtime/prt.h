@@ -249,6 +249,11 @@ typedef struct pr_device {
     void (*zero)(int stage, void *dst, size_t bytes);
     /* sums[i] = the sum of squares of the n tensors at base + tensors[i].offset, in double. */
     void (*sumsq)(int stage, const float *base, const pr_tensor *tensors, int n, double *sums);
+    /* The noise scale's sum of squares of x[0..size) without a wait (NULL: sumsq is free of
+     * waits, the CPU): sumsq_hold queues it; the stage's next sumsq of all its tensors brings
+     * it back in its own download; sumsq_held then gives it once (0: none came). */
+    void (*sumsq_hold)(int stage, const float *x, int64_t size);
+    int (*sumsq_held)(int stage, double *sum);
     void (*forward)(const pr_program *prog, int stage, const pr_fwd_args *args);
     void (*backward)(const pr_program *prog, int stage, const pr_bwd_args *args);
     /* a zero-bubble program's backward in its parts: part PR_BACKWARD_B or PR_BACKWARD_W */
@@ -677,10 +682,16 @@ void pr_run_segment(pr_run *run, int32_t seg);
  * moving averages. For the metrics line of `step` (the last stage's, at its step): with one
  * stage its own after that step; synchronous stages' after step - 1, which every stage has
  * taken by then, so the line has the same value in every run; asynchronous stages' each after
- * its latest step. step < 0: every stage's latest (a drained run's). 0 where the run does not
- * estimate it or a stage has no average for that step; else 1 with *b_simple (NaN while the
- * |G|^2 average is not > 0). */
+ * its latest step. step < 0: every stage's latest (a drained run's). One process per stage:
+ * the other stages' come with the step's exchange of the clipping sums (exchange_sums) or the
+ * gather at a segment's end (pr_gather_noise); an asynchronous line has none. 0 where the run
+ * does not estimate it or a stage has no average for that step; else 1 with *b_simple (NaN
+ * while the |G|^2 average is not > 0). */
 int pr_run_noise_scale(pr_run *run, int64_t step, double *b_simple);
+/* Whether the run estimates the noise scale at all (docs/run.md, where it is absent). */
+int pr_run_noise_estimated(const pr_run *run);
+/* Stage s's averages as a checkpoint of step run->step recorded them: a resume continues them. */
+void pr_run_noise_restore(pr_run *run, int s, const pr_noise_ema *e);
 /* Early stops. A segment ends after step run->stop_at when that is set, or, once a stop
  * was requested (SIGINT/SIGTERM), after the optimizer step stage 0 is feeding: stage 0
  * stops issuing forwards there and every stage drains what is in flight, so the state
@@ -890,6 +901,10 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
 /* Brings every stage's parameters (and AdamW moments when with_moments) to rank 0; with
  * with_moments under compression dgc also every rank's residuals (run->dgc_gathered). */
 int pr_gather_stages(pr_run *run, int with_moments, char *err);
+/* One process per stage, p > 1, where the run estimates the noise scale: every rank takes
+ * replica 0's stages' noise-scale averages after the drain at run->step (32 bytes a rank, at
+ * each segment's end), for the summary (rank p - 1) and the checkpoint (rank 0). */
+int pr_gather_noise(pr_run *run, char *err);
 
 /* ---- blame.c: which rank a stuck multi-process run is stuck on ------------------------- */
 

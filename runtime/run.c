@@ -346,6 +346,8 @@ static int between_segments(pr_run *run, int at_end, int stopped, double *val_lo
                     ((prog->eval_every > 0 && run->step % prog->eval_every == 0) || at_end);
     int want_ckpt = !run->opt.no_checkpoint &&
                     ((prog->ckpt_every > 0 && run->step % prog->ckpt_every == 0) || at_end || stopped);
+    if (run->opt.world > 1 && pr_gather_noise(run, err) != 0)
+        return -1;
     if (run->opt.world > 1 && (want_eval || want_ckpt)) {
         if (pr_gather_stages(run, want_ckpt, err) != 0)
             return -1;

@@ -29,6 +29,8 @@ void pr_cuda_dev_queue_copy(int stage, void *dst, const void *src, size_t bytes)
 void pr_cuda_dev_download(int stage, void *dst, const void *src, size_t bytes);
 void pr_cuda_dev_zero(int stage, void *dst, size_t bytes);
 void pr_cuda_dev_sumsq(int stage, const float *base, const pr_tensor *tensors, int n, double *sums);
+void pr_cuda_dev_sumsq_hold(int stage, const float *x, int64_t size);
+int pr_cuda_dev_sumsq_held(int stage, double *sum);
 void pr_cuda_dev_forward(const pr_program *prog, int stage, const pr_fwd_args *args);
 void pr_cuda_dev_backward(const pr_program *prog, int stage, const pr_bwd_args *args);
 void pr_cuda_dev_backward_part(const pr_program *prog, int stage, int part, const pr_bwd_args *args);

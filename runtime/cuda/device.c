@@ -62,6 +62,11 @@ typedef struct cuda_stage {
     /* sums of squares of the gradients (pr_cuda_dev_sumsq): SUMSQ_BLOCKS partials per tensor */
     CUfunction sumsq;
     double *partials, *partials_host;
+    /* the noise scale's held sum (pr_cuda_dev_sumsq_hold): its partials in the slot after the
+     * n_tensors tensors'; held_blocks > 0 while they wait for a download, held_ready once one
+     * brought them (held_sum) */
+    int n_tensors, held_blocks, held_ready;
+    double held_sum;
     CUfunction dc_asgd_add; /* delay_correction dc-asgd's kernel (pr_cuda_dev_dc_asgd_add); NULL without it */
     /* per-op timing (run --profile-out): pairs recorded since the last resolve, from a pool
      * of created pairs that grows to the most ops one forward, backward or step queues */
@@ -245,6 +250,8 @@ int pr_cuda_dev_open_stage(const pr_program *prog, int stage, char *err)
     pr_cuda_check(stage, drv.cuStreamCreate(&cs->comm, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     pr_cuda_check(stage, drv.cuEventCreate(&cs->compute_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
     pr_cuda_check(stage, drv.cuEventCreate(&cs->handoff, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    cs->n_tensors = prog->stage[stage].n_tensors;
+    cs->held_blocks = cs->held_ready = 0;
     size_t partial_bytes = (size_t)(prog->stage[stage].n_tensors + 1) * SUMSQ_BLOCKS * sizeof(double);
     cs->partials = pr_cuda_dev_alloc(stage, partial_bytes);
     cs->partials_host = pr_alloc(partial_bytes);
@@ -442,18 +449,57 @@ void pr_cuda_dev_sumsq(int stage, const float *base, const pr_tensor *tensors, i
         pr_cuda_check(stage, drv.cuLaunchKernel(cs->sumsq, (unsigned)blocks[i], 1, 1, PR_CUDA_SUMSQ_BLOCK, 1, 1, 0,
                                                 cs->compute, args, NULL), "cuLaunchKernel (sums of squares)");
     }
-    size_t bytes = (size_t)n * SUMSQ_BLOCKS * sizeof(double);
+    // a held sum's partials, in the slot right after the stage's tensors', ride on this download
+    int held = cs->held_blocks > 0 && n == cs->n_tensors;
+    size_t bytes = (size_t)(n + held) * SUMSQ_BLOCKS * sizeof(double);
     pr_cuda_check(stage, drv.cuMemcpyAsync((CUdeviceptr)(uintptr_t)cs->partials_host,
                                            (CUdeviceptr)(uintptr_t)cs->partials, bytes, cs->compute),
                   "cuMemcpyAsync (sums of squares)");
     pr_cuda_check(stage, drv.cuStreamSynchronize(cs->compute), "cuStreamSynchronize");
     resolve_ops(stage);
+    if (held) {
+        cs->held_sum = 0.0;
+        for (int b = 0; b < cs->held_blocks; b++)
+            cs->held_sum += cs->partials_host[(size_t)n * SUMSQ_BLOCKS + (size_t)b];
+        cs->held_blocks = 0;
+        cs->held_ready = 1;
+    }
     for (int i = 0; i < n; i++) {
         double sum = 0.0;
         for (int b = 0; b < blocks[i]; b++)
             sum += cs->partials_host[(size_t)i * SUMSQ_BLOCKS + (size_t)b];
         sums[i] = sum;
     }
+}
+
+/* The noise scale's sum of squares of x[0..size) (docs/run.md): queued, no wait; its partials
+ * come back with the stage's next sumsq of all its tensors (the step's), in the same download. */
+void pr_cuda_dev_sumsq_hold(int stage, const float *x, int64_t size)
+{
+    cuda_stage *cs = enter(stage);
+    double *partial = cs->partials + (size_t)cs->n_tensors * SUMSQ_BLOCKS;
+    long count = (long)size;
+    int64_t wanted = (size + PR_CUDA_SUMSQ_BLOCK - 1) / PR_CUDA_SUMSQ_BLOCK;
+    cs->held_blocks = wanted < SUMSQ_BLOCKS ? (int)wanted : SUMSQ_BLOCKS;
+    cs->held_ready = 0;
+    if (cs->held_blocks == 0) { // nothing to sum: no launch, nothing to download
+        cs->held_sum = 0.0;
+        cs->held_ready = 1;
+        return;
+    }
+    void *args[] = {&x, &count, &partial};
+    pr_cuda_check(stage, drv.cuLaunchKernel(cs->sumsq, (unsigned)cs->held_blocks, 1, 1, PR_CUDA_SUMSQ_BLOCK, 1, 1,
+                                            0, cs->compute, args, NULL), "cuLaunchKernel (held sum of squares)");
+}
+
+int pr_cuda_dev_sumsq_held(int stage, double *sum)
+{
+    cuda_stage *cs = &stages[stage];
+    if (!cs->held_ready)
+        return 0;
+    cs->held_ready = 0;
+    *sum = cs->held_sum;
+    return 1;
 }
 
 /* Per-op timing: an event before and one after each op on the compute stream. Recording

@@ -5,7 +5,8 @@
 # two replicas in an NCCL communicator of their own, whose ncclAllReduce sums the gradients
 # range by range during the window's last backward (on a stream of their own, ordered by
 # events; FAKE_CUDA_JITTER_US makes a missing wait show) and the step's loss. It must train as the CPU runs the same program with its replicas as
-# threads (losses to LOSS_TOL relative, weights to WEIGHT_TOL, as tests/e2e/cuda_fake.sh). A
+# threads (losses to LOSS_TOL relative, weights to WEIGHT_TOL, as tests/e2e/cuda_fake.sh; the
+# noise scale to 1e-4, same_noise in lib.sh). A
 # replica stopped mid-run ends its group's other member at the peer timeout, named.
 # Skips (exit 77) where tests/cuda_emu cannot run (need_cuda_emu) or pacic writes no stages.cu.
 source tests/e2e/lib.sh
@@ -17,6 +18,8 @@ WEIGHT_TOL=1e-4
 fake_replicas_model dp
 fake_replicas_run dp
 compare_devices "data 2 x 2 stages, four GPUs" "$work/dp/joined" "$work/dp/cpu" "$LOSS_TOL" "$WEIGHT_TOL"
+# the noise scale: the stages' averages ride on the processes' exchange of the clipping sums
+same_noise "data 2 x 2 stages, four GPUs" "$work/dp/joined" "$work/dp/cpu"
 # 6 steps, three allreduces each: the window's last backward starts one per range of
 # gradients as it finishes them (stage 0: its layer, then the embeddings; stage 1: the head,
 # then its layer), then the step sums the loss and stop flag

@@ -398,3 +398,24 @@ print(f"{label}: {len(gpu)} losses, max relative difference {loss_rel:.3g}; "
 sys.exit(0 if loss_rel <= loss_tol and weight_abs <= weight_tol else 1)
 PY
 }
+
+# same_noise LABEL GPU_DIR CPU_DIR: the GPU run logs the noise scale (docs/run.md) on the CPU
+# run's steps, each to 1e-4 relative: the GPU sums the first micro-batch's squares in another
+# order (pr_sumsq_partials) and the log keeps 6 digits. The sum rides on the step's download:
+# read before that download finished, it would be the last window's.
+same_noise() {
+    python3 - "$@" 1e-4 <<'PY' || fail "$1: the noise scale on the GPU is not the CPU's"
+import json, sys
+label, gpu_dir, cpu_dir, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def noise(folder):
+    recs = [r for r in map(json.loads, open(folder + "/metrics.jsonl")) if "loss" in r]
+    return {r["step"]: r.get("noise_scale") for r in recs}
+gpu, cpu = noise(gpu_dir), noise(cpu_dir)
+steps = [t for t in cpu if isinstance(cpu[t], float)]
+assert len(steps) >= 4 and gpu.keys() == cpu.keys(), f"{label}: steps with a noise scale {steps}"
+assert all(isinstance(gpu[t], float) for t in steps), f"{label}: the GPU logged {gpu}"
+worst = max(abs(gpu[t] - cpu[t]) / cpu[t] for t in steps)
+print(f"{label}: noise_scale on {len(steps)} steps, max relative difference {worst:.3g} (last {gpu[steps[-1]]})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
