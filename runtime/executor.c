@@ -1028,6 +1028,25 @@ static pr_dev_link *dev_link_of(pr_run *run, const pr_channel *link)
     return l->ring ? l : NULL;
 }
 
+/* A hand-over between two stages of one device: the device's one thread sends and later
+ * receives, so a send into a full link or a receive from an empty one would wait forever.
+ * The table's order is wrong (the link holds what the sender's slots hold, pr_link_capacity):
+ * said at once rather than as a hang or a peer timeout. */
+static void check_hand_over(const pr_run *run, const pr_stage_rt *st, pr_channel *link, int peer,
+                            int64_t mb, int sending)
+{
+    int d = run->tab->stage_device[st->index];
+    if (d != run->tab->stage_device[peer] || link->fd >= 0)
+        return;
+    int held = pr_channel_held(link);
+    if (sending ? held < link->capacity : held > 0)
+        return;
+    pr_internal("device %d: stage %d %s micro-batch %lld %s stage %d on the same device, and the link %s: "
+                "the device's list waits for itself", d, st->index, sending ? "sends" : "waits for",
+                (long long)mb, sending ? "to" : "from", peer,
+                sending ? "is full" : "is empty");
+}
+
 /* Receives micro-batch mb from stage `peer` into device memory at dst: over the native
  * transport where it carries the link, device to device over a device link, directly on a
  * host-memory device, else through the stage's host staging buffer. Returns the
@@ -1044,6 +1063,7 @@ static int64_t link_recv_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int 
             link_failed(run, st, peer, mb, rc, 0, why);
         return got;
     }
+    check_hand_over(run, st, link, peer, mb, 0);
     pr_dev_link *dl = dev_link_of(run, link);
     if (dl) {
         int rc = pr_dev_link_recv(dl, run->dev, link, dst, &got);
@@ -1085,6 +1105,7 @@ static void link_send_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
             link_failed(run, st, peer, mb, rc, 1, why);
         return;
     }
+    check_hand_over(run, st, link, peer, mb, 1);
     pr_dev_link *dl = dev_link_of(run, link);
     if (dl) {
         int rc = pr_dev_link_send(dl, run->dev, link, mb, src);

@@ -111,6 +111,8 @@ int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb);
 int pr_channel_wait_room(pr_channel *c);
 int pr_channel_peek_timed(pr_channel *c, int64_t *mb);
 void pr_channel_pop(pr_channel *c);
+/* In-process only: the messages the channel holds now. */
+int pr_channel_held(pr_channel *c);
 /* Makes the channel one end of a link to another process (it closes fd when destroyed). */
 void pr_channel_attach_socket(pr_channel *c, int fd);
 

@@ -272,12 +272,13 @@ static void test_clip_norm_independent_of_p(void **state)
 
 /* A chunked table built by hand (the runtime's side of issue 37, independent of the
  * compiler's interleaved schedules): S = devices x chunks stages placed by `placement`; every
- * step each device runs, in the order of one sequential pass (micro-batch by micro-batch
- * through the stages, then back), the instructions of the stages it holds, then their
- * steps. A device's list is a projection of that one order, so it cannot deadlock at any
- * channel capacity; each stage keeps the window's K micro-batches in K slots. */
+ * step each device runs, in the order of one sequential pass, the instructions of the stages
+ * it holds, then their steps. The pass goes micro-batch by micro-batch through the stages and
+ * back, or with stage_major every micro-batch through a stage before the next (GPipe's): a
+ * stage then sends all K activations before its neighbour takes one, which a hand-over inside
+ * one device must buffer. Each stage keeps the window's K micro-batches in K slots. */
 static void chunked_table(toy_table *tt, int placement, int devices, int chunks, int K, int total,
-                          int segment)
+                          int segment, int stage_major)
 {
     free((void *)tt->owned);
     memset(tt, 0, sizeof *tt);
@@ -296,22 +297,26 @@ static void chunked_table(toy_table *tt, int placement, int devices, int chunks,
     for (int d = 0; d < devices; d++) {
         start[d] = n;
 #define PUT(o, s, m) do { if (t->stage_device[s] == d) all[n++] = (paci_instr){(o), (uint8_t)(s), (uint16_t)(m), 0, (m)}; } while (0)
-        for (int mb = 0; mb < K; mb++)
-            for (int s = 0; s < S; s++) {
+        for (int i = 0; i < K * S; i++) {
+            int mb = stage_major ? i % K : i / S, s = stage_major ? i / K : i % S;
+            {
                 if (s > 0)
                     PUT(PACI_OP_RECV_ACT, s, mb);
                 PUT(PACI_OP_FWD, s, mb);
                 if (s + 1 < S)
                     PUT(PACI_OP_SEND_ACT, s, mb);
             }
-        for (int mb = 0; mb < K; mb++)
-            for (int s = S - 1; s >= 0; s--) {
+        }
+        for (int i = 0; i < K * S; i++) {
+            int mb = stage_major ? i % K : i / S, s = S - 1 - (stage_major ? i / K : i % S);
+            {
                 if (s + 1 < S)
                     PUT(PACI_OP_RECV_GRAD, s, mb);
                 PUT(PACI_OP_BWD, s, mb);
                 if (s > 0)
                     PUT(PACI_OP_SEND_GRAD, s, mb);
             }
+        }
 #undef PUT
         for (int c = 0; c < chunks; c++)
             all[n++] = (paci_instr){PACI_OP_STEP, (uint8_t)paci_placed_stage(placement, devices, d, c), 0, 0, -1};
@@ -332,12 +337,13 @@ static void chunked_table(toy_table *tt, int placement, int devices, int chunks,
 /* Trains the toy model over the hand-built chunked table; with stop_at > 0 the run stops
  * after that step and goes on from there mid-segment (the cut an early stop and its resume
  * make), which must not change a bit. */
-static void chunked_train(pr_run *run, int placement, int devices, int chunks, int K, int64_t stop_at)
+static void chunked_train(pr_run *run, int placement, int devices, int chunks, int K, int stage_major,
+                          int64_t stop_at)
 {
     static pr_program prog;
     char err[PR_ERR_LEN];
     toy_build_stages(devices * chunks);
-    chunked_table(&table, placement, devices, chunks, K, STEPS, SEGMENT);
+    chunked_table(&table, placement, devices, chunks, K, STEPS, SEGMENT, stage_major);
     prog = toy_program(&table.t, STEPS);
     prog.grad_clip = toy_clip;
     if (pr_run_init(run, &prog, NULL, err) != 0)
@@ -376,19 +382,22 @@ static void test_chunks_equal_one_stage(void **state)
     memcpy(losses, logged_loss, sizeof losses);
     memcpy(norms, logged_norm, sizeof norms);
     pr_run_free(&run);
-    struct { int placement, devices, chunks; int64_t stop_at; } cases[] = {
-        {PACI_PLACEMENT_LOOP, 2, 2, 0}, {PACI_PLACEMENT_V, 2, 2, 0}, {PACI_PLACEMENT_LOOP, 1, 4, 0},
-        {PACI_PLACEMENT_V, 4, 1, 0}, {PACI_PLACEMENT_V, 2, 2, 10}, {PACI_PLACEMENT_LOOP, 2, 2, 3},
+    struct { int placement, devices, chunks, stage_major; int64_t stop_at; } cases[] = {
+        {PACI_PLACEMENT_LOOP, 2, 2, 0, 0}, {PACI_PLACEMENT_V, 2, 2, 0, 0}, {PACI_PLACEMENT_LOOP, 1, 4, 0, 0},
+        {PACI_PLACEMENT_V, 4, 1, 0, 0}, {PACI_PLACEMENT_V, 2, 2, 0, 10}, {PACI_PLACEMENT_LOOP, 2, 2, 0, 3},
+        {PACI_PLACEMENT_V, 2, 2, 1, 0}, {PACI_PLACEMENT_LOOP, 1, 4, 1, 12},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         memset(logged_loss, 0, sizeof logged_loss);
         memset(logged_norm, 0, sizeof logged_norm);
-        chunked_train(&run, cases[k].placement, cases[k].devices, cases[k].chunks, 3, cases[k].stop_at);
+        chunked_train(&run, cases[k].placement, cases[k].devices, cases[k].chunks, 3, cases[k].stage_major,
+                      cases[k].stop_at);
         float *params = gather_params(&run);
         if (memcmp(params, reference, (size_t)n * 4) != 0 || memcmp(losses, logged_loss, sizeof losses) != 0 ||
             memcmp(norms, logged_norm, sizeof norms) != 0)
-            fail_msg("placement %d, %d devices x %d chunks (stop at %lld) differs from one stage",
-                     cases[k].placement, cases[k].devices, cases[k].chunks, (long long)cases[k].stop_at);
+            fail_msg("placement %d, %d devices x %d chunks (stage major %d, stop at %lld) differs from one stage",
+                     cases[k].placement, cases[k].devices, cases[k].chunks, cases[k].stage_major,
+                     (long long)cases[k].stop_at);
         for (int s = 0; s < 4; s++)
             assert_int_equal(run.stage[s].backwards, STEPS * 3);
         free(params);
@@ -405,7 +414,7 @@ static void test_chunks_table_checked(void **state)
     char err[PR_ERR_LEN];
     pr_run run;
     toy_build_stages(4);
-    chunked_table(&table, PACI_PLACEMENT_V, 2, 2, 2, STEPS, SEGMENT);
+    chunked_table(&table, PACI_PLACEMENT_V, 2, 2, 2, STEPS, SEGMENT, 0);
     prog = toy_program(&table.t, STEPS);
     paci_instr *instrs = (paci_instr *)table.t.instrs;
     int32_t at = table.t.program[0].device[1].body; // device 1's first: stage 1's RECV_ACT
