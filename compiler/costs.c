@@ -942,7 +942,7 @@ GpuPrediction gpu_costs_predict(const Config *cfg, const Plan *plan, const paci_
     GpuPrediction p = {.step_time = sim.step_time, .tokens_per_s = sim.tokens_per_s, .bubble = sim.bubble};
     sim_result_free(&sim);
     p.model_flops = model_flops_per_step(cfg, plan);
-    p.mfu = p.step_time > 0 ? p.model_flops / (p.step_time * cfg->stages * machine_peak_flops(cfg)) : 0;
+    p.mfu = p.step_time > 0 ? p.model_flops / (p.step_time * config_devices(cfg) * machine_peak_flops(cfg)) : 0;
     return p;
 }
 
@@ -1036,16 +1036,16 @@ void gpu_costs_explain(FILE *out, const Config *cfg, const Plan *plan, const Gpu
     if (cpu)
         fprintf(out, "; MFU %.1f%% (%.4g model FLOPs a step over %d stages x %.3g GFLOP/s, the largest sgemm rate on "
                      "a stage's BLAS threads: 6 per weight per token plus causal attention, as llm.c counts)\n",
-                100 * p->mfu, p->model_flops, cfg->stages, machine_peak_flops(cfg) / 1e9);
+                100 * p->mfu, p->model_flops, config_devices(cfg), machine_peak_flops(cfg) / 1e9);
     else
         fprintf(out, "; MFU %.1f%% (%.4g model FLOPs a step over\n"
                      "  %d x %.0f TFLOP/s: 6 per weight per token plus causal attention, as llm.c counts)\n",
-                100 * p->mfu, p->model_flops, cfg->stages, cfg->device_flops / 1e12);
+                100 * p->mfu, p->model_flops, config_devices(cfg), cfg->device_flops / 1e12);
     int replicas = config_replicas(cfg);
     if (replicas > 1)
         fprintf(out, "  whole job: %d pipelines x %.4g tokens/s = %.4g tokens/s on %d GPUs (the step time holds the "
                      "part of each stage's allreduce its last backward does not hide)\n",
-                replicas, p->tokens_per_s, replicas * p->tokens_per_s, replicas * cfg->stages);
+                replicas, p->tokens_per_s, replicas * p->tokens_per_s, replicas * config_devices(cfg));
 }
 
 /* A profile's mean seconds per call of stage s's op `index`, or < 0 when it has none. */

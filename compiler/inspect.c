@@ -90,7 +90,7 @@ static void explain_nesterov(FILE *out, const Config *cfg)
 /* The pipeline line with D replicas, and the job's shape: D x p ranks. */
 static void explain_replicas(FILE *out, const Config *cfg, double tokens_per_step)
 {
-    int d = config_replicas(cfg), p = cfg->stages;
+    int d = config_replicas(cfg), p = config_devices(cfg);
     fprintf(out, "pipeline: %s, %d stages, window K = %d micro-batches of %d sequences, %d data-parallel replicas: "
                  "global batch %d x %d x %d = %ld (%.0f tokens per step), %s\n",
             paci_schedule_name(cfg->schedule), p, cfg->window, cfg->micro, d, cfg->micro, cfg->window, d,
@@ -159,24 +159,25 @@ typedef struct Comparison {
  * one at unit costs, one priced as the file is (measured costs, or the cost model op by op). */
 static Comparison compare_schedule(const Config *cfg, int kind, long steps, const CostModel *measured)
 {
-    Config c = *cfg;
-    c.schedule = kind;
-    if (kind != (int)cfg->schedule) // a warm start belongs to the file's paci
-        c.warm_steps = 0;
+    Config c;
+    if (config_with_schedule(cfg, kind, &c))
+        ICE("compare_schedule: %s does not fit", paci_schedule_name(kind));
     Plan plan;
     plan_layout(&c, &plan);
     paci_table *t = schedule_build(&c, &plan);
     Comparison cmp = {0};
-    cmp.peak_memory = plan_peak_memory(&plan, &cmp.peak_stage);
+    cmp.peak_memory = plan_peak_device_memory(&plan, &cmp.peak_stage);
     cmp.fits = (double)cmp.peak_memory <= cfg->device_memory;
     cmp.drift0 = drift_bound(t, 0);
     cmp.stash0 = t->stash[0];
 
-    CostModel uniform = {0}; /* F = B = W = 1 */
+    /* F = B = W = 1 a device: a chunk of v does 1/v of a stage's work */
+    CostModel uniform = {0};
+    double chunk = 1.0 / config_chunks(&c);
     for (int s = 0; s < c.stages; s++) {
-        uniform.fwd[s] = 1;
-        uniform.bwd[s] = 2;
-        uniform.w[s] = config_splits_backward(&c) ? 1 : 0;
+        uniform.fwd[s] = chunk;
+        uniform.bwd[s] = 2 * chunk;
+        uniform.w[s] = config_splits_backward(&c) ? chunk : 0;
     }
     SimResult sim;
     simulate(&c, t, &uniform, steps, &sim);
@@ -306,14 +307,18 @@ static void explain_schedules(FILE *out, const Config *cfg, const SimView *view,
                  "bubble of the same steady state; at unit costs: the schedule's own bubble with F = B = W = 1\n"
                  "(backward 2) and free messages, and that idle time a step, in forwards):\n", cfg->window,
             cfg->micro, view->model);
-    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (stage)  drift bound s0  at unit costs: bubble  idle\n");
+    fprintf(out, "  schedule    bubble  step time    tokens/s  peak memory (device) drift bound s0  at unit costs: bubble  idle\n");
     for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
-        Config as_kind = *cfg;
-        as_kind.schedule = kind;
+        Config as_kind;
+        const char *unfit = config_with_schedule(cfg, kind, &as_kind);
+        if (unfit) {
+            fprintf(out, "  %-11s   n/a: %s\n", paci_schedule_name(kind), unfit);
+            continue;
+        }
         // a zero-bubble schedule is predicted under bf16 too, which pacic does not build yet
         const char *excluded = config_splits_backward(&as_kind) ? zero_bubble_excluded(cfg) : NULL;
         if (excluded && cfg->precision != PREC_BF16) {
-            fprintf(out, "  %-10s    n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
+            fprintf(out, "  %-11s   n/a: B and W are not built for %s\n", paci_schedule_name(kind), excluded);
             continue;
         }
         Comparison c = compare_schedule(cfg, kind, sim->steps, view->cm);
@@ -323,14 +328,17 @@ static void explain_schedules(FILE *out, const Config *cfg, const SimView *view,
             c.tokens_per_s = sim->tokens_per_s;
         }
         char order[64] = "";
-        if (kind == PACI_SCHED_ZBH2 && !zero_bubble_h2_order(kind, cfg->stages, cfg->window))
-            snprintf(order, sizeof order, "   (zb-h1's order: K < 2p - 1 = %d)", 2 * cfg->stages - 1);
+        int p = config_devices(cfg);
+        if (kind == PACI_SCHED_ZBH2 && !zero_bubble_h2_order(kind, p, cfg->window))
+            snprintf(order, sizeof order, "   (zb-h1's order: K < 2p - 1 = %d)", 2 * p - 1);
+        else if (config_chunks(&as_kind) > 1)
+            snprintf(order, sizeof order, "   (%d chunks a device)", config_chunks(&as_kind));
         char drift[32];
         if (kind == PACI_SCHED_PIPEDREAM)
             snprintf(drift, sizeof drift, "0 (%d stashed)", c.stash0);
         else
             snprintf(drift, sizeof drift, "%d", c.drift0);
-        fprintf(out, "  %-10s %6.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s%s\n",
+        fprintf(out, "  %-11s %5.1f%%  %9.4g  %10.4g  %7.2f %s (%d)%s  %-14s %20.1f%% %5.1f%s%s%s\n",
                 paci_schedule_name(kind), 100 * c.bubble, c.step_time, c.tokens_per_s, (double)c.peak_memory / unit_bytes, unit,
                 c.peak_stage, c.fits ? "   " : " !!", drift, 100 * c.uniform_bubble, c.uniform_idle,
                 kind == (int)cfg->schedule ? "   <- this file" : "",
@@ -338,10 +346,25 @@ static void explain_schedules(FILE *out, const Config *cfg, const SimView *view,
     }
     fprintf(out, "  (!! = over the %s memory; analytic 1F1B-flush bubble at unit costs (p-1)/(K+p-1) = %d/%d = %.1f%%)\n",
             cfg->machine == MACHINE_CPU ? "machine's" : "device's",
-            cfg->stages - 1, cfg->window + cfg->stages - 1,
-            100.0 * (cfg->stages - 1) / (cfg->window + cfg->stages - 1));
+            config_devices(cfg) - 1, cfg->window + config_devices(cfg) - 1,
+            100.0 * (config_devices(cfg) - 1) / (cfg->window + config_devices(cfg) - 1));
     if (replicas > 1)
         fprintf(out, "  (step time and tokens/s: one pipeline of the %d, with its allreduce)\n", replicas);
+}
+
+/* With chunks: which stages each device holds, and its memory, their sum. */
+static void explain_devices(FILE *out, const Plan *plan, const paci_table *t, const char *unit, double unit_bytes)
+{
+    fprintf(out, "devices: %d, each running the %d stages its placement gives it (%s: chunk c of device d is "
+                 "stage %s), one list a device; the busy column is the device's\n", t->devices, t->chunks,
+            t->placement == PACI_PLACEMENT_V ? "v" : "loop",
+            t->placement == PACI_PLACEMENT_V ? "c p + d for even c, c p + p - 1 - d for odd c" : "c p + d");
+    for (int d = 0; d < t->devices; d++) {
+        fprintf(out, "  device %d: stages", d);
+        for (int c = 0; c < t->chunks; c++)
+            fprintf(out, "%s %d", c ? "," : "", paci_placed_stage(t->placement, t->devices, d, c));
+        fprintf(out, ", %.2f %s\n", (double)plan_device_memory(plan, d) / unit_bytes, unit);
+    }
 }
 
 void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_table *t,
@@ -354,10 +377,16 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     fprintf(out, "model: GPT-2, %d layers, width %d, %d heads, context %d, vocab %d%s: %.1fM parameters\n",
             cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab,
             cfg->tied ? ", tied head" : "", plan->total_params / 1e6);
+    char stages[96];
+    if (config_chunks(cfg) > 1)
+        snprintf(stages, sizeof stages, "%d devices x %d chunks = %d stages", config_devices(cfg), config_chunks(cfg),
+                 cfg->stages);
+    else
+        snprintf(stages, sizeof stages, "%d stages", cfg->stages);
     if (replicas == 1)
-        fprintf(out, "pipeline: %s, %d stages, window K = %d micro-batches of %d sequences: global batch %ld "
+        fprintf(out, "pipeline: %s, %s, window K = %d micro-batches of %d sequences: global batch %ld "
                      "(%.0f tokens per step), %s\n",
-                paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, cfg->micro,
+                paci_schedule_name(cfg->schedule), stages, cfg->window, cfg->micro,
                 cfg->global_batch, tokens_per_step, cfg->precision == PREC_BF16 ? "bf16" : "fp32");
     else
         explain_replicas(out, cfg, tokens_per_step);
@@ -388,8 +417,10 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
         fprintf(out, "%5d  %-12s %7.1fM  %6.2f %6.2f %6.2f  %-18s %5.2f %6.2f %6.2f   %4d %7.1f%% %5.1f%%\n", s,
                 layers, sp->params / 1e6, MEM(sp->mem_weights), MEM(sp->mem_grads), MEM(sp->mem_optim),
                 acts, MEM(sp->mem_stash), MEM(sp->mem_work), MEM(sp->mem_total), drift_bound(t, s),
-                100 * rep->drift_share[s], 100 * sim->steady_busy[s]);
+                100 * rep->drift_share[s], 100 * sim->steady_busy[t->stage_device[s]]);
     }
+    if (t->chunks > 1)
+        explain_devices(out, plan, t, unit, unit_bytes);
     if (plan->vocab_split > 0)
         fprintf(out, "vocabulary split (%s): rows [0, %ld) of the LM head and the final LayerNorm on stage %d (hA), "
                 "rows [%ld, %d) on stage %d (headB)\n", cfg->vocab_split > 0 ? "vocab_split" : "automatic",
@@ -397,13 +428,16 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     long all_stages = 0;
     for (int s = 0; s < plan->stages; s++)
         all_stages += plan->stage[s].mem_total;
+    if (t->chunks > 1)
+        peak = plan_peak_device_memory(plan, &peak_stage);
+    const char *fullest = t->chunks > 1 ? "device" : "stage";
     if (cfg->machine == MACHINE_CPU)
         fprintf(out, "memory: the %d stages together %.2f %s of this machine's %.2f GiB (%.3g bytes; one process), "
-                "the fullest stage %d at %.2f %s\n", plan->stages, MEM(all_stages), unit, gib(cfg->device_memory),
-                cfg->device_memory, peak_stage, MEM(peak), unit);
+                "the fullest %s %d at %.2f %s\n", plan->stages, MEM(all_stages), unit, gib(cfg->device_memory),
+                cfg->device_memory, fullest, peak_stage, MEM(peak), unit);
     else
-        fprintf(out, "memory: fullest stage %d at %.2f %s of the device's %.2f GiB (%.3g bytes); the %d stages "
-                "together %.2f %s (one device running them all)\n", peak_stage, MEM(peak), unit,
+        fprintf(out, "memory: fullest %s %d at %.2f %s of the device's %.2f GiB (%.3g bytes); the %d stages "
+                "together %.2f %s (one device running them all)\n", fullest, peak_stage, MEM(peak), unit,
                 gib(cfg->device_memory), cfg->device_memory, plan->stages, MEM(all_stages), unit);
     fprintf(out, "drift: stage s crosses at most ceil((p-s-1)/K) optimizer updates between a micro-batch's "
                  "forward and backward (PACI; 0 for synchronous schedules, PipeDream stashes weights)\n");
@@ -432,7 +466,7 @@ void inspect_explain(FILE *out, const Config *cfg, const Plan *plan, const paci_
     if (replicas > 1)
         fprintf(out, "  whole job: %d pipelines x %.4g tokens/s = %.4g tokens/s on %d GPUs (per pipeline: the step "
                      "time includes each stage's allreduce; bubble and busy count compute only)\n",
-                replicas, sim->tokens_per_s, replicas * sim->tokens_per_s, replicas * cfg->stages);
+                replicas, sim->tokens_per_s, replicas * sim->tokens_per_s, replicas * t->devices);
 
     explain_schedules(out, cfg, view, unit, unit_bytes);
 #undef MEM
@@ -507,8 +541,17 @@ static int instr_token(char *buf, size_t size, paci_instr in)
     return snprintf(buf, size, "?%d", in.op);
 }
 
+/* With chunks, a token names its stage: F3.5 is micro-batch 3's forward on stage 5. */
+static int staged_token(char *buf, size_t size, paci_instr in, bool chunks)
+{
+    int len = instr_token(buf, size, in);
+    if (chunks && len > 0 && (size_t)len < size)
+        len += snprintf(buf + len, size - (size_t)len, ".%d", in.stage);
+    return len;
+}
+
 /* Prints a run of instructions after `label`, wrapped at 100 columns. */
-static void print_part(FILE *out, const char *label, const paci_instr *instrs, long n)
+static void print_part(FILE *out, const char *label, const paci_instr *instrs, long n, bool chunks)
 {
     enum { WIDTH = 100, INDENT = 16 };
     if (n == 0)
@@ -516,7 +559,7 @@ static void print_part(FILE *out, const char *label, const paci_instr *instrs, l
     int col = fprintf(out, "    %-*s ", INDENT - 5, label); /* a long label keeps a space after it */
     for (long i = 0; i < n; i++) {
         char tok[32];
-        int len = instr_token(tok, sizeof tok, instrs[i]);
+        int len = staged_token(tok, sizeof tok, instrs[i], chunks);
         if (col + 1 + len > WIDTH) {
             fprintf(out, "\n%*s", INDENT, "");
             col = INDENT;
@@ -547,6 +590,9 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
     if (t->warm_steps > 0)
         fprintf(out, "# warm start: steps [0, %d) under %s, then %s; the pipeline drains at step %d.\n",
                 t->warm_steps, paci_schedule_name(t->warm_schedule), paci_schedule_name(t->schedule), t->warm_steps);
+    if (t->chunks > 1)
+        fprintf(out, "# %d devices of %d chunks (placement %s), one list a device: F3.5 is micro-batch 3's forward on "
+                     "stage 5.\n", t->devices, t->chunks, t->placement == PACI_PLACEMENT_V ? "v" : "loop");
     fprintf(out, "# %d instructions in the table.\n", t->n_instrs);
     for (int p = 0; p < t->n_programs; p++) {
         const paci_program *pg = &t->program[p];
@@ -556,17 +602,26 @@ void inspect_listing(FILE *out, const Config *cfg, const paci_table *t)
         else
             fprintf(out, "\nprogram %d: segments of %d step%s%s\n", p, pg->steps, pg->steps == 1 ? "" : "s",
                     t->n_programs == 2 ? (p == 0 ? "" : " (the last, shorter segment)") : "");
-        for (int s = 0; s < t->stages; s++) {
-            const paci_stage_program *sp = &pg->device[s];
-            fprintf(out, "  stage %d: %d slot%s", s, t->slots[s], t->slots[s] == 1 ? "" : "s");
-            if (t->stash[s])
-                fprintf(out, ", %d stashed versions", t->stash[s]);
+        bool chunks = t->chunks > 1;
+        for (int d = 0; d < t->devices; d++) {
+            const paci_stage_program *sp = &pg->device[d];
+            if (chunks) {
+                fprintf(out, "  device %d:", d);
+                for (int c = 0; c < t->chunks; c++) {
+                    int s = paci_placed_stage(t->placement, t->devices, d, c);
+                    fprintf(out, "%s stage %d %d slot%s", c ? "," : "", s, t->slots[s], t->slots[s] == 1 ? "" : "s");
+                }
+            } else {
+                fprintf(out, "  stage %d: %d slot%s", d, t->slots[d], t->slots[d] == 1 ? "" : "s");
+            }
+            if (!chunks && t->stash[d])
+                fprintf(out, ", %d stashed versions", t->stash[d]);
             fputc('\n', out);
-            print_part(out, "prologue", t->instrs + sp->prologue, sp->n_prologue);
+            print_part(out, "prologue", t->instrs + sp->prologue, sp->n_prologue, chunks);
             char label[32];
             snprintf(label, sizeof label, "body x%d", pg->body_reps);
-            print_part(out, label, t->instrs + sp->body, sp->n_body);
-            print_part(out, "epilogue", t->instrs + sp->epilogue, sp->n_epilogue);
+            print_part(out, label, t->instrs + sp->body, sp->n_body, chunks);
+            print_part(out, "epilogue", t->instrs + sp->epilogue, sp->n_epilogue, chunks);
         }
     }
     (void)cfg;
@@ -580,15 +635,23 @@ typedef struct StageEvents {
     long n;
 } StageEvents;
 
+/* Per device: with chunks its row holds every stage it runs. */
 static void split_by_stage(const SimResult *sim, int stages, StageEvents *se)
 {
     for (int s = 0; s < stages; s++)
         se[s] = (StageEvents){xmalloc((size_t)(sim->n_events + 1) * sizeof(SimEvent *)), 0};
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
+        int d = sim->stage_device[e->stage];
         if (is_drawn(e->op) && e->end > e->start)
-            se[e->stage].items[se[e->stage].n++] = e;
+            se[d].items[se[d].n++] = e;
     }
+}
+
+/* The chunk a stage is of its device (both placements: stage / p). */
+static int stage_chunk(const SimResult *sim, int stage)
+{
+    return stage / sim->devices;
 }
 
 static void free_stage_events(StageEvents *se, int stages)
@@ -611,13 +674,18 @@ static void view_title(char *buf, size_t size, const Config *cfg, const SimView 
 {
     char bubble[1400];
     sim_bubble_phrase(v, bubble, sizeof bubble);
+    char stages[64];
+    if (config_chunks(cfg) > 1)
+        snprintf(stages, sizeof stages, "%d devices x %d chunks", config_devices(cfg), config_chunks(cfg));
+    else
+        snprintf(stages, sizeof stages, "%d stages", cfg->stages);
     if (v->fill_drain)
-        snprintf(buf, size, "%s, %d stages, window %d: a run of %ld step%s alone, %.4g s; %s",
-                 paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, v->sim->steps,
+        snprintf(buf, size, "%s, %s, window %d: a run of %ld step%s alone, %.4g s; %s",
+                 paci_schedule_name(cfg->schedule), stages, cfg->window, v->sim->steps,
                  v->sim->steps == 1 ? "" : "s", v->to - v->from, bubble);
     else
-        snprintf(buf, size, "%s, %d stages, window %d: steps %ld-%ld of %ld, %.4g s; %s",
-                 paci_schedule_name(cfg->schedule), cfg->stages, cfg->window, v->first, v->last, v->run_steps,
+        snprintf(buf, size, "%s, %s, window %d: steps %ld-%ld of %ld, %.4g s; %s",
+                 paci_schedule_name(cfg->schedule), stages, cfg->window, v->first, v->last, v->run_steps,
                  v->to - v->from, bubble);
 }
 
@@ -632,7 +700,8 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimView *view)
 {
     enum { COLUMNS = 96 };
     const SimResult *sim = view->sim;
-    int stages = cfg->stages;
+    int stages = sim->devices;
+    bool chunks = sim->devices < sim->stages;
     double span = view->to - view->from;
     double bucket = span / COLUMNS;
     StageEvents se[PACI_MAX_STAGES];
@@ -645,16 +714,20 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimView *view)
         fputc(c % 10 == 0 ? '+' : '-', out);
     fprintf(out, "|  busy%s\n", view->fill_drain ? "" : " (steady state)");
     for (int s = 0; s < stages; s++) {
-        fprintf(out, "stage%2d|", s);
+        fprintf(out, chunks ? "dev %2d |" : "stage%2d|", s);
         long k = 0;
         for (int c = 0; c < COLUMNS; c++) {
-            /* the instruction running at the middle of the column, else idle */
+            /* the instruction running at the middle of the column, else idle; with chunks an
+             * odd chunk's in lower case */
             double mid = view->from + (c + 0.5) * bucket;
             while (k < se[s].n && se[s].items[k]->end <= mid)
                 k++;
             char ch = '.';
-            if (k < se[s].n && se[s].items[k]->start <= mid)
+            if (k < se[s].n && se[s].items[k]->start <= mid) {
                 ch = op_char(se[s].items[k]->op);
+                if (chunks && stage_chunk(sim, se[s].items[k]->stage) % 2 == 1)
+                    ch = (char)(ch - 'A' + 'a');
+            }
             fputc(ch, out);
         }
         fprintf(out, "| %5.1f%%\n", 100 * view_busy(view, s));
@@ -665,6 +738,9 @@ void inspect_timeline(FILE *out, const Config *cfg, const SimView *view)
     fprintf(out, "legend: F forward, B backward%s, S optimizer step, . idle (waiting for a neighbour)%s\n",
             config_splits_backward(cfg) ? " (its input gradients), W its weight gradients" : "",
             config_replicas(cfg) > 1 ? ", A gradient allreduce among the replicas" : "");
+    if (chunks)
+        fprintf(out, "a row per device; capitals: its even chunks (stages 0-%d, %d-%d, ...), lower case: its odd ones\n",
+                stages - 1, 2 * stages, 3 * stages - 1);
     free_stage_events(se, stages);
 }
 
@@ -678,9 +754,10 @@ enum { SVG_LEFT = 70, SVG_RIGHT = 20, SVG_TOP = 40, SVG_ROW = 30, SVG_WIDTH = 12
 static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimView *view, double scale)
 {
     const SimResult *sim = view->sim;
-    for (int s = 0; s < cfg->stages; s++) {
+    bool chunks = sim->devices < sim->stages;
+    for (int s = 0; s < sim->devices; s++) {
         int y = SVG_TOP + s * SVG_ROW;
-        emit_line(sb, "<text x=\"8\" y=\"%d\">stage %d</text>", y + SVG_ROW / 2 + 4, s);
+        emit_line(sb, "<text x=\"8\" y=\"%d\">%s %d</text>", y + SVG_ROW / 2 + 4, chunks ? "device" : "stage", s);
         emit_line(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#e8e8e8\"/>", SVG_LEFT,
                   y + 2, SVG_WIDTH - SVG_LEFT - SVG_RIGHT, SVG_ROW - 4);
     }
@@ -695,14 +772,19 @@ static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimView *view, d
                                                                             : svg_colors[SVG_GREEN];
         double a = e->start > view->from ? e->start : view->from, b = e->end < view->to ? e->end : view->to;
         double x = SVG_LEFT + (a - view->from) * scale, w = (b - a) * scale;
-        int y = SVG_TOP + e->stage * SVG_ROW + 2;
-        emit_line(sb, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
-                      "stroke-width=\"0.5\"><title>%s %ld: %.4g-%.4g s</title></rect>",
-                  x, y, w, SVG_ROW - 4, fill, e->op == SIM_OP_ALLREDUCE ? "allreduce" : paci_op_name(e->op),
-                  e->mb, e->start, e->end);
+        int y = SVG_TOP + sim->stage_device[e->stage] * SVG_ROW + 2;
+        /* with chunks an odd chunk's instructions are drawn darker, and each names its stage */
+        bool odd = chunks && stage_chunk(sim, e->stage) % 2 == 1;
+        char stage[24] = "";
+        if (chunks)
+            snprintf(stage, sizeof stage, " (stage %d)", e->stage);
+        emit_line(sb, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"%s\" "
+                      "stroke-width=\"0.5\"%s><title>%s %ld%s: %.4g-%.4g s</title></rect>",
+                  x, y, w, SVG_ROW - 4, fill, odd ? "black" : "white", odd ? " fill-opacity=\"0.6\"" : "",
+                  e->op == SIM_OP_ALLREDUCE ? "allreduce" : paci_op_name(e->op), e->mb, stage, e->start, e->end);
         if (e->op != PACI_OP_STEP && e->op != SIM_OP_ALLREDUCE && w >= 16)
-            emit_line(sb, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%s%ld</text>",
-                      x + w / 2, y + SVG_ROW / 2 + 2, e->op == PACI_OP_FWD ? "F" : "", e->mb);
+            emit_line(sb, "<text x=\"%.2f\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">%s%ld</text>",
+                      x + w / 2, y + SVG_ROW / 2 + 2, odd ? "black" : "white", e->op == PACI_OP_FWD ? "F" : "", e->mb);
     }
 }
 
@@ -711,7 +793,7 @@ static void svg_stage_rows(StrBuf *sb, const Config *cfg, const SimView *view, d
 static void svg_time_axis(StrBuf *sb, const Config *cfg, const SimView *view)
 {
     double span = view->to - view->from;
-    int axis = SVG_TOP + cfg->stages * SVG_ROW + 8;
+    int axis = SVG_TOP + view->sim->devices * SVG_ROW + 8;
     emit_line(sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>", SVG_LEFT, axis,
               SVG_WIDTH - SVG_RIGHT, axis);
     for (int k = 0; k <= 10; k++) {
@@ -735,6 +817,10 @@ static void svg_time_axis(StrBuf *sb, const Config *cfg, const SimView *view)
                   legend[k].fill);
         emit_line(sb, "<text x=\"%d\" y=\"%d\">%s</text>", x + 20, ly, legend[k].name);
     }
+    if (view->sim->devices < view->sim->stages)
+        emit_line(sb, "<text x=\"%d\" y=\"%d\">a row per device; its odd chunks' stages (%d-%d, ...) darker "
+                      "with black labels; hover a box for its stage</text>", SVG_LEFT, ly + 20, view->sim->devices,
+                  2 * view->sim->devices - 1);
 }
 
 void inspect_svg(FILE *out, const Config *cfg, const SimView *view)
@@ -743,7 +829,7 @@ void inspect_svg(FILE *out, const Config *cfg, const SimView *view)
     char title[1600];
     view_title(title, sizeof title, cfg, view);
     StrBuf sb = {0};
-    svg_open(&sb, SVG_WIDTH, SVG_TOP + cfg->stages * SVG_ROW + 70);
+    svg_open(&sb, SVG_WIDTH, SVG_TOP + view->sim->devices * SVG_ROW + (view->sim->devices < view->sim->stages ? 90 : 70));
     emit_line(&sb, "<text x=\"%d\" y=\"20\" font-size=\"14\">%s</text>", SVG_LEFT, title);
     svg_stage_rows(&sb, cfg, view, (SVG_WIDTH - SVG_LEFT - SVG_RIGHT) / span);
     svg_time_axis(&sb, cfg, view);
@@ -760,9 +846,10 @@ void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim)
     fprintf(out, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     fprintf(out, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"pacic %s (simulated)\"}}",
             paci_schedule_name(cfg->schedule));
-    for (int s = 0; s < cfg->stages; s++)
+    bool chunks = sim->devices < sim->stages;
+    for (int s = 0; s < sim->devices; s++)
         fprintf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                     "\"args\": {\"name\": \"stage %d\"}}", s, s);
+                     "\"args\": {\"name\": \"%s %d\"}}", s, chunks ? "device" : "stage", s);
     for (long i = 0; i < sim->n_events; i++) {
         const SimEvent *e = &sim->events[i];
         if (!is_drawn(e->op))
@@ -773,8 +860,11 @@ void inspect_trace(FILE *out, const Config *cfg, const SimResult *sim)
             fprintf(out, ",\n{\"name\": \"allreduce\", \"cat\": \"allreduce\"");
         else
             fprintf(out, ",\n{\"name\": \"%c%ld\", \"cat\": \"%s\"", op_char(e->op), e->mb, paci_op_name(e->op));
-        fprintf(out, ", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %ld}}",
-                e->stage, e->start * 1e6, (e->end - e->start) * 1e6, e->mb);
+        fprintf(out, ", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"mb\": %ld",
+                sim->stage_device[e->stage], e->start * 1e6, (e->end - e->start) * 1e6, e->mb);
+        if (chunks)
+            fprintf(out, ", \"stage\": %d", e->stage);
+        fprintf(out, "}}");
     }
     fprintf(out, "\n]}\n");
 }

@@ -290,13 +290,13 @@ double cpu_gemm_seconds(const CpuRates *r, double m, double n, double k)
 
 int cpu_blas_threads(const Config *cfg)
 {
-    int threads = cfg->cpu->cores / cfg->stages;
+    int threads = cfg->cpu->cores / config_devices(cfg);
     return threads < 1 ? 1 : threads;
 }
 
 double cpu_core_share(const Config *cfg)
 {
-    return cfg->stages > cfg->cpu->cores ? (double)cfg->cpu->cores / cfg->stages : 1.0;
+    return config_devices(cfg) > cfg->cpu->cores ? (double)cfg->cpu->cores / config_devices(cfg) : 1.0;
 }
 
 void machine_explain(FILE *out, const Config *cfg)

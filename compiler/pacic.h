@@ -237,7 +237,10 @@ typedef struct Config {
     int layers, width, heads, context, vocab;
     bool tied;              /* LM head shares the token embedding (one stage only) */
     /* pipeline */
-    int stages;
+    int stages;             /* S: the model's (virtual) stages in layer order, devices x chunks; the DSL's
+                               `stages p` is the devices, and sema multiplies it by `chunks v` */
+    int chunks;             /* v: stages a device holds (interleaved, zb-v); 0 or 1: one */
+    int placement;          /* enum paci_placement: which stages a device holds (paci_placed_stage) */
     enum paci_schedule_kind schedule;
     int window;             /* K: micro-batches per optimizer step, every schedule */
     int *split_halves;      /* half layers per stage (length stages; `split [3.5, ...]` is 7), NULL = automatic */
@@ -323,13 +326,33 @@ double stage_beta1(const Config *cfg, int s);
 /* Ranks of one job, stages x replicas, at most (sema's check; docs/dsl.md). */
 enum { MAX_WORLD_SIZE = 4096 };
 
-/* A zero-bubble schedule (zb-h1, zb-h2) runs every backward as B and W (ops.c's *_bwd_b and
- * *_bwd_w lists), and a slot keeps what W needs from B (layout.c's W entries); so does a file
- * whose warm start runs one. */
+/* Stages a device holds (v), and the devices (p = S / v): a Config built by hand may leave
+ * chunks 0, one stage a device. */
+static inline int config_chunks(const Config *cfg)
+{
+    return cfg->chunks > 1 ? cfg->chunks : 1;
+}
+static inline int config_devices(const Config *cfg)
+{
+    return cfg->stages / config_chunks(cfg);
+}
+/* The schedules that run a backward as B and W: zb-h1, zb-h2 and zb-v. */
+static inline bool schedule_splits_backward(int kind)
+{
+    return kind == PACI_SCHED_ZBH1 || kind == PACI_SCHED_ZBH2 || kind == PACI_SCHED_ZBV;
+}
+/* The schedules whose devices hold several stages (chunks): interleaved and zb-v. */
+static inline bool schedule_has_chunks(int kind)
+{
+    return kind == PACI_SCHED_INTERLEAVED || kind == PACI_SCHED_ZBV;
+}
+/* A zero-bubble schedule (zb-h1, zb-h2, zb-v) runs every backward as B and W (ops.c's *_bwd_b
+ * and *_bwd_w lists), and a slot keeps what W needs from B (layout.c's W entries); so does a
+ * file whose warm start runs one. */
 static inline bool config_splits_backward(const Config *cfg)
 {
-    return cfg->schedule == PACI_SCHED_ZBH1 || cfg->schedule == PACI_SCHED_ZBH2 ||
-           (cfg->warm_steps > 0 && (cfg->warm_schedule == PACI_SCHED_ZBH1 || cfg->warm_schedule == PACI_SCHED_ZBH2));
+    return schedule_splits_backward(cfg->schedule) ||
+           (cfg->warm_steps > 0 && schedule_splits_backward(cfg->warm_schedule));
 }
 /* LAMB, LARS and LANS take norms of whole tensors (a layer's slice of the per-layer ones): the
  * trust ratio, and LANS's normalised gradient. */
@@ -355,6 +378,11 @@ static inline int config_replicas(const Config *cfg)
     return cfg->replicas > 1 ? cfg->replicas : 1;
 }
 
+/* cfg as it would be under schedule `kind` on the same devices (--explain's comparison): the
+ * chunks and placement that schedule takes (the file's chunks for interleaved where it has
+ * some, else 2), S = p v stages split automatically where the count changes. NULL, or what
+ * the file does not fit under that schedule (out is then unusable). */
+const char *config_with_schedule(const Config *cfg, int kind, Config *out);
 /* Checks ast and fills cfg; prints every error found; returns false if any. When
  * `need_data` is false (inspection only), missing data files are warnings. */
 bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg);
@@ -396,7 +424,10 @@ typedef struct StagePlan {
 } StagePlan;
 
 typedef struct Plan {
-    int stages;
+    int stages;             /* S, in layer order */
+    int devices, chunks;    /* p and v: S = p v; device d holds stage_device's stages */
+    int placement;          /* enum paci_placement */
+    int stage_device[PACI_MAX_STAGES];
     long vocab_split;       /* N > 0: the head's rows split at N over the last two stages; 0: not */
     bool recompute;         /* recompute full: stages that recompute hold slots x keep_bytes + act_bytes */
     long total_params;
@@ -465,6 +496,10 @@ double head_message_floats(const Config *cfg, bool backward);
 void plan_layout(const Config *cfg, Plan *plan);
 /* The largest mem_total over the stages, and its stage. */
 long plan_peak_memory(const Plan *plan, int *stage);
+/* What device d holds: the sum of its stages' mem_total (one stage's without chunks). */
+long plan_device_memory(const Plan *plan, int device);
+/* The largest of those, and its device. */
+long plan_peak_device_memory(const Plan *plan, int *device);
 void plan_dump(FILE *out, const Config *cfg, const Plan *plan);
 
 /* ---- schedule.c: generators -> per-stage instruction lists --------------------------- */
@@ -473,32 +508,47 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan);
  * into prologue / body x reps / epilogue). Owns instrs; free with schedule_free. */
 paci_table *schedule_build(const Config *cfg, const Plan *plan);
 void schedule_free(paci_table *t);
-/* The flat instruction list of `stage` in program `prog`, mb absolute within the segment.
+/* The flat instruction list of `device` in program `prog`, mb absolute within the segment.
  * Returns the count; *out is malloc'ed. */
-long schedule_expand(const paci_table *t, int prog, int stage, paci_instr **out);
+long schedule_expand(const paci_table *t, int prog, int device, paci_instr **out);
 const char *paci_op_name(int op);
 const char *paci_schedule_name(int kind);
 int paci_schedule_from_name(const char *name); /* -1 if unknown */
 bool paci_schedule_is_sync(int kind);
 /* Steps between drains: gcd of the non-zero eval/checkpoint intervals, capped at the run. */
 long schedule_segment_steps(const Config *cfg);
+/* How S stages sit on p devices: v chunks each, placed as paci_placed_stage says. */
+typedef struct PipeShape {
+    int stages, devices, chunks, placement;
+} PipeShape;
+/* cfg's shape, and the one of a schedule without chunks over `stages` stages. */
+PipeShape config_shape(const Config *cfg);
+PipeShape unchunked_shape(int stages);
+/* The device stage s runs on. */
+int shape_device(const PipeShape *shape, int stage);
 /* Activation slots and PipeDream stash copies stage s needs when segments hold at most
- * `segment_steps` steps (plan.c sizes memory with these; the generator must agree). */
+ * `segment_steps` steps (plan.c sizes memory with these; the generator must agree). The first
+ * for a schedule without chunks; the second for any. */
 int schedule_slots(int kind, int stages, int stage, int window, long segment_steps);
+int schedule_shape_slots(int kind, const PipeShape *shape, int stage, int window, long segment_steps);
 int schedule_stash(int kind, int stages, int stage, int window, long segment_steps);
 /* What the table of cfg holds at stage s: the most of its programs (a warm start's included). */
 int schedule_table_slots(const Config *cfg, int stage);
 int schedule_table_stash(const Config *cfg, int stage);
 
-/* One segment of `steps` optimizer steps as the generator writes it: flat per-stage lists,
- * mb relative to the segment. schedule_build compresses exactly these. */
+/* One segment of `steps` optimizer steps as the generator writes it: flat per-device lists
+ * (count, instrs), mb relative to the segment; slots and stash per stage. schedule_build
+ * compresses exactly these. */
 typedef struct SegmentLists {
-    int stages;
+    int stages, devices;
     long count[PACI_MAX_STAGES];
     paci_instr *instrs[PACI_MAX_STAGES];
     int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
 } SegmentLists;
+/* Without chunks (one stage a device), and over any shape. */
 void schedule_generate(int kind, int stages, int window, long steps, const int32_t *slots, SegmentLists *out);
+void schedule_generate_shape(int kind, const PipeShape *shape, int window, long steps, const int32_t *slots,
+                             SegmentLists *out);
 void segment_lists_free(SegmentLists *sl);
 
 /* ---- verify.c: blocking simulation; deadlock, slots, drift ---------------------------- */
@@ -556,13 +606,15 @@ double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd);
 void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm);
 
 typedef struct SimResult {
+    int stages, devices;    /* the table's; each event names its stage, which runs on stage_device */
+    int stage_device[PACI_MAX_STAGES];
     double makespan;        /* seconds for the simulated steps */
     double step_time;       /* seconds per optimizer step (steady state) */
-    double busy[PACI_MAX_STAGES]; /* fraction of makespan each stage computes */
+    double busy[PACI_MAX_STAGES]; /* fraction of makespan each device computes (a stage without chunks) */
     double bubble;          /* 1 - mean busy fraction */
     double tokens_per_s;
     long steps;             /* optimizer steps simulated */
-    double steady_busy[PACI_MAX_STAGES]; /* busy fraction between a stage's middle steps */
+    double steady_busy[PACI_MAX_STAGES]; /* busy fraction between a device's middle steps */
     SimEvent *events;       /* every instruction with its times; n_events long */
     long n_events;
 } SimResult;
@@ -613,7 +665,7 @@ void sim_steady_steps(const SimResult *res, long *first, long *last);
 typedef struct SimView {
     const SimResult *sim;
     const char *model;          /* "GPU cost model", "costs measured in FILE", ... */
-    int stages;
+    int stages;                 /* the devices: a row each (a stage each without chunks) */
     long run_steps;             /* the file's */
     long steady_first, steady_last;
     long first, last;           /* 1-based steps drawn */

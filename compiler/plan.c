@@ -517,6 +517,12 @@ void plan_layout(const Config *cfg, Plan *plan)
     plan->vocab_split = vocab_split;
 
     plan->stages = p;
+    PipeShape shape = config_shape(cfg);
+    plan->devices = shape.devices;
+    plan->chunks = shape.chunks;
+    plan->placement = shape.placement;
+    for (int s = 0; s < p; s++)
+        plan->stage_device[s] = shape_device(&shape, s);
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
     int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
     stage_slots(cfg, slots, stash);
@@ -549,6 +555,27 @@ long plan_peak_memory(const Plan *plan, int *stage)
             peak = plan->stage[s].mem_total;
             if (stage)
                 *stage = s;
+        }
+    return peak;
+}
+
+long plan_device_memory(const Plan *plan, int device)
+{
+    long total = 0;
+    for (int s = 0; s < plan->stages; s++)
+        if (plan->stage_device[s] == device)
+            total += plan->stage[s].mem_total;
+    return total;
+}
+
+long plan_peak_device_memory(const Plan *plan, int *device)
+{
+    long peak = -1;
+    for (int d = 0; d < plan->devices; d++)
+        if (plan_device_memory(plan, d) > peak) {
+            peak = plan_device_memory(plan, d);
+            if (device)
+                *device = d;
         }
     return peak;
 }
@@ -600,6 +627,28 @@ bool plan_build(const Config *cfg, Plan *plan)
             diag_plain(DIAG_ERROR, "%s", msg);
         }
         free(msg);
+        ok = false;
+    }
+    for (int d = 0; d < plan->devices && ok && plan->chunks > 1; d++) {
+        /* with chunks a device holds several stages, each of which fits alone */
+        double need = (double)plan_device_memory(plan, d);
+        if (need <= cfg->device_memory)
+            continue;
+        StrBuf held = {0};
+        for (int s = 0; s < plan->stages; s++)
+            if (plan->stage_device[s] == d)
+                sb_printf(&held, "%s%d (%.2f GiB)", held.len ? ", " : "", s, gib(plan->stage[s].mem_total));
+        char *msg = xasprintf("device %d needs %.2f GiB for its stages %s, %.0f bytes (%.2f GiB) more than the "
+                              "device's %.2f GiB", d, gib(need), held.data, need - cfg->device_memory,
+                              gib(need - cfg->device_memory), gib(cfg->device_memory));
+        if (cfg->src) {
+            Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;
+            error_at(cfg->src, at, "%s", msg);
+        } else {
+            diag_plain(DIAG_ERROR, "%s", msg);
+        }
+        free(msg);
+        sb_free(&held);
         ok = false;
     }
     return ok;

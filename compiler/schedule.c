@@ -7,6 +7,11 @@
  * (except at the pipeline's ends), RECV_GRAD right before a backward and SEND_GRAD right
  * after it. Slots follow the micro-batch (mb mod slots), stash slots the weight version.
  *
+ * With chunks (interleaved, zb-v) a device holds several stages: its order names the stage
+ * of every computation, the communication follows from that stage's position, and the
+ * device runs one list (a hand-over between two stages of one device is a send and a
+ * receive on that device). See order_interleaved and order_zero_bubble_v.
+ *
  * Channel capacity: every link buffers one message per direction. The property tests
  * verify every schedule over p in 1..16 and K in 1..64 with that capacity, and 1 is the
  * smallest a blocking send can have (0 would be a rendezvous the runtime does not do).
@@ -87,14 +92,40 @@ static long min_long(long a, long b)
     return a < b ? a : b;
 }
 
+PipeShape unchunked_shape(int stages)
+{
+    return (PipeShape){.stages = stages, .devices = stages, .chunks = 1, .placement = PACI_PLACEMENT_LOOP};
+}
+
+PipeShape config_shape(const Config *cfg)
+{
+    PipeShape shape = unchunked_shape(cfg->stages);
+    if (schedule_has_chunks(cfg->schedule) != (config_chunks(cfg) > 1))
+        ICE("schedule %s with %d chunks", paci_schedule_name(cfg->schedule), config_chunks(cfg));
+    shape.chunks = config_chunks(cfg);
+    shape.devices = config_devices(cfg);
+    shape.placement = shape.chunks > 1 ? cfg->placement : PACI_PLACEMENT_LOOP;
+    return shape;
+}
+
+int shape_device(const PipeShape *shape, int stage)
+{
+    for (int d = 0; d < shape->devices; d++)
+        for (int c = 0; c < shape->chunks; c++)
+            if (paci_placed_stage(shape->placement, shape->devices, d, c) == stage)
+                return d;
+    ICE("stage %d is on no device of %d x %d", stage, shape->devices, shape->chunks);
+}
+
 static long zero_bubble_slots(int kind, int stages, int stage, int window);
+static long chunked_slots(int kind, const PipeShape *shape, int stage, int window);
 
 /* In flight at stage s: the window for gpipe; p-s for 1F1B-style schedules, capped by
  * the micro-batches of one step (1f1b flushes) or of one segment (async ones); for the
- * zero-bubble schedules what their order holds at most (order_zero_bubble). */
-int schedule_slots(int kind, int stages, int stage, int window, long segment_steps)
+ * zero-bubble schedules and those with chunks what their order holds at most. */
+int schedule_shape_slots(int kind, const PipeShape *shape, int stage, int window, long segment_steps)
 {
-    long depth = stages - stage;
+    long depth = shape->stages - stage;
     switch (kind) {
     case PACI_SCHED_GPIPE:
         return window;
@@ -105,15 +136,25 @@ int schedule_slots(int kind, int stages, int stage, int window, long segment_ste
         return (int)min_long(depth, segment_steps * window);
     case PACI_SCHED_ZBH1:
     case PACI_SCHED_ZBH2:
-        return (int)zero_bubble_slots(kind, stages, stage, window);
+        return (int)zero_bubble_slots(kind, shape->stages, stage, window);
+    case PACI_SCHED_INTERLEAVED:
+    case PACI_SCHED_ZBV:
+        return (int)chunked_slots(kind, shape, stage, window);
     }
     unreachable();
+}
+
+int schedule_slots(int kind, int stages, int stage, int window, long segment_steps)
+{
+    PipeShape shape = unchunked_shape(stages);
+    return schedule_shape_slots(kind, &shape, stage, window, segment_steps);
 }
 
 /* ---- compute order ------------------------------------------------------------------ */
 
 typedef struct Compute {
-    uint8_t op; /* FWD, BWD, STEP; BWD_B and BWD_W in the zero-bubble orders */
+    uint8_t op;    /* FWD, BWD, STEP; BWD_B and BWD_W in the zero-bubble orders */
+    uint8_t stage; /* the stage it runs on: the device's own, or one of its chunks' */
     int64_t mb;
 } Compute;
 
@@ -128,7 +169,14 @@ static void push_compute(ComputeList *cl, int op, long mb)
         cl->cap = cl->cap ? cl->cap * 2 : 256;
         cl->items = xrealloc(cl->items, (size_t)cl->cap * sizeof *cl->items);
     }
-    cl->items[cl->n++] = (Compute){(uint8_t)op, mb};
+    cl->items[cl->n++] = (Compute){(uint8_t)op, 0, mb};
+}
+
+/* A computation of a given stage (the orders with chunks). */
+static void push_staged(ComputeList *cl, int stage, int op, long mb)
+{
+    push_compute(cl, op, mb);
+    cl->items[cl->n - 1].stage = (uint8_t)stage;
 }
 
 /* A backward completing a window of K is followed by the stage's optimizer step. */
@@ -217,6 +265,160 @@ static long zero_bubble_slots(int kind, int stages, int stage, int window)
     return most;
 }
 
+/* Interleaved 1F1B (Narayanan et al., SC'21; Megatron-LM's order). Device d of p holds v
+ * chunks (stage c p + d of chunk c, loop placement). Per window of K micro-batches (K a
+ * multiple of p), the device runs K v forwards and K v backwards: its k-th forward is of chunk
+ * (k / p) mod v and micro-batch (k / (p v)) p + k mod p, so micro-batches go through its
+ * chunks in groups of p; its k-th backward runs the chunks from the last, micro-batches in the
+ * same groups. It starts with 2(p - d - 1) + (v - 1) p forwards (all of them when that is
+ * more), then alternates a forward and a backward, then the backwards left; then each of its
+ * stages steps. A flush ends each window: synchronous. At unit costs the fill and drain take
+ * (p - 1)/v of a stage's time, not 1F1B's p - 1: the bubble divides by v. */
+static void order_interleaved(ComputeList *cl, const PipeShape *shape, int device, int window, long steps)
+{
+    long p = shape->devices, v = shape->chunks, total = window * v;
+    long warm = min_long(2 * (p - device - 1) + (v - 1) * p, total);
+    for (long j = 0; j < steps; j++) {
+        long first = j * window;
+#define CHUNK_MB(k) (first + ((k) / (p * v)) * p + (k) % p)
+#define FWD_STAGE(k) paci_placed_stage(shape->placement, (int)p, device, (int)(((k) / p) % v))
+#define BWD_STAGE(k) paci_placed_stage(shape->placement, (int)p, device, (int)(v - 1 - ((k) / p) % v))
+        long f = 0, b = 0;
+        while (f < warm) {
+            push_staged(cl, FWD_STAGE(f), PACI_OP_FWD, CHUNK_MB(f));
+            f++;
+        }
+        while (f < total) {
+            push_staged(cl, FWD_STAGE(f), PACI_OP_FWD, CHUNK_MB(f));
+            f++;
+            push_staged(cl, BWD_STAGE(b), PACI_OP_BWD, CHUNK_MB(b));
+            b++;
+        }
+        while (b < total) {
+            push_staged(cl, BWD_STAGE(b), PACI_OP_BWD, CHUNK_MB(b));
+            b++;
+        }
+#undef CHUNK_MB
+#undef FWD_STAGE
+#undef BWD_STAGE
+        for (int c = 0; c < v; c++)
+            push_staged(cl, paci_placed_stage(shape->placement, (int)p, device, c), PACI_OP_STEP, -1);
+    }
+}
+
+/* ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024, the V-shaped zero
+ * bubble schedule). Device d of p holds stage d (chunk 0, going down the devices) and stage
+ * 2p - 1 - d (chunk 1, coming back up), so device 0 holds the embedding and the head. Each
+ * backward runs as B and W. Per window of K micro-batches, writing F0, B0, W0 for chunk 0's
+ * and F1, B1, W1 for chunk 1's, each for the next micro-batch in turn:
+ *   1. 2(p - d) - 1 F0: chunk 0's pipeline fills;
+ *   2. d times F1 F0: chunk 1 starts as the micro-batches come back up;
+ *   3. p - d times F1 B1 W1: the first backwards, which start at the head (device 0's chunk 1);
+ *   4. while forwards are left: F0 B0 W0 F1 B1 W1, F0 only while chunk 0 has one left;
+ *   5. d times B0 B1, then p - d times B0 W0: the backwards left, W's deferred into the drain;
+ *   6. the W's left, chunk 1's then chunk 0's; then both stages step.
+ * Every count is capped by what is left to run, so any window runs (the pipeline idles more
+ * when K < 2p - 1). At F = B = W the steady state idles nowhere and a device holds about 2p
+ * chunk activations, p stages' worth: 1F1B's peak. Synchronous: a flush ends each window. */
+static void order_zero_bubble_v(ComputeList *cl, const PipeShape *shape, int device, int window, long steps)
+{
+    long p = shape->devices, d = device;
+    int down = paci_placed_stage(shape->placement, (int)p, device, 0);
+    int up = paci_placed_stage(shape->placement, (int)p, device, 1);
+    for (long j = 0; j < steps; j++) {
+        long first = j * window, f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0 = 0, w1 = 0;
+#define F0() (f0 < window ? push_staged(cl, down, PACI_OP_FWD, first + f0++) : (void)0)
+#define F1() (f1 < f0 ? push_staged(cl, up, PACI_OP_FWD, first + f1++) : (void)0)
+#define B0() (b0 < b1 ? push_staged(cl, down, PACI_OP_BWD_B, first + b0++) : (void)0)
+#define B1() (b1 < f1 ? push_staged(cl, up, PACI_OP_BWD_B, first + b1++) : (void)0)
+#define W0() (w0 < b0 ? push_staged(cl, down, PACI_OP_BWD_W, first + w0++) : (void)0)
+#define W1() (w1 < b1 ? push_staged(cl, up, PACI_OP_BWD_W, first + w1++) : (void)0)
+        for (long i = 0; i < 2 * (p - d) - 1; i++)
+            F0();
+        for (long i = 0; i < d; i++) {
+            F1();
+            F0();
+        }
+        for (long i = 0; i < p - d; i++) {
+            F1();
+            B1();
+            W1();
+        }
+        while (f1 < window) {
+            F0();
+            B0();
+            W0();
+            F1();
+            B1();
+            W1();
+        }
+        for (long i = 0; i < d; i++) {
+            B0();
+            B1();
+        }
+        while (b1 < window)
+            B1();
+        for (long i = 0; i < p - d; i++) {
+            B0();
+            W0();
+        }
+        while (b0 < window)
+            B0();
+        while (w1 < window)
+            W1();
+        while (w0 < window)
+            W0();
+#undef F0
+#undef F1
+#undef B0
+#undef B1
+#undef W0
+#undef W1
+        push_staged(cl, down, PACI_OP_STEP, -1);
+        push_staged(cl, up, PACI_OP_STEP, -1);
+    }
+}
+
+/* The most micro-batches stage s holds between a forward and its backward (or W) in its
+ * device's order (every window's order is the same, and holds none at its step). */
+static long chunked_slots(int kind, const PipeShape *shape, int stage, int window)
+{
+    ComputeList order = {0};
+    int device = shape_device(shape, stage);
+    if (kind == PACI_SCHED_INTERLEAVED)
+        order_interleaved(&order, shape, device, window, 1);
+    else
+        order_zero_bubble_v(&order, shape, device, window, 1);
+    int frees = kind == PACI_SCHED_ZBV ? PACI_OP_BWD_W : PACI_OP_BWD;
+    long held = 0, most = 0;
+    for (long i = 0; i < order.n; i++) {
+        if (order.items[i].stage != stage)
+            continue;
+        held += order.items[i].op == PACI_OP_FWD ? 1 : order.items[i].op == frees ? -1 : 0;
+        most = held > most ? held : most;
+    }
+    free(order.items);
+    return most;
+}
+
+static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps);
+
+/* Device `device`'s order; without chunks it runs the stage of its number. */
+static void build_device_order(ComputeList *cl, int kind, const PipeShape *shape, int device, int window, long steps)
+{
+    if (kind == PACI_SCHED_INTERLEAVED) {
+        order_interleaved(cl, shape, device, window, steps);
+        return;
+    }
+    if (kind == PACI_SCHED_ZBV) {
+        order_zero_bubble_v(cl, shape, device, window, steps);
+        return;
+    }
+    build_order(cl, kind, shape->stages, device, window, steps);
+    for (long i = 0; i < cl->n; i++)
+        cl->items[i].stage = (uint8_t)device;
+}
+
 static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps)
 {
     long w = stages - stage - 1;
@@ -236,6 +438,9 @@ static void build_order(ComputeList *cl, int kind, int stages, int stage, int wi
     case PACI_SCHED_ZBH2:
         order_zero_bubble(cl, kind, stages, stage, window, steps);
         return;
+    case PACI_SCHED_INTERLEAVED:
+    case PACI_SCHED_ZBV:
+        break; /* build_device_order's */
     }
     unreachable();
 }
@@ -283,16 +488,20 @@ static int stash_needed(const ComputeList *cl, long mbs)
     return most;
 }
 
-/* Adds the communication around each computation and fills slots and stash slots. */
-static void lower_order(const ComputeList *cl, int stages, int stage, int slots, int stash,
-                        long mbs, InstrList *out)
+/* Adds the communication around each computation (by its stage's place in the pipeline) and
+ * fills slots and stash slots. Stash copies (PipeDream) come only without chunks, where every
+ * computation of the list is of one stage. */
+static void lower_order(const ComputeList *cl, int stages, const int *slots, const int *stash_of, long mbs,
+                        InstrList *out)
 {
-    bool first = stage == 0, last = stage == stages - 1;
+    int stash = cl->n ? stash_of[cl->items[0].stage] : 0;
     int32_t *fwd_version = stash ? xmalloc((size_t)mbs * sizeof *fwd_version) : NULL;
     long version = 0, oldest_in_flight = 0, forwards = 0;
     for (long i = 0; i < cl->n; i++) {
         Compute c = cl->items[i];
-        int slot = (int)(c.mb % (slots ? slots : 1));
+        int stage = c.stage;
+        bool first = stage == 0, last = stage == stages - 1;
+        int slot = (int)(c.mb % (slots[stage] ? slots[stage] : 1));
         if (c.op == PACI_OP_FWD) {
             if (!first)
                 push_instr(out, stage, PACI_OP_RECV_ACT, slot, 0, c.mb);
@@ -351,30 +560,39 @@ int schedule_stash(int kind, int stages, int stage, int window, long segment_ste
     return stash;
 }
 
-/* Generates one segment of `steps` steps: every stage's flat instruction list. Slots are
+/* Generates one segment of `steps` steps: every device's flat instruction list. Slots are
  * numbered mod `slots[s]` when given (a table's, which holds every program's), else mod the
  * schedule's own count. */
-void schedule_generate(int kind, int stages, int window, long steps, const int32_t *slots, SegmentLists *out)
+void schedule_generate_shape(int kind, const PipeShape *shape, int window, long steps, const int32_t *slots,
+                             SegmentLists *out)
 {
-    *out = (SegmentLists){.stages = stages};
+    *out = (SegmentLists){.stages = shape->stages, .devices = shape->devices};
     long mbs = steps * window;
-    for (int s = 0; s < stages; s++) {
+    for (int s = 0; s < shape->stages; s++)
+        out->slots[s] = slots ? slots[s] : schedule_shape_slots(kind, shape, s, window, steps);
+    for (int d = 0; d < shape->devices; d++) {
         ComputeList order = {0};
-        build_order(&order, kind, stages, s, window, steps);
-        out->slots[s] = slots ? slots[s] : schedule_slots(kind, stages, s, window, steps);
-        out->stash[s] = kind == PACI_SCHED_PIPEDREAM ? stash_needed(&order, mbs) : 0;
+        build_device_order(&order, kind, shape, d, window, steps);
+        if (kind == PACI_SCHED_PIPEDREAM) /* without chunks: device d runs stage d */
+            out->stash[d] = stash_needed(&order, mbs);
         InstrList list = {0};
-        lower_order(&order, stages, s, out->slots[s], out->stash[s], mbs, &list);
-        out->instrs[s] = list.items;
-        out->count[s] = list.n;
+        lower_order(&order, shape->stages, out->slots, out->stash, mbs, &list);
+        out->instrs[d] = list.items;
+        out->count[d] = list.n;
         free(order.items);
     }
 }
 
+void schedule_generate(int kind, int stages, int window, long steps, const int32_t *slots, SegmentLists *out)
+{
+    PipeShape shape = unchunked_shape(stages);
+    schedule_generate_shape(kind, &shape, window, steps, slots, out);
+}
+
 void segment_lists_free(SegmentLists *sl)
 {
-    for (int s = 0; s < sl->stages; s++)
-        free(sl->instrs[s]);
+    for (int d = 0; d < sl->devices; d++)
+        free(sl->instrs[d]);
     *sl = (SegmentLists){0};
 }
 
@@ -385,18 +603,24 @@ static bool instr_equal(paci_instr a, paci_instr b)
     return a.op == b.op && a.stage == b.stage && a.slot == b.slot && a.aux == b.aux && a.mb == b.mb;
 }
 
-/* Instructions stage s runs per optimizer step: K micro-batches' worth plus the step (a
- * zero-bubble schedule runs a backward as B and W). */
-static long step_length(const paci_table *t, int kind, int stage)
+/* Instructions a device runs per optimizer step: for each of its stages, K micro-batches'
+ * worth plus the step (a zero-bubble schedule runs a backward as B and W). */
+static long step_length(const paci_table *t, int kind, int device)
 {
-    bool split = kind == PACI_SCHED_ZBH1 || kind == PACI_SCHED_ZBH2;
-    long per_mb = 2 + split + 2 * (stage > 0) + 2 * (stage < t->stages - 1);
-    return per_mb * t->window + 1;
+    bool split = schedule_splits_backward(kind);
+    long length = 0;
+    for (int s = 0; s < t->stages; s++) {
+        if (t->stage_device[s] != device)
+            continue;
+        long per_mb = 2 + split + 2 * (s > 0) + 2 * (s < t->stages - 1);
+        length += per_mb * t->window + 1;
+    }
+    return length;
 }
 
 /* The longest stretch of `list` that is one step's instructions repeated (each repetition
  * shifted as paci_body_instr says): its start and how many repetitions it holds. */
-static void find_body(const paci_table *t, int stage, const paci_instr *list, long n,
+static void find_body(const paci_table *t, const paci_instr *list, long n,
                       long period, long *start, long *reps)
 {
     long best_start = 0, best_len = -1, run_start = 0;
@@ -430,46 +654,45 @@ static int32_t append_range(TableBuilder *tb, const paci_instr *src, long n)
 }
 
 /* Compresses a segment into prologue / body x reps / epilogue, with one repetition count
- * for all stages (the smallest stage's longest periodic run). */
+ * for all devices (the smallest device's longest periodic run). */
 static void compress_program(TableBuilder *tb, const SegmentLists *sl, long steps, paci_program *prog)
 {
     paci_table *t = tb->t;
     long start[PACI_MAX_STAGES], reps = -1;
-    for (int s = 0; s < sl->stages; s++) {
-        long stage_reps;
-        find_body(t, s, sl->instrs[s], sl->count[s], step_length(t, prog->schedule, s),
-                  &start[s], &stage_reps);
-        if (reps < 0 || stage_reps < reps)
-            reps = stage_reps;
+    for (int d = 0; d < sl->devices; d++) {
+        long device_reps;
+        find_body(t, sl->instrs[d], sl->count[d], step_length(t, prog->schedule, d), &start[d], &device_reps);
+        if (reps < 0 || device_reps < reps)
+            reps = device_reps;
     }
     if (reps < 2)
         reps = 0; /* a body that runs once is no shorter than writing it out */
     prog->steps = (int32_t)steps;
     prog->body_reps = (int32_t)reps;
-    for (int s = 0; s < sl->stages; s++) {
-        long period = step_length(t, prog->schedule, s);
-        long n_pro = reps ? start[s] : sl->count[s];
+    for (int d = 0; d < sl->devices; d++) {
+        long period = step_length(t, prog->schedule, d);
+        long n_pro = reps ? start[d] : sl->count[d];
         long n_body = reps ? period : 0;
         long epi = n_pro + n_body * reps;
-        paci_stage_program *sp = &prog->device[s];
-        sp->prologue = append_range(tb, sl->instrs[s], n_pro);
+        paci_stage_program *sp = &prog->device[d];
+        sp->prologue = append_range(tb, sl->instrs[d], n_pro);
         sp->n_prologue = (int32_t)n_pro;
-        sp->body = append_range(tb, sl->instrs[s] + n_pro, n_body);
+        sp->body = append_range(tb, sl->instrs[d] + n_pro, n_body);
         sp->n_body = (int32_t)n_body;
-        sp->epilogue = append_range(tb, sl->instrs[s] + epi, sl->count[s] - epi);
-        sp->n_epilogue = (int32_t)(sl->count[s] - epi);
+        sp->epilogue = append_range(tb, sl->instrs[d] + epi, sl->count[d] - epi);
+        sp->n_epilogue = (int32_t)(sl->count[d] - epi);
     }
 }
 
 /* Stretches a program compressed from `gen` steps to `steps`: the extra steps are extra body
  * repetitions, and the epilogue moves by as many repetitions (paci_body_instr's shift). */
-static void extend_program(TableBuilder *tb, int stages, long gen, long steps, paci_program *prog)
+static void extend_program(TableBuilder *tb, int devices, long gen, long steps, paci_program *prog)
 {
     long extra = steps - gen;
     prog->steps = (int32_t)steps;
     prog->body_reps += (int32_t)extra;
-    for (int s = 0; s < stages; s++) {
-        paci_stage_program *sp = &prog->device[s];
+    for (int d = 0; d < devices; d++) {
+        paci_stage_program *sp = &prog->device[d];
         paci_instr *epi = tb->all.items + sp->epilogue;
         for (long i = 0; i < sp->n_epilogue; i++)
             epi[i] = paci_body_instr(tb->t, epi[i], (int32_t)extra);
@@ -480,7 +703,7 @@ static void extend_program(TableBuilder *tb, int stages, long gen, long steps, p
  * takes between that forward and the micro-batch's backward, read off the stage's own list. */
 static void mark_forward_delays(SegmentLists *sl)
 {
-    for (int s = 0; s < sl->stages; s++) {
+    for (int s = 0; s < sl->devices; s++) { /* paci has no chunks: device s runs stage s */
         paci_instr *list = sl->instrs[s];
         long mbs = 0;
         for (long i = 0; i < sl->count[s]; i++)
@@ -515,7 +738,8 @@ static long warm_steps(const Config *cfg)
 int schedule_table_slots(const Config *cfg, int stage)
 {
     long segment = schedule_segment_steps(cfg), warm = warm_steps(cfg);
-    int slots = schedule_slots(cfg->schedule, cfg->stages, stage, cfg->window, segment);
+    PipeShape shape = config_shape(cfg);
+    int slots = schedule_shape_slots(cfg->schedule, &shape, stage, cfg->window, segment);
     if (warm > 0) {
         int w = schedule_slots(cfg->warm_schedule, cfg->stages, stage, cfg->window, min_long(segment, warm));
         slots = w > slots ? w : slots;
@@ -535,9 +759,10 @@ static void build_program(TableBuilder *tb, const Config *cfg, int kind, long st
     paci_table *t = tb->t;
     long gen = generated_steps(cfg->stages, steps), mark = tb->all.n;
     bool predict = cfg->delay_correction == DELAY_PREDICT && kind == PACI_SCHED_PACI;
+    PipeShape shape = config_shape(cfg);
     SegmentLists sl;
     prog->schedule = kind;
-    schedule_generate(kind, cfg->stages, cfg->window, gen, t->slots, &sl);
+    schedule_generate_shape(kind, &shape, cfg->window, gen, t->slots, &sl);
     if (predict)
         mark_forward_delays(&sl);
     compress_program(tb, &sl, gen, prog);
@@ -545,13 +770,13 @@ static void build_program(TableBuilder *tb, const Config *cfg, int kind, long st
     if (gen < steps && prog->body_reps < 2) {
         /* No body to repeat (not expected past generated_steps): generate it all. */
         tb->all.n = mark;
-        schedule_generate(kind, cfg->stages, cfg->window, steps, t->slots, &sl);
+        schedule_generate_shape(kind, &shape, cfg->window, steps, t->slots, &sl);
         if (predict)
             mark_forward_delays(&sl);
         compress_program(tb, &sl, steps, prog);
         segment_lists_free(&sl);
     } else if (gen < steps) {
-        extend_program(tb, cfg->stages, gen, steps, prog);
+        extend_program(tb, shape.devices, gen, steps, prog);
     }
 }
 
@@ -562,12 +787,13 @@ paci_table *schedule_build(const Config *cfg, const Plan *plan)
     paci_table *t = xcalloc(1, sizeof *t);
     long total = cfg->steps > 0 ? cfg->steps : 1;
     t->schedule = cfg->schedule;
-    t->stages = cfg->stages;
-    t->devices = cfg->stages; /* one stage per device: chunks come with interleaved and zb-v */
-    t->chunks = 1;
-    t->placement = PACI_PLACEMENT_LOOP;
+    PipeShape shape = config_shape(cfg);
+    t->stages = shape.stages;
+    t->devices = shape.devices;
+    t->chunks = shape.chunks;
+    t->placement = shape.placement;
     for (int s = 0; s < t->stages; s++)
-        t->stage_device[s] = s;
+        t->stage_device[s] = shape_device(&shape, s);
     t->window = cfg->window;
     t->total_steps = (int32_t)total;
     t->segment_steps = (int32_t)schedule_segment_steps(cfg);
@@ -605,10 +831,10 @@ void schedule_free(paci_table *t)
 }
 
 /* Expands prologue, body x reps (shifted per repetition) and epilogue into one list. */
-long schedule_expand(const paci_table *t, int prog, int stage, paci_instr **out)
+long schedule_expand(const paci_table *t, int prog, int device, paci_instr **out)
 {
     const paci_program *pg = &t->program[prog];
-    const paci_stage_program *sp = &pg->device[stage];
+    const paci_stage_program *sp = &pg->device[device];
     long n = sp->n_prologue + (long)sp->n_body * pg->body_reps + sp->n_epilogue;
     paci_instr *list = xmalloc((size_t)n * sizeof *list);
     long k = 0;

@@ -83,6 +83,11 @@ static const char *const schedule_words[] = {
     PACI_SCHEDULES(SCHED_WORD)
 #undef SCHED_WORD
     NULL};
+static const char *const placement_words[] = {
+#define PLACEMENT_WORD(name, text) [PACI_PLACEMENT_##name] = text,
+    PACI_PLACEMENTS(PLACEMENT_WORD)
+#undef PLACEMENT_WORD
+    NULL};
 static const char *const scale_words[] = {
     [LR_SCALE_NONE] = "none", [LR_SCALE_LINEAR] = "linear", [LR_SCALE_SQRT] = "sqrt", NULL};
 
@@ -156,6 +161,8 @@ static const KeyDef model_keys[] = {
 static const KeyDef pipeline_keys[] = {
     INT_KEY("stages", stages, 1, PACI_MAX_STAGES, 1),
     CHOICE_KEY("schedule", schedule, schedule_words, PACI_SCHED_PACI),
+    INT_KEY("chunks", chunks, 1, PACI_MAX_STAGES, 0), /* 0: not written, the schedule's */
+    CHOICE_KEY("placement", placement, placement_words, PACI_PLACEMENT_LOOP),
     INT_KEY("window", window, 1, 1000000, 0), /* 0: not written, derived */
     CUSTOM_KEY("split", set_split),
     LONG_KEY("vocab_split", vocab_split, 0, 1048576, -1), /* -1: not written, automatic */
@@ -556,6 +563,13 @@ static void set_warm_start(Sema *s, const Entry *e)
     if (!paci_schedule_is_sync(kind)) {
         error_at(s->src, e->values[0]->span, "warm_start runs a synchronous schedule (gpipe, 1f1b, zb-h1 or zb-h2), "
                  "not %s: the point is steps on which nothing is stale", schedule_words[kind]);
+        mark_failed(s, e);
+        return;
+    }
+    if (schedule_has_chunks(kind)) {
+        error_at(s->src, e->values[0]->span, "warm_start runs a schedule with one stage a device (gpipe, 1f1b, "
+                 "zb-h1 or zb-h2), not %s: the schedule after it, paci, holds one stage a device, and the "
+                 "two must cut the model alike", schedule_words[kind]);
         mark_failed(s, e);
         return;
     }
@@ -1001,18 +1015,24 @@ static void half_range(char *buf, size_t size, int first, int last)
 static bool check_stage_count(Sema *s, const Entry *stages, bool stages_ok, bool layers_ok)
 {
     Config *cfg = s->cfg;
+    char count[96]; /* the stages as the file makes them */
+    if (config_chunks(cfg) > 1)
+        snprintf(count, sizeof count, "stages %d x chunks %d = %d stages", config_devices(cfg), config_chunks(cfg),
+                 cfg->stages);
+    else
+        snprintf(count, sizeof count, "stages %d", cfg->stages);
     if (stages_ok && layers_ok && cfg->layers > 0 && cfg->stages > cfg->layers + 2) {
         error_at(s->src, stages ? stages->values[0]->span : SPAN_FILE,
-                 "stages %d is more than the model's %d layers + 2: every stage but an embedding-only "
+                 "%s is more than the model's %d layers + 2: every stage but an embedding-only "
                  "first and a head-only last needs at least one layer",
-                 cfg->stages, cfg->layers);
+                 count, cfg->layers);
         stages_ok = false;
     }
     const Entry *tied = written(s, "model", "tied");
     if (cfg->tied && stages_ok && cfg->stages > 1) {
         error_at(s->src, tied->values[0]->span,
-                 "'tied true' needs stages 1: with %d stages the embedding and the LM head sit on different stages",
-                 cfg->stages);
+                 "'tied true' needs stages 1: with %s%s the embedding and the LM head sit on different stages",
+                 count + strlen("stages "), config_chunks(cfg) > 1 ? "" : " stages");
         if (stages)
             note_at(s->src, stages->values[0]->span, "stages set here");
     }
@@ -1066,7 +1086,7 @@ static void check_window(Sema *s, const Entry *window, const Entry *global)
         }
     }
     if (cfg->window == 0)
-        cfg->window = cfg->stages;
+        cfg->window = config_devices(cfg);
     cfg->global_batch = (long)cfg->micro * cfg->window * replicas;
     if (cfg->schedule == PACI_SCHED_GPIPE && cfg->window > PACI_MAX_SLOTS && usable(s, "pipeline", "schedule")) {
         Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
@@ -1087,7 +1107,11 @@ static bool check_split(Sema *s, const Entry *split, bool stages_ok, bool layers
         int sum = 0, halves = 2 * cfg->layers;
         for (int i = 0; i < list->n_items; i++)
             sum += cfg->split_halves[i];
-        if (list->n_items != cfg->stages) {
+        if (list->n_items != cfg->stages && config_chunks(cfg) > 1) {
+            error_at(s->src, list->span, "'split' has %d entr%s but there are %d stages (stages %d x chunks %d), "
+                     "one entry each in layer order", list->n_items, list->n_items == 1 ? "y" : "ies",
+                     cfg->stages, config_devices(cfg), config_chunks(cfg));
+        } else if (list->n_items != cfg->stages) {
             error_at(s->src, list->span, "'split' has %d entr%s but there %s %d stage%s", list->n_items,
                      list->n_items == 1 ? "y" : "ies", cfg->stages == 1 ? "is" : "are", cfg->stages,
                      cfg->stages == 1 ? "" : "s");
@@ -1167,6 +1191,111 @@ static void warn_paci_window(Sema *s, const Entry *window, const Entry *global)
     }
 }
 
+/* Chunks and placement: interleaved holds v >= 2 stages a device (2 unless written) in the loop
+ * placement, zb-v exactly 2 in the V placement, every other schedule one (docs/dsl.md "chunks");
+ * then cfg->stages becomes S = p v, the stages the model is cut into. False when the stage
+ * count is not usable. */
+static bool check_chunks_of(Sema *s, bool stages_ok)
+{
+    Config *cfg = s->cfg;
+    const Entry *chunks = written(s, "pipeline", "chunks");
+    const Entry *placement = written(s, "pipeline", "placement");
+    bool chunks_ok = usable(s, "pipeline", "chunks"), placement_ok = usable(s, "pipeline", "placement");
+    const char *name = schedule_words[cfg->schedule];
+    int v = cfg->chunks;
+    if (!usable(s, "pipeline", "schedule"))
+        return false;
+    if (!schedule_has_chunks(cfg->schedule)) {
+        if (chunks && chunks_ok && v > 1) {
+            if (cfg->schedule == PACI_SCHED_PACI)
+                error_at(s->src, chunks->values[0]->span, "chunks %d goes with schedule interleaved or zb-v; paci "
+                         "runs one stage a device: it has no bubble to shrink, and over %d stages a stage's "
+                         "drift bound ceil((S - s - 1)/K) grows as the messages double (docs/dsl.md \"chunks\")",
+                         v, stages_ok ? v * cfg->stages : v);
+            else
+                error_at(s->src, chunks->values[0]->span, "chunks %d goes with schedule interleaved or zb-v; %s "
+                         "runs one stage a device (use chunks 1, or one of those schedules)", v, name);
+            return false;
+        }
+        if (placement && placement_ok && cfg->placement != PACI_PLACEMENT_LOOP) {
+            error_at(s->src, placement->values[0]->span, "placement %s places chunks: it goes with schedule zb-v, "
+                     "not %s, which runs one stage a device", placement_words[cfg->placement], name);
+            return false;
+        }
+        cfg->chunks = 1;
+        cfg->placement = PACI_PLACEMENT_LOOP;
+        return stages_ok;
+    }
+    if (!chunks_ok)
+        return false;
+    bool zbv = cfg->schedule == PACI_SCHED_ZBV;
+    if (!chunks)
+        v = cfg->chunks = 2;
+    if (zbv && v != 2) {
+        error_at(s->src, chunks->values[0]->span, "zb-v holds 2 chunks a device (one down the devices, one back "
+                 "up: a V), not %d (leave chunks out, or write chunks 2)", v);
+        return false;
+    }
+    if (!zbv && v < 2) {
+        error_at(s->src, chunks->values[0]->span, "interleaved needs at least 2 chunks a device; with 1 it is "
+                 "1F1B (use schedule 1f1b, or chunks 2 or more)");
+        return false;
+    }
+    if (!placement)
+        cfg->placement = zbv ? PACI_PLACEMENT_V : PACI_PLACEMENT_LOOP;
+    else if (!placement_ok)
+        return false;
+    else if (zbv && cfg->placement != PACI_PLACEMENT_V) {
+        error_at(s->src, placement->values[0]->span, "zb-v runs its chunks in the V placement (device d holds "
+                 "stages d and 2p - 1 - d): leave placement out, or write placement v");
+        return false;
+    } else if (!zbv && cfg->placement != PACI_PLACEMENT_LOOP) {
+        error_at(s->src, placement->values[0]->span, "interleaved runs Megatron's loop placement (device d "
+                 "holds stages d, p + d, 2p + d, ...): leave placement out, or write placement loop");
+        return false;
+    }
+    if (!stages_ok)
+        return false;
+    const Entry *stages = written(s, "pipeline", "stages");
+    if ((long)cfg->stages * v > PACI_MAX_STAGES) {
+        error_at(s->src, chunks ? chunks->values[0]->span : stages ? stages->values[0]->span : SPAN_FILE,
+                 "stages %d x chunks %d = %d stages is more than the %d a schedule table holds", cfg->stages, v,
+                 cfg->stages * v, PACI_MAX_STAGES);
+        return false;
+    }
+    const Entry *vocab_split = written(s, "pipeline", "vocab_split");
+    if (vocab_split && usable(s, "pipeline", "vocab_split") && cfg->vocab_split > 0) {
+        error_at(s->src, vocab_split->values[0]->span, "vocab_split does not go with chunks yet: %s's head is a "
+                 "chunk of its own device (vocab_split 0, or leave it out)", name);
+        return false;
+    }
+    cfg->vocab_split = 0; /* no automatic vocabulary split over chunks */
+    cfg->stages *= v;
+    return true;
+}
+
+static bool check_chunks(Sema *s, bool stages_ok)
+{
+    if (check_chunks_of(s, stages_ok))
+        return true;
+    s->cfg->chunks = 1; /* cfg->stages stays as written: one stage a device for the checks after */
+    return false;
+}
+
+/* Interleaved runs micro-batches through a device's chunks in groups of p (Megatron's order):
+ * the window must be a whole number of groups. */
+static void check_chunked_window(Sema *s, const Entry *window, const Entry *global)
+{
+    Config *cfg = s->cfg;
+    int p = config_devices(cfg);
+    if (cfg->schedule != PACI_SCHED_INTERLEAVED || config_chunks(cfg) < 2 || cfg->window % p == 0)
+        return;
+    Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
+    error_at(s->src, at, "interleaved runs the window's micro-batches through each chunk in groups of stages = %d "
+             "(Megatron's order): window %d is not a multiple of %d (window %d or %d would be)", p, cfg->window, p,
+             cfg->window / p * p > 0 ? cfg->window / p * p : p, (cfg->window / p + 1) * p);
+}
+
 /* Stages, window, global batch and split agree with each other and with the model. */
 static void check_pipeline(Sema *s)
 {
@@ -1174,8 +1303,11 @@ static void check_pipeline(Sema *s)
     const Entry *window = written(s, "pipeline", "window");
     const Entry *global = written(s, "batch", "global");
     bool layers_ok = usable(s, "model", "layers") && usable(s, "file", "model");
-    bool stages_ok = check_stage_count(s, stages, usable(s, "pipeline", "stages"), layers_ok);
+    bool stages_ok = check_chunks(s, usable(s, "pipeline", "stages"));
+    stages_ok = check_stage_count(s, stages, stages_ok, layers_ok);
     check_window(s, window, global);
+    if (stages_ok)
+        check_chunked_window(s, window, global);
     const Entry *split = written(s, "pipeline", "split");
     bool split_ok = check_split(s, split, stages_ok, layers_ok);
     check_vocab_split(s, split, split_ok, stages_ok);
@@ -1190,13 +1322,13 @@ static void check_parallel(Sema *s)
     const Entry *data = written(s, "parallel", "data");
     if (!data || !usable(s, "parallel", "data") || !usable(s, "pipeline", "stages"))
         return;
-    long world = (long)cfg->stages * cfg->replicas;
+    int p = config_devices(cfg);
+    long world = (long)p * cfg->replicas;
     if (world <= MAX_WORLD_SIZE)
         return;
     error_at(s->src, data->values[0]->span,
              "data %d x stages %d = %ld ranks (one GPU each) is above the limit of %d ranks in one job; "
-             "data %d fits these stages", cfg->replicas, cfg->stages, world, MAX_WORLD_SIZE,
-             MAX_WORLD_SIZE / cfg->stages);
+             "data %d fits these stages", cfg->replicas, p, world, MAX_WORLD_SIZE, MAX_WORLD_SIZE / p);
     const Entry *stages = written(s, "pipeline", "stages");
     if (stages)
         note_at(s->src, stages->values[0]->span, "stages set here");
@@ -1424,6 +1556,39 @@ static void check_warm_start(Sema *s)
     cfg->warm_steps = 0;
 }
 
+const char *config_with_schedule(const Config *cfg, int kind, Config *out)
+{
+    static char why[160];
+    int p = config_devices(cfg);
+    int v = kind == PACI_SCHED_INTERLEAVED && cfg->schedule == PACI_SCHED_INTERLEAVED ? config_chunks(cfg)
+            : schedule_has_chunks(kind)                                             ? 2
+                                                                                    : 1;
+    *out = *cfg;
+    out->schedule = kind;
+    out->chunks = v;
+    out->placement = kind == PACI_SCHED_ZBV ? PACI_PLACEMENT_V : PACI_PLACEMENT_LOOP;
+    out->stages = p * v;
+    if (kind != (int)cfg->schedule) /* a warm start belongs to the file's paci */
+        out->warm_steps = 0;
+    if (out->stages != cfg->stages) {
+        out->split_halves = NULL; /* the file's split has a stage count of its own */
+        out->vocab_split = v > 1 ? 0 : -1;
+    }
+    if (v > 1 && cfg->vocab_split > 0)
+        snprintf(why, sizeof why, "vocab_split does not go with chunks");
+    else if (v > 1 && cfg->tied)
+        snprintf(why, sizeof why, "a tied head needs one stage");
+    else if (out->stages > PACI_MAX_STAGES)
+        snprintf(why, sizeof why, "%d x %d stages is above %d", p, v, PACI_MAX_STAGES);
+    else if (out->stages > cfg->layers + 2)
+        snprintf(why, sizeof why, "%d stages for %d layers", out->stages, cfg->layers);
+    else if (kind == PACI_SCHED_INTERLEAVED && cfg->window % p != 0)
+        snprintf(why, sizeof why, "window %d is not a multiple of p = %d", cfg->window, p);
+    else
+        return NULL;
+    return why;
+}
+
 double stage_beta1(const Config *cfg, int s)
 {
     if (cfg->delay_correction != DELAY_NESTEROV)
@@ -1611,8 +1776,11 @@ void config_dump(FILE *out, const Config *cfg)
 {
     fprintf(out, "model\n  layers %d\n  width %d\n  heads %d\n  context %d\n  vocab %d\n  tied %s\n",
             cfg->layers, cfg->width, cfg->heads, cfg->context, cfg->vocab, cfg->tied ? "true" : "false");
-    fprintf(out, "pipeline\n  stages %d\n  schedule %s\n  window %d\n  split ", cfg->stages,
-            schedule_words[cfg->schedule], cfg->window);
+    fprintf(out, "pipeline\n  stages %d\n  schedule %s\n", config_devices(cfg), schedule_words[cfg->schedule]);
+    if (config_chunks(cfg) > 1) /* only when set: older dumps stay as they were */
+        fprintf(out, "  chunks %d (%d stages)\n  placement %s\n", config_chunks(cfg), cfg->stages,
+                placement_words[cfg->placement]);
+    fprintf(out, "  window %d\n  split ", cfg->window);
     if (cfg->split_halves) {
         for (int i = 0; i < cfg->stages; i++)
             fprintf(out, "%s%g", i ? " " : "[", cfg->split_halves[i] / 2.0);

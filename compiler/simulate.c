@@ -501,28 +501,31 @@ static void add_event(EventList *ev, int stage, int op, long mb, double start, d
 
 typedef struct SegmentRun {
     const CostModel *cm;
-    int stages;
+    const paci_table *t;
+    int stages, devices;
     long first_mb;
     bool barrier; /* cm->step_barrier, for a synchronous program */
-    paci_instr *list[PACI_MAX_STAGES];
+    paci_instr *list[PACI_MAX_STAGES]; /* per device, as the clocks and counters below */
     long n[PACI_MAX_STAGES], pc[PACI_MAX_STAGES];
     double clock[PACI_MAX_STAGES];
-    SimChannel act[PACI_MAX_STAGES], grad[PACI_MAX_STAGES];
-    /* the step barrier: steps each stage took, when it reached the one it waits at (-1: none),
-     * and when barrier k let them go (k mod 2: no stage is two barriers ahead) */
-    long steps_done[PACI_MAX_STAGES];
+    SimChannel act[PACI_MAX_STAGES], grad[PACI_MAX_STAGES]; /* per stage */
+    /* the step barrier, per device (which waits once a window, at the first of its stages'
+     * steps): barriers each device passed, when it reached the one it waits at (-1: none), and
+     * when barrier k let them go (k mod 2: no device is two barriers ahead); steps_run counts
+     * every step instruction the device ran */
+    long steps_done[PACI_MAX_STAGES], steps_run[PACI_MAX_STAGES];
     double arrived[PACI_MAX_STAGES], released[2];
 } SegmentRun;
 
-/* Stage s at its step under cm->step_barrier: false while another stage has not reached the
- * same step; then every stage goes on at the last arrival. */
+/* Device s at its step under cm->step_barrier: false while another device has not reached
+ * the same step; then every device goes on at the last arrival. */
 static bool step_barrier(SegmentRun *r, int s, double *clock)
 {
     long k = r->steps_done[s];
     if (r->arrived[s] < 0)
         r->arrived[s] = *clock;
     double release = r->arrived[s];
-    for (int t = 0; t < r->stages; t++) {
+    for (int t = 0; t < r->devices; t++) {
         if (r->steps_done[t] > k) {
             release = r->released[k % 2];
             break;
@@ -567,26 +570,34 @@ static bool sim_receive(SimChannel *c, double *clock)
     return true;
 }
 
-/* Runs stage s's next instruction if it can; records it with its times. */
-static bool sim_step(SegmentRun *r, int s, EventList *ev)
+/* Seconds a message from stage s to s+1 (or back) takes: none between stages of one device. */
+static double transfer(const SegmentRun *r, int s)
 {
-    paci_instr in = r->list[s][r->pc[s]];
+    return r->t->stage_device[s] == r->t->stage_device[s + 1] ? 0 : r->cm->msg[s];
+}
+
+/* Runs device d's next instruction if it can (the device computes one at a time); records
+ * it with its times, under its stage. */
+static bool sim_step(SegmentRun *r, int d, EventList *ev)
+{
+    paci_instr in = r->list[d][r->pc[d]];
+    int s = in.stage;
     const CostModel *cm = r->cm;
-    double start = r->clock[s];
-    double *clock = &r->clock[s];
+    double start = r->clock[d];
+    double *clock = &r->clock[d];
     bool ran = true;
     switch (in.op) {
     case PACI_OP_RECV_ACT:
         ran = sim_receive(&r->act[s - 1], clock);
         break;
     case PACI_OP_SEND_ACT:
-        ran = sim_send(&r->act[s], clock, cm->msg[s]);
+        ran = sim_send(&r->act[s], clock, transfer(r, s));
         break;
     case PACI_OP_RECV_GRAD:
         ran = sim_receive(&r->grad[s], clock);
         break;
     case PACI_OP_SEND_GRAD:
-        ran = sim_send(&r->grad[s - 1], clock, cm->msg[s - 1]);
+        ran = sim_send(&r->grad[s - 1], clock, transfer(r, s - 1));
         break;
     case PACI_OP_FWD:
         *clock += cm->fwd[s];
@@ -605,8 +616,9 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
          * allreduce the window's last backward did not hide (docs/dsl.md "parallel"); then
          * the global norm's barrier, where clipping has one */
         double at = *clock + cm->allreduce[s];
-        if (r->barrier && !step_barrier(r, s, &at))
+        if (r->barrier && r->steps_run[d] % r->t->chunks == 0 && !step_barrier(r, d, &at))
             return false;
+        r->steps_run[d]++;
         if (cm->allreduce[s] > 0)
             add_event(ev, s, SIM_OP_ALLREDUCE, -1, start, start + cm->allreduce[s]);
         start = at;
@@ -617,7 +629,7 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
     if (!ran)
         return false;
     add_event(ev, s, in.op, in.op == PACI_OP_STEP ? -1 : r->first_mb + in.mb, start, *clock);
-    r->pc[s]++;
+    r->pc[d]++;
     return true;
 }
 
@@ -625,9 +637,7 @@ static bool sim_step(SegmentRun *r, int s, EventList *ev)
 static double run_segment(SegmentRun *r, int capacity, double start, EventList *ev)
 {
     for (int s = 0; s < r->stages; s++) {
-        r->clock[s] = start;
-        r->pc[s] = 0;
-        r->steps_done[s] = 0;
+        r->steps_done[s] = r->steps_run[s] = 0;
         r->arrived[s] = -1;
         for (SimChannel *c = &r->act[s]; c; c = c == &r->act[s] ? &r->grad[s] : NULL) {
             *c = (SimChannel){.capacity = capacity};
@@ -635,18 +645,24 @@ static double run_segment(SegmentRun *r, int capacity, double start, EventList *
             c->popped = xcalloc((size_t)capacity, sizeof *c->popped);
         }
     }
+    for (int d = 0; d < r->devices; d++) {
+        r->clock[d] = start;
+        r->pc[d] = 0;
+    }
     for (bool progress = true; progress;) {
         progress = false;
-        for (int s = 0; s < r->stages; s++)
-            while (r->pc[s] < r->n[s] && sim_step(r, s, ev))
+        for (int d = 0; d < r->devices; d++)
+            while (r->pc[d] < r->n[d] && sim_step(r, d, ev))
                 progress = true;
     }
     double end = start;
+    for (int d = 0; d < r->devices; d++) {
+        if (r->pc[d] != r->n[d])
+            ICE("simulation stalls at device %d instruction %ld of a verified schedule", d, r->pc[d]);
+        if (r->clock[d] > end)
+            end = r->clock[d];
+    }
     for (int s = 0; s < r->stages; s++) {
-        if (r->pc[s] != r->n[s])
-            ICE("simulation stalls at stage %d instruction %ld of a verified schedule", s, r->pc[s]);
-        if (r->clock[s] > end)
-            end = r->clock[s];
         free(r->act[s].arrival);
         free(r->act[s].popped);
         free(r->grad[s].arrival);
@@ -655,13 +671,13 @@ static double run_segment(SegmentRun *r, int capacity, double start, EventList *
     return end;
 }
 
-/* Busy time of stage s's compute events inside [from, to]. */
-static double busy_between(const EventList *ev, int s, double from, double to)
+/* Busy time of device d's compute events inside [from, to]. */
+static double busy_between(const SimResult *t, const EventList *ev, int d, double from, double to)
 {
     double busy = 0;
     for (long i = 0; i < ev->n; i++) {
         const SimEvent *e = &ev->items[i];
-        if (e->stage != s || !(e->op == PACI_OP_FWD || e->op == PACI_OP_BWD || e->op == PACI_OP_STEP ||
+        if (t->stage_device[e->stage] != d || !(e->op == PACI_OP_FWD || e->op == PACI_OP_BWD || e->op == PACI_OP_STEP ||
                                e->op == PACI_OP_BWD_B || e->op == PACI_OP_BWD_W))
             continue;
         double a = e->start > from ? e->start : from, b = e->end < to ? e->end : to;
@@ -671,12 +687,17 @@ static double busy_between(const EventList *ev, int s, double from, double to)
     return busy;
 }
 
-/* The end of stage s's optimizer step number `step` (0-based), or -1. */
-static double step_end(const EventList *ev, int s, long step)
+/* The end of device d's optimizer step number `step` (0-based): its last stage's step, the
+ * one with the highest number, is its last of the window. -1 if none. */
+static double step_end(const SimResult *t, const EventList *ev, int d, long step)
 {
+    int last = -1;
+    for (int s = 0; s < t->stages; s++)
+        if (t->stage_device[s] == d)
+            last = s;
     long seen = 0;
     for (long i = 0; i < ev->n; i++)
-        if (ev->items[i].stage == s && ev->items[i].op == PACI_OP_STEP && seen++ == step)
+        if (ev->items[i].stage == last && ev->items[i].op == PACI_OP_STEP && seen++ == step)
             return ev->items[i].end;
     return -1;
 }
@@ -698,18 +719,19 @@ void sim_steady_steps(const SimResult *res, long *first, long *last)
 
 /* Whole-run figures, and steady-state ones measured between each stage's optimizer steps
  * in the middle half of the run (fill and drain excluded). */
-static void summarise(const Config *cfg, int stages, const EventList *ev, SimResult *res)
+static void summarise(const Config *cfg, const EventList *ev, SimResult *res)
 {
     long n = res->steps;
     long j1, j2;
+    int stages = res->devices; /* each device's figures */
     steady_window(n, &j1, &j2);
     double period_sum = 0;
     for (int s = 0; s < stages; s++) {
-        double busy = busy_between(ev, s, 0, res->makespan);
+        double busy = busy_between(res, ev, s, 0, res->makespan);
         res->busy[s] = res->makespan > 0 ? busy / res->makespan : 0;
         if (j2 > j1) {
-            double from = step_end(ev, s, j1), to = step_end(ev, s, j2);
-            res->steady_busy[s] = to > from ? busy_between(ev, s, from, to) / (to - from) : 1;
+            double from = step_end(res, ev, s, j1), to = step_end(res, ev, s, j2);
+            res->steady_busy[s] = to > from ? busy_between(res, ev, s, from, to) / (to - from) : 1;
             period_sum += (to - from) / (double)(j2 - j1);
         } else {
             res->steady_busy[s] = res->busy[s];
@@ -729,10 +751,14 @@ static void summarise(const Config *cfg, int stages, const EventList *ev, SimRes
 void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res)
 {
     memset(res, 0, sizeof *res);
+    res->stages = t->stages;
+    res->devices = t->devices;
+    memcpy(res->stage_device, t->stage_device, sizeof res->stage_device);
     if (steps <= 0 || steps > t->total_steps)
         steps = t->total_steps;
     EventList ev = {0};
-    SegmentRun run = {.cm = cm, .stages = t->stages};
+    SegmentRun run = {.cm = cm, .t = t, .stages = t->stages, .devices = t->devices};
+    PipeShape shape = {t->stages, t->devices, t->chunks, t->placement};
     double now = 0;
     long done = 0;
     for (int32_t seg = 0; done < steps; seg++) {
@@ -742,9 +768,9 @@ void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long 
         if (steps - done < seg_steps) {
             /* A run stopped early drains there: exactly the program of a shorter segment. */
             seg_steps = steps - done;
-            schedule_generate(prog->schedule, t->stages, t->window, seg_steps, t->slots, &cut);
+            schedule_generate_shape(prog->schedule, &shape, t->window, seg_steps, t->slots, &cut);
         }
-        for (int s = 0; s < t->stages; s++) {
+        for (int s = 0; s < t->devices; s++) {
             if (cut.stages) {
                 run.list[s] = cut.instrs[s];
                 run.n[s] = cut.count[s];
@@ -758,7 +784,7 @@ void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long 
         if (cut.stages)
             segment_lists_free(&cut);
         else
-            for (int s = 0; s < t->stages; s++)
+            for (int s = 0; s < t->devices; s++)
                 free(run.list[s]);
         done += seg_steps;
     }
@@ -766,12 +792,12 @@ void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long 
     res->makespan = now;
     res->events = ev.items;
     res->n_events = ev.n;
-    summarise(cfg, t->stages, &ev, res);
+    summarise(cfg, &ev, res);
 }
 
 SimView sim_view(const Config *cfg, const SimResult *sim, const char *model, long show_steps)
 {
-    SimView v = {.sim = sim, .model = model, .stages = cfg->stages, .run_steps = cfg->steps, .fill_drain = show_steps == 0};
+    SimView v = {.sim = sim, .model = model, .stages = sim->devices, .run_steps = cfg->steps, .fill_drain = show_steps == 0};
     sim_steady_steps(sim, &v.steady_first, &v.steady_last);
     v.first = v.fill_drain ? 1 : v.steady_first;
     v.last = v.fill_drain ? sim->steps : v.first + show_steps - 1;
@@ -781,8 +807,8 @@ SimView sim_view(const Config *cfg, const SimResult *sim, const char *model, lon
     EventList ev = {.items = sim->events, .n = sim->n_events};
     v.from = v.fill_drain ? 0 : INFINITY;
     v.to = v.fill_drain ? sim->makespan : 0;
-    for (int s = 0; s < cfg->stages && !v.fill_drain; s++) {
-        double from = v.first > 1 ? step_end(&ev, s, v.first - 2) : 0, to = step_end(&ev, s, v.last - 1);
+    for (int s = 0; s < sim->devices && !v.fill_drain; s++) {
+        double from = v.first > 1 ? step_end(sim, &ev, s, v.first - 2) : 0, to = step_end(sim, &ev, s, v.last - 1);
         v.from = from < v.from ? from : v.from;
         v.to = to > v.to ? to : v.to;
     }

@@ -1,7 +1,9 @@
-/* verify.c: runs every program of the table on all stages at once, with blocking receives
- * and sends into channels of the table's capacity, exactly as the runtime will, and checks
- * the schedule's invariants: no deadlock, each micro-batch's forward and backward exactly
- * once per stage in causal order, a window's backwards (B's, W's) in micro-batch order, slots
+/* verify.c: runs every program of the table on all devices at once, each device its one list
+ * in order, with blocking receives and sends into channels of the table's capacity (one per
+ * direction between stages s and s+1, a hand-over on one device included), exactly as the
+ * runtime will, and checks the schedule's invariants: every instruction on the device its
+ * stage is placed on, no deadlock, each micro-batch's forward and backward exactly once per
+ * stage in causal order, a window's backwards (B's, W's) in micro-batch order per stage, slots
  * never reused while live and as many as planned, stash slots holding the version a backward
  * needs, and the weight-version drift.
  */
@@ -17,9 +19,14 @@ typedef struct Channel {
     int capacity, head, count;
 } Channel;
 
-typedef struct StageRun {
+/* A device's list and where it is in it. */
+typedef struct DeviceRun {
     paci_instr *list;
     long n, pc;
+} DeviceRun;
+
+/* What a stage holds, wherever it runs. */
+typedef struct StageRun {
     long version;          /* optimizer steps done in this segment */
     long backwards_since_step;
     int live_slots;
@@ -43,6 +50,7 @@ typedef struct Verifier {
     long steps; /* optimizer steps of the simulated segment */
     long mbs;
     StageRun st[PACI_MAX_STAGES];
+    DeviceRun dev[PACI_MAX_STAGES];
     Channel act[PACI_MAX_STAGES];  /* act[s]: stage s -> s+1 */
     Channel grad[PACI_MAX_STAGES]; /* grad[s]: stage s+1 -> s */
     long drifted[PACI_MAX_STAGES];
@@ -165,7 +173,7 @@ static int program_kind(const Verifier *v)
  * W and the send of its gradient. */
 static bool splits(const Verifier *v)
 {
-    return program_kind(v) == PACI_SCHED_ZBH1 || program_kind(v) == PACI_SCHED_ZBH2;
+    return schedule_splits_backward(program_kind(v));
 }
 
 /* The gradients of a window add up in micro-batch order, as one stage adds them: the next
@@ -255,12 +263,19 @@ static enum Progress backward(Verifier *v, int s, paci_instr in)
     return RAN;
 }
 
-/* Runs the next instruction of stage s if its message or buffer space is there. */
-static enum Progress step_stage(Verifier *v, int s)
+/* Runs the next instruction of device d if its message or buffer space is there. */
+static enum Progress step_device(Verifier *v, int d)
 {
     const paci_table *t = v->t;
+    DeviceRun *dr = &v->dev[d];
+    paci_instr in = dr->list[dr->pc];
+    int s = in.stage;
+    if (s >= t->stages)
+        return broken(v, "device %d: #%ld names stage %d of %d", d, dr->pc, s, t->stages);
+    if (t->stage_device[s] != d)
+        return broken(v, "device %d runs %s mb %lld of stage %d, which is placed on device %d", d,
+                      paci_op_name(in.op), (long long)in.mb, s, t->stage_device[s]);
     StageRun *sr = &v->st[s];
-    paci_instr in = sr->list[sr->pc];
     bool first = s == 0, last = s == t->stages - 1;
     enum Progress pr = RAN;
     if (in.op != PACI_OP_STEP && !mb_in_range(v, s, in))
@@ -344,14 +359,15 @@ static enum Progress step_stage(Verifier *v, int s)
         return broken(v, "stage %d: unknown op %d", s, in.op);
     }
     if (pr == RAN)
-        sr->pc++;
+        dr->pc++;
     return pr;
 }
 
 /* The instruction moved by `rep` body repetitions, rep of either sign (paci_body_instr's
  * rule with the remainders taken non-negative). */
-static paci_instr shift_instr(const paci_table *t, int s, paci_instr in, long rep)
+static paci_instr shift_instr(const paci_table *t, paci_instr in, long rep)
 {
+    int s = in.stage < t->stages ? in.stage : 0; /* step_device refuses a stage out of range */
     if (in.op != PACI_OP_STEP) {
         long slots = t->slots[s];
         in.mb += rep * t->window;
@@ -364,14 +380,14 @@ static paci_instr shift_instr(const paci_table *t, int s, paci_instr in, long re
     return in;
 }
 
-/* Stage s's list with v->reps body repetitions: the epilogue moves back by the ones left out. */
-static long expand_simulated(Verifier *v, int s, paci_instr **out)
+/* Device d's list with v->reps body repetitions: the epilogue moves back by the ones left out. */
+static long expand_simulated(Verifier *v, int d, paci_instr **out)
 {
     const paci_program *pg = &v->t->program[v->prog];
-    const paci_stage_program *sp = &pg->device[s];
+    const paci_stage_program *sp = &pg->device[d];
     long cut = pg->body_reps - v->reps;
     if (cut == 0)
-        return schedule_expand(v->t, v->prog, s, out);
+        return schedule_expand(v->t, v->prog, d, out);
     long n = sp->n_prologue + (long)sp->n_body * v->reps + sp->n_epilogue;
     paci_instr *list = xmalloc((size_t)n * sizeof *list);
     long k = 0;
@@ -379,9 +395,9 @@ static long expand_simulated(Verifier *v, int s, paci_instr **out)
         list[k++] = v->t->instrs[sp->prologue + i];
     for (long r = 0; r < v->reps; r++)
         for (long i = 0; i < sp->n_body; i++)
-            list[k++] = shift_instr(v->t, s, v->t->instrs[sp->body + i], r);
+            list[k++] = shift_instr(v->t, v->t->instrs[sp->body + i], r);
     for (long i = 0; i < sp->n_epilogue; i++)
-        list[k++] = shift_instr(v->t, s, v->t->instrs[sp->epilogue + i], -cut);
+        list[k++] = shift_instr(v->t, v->t->instrs[sp->epilogue + i], -cut);
     *out = list;
     return n;
 }
@@ -389,7 +405,6 @@ static long expand_simulated(Verifier *v, int s, paci_instr **out)
 static void stage_init(Verifier *v, int s)
 {
     StageRun *sr = &v->st[s];
-    sr->n = expand_simulated(v, s, &sr->list);
     sr->slot_owner = xmalloc((size_t)v->t->slots[s] * sizeof *sr->slot_owner);
     memset(sr->slot_owner, 0xff, (size_t)v->t->slots[s] * sizeof *sr->slot_owner);
     int stash = v->t->stash[s] > 0 ? v->t->stash[s] : 1;
@@ -412,7 +427,6 @@ static void stage_init(Verifier *v, int s)
 
 static void stage_free(StageRun *sr, Channel *act, Channel *grad)
 {
-    free(sr->list);
     free(sr->slot_owner);
     free(sr->stash_version);
     free(sr->fwd_count);
@@ -427,17 +441,23 @@ static void stage_free(StageRun *sr, Channel *act, Channel *grad)
     free(grad->mbs);
 }
 
-/* Reports the instruction every unfinished stage is stuck on. */
+/* Reports the instruction every unfinished device is stuck on (with chunks, and its stage). */
 static void report_deadlock(Verifier *v)
 {
     char msg[sizeof v->rep->error];
     int len = snprintf(msg, sizeof msg, "deadlock in program %d:", v->prog);
-    for (int s = 0; s < v->t->stages && len < (int)sizeof msg; s++) {
-        StageRun *sr = &v->st[s];
+    for (int d = 0; d < v->t->devices && len < (int)sizeof msg; d++) {
+        DeviceRun *dr = &v->dev[d];
         char text[64];
-        if (sr->pc < sr->n)
-            len += snprintf(msg + len, sizeof msg - (size_t)len, " stage %d waits at #%ld (%s);",
-                            s, sr->pc, instr_text(sr->list[sr->pc], text, sizeof text));
+        if (dr->pc >= dr->n)
+            continue;
+        paci_instr in = dr->list[dr->pc];
+        if (v->t->chunks > 1)
+            len += snprintf(msg + len, sizeof msg - (size_t)len, " device %d waits at #%ld (stage %d %s);", d,
+                            dr->pc, in.stage, instr_text(in, text, sizeof text));
+        else
+            len += snprintf(msg + len, sizeof msg - (size_t)len, " stage %d waits at #%ld (%s);", d, dr->pc,
+                            instr_text(in, text, sizeof text));
     }
     fail(v, "%s", msg);
 }
@@ -476,26 +496,55 @@ static void simulate_program(Verifier *v, int prog, long reps)
     memset(v->st, 0, sizeof v->st);
     memset(v->act, 0, sizeof v->act);
     memset(v->grad, 0, sizeof v->grad);
+    memset(v->dev, 0, sizeof v->dev);
     for (int s = 0; s < t->stages; s++)
         stage_init(v, s);
+    for (int d = 0; d < t->devices; d++)
+        v->dev[d].n = expand_simulated(v, d, &v->dev[d].list);
     for (bool progress = true; progress && v->rep->ok;) {
         progress = false;
-        for (int s = 0; s < t->stages && v->rep->ok; s++) {
-            StageRun *sr = &v->st[s];
+        for (int d = 0; d < t->devices && v->rep->ok; d++) {
+            DeviceRun *dr = &v->dev[d];
             enum Progress pr = RAN;
-            while (sr->pc < sr->n && (pr = step_stage(v, s)) == RAN && v->rep->ok)
+            while (dr->pc < dr->n && (pr = step_device(v, d)) == RAN && v->rep->ok)
                 progress = true;
         }
     }
     bool finished = true;
-    for (int s = 0; s < t->stages; s++)
-        finished = finished && v->st[s].pc == v->st[s].n;
+    for (int d = 0; d < t->devices; d++)
+        finished = finished && v->dev[d].pc == v->dev[d].n;
     if (v->rep->ok && !finished)
         report_deadlock(v);
     if (v->rep->ok)
         check_complete(v);
     for (int s = 0; s < t->stages; s++)
         stage_free(&v->st[s], &v->act[s], &v->grad[s]);
+    for (int d = 0; d < t->devices; d++)
+        free(v->dev[d].list);
+}
+
+/* The table's shape: S = p v stages, each on the device its placement gives it. */
+static void check_placement(Verifier *v)
+{
+    const paci_table *t = v->t;
+    if (t->devices < 1 || t->chunks < 1 || (long)t->devices * t->chunks != t->stages ||
+        t->stages > PACI_MAX_STAGES || t->placement < 0 || t->placement >= PACI_PLACEMENT_COUNT) {
+        fail(v, "the table holds %d stages on %d devices x %d chunks (placement %d)", t->stages, t->devices,
+             t->chunks, t->placement);
+        return;
+    }
+    for (int d = 0; d < t->devices; d++)
+        for (int c = 0; c < t->chunks; c++) {
+            int s = paci_placed_stage(t->placement, t->devices, d, c);
+            if (t->stage_device[s] != d) {
+                fail(v, "stage %d runs on device %d, but the placement puts it on device %d", s,
+                     t->stage_device[s], d);
+                return;
+            }
+        }
+    if (t->chunks > 1 && !schedule_has_chunks(t->schedule))
+        fail(v, "%s runs one stage a device, but the table has %d chunks", paci_schedule_name(t->schedule),
+             t->chunks);
 }
 
 /* Simulates at most 2(p+2)+1 body repetitions: a stage's slots, versions and stash depend on
@@ -540,6 +589,7 @@ bool verify_schedule(const paci_table *t, const Plan *plan, VerifyReport *rep)
     Verifier v = {.t = t, .plan = plan, .rep = rep};
     if (t->channel_capacity < 1)
         fail(&v, "channel capacity %d: a send could never complete", t->channel_capacity);
+    check_placement(&v);
     for (int s = 0; s < t->stages && rep->ok; s++) {
         if (plan->stage[s].slots != t->slots[s])
             fail(&v, "stage %d: the plan sizes %d activation slots, the schedule has %d", s,

@@ -62,7 +62,9 @@ enum paci_op {
     X(PIPEDREAM, "pipedream", 0) /* async 1F1B, weight stashing */                      \
     X(PACI, "paci", 0)           /* async 1F1B, no flush, local window accumulation */  \
     X(ZBH1, "zb-h1", 1)          /* zero bubble: B and W apart, at 1F1B's peak slots */ \
-    X(ZBH2, "zb-h2", 1)          /* zero bubble with up to 2p - 1 slots a stage */
+    X(ZBH2, "zb-h2", 1)          /* zero bubble with up to 2p - 1 slots a stage */     \
+    X(INTERLEAVED, "interleaved", 1) /* 1F1B over v chunks a device (loop placement) */ \
+    X(ZBV, "zb-v", 1)            /* zero bubble over 2 chunks a device, V placement */
 
 enum paci_schedule_kind {
 #define PACI_SCHED_ENUM(name, text, sync) PACI_SCHED_##name,

@@ -5,6 +5,11 @@
 
 #include "pacic.h"
 
+/* The schedules that run one stage a device: every kind before interleaved (those with chunks,
+ * interleaved and zb-v, come last; test_chunks.c tests them). */
+enum { ONE_STAGE_SCHEDULES = PACI_SCHED_INTERLEAVED };
+_Static_assert(PACI_SCHED_ZBV == PACI_SCHED_COUNT - 1, "the schedules with chunks come last");
+
 static inline Config pipeline_config(int kind, int stages, int window, long steps, int layers)
 {
     Config cfg = {0};

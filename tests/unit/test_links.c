@@ -151,7 +151,7 @@ static void test_every_schedule_pairs_and_runs_on_the_ring(void **state)
 {
     (void)state;
     static const int ps[] = {2, 3, 4, 8}, ks[] = {1, 2, 3, 5};
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+    for (int kind = 0; kind < ONE_STAGE_SCHEDULES; kind++) {
         int deadlocks = 0;
         for (size_t a = 0; a < sizeof ps / sizeof ps[0]; a++)
             for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)

@@ -182,7 +182,7 @@ static void test_all_schedules(void **state)
 {
     (void)state;
     /* Segments long enough for fill, a steady state and drain at every p. */
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++)
+    for (int kind = 0; kind < ONE_STAGE_SCHEDULES; kind++)
         for (int p = 1; p <= 16; p++)
             for (int K = 1; K <= 64; K++)
                 check_config(kind, p, K, 2 * ((p - 1 + K - 1) / K) + 6, 0);
@@ -209,7 +209,7 @@ static void test_segments(void **state)
     assert_int_equal(schedule_segment_steps(&cfg), 100);
     cfg.eval_every = 500;
     assert_int_equal(schedule_segment_steps(&cfg), 100);
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+    for (int kind = 0; kind < ONE_STAGE_SCHEDULES; kind++) {
         check_config(kind, 4, 3, 23, 5);
         check_config(kind, 5, 2, 10, 3);
         check_config(kind, 8, 8, 9, 2);
@@ -230,7 +230,7 @@ static void test_segments(void **state)
 static void test_warm_start(void **state)
 {
     (void)state;
-    for (int warm = 0; warm < PACI_SCHED_COUNT; warm++) {
+    for (int warm = 0; warm < ONE_STAGE_SCHEDULES; warm++) {
         if (!paci_schedule_is_sync(warm))
             continue;
         Config cfg = make_config(PACI_SCHED_PACI, 4, 3, 23, 5, 0);
@@ -366,7 +366,7 @@ static void test_segments_closed_form(void **state)
     static const long every[][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {3, 0}, {0, 5}, {4, 6}, {0, 7}, {10, 0}, {0, 40}};
     static const long warm[] = {0, 1, 2, 3, 4, 6, 9, 12, 30};
     static const int pk[][2] = {{1, 1}, {2, 3}, {4, 2}};
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++)
+    for (int kind = 0; kind < ONE_STAGE_SCHEDULES; kind++)
         for (size_t a = 0; a < sizeof steps / sizeof *steps; a++)
             for (size_t b = 0; b < sizeof every / sizeof *every; b++)
                 for (size_t c = 0; c < sizeof warm / sizeof *warm; c++) {
@@ -628,7 +628,7 @@ static void test_verify_window_order(void **state)
 static void test_recompute_plan_and_drift(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++) {
+    for (int kind = 0; kind < ONE_STAGE_SCHEDULES; kind++) {
         Config cfg = make_config(kind, 4, 2, 12, 0, 0), plain_cfg = cfg;
         cfg.recompute = RECOMPUTE_FULL;
         Plan plan, plain;
@@ -713,7 +713,7 @@ static void test_capped_generation(void **state)
 {
     (void)state;
     static const int windows[] = {1, 2, 3, 8, 17};
-    for (int kind = 0; kind < PACI_SCHED_COUNT; kind++)
+    for (int kind = 0; kind < ONE_STAGE_SCHEDULES; kind++)
         for (int p = 1; p <= 16; p += (p < 4 ? 1 : 3))
             for (size_t k = 0; k < sizeof windows / sizeof *windows; k++) {
                 check_config(kind, p, windows[k], 4L * (p + 2) + 37, 0);

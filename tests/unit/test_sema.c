@@ -700,7 +700,7 @@ static void test_unknown_schedule_suggests(void **state)
     assert_first_message(MODEL "pipeline { schedule 1fb1 }\n" BATCH TRAIN,
                          "t.paci:2:21: error: unknown schedule '1fb1'; did you mean '1f1b'?");
     assert_first_message(MODEL "pipeline { schedule zb }\n" BATCH TRAIN,
-                         "t.paci:2:21: error: unknown schedule 'zb' (expected one of: gpipe, 1f1b, pipedream, paci, zb-h1, zb-h2)");
+                         "t.paci:2:21: error: unknown schedule 'zb' (expected one of: gpipe, 1f1b, pipedream, paci, zb-h1, zb-h2, interleaved, zb-v)");
 }
 
 static void test_warnings_do_not_fail(void **state)
