@@ -24,7 +24,7 @@ static const char *op_name(int op)
     return op >= 0 && op < PACI_OP_COUNT ? names[op] : "?";
 }
 
-static const char *placement_name(int placement)
+const char *pr_placement_name(int placement)
 {
     static const char *const names[] = {
 #define PR_PLACEMENT_NAME(name, text) text,
@@ -95,7 +95,7 @@ static int check_placement(const paci_table *tab, char *err)
             if (s < 0 || s >= tab->stages || tab->stage_device[s] != d)
                 return pr_fail(err, "schedule table: chunk %d of device %d is stage %d under placement %s, "
                                "but the table puts stage %d on device %d", c, d, s,
-                               placement_name(tab->placement), s,
+                               pr_placement_name(tab->placement), s,
                                s >= 0 && s < tab->stages ? tab->stage_device[s] : -1);
         }
     return 0;
@@ -472,6 +472,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
                                                                                         : "training";
     if (pr_device_select(prog, opt ? opt->device : NULL, work, &dev, err) != 0)
         return -1;
+    // Several processes share chunked stages over TCP only (launch.c) so far.
+    if (opt && opt->world > 1 && prog->schedule->chunks > 1 && (!dev->host_memory || prog->replicas > 1))
+        return pr_fail(err, "%s: %d chunks a device run as one process per device on the CPU without replicas "
+                       "(data) for now; run it as one process%s", prog->source, prog->schedule->chunks,
+                       !dev->host_memory ? " (threads, a GPU each device)" : "");
     stage_sizes z = {0};
     if (check_options(prog, dev, &z, err) != 0)
         return -1;

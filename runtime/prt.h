@@ -441,6 +441,8 @@ void pr_init_params(const pr_program *prog, float *flat);
 /* Claims the right to end the process from a stage thread: exit() must run once, so a
  * second stage failing at the same time waits, silent, for the first one's exit. */
 void pr_claim_exit(void);
+/* A placement's DSL word (enum paci_placement), "?" outside the list. */
+const char *pr_placement_name(int placement);
 
 typedef struct pr_trace_event {
     uint8_t op;
