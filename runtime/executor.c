@@ -450,10 +450,10 @@ static int open_local_links(pr_run *run, char *err)
             pr_channel *c = kind == PR_LINK_ACT ? &run->act[i] : &run->grad[i];
             double timeout = c->timeout;
             pr_channel_destroy(c);
-            pr_channel_init(c, run->tab->channel_capacity, 0);
+            pr_channel_init(c, pr_link_capacity(run->tab, i), 0);
             c->timeout = timeout;
             pr_dev_link_open(&run->dev_link[kind][i], dev, kind == PR_LINK_ACT ? i : i + 1,
-                             kind == PR_LINK_ACT ? i + 1 : i, run->tab->channel_capacity,
+                             kind == PR_LINK_ACT ? i + 1 : i, pr_link_capacity(run->tab, i),
                              (size_t)pr_link_floats(run->prog, kind, i));
         }
     return 0;
@@ -1550,14 +1550,14 @@ void pr_run_segment(pr_run *run, int32_t seg)
         pr_run *rr = held > 1 ? run->replica_runs[i / (last - first + 1)] : run;
         jobs[i] = (device_job){rr, first + i % (last - first + 1), seg};
         if (pthread_create(&threads[i], NULL, device_thread, &jobs[i]) != 0)
-            pr_internal("cannot start the thread of device %d", jobs[i].device);
+            pr_internal("cannot start the thread of %s %d", tab->chunks > 1 ? "device" : "stage", jobs[i].device);
     }
     for (int i = 0; i < n; i++) {
         int rc = pthread_join(threads[i], NULL);
         if (rc != 0) { // the stages' state is unknown: no checkpoint can be trusted, stop here
             fflush(stdout);
-            fprintf(stderr, "run: error: cannot join the thread of device %d: %s\n", jobs[i].device,
-                    strerror(rc));
+            fprintf(stderr, "run: error: cannot join the thread of %s %d: %s\n", tab->chunks > 1 ? "device" : "stage",
+                    jobs[i].device, strerror(rc));
             exit(1);
         }
     }
