@@ -435,25 +435,27 @@ static int init_shared(pr_run *run, char *err)
 /* One process: links between stages on different GPUs go native where the device has a
  * transport (between processes pr_launch_join opens them once the ranks have met); the other
  * in-process links of a device the host cannot read go device to device, their channels
- * carrying only the micro-batch numbers. */
+ * carrying only the micro-batch numbers: in one process every such link, in one process per
+ * device those between two stages of its device. */
 static int open_local_links(pr_run *run, char *err)
 {
     const pr_device *dev = run->dev;
-    if (run->opt.world > 1)
-        return 0;
-    if (dev->links && dev->links->open_local(run, err) != 0)
+    const paci_table *tab = run->tab;
+    if (run->opt.world <= 1 && dev->links && dev->links->open_local(run, err) != 0)
         return -1;
+    int mine = run->opt.world > 1 ? run->opt.rank % run->devices : -1;
     for (int i = 0; !dev->host_memory && dev->event_create && i + 1 < run->p; i++)
         for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
-            if (run->native[kind][i])
+            if (run->native[kind][i] ||
+                (mine >= 0 && (tab->stage_device[i] != mine || tab->stage_device[i + 1] != mine)))
                 continue;
             pr_channel *c = kind == PR_LINK_ACT ? &run->act[i] : &run->grad[i];
             double timeout = c->timeout;
             pr_channel_destroy(c);
-            pr_channel_init(c, pr_link_capacity(run->tab, i), 0);
+            pr_channel_init(c, pr_link_capacity(tab, i), 0);
             c->timeout = timeout;
             pr_dev_link_open(&run->dev_link[kind][i], dev, kind == PR_LINK_ACT ? i : i + 1,
-                             kind == PR_LINK_ACT ? i + 1 : i, pr_link_capacity(run->tab, i),
+                             kind == PR_LINK_ACT ? i + 1 : i, pr_link_capacity(tab, i),
                              (size_t)pr_link_floats(run->prog, kind, i));
         }
     return 0;
@@ -472,11 +474,10 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
                                                                                         : "training";
     if (pr_device_select(prog, opt ? opt->device : NULL, work, &dev, err) != 0)
         return -1;
-    // Several processes share chunked stages over TCP only (launch.c) so far.
-    if (opt && opt->world > 1 && prog->schedule->chunks > 1 && (!dev->host_memory || prog->replicas > 1))
-        return pr_fail(err, "%s: %d chunks a device run as one process per device on the CPU without replicas "
-                       "(data) for now; run it as one process%s", prog->source, prog->schedule->chunks,
-                       !dev->host_memory ? " (threads, a GPU each device)" : "");
+    // Replicas of chunked stages reduce in one process only (replicas.c's groups are a stage's).
+    if (opt && opt->world > 1 && prog->schedule->chunks > 1 && prog->replicas > 1)
+        return pr_fail(err, "%s: %d chunks a device with parallel { data %d } run in one process only for now "
+                       "(replicas as threads)", prog->source, prog->schedule->chunks, prog->replicas);
     stage_sizes z = {0};
     if (check_options(prog, dev, &z, err) != 0)
         return -1;

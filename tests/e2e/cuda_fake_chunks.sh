@@ -4,8 +4,10 @@
 # hand-over inside one GPU is a device link. `interleaved` (chunks 2, loop: GPU 1's stage 1
 # sends to GPU 0's stage 2) and `zb-v` (chunks 2, V: stages 1 and 2 both on GPU 1) at p = 2
 # devices train as one stage on one GPU does, to the bit (losses, clipping norms, weights),
-# and as the CPU path of the same program to cuda_fake.sh's tolerances. The fake stack counts
-# the NCCL sends: one per message between GPUs, none for the V's hand-over inside GPU 1.
+# and as the CPU path of the same program to cuda_fake.sh's tolerances, in one process (a
+# thread a device) and as one process per device (NCCL between the processes, the V's
+# hand-over a device link inside rank 1). The fake stack counts the NCCL sends: one per
+# message between GPUs, none for the hand-over.
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
@@ -57,4 +59,32 @@ for case in "interleaved 102" "zb-v 68"; do
     gpus 2 "$1" cpu --device cpu
     compare_devices "$1, 2 GPUs" "$work/$1/cuda" "$work/$1/cpu" 1e-5 1e-4
     echo "$1 (2 chunks on each of 2 fake GPUs, $2 NCCL sends): one stage's bits on one GPU; the CPU path's to 1e-5"
+done
+
+# One process per device, a GPU each (the local rank picks it): the one-process run's bits.
+for case in "interleaved 1" "zb-v 0"; do
+    set -- $case
+    port=$((port + 1))
+    pids=()
+    for r in 0 1; do
+        mkdir -p "$work/$1/rank$r"
+        (cd "$work/$1/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            LD_LIBRARY_PATH=$work/$1/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+            timeout 600 ../run --quiet --threads 1 --device cuda --metrics metrics.jsonl --connect-timeout 60 \
+            --peer-timeout 120 2> err.txt) &
+        pids+=($!)
+    done
+    for r in 0 1; do
+        wait "${pids[$r]}" || { cat "$work/$1/rank$r/err.txt" >&2; fail "$1: rank $r of 2 processes"; }
+    done
+    # the rank of the last stage's device logs the losses (device 1 under loop, 0 under V);
+    # rank 0 holds the checkpoint
+    mkdir -p "$work/$1/joined"
+    cp "$work/$1/rank$2/metrics.jsonl" "$work/$1/joined/"
+    cp -r "$work/$1/rank0/ckpt" "$work/$1/joined/"
+    [ "$(weights_and_norms "$work/$1/joined")" = "$reference" ] ||
+        fail "$1 as 2 processes on 2 GPUs: losses, norms or weights differ from one stage on one GPU"
+    sends=$(( $(calls "$1" rank0 ncclSend) + $(calls "$1" rank1 ncclSend) ))
+    [ "$sends" = "$(calls "$1" cuda ncclSend)" ] || fail "$1: $sends NCCL sends as 2 processes, $(calls "$1" cuda ncclSend) in one"
+    echo "$1 as 2 processes, a fake GPU each ($sends NCCL sends): one stage's bits on one GPU"
 done
