@@ -405,6 +405,34 @@ static void test_chunks_equal_one_stage(void **state)
     }
 }
 
+/* The compiler's own interleaved tables (pacic's schedule.c, verified) at 2 devices x 2 chunks
+ * train the toy as one stage does, to the bit, at windows 2 and 4 (weights, losses, norms). */
+static void test_interleaved_table_equals_one_stage(void **state)
+{
+    (void)state;
+    for (int K = 2; K <= 4; K += 2) {
+        pr_run run;
+        toy_train(&run, TOY_GPIPE, 1, K, STEPS, SEGMENT);
+        int64_t n = pr_ckpt_offsets(run.prog, (int64_t[PR_CKPT_COUNT]){0});
+        float *reference = gather_params(&run);
+        double losses[STEPS], norms[STEPS];
+        memcpy(losses, logged_loss, sizeof losses);
+        memcpy(norms, logged_norm, sizeof norms);
+        pr_run_free(&run);
+        toy_chunks = 2;
+        toy_train(&run, (enum toy_kind)PACI_SCHED_INTERLEAVED, 4, K, STEPS, SEGMENT);
+        toy_chunks = 0;
+        assert_int_equal(run.tab->devices, 2);
+        float *params = gather_params(&run);
+        if (memcmp(params, reference, (size_t)n * 4) != 0 || memcmp(losses, logged_loss, sizeof losses) != 0 ||
+            memcmp(norms, logged_norm, sizeof norms) != 0)
+            fail_msg("interleaved at 2 devices x 2 chunks, K = %d, differs from one stage", K);
+        free(params);
+        free(reference);
+        pr_run_free(&run);
+    }
+}
+
 /* The runtime refuses a chunked table whose instruction runs on a device that does not hold
  * its stage, or whose stage_device disagrees with the placement: named, before any thread. */
 static void test_chunks_table_checked(void **state)
@@ -478,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_clip_norm_independent_of_p),
         cmocka_unit_test(test_chunks_equal_one_stage),
         cmocka_unit_test(test_chunks_table_checked),
+        cmocka_unit_test(test_interleaved_table_equals_one_stage),
         cmocka_unit_test(test_blas_better_kernels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
