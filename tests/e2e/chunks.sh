@@ -38,7 +38,7 @@ run_bounded() {
     shift
     mkdir -p "$work/$name"
     [ -x "$work/$name/run" ] || "$pacic" "$work/$name.paci" -o "$work/$name/run"
-    (cd "$work/$name" && timeout 600 ./run --quiet --metrics metrics.jsonl "$@") || fail "$name: run failed or hung ($?)"
+    (cd "$work/$name" && timeout -k 10 600 ./run --quiet --metrics metrics.jsonl "$@") || fail "$name: run failed or hung ($?)"
 }
 # norms NAME: each step's loss and clipping norm, from $work/NAME/metrics.jsonl.
 norms() {
@@ -70,7 +70,7 @@ ranks() {
     for ((r = 0; r < p; r++)); do
         mkdir -p "$work/$name-mp/rank$r"
         (cd "$work/$name-mp/rank$r" && RANK=$r WORLD_SIZE=$p MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            timeout 600 "$work/$name/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 \
+            timeout -k 10 600 "$work/$name/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 \
             --peer-timeout 120 >out.txt 2>err.txt) &
         pids+=($!)
     done
@@ -93,8 +93,8 @@ echo "il2, il3, zb-v as 4 processes (TCP links, device 3 -> device 0 under loop)
 for name in il2 zbv; do
     mkdir -p "$work/$name-resumed"
     cp "$work/$name/run" "$work/$name-resumed/"
-    (cd "$work/$name-resumed" && timeout 600 ./run --quiet --blas-threads 1 --steps 10)
-    (cd "$work/$name-resumed" && timeout 600 ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
+    (cd "$work/$name-resumed" && timeout -k 10 600 ./run --quiet --blas-threads 1 --steps 10)
+    (cd "$work/$name-resumed" && timeout -k 10 600 ./run --quiet --blas-threads 1 --resume --metrics resumed.jsonl)
     for f in model.bin state.bin; do
         cmp -s "$work/$name/ckpt/step_00000020/$f" "$work/$name-resumed/ckpt/step_00000020/$f" ||
             fail "$name: $f after a resume at step 10 differs from the unbroken run's"
@@ -131,14 +131,14 @@ for name in one-d2 il2-d2; do
     run_bounded $name --blas-threads 1
 done
 same one-d2 il2-d2 || fail "il2 with data 2: differs from one stage with data 2"
-out=$(cd "$work/il2-d2" && RANK=0 WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 ./run --quiet 2>&1) &&
+out=$(cd "$work/il2-d2" && RANK=0 WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout -k 10 60 ./run --quiet 2>&1) &&
     fail "il2 with data 2 ran as processes"
 [[ "$out" == *"2 chunks a device with parallel { data 2 } run in one process only for now"* ]] ||
     fail "il2 with data 2 as processes: unexpected message: $out"
 echo "interleaved with data 2 (replicas as threads): one stage with data 2's bits; as processes: refused"
 
 # --trace: a row a device (4), each event naming its stage (8).
-(cd "$work/il2" && timeout 600 ./run --quiet --blas-threads 1 --steps 2 --ckpt-dir traced --trace trace.json)
+(cd "$work/il2" && timeout -k 10 600 ./run --quiet --blas-threads 1 --steps 2 --ckpt-dir traced --trace trace.json)
 rows=$(grep -o '"name": "device [0-9]*"' "$work/il2/trace.json" | sort -u | wc -l)
 stages=$(grep -o '"stage": [0-9]*' "$work/il2/trace.json" | sort -u | wc -l)
 [ "$rows" = 4 ] && [ "$stages" = 8 ] || fail "--trace: $rows device rows and $stages stages, expected 4 and 8"

@@ -32,7 +32,7 @@ gpus() {
     shift 3
     mkdir -p "$work/$name/$dir"
     (cd "$work/$name/$dir" && LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=$n FAKE_CUDA_REPORT=1 \
-        timeout 600 ../run --quiet --threads 1 --metrics metrics.jsonl "$@" 2> err.txt) ||
+        timeout -k 10 600 ../run --quiet --threads 1 --metrics metrics.jsonl "$@" 2> err.txt) ||
         { cat "$work/$name/$dir/err.txt" >&2; fail "$name on $n fake GPUs ($dir)"; }
 }
 # calls NAME DIR WHAT: how many times the fake stack counted WHAT in that run (0 if never).
@@ -70,7 +70,7 @@ for case in "interleaved 1" "zb-v 0"; do
         mkdir -p "$work/$1/rank$r"
         (cd "$work/$1/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
             LD_LIBRARY_PATH=$work/$1/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
-            timeout 600 ../run --quiet --threads 1 --device cuda --metrics metrics.jsonl --connect-timeout 60 \
+            timeout -k 10 600 ../run --quiet --threads 1 --device cuda --metrics metrics.jsonl --connect-timeout 60 \
             --peer-timeout 120 2> err.txt) &
         pids+=($!)
     done
