@@ -1037,9 +1037,9 @@ static int settle_options(const pr_program *prog, const pr_launch *launch, pr_op
     // --blas-threads gives every stage the same count at any p (cores N, one "stage").
     if (opt->blas_threads > 0)
         pr_blas_threads(opt->blas_threads, 1);
-    else // every replica's stages share the cores when one process runs them all
-        opt->blas_threads = pr_blas_threads(opt->threads, prog->stages * (prog->replicas > 1 && launch->world == 1
-                                                                            ? prog->replicas : 1));
+    else // every replica's device threads share the cores when one process runs them all
+        opt->blas_threads = pr_blas_threads(opt->threads, (tab ? tab->devices : prog->stages) *
+                                                              (prog->replicas > 1 && launch->world == 1 ? prog->replicas : 1));
     return 0;
 }
 
