@@ -234,11 +234,12 @@ clean:
 # steps under PACI and under 1F1B-flush (the file with its `schedule` line changed). pacic's
 # messages go to $(B)/svg/*.log, shown only if it fails: they warn that the example's
 # OpenWebText files are absent, which a picture does not need.
-SVG_SCHEDULES := paci 1f1b
+SVG_SCHEDULES := paci 1f1b interleaved zb-v
 svg: | $(PACIC)
 	@mkdir -p $(B)/svg
 	for s in $(SVG_SCHEDULES); do \
-	    sed 's/^\( *schedule\) paci/\1 '$$s/ examples/gpt2-medium-4.paci > $(B)/svg/$$s.paci && \
+	    fp32=; [ $$s = zb-v ] && fp32='s/^\( *precision\) bf16/\1 fp32/'; \
+	    sed -e 's/^\( *schedule\) paci/\1 '$$s/ -e "$$fp32" examples/gpt2-medium-4.paci > $(B)/svg/$$s.paci && \
 	    grep -q "^ *schedule $$s" $(B)/svg/$$s.paci && \
 	    $(PACIC) $(B)/svg/$$s.paci --emit svg --show-steps 3 -o docs/schedule-$$s.svg 2>$(B)/svg/$$s.log || \
 	    { cat $(B)/svg/$$s.log; exit 1; }; \

@@ -301,18 +301,20 @@ double cpu_core_share(const Config *cfg)
 
 void machine_explain(FILE *out, const Config *cfg)
 {
+    const char *what = config_chunks(cfg) > 1 ? "device" : "stage"; /* with chunks a device runs its stages in turn */
     if (cfg->machine == MACHINE_GPU) {
-        fprintf(out, "priced on: a GPU per stage, as the hardware block states it (%.0f TFLOP/s, %.3g TB/s memory, "
-                     "%.4g GB; links %.0f GB/s, %.1f us)\n",
+        fprintf(out, "priced on: a GPU per %s, as the hardware block states it (%.0f TFLOP/s, %.3g TB/s memory, "
+                     "%.4g GB; links %.0f GB/s, %.1f us)\n", what,
                 cfg->device_flops / 1e12, cfg->memory_bandwidth / 1e12, cfg->device_memory / 1e9,
                 cfg->link_bandwidth / 1e9, cfg->link_latency * 1e6);
         return;
     }
     const CpuRates *r = cfg->cpu;
-    fprintf(out, "priced on: this machine's CPU, a thread per stage (%s, %d cores: %d BLAS thread%s a stage; sgemm "
+    fprintf(out, "priced on: this machine's CPU, a thread per %s (%s, %d cores: %d BLAS thread%s a %s; sgemm "
                  "%.3g-%.3g GFLOP/s a thread, kernels %.3g GFLOP/s, copies %.3g GB/s, messages %.3g us + %.3g GB/s; "
                  "%s)\n",
-            r->name, r->cores, cpu_blas_threads(cfg), cpu_blas_threads(cfg) == 1 ? "" : "s", r->gemm_flops[0] / 1e9,
+            what, r->name, r->cores, cpu_blas_threads(cfg), cpu_blas_threads(cfg) == 1 ? "" : "s", what,
+            r->gemm_flops[0] / 1e9,
             r->gemm_flops[r->n_gemm - 1] / 1e9, r->vector_flops / 1e9, r->memory_bandwidth / 1e9,
             r->latency * 1e6, r->bandwidth / 1e9, r->source);
 }

@@ -494,6 +494,82 @@ static long automatic_split(const Config *cfg, const ModelCounts *m, StagePrices
     return best;
 }
 
+/* With chunks a device holds stages that keep different numbers of slots (zb-v's stage s
+ * about 2p - s, capped by the window), and the partitioner, which sees stages one at a time,
+ * may put large stages with many slots on one device. The time balance cannot tell apart the
+ * interior stages' whole-layer counts in any order, so among those orders take one whose
+ * fullest device needs the least memory: swaps of two stages' counts while one lowers the
+ * fullest device's bytes (then the sum of the devices' squares). */
+typedef struct ChunkMemory {
+    const Config *cfg;
+    const ModelCounts *m;
+    const int *slots, *stash;
+    PipeShape shape;
+    double *bytes; /* [stage][halves]: mem_total, < 0 until asked */
+} ChunkMemory;
+
+static double chunk_bytes(ChunkMemory *cm, int s, int halves)
+{
+    double *at = &cm->bytes[(size_t)s * (size_t)(2 * cm->cfg->layers + 1) + (size_t)halves];
+    if (*at < 0) {
+        StagePlan sp;
+        stage_fill(cm->cfg, cm->m, s, 0, halves, 0, cm->slots[s], cm->stash[s], &sp);
+        *at = (double)sp.mem_total;
+    }
+    return *at;
+}
+
+static void chunk_spread(ChunkMemory *cm, const int *split, double *worst, double *squares)
+{
+    *worst = *squares = 0;
+    for (int d = 0; d < cm->shape.devices; d++) {
+        double load = 0;
+        for (int c = 0; c < cm->shape.chunks; c++) {
+            int s = paci_placed_stage(cm->shape.placement, cm->shape.devices, d, c);
+            load += chunk_bytes(cm, s, split[s]);
+        }
+        *worst = load > *worst ? load : *worst;
+        *squares += load * load;
+    }
+}
+
+static void arrange_chunks(const Config *cfg, const ModelCounts *m, int *split, const int *slots, const int *stash)
+{
+    if (config_chunks(cfg) < 2)
+        return;
+    for (int s = 1; s + 1 < cfg->stages; s++)
+        if (split[s] % 2 != 0)
+            return; /* a half layer at a boundary: a stage's cost depends on where it is */
+    size_t cells = (size_t)cfg->stages * (size_t)(2 * cfg->layers + 1);
+    ChunkMemory cm = {cfg, m, slots, stash, config_shape(cfg), xmalloc(cells * sizeof(double))};
+    for (size_t i = 0; i < cells; i++)
+        cm.bytes[i] = -1;
+    double worst, squares;
+    chunk_spread(&cm, split, &worst, &squares);
+    for (bool better = true; better;) {
+        better = false;
+        for (int a = 1; a + 1 < cfg->stages; a++)
+            for (int b = a + 1; b + 1 < cfg->stages; b++) {
+                if (split[a] == split[b])
+                    continue;
+                int t = split[a];
+                split[a] = split[b];
+                split[b] = t;
+                double w, sq;
+                chunk_spread(&cm, split, &w, &sq);
+                if (w < worst * (1 - 1e-12) || (w <= worst * (1 + 1e-12) && sq < squares * (1 - 1e-12))) {
+                    worst = w;
+                    squares = sq;
+                    better = true;
+                } else {
+                    split[b] = split[a];
+                    split[a] = t;
+                }
+            }
+    }
+    free(cm.bytes);
+}
+
 /* Fills every number of the plan; never fails and prints nothing. */
 void plan_layout(const Config *cfg, Plan *plan)
 {
@@ -515,6 +591,10 @@ void plan_layout(const Config *cfg, Plan *plan)
         stage_prices_free(&prices);
     }
     plan->vocab_split = vocab_split;
+    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
+    stage_slots(cfg, slots, stash);
+    if (!cfg->split_halves)
+        arrange_chunks(cfg, &m, split, slots, stash);
 
     plan->stages = p;
     PipeShape shape = config_shape(cfg);
@@ -524,8 +604,6 @@ void plan_layout(const Config *cfg, Plan *plan)
     for (int s = 0; s < p; s++)
         plan->stage_device[s] = shape_device(&shape, s);
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
-    int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
-    stage_slots(cfg, slots, stash);
     int next = 0;
     for (int s = 0; s < p; s++) {
         stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], &plan->stage[s]);
@@ -687,6 +765,12 @@ void plan_dump(FILE *out, const Config *cfg, const Plan *plan)
                 sp->fwd_flops, sp->bwd_flops, sp->msg_bytes, sp->act_bytes, sp->slots, sp->stash,
                 sp->mem_weights, sp->mem_grads, sp->mem_optim, sp->mem_acts, sp->mem_stash,
                 sp->mem_work, sp->mem_total);
+    }
+    for (int d = 0; d < plan->devices && plan->chunks > 1; d++) {
+        fprintf(out, "device %d: stages", d);
+        for (int c = 0; c < plan->chunks; c++)
+            fprintf(out, "%s %d", c ? "," : "", paci_placed_stage(plan->placement, plan->devices, d, c));
+        fprintf(out, " | total %ld\n", plan_device_memory(plan, d));
     }
 }
 

@@ -265,6 +265,19 @@ static long zero_bubble_slots(int kind, int stages, int stage, int window)
     return most;
 }
 
+/* Device d's k-th forward (or backward) of a window in Megatron's interleaved order: the
+ * micro-batch (relative to the window) and the chunk (backwards run the chunks from the last). */
+static long interleaved_mb(long k, long p, long v)
+{
+    return (k / (p * v)) * p + k % p;
+}
+
+static int interleaved_stage(const PipeShape *shape, int device, long k, bool backward)
+{
+    long p = shape->devices, v = shape->chunks, chunk = (k / p) % v;
+    return paci_placed_stage(shape->placement, (int)p, device, (int)(backward ? v - 1 - chunk : chunk));
+}
+
 /* Interleaved 1F1B (Narayanan et al., SC'21; Megatron-LM's order). Device d of p holds v
  * chunks (stage c p + d of chunk c, loop placement). Per window of K micro-batches (K a
  * multiple of p), the device runs K v forwards and K v backwards: its k-th forward is of chunk
@@ -279,31 +292,48 @@ static void order_interleaved(ComputeList *cl, const PipeShape *shape, int devic
     long p = shape->devices, v = shape->chunks, total = window * v;
     long warm = min_long(2 * (p - device - 1) + (v - 1) * p, total);
     for (long j = 0; j < steps; j++) {
-        long first = j * window;
-#define CHUNK_MB(k) (first + ((k) / (p * v)) * p + (k) % p)
-#define FWD_STAGE(k) paci_placed_stage(shape->placement, (int)p, device, (int)(((k) / p) % v))
-#define BWD_STAGE(k) paci_placed_stage(shape->placement, (int)p, device, (int)(v - 1 - ((k) / p) % v))
-        long f = 0, b = 0;
-        while (f < warm) {
-            push_staged(cl, FWD_STAGE(f), PACI_OP_FWD, CHUNK_MB(f));
-            f++;
+        long first = j * window, f = 0, b = 0;
+        for (; f < warm; f++)
+            push_staged(cl, interleaved_stage(shape, device, f, false), PACI_OP_FWD, first + interleaved_mb(f, p, v));
+        for (; f < total; f++, b++) {
+            push_staged(cl, interleaved_stage(shape, device, f, false), PACI_OP_FWD, first + interleaved_mb(f, p, v));
+            push_staged(cl, interleaved_stage(shape, device, b, true), PACI_OP_BWD, first + interleaved_mb(b, p, v));
         }
-        while (f < total) {
-            push_staged(cl, FWD_STAGE(f), PACI_OP_FWD, CHUNK_MB(f));
-            f++;
-            push_staged(cl, BWD_STAGE(b), PACI_OP_BWD, CHUNK_MB(b));
-            b++;
-        }
-        while (b < total) {
-            push_staged(cl, BWD_STAGE(b), PACI_OP_BWD, CHUNK_MB(b));
-            b++;
-        }
-#undef CHUNK_MB
-#undef FWD_STAGE
-#undef BWD_STAGE
+        for (; b < total; b++)
+            push_staged(cl, interleaved_stage(shape, device, b, true), PACI_OP_BWD, first + interleaved_mb(b, p, v));
         for (int c = 0; c < v; c++)
             push_staged(cl, paci_placed_stage(shape->placement, (int)p, device, c), PACI_OP_STEP, -1);
     }
+}
+
+/* One window of a ZB-V device: its two stages (chunk 0 down, chunk 1 up) and how many
+ * forwards, B's and W's of each it has run. */
+typedef struct VeeWindow {
+    ComputeList *cl;
+    int stage[2];
+    long first, window;
+    long f[2], b[2], w[2];
+} VeeWindow;
+
+/* The next forward, B or W of chunk c, when one can run: chunk 0's forwards up to the window,
+ * chunk 1's up to chunk 0's (the micro-batch comes back up), chunk 1's B's after its forwards,
+ * chunk 0's after chunk 1's (the gradient goes back down), each W after its B. */
+static void vee_forward(VeeWindow *o, int c)
+{
+    if (o->f[c] < (c == 0 ? o->window : o->f[0]))
+        push_staged(o->cl, o->stage[c], PACI_OP_FWD, o->first + o->f[c]++);
+}
+
+static void vee_b(VeeWindow *o, int c)
+{
+    if (o->b[c] < (c == 1 ? o->f[1] : o->b[1]))
+        push_staged(o->cl, o->stage[c], PACI_OP_BWD_B, o->first + o->b[c]++);
+}
+
+static void vee_w(VeeWindow *o, int c)
+{
+    if (o->w[c] < o->b[c])
+        push_staged(o->cl, o->stage[c], PACI_OP_BWD_W, o->first + o->w[c]++);
 }
 
 /* ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024, the V-shaped zero
@@ -314,68 +344,59 @@ static void order_interleaved(ComputeList *cl, const PipeShape *shape, int devic
  *   1. 2(p - d) - 1 F0: chunk 0's pipeline fills;
  *   2. d times F1 F0: chunk 1 starts as the micro-batches come back up;
  *   3. p - d times F1 B1 W1: the first backwards, which start at the head (device 0's chunk 1);
- *   4. while forwards are left: F0 B0 W0 F1 B1 W1, F0 only while chunk 0 has one left;
+ *   4. while forwards are left: B0 W0 F0 F1 B1 W1, F0 only while chunk 0 has one left (B0 W0
+ *      first: a slot is freed before the next is taken, so the device's two stages together
+ *      hold at most 2p chunk activations, p stages' worth: 1F1B's peak);
  *   5. d times B0 B1, then p - d times B0 W0: the backwards left, W's deferred into the drain;
  *   6. the W's left, chunk 1's then chunk 0's; then both stages step.
  * Every count is capped by what is left to run, so any window runs (the pipeline idles more
- * when K < 2p - 1). At F = B = W the steady state idles nowhere and a device holds about 2p
- * chunk activations, p stages' worth: 1F1B's peak. Synchronous: a flush ends each window. */
+ * when K < 2p - 1: at K = p a sixth of 1F1B's idle time). At F = B = W and K >= 2p - 1 the
+ * steady state idles nowhere. Synchronous: each stage steps after its window's W's, and its
+ * next window's forwards come after that step. */
 static void order_zero_bubble_v(ComputeList *cl, const PipeShape *shape, int device, int window, long steps)
 {
     long p = shape->devices, d = device;
-    int down = paci_placed_stage(shape->placement, (int)p, device, 0);
-    int up = paci_placed_stage(shape->placement, (int)p, device, 1);
     for (long j = 0; j < steps; j++) {
-        long first = j * window, f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0 = 0, w1 = 0;
-#define F0() (f0 < window ? push_staged(cl, down, PACI_OP_FWD, first + f0++) : (void)0)
-#define F1() (f1 < f0 ? push_staged(cl, up, PACI_OP_FWD, first + f1++) : (void)0)
-#define B0() (b0 < b1 ? push_staged(cl, down, PACI_OP_BWD_B, first + b0++) : (void)0)
-#define B1() (b1 < f1 ? push_staged(cl, up, PACI_OP_BWD_B, first + b1++) : (void)0)
-#define W0() (w0 < b0 ? push_staged(cl, down, PACI_OP_BWD_W, first + w0++) : (void)0)
-#define W1() (w1 < b1 ? push_staged(cl, up, PACI_OP_BWD_W, first + w1++) : (void)0)
+        VeeWindow o = {.cl = cl, .first = j * window, .window = window};
+        for (int c = 0; c < 2; c++)
+            o.stage[c] = paci_placed_stage(shape->placement, (int)p, device, c);
         for (long i = 0; i < 2 * (p - d) - 1; i++)
-            F0();
+            vee_forward(&o, 0);
         for (long i = 0; i < d; i++) {
-            F1();
-            F0();
+            vee_forward(&o, 1);
+            vee_forward(&o, 0);
         }
         for (long i = 0; i < p - d; i++) {
-            F1();
-            B1();
-            W1();
+            vee_forward(&o, 1);
+            vee_b(&o, 1);
+            vee_w(&o, 1);
         }
-        while (f1 < window) {
-            F0();
-            B0();
-            W0();
-            F1();
-            B1();
-            W1();
+        while (o.f[1] < window) {
+            vee_b(&o, 0);
+            vee_w(&o, 0);
+            vee_forward(&o, 0);
+            vee_forward(&o, 1);
+            vee_b(&o, 1);
+            vee_w(&o, 1);
         }
         for (long i = 0; i < d; i++) {
-            B0();
-            B1();
+            vee_b(&o, 0);
+            vee_b(&o, 1);
         }
-        while (b1 < window)
-            B1();
+        while (o.b[1] < window)
+            vee_b(&o, 1);
         for (long i = 0; i < p - d; i++) {
-            B0();
-            W0();
+            vee_b(&o, 0);
+            vee_w(&o, 0);
         }
-        while (b0 < window)
-            B0();
-        while (w1 < window)
-            W1();
-        while (w0 < window)
-            W0();
-#undef F0
-#undef F1
-#undef B0
-#undef B1
-#undef W0
-#undef W1
-        push_staged(cl, down, PACI_OP_STEP, -1);
-        push_staged(cl, up, PACI_OP_STEP, -1);
+        while (o.b[0] < window)
+            vee_b(&o, 0);
+        while (o.w[1] < window)
+            vee_w(&o, 1);
+        while (o.w[0] < window)
+            vee_w(&o, 0);
+        push_staged(cl, o.stage[0], PACI_OP_STEP, -1);
+        push_staged(cl, o.stage[1], PACI_OP_STEP, -1);
     }
 }
 
@@ -398,7 +419,7 @@ static long chunked_slots(int kind, const PipeShape *shape, int stage, int windo
         most = held > most ? held : most;
     }
     free(order.items);
-    return most;
+    return most > 0 ? most : 1; /* a broken order is the verifier's to report, not a division by 0 */
 }
 
 static void build_order(ComputeList *cl, int kind, int stages, int stage, int window, long steps);

@@ -1209,8 +1209,9 @@ static bool check_chunks_of(Sema *s, bool stages_ok)
         if (chunks && chunks_ok && v > 1) {
             if (cfg->schedule == PACI_SCHED_PACI)
                 error_at(s->src, chunks->values[0]->span, "chunks %d goes with schedule interleaved or zb-v; paci "
-                         "runs one stage a device: it has no bubble to shrink, and over %d stages a stage's "
-                         "drift bound ceil((S - s - 1)/K) grows as the messages double (docs/dsl.md \"chunks\")",
+                         "runs one stage a device: chunks would shrink no bubble (it has none), and over %d "
+                         "stages stage s's drift bound ceil((S - s - 1)/K) grows, with twice the messages "
+                         "(docs/dsl.md \"chunks\")",
                          v, stages_ok ? v * cfg->stages : v);
             else
                 error_at(s->src, chunks->values[0]->span, "chunks %d goes with schedule interleaved or zb-v; %s "
@@ -1480,7 +1481,7 @@ static void check_zero_bubble(Sema *s)
     Config *cfg = s->cfg;
     if (!config_splits_backward(cfg) || !usable(s, "pipeline", "schedule"))
         return;
-    bool warm = cfg->schedule != PACI_SCHED_ZBH1 && cfg->schedule != PACI_SCHED_ZBH2; // its warm start splits
+    bool warm = !schedule_splits_backward(cfg->schedule); // its warm start splits
     const char *name = paci_schedule_name(warm ? cfg->warm_schedule : (int)cfg->schedule);
     const Entry *e;
     if (!zero_bubble_excluded(cfg))
