@@ -8,8 +8,9 @@
 #   - as one process per device over TCP (torchrun-style variables), the threaded run's bits;
 #   - stopped at step 10 and resumed, the unbroken run's bits;
 # a resume with another chunk count or placement is refused naming both, the checkpoints left
-# as they were (but the lock, which every run takes); replicas (data 2) as threads equal one
-# stage's replicas; --trace draws one row a device and names each event's stage.
+# as they were (but the lock, which every run takes); replicas (data 2), as threads and as
+# processes, equal one stage's replicas; --trace draws one row a device and names each event's
+# stage.
 source tests/e2e/lib.sh
 
 # chunked NAME STAGES SCHEDULE CHUNKS SPLIT: the small model with 12 layers, window 4, 20
@@ -122,8 +123,9 @@ done
 echo "a resume with chunks 3 or placement v on a chunks 2, loop checkpoint: refused, the folder untouched"
 echo "  $out"
 
-# Replicas as threads: interleaved with data 2 trains as one stage with data 2, to the bit;
-# as one process per device they are refused (not done yet), before anything runs.
+# Replicas: interleaved with data 2 trains as one stage with data 2, to the bit, as threads
+# and as 8 processes (4 devices x 2 replicas, the device's stages reduced over its one TCP
+# socket, one after another).
 chunked one-d2 1 gpipe 0 ""
 chunked il2-d2 4 interleaved 2 "[0, 2, 1, 2, 1, 2, 3, 1]"
 for name in one-d2 il2-d2; do
@@ -131,11 +133,13 @@ for name in one-d2 il2-d2; do
     run_bounded $name --blas-threads 1
 done
 same one-d2 il2-d2 || fail "il2 with data 2: differs from one stage with data 2"
-out=$(cd "$work/il2-d2" && RANK=0 WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout -k 10 60 ./run --quiet 2>&1) &&
-    fail "il2 with data 2 ran as processes"
-[[ "$out" == *"2 chunks a device with parallel { data 2 } run in one process only for now"* ]] ||
-    fail "il2 with data 2 as processes: unexpected message: $out"
-echo "interleaved with data 2 (replicas as threads): one stage with data 2's bits; as processes: refused"
+ranks il2-d2 8 || { cat "$work/il2-d2-mp"/rank*/err.txt >&2; fail "il2 with data 2 over 8 processes: a rank failed"; }
+cmp -s "$work/il2-d2/ckpt/step_00000020/model.bin" "$work/il2-d2-mp/rank0/ckpt/step_00000020/model.bin" &&
+    cmp -s "$work/il2-d2/ckpt/step_00000020/state.bin" "$work/il2-d2-mp/rank0/ckpt/step_00000020/state.bin" ||
+    fail "il2 with data 2 over 8 processes: weights or optimizer state differ from the threaded run's"
+mkdir -p "$work/il2-d2-last" && cp "$work/il2-d2-mp/rank3/metrics.jsonl" "$work/il2-d2-last/"
+[ "$(norms il2-d2)" = "$(norms il2-d2-last)" ] || fail "il2 with data 2 over 8 processes: losses or norms differ"
+echo "interleaved with data 2: one stage with data 2's bits, as threads and as 8 processes"
 
 # --trace: a row a device (4), each event naming its stage (8).
 (cd "$work/il2" && timeout -k 10 600 ./run --quiet --blas-threads 1 --steps 2 --ckpt-dir traced --trace trace.json)
