@@ -199,7 +199,8 @@ static void read_pipeline(const char *line, ckpt_owner *owner)
     char word[32];
     owner->chunks = owner->placement = -1;
     if (sscanf(line, "pipeline devices %d chunks %d placement %31s", &owner->devices, &owner->chunks, word) != 3 ||
-        owner->devices < 1 || owner->chunks < 1 || owner->devices > PACI_MAX_STAGES || owner->chunks > PACI_MAX_STAGES) {
+        owner->devices < 1 || owner->chunks < 1 || owner->devices > PACI_MAX_STAGES ||
+        owner->chunks > PACI_MAX_STAGES) {
         owner->chunks = -1;
         return;
     }

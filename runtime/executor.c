@@ -551,7 +551,6 @@ void pr_run_free(pr_run *run)
     memset(run, 0, sizeof *run);
 }
 
-
 static void expect_mb(const pr_stage_rt *st, int op, int64_t expected, int64_t got, const char *what)
 {
     if (expected != got)

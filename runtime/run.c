@@ -1039,7 +1039,8 @@ static int settle_options(const pr_program *prog, const pr_launch *launch, pr_op
         pr_blas_threads(opt->blas_threads, 1);
     else // every replica's device threads share the cores when one process runs them all
         opt->blas_threads = pr_blas_threads(opt->threads, (tab ? tab->devices : prog->stages) *
-                                                              (prog->replicas > 1 && launch->world == 1 ? prog->replicas : 1));
+                                                              (prog->replicas > 1 && launch->world == 1
+                                                                   ? prog->replicas : 1));
     return 0;
 }
 
