@@ -474,14 +474,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
                                                                                         : "training";
     if (pr_device_select(prog, opt ? opt->device : NULL, work, &dev, err) != 0)
         return -1;
-    // Replicas of chunked stages as processes reduce over TCP, a device's stages one after
-    // another on its socket; NCCL's group and the compression's state are a stage's (replicas.c).
+    // Replicas of chunked stages as processes reduce a device's stages one after another over
+    // its TCP socket or NCCL group; the compression's state is a stage's (replicas.c).
     if (opt && opt->world > 1 && prog->schedule->chunks > 1 && prog->replicas > 1 && prog->dgc_density > 0)
         return pr_fail(err, "%s: %d chunks a device with parallel { data %d } and compression dgc run as threads "
                        "of one process only, for now", prog->source, prog->schedule->chunks, prog->replicas);
-    if (opt && opt->world > 1 && prog->schedule->chunks > 1 && prog->replicas > 1 && !dev->host_memory)
-        return pr_fail(err, "%s: %d chunks a device with parallel { data %d } run as processes on the CPU only "
-                       "(--device cpu), for now", prog->source, prog->schedule->chunks, prog->replicas);
     stage_sizes z = {0};
     if (check_options(prog, dev, &z, err) != 0)
         return -1;

@@ -597,11 +597,19 @@ static int group_finish(int stage, double *values, int n_values, double deadline
     return PR_LINK_OK;
 }
 
+/* Whether the group reduces stage's replicas: it is the process's, and with chunks every stage
+ * of its device shares it, their reductions queued one after another on its stream in the
+ * table's order, the same on every replica. */
+static int in_group(const pr_run *run, int stage)
+{
+    return group.open && run->tab->stage_device[stage] == run->tab->stage_device[group.stage];
+}
+
 /* Overlap: the allreduce of a range the window's last backward has just finished, queued on
  * the group's stream behind that backward's kernels; returns without waiting for it. */
 static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, char *err)
 {
-    if (!group.open || group.stage != stage)
+    if (!in_group(run, stage))
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     group_follows_compute(stage);
@@ -620,7 +628,7 @@ static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, cha
 static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *values,
                        int n_values, char *err)
 {
-    if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
+    if (!in_group(run, stage) || n_values > PR_REDUCE_VALUES)
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));
@@ -652,7 +660,7 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
 static int nccl_gather(pr_run *run, int stage, uint32_t *slots, size_t words, double *values,
                        int n_values, char *err)
 {
-    if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
+    if (!in_group(run, stage) || n_values > PR_REDUCE_VALUES)
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));

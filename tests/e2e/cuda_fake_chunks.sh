@@ -6,7 +6,7 @@
 # devices train as one stage on one GPU does, to the bit (losses, clipping norms, weights),
 # and as the CPU path of the same program to cuda_fake.sh's tolerances, in one process (a
 # thread a device) and as one process per device (NCCL between the processes, the V's
-# hand-over a device link inside rank 1). The fake stack counts the NCCL sends: one per
+# hand-over a device link inside rank 1); with data 2, as one stage with data 2 does. The fake stack counts the NCCL sends: one per
 # message between GPUs, none for the hand-over.
 source tests/e2e/lib.sh
 need_cuda_emu
@@ -61,30 +61,56 @@ for case in "interleaved 102" "zb-v 68"; do
     echo "$1 (2 chunks on each of 2 fake GPUs, $2 NCCL sends): one stage's bits on one GPU; the CPU path's to 1e-5"
 done
 
-# One process per device, a GPU each (the local rank picks it): the one-process run's bits.
-for case in "interleaved 1" "zb-v 0"; do
-    set -- $case
+# procs NAME N DIR: NAME's program as N processes on N fake GPUs (the local rank picks the
+# GPU), in $work/NAME/DIR/rankR.
+procs() {
+    local name=$1 n=$2 dir=$3 r pids=()
     port=$((port + 1))
-    pids=()
-    for r in 0 1; do
-        mkdir -p "$work/$1/rank$r"
-        (cd "$work/$1/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            LD_LIBRARY_PATH=$work/$1/lib FAKE_CUDA_GPUS=2 FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
-            timeout -k 10 600 ../run --quiet --threads 1 --device cuda --metrics metrics.jsonl --connect-timeout 60 \
-            --peer-timeout 120 2> err.txt) &
+    for ((r = 0; r < n; r++)); do
+        mkdir -p "$work/$name/$dir/rank$r"
+        (cd "$work/$name/$dir/rank$r" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            LD_LIBRARY_PATH=$work/$name/lib FAKE_CUDA_GPUS=$n FAKE_CUDA_REPORT=1 FAKE_CUDA_JITTER_US=300 \
+            timeout -k 10 600 ../../run --quiet --threads 1 --device cuda --metrics metrics.jsonl \
+            --connect-timeout 60 --peer-timeout 120 2> err.txt) &
         pids+=($!)
     done
-    for r in 0 1; do
-        wait "${pids[$r]}" || { cat "$work/$1/rank$r/err.txt" >&2; fail "$1: rank $r of 2 processes"; }
+    for ((r = 0; r < n; r++)); do
+        wait "${pids[$r]}" || { cat "$work/$name/$dir/rank$r/err.txt" >&2; fail "$name: rank $r of $n processes"; }
     done
+}
+
+# One process per device, a GPU each: the one-process run's bits.
+for case in "interleaved 1" "zb-v 0"; do
+    set -- $case
+    procs "$1" 2 mp
     # the rank of the last stage's device logs the losses (device 1 under loop, 0 under V);
     # rank 0 holds the checkpoint
     mkdir -p "$work/$1/joined"
-    cp "$work/$1/rank$2/metrics.jsonl" "$work/$1/joined/"
-    cp -r "$work/$1/rank0/ckpt" "$work/$1/joined/"
+    cp "$work/$1/mp/rank$2/metrics.jsonl" "$work/$1/joined/"
+    cp -r "$work/$1/mp/rank0/ckpt" "$work/$1/joined/"
     [ "$(weights_and_norms "$work/$1/joined")" = "$reference" ] ||
         fail "$1 as 2 processes on 2 GPUs: losses, norms or weights differ from one stage on one GPU"
-    sends=$(( $(calls "$1" rank0 ncclSend) + $(calls "$1" rank1 ncclSend) ))
+    sends=$(( $(calls "$1" mp/rank0 ncclSend) + $(calls "$1" mp/rank1 ncclSend) ))
     [ "$sends" = "$(calls "$1" cuda ncclSend)" ] || fail "$1: $sends NCCL sends as 2 processes, $(calls "$1" cuda ncclSend) in one"
     echo "$1 as 2 processes, a fake GPU each ($sends NCCL sends): one stage's bits on one GPU"
 done
+
+# Replicas (data 2): interleaved as 4 processes (2 devices x 2 replicas; a device's two stages
+# reduce one after another in its NCCL group) trains as one stage with data 2 as 2 processes.
+for name in one-d2 il-d2; do
+    case $name in
+        one-d2) small_model $name 1 gpipe 2 4 2 ;;
+        il-d2) small_model $name 2 interleaved 2 4 2 ;;
+    esac
+    echo "parallel { data 2 }" >> "$work/$name.paci"
+    fake_build $name
+done
+procs one-d2 2 mp
+procs il-d2 4 mp
+mkdir -p "$work/one-d2/joined" "$work/il-d2/joined"
+cp "$work/one-d2/mp/rank0/metrics.jsonl" "$work/one-d2/joined/" && cp -r "$work/one-d2/mp/rank0/ckpt" "$work/one-d2/joined/"
+cp "$work/il-d2/mp/rank1/metrics.jsonl" "$work/il-d2/joined/" && cp -r "$work/il-d2/mp/rank0/ckpt" "$work/il-d2/joined/"
+[ "$(weights_and_norms "$work/il-d2/joined")" = "$(weights_and_norms "$work/one-d2/joined")" ] ||
+    fail "interleaved with data 2 as 4 processes: losses, norms or weights differ from one stage with data 2"
+[ "$(calls il-d2 mp/rank1 ncclAllReduce)" -gt 0 ] || fail "interleaved with data 2: rank 1 reduced nothing over NCCL"
+echo "interleaved with data 2 as 4 processes on 4 fake GPUs: one stage with data 2's bits ($(calls il-d2 mp/rank1 ncclAllReduce) allreduces on rank 1)"
