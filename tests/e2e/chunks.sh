@@ -140,6 +140,15 @@ cmp -s "$work/il2-d2/ckpt/step_00000020/model.bin" "$work/il2-d2-mp/rank0/ckpt/s
 mkdir -p "$work/il2-d2-last" && cp "$work/il2-d2-mp/rank3/metrics.jsonl" "$work/il2-d2-last/"
 [ "$(norms il2-d2)" = "$(norms il2-d2-last)" ] || fail "il2 with data 2 over 8 processes: losses or norms differ"
 echo "interleaved with data 2: one stage with data 2's bits, as threads and as 8 processes"
+# With compression dgc (whose state is one stage's) as processes: refused before anything runs.
+chunked il2-dgc 4 interleaved 2 ""
+echo "parallel { data 2; compression dgc { density 0.01 } }" >> "$work/il2-dgc.paci"
+mkdir -p "$work/il2-dgc" && "$pacic" "$work/il2-dgc.paci" -o "$work/il2-dgc/run"
+out=$(cd "$work/il2-dgc" && RANK=0 WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout -k 10 60 ./run --quiet 2>&1) &&
+    fail "il2 with compression dgc ran as processes"
+[ "$out" = "run: error: rank 0: $work/il2-dgc.paci: 2 chunks a device with parallel { data 2 } and compression dgc run as threads of one process only, for now" ] ||
+    fail "il2 with compression dgc as processes: unexpected message: $out"
+echo "with compression dgc as processes: refused ($out)"
 
 # --trace: a row a device (4), each event naming its stage (8).
 (cd "$work/il2" && timeout -k 10 600 ./run --quiet --blas-threads 1 --steps 2 --ckpt-dir traced --trace trace.json)
