@@ -8,7 +8,8 @@
 #   - as one process per device over TCP (torchrun-style variables), the threaded run's bits;
 #   - stopped at step 10 and resumed, the unbroken run's bits;
 # a resume with another chunk count or placement is refused naming both, the checkpoints left
-# as they were (but the lock, which every run takes); replicas (data 2), as threads and as
+# as they were (but the lock, which every run takes); sampling draws one stage's text;
+# replicas (data 2), as threads and as
 # processes, equal one stage's replicas; --trace draws one row a device and names each event's
 # stage.
 source tests/e2e/lib.sh
@@ -57,6 +58,14 @@ for name in il2 il3 zbv; do
     same one $name || fail "$name: weights, optimizer state, losses or norms differ from one stage"
 done
 echo "interleaved (chunks 2, 3) and zb-v at 4 devices, uneven splits, as threads: one stage's bits over 20 steps"
+# Sampling goes through the stages one after another: the same weights draw the same text.
+one_text=$(cd "$work/one" && timeout -k 10 600 ./run --quiet --sample 64 --seed 7 | od -c)
+[ "$(echo "$one_text" | wc -l)" -ge 5 ] || fail "one stage: --sample 64 printed too little: $one_text"
+for name in il2 zbv; do
+    [ "$(cd "$work/$name" && timeout -k 10 600 ./run --quiet --sample 64 --seed 7 | od -c)" = "$one_text" ] ||
+        fail "$name: --sample 64 --seed 7 draws other text than one stage"
+done
+echo "--sample 64 --seed 7 from il2's and zb-v's checkpoints: one stage's text"
 
 # The comparison can fail: the same model under another window trains otherwise.
 small_model w2 1 gpipe 2 20 0 10
