@@ -66,14 +66,16 @@ static void explain_clipping(FILE *out, const Config *cfg)
     if (!(paci_schedule_is_sync(cfg->schedule) || cfg->warm_steps > 0) || cfg->grad_clip <= 0 || cfg->stages < 2)
         return;
     fprintf(out, "clipping: by the norm over every stage (clip %g)", cfg->grad_clip);
-    if (cfg->post_validation && config_replicas(cfg) <= 1)
+    if (config_post_validates(cfg))
         fprintf(out, ", post-validated: no stage waits for it at its step; a step it clips is rolled back and "
                      "redone with the window since, and the next step waits, which the predictions do not price; "
                      "each stage keeps %d bytes a parameter to roll back, not in the table below\n",
                 cfg->precision == PREC_BF16 ? 18 : 16);
     else
         fprintf(out, ": every step waits for every stage's gradients (%s), as the predictions price it\n",
-                cfg->post_validation ? "data > 1 keeps the barrier" : "post_validation false");
+                !cfg->post_validation      ? "post_validation false"
+                : config_replicas(cfg) > 1 ? "data > 1 keeps the barrier"
+                                           : "chunks keep the barrier");
 }
 
 /* optimizer nadamw and lans: the rule in one line (the other optimizers print none, as before). */

@@ -192,6 +192,9 @@ typedef struct ckpt_owner {
     /* the noise scale's averages of stages 0 .. noise_stages - 1, in order; -1: unreadable */
     int noise_stages;
     pr_noise_ema noise[PACI_MAX_STAGES];
+    /* the pipeline's devices, chunks a device and placement (enum paci_placement); a file that
+     * does not say (an older pacic's) was one stage a device: chunks 1, placement loop */
+    int devices, chunks, placement;
 } ckpt_owner;
 
 /* One stage's noise-scale line of run.txt into owner (in stage order, else unreadable). */
@@ -213,12 +216,34 @@ static void read_noise_line(const char *line, ckpt_owner *owner)
     owner->noise[owner->noise_stages++] = e;
 }
 
+/* "pipeline devices P chunks V placement NAME": an unreadable line reads as chunks -1, which
+ * no program has, so a resume is refused rather than guessed. */
+static void read_pipeline(const char *line, ckpt_owner *owner)
+{
+    char word[32];
+    owner->chunks = owner->placement = -1;
+    if (sscanf(line, "pipeline devices %d chunks %d placement %31s", &owner->devices, &owner->chunks, word) != 3 ||
+        owner->devices < 1 || owner->chunks < 1 || owner->devices > PACI_MAX_STAGES ||
+        owner->chunks > PACI_MAX_STAGES) {
+        owner->chunks = -1;
+        return;
+    }
+    for (int k = 0; k < PACI_PLACEMENT_COUNT; k++)
+        if (strcmp(word, pr_placement_name(k)) == 0)
+            owner->placement = k;
+    if (owner->placement < 0)
+        owner->chunks = -1;
+}
+
 static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
 {
     char path[4096 + 300], line[1100];
     owner->run[0] = owner->program[0] = '\0';
     owner->lr_steps = owner->lr_warmup = -1;
     owner->noise_stages = 0;
+    owner->devices = -1;
+    owner->chunks = 1;
+    owner->placement = PACI_PLACEMENT_LOOP;
     snprintf(path, sizeof path, "%s/%s/run.txt", dir, name);
     char ignored[PR_ERR_LEN];
     FILE *f = pr_open_regular(path, "run.txt", ignored); // a device there (/dev/zero) would never end
@@ -237,6 +262,8 @@ static void read_owner(const char *dir, const char *name, ckpt_owner *owner)
             owner->lr_steps = owner->lr_warmup = -1; // unreadable: as if not recorded
         else if (strncmp(line, "noise_scale ", 12) == 0)
             read_noise_line(line, owner);
+        else if (strncmp(line, "pipeline ", 9) == 0)
+            read_pipeline(line, owner);
     }
     fclose(f);
 }
@@ -768,9 +795,10 @@ int pr_ckpt_save(pr_run *run, const char *ckpt_dir, char *err)
     part state[] = {{sh, sizeof sh}, {m, (size_t)total * 4}, {v, (size_t)total * 4},
                     {params + offsets[PR_CKPT_LM_HEAD], (size_t)sizes[PR_CKPT_LM_HEAD] * 4}};
     char owner[1200 + PACI_MAX_STAGES * 160];
-    int at = snprintf(owner, 1200, "run %s\nprogram %.1000s\nstep %lld\nlr_schedule steps %lld warmup %lld\n",
-                      run->run_id, prog->source ? prog->source : "?", (long long)run->step,
-                      (long long)run->lr_steps, (long long)run->lr_warmup);
+    int at = snprintf(owner, 1200, "run %s\nprogram %.1000s\nstep %lld\nlr_schedule steps %lld warmup %lld\n"
+                      "pipeline devices %d chunks %d placement %s\n", run->run_id, prog->source ? prog->source : "?",
+                      (long long)run->step, (long long)run->lr_steps, (long long)run->lr_warmup, run->tab->devices,
+                      run->tab->chunks, pr_placement_name(run->tab->placement));
     for (int s = 0; s < run->p && pr_run_noise_estimated(run); s++) {
         const pr_noise_ema *e = &run->stage[s].noise;
         at += snprintf(owner + at, 160, "noise_scale stage %d g2 %a trace %a weight %a n %lld\n", s, e->g2,
@@ -986,6 +1014,28 @@ static void resume_noise(pr_run *run, const ckpt_owner *owner)
                 : "records the noise-scale averages of another number of stages");
 }
 
+/* Virtual stages: a resume keeps the chunks a device and their placement (the devices may
+ * change, as the stages may without chunks). Refused before anything is read; the folder
+ * stays as it is. */
+static int check_chunks(const pr_run *run, const char *dir, const char *name, char *err)
+{
+    ckpt_owner owner;
+    read_owner(dir, name, &owner);
+    const paci_table *tab = run->tab;
+    if (owner.chunks == tab->chunks && owner.placement == tab->placement)
+        return 0;
+    char route[9000];
+    fresh_route(dir, name, route, sizeof route);
+    if (owner.chunks < 0)
+        return pr_fail(err, "%s/%s/run.txt: its pipeline line (devices, chunks, placement) cannot be read; %s",
+                       dir, name, route);
+    return pr_fail(err, "%s/%s: written by a run of %d chunk%s a device in placement %s, the program runs %d in "
+                   "placement %s: a resume keeps the chunks and their placement; resume with a program of "
+                   "chunks %d and placement %s, or %s", dir, name, owner.chunks, owner.chunks == 1 ? "" : "s",
+                   pr_placement_name(owner.placement), tab->chunks, pr_placement_name(tab->placement),
+                   owner.chunks, pr_placement_name(owner.placement), route);
+}
+
 int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
 {
     char name[256], path[4096];
@@ -994,6 +1044,8 @@ int pr_ckpt_load_latest(pr_run *run, const char *ckpt_dir, char *err)
         return 1;
     if (strchr(name, '/'))
         return pr_fail(err, "%s/latest: names '%s', not a checkpoint folder", ckpt_dir, name);
+    if (check_chunks(run, ckpt_dir, name, err) != 0)
+        return -1;
     int64_t offsets[PR_CKPT_COUNT];
     int64_t total = pr_ckpt_offsets(run->prog, offsets);
     float *params = pr_alloc((size_t)total * 4), *m = pr_alloc((size_t)total * 4),

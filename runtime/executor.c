@@ -1,8 +1,10 @@
-/* executor.c: per-stage arenas and the stage threads that walk the schedule table.
+/* executor.c: per-stage arenas and the device threads that walk the schedule table.
  *
- * A stage thread executes its instruction list for one segment exactly as written: the
- * order, the slots, the peers and the weight versions all come from the table. Receives
- * check that the micro-batch that arrives is the one the table expects.
+ * A device thread executes its instruction list for one segment exactly as written: the
+ * order, the slots, the peers and the weight versions all come from the table. Each
+ * instruction names the (virtual) stage it runs on; a stage's state (weights, slots, the cut
+ * of the segment) is its own, whichever device holds it. Receives check that the
+ * micro-batch that arrives is the one the table expects.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -12,31 +14,57 @@
 
 #include "prt.h"
 
-/* Instructions a stage runs in one segment of program pg, counting body repetitions. */
+static const char *op_name(int op)
+{
+    static const char *const names[] = {
+#define PR_OP_NAME(name, text) text,
+        PACI_OPS(PR_OP_NAME)
+#undef PR_OP_NAME
+    };
+    return op >= 0 && op < PACI_OP_COUNT ? names[op] : "?";
+}
+
+const char *pr_placement_name(int placement)
+{
+    static const char *const names[] = {
+#define PR_PLACEMENT_NAME(name, text) text,
+        PACI_PLACEMENTS(PR_PLACEMENT_NAME)
+#undef PR_PLACEMENT_NAME
+    };
+    return placement >= 0 && placement < PACI_PLACEMENT_COUNT ? names[placement] : "?";
+}
+
+/* Instructions stage s runs in one segment of program pg, counting body repetitions: those of
+ * its device's list that name it. */
 static int64_t count_op(const paci_table *tab, const paci_program *pg, int s, int op)
 {
-    const paci_stage_program *sp = &pg->device[s];
+    const paci_stage_program *sp = &pg->device[tab->stage_device[s]];
     int64_t n = 0;
     for (int32_t i = 0; i < sp->n_prologue; i++)
-        n += tab->instrs[sp->prologue + i].op == op;
+        n += tab->instrs[sp->prologue + i].op == op && tab->instrs[sp->prologue + i].stage == s;
     for (int32_t i = 0; i < sp->n_body; i++)
-        n += (int64_t)pg->body_reps * (tab->instrs[sp->body + i].op == op);
+        n += (int64_t)pg->body_reps * (tab->instrs[sp->body + i].op == op && tab->instrs[sp->body + i].stage == s);
     for (int32_t i = 0; i < sp->n_epilogue; i++)
-        n += tab->instrs[sp->epilogue + i].op == op;
+        n += tab->instrs[sp->epilogue + i].op == op && tab->instrs[sp->epilogue + i].stage == s;
     return n;
 }
 
-static int check_range(const paci_table *tab, int s, int32_t first, int32_t n, char *err)
+/* Device d's instructions [first, first + n): each names a stage d holds, and uses that
+ * stage's slots, stashes and peers. */
+static int check_range(const paci_table *tab, int d, int32_t first, int32_t n, char *err)
 {
     if (first < 0 || n < 0 || (int64_t)first + n > tab->n_instrs)
-        return pr_fail(err, "schedule table: stage %d's instruction range [%d, +%d) is outside the "
-                       "table (%d instructions)", s, first, n, tab->n_instrs);
+        return pr_fail(err, "schedule table: device %d's instruction range [%d, +%d) is outside the "
+                       "table (%d instructions)", d, first, n, tab->n_instrs);
     for (int32_t i = first; i < first + n; i++) {
         const paci_instr *in = &tab->instrs[i];
+        int s = in->stage;
         if (in->op >= PACI_OP_COUNT)
             return pr_fail(err, "schedule table: instruction %d has unknown op %d", i, in->op);
-        if (in->stage != s)
-            return pr_fail(err, "schedule table: instruction %d of device %d names stage %d", i, s, in->stage);
+        if (s >= tab->stages || tab->stage_device[s] != d)
+            return pr_fail(err, "schedule table: instruction %d (%s) in device %d's list names stage %d, which "
+                           "runs on device %d", i, op_name(in->op), d, s,
+                           s < tab->stages ? tab->stage_device[s] : -1);
         if (in->op != PACI_OP_STEP && in->slot >= tab->slots[s])
             return pr_fail(err, "schedule table: instruction %d uses slot %d of stage %d's %d",
                            i, in->slot, s, tab->slots[s]);
@@ -48,10 +76,28 @@ static int check_range(const paci_table *tab, int s, int32_t first, int32_t n, c
         int first_stage = s == 0, last_stage = s == tab->stages - 1;
         if (((in->op == PACI_OP_RECV_ACT || in->op == PACI_OP_SEND_GRAD) && first_stage) ||
             ((in->op == PACI_OP_SEND_ACT || in->op == PACI_OP_RECV_GRAD) && last_stage))
-            return pr_fail(err, "schedule table: stage %d has a %s with no peer", s,
-                           in->op == PACI_OP_RECV_ACT ? "recv_act" : in->op == PACI_OP_SEND_GRAD ?
-                           "send_grad" : in->op == PACI_OP_SEND_ACT ? "send_act" : "recv_grad");
+            return pr_fail(err, "schedule table: stage %d has a %s with no peer", s, op_name(in->op));
     }
+    return 0;
+}
+
+/* Devices, chunks and placement: S = p v stages, chunk c of device d is the stage
+ * paci_placed_stage names, and stage_device says the same. */
+static int check_placement(const paci_table *tab, char *err)
+{
+    if (tab->devices < 1 || tab->chunks < 1 || (int64_t)tab->devices * tab->chunks != tab->stages ||
+        tab->placement < 0 || tab->placement >= PACI_PLACEMENT_COUNT)
+        return pr_fail(err, "schedule table: %d stages on %d devices of %d chunks each, placement %d: "
+                       "stages must be devices x chunks", tab->stages, tab->devices, tab->chunks, tab->placement);
+    for (int d = 0; d < tab->devices; d++)
+        for (int c = 0; c < tab->chunks; c++) {
+            int32_t s = paci_placed_stage(tab->placement, tab->devices, d, c);
+            if (s < 0 || s >= tab->stages || tab->stage_device[s] != d)
+                return pr_fail(err, "schedule table: chunk %d of device %d is stage %d under placement %s, "
+                               "but the table puts stage %d on device %d", c, d, s,
+                               pr_placement_name(tab->placement), s,
+                               s >= 0 && s < tab->stages ? tab->stage_device[s] : -1);
+        }
     return 0;
 }
 
@@ -63,14 +109,8 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
         return pr_fail(err, "%s: the program has no schedule table", prog->source);
     if (tab->stages != prog->stages || tab->stages < 1 || tab->stages > PACI_MAX_STAGES)
         return pr_fail(err, "schedule table: %d stages, program: %d", tab->stages, prog->stages);
-    // Chunks (several stages a device) are not run yet: each device runs its own stage.
-    if (tab->devices != tab->stages || tab->chunks != 1)
-        return pr_fail(err, "schedule table: %d stages on %d devices (%d chunks each): this runtime "
-                       "runs one stage per device", tab->stages, tab->devices, tab->chunks);
-    for (int32_t i = 0; i < tab->n_instrs; i++)
-        if (tab->instrs[i].stage >= tab->stages)
-            return pr_fail(err, "schedule table: instruction %d names stage %d of %d", i, tab->instrs[i].stage,
-                           tab->stages);
+    if (check_placement(tab, err) != 0)
+        return -1;
     if (tab->window < 1 || tab->channel_capacity < 1 || tab->segment_steps < 1 ||
         tab->total_steps < 1 || tab->n_programs < 1 || tab->n_programs > PACI_MAX_PROGRAMS)
         return pr_fail(err, "schedule table: window %d, channel capacity %d, segment %d steps, "
@@ -98,12 +138,14 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
                            (long long)paci_segment_end(tab, runs[r].first));
     for (int p = 0; p < tab->n_programs; p++) {
         const paci_program *pg = &tab->program[p];
-        for (int s = 0; s < tab->stages; s++) {
-            const paci_stage_program *sp = &pg->device[s];
-            if (check_range(tab, s, sp->prologue, sp->n_prologue, err) ||
-                check_range(tab, s, sp->body, sp->n_body, err) ||
-                check_range(tab, s, sp->epilogue, sp->n_epilogue, err))
+        for (int d = 0; d < tab->devices; d++) {
+            const paci_stage_program *sp = &pg->device[d];
+            if (check_range(tab, d, sp->prologue, sp->n_prologue, err) ||
+                check_range(tab, d, sp->body, sp->n_body, err) ||
+                check_range(tab, d, sp->epilogue, sp->n_epilogue, err))
                 return -1;
+        }
+        for (int s = 0; s < tab->stages; s++) {
             int64_t steps = count_op(tab, pg, s, PACI_OP_STEP);
             int64_t fwds = count_op(tab, pg, s, PACI_OP_FWD), bs = count_op(tab, pg, s, PACI_OP_BWD_B);
             int64_t bwds = count_op(tab, pg, s, PACI_OP_BWD) + bs, ws = count_op(tab, pg, s, PACI_OP_BWD_W);
@@ -127,24 +169,24 @@ static int check_table(const pr_program *prog, const paci_table *tab, char *err)
 static int stage_has_delays(const paci_table *tab, int s)
 {
     for (int p = 0; p < tab->n_programs; p++) {
-        const paci_stage_program *sp = &tab->program[p].device[s];
+        const paci_stage_program *sp = &tab->program[p].device[tab->stage_device[s]];
         int32_t starts[3] = {sp->prologue, sp->body, sp->epilogue}, counts[3] = {sp->n_prologue, sp->n_body, sp->n_epilogue};
         for (int part = 0; part < 3; part++)
             for (int32_t i = starts[part]; i < starts[part] + counts[part]; i++)
-                if (tab->instrs[i].op == PACI_OP_FWD && tab->instrs[i].aux > 0)
+                if (tab->instrs[i].stage == s && tab->instrs[i].op == PACI_OP_FWD && tab->instrs[i].aux > 0)
                     return 1;
     }
     return 0;
 }
 
-/* What a process keeps of stage s. Alone it runs every stage. One process per stage keeps
- * its own stage in full; rank 0 also keeps every other stage's weights and moments and one
- * activation slot (the gathers for evaluation and checkpoints land there), and other ranks
- * keep nothing of the stages they do not run. */
+/* What a process keeps of stage s. Alone it runs every stage. One process per device keeps
+ * the device's stages in full; rank 0 also keeps every other stage's weights and moments and
+ * one activation slot (the gathers for evaluation and checkpoints land there), and other
+ * ranks keep nothing of the stages they do not run. */
 enum { HOLD_NONE, HOLD_COPY, HOLD_FULL };
 static int stage_holding(const pr_run *run, int s)
 {
-    if (run->opt.world <= 1 || s == run->opt.rank % run->prog->stages)
+    if (run->opt.world <= 1 || run->tab->stage_device[s] == run->opt.rank % run->tab->devices)
         return HOLD_FULL;
     return run->opt.rank == 0 ? HOLD_COPY : HOLD_NONE;
 }
@@ -184,14 +226,15 @@ static void set_shapes(pr_run *run, const pr_program *prog, const pr_options *op
     if (opt)
         run->opt = *opt;
     run->p = prog->stages;
+    run->devices = prog->schedule->devices;
     run->B = prog->micro;
     run->T = prog->context;
     run->C = prog->width;
     run->K = prog->schedule->window;
     run->V = prog->vocab;
     run->replicas = prog->replicas > 1 ? prog->replicas : 1;
-    // One process per stage and replica: rank = replica * p + stage (docs/launch.md).
-    run->replica = run->opt.world > 1 ? run->opt.rank / run->p : 0;
+    // One process per device and replica: rank = replica * devices + device (docs/launch.md).
+    run->replica = run->opt.world > 1 ? run->opt.rank / run->devices : 0;
 }
 
 /* The program's options the device or the stages' code must allow. */
@@ -343,8 +386,10 @@ static void alloc_slot_buffers(pr_run *run, pr_stage_rt *st, int64_t slots, int 
 static int post_validation_possible(const pr_run *run)
 {
     const pr_program *prog = run->prog;
+    // with chunks a device's stages step one after another behind one barrier (grad_norm), and a
+    // rollback would rerun several stages' windows on one thread: not built, the barrier stays
     return prog->post_validation && prog->grad_clip > 0.0 && prog->global_clip && run->p > 1 &&
-           run->replicas <= 1;
+           run->replicas <= 1 && run->tab->chunks == 1;
 }
 
 /* Room on the device for what a rollback restores: the step's params, m, v and grads as it
@@ -391,8 +436,9 @@ static void init_stage(pr_run *run, int s, const stage_sizes *z)
     if (run->opt.profile_out)
         pr_op_stats_open(s, sc->n_ops);
     if (s + 1 < run->p) {
-        pr_channel_init(&run->act[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_ACT, s));
-        pr_channel_init(&run->grad[s], tab->channel_capacity, pr_link_floats(prog, PR_LINK_GRAD, s));
+        int capacity = pr_link_capacity(tab, s);
+        pr_channel_init(&run->act[s], capacity, pr_link_floats(prog, PR_LINK_ACT, s));
+        pr_channel_init(&run->grad[s], capacity, pr_link_floats(prog, PR_LINK_GRAD, s));
         run->act[s].timeout = run->grad[s].timeout = run->opt.peer_timeout;
     }
 }
@@ -409,7 +455,8 @@ static int init_shared(pr_run *run, char *err)
     for (int64_t i = 0; i < run->step_loss_len; i++)
         run->step_loss_step[i] = -1;
     // Refused (the system is out of them or of memory), the run ends with the reason.
-    int rc = pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->p);
+    // The norm's barrier counts device threads: a device computes its stages' sums together.
+    int rc = pthread_barrier_init(&run->barrier, NULL, run->opt.world > 1 ? 1u : (unsigned)run->devices);
     if (rc != 0)
         return pr_fail(err, "cannot create the stages' barrier: %s", strerror(rc));
     run->barrier_made = 1;
@@ -425,31 +472,35 @@ static int init_shared(pr_run *run, char *err)
     run->pv_made = 1;
     run->start_time = pr_now();
     run->stop_at = PR_NO_STOP;
+    for (int d = 0; d < PACI_MAX_STAGES; d++)
+        run->device_norm_t[d] = -1;
     return 0;
 }
 
 /* One process: links between stages on different GPUs go native where the device has a
  * transport (between processes pr_launch_join opens them once the ranks have met); the other
  * in-process links of a device the host cannot read go device to device, their channels
- * carrying only the micro-batch numbers. */
+ * carrying only the micro-batch numbers: in one process every such link, in one process per
+ * device those between two stages of its device. */
 static int open_local_links(pr_run *run, char *err)
 {
     const pr_device *dev = run->dev;
-    if (run->opt.world > 1)
-        return 0;
-    if (dev->links && dev->links->open_local(run, err) != 0)
+    const paci_table *tab = run->tab;
+    if (run->opt.world <= 1 && dev->links && dev->links->open_local(run, err) != 0)
         return -1;
+    int mine = run->opt.world > 1 ? run->opt.rank % run->devices : -1;
     for (int i = 0; !dev->host_memory && dev->event_create && i + 1 < run->p; i++)
         for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
-            if (run->native[kind][i])
+            if (run->native[kind][i] ||
+                (mine >= 0 && (tab->stage_device[i] != mine || tab->stage_device[i + 1] != mine)))
                 continue;
             pr_channel *c = kind == PR_LINK_ACT ? &run->act[i] : &run->grad[i];
             double timeout = c->timeout;
             pr_channel_destroy(c);
-            pr_channel_init(c, run->tab->channel_capacity, 0);
+            pr_channel_init(c, pr_link_capacity(tab, i), 0);
             c->timeout = timeout;
             pr_dev_link_open(&run->dev_link[kind][i], dev, kind == PR_LINK_ACT ? i : i + 1,
-                             kind == PR_LINK_ACT ? i + 1 : i, run->tab->channel_capacity,
+                             kind == PR_LINK_ACT ? i + 1 : i, pr_link_capacity(tab, i),
                              (size_t)pr_link_floats(run->prog, kind, i));
         }
     return 0;
@@ -468,6 +519,11 @@ int pr_run_init(pr_run *run, const pr_program *prog, const pr_options *opt, char
                                                                                         : "training";
     if (pr_device_select(prog, opt ? opt->device : NULL, work, &dev, err) != 0)
         return -1;
+    // Replicas of chunked stages as processes reduce a device's stages one after another over
+    // its TCP socket or NCCL group; the compression's state is a stage's (replicas.c).
+    if (opt && opt->world > 1 && prog->schedule->chunks > 1 && prog->replicas > 1 && prog->dgc_density > 0)
+        return pr_fail(err, "%s: %d chunks a device with parallel { data %d } and compression dgc run as threads "
+                       "of one process only, for now", prog->source, prog->schedule->chunks, prog->replicas);
     stage_sizes z = {0};
     if (check_options(prog, dev, &z, err) != 0)
         return -1;
@@ -548,16 +604,6 @@ void pr_run_free(pr_run *run)
     memset(run, 0, sizeof *run);
 }
 
-static const char *op_name(int op)
-{
-    static const char *const names[] = {
-#define PR_OP_NAME(name, text) text,
-        PACI_OPS(PR_OP_NAME)
-#undef PR_OP_NAME
-    };
-    return op >= 0 && op < PACI_OP_COUNT ? names[op] : "?";
-}
-
 static void expect_mb(const pr_stage_rt *st, int op, int64_t expected, int64_t got, const char *what)
 {
     if (expected != got)
@@ -595,33 +641,41 @@ static void noise_from_words(const double *w, pr_noise_ema *e)
     *e = (pr_noise_ema){.g2 = w[0], .trace = w[1], .weight = w[2], .n = (int64_t)w[3]};
 }
 
-/* One process per stage: every rank publishes its stage's per-tensor sums of step t + 1 and
- * takes the others', so the fold below sees every stage as the threaded run does. The
- * allgather sends the same length from every rank, the most tensors any stage has: a stage
- * with fewer sends its sums zero-padded from a row of that length, never past its own buffer.
- * Post-validated (on_trust), each row then says whether its stage skipped the step itself,
- * and the exchange runs on a thread of its own while the stage goes on: the one wait a
- * process's blame names is the stage thread's, so this one is not marked. The noise scale's
- * averages after step t - 1 ride at the row's end (4 doubles), which the metrics line of step
- * t sums over the stages (pr_run_noise_scale); the stage changes them only once this exchange
- * is joined (settle_step) or, with the barrier, after it returns. */
+/* One process per device: every rank publishes the per-tensor sums of step t + 1 of each stage
+ * it holds (chunk by chunk) and takes the others', so the fold below sees every stage as the
+ * threaded run does. The allgather sends the same length from every rank, chunks rows of the
+ * most tensors any stage has: a stage with fewer sends its sums zero-padded from a row of that
+ * length, never past its own buffer. Post-validated (on_trust; one stage a device), each row
+ * then says whether its stage skipped the step itself, and the exchange runs on a thread of
+ * its own while the stage goes on: the one wait a process's blame names is the stage thread's,
+ * so this one is not marked. The noise scale's averages after step t - 1 ride at each row's
+ * end (4 doubles), which the metrics line of step t sums over the stages
+ * (pr_run_noise_scale); a stage changes them only once this exchange is joined (settle_step)
+ * or, with the barrier, after it returns. */
 static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
 {
-    int most = 0, parity = (int)(t & 1), world = run->opt.world;
+    const paci_table *tab = run->tab;
+    int most = 0, parity = (int)(t & 1), world = run->opt.world, v = tab->chunks;
+    int d = tab->stage_device[st->index];
     for (int s = 0; s < run->p; s++)
         most = run->stage[s].code->n_tensors > most ? run->stage[s].code->n_tensors : most;
-    int noise = pr_run_noise_estimated(run), row = most + on_trust + (noise ? NOISE_WORDS : 0);
-    double *all = pr_alloc((size_t)(world + 1) * (size_t)row * sizeof(double));
-    double *mine = all + (size_t)world * (size_t)row; // zeroed by pr_alloc past our count
-    memcpy(mine, st->tensor_sumsq[parity], (size_t)st->code->n_tensors * sizeof(double));
-    if (on_trust)
-        mine[most] = st->pv.skipped[parity];
-    if (noise)
-        noise_to_words(&st->noise, mine + most + on_trust);
+    int noise = pr_run_noise_estimated(run);
+    size_t row = (size_t)(most + on_trust + (noise ? NOISE_WORDS : 0)), per_rank = (size_t)v * row;
+    double *all = pr_alloc((size_t)(world + 1) * per_rank * sizeof(double));
+    double *mine = all + (size_t)world * per_rank; // zeroed by pr_alloc past each stage's count
+    for (int c = 0; c < v; c++) {
+        const pr_stage_rt *own = &run->stage[paci_placed_stage(tab->placement, tab->devices, d, c)];
+        double *at = mine + (size_t)c * row;
+        memcpy(at, own->tensor_sumsq[parity], (size_t)own->code->n_tensors * sizeof(double));
+        if (on_trust)
+            at[most] = own->pv.skipped[parity];
+        if (noise)
+            noise_to_words(&own->noise, at + most + on_trust);
+    }
     char err[PR_ERR_LEN];
     if (!on_trust)
         pr_wait_collective(PR_WAIT_NORM, t + 1);
-    if (pr_bootstrap_allgather(run->opt.boot, mine, (size_t)row * sizeof(double), all, err) != 0) {
+    if (pr_bootstrap_allgather(run->opt.boot, mine, per_rank * sizeof(double), all, err) != 0) {
         pr_claim_exit();
         fflush(stdout);
         char of[32], blame[PR_ERR_LEN];
@@ -632,24 +686,22 @@ static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
     }
     if (!on_trust)
         pr_wait_end();
-    // Every rank sends; this replica's own stages are ranks replica * p .. replica * p + p - 1
+    // Every rank sends; this replica's devices are ranks replica * devices .. + devices - 1
     // (the replicas' sums are equal: their gradients were reduced first).
-    const double *ours = all + (size_t)run->replica * (size_t)run->p * (size_t)row;
-    for (int s = 0; s < run->p; s++) {
-        memcpy(run->stage[s].tensor_sumsq[parity], ours + (size_t)s * (size_t)row,
-               (size_t)run->stage[s].code->n_tensors * sizeof(double));
-        if (on_trust)
-            run->stage[s].pv.skipped[parity] = ours[(size_t)s * (size_t)row + (size_t)most] != 0.0;
-    }
     pthread_mutex_lock(&run->stats_mu);
-    for (int s = 0; s < run->p && noise && run->replica == 0; s++) {
-        pr_stage_rt *other = &run->stage[s];
-        if (other == st)
-            continue;
-        noise_from_words(ours + (size_t)s * (size_t)row + most + on_trust, &other->noise);
-        other->noise_at[t & 1] = other->noise; // after step t - 1, as st's own
-        other->noise_at_step[t & 1] = t;
-    }
+    for (int other = 0; other < tab->devices; other++)
+        for (int c = 0; c < v; c++) {
+            pr_stage_rt *to = &run->stage[paci_placed_stage(tab->placement, tab->devices, other, c)];
+            const double *from = all + (size_t)(run->replica * tab->devices + other) * per_rank + (size_t)c * row;
+            memcpy(to->tensor_sumsq[parity], from, (size_t)to->code->n_tensors * sizeof(double));
+            if (on_trust)
+                to->pv.skipped[parity] = from[most] != 0.0;
+            if (!noise || run->replica != 0 || other == d)
+                continue; // a device's own stages keep their averages
+            noise_from_words(from + most + on_trust, &to->noise);
+            to->noise_at[t & 1] = to->noise; // after step t - 1, as the sender's own
+            to->noise_at_step[t & 1] = t;
+        }
     pthread_mutex_unlock(&run->stats_mu);
     free(all);
 }
@@ -660,30 +712,12 @@ static double run_lr(const pr_run *run, int64_t t)
     return pr_lr_over(run->prog, run->lr_steps, run->lr_warmup, t);
 }
 
-/* The gradient norm clipping uses, which the last stage reports to the metrics (docs/dsl.md,
- * clip). Synchronous schedules clip by the norm over every stage, folding the per-tensor sums
- * in stage order then tensor order, so the norm has the same bits for any p; the barrier sits
- * at the flush the schedule has anyway. Asynchronous schedules (PACI, PipeDream), and runs
- * without clipping, have no common step: the norm is the stage's own gradients'. */
-static double grad_norm(pr_run *run, pr_stage_rt *st)
+/* Whether steps clip by the norm over every stage (docs/dsl.md, clip): synchronous schedules
+ * with a global clip and more than one stage. Asynchronous schedules (PACI, PipeDream), and
+ * runs without clipping, have no common step: the norm is the stage's own gradients'. */
+static int global_norm(const pr_run *run)
 {
-    const pr_program *prog = run->prog;
-    const pr_stage_code *sc = st->code;
-    const double *sums = st->tensor_sumsq[st->t & 1];
-    if (prog->grad_clip <= 0.0 || !prog->global_clip || run->async_segment || run->p == 1)
-        return pr_fold_norm(sums, sc->n_tensors);
-    pthread_barrier_wait(&run->barrier);
-    if (run->opt.world > 1)
-        exchange_sums(run, st, st->t, 0);
-    // Every stage folds the same numbers in the same order; the parity buffers keep the
-    // next step's sums from overwriting ones a slower stage is still reading.
-    double total = 0.0;
-    for (int s = 0; s < run->p; s++) {
-        const double *other = run->stage[s].tensor_sumsq[st->t & 1];
-        for (int i = 0; i < run->stage[s].code->n_tensors; i++)
-            total += other[i];
-    }
-    return sqrt(total);
+    return run->prog->grad_clip > 0.0 && run->prog->global_clip && !run->async_segment && run->p > 1;
 }
 
 /* PipeDream: the live weights (and their bf16 copy) go to stash slot aux-1 before a step
@@ -739,7 +773,7 @@ static int non_finite_step(pr_run *run, pr_stage_rt *st, int64_t t, double loss,
             snprintf(what, sizeof what, "the gradient of %s is not finite (sum of squares %g)",
                      sc->tensors[i].name, sums[i]);
     // Clipping by the global norm makes the decision global: every stage sees the sums.
-    int global = others && run->prog->global_clip && !run->async_segment && run->prog->grad_clip > 0.0 && run->p > 1;
+    int global = others && global_norm(run);
     for (int s = 0; global && s < run->p && !what[0]; s++)
         for (int i = 0; i < run->stage[s].code->n_tensors && !what[0]; i++)
             if (!isfinite(run->stage[s].tensor_sumsq[t & 1][i]))
@@ -1144,6 +1178,68 @@ static void note_done(pr_stage_rt *st, const paci_instr *in, int64_t mb)
     pv->done_mb[pv->n_done++] = mb;
 }
 
+/* The step's gradients as the norm and the update read them: the window's pairwise sum, the
+ * replicas' sum (and the last stage's loss over them), and their per-tensor sums of squares. */
+static void gather_gradients(pr_run *run, pr_stage_rt *st)
+{
+    const pr_stage_code *sc = st->code;
+    if (st->acc_level)
+        pairwise_finish(st);
+    // Replicas: the step's gradient is the sum of every replica's (each scaled by 1/(D*K)).
+    double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
+    if (run->replica_ops) {
+        int stop = st->index == 0 && pr_stop_signal() != 0;
+        run->replica_ops->reduce(run, st, &loss, &stop);
+        if (st->index == 0 && stop)
+            run->stop_seen = 1;
+    }
+    st->window_backwards = 0;
+    st->step_loss_sum = loss;
+    run->dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, st->tensor_sumsq[st->t & 1]);
+    take_held_first_norm(run, st);
+}
+
+/* The gradient norm clipping uses, which the last stage reports to the metrics. Global: every
+ * stage's per-tensor sums folded in stage order then tensor order, so the norm has the same
+ * bits for any p and any placement. A device computes it at its first step of a window: it
+ * gathers the gradients of every stage it holds (their window's backwards are done: the flush
+ * comes before the steps), all devices meet at the barrier (the flush the schedule has
+ * anyway), and its later steps of the window reuse the norm. */
+static double grad_norm(pr_run *run, pr_stage_rt *st)
+{
+    if (!global_norm(run)) {
+        gather_gradients(run, st);
+        return pr_fold_norm(st->tensor_sumsq[st->t & 1], st->code->n_tensors);
+    }
+    const paci_table *tab = run->tab;
+    int d = tab->stage_device[st->index];
+    if (run->device_norm_t[d] == st->t)
+        return run->device_norm[d];
+    for (int c = 0; c < tab->chunks; c++) {
+        pr_stage_rt *own = &run->stage[paci_placed_stage(tab->placement, tab->devices, d, c)];
+        if (own->t != st->t || own->pending_w != 0)
+            pr_internal("device %d: step %lld of stage %d comes before stage %d is ready for its own (%lld "
+                        "steps taken, %lld W's to run): a global clip needs every stage's gradients",
+                        d, (long long)st->t + 1, st->index, own->index, (long long)own->t,
+                        (long long)own->pending_w);
+        gather_gradients(run, own);
+    }
+    pthread_barrier_wait(&run->barrier);
+    if (run->opt.world > 1)
+        exchange_sums(run, st, st->t, 0);
+    // Every device folds the same numbers in the same order; the parity buffers keep the
+    // next step's sums from overwriting ones a slower device is still reading.
+    double total = 0.0;
+    for (int s = 0; s < run->p; s++) {
+        const double *other = run->stage[s].tensor_sumsq[st->t & 1];
+        for (int i = 0; i < run->stage[s].code->n_tensors; i++)
+            total += other[i];
+    }
+    run->device_norm[d] = sqrt(total);
+    run->device_norm_t[d] = st->t;
+    return run->device_norm[d];
+}
+
 static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
 {
     const pr_stage_code *sc = st->code;
@@ -1156,26 +1252,14 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     // dc-asgd: W - dc_prev is this step's update for the backwards after it (a skipped step's: 0)
     if (st->dc_prev)
         dev->copy(st->index, st->dc_prev, st->params, (size_t)sc->n_params * sizeof(float));
-    if (st->acc_level)
-        pairwise_finish(st);
-    // Replicas: the step's gradient is the sum of every replica's (each scaled by 1/(D*K)).
-    double loss = sc->has_head ? step_loss_of(run, st->t) : 0.0;
-    if (run->replica_ops) {
-        int stop = st->index == 0 && pr_stop_signal() != 0;
-        run->replica_ops->reduce(run, st, &loss, &stop);
-        if (st->index == 0 && stop)
-            run->stop_seen = 1;
-    }
-    st->window_backwards = 0;
-    double mean_loss = loss / (double)(run->K * run->replicas);
-    double *sums = st->tensor_sumsq[st->t & 1];
-    dev->sumsq(st->index, st->grads, sc->tensors, sc->n_tensors, sums);
-    take_held_first_norm(run, st);
     if (post_validating(run) && !st->pv.wait_next) {
-        step_on_trust(run, st, loss);
+        gather_gradients(run, st);
+        step_on_trust(run, st, st->step_loss_sum);
         return;
     }
     double norm = grad_norm(run, st);
+    double loss = st->step_loss_sum, *sums = st->tensor_sumsq[st->t & 1];
+    double mean_loss = loss / (double)(run->K * run->replicas);
     float scale = prog->grad_clip > 0.0 ? pr_clip_scale(norm, prog->grad_clip) : 1.0f;
     if (post_validating(run)) { // the step after one that clipped waited: does the next?
         int some_trusted;
@@ -1306,6 +1390,25 @@ static pr_dev_link *dev_link_of(pr_run *run, const pr_channel *link)
     return l->ring ? l : NULL;
 }
 
+/* A hand-over between two stages of one device: the device's one thread sends and later
+ * receives, so a send into a full link or a receive from an empty one would wait forever.
+ * The table's order is wrong (the link holds what the sender's slots hold, pr_link_capacity):
+ * said at once rather than as a hang or a peer timeout. */
+static void check_hand_over(const pr_run *run, const pr_stage_rt *st, pr_channel *link, int peer,
+                            int64_t mb, int sending)
+{
+    int d = run->tab->stage_device[st->index];
+    if (d != run->tab->stage_device[peer] || link->fd >= 0)
+        return;
+    int held = pr_channel_held(link);
+    if (sending ? held < link->capacity : held > 0)
+        return;
+    pr_internal("device %d: stage %d %s micro-batch %lld %s stage %d on the same device, and the link %s: "
+                "the device's list waits for itself", d, st->index, sending ? "sends" : "waits for",
+                (long long)mb, sending ? "to" : "from", peer,
+                sending ? "is full" : "is empty");
+}
+
 /* Receives micro-batch mb from stage `peer` into device memory at dst: over the native
  * transport where it carries the link, device to device over a device link, directly on a
  * host-memory device, else through the stage's host staging buffer. Returns the
@@ -1322,6 +1425,7 @@ static int64_t link_recv_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int 
             link_failed(run, st, peer, mb, rc, 0, why);
         return got;
     }
+    check_hand_over(run, st, link, peer, mb, 0);
     pr_dev_link *dl = dev_link_of(run, link);
     if (dl) {
         int rc = pr_dev_link_recv(dl, run->dev, link, dst, &got);
@@ -1343,7 +1447,7 @@ static int64_t link_recv(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
                          float *dst)
 {
     int grad = link >= run->grad && link < run->grad + PACI_MAX_STAGES;
-    int rank = run->replica * run->p + peer;
+    int rank = run->replica * run->devices + run->tab->stage_device[peer];
     pr_wait_begin(grad ? PR_WAIT_RECV_GRAD : PR_WAIT_RECV_ACT, mb, &rank, 1);
     int64_t got = link_recv_by(run, st, link, peer, mb, dst);
     pr_wait_end();
@@ -1363,6 +1467,7 @@ static void link_send_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
             link_failed(run, st, peer, mb, rc, 1, why);
         return;
     }
+    check_hand_over(run, st, link, peer, mb, 1);
     pr_dev_link *dl = dev_link_of(run, link);
     if (dl) {
         int rc = pr_dev_link_send(dl, run->dev, link, mb, src);
@@ -1382,7 +1487,7 @@ static void link_send_by(pr_run *run, pr_stage_rt *st, pr_channel *link, int pee
 static void link_send(pr_run *run, pr_stage_rt *st, pr_channel *link, int peer, int64_t mb,
                       const float *src)
 {
-    int rank = run->replica * run->p + peer;
+    int rank = run->replica * run->devices + run->tab->stage_device[peer];
     pr_wait_begin(PR_WAIT_SEND, mb, &rank, 1);
     link_send_by(run, st, link, peer, mb, src);
     pr_wait_end();
@@ -1623,6 +1728,8 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
     st->grad_in_mb = -1;
     if (in->op == PACI_OP_BWD)
         st->slot_mb[in->slot] = -1;
+    else
+        st->pending_w++;
 }
 
 /* A zero-bubble W: the weights' gradients from what mb's B kept in the slot, which it frees. */
@@ -1637,6 +1744,7 @@ static void exec_weight_gradient(pr_run *run, pr_stage_rt *st, const paci_instr 
     run->dev->backward_part(run->prog, st->index, PR_BACKWARD_W, &args);
     note_first_gradients(run, st, st->grads, st->window_backwards == 1, 0);
     st->slot_mb[in->slot] = -1;
+    st->pending_w--;
 }
 
 static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
@@ -1692,15 +1800,17 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     record(run, st, in->op, mb, start, pr_now(), cpu);
 }
 
-/* Runs instructions [first, first + n); rep >= 0 marks body repetition rep, whose
- * micro-batches, slots and stash slots shift as paci_body_instr says. */
-static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n, int64_t first_mb,
-                         int32_t rep, int64_t segment_end)
+/* Runs device instructions [first, first + n), each on the stage it names; rep >= 0 marks
+ * body repetition rep, whose micro-batches, slots and stash slots shift as paci_body_instr
+ * says. */
+static void execute_list(pr_run *run, int32_t first, int32_t n, int64_t first_mb, int32_t rep,
+                         int64_t segment_end)
 {
     for (int32_t i = first; i < first + n; i++) {
         paci_instr in = run->tab->instrs[i];
         if (rep >= 0)
             in = paci_body_instr(run->tab, in, rep);
+        pr_stage_rt *st = &run->stage[in.stage];
         int64_t mb = in.op == PACI_OP_STEP ? -1 : first_mb + in.mb;
         if (!keep(run, st, &in, mb, segment_end))
             continue;
@@ -1710,77 +1820,91 @@ static void execute_list(pr_run *run, pr_stage_rt *st, int32_t first, int32_t n,
     }
 }
 
-/* The optimizer steps in one repetition of a stage's body. */
-static int64_t body_steps(const paci_table *tab, const paci_stage_program *sp)
+/* The optimizer steps stage s takes in one repetition of its device's body. */
+static int64_t body_steps(const paci_table *tab, const paci_stage_program *sp, int s)
 {
     int64_t steps = 0;
     for (int32_t i = sp->body; i < sp->body + sp->n_body; i++)
-        steps += tab->instrs[i].op == PACI_OP_STEP;
+        steps += tab->instrs[i].op == PACI_OP_STEP && tab->instrs[i].stage == s;
     return steps;
 }
 
 /* Whether keep() would drop every instruction of body repetitions rep.. with no effect but
- * counting their steps: the cut is known, this stage has met its last kept step, and rep's
- * micro-batches (they grow with rep) all lie past the first cut one, whose activation
- * carries the stop mark. A run cut far before a long segment's end then skips the rest in
- * one go instead of walking it repetition by repetition. */
-static int rest_of_body_cut(const pr_run *run, const pr_stage_rt *st, const paci_stage_program *sp,
-                            int64_t first_mb, int32_t rep)
+ * counting their steps: for each instruction, its stage knows the cut and has met its last
+ * kept step, and rep's micro-batches (they grow with rep) all lie past the first cut one,
+ * whose activation carries the stop mark. A run cut far before a long segment's end then
+ * skips the rest in one go instead of walking it repetition by repetition. */
+static int rest_of_body_cut(const pr_run *run, const paci_stage_program *sp, int64_t first_mb, int32_t rep)
 {
-    if (st->cut_stop == PR_NO_STOP || st->steps_met < st->cut_stop || st->steps_met < st->cut_from)
-        return 0;
     for (int32_t i = sp->body; i < sp->body + sp->n_body; i++) {
         paci_instr in = paci_body_instr(run->tab, run->tab->instrs[i], rep);
+        const pr_stage_rt *st = &run->stage[in.stage];
+        if (st->cut_stop == PR_NO_STOP || st->steps_met < st->cut_stop || st->steps_met < st->cut_from)
+            return 0;
         if (in.op != PACI_OP_STEP && first_mb + in.mb <= st->cut_stop * run->K)
             return 0;
     }
     return 1;
 }
 
-typedef struct stage_job {
+typedef struct device_job {
     pr_run *run;
-    int stage;
+    int device;
     int32_t seg;
-} stage_job;
+} device_job;
 
-/* A stage thread: prologue, body x reps, epilogue. */
-static void *stage_thread(void *arg)
+/* A device thread: its list's prologue, body x reps, epilogue, over the stages it holds. */
+static void *device_thread(void *arg)
 {
-    stage_job *job = arg;
+    device_job *job = arg;
     pr_run *run = job->run;
-    pr_stage_rt *st = &run->stage[job->stage];
-    const paci_program *pg = paci_segment_program(run->tab, job->seg);
-    const paci_stage_program *sp = &pg->device[job->stage];
-    int64_t first_step = paci_segment_first_step(run->tab, job->seg);
+    const paci_table *tab = run->tab;
+    int d = job->device;
+    const paci_program *pg = paci_segment_program(tab, job->seg);
+    const paci_stage_program *sp = &pg->device[d];
+    int64_t first_step = paci_segment_first_step(tab, job->seg);
     int64_t first_mb = first_step * run->K, end = first_step + pg->steps;
-    st->cut_from = run->step;
-    st->cut_stop = PR_NO_STOP;
-    st->steps_met = first_step;
-    st->window_backwards = 0;
-    execute_list(run, st, sp->prologue, sp->n_prologue, first_mb, -1, end);
+    for (int c = 0; c < tab->chunks; c++) {
+        pr_stage_rt *st = &run->stage[paci_placed_stage(tab->placement, tab->devices, d, c)];
+        st->cut_from = run->step;
+        st->cut_stop = PR_NO_STOP;
+        st->steps_met = first_step;
+        st->window_backwards = 0;
+        st->pending_w = 0;
+    }
+    run->device_norm_t[d] = -1;
+    execute_list(run, sp->prologue, sp->n_prologue, first_mb, -1, end);
     for (int32_t r = 0; r < pg->body_reps; r++) {
-        if (rest_of_body_cut(run, st, sp, first_mb, r)) {
-            st->steps_met += (int64_t)(pg->body_reps - r) * body_steps(run->tab, sp);
+        if (rest_of_body_cut(run, sp, first_mb, r)) {
+            for (int c = 0; c < tab->chunks; c++) {
+                pr_stage_rt *st = &run->stage[paci_placed_stage(tab->placement, tab->devices, d, c)];
+                st->steps_met += (int64_t)(pg->body_reps - r) * body_steps(tab, sp, st->index);
+            }
             break;
         }
-        execute_list(run, st, sp->body, sp->n_body, first_mb, r, end);
+        execute_list(run, sp->body, sp->n_body, first_mb, r, end);
     }
-    execute_list(run, st, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
-    if (st->pv.pending) // the segment's last step, checked before the drain
-        settle_step(run, st);
-    // The segment ends when the device has done the stage's work (its time is the GPU's).
-    if (run->dev->finish)
-        run->dev->finish(st->index);
+    execute_list(run, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
+    for (int c = 0; c < tab->chunks; c++) { // the segment's last steps, checked before the drain
+        pr_stage_rt *own = &run->stage[paci_placed_stage(tab->placement, tab->devices, d, c)];
+        if (own->pv.pending)
+            settle_step(run, own);
+    }
+    // The segment ends when the device has done its stages' work (their time is the GPU's).
+    for (int c = 0; c < tab->chunks && run->dev->finish; c++)
+        run->dev->finish(paci_placed_stage(tab->placement, tab->devices, d, c));
     return NULL;
 }
 
 /* Per-op timing covers the schedule's instructions only, not evaluation or sampling, which run
- * the same stage code from the main thread between segments: the main thread sets each stage
- * code's timer before the stage threads start and clears it once they are joined (replicas as
- * threads share the code, so no stage thread may write it). */
+ * the same stage code from the main thread between segments: the main thread sets the timer
+ * of each stage code of the devices it runs before their threads start and clears it once
+ * they are joined (replicas as threads share the code, so no device thread may write it). */
 static void set_op_timers(const pr_run *run, int first, int last, int on)
 {
-    for (int s = first; s <= last; s++) {
+    for (int s = 0; s < run->p; s++) {
+        if (run->tab->stage_device[s] < first || run->tab->stage_device[s] > last)
+            continue;
         const pr_op_timer **timer = run->prog->stage[s].op_timer;
         if (run->opt.profile_out && timer)
             *timer = on ? run->dev->op_timer : NULL;
@@ -1790,49 +1914,51 @@ static void set_op_timers(const pr_run *run, int first, int last, int on)
 void pr_run_segment(pr_run *run, int32_t seg)
 {
     double start = pr_now();
-    // One process per stage runs only its own; alone, the process runs them all, of every
+    const paci_table *tab = run->tab;
+    // One process per device runs only its own; alone, the process runs them all, of every
     // replica it holds.
-    int first = run->opt.world > 1 ? run->opt.rank % run->p : 0;
-    int last = run->opt.world > 1 ? first : run->p - 1;
+    int first = run->opt.world > 1 ? run->opt.rank % run->devices : 0;
+    int last = run->opt.world > 1 ? first : run->devices - 1;
     int held = run->replica_runs ? run->replicas : 1;
     int n = (last - first + 1) * held;
     pthread_t *threads = pr_alloc((size_t)n * sizeof *threads);
-    stage_job *jobs = pr_alloc((size_t)n * sizeof *jobs);
+    device_job *jobs = pr_alloc((size_t)n * sizeof *jobs);
     for (int r = 1; r < held; r++) { // the others follow replica 0's stop and data
         run->replica_runs[r]->stop_at = run->stop_at;
         run->replica_runs[r]->train = run->train;
     }
     for (int r = 0; r < held; r++) // a warm start's table clips globally in its synchronous part only
         (held > 1 ? run->replica_runs[r] : run)->async_segment =
-            !paci_schedule_sync(paci_segment_schedule(run->tab, seg));
+            !paci_schedule_sync(paci_segment_schedule(tab, seg));
     set_op_timers(run, first, last, 1);
     for (int i = 0; i < n; i++) {
         pr_run *rr = held > 1 ? run->replica_runs[i / (last - first + 1)] : run;
-        jobs[i] = (stage_job){rr, first + i % (last - first + 1), seg};
-        if (pthread_create(&threads[i], NULL, stage_thread, &jobs[i]) != 0)
-            pr_internal("cannot start the thread of stage %d", jobs[i].stage);
+        jobs[i] = (device_job){rr, first + i % (last - first + 1), seg};
+        if (pthread_create(&threads[i], NULL, device_thread, &jobs[i]) != 0)
+            pr_internal("cannot start the thread of %s %d", tab->chunks > 1 ? "device" : "stage", jobs[i].device);
     }
     for (int i = 0; i < n; i++) {
         int rc = pthread_join(threads[i], NULL);
         if (rc != 0) { // the stages' state is unknown: no checkpoint can be trusted, stop here
             fflush(stdout);
-            fprintf(stderr, "run: error: cannot join the thread of stage %d: %s\n", jobs[i].stage,
-                    strerror(rc));
+            fprintf(stderr, "run: error: cannot join the thread of %s %d: %s\n", tab->chunks > 1 ? "device" : "stage",
+                    jobs[i].device, strerror(rc));
             exit(1);
         }
     }
     set_op_timers(run, first, last, 0);
     free(threads);
     free(jobs);
-    int64_t end = paci_segment_end(run->tab, seg);
+    int64_t end = paci_segment_end(tab, seg);
+    int lowest = run->opt.world > 1 ? paci_placed_stage(tab->placement, tab->devices, first, 0) : 0;
     for (int r = 0; r < held; r++) {
         pr_run *rr = held > 1 ? run->replica_runs[r] : run;
-        int64_t expected = rr->stage[first].cut_stop < end ? rr->stage[first].cut_stop : end;
+        int64_t expected = rr->stage[lowest].cut_stop < end ? rr->stage[lowest].cut_stop : end;
         rr->steps_this_process += expected - rr->step;
         rr->step = expected;
         rr->train_time += pr_now() - start;
-        for (int s = first; s <= last; s++)
-            if (rr->stage[s].t != rr->step)
+        for (int s = 0; s < run->p; s++)
+            if (tab->stage_device[s] >= first && tab->stage_device[s] <= last && rr->stage[s].t != rr->step)
                 pr_internal("after segment %d stage %d of replica %d has taken %lld steps, expected %lld",
                             seg, s, r, (long long)rr->stage[s].t, (long long)rr->step);
     }

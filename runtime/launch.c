@@ -193,49 +193,72 @@ int pr_launch_parse(const char *const *env, int stages, int replicas, int port_f
     return 0;
 }
 
-/* ---- joining a run of one process per stage (CPU device) ------------------------------- */
+/* ---- joining a run of one process per device (CPU device) ------------------------------ */
 
 #define LINK_MAGIC 0x5041434Cu /* "PACL" */
 
 /* A neighbour link's hello: magic, the connecting rank, which link (0 act, 1 grad, 2 the
- * stage's reduction group), and the run's id, so a connection from another run or program
- * is refused. */
+ * device's reduction group), the pair of stages (boundary, boundary + 1) it joins, and the
+ * run's id, so a connection from another run or program is refused. */
 typedef struct link_hello {
-    uint32_t magic, rank, link;
+    uint32_t magic, rank, link, boundary;
     unsigned char id[16];
 } link_hello;
 
-/* Whether a hello is one rank r expects: stage s+1's two links from rank r+1 (same
- * replica), or, on replica 0 of stage s, the reduction link of another replica's stage s. */
-static int expected_hello(const pr_run *run, int r, const link_hello *h, const int *linked,
+/* Whether the pair (boundary, boundary + 1) crosses from this rank's device to another: the
+ * higher stage's process connects, the lower one's accepts. Stages of one device hand over in
+ * the process (a channel without a socket). */
+static int crosses(const pr_run *run, int device, int boundary)
+{
+    const paci_table *tab = run->tab;
+    return boundary >= 0 && boundary + 1 < tab->stages && tab->stage_device[boundary] == device &&
+           tab->stage_device[boundary + 1] != device;
+}
+
+/* The rank of the process that runs stage s in this rank's replica. */
+static int rank_of_stage(const pr_run *run, int s)
+{
+    return run->replica * run->devices + run->tab->stage_device[s];
+}
+
+/* Whether a hello is one rank r expects: one of the two links of a pair whose lower stage r
+ * runs, from the rank of the higher stage (same replica), or, on replica 0 of device d, the
+ * reduction link of another replica's device d. */
+static int expected_hello(const pr_run *run, int r, const link_hello *h, uint8_t linked[][2],
                           const unsigned char *id)
 {
-    int p = run->p, s = r % p;
+    int devices = run->devices, d = r % devices;
     if (h->magic != LINK_MAGIC || memcmp(h->id, id, sizeof h->id) != 0 || h->rank >= PR_MAX_RANKS)
         return 0;
     if (h->link <= 1)
-        return s + 1 < p && h->rank == (uint32_t)r + 1 && !linked[h->link];
+        return h->boundary < PACI_MAX_STAGES && crosses(run, d, (int)h->boundary) &&
+               h->rank == (uint32_t)rank_of_stage(run, (int)h->boundary + 1) && !linked[h->boundary][h->link];
     int from = (int)h->rank;
-    return h->link == 2 && r < p && from % p == s && from / p >= 1 && from / p < run->replicas &&
-           run->reduce_fd[from / p] < 0;
+    return h->link == 2 && r < devices && from % devices == d && from / devices >= 1 &&
+           from / devices < run->replicas && run->reduce_fd[from / devices] < 0;
 }
 
-/* Rank r accepts rank r+1's two links (its act sender and grad receiver) and, on replica 0,
- * its stage's D - 1 reduction links. */
+/* Rank r accepts the two links (act sender and grad receiver) of each pair whose lower stage it
+ * runs and whose higher stage another device does and, on replica 0, its device's D - 1
+ * reduction links. */
 static int accept_links(pr_run *run, const pr_bootstrap *b, int listener, double deadline,
                         char *err)
 {
-    int r = b->rank, p = run->p, s = r % p, linked[2] = {s + 1 >= p, s + 1 >= p};
-    int group = r < p && run->replicas > 1 ? run->replicas - 1 : 0;
-    while (!linked[0] || !linked[1] || group > 0) {
+    int r = b->rank, d = r % run->devices, missing = 0;
+    uint8_t linked[PACI_MAX_STAGES][2] = {{0}};
+    for (int i = 0; i + 1 < run->p; i++)
+        missing += 2 * crosses(run, d, i);
+    int group = r < run->devices && run->replicas > 1 ? run->replicas - 1 : 0;
+    while (missing > 0 || group > 0) {
         struct pollfd pfd = {listener, POLLIN, 0};
         int left = (int)((deadline - pr_now()) * 1000.0);
         if (left <= 0 || poll(&pfd, 1, left) <= 0) {
-            if (!linked[0] || !linked[1])
-                return pr_fail(err, "rank %d: stage %d did not connect within the connect timeout",
-                               r, s + 1);
-            return pr_fail(err, "rank %d: %d replica(s) of stage %d did not connect within the "
-                           "connect timeout", r, group, s);
+            for (int i = 0; i + 1 < run->p; i++)
+                if (crosses(run, d, i) && (!linked[i][0] || !linked[i][1]))
+                    return pr_fail(err, "rank %d: stage %d (rank %d) did not connect within the connect timeout",
+                                   r, i + 1, rank_of_stage(run, i + 1));
+            return pr_fail(err, "rank %d: %d replica(s) of device %d did not connect within the "
+                           "connect timeout", r, group, d);
         }
         int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
         link_hello h;
@@ -244,41 +267,42 @@ static int accept_links(pr_run *run, const pr_bootstrap *b, int listener, double
         if (pr_sock_read(fd, &h, sizeof h, pr_now() + 5.0) != 0 ||
             !expected_hello(run, r, &h, linked, b->id)) {
             fprintf(stderr, "run: notice: rank %d: refused a connection that is not a link of "
-                    "this run to stage %d\n", r, s);
+                    "this run to device %d\n", r, d);
             close(fd);
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (h.link == 2) {
-            run->reduce_fd[h.rank / (uint32_t)p] = fd;
+            run->reduce_fd[h.rank / (uint32_t)run->devices] = fd;
             group--;
             continue;
         }
-        pr_channel_attach_socket(h.link == 0 ? &run->act[s] : &run->grad[s], fd);
-        linked[h.link] = 1;
+        pr_channel_attach_socket(h.link == 0 ? &run->act[h.boundary] : &run->grad[h.boundary], fd);
+        linked[h.boundary][h.link] = 1;
+        missing--;
     }
     return 0;
 }
 
-/* Replica r > 0 of stage s connects its reduction link to replica 0's rank s. */
+/* Replica r > 0 of device d connects its reduction link to replica 0's rank d. */
 static int connect_group(pr_run *run, const pr_bootstrap *b, double deadline, char *err)
 {
-    int r = b->rank, s = r % run->p;
+    int r = b->rank, d = r % run->devices;
     char why[PR_ERR_LEN] = "no attempt finished";
     int fd = -1;
     while (fd < 0 && pr_now() < deadline) {
-        fd = pr_sock_connect(b->addr[s], b->port[s], deadline, why);
+        fd = pr_sock_connect(b->addr[d], b->port[d], deadline, why);
         if (fd < 0)
             usleep(100000);
     }
-    link_hello h = {LINK_MAGIC, (uint32_t)r, 2, {0}};
+    link_hello h = {LINK_MAGIC, (uint32_t)r, 2, 0, {0}};
     memcpy(h.id, b->id, sizeof h.id);
     if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
         if (fd >= 0)
             close(fd);
         return pr_fail(err, "rank %d: cannot link stage %d of replica %d to replica 0 (rank %d): %s",
-                       r, s, run->replica, s, why);
+                       r, d, run->replica, d, why);
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -286,26 +310,33 @@ static int connect_group(pr_run *run, const pr_bootstrap *b, double deadline, ch
     return 0;
 }
 
-/* Rank r connects its two links to rank r-1, where the bootstrap table says it listens. */
+/* Rank r connects the two links of each pair whose higher stage it runs and whose lower stage
+ * another device does, to that device's rank, where the bootstrap table says it listens. */
 static int connect_links(pr_run *run, const pr_bootstrap *b, double deadline, char *err)
 {
-    int r = b->rank, s = r % run->p;
-    for (uint32_t link = 0; link < 2; link++) {
-        char why[PR_ERR_LEN] = "no attempt finished";
-        int fd = -1;
-        while (fd < 0 && pr_now() < deadline) {
-            fd = pr_sock_connect(b->addr[r - 1], b->port[r - 1], deadline, why);
-            if (fd < 0)
-                usleep(100000);
+    int r = b->rank, d = r % run->devices;
+    for (int s = 1; s < run->p; s++) {
+        if (run->tab->stage_device[s] != d || run->tab->stage_device[s - 1] == d)
+            continue;
+        int peer = rank_of_stage(run, s - 1);
+        for (uint32_t link = 0; link < 2; link++) {
+            char why[PR_ERR_LEN] = "no attempt finished";
+            int fd = -1;
+            while (fd < 0 && pr_now() < deadline) {
+                fd = pr_sock_connect(b->addr[peer], b->port[peer], deadline, why);
+                if (fd < 0)
+                    usleep(100000);
+            }
+            link_hello h = {LINK_MAGIC, (uint32_t)r, link, (uint32_t)(s - 1), {0}};
+            memcpy(h.id, b->id, sizeof h.id);
+            if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
+                if (fd >= 0)
+                    close(fd);
+                return pr_fail(err, "rank %d: cannot link stage %d to stage %d (rank %d): %s", r, s, s - 1, peer,
+                               why);
+            }
+            pr_channel_attach_socket(link == 0 ? &run->act[s - 1] : &run->grad[s - 1], fd);
         }
-        link_hello h = {LINK_MAGIC, (uint32_t)r, link, {0}};
-        memcpy(h.id, b->id, sizeof h.id);
-        if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
-            if (fd >= 0)
-                close(fd);
-            return pr_fail(err, "rank %d: cannot link to stage %d: %s", r, s - 1, why);
-        }
-        pr_channel_attach_socket(link == 0 ? &run->act[s - 1] : &run->grad[s - 1], fd);
     }
     return 0;
 }
@@ -320,7 +351,7 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
                        "between its memories, and this build has none", l->rank, run->dev->name);
     double deadline = pr_now() + connect_timeout;
     uint16_t port = 0;
-    int listener = -1, s = l->rank % run->p;
+    int listener = -1, d = l->rank % run->devices, accepts = 0;
     char why[PR_ERR_LEN];
     // Replicas: the reduction group's sockets, and replica 0's listener takes the others'.
     int grouped = run->replicas > 1;
@@ -331,8 +362,10 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
     }
     // Every rank listens: its neighbours' and replicas' links come there while the run
     // starts, and then other ranks' questions about what it waits for (blame.c).
-    int accepts = !native && (s + 1 < run->p || (grouped && l->rank < run->p));
-    if ((listener = pr_sock_listen(0, 4 + run->replicas, &port, why)) < 0)
+    for (int i = 0; i + 1 < run->p; i++)
+        accepts += crosses(run, d, i);
+    accepts = !native && (accepts > 0 || (grouped && l->rank < run->devices));
+    if ((listener = pr_sock_listen(0, 4 * run->tab->chunks + run->replicas, &port, why)) < 0)
         return pr_fail(err, "rank %d: %s", l->rank, why);
     if (l->rank == 0) {
         // The id names this run, so neighbour links from another run are refused.
@@ -346,19 +379,19 @@ int pr_launch_join(pr_run *run, const pr_launch *l, double connect_timeout, pr_b
     b->mpi = l->mpi ? pr_mpi() : NULL;
     if (rc == 0 && native)
         rc = run->dev->links->open_ranks(run, b, err);
-    else if (rc == 0 && s > 0)
+    else if (rc == 0)
         rc = connect_links(run, b, deadline, err);
-    if (rc == 0 && !native && grouped && l->rank >= run->p)
+    if (rc == 0 && !native && grouped && l->rank >= run->devices)
         rc = connect_group(run, b, deadline, err);
     if (rc == 0 && accepts)
         rc = accept_links(run, b, listener, deadline, err);
     if (rc == 0)
-        rc = pr_blame_start(b, run->p, listener, err);
+        rc = pr_blame_start(b, run->devices, listener, err);
     else
         close(listener);
     // From here on rank 0 is a peer like the neighbours: the same patience applies.
     b->timeout = run->opt.peer_timeout > 0 ? run->opt.peer_timeout : 1e9;
-    b->stages = run->p;
+    b->stages = run->devices;
     run->opt.boot = b;
     return rc;
 }
@@ -415,35 +448,46 @@ static int gather_residuals(pr_run *run, char *err)
     return rc;
 }
 
+/* The noise scale's averages of every stage, gathered at a segment's end for the summary and
+ * the checkpoint: each rank of replica 0 sends its device's stages' (chunk by chunk). */
 int pr_gather_noise(pr_run *run, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
     if (run->p == 1 || !pr_run_noise_estimated(run))
         return 0;
-    pr_noise_ema mine = run->stage[b->rank % run->p].noise, *all = pr_alloc((size_t)b->world * sizeof *all);
+    const paci_table *tab = run->tab;
+    int chunks = tab->chunks, d = b->rank % run->devices;
+    pr_noise_ema mine[PACI_MAX_STAGES], *all = pr_alloc((size_t)b->world * (size_t)chunks * sizeof *all);
+    for (int c = 0; c < chunks; c++)
+        mine[c] = run->stage[paci_placed_stage(tab->placement, run->devices, d, c)].noise;
     char why[PR_ERR_LEN], blame[PR_ERR_LEN];
     pr_wait_collective(PR_WAIT_GATHER, run->step);
-    int rc = pr_bootstrap_allgather(b, &mine, sizeof mine, all, why);
+    int rc = pr_bootstrap_allgather(b, mine, (size_t)chunks * sizeof *mine, all, why);
     if (rc != 0) {
         pr_blame(blame, sizeof blame);
-        pr_fail(err, "stage %d (rank %d): %s (gathering the noise scale's averages at step %lld)%s",
-                b->rank % run->p, b->rank, why, (long long)run->step, blame);
+        pr_fail(err, "device %d (rank %d): %s (gathering the noise scale's averages at step %lld)%s", d, b->rank,
+                why, (long long)run->step, blame);
     }
     pr_wait_end();
-    // replica 0's ranks are 0 .. p - 1, stage s on rank s; the other replicas keep no averages
-    for (int s = 0; s < run->p && rc == 0; s++)
-        if (s != b->rank % run->p)
-            pr_run_noise_restore(run, s, &all[s]);
+    // replica 0's ranks are 0 .. devices - 1, device e on rank e; the other replicas keep no averages
+    for (int e = 0; e < run->devices && rc == 0; e++)
+        for (int c = 0; c < chunks && e != d; c++)
+            pr_run_noise_restore(run, paci_placed_stage(tab->placement, run->devices, e, c),
+                                 &all[(size_t)e * (size_t)chunks + (size_t)c]);
     free(all);
     return rc;
 }
 
+/* Rank r < devices (replica 0) sends the blocks of its device's stages, chunk by chunk, in one
+ * message; rank 0 puts each into the stage's memory. One stage a device on the host: straight
+ * from and into the stage's block. */
 int pr_gather_stages(pr_run *run, int with_moments, char *err)
 {
     pr_bootstrap *b = run->opt.boot;
     const pr_device *dev = run->dev;
-    int rc = 0;
-    // Replicas hold the same state: only replica 0's ranks (0..p-1) send, the others send nothing.
+    const paci_table *tab = run->tab;
+    int rc = 0, devices = run->devices, direct = dev->host_memory && tab->chunks == 1;
+    // Replicas hold the same state: only replica 0's ranks (0..devices-1) send, the others nothing.
     void **dst = pr_alloc((size_t)b->world * sizeof *dst);
     size_t *bytes = pr_alloc((size_t)b->world * sizeof *bytes);
     for (int which = 0; which < (with_moments ? 3 : 1) && rc == 0; which++) {
@@ -451,27 +495,43 @@ int pr_gather_stages(pr_run *run, int with_moments, char *err)
         for (int s = 0; s < run->p; s++) {
             pr_stage_rt *st = &run->stage[s];
             stage_mem[s] = which == 0 ? st->params : which == 1 ? st->m : st->v;
-            bytes[s] = (size_t)st->code->n_params * sizeof(float);
-            dst[s] = dev->host_memory ? stage_mem[s] : pr_alloc(bytes[s]);
         }
-        if (!dev->host_memory && b->rank > 0 && b->rank < run->p)
-            dev->download(b->rank, dst[b->rank], stage_mem[b->rank], bytes[b->rank]);
+        for (int d = 0; d < devices; d++) {
+            bytes[d] = 0;
+            for (int c = 0; c < tab->chunks; c++)
+                bytes[d] += (size_t)run->stage[paci_placed_stage(tab->placement, devices, d, c)].code->n_params *
+                            sizeof(float);
+            dst[d] = direct ? stage_mem[d] : pr_alloc(bytes[d]);
+        }
+        if (!direct && b->rank > 0 && b->rank < devices)
+            for (size_t c = 0, at = 0; c < (size_t)tab->chunks; c++) {
+                int s = paci_placed_stage(tab->placement, devices, b->rank, (int)c);
+                size_t n = (size_t)run->stage[s].code->n_params * sizeof(float);
+                dev->download(s, (char *)dst[b->rank] + at, stage_mem[s], n);
+                at += n;
+            }
         char why[PR_ERR_LEN], blame[PR_ERR_LEN];
         pr_wait_collective(PR_WAIT_GATHER, run->step);
-        rc = pr_bootstrap_gather(b, b->rank < run->p ? dst[b->rank] : NULL,
-                                 b->rank < run->p ? bytes[b->rank] : 0, dst, bytes, why);
+        rc = pr_bootstrap_gather(b, b->rank < devices ? dst[b->rank] : NULL,
+                                 b->rank < devices ? bytes[b->rank] : 0, dst, bytes, why);
         if (rc != 0) {
             pr_blame(blame, sizeof blame);
-            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)%s", b->rank % run->p,
+            pr_fail(err, "stage %d (rank %d): %s (gathering the model at step %lld)%s", b->rank % devices,
                     b->rank, why, (long long)run->step, blame);
         }
         pr_wait_end();
-        for (int s = 1; s < run->p && !dev->host_memory && rc == 0 && b->rank == 0; s++)
-            dev->upload(s, stage_mem[s], dst[s], bytes[s]);
-        for (int s = 1; s < run->p && which == 0 && rc == 0 && b->rank == 0; s++)
-            pr_weights_changed(run, s);
-        for (int s = 0; s < run->p && !dev->host_memory; s++)
-            free(dst[s]);
+        for (int d = 1; d < devices && rc == 0 && b->rank == 0; d++)
+            for (size_t c = 0, at = 0; c < (size_t)tab->chunks; c++) {
+                int s = paci_placed_stage(tab->placement, devices, d, (int)c);
+                size_t n = (size_t)run->stage[s].code->n_params * sizeof(float);
+                if (!direct)
+                    dev->upload(s, stage_mem[s], (char *)dst[d] + at, n);
+                if (which == 0)
+                    pr_weights_changed(run, s);
+                at += n;
+            }
+        for (int d = 0; d < devices && !direct; d++)
+            free(dst[d]);
     }
     free(dst);
     free(bytes);

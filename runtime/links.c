@@ -40,6 +40,18 @@ int pr_link_native(int world, int gpu_lo, int gpu_hi)
     return world > 1 || gpu_lo != gpu_hi;
 }
 
+/* The pair's FIFO: the table's capacity; between two stages on one device room for each
+ * micro-batch stage index can hold (its slots) and a stop mark: in flight on either link of
+ * the pair is only what index holds between its forward and its backward, so the one thread
+ * that sends there and receives later never blocks on itself. */
+int pr_link_capacity(const paci_table *tab, int index)
+{
+    int capacity = tab->channel_capacity;
+    if (tab->stage_device[index] == tab->stage_device[index + 1] && tab->slots[index] + 1 > capacity)
+        capacity = tab->slots[index] + 1;
+    return capacity;
+}
+
 /* ---- device links --------------------------------------------------------------------- */
 
 int64_t pr_link_floats(const pr_program *prog, int kind, int index)

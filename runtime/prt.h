@@ -121,6 +121,8 @@ int pr_channel_recv_timed(pr_channel *c, float *data, int64_t *mb);
 int pr_channel_wait_room(pr_channel *c);
 int pr_channel_peek_timed(pr_channel *c, int64_t *mb);
 void pr_channel_pop(pr_channel *c);
+/* In-process only: the messages the channel holds now. */
+int pr_channel_held(pr_channel *c);
 /* Makes the channel one end of a link to another process (it closes fd when destroyed). */
 void pr_channel_attach_socket(pr_channel *c, int fd);
 
@@ -150,6 +152,8 @@ int64_t pr_link_floats_max(const pr_program *prog);
 /* The link that op (RECV_ACT, SEND_ACT, RECV_GRAD, SEND_GRAD) of `stage` uses, of a pipeline
  * of `stages`; -1 for other ops and for a peer outside the pipeline. */
 int pr_link_of(int op, int stage, int stages, pr_link_use *out);
+/* Messages link (index, index + 1) buffers before a send blocks (links.c). */
+int pr_link_capacity(const paci_table *tab, int index);
 /* Whether the link between stages on GPUs gpu_lo and gpu_hi needs the native transport:
  * always between processes (world > 1), else only when the two GPUs differ (stages sharing
  * a GPU keep an in-process link: a device link on the GPU, below). */
@@ -468,6 +472,8 @@ void pr_init_params(const pr_program *prog, float *flat);
 /* Claims the right to end the process from a stage thread: exit() must run once, so a
  * second stage failing at the same time waits, silent, for the first one's exit. */
 void pr_claim_exit(void);
+/* A placement's DSL word (enum paci_placement), "?" outside the list. */
+const char *pr_placement_name(int placement);
 
 typedef struct pr_trace_event {
     uint8_t op;
@@ -539,6 +545,8 @@ typedef struct pr_stage_rt {
     int32_t *slot_fwd_delay;             /* that FWD's aux: the table's delay d of its backward */
     int64_t grad_in_mb, grad_out_mb;
     int64_t t;                           /* optimizer steps this stage has taken */
+    double step_loss_sum;                /* the step's loss sum over the replicas (last stage) */
+    int64_t pending_w;                   /* zero-bubble B's whose W has not run yet */
     double *tensor_sumsq[2];             /* per tensor, double-buffered by step parity */
     /* measurements (published under run->stats_mu) */
     double busy[PACI_OP_COUNT];
@@ -613,7 +621,8 @@ typedef struct pr_run {
     const pr_device *dev;             /* where the stages' arenas live and code runs */
     const paci_table *tab;
     pr_options opt;
-    int p;
+    int p;                            /* (virtual) stages */
+    int devices;                      /* device threads (processes, GPUs): p without chunks */
     int64_t B, T, C, K, V;
     pr_stage_rt stage[PACI_MAX_STAGES];
     pr_channel act[PACI_MAX_STAGES];  /* act[s]: stage s -> s+1 */
@@ -639,7 +648,11 @@ typedef struct pr_run {
     int64_t *step_loss_step;
     int64_t step_loss_len;
     float *probs_host;                /* pr_forward_all's result on a device without host memory */
-    pthread_barrier_t barrier;
+    /* the global clipping norm a device computed at its first step of a window, over every
+     * stage, and the step count (before the update) it is for; [device], its thread's own */
+    double device_norm[PACI_MAX_STAGES];
+    int64_t device_norm_t[PACI_MAX_STAGES];
+    pthread_barrier_t barrier;        /* the norm's: one wait per device thread and step */
     pthread_mutex_t stats_mu;
     uint8_t barrier_made, stats_mu_made; /* made by pr_run_init, so pr_run_free may destroy them */
     /* post-validation: a stage publishes its sums of a step under pv_mu and wakes the stages

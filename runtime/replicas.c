@@ -418,7 +418,7 @@ typedef struct reduce_head {
 static void reduce_bytes(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, void *data, size_t bytes,
                          double deadline)
 {
-    int rank = peer * run->p + st->index;
+    int rank = peer * run->devices + run->tab->stage_device[st->index];
     pr_wait_begin(PR_WAIT_REDUCE, st->t + 1, &rank, 1);
     int rc = in ? pr_sock_read(fd, data, bytes, deadline) : pr_sock_write(fd, data, bytes, deadline);
     if (rc == 0) {
@@ -449,7 +449,7 @@ static void reduce_refused(pr_run *run, pr_stage_rt *st, int peer, const char *f
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     snprintf(why, sizeof why, "replica %d of stage %d (rank %d) %s", peer, st->index,
-             peer * run->p + st->index, what);
+             peer * run->devices + run->tab->stage_device[st->index], what);
     reduce_exit(run, st, why, 0); // nobody is stuck: the peer answered, wrongly
 }
 
@@ -606,8 +606,13 @@ static void tcp_reduce(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     }
     // A pairwise sum of more than two needs every replica's gradients at once.
     int D = run->replicas, keep_all = run->prog->accumulate_pairwise && D > 2;
-    if (!run->reduce_buffer)
-        run->reduce_buffer = pr_alloc((size_t)(keep_all ? D - 1 : 1) * n * sizeof(float));
+    if (!run->reduce_buffer) { // room for the largest stage this process reduces (chunks: several)
+        size_t most = 0;
+        for (int s = 0; s < run->p; s++)
+            if (run->tab->stage_device[s] == run->tab->stage_device[st->index])
+                most = (size_t)run->stage[s].code->n_params > most ? (size_t)run->stage[s].code->n_params : most;
+        run->reduce_buffer = pr_alloc((size_t)(keep_all ? D - 1 : 1) * most * sizeof(float));
+    }
     double total = *loss;
     int any = *stop;
     for (int q = 1; q < D; q++) {
@@ -640,7 +645,7 @@ static void wait_for_replicas(const pr_run *run, const pr_stage_rt *st)
     int others[PR_MAX_REPLICAS], n = 0;
     for (int q = 0; q < run->replicas; q++)
         if (q != run->replica)
-            others[n++] = q * run->p + st->index;
+            others[n++] = q * run->devices + run->tab->stage_device[st->index];
     pr_wait_begin(PR_WAIT_REDUCE, st->t + 1, others, n);
 }
 

@@ -311,7 +311,7 @@ static void print_summary(pr_run *run, double val_loss)
     int64_t held = 0;
     for (int s = 0, shown = 0; s < run->p; s++) {
         held += run->stage[s].arena_bytes;
-        if (run->opt.world <= 1 || s == run->opt.rank % run->p)
+        if (run->opt.world <= 1 || run->tab->stage_device[s] == run->opt.rank % run->devices)
             printf("%s stage %d %.2f MiB", shown++ ? "," : "", s,
                    (double)run->stage[s].arena_bytes / (1 << 20));
     }
@@ -399,7 +399,7 @@ int pr_train(pr_run *run, char *err)
         return 1;
     }
     // The summary comes from the process that runs the last stage (it has the losses).
-    if (run->user && !run->opt.quiet && (run->opt.world <= 1 || run->opt.rank == run->p - 1))
+    if (run->user && !run->opt.quiet && (run->opt.world <= 1 || run->opt.rank == run->tab->stage_device[run->p - 1]))
         print_summary(run, val_loss);
     return 0;
 }
@@ -477,27 +477,32 @@ static int write_profile(const pr_run *run, const char *path, char *err)
     return 0;
 }
 
+/* One row (tid) per device thread; with chunks the rows are devices, named so, and each event
+ * says its stage (as pacic's simulated trace does). */
 int pr_write_trace(const pr_run *run, const char *path, char *err)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return pr_fail(err, "%s: cannot write trace: %s", path, strerror(errno));
     fprintf(f, "{\"traceEvents\": [\n");
-    int first = 1;
+    int chunks = run->tab->chunks > 1;
     for (int s = 0; s < run->p; s++) {
-        fprintf(f, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                "\"args\": {\"name\": \"stage %d\"}}", first ? "" : ",\n", s, s);
-        first = 0;
+        if (s < run->devices) // device s's row, before the events of its first chunk (stage s)
+            fprintf(f, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                    "\"args\": {\"name\": \"%s %d\"}}", s == 0 ? "" : ",\n", s, chunks ? "device" : "stage", s);
         for (int64_t i = 0; i < run->stage[s].n_trace; i++) {
             const pr_trace_event *e = &run->stage[s].trace[i];
-            char name[32];
+            char name[32], stage[32] = "";
             if (e->op == PACI_OP_STEP)
                 snprintf(name, sizeof name, "step");
             else
                 snprintf(name, sizeof name, "%c%lld", e->op == PACI_OP_FWD ? 'F' : e->op == PACI_OP_BWD_W ? 'W' : 'B',
                          (long long)e->mb);
+            if (chunks)
+                snprintf(stage, sizeof stage, ", \"args\": {\"stage\": %d}", s);
             fprintf(f, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
-                    "\"dur\": %.3f}", name, s, e->start * 1e6, (e->end - e->start) * 1e6);
+                    "\"dur\": %.3f%s}", name, run->tab->stage_device[s], e->start * 1e6,
+                    (e->end - e->start) * 1e6, stage);
         }
     }
     fprintf(f, "\n]}\n");
@@ -1007,7 +1012,7 @@ static int load_weights(pr_run *run, int want_checkpoint, char *err)
 static int find_launch(const pr_program *prog, const pr_options *opt, pr_launch *launch)
 {
     char err[PR_ERR_LEN];
-    if (pr_launch_parse((const char *const *)environ, prog->stages, prog->replicas, opt->master_port, launch,
+    if (pr_launch_parse((const char *const *)environ, prog->schedule->devices, prog->replicas, opt->master_port, launch,
                         err) != 0) {
         fprintf(stderr, "run: error: %s\n", err);
         return -1;
@@ -1074,9 +1079,10 @@ static int settle_options(const pr_program *prog, const pr_launch *launch, pr_op
     // --blas-threads gives every stage the same count at any p (cores N, one "stage").
     if (opt->blas_threads > 0)
         pr_blas_threads(opt->blas_threads, 1);
-    else // every replica's stages share the cores when one process runs them all
-        opt->blas_threads = pr_blas_threads(opt->threads, prog->stages * (prog->replicas > 1 && launch->world == 1
-                                                                            ? prog->replicas : 1));
+    else // every replica's device threads share the cores when one process runs them all
+        opt->blas_threads = pr_blas_threads(opt->threads, (tab ? tab->devices : prog->stages) *
+                                                              (prog->replicas > 1 && launch->world == 1
+                                                                   ? prog->replicas : 1));
     return 0;
 }
 

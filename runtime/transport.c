@@ -196,6 +196,14 @@ void pr_channel_pop(pr_channel *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+int pr_channel_held(pr_channel *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int held = c->count;
+    pthread_mutex_unlock(&c->mu);
+    return held;
+}
+
 /* The untimed forms are for callers that have no peer to name: a failure is a bug. */
 void pr_channel_send(pr_channel *c, int64_t mb, const float *data)
 {

@@ -134,11 +134,17 @@ int pr_cuda_dev_probe(char *err)
     return count;
 }
 
+/* The program's table, once a stage is sized or opened: a stage goes on its device's GPU. */
+static const paci_table *placed;
+
+/* Stage s on the GPU of its device (stage_device: itself without chunks), the devices dealt
+ * round the GPUs there are. */
 int pr_cuda_gpu_of(int stage)
 {
     if (pinned_gpu >= 0)
         return pinned_gpu;
-    return stage % (gpu_count > 0 ? gpu_count : 1);
+    int device = placed && stage >= 0 && stage < placed->stages ? placed->stage_device[stage] : stage;
+    return device % (gpu_count > 0 ? gpu_count : 1);
 }
 
 /* One process per stage: the launcher's local rank names the GPU, which must exist here. */
@@ -207,6 +213,7 @@ int pr_cuda_dev_open_stage(const pr_program *prog, int stage, char *err)
         return -1;
     cuda_stage *cs = &stages[stage];
     memset(cs, 0, sizeof *cs);
+    placed = prog->schedule;
     cs->gpu = pr_cuda_gpu_of(stage);
     CUdevice dev;
     int major = 0, minor = 0;
@@ -286,7 +293,7 @@ void pr_cuda_dev_close_stage(int stage)
     memset(cs, 0, sizeof *cs);
 }
 
-/* Device bytes of the sender ring stage s will hold for its link to `peer`: channel_capacity
+/* Device bytes of the sender ring stage s will hold for its link to `peer`: the link's capacity
  * messages and (NCCL) their micro-batch numbers, whether the link goes over NCCL
  * (nccl_transport.c) or is a device link between stages of this process (links.c). */
 static int64_t ring_bytes(const pr_program *prog, int s, int peer)
@@ -295,7 +302,7 @@ static int64_t ring_bytes(const pr_program *prog, int s, int peer)
         return 0;
     int64_t message = pr_link_floats(prog, peer > s ? PR_LINK_ACT : PR_LINK_GRAD, peer > s ? s : peer) *
                       (int64_t)sizeof(float);
-    return (int64_t)prog->schedule->channel_capacity * (message + (int64_t)sizeof(int64_t));
+    return (int64_t)pr_link_capacity(prog->schedule, peer > s ? s : peer) * (message + (int64_t)sizeof(int64_t));
 }
 
 /* The stages sharing a GPU add up, with the NCCL rings they send from; the first stage that
@@ -311,6 +318,7 @@ int pr_cuda_dev_check_memory(const pr_program *prog, const int64_t *stage_bytes,
     // stage opens (check_holds).
     size_t free_of[PACI_MAX_STAGES] = {0};
     int known[PACI_MAX_STAGES] = {0};
+    placed = prog->schedule;
     for (int s = 0; s < prog->stages; s++) {
         int gpu = pr_cuda_gpu_of(s);
         if (!known[gpu]) {

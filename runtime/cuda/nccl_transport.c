@@ -478,45 +478,59 @@ static int nccl_open_local(pr_run *run, char *err)
     return connect_ends(run, list, ids, n, err);
 }
 
-/* One process per stage (and replica): rank r = replica * p + s makes the ids of its links
- * to s+1 (act, grad), and replica 0 of each stage the id of the stage's reduction group; one
- * allgather over the bootstrap gives every rank the ids it needs. */
+/* One process per device (and replica): rank r = replica * devices + d makes the ids of the
+ * links from each stage it holds to the next stage when another device runs that one (act,
+ * grad, in the slots of the stage's chunk), and replica 0 of each device the id of its
+ * reduction group; one allgather over the bootstrap gives every rank the ids it needs. Links
+ * between two stages of the device stay in the process (device links, executor.c). */
 static int nccl_open_ranks(pr_run *run, pr_bootstrap *b, char *err)
 {
-    int r = b->rank, p = run->p, s = r % p, replica = r / p;
+    const paci_table *tab = run->tab;
+    int r = b->rank, devices = run->devices, d = r % devices, replica = r / devices, v = tab->chunks;
+    int s = paci_placed_stage(tab->placement, devices, d, 0); // the device's first stage, for messages
     char why[PR_ERR_LEN];
     if (pr_nccl_load(NULL, why) < 0 || load_driver(why) != 0)
         return pr_fail(err, "stage %d (rank %d): one process per stage on GPUs needs NCCL: %s", s, r,
                        why);
-    enum { IDS = PR_LINK_KINDS + 1 }; // the links' ids, then the group's
-    ncclUniqueId mine[IDS];
-    memset(mine, 0, sizeof mine);
-    for (int kind = 0; kind < IDS; kind++) {
-        int wanted = kind < PR_LINK_KINDS ? s + 1 < p : replica == 0 && run->replicas > 1;
-        ncclResult_t rc = wanted ? api.ncclGetUniqueId(&mine[kind]) : ncclSuccess;
+    // the links' ids, chunk by chunk, then the group's
+    int ids_per_rank = PR_LINK_KINDS * v + 1;
+    ncclUniqueId *mine = pr_alloc((size_t)ids_per_rank * sizeof *mine);
+    for (int k = 0; k < ids_per_rank; k++) {
+        int stage = paci_placed_stage(tab->placement, devices, d, k / PR_LINK_KINDS);
+        int wanted = k < PR_LINK_KINDS * v ? stage + 1 < run->p && tab->stage_device[stage + 1] != d
+                                           : replica == 0 && run->replicas > 1;
+        ncclResult_t rc = wanted ? api.ncclGetUniqueId(&mine[k]) : ncclSuccess;
         if (rc != ncclSuccess) {
             describe(NULL, rc, why);
-            return pr_fail(err, "stage %d (rank %d): no NCCL id for %s: %s", s, r,
-                           kind < PR_LINK_KINDS ? "the link with the next stage" : "the replicas' reduction", why);
+            free(mine);
+            return pr_fail(err, "stage %d (rank %d): no NCCL id for %s: %s", stage, r,
+                           k < PR_LINK_KINDS * v ? "the link with the next stage" : "the replicas' reduction", why);
         }
     }
-    ncclUniqueId *all = pr_alloc((size_t)b->world * sizeof mine);
-    if (pr_bootstrap_allgather(b, mine, sizeof mine, all, why) != 0) {
+    ncclUniqueId *all = pr_alloc((size_t)b->world * (size_t)ids_per_rank * sizeof *mine);
+    int gathered = pr_bootstrap_allgather(b, mine, (size_t)ids_per_rank * sizeof *mine, all, why);
+    free(mine);
+    if (gathered != 0) {
         free(all);
         return pr_fail(err, "stage %d (rank %d): %s (exchanging the NCCL ids)", s, r, why);
     }
-    nccl_end *list[2 * PR_LINK_KINDS];
-    ncclUniqueId ids[2 * PR_LINK_KINDS];
+    nccl_end *list[2 * PR_LINK_KINDS * PACI_MAX_STAGES];
+    ncclUniqueId ids[2 * PR_LINK_KINDS * PACI_MAX_STAGES];
     int n = 0;
-    for (int index = s - 1; index <= s; index++) {
-        if (index < 0 || index + 1 >= p)
-            continue;
-        for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
-            ids[n] = all[(size_t)(replica * p + index) * IDS + (size_t)kind];
-            list[n++] = open_end(run, s, kind, index);
+    for (int c = 0; c < v; c++) {
+        int own = paci_placed_stage(tab->placement, devices, d, c);
+        for (int index = own - 1; index <= own; index++) {
+            if (index < 0 || index + 1 >= run->p || tab->stage_device[index] == tab->stage_device[index + 1])
+                continue;
+            // the id lives with the link's lower stage: its device's rank, at its chunk
+            int maker = replica * devices + tab->stage_device[index], chunk = index / devices;
+            for (int kind = 0; kind < PR_LINK_KINDS; kind++) {
+                ids[n] = all[(size_t)maker * (size_t)ids_per_rank + (size_t)(chunk * PR_LINK_KINDS + kind)];
+                list[n++] = open_end(run, own, kind, index);
+            }
         }
     }
-    ncclUniqueId group_id = all[(size_t)s * IDS + PR_LINK_KINDS];
+    ncclUniqueId group_id = all[(size_t)d * (size_t)ids_per_rank + (size_t)(PR_LINK_KINDS * v)];
     free(all);
     int rc = n > 0 ? connect_ends(run, list, ids, n, err) : 0;
     if (rc != 0 || run->replicas <= 1)
@@ -583,11 +597,19 @@ static int group_finish(int stage, double *values, int n_values, double deadline
     return PR_LINK_OK;
 }
 
+/* Whether the group reduces stage's replicas: it is the process's, and with chunks every stage
+ * of its device shares it, their reductions queued one after another on its stream in the
+ * table's order, the same on every replica. */
+static int in_group(const pr_run *run, int stage)
+{
+    return group.open && run->tab->stage_device[stage] == run->tab->stage_device[group.stage];
+}
+
 /* Overlap: the allreduce of a range the window's last backward has just finished, queued on
  * the group's stream behind that backward's kernels; returns without waiting for it. */
 static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, char *err)
 {
-    if (!group.open || group.stage != stage)
+    if (!in_group(run, stage))
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     group_follows_compute(stage);
@@ -606,7 +628,7 @@ static int nccl_reduce_start(pr_run *run, int stage, float *grads, size_t n, cha
 static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *values,
                        int n_values, char *err)
 {
-    if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
+    if (!in_group(run, stage) || n_values > PR_REDUCE_VALUES)
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));
@@ -638,7 +660,7 @@ static int nccl_reduce(pr_run *run, int stage, float *grads, size_t n, double *v
 static int nccl_gather(pr_run *run, int stage, uint32_t *slots, size_t words, double *values,
                        int n_values, char *err)
 {
-    if (!group.open || group.stage != stage || n_values > PR_REDUCE_VALUES)
+    if (!in_group(run, stage) || n_values > PR_REDUCE_VALUES)
         pr_internal("stage %d: no NCCL group for its replicas", stage);
     pr_cuda_enter(stage);
     pr_cuda_dev_queue_copy(stage, group.values, values, (size_t)n_values * sizeof(double));

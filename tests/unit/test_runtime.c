@@ -267,6 +267,203 @@ static void test_clip_norm_independent_of_p(void **state)
     toy_clip = 1e-3;
 }
 
+
+/* ---- virtual stages: a device runs several stages ------------------------------------- */
+
+/* A chunked table built by hand (the runtime's side of issue 37, independent of the
+ * compiler's interleaved schedules): S = devices x chunks stages placed by `placement`; every
+ * step each device runs, in the order of one sequential pass, the instructions of the stages
+ * it holds, then their steps. The pass goes micro-batch by micro-batch through the stages and
+ * back, or with stage_major every micro-batch through a stage before the next (GPipe's): a
+ * stage then sends all K activations before its neighbour takes one, which a hand-over inside
+ * one device must buffer. Each stage keeps the window's K micro-batches in K slots. */
+static void chunked_table(toy_table *tt, int placement, int devices, int chunks, int K, int total,
+                          int segment, int stage_major)
+{
+    free((void *)tt->owned);
+    memset(tt, 0, sizeof *tt);
+    paci_table *t = &tt->t;
+    int S = devices * chunks;
+    *t = (paci_table){.schedule = PACI_SCHED_GPIPE, .stages = S, .devices = devices, .chunks = chunks,
+                      .placement = placement, .window = K, .total_steps = total,
+                      .segment_steps = segment < total ? segment : total, .channel_capacity = 1};
+    for (int d = 0; d < devices; d++)
+        for (int c = 0; c < chunks; c++)
+            t->stage_device[paci_placed_stage(placement, devices, d, c)] = d;
+    for (int s = 0; s < S; s++)
+        t->slots[s] = K;
+    paci_instr *all = calloc((size_t)devices * (size_t)(S * K * 6 + S), sizeof *all);
+    int32_t start[PACI_MAX_STAGES], n = 0;
+    for (int d = 0; d < devices; d++) {
+        start[d] = n;
+#define PUT(o, s, m) do { if (t->stage_device[s] == d) all[n++] = (paci_instr){(o), (uint8_t)(s), (uint16_t)(m), 0, (m)}; } while (0)
+        for (int i = 0; i < K * S; i++) {
+            int mb = stage_major ? i % K : i / S, s = stage_major ? i / K : i % S;
+            {
+                if (s > 0)
+                    PUT(PACI_OP_RECV_ACT, s, mb);
+                PUT(PACI_OP_FWD, s, mb);
+                if (s + 1 < S)
+                    PUT(PACI_OP_SEND_ACT, s, mb);
+            }
+        }
+        for (int i = 0; i < K * S; i++) {
+            int mb = stage_major ? i % K : i / S, s = S - 1 - (stage_major ? i / K : i % S);
+            {
+                if (s + 1 < S)
+                    PUT(PACI_OP_RECV_GRAD, s, mb);
+                PUT(PACI_OP_BWD, s, mb);
+                if (s > 0)
+                    PUT(PACI_OP_SEND_GRAD, s, mb);
+            }
+        }
+#undef PUT
+        for (int c = 0; c < chunks; c++)
+            all[n++] = (paci_instr){PACI_OP_STEP, (uint8_t)paci_placed_stage(placement, devices, d, c), 0, 0, -1};
+    }
+    int lengths[2] = {t->segment_steps, total % t->segment_steps};
+    for (int k = 0; k < 2 && lengths[k] > 0; k++) {
+        paci_program *pg = &t->program[t->n_programs++];
+        *pg = (paci_program){.schedule = PACI_SCHED_GPIPE, .steps = lengths[k], .body_reps = lengths[k]};
+        for (int d = 0; d < devices; d++)
+            pg->device[d] = (paci_stage_program){start[d], 0, start[d], (d + 1 < devices ? start[d + 1] : n) - start[d],
+                                                 start[d], 0};
+    }
+    t->n_instrs = n;
+    t->instrs = all;
+    tt->owned = all;
+}
+
+/* Trains the toy model over the hand-built chunked table; with stop_at > 0 the run stops
+ * after that step and goes on from there mid-segment (the cut an early stop and its resume
+ * make), which must not change a bit. */
+static void chunked_train(pr_run *run, int placement, int devices, int chunks, int K, int stage_major,
+                          int64_t stop_at)
+{
+    static pr_program prog;
+    char err[PR_ERR_LEN];
+    toy_build_stages(devices * chunks);
+    chunked_table(&table, placement, devices, chunks, K, STEPS, SEGMENT, stage_major);
+    prog = toy_program(&table.t, STEPS);
+    prog.grad_clip = toy_clip;
+    if (pr_run_init(run, &prog, NULL, err) != 0)
+        fail_msg("%s", err);
+    run->on_step = record_norm;
+    assert_int_equal(pr_tokens_load(&run->train, token_path, TOY_V, TOY_B, TOY_T, err), 0);
+    float *flat = pr_alloc((size_t)pr_ckpt_offsets(&prog, (int64_t[PR_CKPT_COUNT]){0}) * 4);
+    pr_init_params(&prog, flat);
+    pr_scatter(run, 0, flat);
+    free(flat);
+    if (stop_at > 0) {
+        run->stop_at = stop_at;
+        for (int seg = 0; run->step < stop_at; seg++)
+            pr_run_segment(run, seg);
+        assert_int_equal(run->step, stop_at);
+        run->stop_at = PR_NO_STOP;
+    }
+    for (int seg = paci_segment_of_step(&table.t, run->step); seg < paci_segments(&table.t); seg++)
+        pr_run_segment(run, seg);
+    assert_int_equal(run->step, STEPS);
+}
+
+/* Virtual stages train as one stage does, to the bit (weights, losses and the clipping norm
+ * folded over every stage), on both placements, with links between any two devices (loop
+ * sends stage 1 on device 1 to stage 2 on device 0) and hand-overs inside one device (v's
+ * turn, and one device holding all four stages); and an early stop resumed mid-segment
+ * changes nothing. */
+static void test_chunks_equal_one_stage(void **state)
+{
+    (void)state;
+    pr_run run;
+    toy_train(&run, TOY_GPIPE, 1, 3, STEPS, SEGMENT);
+    int64_t n = pr_ckpt_offsets(run.prog, (int64_t[PR_CKPT_COUNT]){0});
+    float *reference = gather_params(&run);
+    double losses[STEPS], norms[STEPS];
+    memcpy(losses, logged_loss, sizeof losses);
+    memcpy(norms, logged_norm, sizeof norms);
+    pr_run_free(&run);
+    struct { int placement, devices, chunks, stage_major; int64_t stop_at; } cases[] = {
+        {PACI_PLACEMENT_LOOP, 2, 2, 0, 0}, {PACI_PLACEMENT_V, 2, 2, 0, 0}, {PACI_PLACEMENT_LOOP, 1, 4, 0, 0},
+        {PACI_PLACEMENT_V, 4, 1, 0, 0}, {PACI_PLACEMENT_V, 2, 2, 0, 10}, {PACI_PLACEMENT_LOOP, 2, 2, 0, 3},
+        {PACI_PLACEMENT_V, 2, 2, 1, 0}, {PACI_PLACEMENT_LOOP, 1, 4, 1, 12},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        memset(logged_loss, 0, sizeof logged_loss);
+        memset(logged_norm, 0, sizeof logged_norm);
+        chunked_train(&run, cases[k].placement, cases[k].devices, cases[k].chunks, 3, cases[k].stage_major,
+                      cases[k].stop_at);
+        float *params = gather_params(&run);
+        if (memcmp(params, reference, (size_t)n * 4) != 0 || memcmp(losses, logged_loss, sizeof losses) != 0 ||
+            memcmp(norms, logged_norm, sizeof norms) != 0)
+            fail_msg("placement %d, %d devices x %d chunks (stage major %d, stop at %lld) differs from one stage",
+                     cases[k].placement, cases[k].devices, cases[k].chunks, cases[k].stage_major,
+                     (long long)cases[k].stop_at);
+        for (int s = 0; s < 4; s++)
+            assert_int_equal(run.stage[s].backwards, STEPS * 3);
+        free(params);
+        pr_run_free(&run);
+    }
+}
+
+/* The compiler's own interleaved tables (pacic's schedule.c, verified) at 2 devices x 2 chunks
+ * train the toy as one stage does, to the bit, at windows 2 and 4 (weights, losses, norms). */
+static void test_interleaved_table_equals_one_stage(void **state)
+{
+    (void)state;
+    for (int K = 2; K <= 4; K += 2) {
+        pr_run run;
+        toy_train(&run, TOY_GPIPE, 1, K, STEPS, SEGMENT);
+        int64_t n = pr_ckpt_offsets(run.prog, (int64_t[PR_CKPT_COUNT]){0});
+        float *reference = gather_params(&run);
+        double losses[STEPS], norms[STEPS];
+        memcpy(losses, logged_loss, sizeof losses);
+        memcpy(norms, logged_norm, sizeof norms);
+        pr_run_free(&run);
+        toy_chunks = 2;
+        toy_train(&run, (enum toy_kind)PACI_SCHED_INTERLEAVED, 4, K, STEPS, SEGMENT);
+        toy_chunks = 0;
+        assert_int_equal(run.tab->devices, 2);
+        float *params = gather_params(&run);
+        if (memcmp(params, reference, (size_t)n * 4) != 0 || memcmp(losses, logged_loss, sizeof losses) != 0 ||
+            memcmp(norms, logged_norm, sizeof norms) != 0)
+            fail_msg("interleaved at 2 devices x 2 chunks, K = %d, differs from one stage", K);
+        free(params);
+        free(reference);
+        pr_run_free(&run);
+    }
+}
+
+/* The runtime refuses a chunked table whose instruction runs on a device that does not hold
+ * its stage, or whose stage_device disagrees with the placement: named, before any thread. */
+static void test_chunks_table_checked(void **state)
+{
+    (void)state;
+    static pr_program prog;
+    char err[PR_ERR_LEN];
+    pr_run run;
+    toy_build_stages(4);
+    chunked_table(&table, PACI_PLACEMENT_V, 2, 2, 2, STEPS, SEGMENT, 0);
+    prog = toy_program(&table.t, STEPS);
+    paci_instr *instrs = (paci_instr *)table.t.instrs;
+    int32_t at = table.t.program[0].device[1].body; // device 1's first: stage 1's RECV_ACT
+    assert_int_equal(instrs[at].stage, 1);
+    instrs[at].stage = 3; // stage 3 runs on device 0 under v
+    assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
+    assert_non_null(strstr(err, "in device 1's list names stage 3, which runs on device 0"));
+    instrs[at].stage = 1;
+    table.t.stage_device[1] = 0;
+    assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
+    assert_non_null(strstr(err, "chunk 0 of device 1 is stage 1 under placement v"));
+    table.t.stage_device[1] = 1;
+    table.t.placement = PACI_PLACEMENT_LOOP; // loop puts stage 2 on device 0
+    assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
+    assert_non_null(strstr(err, "under placement loop"));
+    table.t.placement = PACI_PLACEMENT_V;
+    table.t.devices = 4; // 4 x 2 is not 4 stages
+    assert_int_equal(pr_run_init(&run, &prog, NULL, err), -1);
+    assert_non_null(strstr(err, "stages must be devices x chunks"));
+}
+
 static int setup(void **state)
 {
     toy_token_file(token_path);
@@ -307,6 +504,9 @@ int main(void)
         cmocka_unit_test(test_replicas_in_process),
         cmocka_unit_test(test_paci_drift_matches_table),
         cmocka_unit_test(test_clip_norm_independent_of_p),
+        cmocka_unit_test(test_chunks_equal_one_stage),
+        cmocka_unit_test(test_chunks_table_checked),
+        cmocka_unit_test(test_interleaved_table_equals_one_stage),
         cmocka_unit_test(test_blas_better_kernels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

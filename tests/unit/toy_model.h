@@ -235,6 +235,9 @@ typedef struct toy_table {
 
 /* The DSL's `delay_correction` the next toy_build_table compiles with (enum delay_correction). */
 static int toy_delay_correction = DELAY_NONE;
+/* The chunks a device the next toy_build_table compiles with: its p stages are then p / chunks
+ * devices of that many (interleaved: loop placement, zb-v: V); 0 or 1: none. */
+static int toy_chunks = 0;
 
 /* The table for `total` steps of `kind` at p stages and window K, draining every `segment`
  * steps (a checkpoint interval, as the DSL's `checkpoint { every }` makes one); aborts if
@@ -245,6 +248,10 @@ static void toy_build_table(toy_table *tt, enum toy_kind kind, int p, int K, int
     free((void *)tt->owned);
     Config cfg = pipeline_config((int)kind, p, K, total, TOY_L);
     cfg.ckpt_every = segment;
+    if (toy_chunks > 1) {
+        cfg.chunks = toy_chunks;
+        cfg.placement = (int)kind == PACI_SCHED_ZBV ? PACI_PLACEMENT_V : PACI_PLACEMENT_LOOP;
+    }
     cfg.delay_correction = toy_delay_correction;
     Plan plan;
     plan_layout(&cfg, &plan);
