@@ -1297,9 +1297,15 @@ static void check_chunked_window(Sema *s, const Entry *window, const Entry *glob
     if (cfg->schedule != PACI_SCHED_INTERLEAVED || config_chunks(cfg) < 2 || cfg->window % p == 0)
         return;
     Span at = window ? window->values[0]->span : global ? global->values[0]->span : SPAN_FILE;
-    error_at(s->src, at, "interleaved runs the window's micro-batches through each chunk in groups of stages = %d "
-             "(Megatron's order): window %d is not a multiple of %d (window %d or %d would be)", p, cfg->window, p,
-             cfg->window / p * p > 0 ? cfg->window / p * p : p, (cfg->window / p + 1) * p);
+    int below = cfg->window / p * p, above = below + p;
+    if (below > 0)
+        error_at(s->src, at, "interleaved runs the window's micro-batches through each chunk in groups of stages = %d "
+                 "(Megatron's order): window %d is not a multiple of %d (window %d or %d would be)", p, cfg->window, p,
+                 below, above);
+    else
+        error_at(s->src, at, "interleaved runs the window's micro-batches through each chunk in groups of stages = %d "
+                 "(Megatron's order): window %d is not a multiple of %d (window %d would be)", p, cfg->window, p,
+                 above);
 }
 
 /* Stages, window, global batch and split agree with each other and with the model. */

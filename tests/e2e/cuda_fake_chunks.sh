@@ -3,7 +3,7 @@
 # s lives on its device's GPU (stage_device), a link between GPUs goes over NCCL and a
 # hand-over inside one GPU is a device link. `interleaved` (chunks 2, loop: GPU 1's stage 1
 # sends to GPU 0's stage 2) and `zb-v` (chunks 2, V: stages 1 and 2 both on GPU 1) at p = 2
-# devices train as one stage on one GPU does, to the bit (losses, clipping norms, weights),
+# devices (and at p = 4, below) train as one stage on one GPU does, to the bit (losses, clipping norms, weights),
 # and as the CPU path of the same program to cuda_fake.sh's tolerances, in one process (a
 # thread a device) and as one process per device (NCCL between the processes, the V's
 # hand-over a device link inside rank 1); with data 2, as one stage with data 2 does. The fake stack counts the NCCL sends: one per
@@ -59,6 +59,28 @@ for case in "interleaved 102" "zb-v 68"; do
     gpus 2 "$1" cpu --device cpu
     compare_devices "$1, 2 GPUs" "$work/$1/cuda" "$work/$1/cpu" 1e-5 1e-4
     echo "$1 (2 chunks on each of 2 fake GPUs, $2 NCCL sends): one stage's bits on one GPU; the CPU path's to 1e-5"
+done
+
+# At p = 4 devices (8 layers cut into 8 stages, unevenly, half layers included; window 4, a
+# multiple of p as interleaved needs): interleaved's 7 links all cross GPUs (7 x 2 x 4 x 4 = 224
+# messages, 448 + 14 sends), zb-v's 6 of 7 (stages 3 and 4 share GPU 3: 192 messages, 384 + 12).
+small_model one8 1 gpipe 4 4 2
+sed -i "s/layers 4;/layers 8;/" "$work/one8.paci"
+fake_build one8
+gpus 1 one8 cuda --device cuda
+reference8=$(weights_and_norms "$work/one8/cuda")
+[ "$(echo "$reference8" | wc -l)" = 5 ] || fail "one stage of 8 layers: expected 4 logged steps and the weights"
+for case in "interleaved 462" "zb-v 396"; do
+    set -- $case
+    small_model "$1-p4" 4 "$1" 4 4 2
+    sed -i "s/layers 4;/layers 8;/" "$work/$1-p4.paci"
+    set_split "$1-p4" "[1.5, 0.5, 1, 1, 1, 2, 0.5, 0.5]"
+    fake_build "$1-p4"
+    gpus 4 "$1-p4" cuda --device cuda
+    [ "$(weights_and_norms "$work/$1-p4/cuda")" = "$reference8" ] ||
+        fail "$1 on 4 GPUs: losses, norms or weights differ from one stage on one GPU"
+    [ "$(calls "$1-p4" cuda ncclSend)" = "$2" ] || fail "$1 on 4 GPUs: $(calls "$1-p4" cuda ncclSend) NCCL sends, expected $2"
+    echo "$1 (4 fake GPUs x 2 chunks, split [1.5, 0.5, 1, 1, 1, 2, 0.5, 0.5], $2 NCCL sends): one stage's bits on one GPU"
 done
 
 # procs NAME N DIR: NAME's program as N processes on N fake GPUs (the local rank picks the
