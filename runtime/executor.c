@@ -1940,9 +1940,12 @@ void pr_run_segment(pr_run *run, int32_t seg)
     for (int i = 0; i < n; i++) {
         int rc = pthread_join(threads[i], NULL);
         if (rc != 0) { // the stages' state is unknown: no checkpoint can be trusted, stop here
+            int device = jobs[i].device;
+            free(threads);
+            free(jobs);
             fflush(stdout);
             fprintf(stderr, "run: error: cannot join the thread of %s %d: %s\n", tab->chunks > 1 ? "device" : "stage",
-                    jobs[i].device, strerror(rc));
+                    device, strerror(rc));
             exit(1);
         }
     }

@@ -403,6 +403,7 @@ static void test_chunks_equal_one_stage(void **state)
         free(params);
         pr_run_free(&run);
     }
+    free(reference);
 }
 
 /* The compiler's own interleaved tables (pacic's schedule.c, verified) at 2 devices x 2 chunks
