@@ -73,9 +73,7 @@ static void explain_clipping(FILE *out, const Config *cfg)
                 cfg->precision == PREC_BF16 ? 18 : 16);
     else
         fprintf(out, ": every step waits for every stage's gradients (%s), as the predictions price it\n",
-                !cfg->post_validation      ? "post_validation false"
-                : config_replicas(cfg) > 1 ? "data > 1 keeps the barrier"
-                                           : "chunks keep the barrier");
+                cfg->post_validation ? "data > 1 keeps the barrier" : "post_validation false");
 }
 
 /* optimizer nadamw and lans: the rule in one line (the other optimizers print none, as before). */

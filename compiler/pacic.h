@@ -382,10 +382,10 @@ static inline int config_replicas(const Config *cfg)
     return cfg->replicas > 1 ? cfg->replicas : 1;
 }
 /* Synchronous steps clipping by the global norm are post-validated (docs/dsl.md): the key on,
- * one pipeline, one stage a device (replicas and chunks keep the barrier). */
+ * one pipeline (replicas keep the barrier). */
 static inline bool config_post_validates(const Config *cfg)
 {
-    return cfg->post_validation && config_replicas(cfg) <= 1 && config_chunks(cfg) <= 1;
+    return cfg->post_validation && config_replicas(cfg) <= 1;
 }
 
 /* cfg as it would be under schedule `kind` on the same devices (--explain's comparison): the

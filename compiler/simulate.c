@@ -98,7 +98,7 @@ void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm)
     // a synchronous program's steps wait for the global norm (run_segment asks the program),
     // unless post-validated: the check then comes before the next step, after every stage has
     // published its sums, and waits for nothing (executor.c, settle_step); a rollback's redone
-    // window is rare and not priced. Replicas and chunks keep the barrier.
+    // window is rare and not priced. Replicas keep the barrier.
     cm->step_barrier = (paci_schedule_is_sync(cfg->schedule) || cfg->warm_steps > 0) && cfg->grad_clip > 0 &&
                        plan->stages > 1 && !config_post_validates(cfg);
 }

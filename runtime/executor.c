@@ -386,10 +386,8 @@ static void alloc_slot_buffers(pr_run *run, pr_stage_rt *st, int64_t slots, int 
 static int post_validation_possible(const pr_run *run)
 {
     const pr_program *prog = run->prog;
-    // with chunks a device's stages step one after another behind one barrier (grad_norm), and a
-    // rollback would rerun several stages' windows on one thread: not built, the barrier stays
     return prog->post_validation && prog->grad_clip > 0.0 && prog->global_clip && run->p > 1 &&
-           run->replicas <= 1 && run->tab->chunks == 1;
+           run->replicas <= 1;
 }
 
 /* Room on the device for what a rollback restores: the step's params, m, v and grads as it
@@ -650,7 +648,7 @@ static void noise_from_words(const double *w, pr_noise_ema *e)
  * its own while the stage goes on: the one wait a process's blame names is the stage thread's,
  * so this one is not marked. The noise scale's averages after step t - 1 ride at each row's
  * end (4 doubles), which the metrics line of step t sums over the stages
- * (pr_run_noise_scale); a stage changes them only once this exchange is joined (settle_step)
+ * (pr_run_noise_scale); a stage changes them only once this exchange is joined (settle_device)
  * or, with the barrier, after it returns. */
 static void exchange_sums(pr_run *run, pr_stage_rt *st, int64_t t, int on_trust)
 {
@@ -1006,14 +1004,27 @@ static void *exchange_on_trust(void *arg)
     return NULL;
 }
 
+/* The stage chunk c of st's device holds; chunk 0's keeps the device's post-validation
+ * exchange thread and its log of the instructions run since its stages' trusted steps. */
+static pr_stage_rt *own_stage(pr_run *run, const pr_stage_rt *st, int c)
+{
+    const paci_table *tab = run->tab;
+    return &run->stage[paci_placed_stage(tab->placement, tab->devices, tab->stage_device[st->index], c)];
+}
+
 /* The stage's sums of step t + 1 (and whether it skipped it) where the others read them: in
- * the run's memory, or between processes by an allgather on a thread of its own. */
+ * the run's memory, or between processes by an allgather on a thread of its own, which sends
+ * every stage of the device, so it starts once the last of them has stepped on trust. */
 static void publish_sums(pr_run *run, pr_stage_rt *st)
 {
     if (run->opt.world > 1) {
+        for (int c = 0; c < run->tab->chunks; c++)
+            if (own_stage(run, st, c)->pv.pending != st->t + 1)
+                return;
+        pr_stage_rt *holder = own_stage(run, st, 0);
         trusted_exchange *x = pr_alloc(sizeof *x);
         *x = (trusted_exchange){run, st, st->t};
-        if (pthread_create(&st->pv.exchange, NULL, exchange_on_trust, x) != 0)
+        if (pthread_create(&holder->pv.exchange, NULL, exchange_on_trust, x) != 0)
             pr_internal("cannot start the gradient-norm exchange of stage %d", st->index);
         return;
     }
@@ -1027,7 +1038,7 @@ static void publish_sums(pr_run *run, pr_stage_rt *st)
 static void await_sums(pr_run *run, pr_stage_rt *st, int64_t step)
 {
     if (run->opt.world > 1) {
-        int rc = pthread_join(st->pv.exchange, NULL);
+        int rc = pthread_join(own_stage(run, st, 0)->pv.exchange, NULL);
         if (rc != 0)
             pr_internal("cannot join the gradient-norm exchange of stage %d: %s", st->index, strerror(rc));
         return;
@@ -1072,14 +1083,13 @@ static void step_on_trust(pr_run *run, pr_stage_rt *st, double loss)
     const pr_stage_code *sc = st->code;
     int skipped = non_finite_step(run, st, st->t, loss, 0);
     pv->skipped[st->t & 1] = skipped;
-    publish_sums(run, st);
     pv->pending = st->t + 1;
+    publish_sums(run, st);
     pv->loss = loss;
     pv->lr = run_lr(run, st->t + 1);
     pv->noise_small = st->noise_small;
     pv->noise_state = st->noise_small_state;
     st->noise_small_state = 0; // the next window measures its own
-    pv->n_done = 0;
     if (skipped) {
         pv->noise_state = 0; // no estimate from a dropped step's gradients
     } else {
@@ -1124,16 +1134,16 @@ static int all_sums_finite(const pr_run *run, int64_t t, int *some_trusted)
     return finite;
 }
 
-/* The check of the step taken on trust: where the norm clips or a gradient is not finite, the
- * step is rolled back and redone (or skipped) and the window since runs again; then the step
- * is reported with the norm clipping used, as at the barrier. Every stage reads the same
- * sums and flags, so all of them redo the window or none does. */
-static void settle_step(pr_run *run, pr_stage_rt *st)
+/* The check of a step taken on trust, once every stage's sums of it are in: where the norm
+ * clips or a gradient is not finite, the step is rolled back and redone (or skipped), and the
+ * stage is back at the start of the window run since (1 returned: settle_device runs it
+ * again); then the step is reported with the norm clipping used, as at the barrier. Every
+ * stage reads the same sums and flags, so all of them redo the window or none does. */
+static int settle_one(pr_run *run, pr_stage_rt *st)
 {
     pr_post_validation *pv = &st->pv;
     const pr_stage_code *sc = st->code;
     int64_t t = pv->pending - 1; // steps taken before the one checked
-    await_sums(run, st, t + 1);
     double norm = fold_global_norm(run, t);
     float scale = pr_clip_scale(norm, run->prog->grad_clip);
     int some_trusted, finite = all_sums_finite(run, t, &some_trusted);
@@ -1154,13 +1164,36 @@ static void settle_step(pr_run *run, pr_stage_rt *st)
     pv->pending = 0;
     if (sc->has_head && run->on_step)
         run->on_step(run, t + 1, pv->loss / (double)(run->K * run->replicas), pv->lr, norm);
-    if (!redo)
+    if (redo)
+        forget_window(run, st);
+    return redo;
+}
+
+/* The checks of the steps the device's stages took on trust up to step `upto` (a stage's
+ * next step, or the segment's end): with chunks a device's stages step one after another, and
+ * at its first step of a window every one of them has a step of the window before to check.
+ * A redo runs the device's log again in the order it first ran: one stage's instructions may
+ * wait on another's of the same device (a hand-over), so stage by stage could wait forever. */
+static void settle_device(pr_run *run, pr_stage_rt *st, int64_t upto)
+{
+    pr_post_validation *log = &own_stage(run, st, 0)->pv;
+    int redo = 0, settled = 0;
+    for (int c = 0; c < run->tab->chunks; c++) {
+        pr_stage_rt *own = own_stage(run, st, c);
+        if (own->pv.pending == 0 || own->pv.pending > upto)
+            continue;
+        if (!settled++)
+            await_sums(run, own, own->pv.pending);
+        redo |= settle_one(run, own);
+    }
+    if (!settled)
         return;
-    forget_window(run, st);
-    for (int32_t i = 0; i < pv->n_done; i++)
-        if (st->cut_stop == PR_NO_STOP || pv->done_mb[i] < st->cut_stop * run->K) // not a stop mark's
-            execute(run, st, &pv->done[i], pv->done_mb[i]);
-    pv->n_done = 0;
+    for (int32_t i = 0; redo && i < log->n_done; i++) {
+        pr_stage_rt *again = &run->stage[log->done[i].stage];
+        if (again->cut_stop == PR_NO_STOP || log->done_mb[i] < again->cut_stop * run->K) // not a stop mark's
+            execute(run, again, &log->done[i], log->done_mb[i]);
+    }
+    log->n_done = 0;
 }
 
 /* An instruction run after a step taken on trust, which a rollback runs again. */
@@ -1245,8 +1278,7 @@ static void do_step(pr_run *run, pr_stage_rt *st, const paci_instr *in)
     const pr_stage_code *sc = st->code;
     const pr_program *prog = run->prog;
     const pr_device *dev = run->dev;
-    if (st->pv.pending)
-        settle_step(run, st);
+    settle_device(run, st, st->t);
     if (in->aux > 0)
         stash_live_weights(run, st, in->aux);
     // dc-asgd: W - dc_prev is this step's update for the backwards after it (a skipped step's: 0)
@@ -1815,7 +1847,7 @@ static void execute_list(pr_run *run, int32_t first, int32_t n, int64_t first_mb
         if (!keep(run, st, &in, mb, segment_end))
             continue;
         if (st->pv.pending && in.op != PACI_OP_STEP)
-            note_done(st, &in, mb);
+            note_done(own_stage(run, st, 0), &in, mb);
         execute(run, st, &in, mb);
     }
 }
@@ -1885,11 +1917,8 @@ static void *device_thread(void *arg)
         execute_list(run, sp->body, sp->n_body, first_mb, r, end);
     }
     execute_list(run, sp->epilogue, sp->n_epilogue, first_mb, -1, end);
-    for (int c = 0; c < tab->chunks; c++) { // the segment's last steps, checked before the drain
-        pr_stage_rt *own = &run->stage[paci_placed_stage(tab->placement, tab->devices, d, c)];
-        if (own->pv.pending)
-            settle_step(run, own);
-    }
+    // the segment's last steps, checked before the drain
+    settle_device(run, &run->stage[paci_placed_stage(tab->placement, tab->devices, d, 0)], INT64_MAX);
     // The segment ends when the device has done its stages' work (their time is the GPU's).
     for (int c = 0; c < tab->chunks && run->dev->finish; c++)
         run->dev->finish(paci_placed_stage(tab->placement, tab->devices, d, c));

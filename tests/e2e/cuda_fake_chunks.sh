@@ -12,10 +12,20 @@ source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
 
+# unclipped NAME: clip 100 in NAME's file: the norm never clips, so no step taken on trust is
+# rolled back (post-validation, the default) and the NCCL sends counted below are exactly the
+# schedule's messages (a rollback sends its window's again; rollbacks with chunks are
+# chunks.sh's).
+unclipped() {
+    sed -i "s/clip 0.5 }/clip 100 }/" "$work/$1.paci"
+    grep -q "clip 100 }" "$work/$1.paci" || fail "edit of $1 did not apply"
+}
+
 # fake_chunks NAME STAGES SCHEDULE: the small model with 4 layers, window 2, 4 steps, an
-# evaluation at step 2, its fake CUDA stack.
+# evaluation at step 2, unclipped, its fake CUDA stack.
 fake_chunks() {
     small_model "$1" "$2" "$3" 2 4 2
+    unclipped "$1"
     fake_build "$1"
 }
 
@@ -65,6 +75,7 @@ done
 # multiple of p as interleaved needs): interleaved's 7 links all cross GPUs (7 x 2 x 4 x 4 = 224
 # messages, 448 + 14 sends), zb-v's 6 of 7 (stages 3 and 4 share GPU 3: 192 messages, 384 + 12).
 small_model one8 1 gpipe 4 4 2
+unclipped one8
 sed -i "s/layers 4;/layers 8;/" "$work/one8.paci"
 fake_build one8
 gpus 1 one8 cuda --device cuda
@@ -73,6 +84,7 @@ reference8=$(weights_and_norms "$work/one8/cuda")
 for case in "interleaved 462" "zb-v 396"; do
     set -- $case
     small_model "$1-p4" 4 "$1" 4 4 2
+    unclipped "$1-p4"
     sed -i "s/layers 4;/layers 8;/" "$work/$1-p4.paci"
     set_split "$1-p4" "[1.5, 0.5, 1, 1, 1, 2, 0.5, 0.5]"
     fake_build "$1-p4"

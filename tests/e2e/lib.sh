@@ -89,22 +89,24 @@ with_pipeline() {
     grep -qF "$2" "$work/$1.paci" || fail "pipeline edit '$2' did not apply"
 }
 
-# processes_equal_threads NAME P: NAME's program (already run threaded in $work/NAME) as P
-# processes on loopback, one stage each (torchrun-style variables, TCP bootstrap and links,
-# in $work/NAME-mp/rankR): the threaded run's weights and losses, bit for bit.
+# processes_equal_threads NAME P [LAST]: NAME's program (already run threaded in $work/NAME) as P
+# processes on loopback, one device each (torchrun-style variables, TCP bootstrap and links,
+# in $work/NAME-mp/rankR): the threaded run's weights and losses (logged by rank LAST, the
+# last stage's device: P - 1 unless said), bit for bit; a rank that hangs is killed at 600 s.
 processes_equal_threads() {
-    local name=$1 p=$2 r pids=()
+    local name=$1 p=$2 last=${3:-$(($2 - 1))} r pids=()
     port=$((port + 1))
     for ((r = 0; r < p; r++)); do
         mkdir -p "$work/$name-mp/rank$r"
         (cd "$work/$name-mp/rank$r" && RANK=$r WORLD_SIZE=$p MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-            "$work/$name/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 >out.txt 2>&1) &
+            timeout -k 10 600 "$work/$name/run" --quiet --blas-threads 1 --metrics metrics.jsonl --connect-timeout 60 \
+            >out.txt 2>&1) &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || fail "$name over $p processes: a rank failed"; done
     cmp -s "$work/$name/ckpt/step_00000020/model.bin" "$work/$name-mp/rank0/ckpt/step_00000020/model.bin" ||
         fail "$name over $p processes: weights differ from the threaded run's"
-    [ "$(losses "$name")" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$name-mp/rank$((p - 1))/metrics.jsonl")" ] ||
+    [ "$(losses "$name")" = "$(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$name-mp/rank$last/metrics.jsonl")" ] ||
         fail "$name over $p processes: losses differ from the threaded run's"
 }
 

@@ -54,11 +54,11 @@ clipping() {
     norms "$1" | awk '$1 > 1.0 { n++ } END { print n + 0 }'
 }
 
-# expected NAME: "checked clipped 0 waited" that post-validation reports for the norms NAME
-# logged with the barrier: a step after one that clipped waits for the norm, the others are
+# expected NAME [CLIP]: "checked clipped 0 waited" that post-validation reports for the norms NAME
+# logged with the barrier at clip CLIP (1.0 unless said): a step after one that clipped waits for the norm, the others are
 # taken on trust, and those of them that clip are rolled back.
 expected() {
-    norms "$1" | awk '{ if (n > 0 && last > 1.0) waited++; else { checked++; if ($1 > 1.0) rolled++ }
+    norms "$1" | awk -v clip="${2:-1.0}" '{ if (n > 0 && last > clip) waited++; else { checked++; if ($1 > clip) rolled++ }
                         last = $1; n++ } END { printf "%d %d 0 %d\n", checked, rolled, waited }'
 }
 
@@ -160,6 +160,29 @@ processes_equal_threads mp 4
 cmp -s "$work/mp/ckpt/step_00000020/state.bin" "$work/mp-mp/rank0/ckpt/step_00000020/state.bin" ||
     fail "processes: optimizer state differs from the threaded run's"
 echo "zb-h2 as 4 processes over TCP: $(rolled mp | cut -d' ' -f2) of 20 steps rolled back, $(rolled mp | cut -d' ' -f4) waited; the threaded run's bits"
+
+# Chunks: interleaved and zb-v on 4 devices x 2 stages (8 layers), clip 1.35 (some steps clip, some not): a device checks
+# both its stages' steps at its first step of the next window, and a rollback runs its
+# instructions since in their first order; the barrier run's bits, as threads and as 4
+# processes (a process's exchange sends both its stages, once the second has stepped).
+for schedule in interleaved zb-v; do
+    for pv in true false; do
+        small_model c$schedule-$pv 4 $schedule 4 20 0 20
+        sed -i "s/layers 4;/layers 8;/; s/clip 0.5 }/clip 1.35; post_validation $pv }/" "$work/c$schedule-$pv.paci"
+        grep -q "post_validation $pv" "$work/c$schedule-$pv.paci" || fail "model edit of c$schedule-$pv did not apply"
+        mkdir -p "$work/c$schedule-$pv"
+        "$pacic" "$work/c$schedule-$pv.paci" -o "$work/c$schedule-$pv/run" || fail "c$schedule-$pv did not compile"
+        (cd "$work/c$schedule-$pv" && timeout -k 10 600 ./run --quiet --metrics metrics.jsonl --blas-threads 1) ||
+            fail "c$schedule-$pv did not train, or hung (600 s)"
+    done
+    same c$schedule-true c$schedule-false 20 || fail "$schedule with chunks: post-validated and barrier runs differ"
+    [ "$(rolled c$schedule-true)" = "$(expected c$schedule-false 1.35)" ] ||
+        fail "$schedule with chunks: the metrics say '$(rolled c$schedule-true)', expected '$(expected c$schedule-false 1.35)'"
+    read -r _ rolled _ _ <<< "$(rolled c$schedule-true)"
+    [ "$rolled" -gt 0 ] || fail "$schedule with chunks: no step rolled back, so no rollback was tested"
+    processes_equal_threads c$schedule-true 4 "$([ $schedule = zb-v ] && echo 0 || echo 3)"
+    echo "$schedule, 4 devices x 2 stages, clip 1.35: $rolled of 20 steps rolled back, $(rolled c$schedule-true | cut -d' ' -f4) waited; the barrier run's bits, as threads and as 4 processes"
+done
 
 small_model one 1 1f1b 4 20 0 20
 train one --blas-threads 1 > "$work/one.out" || fail "one stage did not train"
