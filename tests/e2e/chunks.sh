@@ -12,6 +12,7 @@
 # replicas (data 2), as threads and as
 # processes, equal one stage's replicas; --trace draws one row a device and names each event's
 # stage.
+# tier: check
 source tests/e2e/lib.sh
 
 # chunked NAME STAGES SCHEDULE CHUNKS SPLIT: the small model with 12 layers, window 4, 20

@@ -16,6 +16,7 @@
 # And --explain prices the schedules without the barrier: on examples/gpt2-medium-8.paci at
 # zb-h2, window 16, fp32, clip 1.0, zb-h2's bubble is below half of zb-h1's, and not with
 # post_validation false.
+# tier: check
 source tests/e2e/lib.sh
 
 # model NAME SCHEDULE WINDOW STEPS CKPT POST_VALIDATION: the small model on 4 stages, clip 1.0.
