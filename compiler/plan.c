@@ -663,6 +663,18 @@ static double gib(double bytes)
     return bytes / (1024.0 * 1024.0 * 1024.0);
 }
 
+/* An error about memory, at the file's `memory` (or `micro`) where there is a file; frees msg. */
+static void report_over_memory(const Config *cfg, char *msg)
+{
+    if (cfg->src) {
+        Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;
+        error_at(cfg->src, at, "%s", msg);
+    } else {
+        diag_plain(DIAG_ERROR, "%s", msg);
+    }
+    free(msg);
+}
+
 /* A stage over the device's memory is the user's error: say which and by how much. */
 bool plan_build(const Config *cfg, Plan *plan)
 {
@@ -698,13 +710,7 @@ bool plan_build(const Config *cfg, Plan *plan)
                               s, gib(sp->mem_total), gib(sp->mem_weights), gib(sp->mem_grads),
                               gib(sp->mem_optim), acts, gib(sp->mem_stash),
                               gib(sp->mem_work), over, gib(over), gib(cfg->device_memory));
-        if (cfg->src) {
-            Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;
-            error_at(cfg->src, at, "%s", msg);
-        } else {
-            diag_plain(DIAG_ERROR, "%s", msg);
-        }
-        free(msg);
+        report_over_memory(cfg, msg);
         ok = false;
     }
     for (int d = 0; d < plan->devices && ok && plan->chunks > 1; d++) {
@@ -719,13 +725,7 @@ bool plan_build(const Config *cfg, Plan *plan)
         char *msg = xasprintf("device %d needs %.2f GiB for its stages %s, %.0f bytes (%.2f GiB) more than the "
                               "device's %.2f GiB", d, gib(need), held.data, need - cfg->device_memory,
                               gib(need - cfg->device_memory), gib(cfg->device_memory));
-        if (cfg->src) {
-            Span at = cfg->span_memory.end > cfg->span_memory.begin ? cfg->span_memory : cfg->span_micro;
-            error_at(cfg->src, at, "%s", msg);
-        } else {
-            diag_plain(DIAG_ERROR, "%s", msg);
-        }
-        free(msg);
+        report_over_memory(cfg, msg);
         sb_free(&held);
         ok = false;
     }
