@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The study's batch-scaling edition (docs/study.md, "Batch scaling"): the study's model under
+# The study's batch-scaling edition (docs/study/batch-scaling.md): the study's model under
 # 1F1B-flush with D = 1, 2, 4, 8 replicas (threads), the same tokens for every run (steps =
 # base steps / D), the global batch growing with D; every optimizer of study/scale_optimizers.txt
 # under the linear and the sqrt lr rule (lr x D, lr x sqrt D; the lr schedule's warmup a fixed
@@ -30,7 +30,7 @@ optimizers=$root/study/scale_optimizers.txt
 only=""
 replicas="1 2 4 8"
 rules="linear sqrt"
-micro_batches=2048  # half the third edition's budget: 42 runs in about 15 minutes of 2 idle cores (docs/study.md)
+micro_batches=2048  # half the third edition's budget: 42 runs in about 15 minutes of 2 idle cores (docs/study/batch-scaling.md)
 evals=8
 stages=8
 window=8
