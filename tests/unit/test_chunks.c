@@ -332,7 +332,7 @@ static double zbv_idle_lower_bound(int p, int K)
  * its order attains it: no order the runtime can run (both stages of a device step before its
  * next window, which test_zero_bubble_v_verifies checks) idles less. At p = K = 8 the bound is
  * 3.5, a sixth of 1F1B-flush's 21: the issue's 10% cannot be met at that window. Below K = p the
- * order idles more than the bound (the V's first micro-batch is alone on the tip device). */
+ * order idles more than the bound, which counts only device 0's wait at the window's start. */
 static void test_zero_bubble_v_bound(void **state)
 {
     (void)state;
