@@ -58,6 +58,11 @@ static void check_device_lists(const paci_table *t)
                 paci_instr in = list[i];
                 assert_int_equal(t->stage_device[in.stage], d);
                 int s = in.stage;
+                /* the device's stages step together: a computation of window w comes after each of
+                 * them has stepped w times and before any steps again (the runtime's global norm
+                 * gathers every stage of the device at its first step of a window) */
+                for (int c = 0; c < t->chunks && in.op != PACI_OP_STEP; c++)
+                    assert_int_equal(steps[paci_placed_stage(t->placement, t->devices, d, c)], in.mb / t->window);
                 if (in.op == PACI_OP_FWD) {
                     assert_int_equal(in.mb, next_f[s]++);
                 } else if (in.op == (split ? PACI_OP_BWD_B : PACI_OP_BWD)) {
@@ -312,12 +317,38 @@ static void test_unit_cost_bubbles(void **state)
             assert_true(zbv.peak_activations <= 1.05 * flush.peak_activations);
             assert_true(inter.idle <= 0.55 * flush.idle);
         }
-    /* below 2p - 1 micro-batches the V cannot fill: at K = p it idles (p - 1)/2, a sixth of 1F1B's */
-    for (int p = 2; p <= 8; p *= 2) {
-        UnitFigures zbv = unit_figures(PACI_SCHED_ZBV, p, 2, p);
-        print_message("p=%d K=%d: zb-v idle %.2f\n", p, p, zbv.idle);
-        assert_true(fabs(zbv.idle - (p - 1) / 2.0) < 1e-9);
-    }
+}
+
+/* The least idle time a step at unit costs of any V order whose devices step their two stages
+ * together (docs/dsl.md "Chunks"): after device 0's first forward of a window, the window's
+ * first micro-batch crosses 2p - 1 more chunk forwards (half a unit each) before device 0 has
+ * anything but its K stage-0 forwards to run, so it idles (2p - 1 - K)/2 a window. */
+static double zbv_idle_lower_bound(int p, int K)
+{
+    return K < 2 * p - 1 ? (2 * p - 1 - K) / 2.0 : 0;
+}
+
+/* zb-v never idles below the bound (the simulator agrees with the argument), and from K = p on
+ * its order attains it: no order the runtime can run (both stages of a device step before its
+ * next window, which test_zero_bubble_v_verifies checks) idles less. At p = K = 8 the bound is
+ * 3.5, a sixth of 1F1B-flush's 21: the issue's 10% cannot be met at that window. Below K = p the
+ * order idles more than the bound, which counts only device 0's wait at the window's start. */
+static void test_zero_bubble_v_bound(void **state)
+{
+    (void)state;
+    for (int p = 2; p <= 8; p++)
+        for (int K = 1; K <= 2 * p + 2; K++) {
+            double idle = unit_figures(PACI_SCHED_ZBV, p, 2, K).idle, bound = zbv_idle_lower_bound(p, K);
+            if (K == p || (p == 4 && K == 8))
+                print_message("p=%d K=%d: zb-v idle %.2f, lower bound %.2f, 1f1b %.2f\n", p, K, idle, bound,
+                              3.0 * (p - 1));
+            assert_true(idle >= bound - 1e-9);
+            if (K >= p)
+                assert_true(fabs(idle - bound) < 1e-9);
+        }
+    assert_true(fabs(zbv_idle_lower_bound(8, 8) - 3.5) < 1e-12);
+    assert_true(zbv_idle_lower_bound(8, 8) > 0.10 * 3.0 * (8 - 1));
+    assert_true(fabs(unit_figures(PACI_SCHED_ZBV, 4, 2, 8).idle) < 1e-9); /* K = 8 >= 2p - 1 = 7: none */
 }
 
 /* examples/gpt2-medium-8.paci as --explain compares the schedules: its plan and table under
@@ -360,7 +391,7 @@ static double medium8_figures(int kind, int window, long *peak_memory)
 
 /* The issue's figures on examples/gpt2-medium-8.paci (p = 8): zb-v within 1.05 x 1F1B-flush's
  * peak memory (the bytes --explain prints), interleaved at most 55% of its idle time a step;
- * zb-v at most 10% of it where the window fills the V (K = 16 = 2p), a sixth at the file's K = 8. */
+ * zb-v at most 10% of it where the window fills the V (K = 16 = 2p), the lower bound (a sixth) at the file's K = 8. */
 static void test_gpt2_medium_8(void **state)
 {
     (void)state;
@@ -378,7 +409,7 @@ static void test_gpt2_medium_8(void **state)
     assert_true(zbv_peak <= 1.05 * flush_peak);
     assert_true(inter <= 0.55 * flush);
     assert_true(zbv16 <= 0.10 * flush16);
-    assert_true(zbv <= flush / 6 + 1e-9);
+    assert_true(fabs(zbv - zbv_idle_lower_bound(8, 8)) < 1e-9); /* 3.5 = flush / 6: the least any order idles */
 }
 
 int main(void)
@@ -390,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_placements),
         cmocka_unit_test(test_verifier_refuses_broken_chunk_tables),
         cmocka_unit_test(test_unit_cost_bubbles),
+        cmocka_unit_test(test_zero_bubble_v_bound),
         cmocka_unit_test(test_gpt2_medium_8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
