@@ -9,6 +9,10 @@
 #   free links:      the same with links of 450e15 B/s and no latency: the imbalance alone;
 #   FLOPs split:     the split the partitioner chose when it balanced FLOPs alone (3.5
 #                    layers a stage, the head's rows divided at 2112), written out;
+#   slack beside:    medium-4 with its slowest stage (7 layers) moved beside lighter ones
+#                    (`split [6.5, 6.5, 7, 4]`): the same slowest stage as the automatic
+#                    split's two, but the messages between two equally loaded neighbours
+#                    no longer lie on the critical path;
 #
 # and, with stage costs written here as a version 1 profile (`stage S fwd F bwd B step P`:
 # each stage the mean of the automatic split's per-stage times that --explain prints), the
@@ -52,6 +56,9 @@ for p in 8 4; do
     if [ "$p" = 8 ]; then
         edit flops8 "$file" 's/^    window 8 /    window 8; vocab_split 2112; split [3.5, 3.5, 3.5, 3.5, 3.5, 3.5, 3, 0] /' "vocab_split 2112"
         row "the FLOPs-balanced split [3.5 x 6, 3, 0], vocab_split 2112" "$(bubble "$work/flops8.paci")"
+    else
+        edit slack4 "$file" 's/^    window 8 /    window 8; split [6.5, 6.5, 7, 4] /' "split \[6.5"
+        row "the slowest stage beside lighter ones: split [6.5, 6.5, 7, 4]" "$(bubble "$work/slack4.paci")"
     fi
     row "bound: $p equal stages (the mean of the automatic split's)" "$(bubble "$file" --profile "$work/equal$p.txt")"
 done

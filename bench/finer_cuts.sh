@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# bench/finer_cuts.sh: how even the stages of examples/gpt2-medium-8.paci and gpt2-medium-4
+# could get with split points finer than half layers, which pacic does not have (docs/dsl.md,
+# "Split points inside a layer"). Every price is the kernel cost model's, as `pacic --emit
+# costs` prints it: the file with `split [0, n, ..., n, 0]` gives the embedding alone (stage
+# 0), the head alone (the last stage) and a whole layer (stage 1's, over its layer count); a
+# layer is cut into four pieces by its kernels (each forward op with the backward ops of the
+# same weights, the optimizer step by the pieces' weights):
+#
+#   qkv:       ln1 and the qkv product             (a cut after it sends qkv: 4x the message)
+#   attention: attention and its projection        (after it: a half boundary, pacic's)
+#   fc:        ln2, the fc product and GELU         (after it sends GELU's output: 5x)
+#   proj:      the MLP's projection and the residual add (after it: a whole layer)
+#
+# and for each set of allowed cut points an exact dynamic program finds the split whose
+# slowest stage (K forwards and backwards and one optimizer step) is least. A cut costs
+# nothing here (the fused residual add and ln2 stay whole with the fc piece, where pacic
+# prices a half boundary's add and LayerNorm apart; no larger message, no memory limit): an
+# estimate of what such a cut could reach, not a prediction. The row "half layers" is the
+# estimate at pacic's own points, to compare with the file's --explain (printed above it).
+#
+# Figures only, no assertions; a few seconds. Needs python3.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+pacic=$root/build/bin/pacic
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+make -s all >/dev/null
+command -v python3 >/dev/null || { echo "bench/finer_cuts.sh: needs python3" >&2; exit 1; }
+
+for p in 8 4; do
+    file=examples/gpt2-medium-$p.paci
+    layers=$(sed -n 's/^ *layers \([0-9]*\).*/\1/p' "$file")
+    per=$((layers / (p - 2)))
+    [ $((per * (p - 2))) = "$layers" ] || { echo "bench/finer_cuts.sh: $layers layers over $((p - 2)) stages" >&2; exit 1; }
+    entries="0$(for _ in $(seq 1 $((p - 2))); do printf ", %d" "$per"; done), 0"
+    sed "s/^\( *window [0-9]*\)/\1; split [$entries]/" "$file" > "$work/parts.paci"
+    grep -q "split \[0, $per" "$work/parts.paci" || { echo "bench/finer_cuts.sh: $file has no 'window' line to add a split to" >&2; exit 1; }
+    "$pacic" "$work/parts.paci" --emit costs 2>/dev/null > "$work/costs.txt"
+    "$pacic" "$file" --explain 2>/dev/null | sed -n 's/.*step time \([0-9.e+-]*\) s.*bubble \([0-9.]*%\) (steady.*/\1 \2/p' | head -1 > "$work/explain.txt"
+    python3 - "$file" "$p" "$layers" "$per" "$work/costs.txt" "$work/explain.txt" <<'EOF'
+import re, sys
+file, p, layers, per, costs, explain = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+# A layer's kernels in forward order, each with the backward ops of its weights and inputs,
+# found by the text the op lists give them (ops.c), and its matrices in C^2 (AdamW's share).
+PIECES = [("ln1", ["ln1 = ", "dres += d(LayerNorm 1)"], 0),
+          ("qkv", ["qkv = ", "d qkvb", "d qkvw", "d ln1"], 3),
+          ("attention", ["atty = ", "d q, and delta", "d k, d v"], 0),
+          ("attention projection", ["attention projection", "d attprojb", "d attprojw", "d atty"], 1),
+          ("residual + ln2", ["resid2 = ", "dres += d(LayerNorm 2)"], 0),
+          ("fc", ["fc = ", "d fcb", "d fcw", "d ln2"], 4),
+          ("GELU", ["gelu = ", "d fc = "], 0),
+          ("MLP projection", ["MLP projection", "d fcprojb", "d fcprojw", "d gelu = "], 4),
+          ("residual", ["resid3 = "], 0)]
+K = len(PIECES)
+stage, ops = {}, [0.0] * K
+for line in open(costs):
+    f = line.split()
+    if f[0] == "stage":
+        stage[int(f[1])] = (float(f[3]), float(f[5]), float(f[7]))
+    elif f[0] == "op" and f[1] == "1" and f[3] in ("block_forward", "block_backward"):
+        what = line.split('"')[1]
+        owner = [k for k in range(K) for prefix in PIECES[k][1] if what.startswith(prefix)]
+        if len(owner) != 1:
+            sys.exit(f"bench/finer_cuts.sh: the block op '{what}' belongs to no piece (ops.c changed?)")
+        ops[owner[0]] += float(f[12]) * float(f[6]) / per  # seconds a call x calls a step, per layer
+window = int(re.search(r"^\s*window (\d+)", open(file).read(), re.M).group(1))
+def step_time(s):
+    fwd, bwd, opt = stage[s]
+    return window * (fwd + bwd) + opt
+layer = step_time(1) / per
+opt_layer = stage[1][2] / per
+piece = [ops[k] + opt_layer * PIECES[k][2] / 12 for k in range(K)]
+if abs(sum(piece) - layer) > 1e-4 * layer:  # --emit costs prints 6 digits
+    sys.exit(f"bench/finer_cuts.sh: the pieces ({sum(piece)}) do not add up to the layer ({layer})")
+embed, head = step_time(0), step_time(p - 1)
+seq = [piece[k % K] for k in range(K * layers)]
+seq[0] += embed
+seq[-1] += head
+total = sum(seq)
+
+def best(allowed):
+    """Over the splits of p stages cut where `allowed` lets: the least slowest stage, and among
+    the splits that reach it, the most the least busy stage can hold."""
+    cuts = [0] + [j for j in range(1, len(seq)) if j % K in allowed] + [len(seq)]
+    pre = [0.0]
+    for x in seq:
+        pre.append(pre[-1] + x)
+    n, inf = len(cuts), float("inf")
+    def span(j, i):
+        return pre[cuts[i]] - pre[cuts[j]]
+    worst = [[inf] * n for _ in range(p + 1)]  # [k][i]: the first k stages end at cut i
+    worst[0][0] = 0.0
+    for k in range(1, p + 1):
+        for i in range(1, n):
+            worst[k][i] = min(max(worst[k - 1][j], span(j, i)) for j in range(i))
+    slowest = worst[p][n - 1]
+    least = [[-inf] * n for _ in range(p + 1)]  # the same, every stage at most the slowest
+    least[0][0] = inf
+    for k in range(1, p + 1):
+        for i in range(1, n):
+            least[k][i] = max([min(least[k - 1][j], span(j, i)) for j in range(i) if span(j, i) <= slowest * (1 + 1e-12)] + [-inf])
+    return slowest, least[p][n - 1]
+
+step, bubble = open(explain).read().split()
+print(f"{file}: {p} stages, slowest and least busy stage per split point set (kernel cost model,")
+print(f"seconds a step; a layer {1e3 * layer:.2f} ms: " +
+      ", ".join(f"{n[0]} {1e3 * x:.2f}" for n, x in zip(PIECES, piece)) +
+      f"; embedding {1e3 * embed:.2f}, head {1e3 * head:.2f}; mean stage {1e3 * total / p:.2f} ms)")
+print(f"  pacic --explain on the file: step time {1e3 * float(step):.2f} ms, bubble {bubble} (imbalance and messages)")
+print(f"  {'split points':<48} {'slowest':>9} {'imbalance':>10} {'least busy':>11}")
+# a cut before the pieces named: 0 a layer's start, 4 pacic's half boundary
+for name, allowed in [("whole layers", {0}), ("half layers (pacic's points)", {0, 4}),
+                      ("half layers and after GELU (sends 5x)", {0, 4, 7}),
+                      ("half layers and after qkv (sends 4x)", {0, 2, 4}),
+                      ("half layers, after qkv and after GELU", {0, 2, 4, 7}),
+                      ("every kernel", set(range(K)))]:
+    slowest, least = best(allowed)
+    print(f"  {name:<48} {1e3 * slowest:6.2f} ms {100 * (1 - total / p / slowest):9.1f}% {100 * least / slowest:10.1f}%")
+EOF
+done
