@@ -81,19 +81,14 @@ def plan(out, base_steps):
 
 
 def step_ends(trace):
-    """The replayed end of every optimizer step: the last device to finish it. A device with
-    several stages (chunks) steps each of them: its step is its last stage's."""
+    """The replayed end of every optimizer step: the last stage to finish it (a device with
+    chunks steps each of its stages: the trace names the stage)."""
     per = {}
     for e in json.load(open(trace))["traceEvents"]:
         if e.get("cat") == "step":
-            per.setdefault(e["tid"], []).append((e["ts"] + e["dur"]) * 1e-6)
-    counts = {len(v) for v in per.values()}
-    n = min(counts)
-    ends = []
-    for v in per.values():
-        k = len(v) // n  # stages of this device
-        ends.append([max(v[i * k:(i + 1) * k]) for i in range(n)])
-    return [max(col) for col in zip(*ends)]
+            stage = e.get("args", {}).get("stage", e["tid"])
+            per.setdefault(stage, []).append((e["ts"] + e["dur"]) * 1e-6)
+    return [max(col) for col in zip(*per.values())]
 
 
 # ---- the runs --------------------------------------------------------------------------------

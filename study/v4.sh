@@ -21,8 +21,10 @@
 # 2. Calibration: each line's program trains S steps (default 32) alone, all lines one after
 #    another, three times (the second pass in reverse order, so a drifting machine weighs on
 #    each alike); the per-stage medians of the instruction costs they measured price the
-#    line's schedule in the compiler's simulator, every stage its own device, over R steps
-#    (default 64; evaluation excluded): step_times.csv, step_s = the replayed R steps / R.
+#    line's schedule in the compiler's simulator, every stage its own device, over R steps in
+#    one segment (default: the baseline's steps between two evaluations, so a step's price
+#    carries its share of the pipeline fills the runs have; evaluation excluded):
+#    step_times.csv, step_s = the replayed R steps / R.
 # 3. The plan (study/analyze_v4.py --plan): the baseline is the synchronous line at PACI's
 #    memory (1f1b, zb-h1, zb-v, interleaved) with the shortest step; budget = N x its step_s;
 #    a line trains floor(budget / its step_s) steps (a warm start's steps priced at its
@@ -40,7 +42,7 @@ only=""
 full=0
 lr=2
 seeds=""
-base_steps=512
+base_steps=""
 stages=8
 window=8
 evals=16
@@ -48,7 +50,7 @@ dc_lambda=1e4
 model_args="layers 24; width 32; heads 4"
 jobs_max=2
 calibration_steps=32
-replay_steps=64
+replay_steps=""
 gpu_file=$root/examples/gpt2-medium-8.paci
 out=""
 check_only=0
@@ -78,15 +80,19 @@ while [ $# -gt 0 ]; do
 done
 if (( full )); then
     seeds=${seeds:-1337 1338 1339}
+    base_steps=${base_steps:-1024}
     out=${out:-$root/docs/study/fourth}
 else
     seeds=${seeds:-1337}
+    base_steps=${base_steps:-512}
     out=${out:-$root/docs/study/fourth/quick}
 fi
 
 whole() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "study: $1 '$2' is not a positive whole number" >&2; exit 2; }; }
 whole --jobs "$jobs_max"; whole --base-steps "$base_steps"; whole --stages "$stages"; whole --window "$window"
-whole --evals "$evals"; whole --calibration-steps "$calibration_steps"; whole --replay-steps "$replay_steps"
+whole --evals "$evals"; whole --calibration-steps "$calibration_steps"
+replay_steps=${replay_steps:-$(( (base_steps + evals - 1) / evals ))}  # one segment of the baseline's
+whole --replay-steps "$replay_steps"
 for s in $seeds; do [[ $s =~ ^[0-9]+$ ]] || { echo "study: --seeds: '$s' is not a whole number" >&2; exit 2; }; done
 [ -n "$seeds" ] || { echo "study: --seeds is empty" >&2; exit 2; }
 [ "$(tr ' ' '\n' <<< "$seeds" | sort | uniq -d)" = "" ] || { echo "study: --seeds names a seed twice: $seeds" >&2; exit 2; }
@@ -109,7 +115,7 @@ without_warm() { sed -E 's/(^|;)[[:space:]]*warm_start [a-z0-9-]+ [0-9]+[[:space
 render() {
     local name=$1 m=$2 seed=$3 steps=$4 file=$5 keys=${6-$(keys_of "$1")} schedule=${7:-${schedule_of[$1]}} optimizer every
     optimizer=$(scale_rates "$m" "${optimizer_of[$name]}")
-    every=$(( (steps + evals - 1) / evals ))
+    every=${render_every:-$(( (steps + evals - 1) / evals ))}
     sed -e "s|@STAGES@|$stages|; s|@SCHEDULE@|$schedule|; s|@WINDOW@|$(window_of "$name")|; s|@STEPS@|$steps|" \
         -e "s|@EVAL@|$every|; s|@DATA@|$root/examples/data|; s|@MODEL@|$model_args|; s|@SEED@|$seed|" \
         -e "s|@PIPELINE@|$keys|; s|@OPTIMIZER@|$optimizer|" \
@@ -175,10 +181,13 @@ for pass in 1 2 3; do
     done
 done
 # replay_total FILE PROFILE TRACE: the replayed seconds of FILE's steps (evaluation excluded).
+# The files are one segment of R steps (one pipeline fill): by default the baseline's segment
+# between two evaluations, so a step's price carries the fills the runs have.
 replay_total() {
     "$pacic" "$1" --profile "$2" --emit trace --show-steps "$(sed -n 's/^ *steps \([0-9]*\).*/\1/p' "$1")" -o "$3"
     "$python" "$root/study/analyze_v4.py" --replay-total "$3"
 }
+render_every=$replay_steps
 echo "config,schedule,window,tokens_per_step,replayed_steps,replayed_s,step_s,warm_schedule,warm_steps,warm_step_s" > "$out/step_times.csv"
 for name in "${names[@]}"; do
     dir=$out/calibration/$name
@@ -196,10 +205,12 @@ for name in "${names[@]}"; do
         warm_step=$(awk -v t="$warm_total" -v n="$replay_steps" 'BEGIN { printf "%.9g", t / n }')
     fi
     k=$(window_of "$name")
+    # tokens a step: K x the template's micro-batch (4) x its context (64)
     printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" "${schedule_of[$name]}" "$k" "$((k * 4 * 64))" "$replay_steps" "$total" \
         "$(awk -v t="$total" -v n="$replay_steps" 'BEGIN { printf "%.9g", t / n }')" "$warm_schedule" "$warm_steps" "$warm_step" \
         >> "$out/step_times.csv"
 done
+unset render_every
 
 # 3. The plan: the baseline, the budget and every line's steps (plan.csv).
 "$python" "$root/study/analyze_v4.py" --plan "$out" --base-steps "$base_steps"

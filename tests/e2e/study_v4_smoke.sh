@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The study's fourth edition (study/v4.sh) on a tiny grid (seconds): every line of
 # study/configs_v4.txt must pass the compiler's check at every multiplier of both editions;
-# a micro study (zb-h1 and paci, p = 2, two seeds) must train each line for the steps its
+# a micro study (zb-v and paci, p = 2, two seeds) must train each line for the steps its
 # replayed step time fits in the budget (recomputed here from step_times.csv: budget = the
 # baseline's steps x the shortest synchronous step, N = floor(budget / step)), the equal-token
 # runs for the baseline's tokens, every seed under its own seed and the shuffled data order,
@@ -20,7 +20,7 @@ grep -q '^paci-muon-predict-k16 x0.5 (K = 16):  *delay_correction predict |' "$w
 grep -q '^zb-h2-k16 x4 (K = 16): ' "$work/full.log" || fail "the full edition did not check zb-h2-k16 at x4"
 
 adamw='adamw { lr {2e-3} at 32 scale sqrt; betas 0.9 0.95; weight_decay 0.1; clip 1.0 }'
-printf '%s\n' "zb-h1 | zb-h1 | | $adamw" "paci | paci | | $adamw" > "$work/configs.txt"
+printf '%s\n' "zb-v | zb-v | | $adamw" "paci | paci | | $adamw" > "$work/configs.txt"
 base_steps=12
 study/v4.sh --configs "$work/configs.txt" --stages 2 --window 2 --base-steps $base_steps --evals 3 \
     --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --replay-steps 8 \
@@ -36,7 +36,7 @@ col() {  # col FILE CONFIG COLUMN-NAME [KIND]: the value in CONFIG's row (and KI
 
 # Equal time: the budget and every line's steps, from step_times.csv alone.
 base_step=$(awk -F, 'NR > 1 && $2 ~ /^(1f1b|zb-h1|zb-v|interleaved)$/ && $9 == 0 && (b == "" || $7 < b) { b = $7 } END { print b }' "$s/step_times.csv")
-for c in zb-h1 paci; do
+for c in zb-v paci; do
     step=$(col "$s/step_times.csv" $c step_s)
     want=$(awk -v n=$base_steps -v b="$base_step" -v t="$step" 'BEGIN { printf "%d", n * b / t + 1e-9 }')
     [ "$(col "$s/plan.csv" $c steps_time)" = "$want" ] ||
@@ -45,7 +45,14 @@ for c in zb-h1 paci; do
     [ "$trained" = "$want" ] || fail "$c: its equal-time runs logged $trained steps, not $want"
     [ "$(col "$s/summary.csv" $c steps_equal_time)" = "$want" ] || fail "$c: summary.csv's steps are not $want"
 done
-[ "$(col "$s/plan.csv" zb-h1 budget_line)" = 1 ] || fail "zb-h1 (the only synchronous line) is not the budget line"
+[ "$(col "$s/plan.csv" zb-v budget_line)" = 1 ] || fail "zb-v (the only synchronous line) is not the budget line"
+# The time axis: zb-v (two stages a device) fills and drains every step, so half its budget is
+# the end of its step $((base_steps / 2)), between its evaluations at steps 4 and 8 (the mean
+# over the two seeds).
+half=$(awk -F, '$1 == "zb-v" && $2 == "time" && ($5 == 4 || $5 == 8) { s += $8 } END { printf "%.4f", s / 4 }' "$s/losses.csv")
+said=$(col "$s/summary.csv" zb-v half_budget_val_loss)
+awk -v a="$half" -v b="$said" 'BEGIN { exit !(a - b < 2e-4 && b - a < 2e-4) }' ||
+    fail "zb-v's loss at half the budget is $said in summary.csv, but its steps 4 and 8 give $half"
 # Equal tokens: the baseline's tokens (both at K = 2: the baseline's steps), where that is another length.
 tokens_steps=$(col "$s/grid.csv" paci steps tokens)
 if [ "$(col "$s/plan.csv" paci steps_time)" != $base_steps ]; then
@@ -67,7 +74,7 @@ seed_losses() { awk -F, -v s="$1" '$1 == "paci" && $2 == "time" && $4 == s { pri
 [ "$(seed_losses 1337)" != "$(seed_losses 1338)" ] || fail "seeds 1337 and 1338 logged the same losses"
 
 # Spread: the sample standard deviation (n - 1) of the seeds' final validation losses.
-for c in zb-h1 paci; do
+for c in zb-v paci; do
     want=$(awk -F, -v c=$c '$1 == c && $2 == "time" && $8 != "" { if ($5 > last[$4]) { last[$4] = $5; v[$4] = $8 } }
         END { for (s in v) { n++; sum += v[s]; sq += v[s] * v[s] } m = sum / n;
               printf "%.4f %.4f", m, sqrt((sq - n * m * m) / (n - 1)) }' "$s/losses.csv")
@@ -80,9 +87,9 @@ done
 for column in schedule speedup_vs_baseline gap_vs_baseline_pct equal_time_val_loss equal_time_spread; do
     head -1 "$s/summary.csv" | tr , '\n' | grep -qx "$column" || fail "summary.csv has no column $column"
 done
-[ "$(col "$s/summary.csv" zb-h1 gap_vs_baseline_pct)" = 0.000 ] || fail "the baseline's gap to itself is not 0"
-[ -n "$(col "$s/summary.csv" zb-h1 gpu_step_s)" ] && [ -n "$(col "$s/summary.csv" paci gpu_projected_val_loss)" ] ||
+[ "$(col "$s/summary.csv" zb-v gap_vs_baseline_pct)" = 0.000 ] || fail "the baseline's gap to itself is not 0"
+[ -n "$(col "$s/summary.csv" zb-v gpu_step_s)" ] && [ -n "$(col "$s/summary.csv" paci gpu_projected_val_loss)" ] ||
     fail "no GPU projection in summary.csv"
 grep -q '^| paci | paci | 2 | x2 | ' "$s/results.md" || fail "results.md's table has no paci row"
 grep -q '^[123]\. \*\*\(met\|not met\|not judged\)\*\*: ' "$s/results.md" || fail "results.md does not state the goals"
-echo "study v4: every line checks; equal-time steps as recomputed from step_times.csv ($(col "$s/plan.csv" zb-h1 steps_time) and $(col "$s/plan.csv" paci steps_time)); seeds shuffle their order; spread is the sample sd"
+echo "study v4: every line checks; equal-time steps as recomputed from step_times.csv ($(col "$s/plan.csv" zb-v steps_time) and $(col "$s/plan.csv" paci steps_time)); seeds shuffle their order; spread is the sample sd"
