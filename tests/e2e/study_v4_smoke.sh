@@ -21,7 +21,7 @@ grep -q '^zb-h2-k16 x4 (K = 16): ' "$work/full.log" || fail "the full edition di
 
 adamw='adamw { lr {2e-3} at 32 scale sqrt; betas 0.9 0.95; weight_decay 0.1; clip 1.0 }'
 printf '%s\n' "zb-v | zb-v | | $adamw" "paci | paci | | $adamw" > "$work/configs.txt"
-base_steps=12
+base_steps=24  # evaluations at steps 8, 16 and 24 of the baseline
 study/v4.sh --configs "$work/configs.txt" --stages 2 --window 2 --base-steps $base_steps --evals 3 \
     --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --replay-steps 8 \
     --out "$work/s" > "$work/s.log" || fail "the micro study failed: $(tail -5 "$work/s.log")"
@@ -47,12 +47,12 @@ for c in zb-v paci; do
 done
 [ "$(col "$s/plan.csv" zb-v budget_line)" = 1 ] || fail "zb-v (the only synchronous line) is not the budget line"
 # The time axis: zb-v (two stages a device) fills and drains every step, so half its budget is
-# the end of its step $((base_steps / 2)), between its evaluations at steps 4 and 8 (the mean
-# over the two seeds).
-half=$(awk -F, '$1 == "zb-v" && $2 == "time" && ($5 == 4 || $5 == 8) { s += $8 } END { printf "%.4f", s / 4 }' "$s/losses.csv")
+# the end of its step 12, halfway between its evaluations at steps 8 and 16 (the mean over the
+# two seeds).
+half=$(awk -F, '$1 == "zb-v" && $2 == "time" && ($5 == 8 || $5 == 16) { s += $8 } END { printf "%.4f", s / 4 }' "$s/losses.csv")
 said=$(col "$s/summary.csv" zb-v half_budget_val_loss)
 awk -v a="$half" -v b="$said" 'BEGIN { exit !(a - b < 2e-4 && b - a < 2e-4) }' ||
-    fail "zb-v's loss at half the budget is $said in summary.csv, but its steps 4 and 8 give $half"
+    fail "zb-v's loss at half the budget is $said in summary.csv, but its steps 8 and 16 give $half"
 # Equal tokens: the baseline's tokens (both at K = 2: the baseline's steps), where that is another length.
 tokens_steps=$(col "$s/grid.csv" paci steps tokens)
 if [ "$(col "$s/plan.csv" paci steps_time)" != $base_steps ]; then
