@@ -235,8 +235,8 @@ def analyse(out):
     # Every line at its best multiplier (the first seed's), per seed.
     line = {}
     for c in order:
-        m, _ = best_lr(runs, c, seeds[0])
-        info = {"config": c, "schedule": schedule_of[c], "m": m, "seeds": {}}
+        m, edge = best_lr(runs, c, seeds[0])
+        info = {"config": c, "schedule": schedule_of[c], "m": m, "edge": edge, "seeds": {}}
         line[c] = info
         if m is None:
             continue
@@ -313,7 +313,7 @@ def analyse(out):
             "config": c, "schedule": schedule_of[c], "window": times[c]["window"],
             "memory": "paci" if schedule_of[c] == "paci" else "at PACI's" if schedule_of[c] in AT_PACI_MEMORY
             else "relaxed",
-            "m": info["m"], "seeds": n, "steps": int(plan_rows[c]["steps_time"]),
+            "m": info["m"], "edge": info["edge"], "seeds": n, "steps": int(plan_rows[c]["steps_time"]),
             "tokens_time": int(plan_rows[c]["steps_time"]) * int(times[c]["tokens_per_step"]),
             "total": total, "budget_use": total / budget if total else None,
             "eq": eq, "eq_sd": eq_sd, "half": half, "half_sd": half_sd, "tok": tok, "tok_sd": tok_sd,
@@ -409,8 +409,9 @@ def write_results(out, rows, base, paci_best, budget, budget_line, seeds, proj, 
             continue
         reached = "%s (%d of %d seeds)" % (fmt(r["to_target"], "%.2f"), r["to_target_n"], r["seeds"]) \
             if r["to_target_n"] < r["seeds"] else fmt(r["to_target"], "%.2f")
-        text.append("| %s | %s | %s | x%g | %d | %s | %s | %s | %s | %s | %s |" % (
-            r["config"], r["memory"], r["window"], r["m"], r["steps"], pm(r["eq"], r["eq_sd"]),
+        text.append("| %s | %s | %s | x%g%s | %d | %s | %s | %s | %s | %s | %s |" % (
+            r["config"], r["memory"], r["window"], r["m"], " (the grid's %s end)" % r["edge"] if r["edge"] != "no" else "",
+            r["steps"], pm(r["eq"], r["eq_sd"]),
             pm(r["half"], r["half_sd"]), pm(r["tok"], r["tok_sd"]), reached,
             pm(r["speedup"], r["speedup_sd"], "%.2fx"), fmt(r["peak"], "%.2f")))
     text += ["", "Goals (PACI's best line: the PACI line with the lowest mean equal-time loss, `%s`):" % paci_best, ""]

@@ -6,7 +6,8 @@
 # baseline's steps x the shortest synchronous step, N = floor(budget / step)), the equal-token
 # runs for the baseline's tokens, every seed under its own seed and the shuffled data order,
 # and summary.csv's spread must be the seeds' sample standard deviation of the final
-# validation losses in losses.csv.
+# validation losses in losses.csv; the full edition must extend a line's lr grid until its best
+# is inside (or it has grown twice) and run the best at every seed.
 source tests/e2e/lib.sh
 unset OPENBLAS_CORETYPE PACIC_MARCH # the study's own choices (study/toolchain.sh)
 
@@ -92,4 +93,24 @@ done
     fail "no GPU projection in summary.csv"
 grep -q '^| paci | paci | 2 | x2 | ' "$s/results.md" || fail "results.md's table has no paci row"
 grep -q '^[123]\. \*\*\(met\|not met\|not judged\)\*\*: ' "$s/results.md" || fail "results.md does not state the goals"
+# The full edition's lr grid: zb-v alone at x0.5 and x1, extended by a factor 2 at the end
+# where the best lies (twice at most); the best of the grid at the second seed too.
+printf '%s\n' "zb-v | zb-v | | $adamw | 0.5 1" > "$work/configs-full.txt"
+study/v4.sh --full --configs "$work/configs-full.txt" --stages 2 --window 2 --base-steps 8 --evals 2 \
+    --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --out "$work/f" \
+    > "$work/f.log" || fail "the full micro study failed: $(tail -5 "$work/f.log")"
+tried=$(awk -F, '$3 == "time" && $5 == 1337 { print $4 }' "$work/f/grid.csv" | sort -g | tr '\n' ' ')
+best=$(awk -F, '$2 == "time" && $4 == 1337 && $5 == 8 && (b == "" || $8 < v) { v = $8; b = $3 } END { print b }' "$work/f/losses.csv")
+read -r -a grid_m <<< "$tried"
+[[ " $tried " == *" 0.5 1 "* ]] && (( ${#grid_m[@]} <= 4 )) &&
+    awk -v t="$tried" 'BEGIN { n = split(t, m, " "); for (i = 2; i <= n; i++) if (m[i] != 2 * m[i - 1]) exit 1 }' ||
+    fail "the lr grid grew as $tried, not by factors of 2 from x0.5 and x1, twice at most"
+if (( ${#grid_m[@]} < 4 )) && { [ "$best" = "${grid_m[0]}" ] || [ "$best" = "${grid_m[-1]}" ]; }; then
+    fail "the grid $tried stopped with its best (x$best) at an end"
+fi
+[ "$(col "$work/f/summary.csv" zb-v lr_multiplier)" = "$best" ] || fail "summary.csv's lr is not the grid's best x$best"
+[ "$(awk -F, -v b="$best" '$3 == "time" && $4 == b && $5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] ||
+    fail "the best (x$best) did not run at the second seed: $(cat "$work/f/grid.csv")"
+[ "$(awk -F, '$5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] || fail "more than the best ran at the second seed"
+
 echo "study v4: every line checks; equal-time steps as recomputed from step_times.csv ($(col "$s/plan.csv" zb-v steps_time) and $(col "$s/plan.csv" paci steps_time)); seeds shuffle their order; spread is the sample sd"
