@@ -5,7 +5,7 @@
 #   make study      the study's fourth edition, quick: every line of study/configs_v4.txt at
 #                   equal device time, one lr and one seed (study/v4.sh; docs/study/fourth/METHOD.md)
 #   make study-full its full edition: each line's lr tuned at its own length, three seeds (hours;
-#                   run it in the background: docs/study/fourth/METHOD.md "Running")
+#                   run it in the background: docs/study/fourth/METHOD.md, "Running")
 #   make study-third  the third edition: PACI against tuned zb-h1 at equal tokens (study/tuned.sh)
 #   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
 #   make study-scale  batch scaling: 4 optimizers x 2 lr rules at D = 1, 2, 4, 8 replicas, and

@@ -173,7 +173,8 @@ for pass in 1 2 3; do
             keys=$(keys_of "$name")
             warm=$(warm_of "$name")
             [ -z "$warm" ] || keys=$(sed -E "s/warm_start ([a-z0-9-]+) [0-9]+/warm_start \1 $((calibration_steps / 2 > 0 ? calibration_steps / 2 : 1))/" <<< "$keys")
-            render "$name" "$(awk '{ print $1 }' <<< "$(lrs_for "$name")")" "${seed_list[0]}" "$calibration_steps" "$dir/model.paci" "$keys"
+            render_every=$calibration_steps render "$name" "$(awk '{ print $1 }' <<< "$(lrs_for "$name")")" "${seed_list[0]}" \
+                "$calibration_steps" "$dir/model.paci" "$keys"  # one evaluation, at the end
             "$pacic" "$dir/model.paci" -o "$dir/run" 2> "$dir/compile.log" || { cat "$dir/compile.log" >&2; exit 1; }
         fi
         (cd "$dir/pass-$pass" && ../run --no-checkpoint --profile-out profile.txt > run.log 2> run.err) ||
