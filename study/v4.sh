@@ -25,8 +25,9 @@
 #    one segment (default: the baseline's steps between two evaluations, so a step's price
 #    carries its share of the pipeline fills the runs have; evaluation excluded):
 #    step_times.csv, step_s = the replayed R steps / R.
-# 3. The plan (study/analyze_v4.py --plan): the baseline is the synchronous line at PACI's
-#    memory (1f1b, zb-h1, zb-v, interleaved) with the shortest step; budget = N x its step_s;
+# 3. The plan (study/analyze_v4.py --plan): the budget line is the synchronous line at PACI's
+#    memory (1f1b, zb-h1, zb-v, interleaved) with the shortest step; budget = N (--base-steps:
+#    quick 512, full 1024) x its step_s;
 #    a line trains floor(budget / its step_s) steps (a warm start's steps priced at its
 #    synchronous schedule's step), and, for the equal-token runs, the baseline's tokens.
 # 4. The runs, J at once (default 2), the configurations taking turns; then each line's files
