@@ -2,8 +2,11 @@
 #
 #   make            build/bin/pacic, build/lib/pacic/libpacirt.a, build/include/pacic/
 #   make test       every test (unit, golden, end-to-end)
-#   make study      the study (docs/study.md): each line of study/configs.txt x its lrs at p = 8,
-#                   K = 8, each at its best lr (study/tuned.sh; time: docs/study.md "Time")
+#   make study      the study's fourth edition, quick: every line of study/configs_v4.txt at
+#                   equal device time, one lr and one seed (study/v4.sh; docs/study/fourth/METHOD.md)
+#   make study-full its full edition: each line's lr tuned at its own length, three seeds (hours;
+#                   run it in the background: docs/study/fourth/METHOD.md, "Running")
+#   make study-third  the third edition: PACI against tuned zb-h1 at equal tokens (study/tuned.sh)
 #   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
 #   make study-scale  batch scaling: 4 optimizers x 2 lr rules at D = 1, 2, 4, 8 replicas, and
 #                   DGC (study/scale.sh; docs/study.md "Batch scaling")
@@ -142,10 +145,17 @@ check: all $(UNIT_BIN)
 	PACIC_CACHE=$${PACIC_CACHE:-$(abspath $(B)/test-cache/nvrtc)} FAKE_CACHE=$${FAKE_CACHE:-$(abspath $(B)/test-cache/fake)} \
 	PACI_CC_CACHE=$${PACI_CC_CACHE:-$(abspath $(B)/test-cache/cc)} PACI_TIER=check tests/run.sh
 
-# STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--target 2.4";
-# re-analyse without training: study/analyze_tuned.py --target 2.0 docs/study/third.
+# STUDY_ARGS passes options to the driver, e.g. make study STUDY_ARGS="--seeds '1337 1338'";
+# re-analyse without training: study/analyze_v4.py docs/study/fourth/quick.
 study: all
-	study/tuned.sh $(STUDY_ARGS)
+	study/v4.sh $(STUDY_ARGS)
+
+study-full: all
+	study/v4.sh --full $(STUDY_ARGS)
+
+# The third edition; re-analyse without training: study/analyze_tuned.py --target 2.0 docs/study/third.
+study-third: all
+	study/tuned.sh $(STUDY_THIRD_ARGS)
 
 # The first edition; e.g. make study-schedules STUDY_SCHEDULES_ARGS="--stages 4 --out /tmp/s4".
 study-schedules: all
@@ -249,6 +259,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test check study study-schedules study-scale bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
+.PHONY: all data test check study study-full study-third study-schedules study-scale bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -1,6 +1,7 @@
-# study/common.sh: what the study's grid drivers (tuned.sh, scale.sh) share, sourced after
+# study/common.sh: what the study's grid drivers (tuned.sh, scale.sh, v4.sh) share, sourced after
 # study/toolchain.sh: learning-rate multipliers, the {X} rates of an optimizer entry, one
-# training run with its times and its divergence, and a pool of J runs at once.
+# training run with its times and its divergence, and a pool of J runs at once; the
+# configurations files (tuned.sh, v4.sh).
 
 # check_multipliers WHERE LIST: every multiplier a positive number, else an error naming WHERE.
 check_multipliers() {
@@ -12,6 +13,37 @@ check_multipliers() {
 }
 
 trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }
+
+# read_configs FILE ONLY: the configurations of FILE (NAME | SCHEDULE | PIPELINE KEYS |
+# OPTIMIZER [| LR MULTIPLIERS], comments and blanks skipped) into names (in FILE's order, or
+# ONLY's names where ONLY is not empty) and schedule_of, pipeline_of, optimizer_of, lrs_of.
+read_configs() {
+    local configs=$1 only=$2 line name schedule pipeline optimizer own_lrs extra
+    [ -r "$configs" ] || { echo "study: cannot read the configurations file $configs" >&2; exit 2; }
+    names=() ; declare -gA schedule_of=() pipeline_of=() optimizer_of=() lrs_of=()
+    while IFS= read -r line; do
+        line=${line%%#*}
+        [[ $line =~ ^[[:space:]]*$ ]] && continue
+        IFS='|' read -r name schedule pipeline optimizer own_lrs extra <<< "$line"
+        name=$(trim "$name") schedule=$(trim "$schedule") pipeline=$(trim "$pipeline") optimizer=$(trim "$optimizer")
+        own_lrs=$(trim "$own_lrs")
+        if [ -n "$extra" ] || [ -z "$optimizer" ] || ! [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || [ -z "$schedule" ]; then
+            echo "study: $configs: expected 'NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER [| LR MULTIPLIERS]', NAME of letters, digits, '.', '_', '-', in: $line" >&2
+            exit 2
+        fi
+        check_multipliers "$configs: configuration '$name': " "$own_lrs"
+        [ -z "${schedule_of[$name]+x}" ] || { echo "study: $configs: configuration '$name' is declared twice" >&2; exit 2; }
+        [[ $optimizer == *"{"*[0-9]*"}"* ]] || { echo "study: $configs: configuration '$name' has no {LR} to scale in its optimizer" >&2; exit 2; }
+        names+=("$name"); schedule_of[$name]=$schedule pipeline_of[$name]=$pipeline optimizer_of[$name]=$optimizer
+        lrs_of[$name]=$own_lrs
+    done < "$configs"
+    if [ -n "$only" ]; then
+        for name in $only; do
+            [ -n "${schedule_of[$name]+x}" ] || { echo "study: --only names '$name', which $configs does not declare (it has: ${names[*]})" >&2; exit 2; }
+        done
+        names=($only)
+    fi
+}
 
 # scale_rates M TEXT: TEXT with each {X} (a learning rate) replaced by X x M.
 scale_rates() {

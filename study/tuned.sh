@@ -80,31 +80,7 @@ check_multipliers "" "$lrs"
 steps=$((micro_batches / window))
 every=$((micro_batches / evals / window))
 
-# The configurations: NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER, comments and blanks skipped.
-[ -r "$configs" ] || { echo "study: cannot read the configurations file $configs" >&2; exit 2; }
-names=() ; declare -A schedule_of pipeline_of optimizer_of lrs_of
-while IFS= read -r line; do
-    line=${line%%#*}
-    [[ $line =~ ^[[:space:]]*$ ]] && continue
-    IFS='|' read -r name schedule pipeline optimizer own_lrs extra <<< "$line"
-    name=$(trim "$name") schedule=$(trim "$schedule") pipeline=$(trim "$pipeline") optimizer=$(trim "$optimizer")
-    own_lrs=$(trim "$own_lrs")
-    if [ -n "$extra" ] || [ -z "$optimizer" ] || ! [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || [ -z "$schedule" ]; then
-        echo "study: $configs: expected 'NAME | SCHEDULE | PIPELINE KEYS | OPTIMIZER [| LR MULTIPLIERS]', NAME of letters, digits, '.', '_', '-', in: $line" >&2
-        exit 2
-    fi
-    check_multipliers "$configs: configuration '$name': " "$own_lrs"
-    lrs_of[$name]=$own_lrs
-    [ -z "${schedule_of[$name]+x}" ] || { echo "study: $configs: configuration '$name' is declared twice" >&2; exit 2; }
-    [[ $optimizer == *"{"*[0-9]*"}"* ]] || { echo "study: $configs: configuration '$name' has no {LR} to scale in its optimizer" >&2; exit 2; }
-    names+=("$name"); schedule_of[$name]=$schedule pipeline_of[$name]=$pipeline optimizer_of[$name]=$optimizer
-done < "$configs"
-if [ -n "$only" ]; then
-    for name in $only; do
-        [ -n "${schedule_of[$name]+x}" ] || { echo "study: --only names '$name', which $configs does not declare (it has: ${names[*]})" >&2; exit 2; }
-    done
-    names=($only)
-fi
+read_configs "$configs" "$only"
 
 # render NAME MULTIPLIER FILE: the DSL of one run. Each {X} of the optimizer becomes X x M.
 render() {

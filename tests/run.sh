@@ -149,7 +149,7 @@ wait_one() {
 long_first=(optim_ref fuzz cuda_emu_optim cuda_emu gpu_check_dry data_parallel cuda_fake dgc cuda_build
             study_tuned_smoke nvrtc plot cuda_fake_dgc cuda_fake_vocab train_bpe_doc dgc_processes
             readme_commands sync_equals_single_stage torch_ref sample_bpe zero_bubble chunks cuda_fake_chunks
-            post_validation bpe_tiktoken resume_optimizers study_scale_smoke half_layers_cuda sampling signals)
+            post_validation bpe_tiktoken resume_optimizers study_scale_smoke study_v4_smoke half_layers_cuda sampling signals)
 # The unit tests and golden files are one job, started first.
 if [ -n "$(ls "$build"/tests/test_* 2>/dev/null)" ] || [ "${PACI_GOLDEN:-1}" != 0 ]; then
     unit_and_golden "$logs/unit-and-golden.counts" > "$logs/unit and golden.log" 2>&1 &

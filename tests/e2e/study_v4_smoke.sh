@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The study's fourth edition (study/v4.sh) on a tiny grid (seconds): every line of
+# study/configs_v4.txt must pass the compiler's check at every multiplier of both editions;
+# a micro study (zb-v and paci, p = 2, two seeds) must train each line for the steps its
+# replayed step time fits in the budget (recomputed here from step_times.csv: budget = the
+# baseline's steps x the shortest synchronous step, N = floor(budget / step)), the equal-token
+# runs for the baseline's tokens, every seed under its own seed and the shuffled data order,
+# and summary.csv's spread must be the seeds' sample standard deviation of the final
+# validation losses in losses.csv; the full edition must extend a line's lr grid until its best
+# is inside (or it has grown twice) and run the best at every seed.
+source tests/e2e/lib.sh
+unset OPENBLAS_CORETYPE PACIC_MARCH # the study's own choices (study/toolchain.sh)
+
+# Every line at every multiplier: the quick edition's one and the full edition's grid.
+study/v4.sh --check-only > "$work/quick.log" || fail "a line of study/configs_v4.txt is refused by the compiler (quick edition)"
+study/v4.sh --full --check-only > "$work/full.log" || fail "a line of study/configs_v4.txt is refused by the compiler (full edition)"
+lines=$(grep -cv '^\s*\(#\|$\)' study/configs_v4.txt)
+[ "$(grep -c ' x2 (K = ' "$work/quick.log")" = "$lines" ] || fail "the quick edition did not check its $lines lines at x2: $(cat "$work/quick.log")"
+grep -q '^paci-muon-predict-k16 x0.5 (K = 16):  *delay_correction predict |' "$work/full.log" ||
+    fail "a line's own window did not become its window: $(grep k16 "$work/full.log" | head -1)"
+grep -q '^zb-h2-k16 x4 (K = 16): ' "$work/full.log" || fail "the full edition did not check zb-h2-k16 at x4"
+
+adamw='adamw { lr {2e-3} at 32 scale sqrt; betas 0.9 0.95; weight_decay 0.1; clip 1.0 }'
+printf '%s\n' "zb-v | zb-v | | $adamw" "paci | paci | | $adamw" > "$work/configs.txt"
+base_steps=24  # evaluations at steps 8, 16 and 24 of the baseline
+study/v4.sh --configs "$work/configs.txt" --stages 2 --window 2 --base-steps $base_steps --evals 3 \
+    --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --replay-steps 8 \
+    --out "$work/s" > "$work/s.log" || fail "the micro study failed: $(tail -5 "$work/s.log")"
+s=$work/s
+for f in step_times.csv plan.csv grid.csv losses.csv summary.csv gpu_step_times.csv results.md; do
+    [ -s "$s/$f" ] || fail "the study wrote no $f"
+done
+col() {  # col FILE CONFIG COLUMN-NAME [KIND]: the value in CONFIG's row (and KIND's, for grid.csv)
+    awk -F, -v c="$2" -v name="$3" -v k="${4:-}" 'NR == 1 { for (i = 1; i <= NF; i++) at[$i] = i; next }
+        $1 == c && (k == "" || $3 == k) { print $at[name]; exit }' "$1"
+}
+
+# Equal time: the budget and every line's steps, from step_times.csv alone.
+base_step=$(awk -F, 'NR > 1 && $2 ~ /^(1f1b|zb-h1|zb-v|interleaved)$/ && $9 == 0 && (b == "" || $7 < b) { b = $7 } END { print b }' "$s/step_times.csv")
+for c in zb-v paci; do
+    step=$(col "$s/step_times.csv" $c step_s)
+    want=$(awk -v n=$base_steps -v b="$base_step" -v t="$step" 'BEGIN { printf "%d", n * b / t + 1e-9 }')
+    [ "$(col "$s/plan.csv" $c steps_time)" = "$want" ] ||
+        fail "$c: plan.csv gives $(col "$s/plan.csv" $c steps_time) equal-time steps, but floor($base_steps x $base_step / $step) = $want"
+    trained=$(awk -F, -v c=$c '$1 == c && $2 == "time" && $5 > n { n = $5 } END { print n }' "$s/losses.csv")
+    [ "$trained" = "$want" ] || fail "$c: its equal-time runs logged $trained steps, not $want"
+    [ "$(col "$s/summary.csv" $c steps_equal_time)" = "$want" ] || fail "$c: summary.csv's steps are not $want"
+done
+[ "$(col "$s/plan.csv" zb-v budget_line)" = 1 ] || fail "zb-v (the only synchronous line) is not the budget line"
+# The time axis: zb-v (two stages a device) fills and drains every step, so half its budget is
+# the end of its step 12, halfway between its evaluations at steps 8 and 16 (the mean over the
+# two seeds).
+half=$(awk -F, '$1 == "zb-v" && $2 == "time" && ($5 == 8 || $5 == 16) { s += $8 } END { printf "%.4f", s / 4 }' "$s/losses.csv")
+said=$(col "$s/summary.csv" zb-v half_budget_val_loss)
+awk -v a="$half" -v b="$said" 'BEGIN { exit !(a - b < 2e-4 && b - a < 2e-4) }' ||
+    fail "zb-v's loss at half the budget is $said in summary.csv, but its steps 8 and 16 give $half"
+# Equal tokens: the baseline's tokens (both at K = 2: the baseline's steps), where that is another length.
+tokens_steps=$(col "$s/grid.csv" paci steps tokens)
+if [ "$(col "$s/plan.csv" paci steps_time)" != $base_steps ]; then
+    [ "$tokens_steps" = $base_steps ] || fail "paci's equal-token runs train $tokens_steps steps, not the baseline's $base_steps"
+fi
+
+# Seeds: every seed its own run, differing from the other seed's in the seed alone, built with
+# the shuffled order keyed by it; their losses differ.
+for seed in 1337 1338; do
+    dsl=$s/runs/paci/time/lr-x2/seed-$seed/model.paci
+    grep -q "^ *seed $seed\$" "$dsl" || fail "the run of seed $seed does not train with seed $seed"
+    "$pacic" "$dsl" --emit c -o "$work/c-$seed" 2> /dev/null
+    grep -q '\.data_order = 1,' "$work/c-$seed/program.c" || fail "the run of seed $seed does not shuffle its data order by the seed"
+done
+diff "$s/runs/paci/time/lr-x2/seed-1337/model.paci" "$s/runs/paci/time/lr-x2/seed-1338/model.paci" > "$work/seed.diff" || true
+[ "$(grep -c '^[<>]' "$work/seed.diff")" = 2 ] && grep -q '^> *seed 1338' "$work/seed.diff" ||
+    fail "the two seeds' runs differ in more than the seed: $(cat "$work/seed.diff")"
+seed_losses() { awk -F, -v s="$1" '$1 == "paci" && $2 == "time" && $4 == s { print $5, $7 }' "$s/losses.csv"; }
+[ "$(seed_losses 1337)" != "$(seed_losses 1338)" ] || fail "seeds 1337 and 1338 logged the same losses"
+
+# Spread: the sample standard deviation (n - 1) of the seeds' final validation losses.
+for c in zb-v paci; do
+    want=$(awk -F, -v c=$c '$1 == c && $2 == "time" && $8 != "" { if ($5 > last[$4]) { last[$4] = $5; v[$4] = $8 } }
+        END { for (s in v) { n++; sum += v[s]; sq += v[s] * v[s] } m = sum / n;
+              printf "%.4f %.4f", m, sqrt((sq - n * m * m) / (n - 1)) }' "$s/losses.csv")
+    said="$(col "$s/summary.csv" $c equal_time_val_loss) $(col "$s/summary.csv" $c equal_time_spread)"
+    awk -v a="$want" -v b="$said" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        exit !(x[1] - y[1] < 2e-4 && y[1] - x[1] < 2e-4 && x[2] - y[2] < 2e-4 && y[2] - x[2] < 2e-4) }' ||
+        fail "$c: summary.csv gives mean and spread $said, the seeds' final losses give $want (sample sd)"
+done
+
+for column in schedule speedup_vs_baseline gap_vs_baseline_pct equal_time_val_loss equal_time_spread; do
+    head -1 "$s/summary.csv" | tr , '\n' | grep -qx "$column" || fail "summary.csv has no column $column"
+done
+[ "$(col "$s/summary.csv" zb-v gap_vs_baseline_pct)" = 0.000 ] || fail "the baseline's gap to itself is not 0"
+[ -n "$(col "$s/summary.csv" zb-v gpu_step_s)" ] && [ -n "$(col "$s/summary.csv" paci gpu_projected_val_loss)" ] ||
+    fail "no GPU projection in summary.csv"
+grep -q '^| paci | paci | 2 | x2 | ' "$s/results.md" || fail "results.md's table has no paci row"
+grep -q '^[123]\. \*\*\(met\|not met\|not judged\)\*\*: ' "$s/results.md" || fail "results.md does not state the goals"
+# The full edition's lr grid: zb-v alone at x0.5 and x1, extended by a factor 2 at the end
+# where the best lies (twice at most); the best of the grid at the second seed too.
+printf '%s\n' "zb-v | zb-v | | $adamw | 0.5 1" > "$work/configs-full.txt"
+study/v4.sh --full --configs "$work/configs-full.txt" --stages 2 --window 2 --base-steps 8 --evals 2 \
+    --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --out "$work/f" \
+    > "$work/f.log" || fail "the full micro study failed: $(tail -5 "$work/f.log")"
+tried=$(awk -F, '$3 == "time" && $5 == 1337 { print $4 }' "$work/f/grid.csv" | sort -g | tr '\n' ' ')
+best=$(awk -F, '$2 == "time" && $4 == 1337 && $5 == 8 && (b == "" || $8 < v) { v = $8; b = $3 } END { print b }' "$work/f/losses.csv")
+read -r -a grid_m <<< "$tried"
+[[ " $tried " == *" 0.5 1 "* ]] && (( ${#grid_m[@]} <= 4 )) &&
+    awk -v t="$tried" 'BEGIN { n = split(t, m, " "); for (i = 2; i <= n; i++) if (m[i] != 2 * m[i - 1]) exit 1 }' ||
+    fail "the lr grid grew as $tried, not by factors of 2 from x0.5 and x1, twice at most"
+if (( ${#grid_m[@]} < 4 )) && { [ "$best" = "${grid_m[0]}" ] || [ "$best" = "${grid_m[-1]}" ]; }; then
+    fail "the grid $tried stopped with its best (x$best) at an end"
+fi
+[ "$(col "$work/f/summary.csv" zb-v lr_multiplier)" = "$best" ] || fail "summary.csv's lr is not the grid's best x$best"
+[ "$(awk -F, -v b="$best" '$3 == "time" && $4 == b && $5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] ||
+    fail "the best (x$best) did not run at the second seed: $(cat "$work/f/grid.csv")"
+[ "$(awk -F, '$5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] || fail "more than the best ran at the second seed"
+
+echo "study v4: every line checks; equal-time steps as recomputed from step_times.csv ($(col "$s/plan.csv" zb-v steps_time) and $(col "$s/plan.csv" paci steps_time)); seeds shuffle their order; spread is the sample sd"
