@@ -293,7 +293,7 @@ for name in "${names[@]}"; do
     partner=""
     for c in $comparisons; do
         [[ " $rules " == *" $dgc_rule "* && " $replicas " == *" $dgc_replicas "* ]] || continue
-        (( $(steps_of "$c" "$dgc_replicas") == dgc_steps )) && partner=yes
+        if (( $(steps_of "$c" "$dgc_replicas") == dgc_steps )); then partner=yes; fi
     done
     [ -n "$partner" ] || start "$name" "${best_of[$name]}" "$dgc_rule" "$dgc_replicas" "$dgc_steps" "" \
         "$name/$dgc_rule-d$dgc_replicas-dense$dgc_steps" dense

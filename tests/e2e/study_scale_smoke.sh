@@ -140,7 +140,6 @@ grep -q '1 of 2 optimizers: a B_simple 48.0 against 128 (x0.38); b B_simple 300.
     fail "results.md's noise goal: $(grep -F -- '- the measured noise' "$work/planted/results.md")"
 grep -q '^| a | x1: .* | x0.5 x1 x2 (yes) | 2.0000 | 4 (128 sequences, linear rule) | 8 (256 sequences, linear rule) | 48.0 (48.0 to 48.0) |$' "$work/planted/results.md" ||
     fail "results.md does not give a's row: $(grep '^| a | x1' "$work/planted/results.md")"
-# Without the warm-up the DGC goal flips: at 0.01 every step sends its 1%, which is 100x.
 echo "planted runs: a holds to D = 4 at equal tokens, 8 at equal steps; b 8 and 8; noise 1 of 2 within 2x; DGC 0.01 met (100x, +0.75%; 4.30 sends a weight with the warm-up), 0.001 not (+3.02%)"
 
 # --- 2. every optimizer of the study compiles at every D -------------------------------------
@@ -201,3 +200,15 @@ number "$(awk -F, 'NR == 2 { print $4 }' "$work/s/noise.csv")" "the noise scale 
 grep -q '^- DGC sends at least 100x fewer bytes than dense and ends within 1% of dense: \*\*' "$work/s/results.md" ||
     fail "results.md states no DGC goal"
 echo "tiny study: tried x${tried// / x}, base x$base; D = 2 gaps $(col linear-d2-tokens 13)% (tokens, linear) $(col sqrt-d2-steps 13)% (steps, sqrt); DGC $(col sqrt-d2-dgc0.01 15) bytes a step against $(col sqrt-d2-steps 15); B_simple $(awk -F, 'NR == 2 { print $4 }' "$work/s/noise.csv")"
+
+# --- 4. DGC's dense partner, trained when the grid has none ----------------------------------
+# Equal tokens under the linear rule only: no dense run of the sqrt rule at D = 2 and 16 steps,
+# so the driver trains one, and DGC is compared with it.
+echo 'adamw | adamw { lr {8e-3} at @BASE@ scale @RULE@; clip 1.0 } | 1 | planted for the test' > "$work/opt1.txt"
+study/scale.sh --optimizers "$work/opt1.txt" --replicas "1 2" --comparisons tokens --rules linear --steps 16 \
+    --evals 2 --eval-batches 2 --window 2 --micro 2 --model-args "layers 2; width 16; heads 2" --dgc-replicas 2 \
+    --dgc-densities 0.1 --dgc-warmup 25 --out "$work/p" > "$work/p.log" || fail "the driver failed: $(tail -5 "$work/p.log")"
+dense=$(awk -F, '$18 == "runs/adamw/sqrt-d2-dense16" { print $6, $11 }' "$work/p/runs.csv")
+[ -n "$dense" ] && [ "$(awk -F, 'NR == 2 { print $4, $10 }' "$work/p/dgc.csv")" = "$dense" ] ||
+    fail "DGC's dense partner: runs.csv has '$dense', dgc.csv compares with '$(awk -F, 'NR == 2 { print $4, $10 }' "$work/p/dgc.csv")'"
+echo "DGC's dense partner trained by the driver (steps, final loss): $dense"
