@@ -246,7 +246,9 @@ pool_drain
 declare -A best_of low_added high_added
 for name in "${names[@]}"; do low_added[$name]=0 high_added[$name]=0; done
 while :; do
-    added=0
+    # every optimizer's best first, then the new runs: a run started before a later --best-d1
+    # would be in grid.csv unfinished
+    declare -A next_of=()
     for name in "${names[@]}"; do
         best_of[$name]=$("$python" "$root/study/analyze_scale.py" --best-d1 "$name" "$out") ||
             { echo "study: no D = 1 run of $name finished: nothing to scale" >&2; exit 1; }
@@ -254,22 +256,23 @@ while :; do
         side=$(tr ' ' '\n' <<< "${lrs_of[$name]}" | sort -g | awk -v b="${best_of[$name]}" '
             { m[NR] = $1 } END { if (NR < 2) exit; if (b == m[1]) printf "low %.6g", m[1] * m[1] / m[2]
                                   else if (b == m[NR]) printf "high %.6g", m[NR] * m[NR] / m[NR - 1] }')
-        next=""
         if [ "${side% *}" = low ] && (( low_added[$name] < extend )); then
-            next=${side#* } low_added[$name]=$((low_added[$name] + 1))
+            next_of[$name]=${side#* } low_added[$name]=$((low_added[$name] + 1))
         elif [ "${side% *}" = high ] && (( high_added[$name] < extend )); then
-            next=${side#* } high_added[$name]=$((high_added[$name] + 1))
+            next_of[$name]=${side#* } high_added[$name]=$((high_added[$name] + 1))
         fi
-        [ -n "$next" ] || continue
+    done
+    (( ${#next_of[@]} > 0 )) || break
+    for name in "${names[@]}"; do
+        [ -n "${next_of[$name]:-}" ] || continue
+        next=${next_of[$name]}
         echo "  $name: x${best_of[$name]} is the edge of x${lrs_of[$name]// / x}: adding x$next"
         lrs_of[$name]="${lrs_of[$name]} $next"
         check_one "$name x$next at D = 1" "$name" "$next" sqrt 1 "$steps" ""
         (( refused == 0 )) || exit 1
         start "$name" "$next" both 1 "$steps" "" "$name/d1-x$next" both
-        added=1
     done
     pool_drain
-    (( added )) || break
 done
 # sources.csv: where each optimizer's lr comes from, and the multipliers tried.
 { echo "optimizer,lr_multipliers,source"; for name in "${names[@]}"; do

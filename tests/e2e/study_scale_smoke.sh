@@ -201,14 +201,21 @@ grep -q '^- DGC sends at least 100x fewer bytes than dense and ends within 1% of
     fail "results.md states no DGC goal"
 echo "tiny study: tried x${tried// / x}, base x$base; D = 2 gaps $(col linear-d2-tokens 13)% (tokens, linear) $(col sqrt-d2-steps 13)% (steps, sqrt); DGC $(col sqrt-d2-dgc0.01 15) bytes a step against $(col sqrt-d2-steps 15); B_simple $(awk -F, 'NR == 2 { print $4 }' "$work/s/noise.csv")"
 
-# --- 4. DGC's dense partner, trained when the grid has none ----------------------------------
-# Equal tokens under the linear rule only: no dense run of the sqrt rule at D = 2 and 16 steps,
-# so the driver trains one, and DGC is compared with it.
-echo 'adamw | adamw { lr {8e-3} at @BASE@ scale @RULE@; clip 1.0 } | 1 | planted for the test' > "$work/opt1.txt"
+# --- 4. two optimizers; DGC's dense partner, trained when the grid has none -------------------
+# Both optimizers' best D = 1 runs are edges: the driver finds both bests before it starts
+# either's next run (a run started earlier would be read unfinished). Equal tokens under the
+# linear rule only: no dense run of the sqrt rule at D = 2 and 16 steps, so the driver trains
+# one, and DGC is compared with it.
+{ echo 'adamw | adamw { lr {8e-3} at @BASE@ scale @RULE@; clip 1.0 } | 1 2 | planted for the test'
+  echo 'lamb | lamb { lr {8e-3} at @BASE@ scale @RULE@; clip 1.0 } | 1 2 | planted for the test'; } > "$work/opt1.txt"
 study/scale.sh --optimizers "$work/opt1.txt" --replicas "1 2" --comparisons tokens --rules linear --steps 16 \
     --evals 2 --eval-batches 2 --window 2 --micro 2 --model-args "layers 2; width 16; heads 2" --dgc-replicas 2 \
-    --dgc-densities 0.1 --dgc-warmup 25 --out "$work/p" > "$work/p.log" || fail "the driver failed: $(tail -5 "$work/p.log")"
+    --dgc-densities 0.1 --dgc-warmup 25 --extend 1 --out "$work/p" > "$work/p.log" || fail "the driver failed: $(tail -5 "$work/p.log")"
 dense=$(awk -F, '$18 == "runs/adamw/sqrt-d2-dense16" { print $6, $11 }' "$work/p/runs.csv")
 [ -n "$dense" ] && [ "$(awk -F, 'NR == 2 { print $4, $10 }' "$work/p/dgc.csv")" = "$dense" ] ||
     fail "DGC's dense partner: runs.csv has '$dense', dgc.csv compares with '$(awk -F, 'NR == 2 { print $4, $10 }' "$work/p/dgc.csv")'"
-echo "DGC's dense partner trained by the driver (steps, final loss): $dense"
+for name in adamw lamb; do
+    [ "$(awk -F, -v n=$name '$1 == n { print split($4, m, " ") }' "$work/p/summary.csv")" = 3 ] ||
+        fail "$name: multipliers tried: $(awk -F, -v n=$name '$1 == n { print $4 }' "$work/p/summary.csv")"
+done
+echo "two optimizers, each bracketed on a third multiplier; DGC's dense partner trained by the driver (steps, final loss): $dense"
