@@ -207,13 +207,17 @@ def main():
     if os.path.exists(os.path.join(out, "sources.csv")):
         sources = {row["optimizer"]: row for row in csv.DictReader(open(os.path.join(out, "sources.csv")))}
 
-    # Deterministic record: every logged loss of every run, no times.
+    # Deterministic record, no times: every run's validation losses, and its training loss and
+    # noise scale at those steps and at 64 evenly spaced ones (every step would be 11 MB).
     with open(os.path.join(out, "losses.csv"), "w") as f:
         f.write("folder,step,tokens,train_loss,val_loss,noise_scale\n")
         for r in runs:
             val = dict(r["val"])
             per_step = r["batch"] * r["context"]
+            every = max(1, r["total_steps"] // 64)
             for rec in r["steps"]:
+                if rec["step"] % every and rec["step"] not in val:
+                    continue
                 v, ns = val.get(rec["step"]), rec.get("noise_scale")
                 f.write("%s,%d,%d,%.6f,%s,%s\n" % (r["folder"], rec["step"], rec["step"] * per_step, rec["loss"],
                                                    "%.6f" % v if v is not None else "",

@@ -281,7 +281,7 @@ for name in "${names[@]}"; do
     echo "  $name: base lr x${best_of[$name]} (the lowest final validation loss of x${lrs_of[$name]// / x} at D = 1)"
 done
 # D > 1, the longest runs first (equal steps, the largest D), the optimizers and rules taking turns.
-for c in $(tr ' ' '\n' <<< "$comparisons" | sort -r); do
+for c in $(tr ' ' '\n' <<< "$comparisons" | sort); do  # steps before tokens
     for d in $(tr ' ' '\n' <<< "$replicas" | sort -rn); do
         (( d > 1 )) || continue
         for rule in $rules; do
