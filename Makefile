@@ -7,9 +7,9 @@
 #   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
 #   make study-scale  batch scaling, second edition: 5 optimizers x 2 lr rules at D = 1, 2, 4, 8
 #                   replicas, equal tokens and equal steps, the noise scale, DGC (study/scale.sh;
-#                   docs/study/scale2/METHOD.md; about 25 minutes of 2 idle cores)
-#   make study-scale-full  the same with DGC over 4x the steps (about 45 minutes of 2 idle cores:
-#                   run it in the background, nice make study-scale-full > scale2-full.log 2>&1 &)
+#                   docs/study/scale2/METHOD.md; 2459 CPU s: about 21 minutes of 2 idle cores)
+#   make study-scale-full  the same with DGC over 4x the steps (about 4600 CPU s: run it in the
+#                   background, nice make study-scale-full > scale2-full.log 2>&1 &)
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
 #   make sanitize   the tests under ASan+UBSan (build/asan) and the threads under TSan (build/tsan)
 #   make golden     regenerate the golden files after an intended change (review the diff)
