@@ -8,8 +8,11 @@
 #                   run it in the background: docs/study/fourth/METHOD.md, "Running")
 #   make study-third  the third edition: PACI against tuned zb-h1 at equal tokens (study/tuned.sh)
 #   make study-schedules  its first edition: every schedule and window at one lr (22 runs)
-#   make study-scale  batch scaling: 4 optimizers x 2 lr rules at D = 1, 2, 4, 8 replicas, and
-#                   DGC (study/scale.sh; docs/study.md "Batch scaling")
+#   make study-scale  batch scaling, second edition: 5 optimizers x 2 lr rules at D = 1, 2, 4, 8
+#                   replicas, equal tokens and equal steps, the noise scale, DGC (study/scale.sh;
+#                   docs/study/scale2/METHOD.md; 2459 CPU s: about 21 minutes of 2 idle cores)
+#   make study-scale-full  the same with DGC over 4x the steps (about 4600 CPU s: run it in the
+#                   background, nice make study-scale-full > scale2-full.log 2>&1 &)
 #   make bench      the CPU trainer's speed against PyTorch and sgemm (bench/cpu.sh; minutes)
 #   make sanitize   the tests under ASan+UBSan (build/asan) and the threads under TSan (build/tsan)
 #   make golden     regenerate the golden files after an intended change (review the diff)
@@ -164,9 +167,15 @@ study-schedules: all
 	    --target 3.4 --out docs/study/lr-5e-4
 
 # Batch scaling; e.g. make study-scale STUDY_SCALE_ARGS="--only adamw --out /tmp/scale";
-# re-analyse without training: study/analyze_scale.py --threshold 2 docs/study/scale.
+# re-analyse without training: study/analyze_scale.py --threshold 2 docs/study/scale2. The first
+# edition (docs/study/scale) is study/scale.sh of commit f40deee.
 study-scale: all
 	study/scale.sh $(STUDY_SCALE_ARGS)
+
+# The full edition: DGC's runs (and their dense partner) over 12288 steps at D = 4, so that
+# density 0.001 sends every weight about 12 times after its warm-up (3% of the steps).
+study-scale-full: all
+	study/scale.sh --dgc-steps 12288 --dgc-warmup 3 --out docs/study/scale2-full $(STUDY_SCALE_ARGS)
 
 bench: all
 	bench/cpu.sh
@@ -259,6 +268,6 @@ train: all
 	$(PACIC) examples/tiny.paci -o run
 	./run
 
-.PHONY: all data test check study study-full study-third study-schedules study-scale bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
+.PHONY: all data test check study study-full study-third study-schedules study-scale study-scale-full bench bench-bpe bench-predict gpt2-vocab train-bpe golden install clean train sanitize sanitize-build unit svg
 .SECONDARY:
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
