@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The generated code of a tiny GPT-2 (p = 1, untied and tied) against the same model in
-# PyTorch (float64), with both attention forms, built as pacic builds it (vectorised dot
+# PyTorch (float64), with both attention forms (matmul also at context 6, whose last T % 4
+# rows the blocked causal products take apart), built as pacic builds it (vectorised dot
 # products): loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
 # Then `run` itself, executor and all, trains with gradient accumulation (window K > 1) from an
 # llm.c file, against float64 PyTorch replaying the same micro-batches (tests/numeric/
@@ -20,7 +21,8 @@ done
 [ -f build/obj/libpacic.a ] || { echo "build/obj/libpacic.a missing: run make first" >&2; exit 1; }
 $cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler tests/numeric/gen_stages.c build/obj/libpacic.a -lm \
     -o "$work/gen_stages"
-for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "tied 2 16 2 8 32 2 1 1 flash"; do
+for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "matmul_t6 2 16 2 6 32 2 1 0 matmul" \
+            "tied 2 16 2 8 32 2 1 1 flash"; do
     # shellcheck disable=SC2086
     set -- $case
     name=$1
@@ -34,7 +36,7 @@ for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "
 done
 
 # train NAME STAGES SCHEDULE TIED CLIP [run flags]: a 4-step program of window 2 in $work/NAME,
-# run from $work/init.bin (checkpoint in $work/NAME/ckpt).
+# run from $work/init.bin (checkpoint in $work/NAME/ckpt); ATTENTION=matmul for that form.
 pacic=$PWD/${PACI_BUILD:-build}/bin/pacic
 "$python" tests/numeric/torch_train_ref.py init "$work/init.bin" 2 16 2 8 256
 train() {
@@ -51,6 +53,7 @@ train {
     optimizer adamw { lr 1e-2; betas 0.9 0.95; eps 1e-8; weight_decay 0.1; clip $clip }
     lr_schedule { warmup 2; decay cosine; floor 0.1 }
     checkpoint { every 0; dir "ckpt" }
+    attention ${ATTENTION:-flash}
 }
 DSL
     "$pacic" "$work/$name.paci" -o "$work/$name/run"
@@ -63,6 +66,8 @@ case_args() {
 train one 1 1f1b true 0 --steps 1         # p = 1, one step, clip 0: the accumulated gradient
 train tied 1 1f1b true 0                  # p = 1, four steps, clip 0
 train clipped 2 1f1b false 1.5            # p = 2, four steps, clip 1.5: steps 1 and 2 clipped, 3 and 4 not
+# p = 1 on 2 cores: the matmul attention's (sequence, head) pairs run on the stage thread and a helper
+ATTENTION=matmul train matmul 1 1f1b true 0 --threads 2
 # shellcheck disable=SC2046
 "$python" tests/numeric/torch_train_ref.py check $(case_args one 1 0) $(case_args tied 4 0) \
-    $(case_args clipped 4 1.5)
+    $(case_args clipped 4 1.5) $(case_args matmul 4 0)
