@@ -3,12 +3,11 @@
  * A stage thread owns the cores pr_blas_threads gives it; OpenBLAS uses them inside a matrix
  * product, and the generated code's loops between products (the matmul attention's (sequence,
  * head) pairs) use them through a pool: the calling thread (worker 0) and cores - 1 helpers
- * (workers 1, 2, ...) it starts on its first call, which take indices in turn until none is
- * left. Each index runs whole on one
- * thread, so the result is the same bits whatever the threads, as long as an index writes only
- * its own outputs and its scratch (pr_thread_floats). Helpers end when their stage thread does. */
+ * (workers 1, 2, ...) it starts on its first call. Worker w runs indices w, w + workers, ...
+ * (the iterations cost alike), each whole on one thread, so the result is the same bits
+ * whatever the threads, as long as an index writes only its own outputs and its worker's
+ * scratch (pr_thread_floats). Helpers end when their stage thread does. */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -35,7 +34,6 @@ struct pool {
     pr_parallel_fn fn;
     void *ctx;
     int n;
-    atomic_int next;     /* the next index to run */
 };
 
 static pthread_key_t pool_key;
@@ -45,7 +43,7 @@ void pr_pool_set_cores(int cores) { cores_per_stage = cores > 0 ? cores : 1; }
 
 static void run_indices(pool *p, int worker)
 {
-    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;)
+    for (int i = worker; i < p->n; i += p->helpers + 1)
         p->fn(p->ctx, i, worker);
 }
 
@@ -131,7 +129,6 @@ void pr_parallel_for(int n, pr_parallel_fn fn, void *ctx)
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
-    atomic_store(&p->next, 0);
     p->busy = p->helpers;
     p->job++;
     pthread_cond_broadcast(&p->go);
