@@ -55,6 +55,12 @@ static void emit_layout(StrBuf *sb, const Layout *l)
                   l->entry[i].offset, l->entry[i].size, l->entry[i].doc);
 }
 
+/* A kernel's indices are independent where its body has no ATOMIC_ADD: the GPU runs them all
+ * at once. Such a kernel's C splits its iteration space into KERNEL_PARTS ranges that the
+ * stage's cores share (pr_parallel_for), each index whole on one thread: the same bits. Below
+ * the extent where that pays (a row kernel's rows, an element kernel's elements) it runs alone. */
+enum { KERNEL_PARTS = 16, PARALLEL_MIN_ROWS = 64, PARALLEL_MIN_ELEMENTS = 65536 };
+
 /* What the kernels' bodies need in C (kernels.c's vocabulary). */
 static void emit_c_kernel_macros(StrBuf *sb)
 {
@@ -83,21 +89,88 @@ static void emit_c_kernel_macros(StrBuf *sb)
     emit_line(sb, "#define ROW_SUM(x) (x)");
     emit_line(sb, "#define ROW_MAX(x) (x)");
     emit_line(sb, "#define LEAD 1");
+    emit_line(sb, "/* A kernel of independent indices splits them into KERNEL_PARTS ranges on the stage's cores,");
+    emit_line(sb, " * from PARALLEL_MIN_ROWS rows (or PARALLEL_MIN_ELEMENTS elements) on. */");
+    emit_line(sb, "enum { KERNEL_PARTS = %d, PARALLEL_MIN_ROWS = %d, PARALLEL_MIN_ELEMENTS = %d };", KERNEL_PARTS,
+              PARALLEL_MIN_ROWS, PARALLEL_MIN_ELEMENTS);
 }
 
-/* A kernel in C: the body inside a loop over the iteration space, indices in order. */
+static bool kernel_runs_in_parallel(const KernelDesc *k)
+{
+    // bias_backward's loop over columns vectorises only inlined where the width is a constant:
+    // as ranges it took 10x the CPU time (bench/gpt6.paci's profile)
+    return !strstr(k->body, "ATOMIC_ADD") && strcmp(k->name, "bias_backward") != 0;
+}
+
+/* The names of a parameter list "float *RESTRICT out, int rows" ("out, rows"), prefixed. */
+static char *param_names(const char *params, const char *prefix)
+{
+    char items[32][128];
+    int n = split_list(params, items, 32);
+    StrBuf sb = {0};
+    for (int i = 0; i < n; i++) {
+        const char *end = items[i] + strlen(items[i]), *start = end;
+        while (start > items[i] && (isalnum((unsigned char)start[-1]) || start[-1] == '_'))
+            start--;
+        sb_printf(&sb, "%s%s%.*s", i ? ", " : "", prefix, (int)(end - start), start);
+    }
+    return sb.data;
+}
+
+/* A kernel in C: the body inside a loop over the iteration space, indices in order; a kernel
+ * of independent indices as ranges of them on the stage's cores. */
 static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
 {
     if (k->blocks)
         ICE("kernel %s is the GPU's only", k->name);
+    bool parallel = kernel_runs_in_parallel(k);
     emit_line(sb, "/* %s */", k->doc);
-    emit_line(sb, "static void %s(%s)", k->name, k->params);
+    if (!parallel) {
+        emit_line(sb, "static void %s(%s)", k->name, k->params);
+        emit_open_block(sb);
+        emit_open(sb, "for (long %s = 0; %s < %s; %s++)", k->index, k->index, k->extent, k->index);
+        emit_kernel_body(sb, k);
+        emit_close(sb, "");
+        emit_close(sb, "");
+        blank_line(sb);
+        return;
+    }
+    char items[32][128];
+    int n = split_list(k->params, items, 32);
+    char *names = param_names(k->params, ""), *fields = param_names(k->params, "x->");
+    emit_line(sb, "static void %s_range(%s, long from, long to)", k->name, k->params);
     emit_open_block(sb);
-    emit_open(sb, "for (long %s = 0; %s < %s; %s++)", k->index, k->index, k->extent, k->index);
+    emit_line(sb, "(void)(%s); /* the extent, which from and to stand for */", k->extent);
+    emit_open(sb, "for (long %s = from; %s < to; %s++)", k->index, k->index, k->index);
     emit_kernel_body(sb, k);
     emit_close(sb, "");
     emit_close(sb, "");
     blank_line(sb);
+    emit_line(sb, "typedef struct %s_args {", k->name);
+    for (int i = 0; i < n; i++)
+        emit_line(sb, "    %s;", items[i]);
+    emit_line(sb, "    long extent;");
+    emit_line(sb, "} %s_args;", k->name);
+    blank_line(sb);
+    emit_line(sb, "static void %s_part(void *ctx, int part, int worker)", k->name);
+    emit_open_block(sb);
+    emit_line(sb, "const %s_args *x = ctx;", k->name);
+    emit_line(sb, "(void)worker;");
+    emit_line(sb, "%s_range(%s, x->extent * part / KERNEL_PARTS, x->extent * (part + 1) / KERNEL_PARTS);", k->name,
+              fields);
+    emit_close(sb, "");
+    blank_line(sb);
+    emit_line(sb, "static void %s(%s)", k->name, k->params);
+    emit_open_block(sb);
+    emit_line(sb, "long extent = %s;", k->extent);
+    emit_line(sb, "if (extent < %s || pr_parallel_cores() == 1)", k->lanes >= 32 ? "PARALLEL_MIN_ROWS" : "PARALLEL_MIN_ELEMENTS");
+    emit_line(sb, "    %s_range(%s, 0, extent);", k->name, names);
+    emit_line(sb, "else");
+    emit_line(sb, "    pr_parallel_for(KERNEL_PARTS, %s_part, &(%s_args){%s, extent});", k->name, k->name, names);
+    emit_close(sb, "");
+    blank_line(sb);
+    free(names);
+    free(fields);
 }
 
 /* The C functions of the causal products (Op.causal), emitted as they are. */

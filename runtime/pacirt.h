@@ -406,6 +406,8 @@ const float *pr_widen_bf16(int slot, const void *x, int rows, int cols, int ld);
  * runs whole on one thread: it must write only its own outputs (pool.c). */
 typedef void (*pr_parallel_fn)(void *ctx, int index, int worker);
 void pr_parallel_for(int n, pr_parallel_fn fn, void *ctx);
+/* The threads pr_parallel_for would use here: 1 on one core, or inside one of its loops. */
+int pr_parallel_cores(void);
 /* The calling thread's scratch of at least `floats` floats, kept until its next call. */
 float *pr_thread_floats(size_t floats);
 

@@ -2,11 +2,12 @@
  *
  * A stage thread owns the cores pr_blas_threads gives it; OpenBLAS uses them inside a matrix
  * product, and the generated code's loops between products (the matmul attention's (sequence,
- * head) pairs) use them through a pool: the calling thread (worker 0) and cores - 1 helpers
- * (workers 1, 2, ...) it starts on its first call. Worker w runs indices w, w + workers, ...
- * (the iterations cost alike), each whole on one thread, so the result is the same bits
- * whatever the threads, as long as an index writes only its own outputs and its worker's
- * scratch (pr_thread_floats). Helpers end when their stage thread does. */
+ * head) pairs, the row ranges of kernels whose rows are independent) use them through a pool:
+ * the calling thread (worker 0) and cores - 1 helpers (workers 1, 2, ...) it starts on its
+ * first call. Worker w runs indices w, w + workers, ... (the iterations cost alike), each
+ * whole on one thread, so the result is the same bits whatever the threads, as long as an
+ * index writes only its own outputs and its worker's scratch (pr_thread_floats). Helpers end
+ * when their stage thread does. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -41,10 +42,16 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
 void pr_pool_set_cores(int cores) { cores_per_stage = cores > 0 ? cores : 1; }
 
+/* Set while a thread runs a loop's indices: a loop inside one (a kernel within the attention's
+ * (sequence, head) loop) runs on that thread alone. */
+static _Thread_local bool in_loop;
+
 static void run_indices(pool *p, int worker)
 {
+    in_loop = true;
     for (int i = worker; i < p->n; i += p->helpers + 1)
         p->fn(p->ctx, i, worker);
+    in_loop = false;
 }
 
 static void *helper(void *arg)
@@ -117,8 +124,18 @@ static pool *pool_of_thread(void)
     return p;
 }
 
+int pr_parallel_cores(void)
+{
+    return in_loop ? 1 : cores_per_stage;
+}
+
 void pr_parallel_for(int n, pr_parallel_fn fn, void *ctx)
 {
+    if (in_loop || cores_per_stage == 1) {
+        for (int i = 0; i < n; i++)
+            fn(ctx, i, 0);
+        return;
+    }
     pool *p = pool_of_thread();
     if (p->helpers == 0 || n <= 1) {
         for (int i = 0; i < n; i++)

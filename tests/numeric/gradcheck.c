@@ -53,6 +53,8 @@ void pr_parallel_for(int n, pr_parallel_fn fn, void *ctx)
         fn(ctx, i, 0);
 }
 
+int pr_parallel_cores(void) { return 1; }
+
 /* Worker 0 uses the stage's own workspaces: only a helper asks for scratch. */
 float *pr_thread_floats(size_t floats)
 {
