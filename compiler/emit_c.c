@@ -6,6 +6,7 @@
  * in op-list order (ops.c; the walk over the list is emit_common.c's); the stage's entry
  * points compose the sections. Offsets are the layout's (layout.c), written as constants.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,12 @@ static void emit_layout(StrBuf *sb, const Layout *l)
                   l->entry[i].offset, l->entry[i].size, l->entry[i].doc);
 }
 
+/* A kernel's indices are independent where its body has no ATOMIC_ADD: the GPU runs them all
+ * at once. Such a kernel's C splits its iteration space into KERNEL_PARTS ranges that the
+ * stage's cores share (pr_parallel_for), each index whole on one thread: the same bits. Below
+ * the extent where that pays (a row kernel's rows, an element kernel's elements) it runs alone. */
+enum { KERNEL_PARTS = 16, PARALLEL_MIN_ROWS = 64, PARALLEL_MIN_ELEMENTS = 65536 };
+
 /* What the kernels' bodies need in C (kernels.c's vocabulary). */
 static void emit_c_kernel_macros(StrBuf *sb)
 {
@@ -82,21 +89,203 @@ static void emit_c_kernel_macros(StrBuf *sb)
     emit_line(sb, "#define ROW_SUM(x) (x)");
     emit_line(sb, "#define ROW_MAX(x) (x)");
     emit_line(sb, "#define LEAD 1");
+    emit_line(sb, "/* A kernel of independent indices splits them into KERNEL_PARTS ranges on the stage's cores,");
+    emit_line(sb, " * from PARALLEL_MIN_ROWS rows (or PARALLEL_MIN_ELEMENTS elements) on. */");
+    emit_line(sb, "enum { KERNEL_PARTS = %d, PARALLEL_MIN_ROWS = %d, PARALLEL_MIN_ELEMENTS = %d };", KERNEL_PARTS,
+              PARALLEL_MIN_ROWS, PARALLEL_MIN_ELEMENTS);
 }
 
-/* A kernel in C: the body inside a loop over the iteration space, indices in order. */
+static bool kernel_runs_in_parallel(const KernelDesc *k)
+{
+    // bias_backward's loop over columns vectorises only inlined where the width is a constant:
+    // as ranges it took 10x the CPU time (bench/gpt6.paci's profile)
+    return !strstr(k->body, "ATOMIC_ADD") && strcmp(k->name, "bias_backward") != 0;
+}
+
+/* The names of a parameter list "float *RESTRICT out, int rows" ("out, rows"), prefixed. */
+static char *param_names(const char *params, const char *prefix)
+{
+    char items[32][128];
+    int n = split_list(params, items, 32);
+    StrBuf sb = {0};
+    for (int i = 0; i < n; i++) {
+        const char *end = items[i] + strlen(items[i]), *start = end;
+        while (start > items[i] && (isalnum((unsigned char)start[-1]) || start[-1] == '_'))
+            start--;
+        sb_printf(&sb, "%s%s%.*s", i ? ", " : "", prefix, (int)(end - start), start);
+    }
+    return sb.data;
+}
+
+/* A kernel in C: the body inside a loop over the iteration space, indices in order; a kernel
+ * of independent indices as ranges of them on the stage's cores. */
 static void emit_c_kernel(StrBuf *sb, const KernelDesc *k)
 {
     if (k->blocks)
         ICE("kernel %s is the GPU's only", k->name);
+    bool parallel = kernel_runs_in_parallel(k);
     emit_line(sb, "/* %s */", k->doc);
-    emit_line(sb, "static void %s(%s)", k->name, k->params);
+    if (!parallel) {
+        emit_line(sb, "static void %s(%s)", k->name, k->params);
+        emit_open_block(sb);
+        emit_open(sb, "for (long %s = 0; %s < %s; %s++)", k->index, k->index, k->extent, k->index);
+        emit_kernel_body(sb, k);
+        emit_close(sb, "");
+        emit_close(sb, "");
+        blank_line(sb);
+        return;
+    }
+    char items[32][128];
+    int n = split_list(k->params, items, 32);
+    char *names = param_names(k->params, ""), *fields = param_names(k->params, "x->");
+    emit_line(sb, "static void %s_range(%s, long from, long to)", k->name, k->params);
     emit_open_block(sb);
-    emit_open(sb, "for (long %s = 0; %s < %s; %s++)", k->index, k->index, k->extent, k->index);
+    emit_line(sb, "(void)(%s); /* the extent, which from and to stand for */", k->extent);
+    emit_open(sb, "for (long %s = from; %s < to; %s++)", k->index, k->index, k->index);
     emit_kernel_body(sb, k);
     emit_close(sb, "");
     emit_close(sb, "");
     blank_line(sb);
+    emit_line(sb, "typedef struct %s_args {", k->name);
+    for (int i = 0; i < n; i++)
+        emit_line(sb, "    %s;", items[i]);
+    emit_line(sb, "    long extent;");
+    emit_line(sb, "} %s_args;", k->name);
+    blank_line(sb);
+    emit_line(sb, "static void %s_part(void *ctx, int part, int worker)", k->name);
+    emit_open_block(sb);
+    emit_line(sb, "const %s_args *x = ctx;", k->name);
+    emit_line(sb, "(void)worker;");
+    emit_line(sb, "%s_range(%s, x->extent * part / KERNEL_PARTS, x->extent * (part + 1) / KERNEL_PARTS);", k->name,
+              fields);
+    emit_close(sb, "");
+    blank_line(sb);
+    emit_line(sb, "static void %s(%s)", k->name, k->params);
+    emit_open_block(sb);
+    emit_line(sb, "long extent = %s;", k->extent);
+    emit_line(sb, "if (extent < %s || pr_parallel_cores() == 1)", k->lanes >= 32 ? "PARALLEL_MIN_ROWS" : "PARALLEL_MIN_ELEMENTS");
+    emit_line(sb, "    %s_range(%s, 0, extent);", k->name, names);
+    emit_line(sb, "else");
+    emit_line(sb, "    pr_parallel_for(KERNEL_PARTS, %s_part, &(%s_args){%s, extent});", k->name, k->name, names);
+    emit_close(sb, "");
+    blank_line(sb);
+    free(names);
+    free(fields);
+}
+
+/* The C functions of the causal products (Op.causal), emitted as they are. */
+static const char causal_gemm_source[] =
+    "/* The matrix products of the matmul attention, one (sequence, head) at a time, with pr_gemm's\n"
+    " * arguments less those that are constant (the shapes T and HS, beta 0). Their T x T operand (the\n"
+    " * probabilities or the scores' gradient) is zero above the diagonal, and of a T x T result\n"
+    " * (the scores or the probabilities' gradient) nobody reads the entries above it, so the\n"
+    " * work above the diagonal is skipped: about half of a full product's. Each entry sums its\n"
+    " * terms in ascending order, in one thread, whatever the threads; 4 rows at a time keep\n"
+    " * their sums in vector registers. */\n"
+    "\n"
+    "/* c = alpha a b, T x HS, with a (T x T) zero above the diagonal */\n"
+    "static void causal_gemm_nn(float alpha, const float *RESTRICT a, int lda, const float *RESTRICT b, int ldb, float *RESTRICT c, int ldc)\n"
+    "{\n"
+    "    for (int i0 = 0; i0 < T; i0 += 4) {\n"
+    "        int rows = T - i0 < 4 ? T - i0 : 4;\n"
+    "        float acc[4][HS] = {{0}};\n"
+    "        for (int j = 0; j < i0 + rows; j++)\n"
+    "            for (int r = 0; r < 4; r++) {\n"
+    "                float av = a[(long)(i0 + (r < rows ? r : rows - 1)) * lda + j];\n"
+    "                for (int d = 0; d < HS; d++)\n"
+    "                    acc[r][d] += av * b[(long)j * ldb + d];\n"
+    "            }\n"
+    "        for (int r = 0; r < rows; r++)\n"
+    "            for (int d = 0; d < HS; d++)\n"
+    "                c[(long)(i0 + r) * ldc + d] = alpha * acc[r][d];\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* c = alpha a^T b, T x HS, with a (T x T) zero above the diagonal */\n"
+    "static void causal_gemm_tn(float alpha, const float *RESTRICT a, int lda, const float *RESTRICT b, int ldb, float *RESTRICT c, int ldc)\n"
+    "{\n"
+    "    for (int j0 = 0; j0 < T; j0 += 4) {\n"
+    "        int cols = T - j0 < 4 ? T - j0 : 4;\n"
+    "        float acc[4][HS] = {{0}};\n"
+    "        for (int i = j0; i < T; i++)\n"
+    "            for (int r = 0; r < 4; r++) {\n"
+    "                float av = a[(long)i * lda + j0 + (r < cols ? r : cols - 1)];\n"
+    "                for (int d = 0; d < HS; d++)\n"
+    "                    acc[r][d] += av * b[(long)i * ldb + d];\n"
+    "            }\n"
+    "        for (int r = 0; r < cols; r++)\n"
+    "            for (int d = 0; d < HS; d++)\n"
+    "                c[(long)(j0 + r) * ldc + d] = alpha * acc[r][d];\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* c = alpha a b^T, T x T, up to the diagonal (and the rest of its 64-column block): the\n"
+    " * scores or the probabilities' gradient, whose entries above the diagonal nobody reads */\n"
+    "static void causal_gemm_nt(float alpha, const float *RESTRICT a, int lda, const float *RESTRICT b, int ldb, float *RESTRICT c, int ldc)\n"
+    "{\n"
+    "    enum { TB = (T + 63) / 64 * 64 };\n"
+    "    float bt[HS][TB]; /* b transposed; columns from T on are zero */\n"
+    "    for (int j = 0; j < T; j++)\n"
+    "        for (int d = 0; d < HS; d++)\n"
+    "            bt[d][j] = b[(long)j * ldb + d];\n"
+    "    for (int d = 0; d < HS; d++)\n"
+    "        for (int j = T; j < TB; j++)\n"
+    "            bt[d][j] = 0.0f;\n"
+    "    for (int i0 = 0; i0 + 4 <= T; i0 += 4)\n"
+    "        for (int j0 = 0; j0 < i0 + 4; j0 += 64) {\n"
+    "            float acc[4][64] = {{0}};\n"
+    "            for (int d = 0; d < HS; d++) {\n"
+    "                const float *br = &bt[d][j0];\n"
+    "                for (int r = 0; r < 4; r++) {\n"
+    "                    float av = a[(long)(i0 + r) * lda + d];\n"
+    "                    for (int j = 0; j < 64; j++)\n"
+    "                        acc[r][j] += av * br[j];\n"
+    "                }\n"
+    "            }\n"
+    "            /* acc, indexed by constants only, stays in registers; the block past T is cut here */\n"
+    "            float part[4][64];\n"
+    "            for (int r = 0; r < 4; r++)\n"
+    "                for (int j = 0; j < 64; j++)\n"
+    "                    part[r][j] = alpha * acc[r][j];\n"
+    "            for (int r = 0; r < 4; r++)\n"
+    "                memcpy(c + (long)(i0 + r) * ldc + j0, part[r], (size_t)(T - j0 < 64 ? T - j0 : 64) * sizeof(float));\n"
+    "        }\n"
+    "    for (int i = T / 4 * 4; i < T; i++) /* the last T % 4 rows, each entry summed in the same order */\n"
+    "        for (int j = 0; j <= i; j++) {\n"
+    "            float sum = 0.0f;\n"
+    "            for (int d = 0; d < HS; d++)\n"
+    "                sum += a[(long)i * lda + d] * bt[d][j];\n"
+    "            c[(long)i * ldc + j] = alpha * sum;\n"
+    "        }\n"
+    "}\n";
+
+/* A causal product (Op.causal) as a call of causal_gemm_nn (a b), _tn (a^T b) or _nt (a b^T):
+ * pr_gemm's arguments less the shapes and beta, which the functions have as constants. */
+static void emit_causal_gemm(StrBuf *sb, const Op *op)
+{
+    char args[16][128];
+    if (split_list(op->args, args, 16) != 13 || strcmp(args[10], "0.0f") != 0)
+        ICE("a causal product with arguments '%s'", op->args);
+    bool ta = strcmp(args[0], "1") == 0, tb = strcmp(args[1], "1") == 0;
+    const char *form = !ta && !tb ? "nn" : ta && !tb ? "tn" : !ta && tb ? "nt" : NULL;
+    const char *shape = tb ? "T, T, HS" : "T, HS, T"; // m, n, k
+    char mnk[400];
+    snprintf(mnk, sizeof mnk, "%s, %s, %s", args[2], args[3], args[4]);
+    if (!form || strcmp(mnk, shape) != 0)
+        ICE("a causal product with arguments '%s'", op->args);
+    emit_line(sb, "causal_gemm_%s(%s, %s, %s, %s, %s, %s, %s);", form, args[5], args[6], args[7], args[8], args[9],
+              args[11], args[12]);
+}
+
+/* Generated C written out as it is, line by line at the current indentation. */
+static void emit_c_text(StrBuf *sb, const char *text)
+{
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        int len = end ? (int)(end - line) : (int)strlen(line);
+        emit_line(sb, "%.*s", len, line);
+        line += len + (end ? 1 : 0);
+    }
 }
 
 /* A product's arguments for the CPU: under bf16 an operand kept in bf16 (its bf16 form is the
@@ -128,10 +317,63 @@ static char *cpu_gemm_args(const Op *op, bool bf16)
     return sb.data;
 }
 
+/* The T x T workspaces of the matmul attention, which a parallel (b, h) loop gives each thread
+ * its own of: the stage thread (worker 0) keeps the layout's, a helper takes pr_thread_floats. */
+static const char *const head_workspaces[] = {"a + A_ATT_WORK", "s + S_ATT_P", "s + S_ATT_DP"};
+enum { N_HEAD_WORKSPACES = 3 };
+
+/* s with every whole occurrence of `from` replaced by `to`. */
+static char *replace_all(const char *s, const char *from, const char *to)
+{
+    StrBuf sb = {0};
+    size_t len = strlen(from);
+    for (const char *p = s; *p;) {
+        const char *hit = strstr(p, from);
+        if (!hit) {
+            sb_puts(&sb, p);
+            break;
+        }
+        bool whole = !isalnum((unsigned char)hit[len]) && hit[len] != '_';
+        sb_printf(&sb, "%.*s%s", (int)(hit - p), p, whole ? to : from);
+        p = hit + len;
+    }
+    return sb.data ? sb.data : xstrdup("");
+}
+
+/* Whether an op of ops[from, to) names `text` (a base "a + " or a workspace). */
+static bool ops_name(const OpList *l, int from, int to, const char *text)
+{
+    for (int i = from; i < to; i++)
+        if (strstr(l->ops[i].args, text))
+            return true;
+    return false;
+}
+
+/* The end of the parallel loop pair that opens at ops[i]: the index after its two OP_ENDs. */
+static int parallel_loop_end(const OpList *l, int i)
+{
+    int depth = 0;
+    for (int k = i; k < l->n; k++) {
+        depth += l->ops[k].kind == OP_LOOP ? 1 : l->ops[k].kind == OP_END ? -1 : 0;
+        if (depth == 0)
+            return k + 1;
+    }
+    ICE("a parallel loop without its end");
+}
+
 /* Op i of a section; a timed op (number `index` in the section) is wrapped in OP_BEGIN/OP_END. */
 static int emit_c_op(StrBuf *sb, const OpList *l, int i, const char *section, int index, const void *bf16)
 {
     const Op *op = &l->ops[i];
+    if (op->kind == OP_LOOP && op->parallel) {
+        int end = parallel_loop_end(l, i);
+        emit_line(sb, "/* %s, %s: on the stage's cores */", op->comment, l->ops[i + 1].comment);
+        emit_line(sb, "pr_parallel_for((%s) * (%s), %s_loop%d, &(parallel_bases){%s, %s});", strchr(op->args, ',') + 2,
+                  strchr(l->ops[i + 1].args, ',') + 2, section, i,
+                  ops_name(l, i + 2, end - 2, "a + ") ? "(float *)a" : "NULL",
+                  ops_name(l, i + 2, end - 2, "s + ") ? "(float *)s" : "NULL");
+        return end - i;
+    }
     if (op->kind != OP_END)
         emit_line(sb, "/* %s */", op->comment);
     if (emit_loop_op(sb, op))
@@ -145,6 +387,8 @@ static int emit_c_op(StrBuf *sb, const OpList *l, int i, const char *section, in
         char *args = cpu_gemm_args(op, *(const bool *)bf16);
         if (op->bias)
             emit_line(sb, "pr_gemm_bias(%s, %s);", args, op->bias);
+        else if (op->causal)
+            emit_causal_gemm(sb, op);
         else
             emit_line(sb, "pr_gemm(%s);", args);
         free(args);
@@ -172,9 +416,71 @@ static int emit_c_op(StrBuf *sb, const OpList *l, int i, const char *section, in
     return 1;
 }
 
+/* The body of the parallel loop pair at ops[i] as `static void NAME_loopI(void *ctx, int index,
+ * int worker)`, its ops numbered from `index` as in the section; the bases come in ctx. */
+static void emit_c_parallel_body(StrBuf *sb, const OpList *l, int i, const char *section, int index, bool bf16)
+{
+    int end = parallel_loop_end(l, i);
+    const Op *outer = &l->ops[i], *inner = &l->ops[i + 1];
+    if (inner->kind != OP_LOOP || l->ops[end - 2].kind != OP_END)
+        ICE("a parallel loop that is not a pair");
+    char outer_var[64], inner_var[64];
+    snprintf(outer_var, sizeof outer_var, "%.*s", (int)strcspn(outer->args, ","), outer->args);
+    snprintf(inner_var, sizeof inner_var, "%.*s", (int)strcspn(inner->args, ","), inner->args);
+    const char *inner_extent = strchr(inner->args, ',') + 2;
+    emit_line(sb, "/* %s, %s: one iteration of the loop pair on the stage's cores */", outer->comment, inner->comment);
+    emit_line(sb, "static void %s_loop%d(void *ctx, int index, int worker)", section, i);
+    emit_open_block(sb);
+    for (int b = 0; b < 2; b++) {
+        const char *base = b == 0 ? "a" : "s";
+        char named[8];
+        snprintf(named, sizeof named, "%s + ", base);
+        if (ops_name(l, i + 2, end - 2, named))
+            emit_line(sb, "float *%s = ((parallel_bases *)ctx)->%s;", base, base);
+    }
+    emit_line(sb, "int %s = index / (%s), %s = index %% (%s);", outer_var, inner_extent, inner_var, inner_extent);
+    OpList body = {0};
+    body.n = body.cap = end - 2 - (i + 2);
+    body.ops = xmalloc((size_t)(body.n > 0 ? body.n : 1) * sizeof *body.ops);
+    for (int k = 0; k < body.n; k++)
+        body.ops[k] = l->ops[i + 2 + k];
+    int slots = 0;
+    for (int w = 0; w < N_HEAD_WORKSPACES; w++)
+        slots += ops_name(l, i + 2, end - 2, head_workspaces[w]);
+    if (slots > 0)
+        emit_line(sb, "float *scratch = worker ? pr_thread_floats(%d * (size_t)T * T) : NULL;", slots);
+    for (int w = 0, slot = 0; w < N_HEAD_WORKSPACES; w++) {
+        if (!ops_name(l, i + 2, end - 2, head_workspaces[w]))
+            continue;
+        emit_line(sb, "float *work%d = worker ? scratch + %d * (size_t)T * T : %s;", w, slot, head_workspaces[w]);
+        char name[16];
+        snprintf(name, sizeof name, "work%d", w);
+        for (int k = 0; k < body.n; k++)
+            body.ops[k].args = replace_all(body.ops[k].args, head_workspaces[w], name);
+        slot++;
+    }
+    for (int k = 0, timed = index; k < body.n;) {
+        int used = emit_c_op(sb, &body, k, section, timed, &bf16);
+        for (int u = 0; u < used; u++)
+            timed += op_is_timed(&body.ops[k + u]);
+        k += used;
+    }
+    for (int k = 0; k < body.n; k++)
+        free(body.ops[k].args); // the copies replace_all made
+    free(body.ops);
+    emit_close(sb, "");
+    blank_line(sb);
+}
+
 /* A section as `static void name(params)`; its ops are numbered from OPS_name. */
 static void emit_c_section(StrBuf *sb, const StageSection *section, bool bf16)
 {
+    const OpList *l = section->ops;
+    for (int i = 0, timed = 0; i < l->n; i++) {
+        if (l->ops[i].kind == OP_LOOP && l->ops[i].parallel)
+            emit_c_parallel_body(sb, l, i, section->name, timed, bf16);
+        timed += op_is_timed(&l->ops[i]);
+    }
     emit_line(sb, "/* %s */", section->doc);
     emit_line(sb, "static void %s(%s)", section->name, section->params);
     emit_open_block(sb);
@@ -513,7 +819,15 @@ static void emit_c_stage_kernels(StrBuf *sb, const Config *cfg, const LoweredSta
     for (int i = 0; i < kernel_desc_count; i++)
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
-
+    if (cfg->attention == ATTN_MATMUL) { // the block sections, which every stage defines, call them
+        emit_c_text(sb, causal_gemm_source);
+        blank_line(sb);
+        emit_line(sb, "/* The bases a parallel loop's iterations read and write (pr_parallel_for's ctx). */");
+        emit_line(sb, "typedef struct parallel_bases {");
+        emit_line(sb, "    float *a, *s;");
+        emit_line(sb, "} parallel_bases;");
+        blank_line(sb);
+    }
 }
 
 void emit_c_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)

@@ -112,6 +112,7 @@ static void gelu_follows(OpList *l, OpEpilogue epilogue, const char *arg)
 static void heads_loop(OpList *l)
 {
     plain_op(l, OP_LOOP, "every sequence of the micro-batch", "b, B");
+    l->ops[l->n - 1].parallel = true;
     plain_op(l, OP_LOOP, "every head", "h, NH");
 }
 
@@ -127,11 +128,15 @@ static void heads_end(OpList *l)
 #define COPY(base, name) "BF16_COPY(" base " + " name ")"
 #define STORE(base, name) "BF16_STORE(" base " + " name ")"
 
+/* A product of the matmul attention whose T x T operand is zero above the diagonal, or whose
+ * T x T result is read only up to it (Op.causal). */
+#define CAUSAL_GEMM(list, comment, ...) (GEMM(list, comment, __VA_ARGS__), (list)->ops[(list)->n - 1].causal = true)
+
 /* The attention scores of head h of sequence b, q k^T / sqrt(HS), into the T x T `scores`. */
 static void scores_product(OpList *l, const char *comment, const char *scores)
 {
-    GEMM(l, comment, "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + " QKV_HEAD
-         " + C, 3 * C, 0.0f, %s, T", scores);
+    CAUSAL_GEMM(l, comment, "0, 1, T, T, HS, " SCORE_SCALE ", a + A_QKV + " QKV_HEAD ", 3 * C, a + A_QKV + "
+                QKV_HEAD " + C, 3 * C, 0.0f, %s, T", scores);
 }
 
 /* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
@@ -142,9 +147,9 @@ static void matmul_attention_forward(OpList *l)
     scores_product(l, "scores = q k^T / sqrt(HS)", "a + A_ATT_WORK");
     kernel_op(l, "attention_softmax_forward", "causal softmax of the scores",
               "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
-    GEMM(l, "atty = probabilities v",
-         "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
-         "0.0f, a + A_ATTY + " ROW_HEAD ", C");
+    CAUSAL_GEMM(l, "atty = probabilities v",
+                "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+                "0.0f, a + A_ATTY + " ROW_HEAD ", C");
     heads_end(l);
 }
 
@@ -155,19 +160,19 @@ static void matmul_attention_backward(OpList *l)
     scores_product(l, "scores = q k^T / sqrt(HS), again", "s + S_ATT_P");
     kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
               "s + S_ATT_P, a + A_ATT_LSE + " LSE_HEAD ", T");
-    GEMM(l, "d v = probabilities^T d atty",
-         "1, 0, T, HS, T, 1.0f, s + S_ATT_P, T, s + S_DATTY + " ROW_HEAD ", C, "
-         "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C");
-    GEMM(l, "d probabilities = d atty v^T",
-         "0, 1, T, T, HS, 1.0f, s + S_DATTY + " ROW_HEAD ", C, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
-         "0.0f, s + S_ATT_DP, T");
+    CAUSAL_GEMM(l, "d v = probabilities^T d atty",
+                "1, 0, T, HS, T, 1.0f, s + S_ATT_P, T, s + S_DATTY + " ROW_HEAD ", C, "
+                "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C");
+    CAUSAL_GEMM(l, "d probabilities = d atty v^T",
+                "0, 1, T, T, HS, 1.0f, s + S_DATTY + " ROW_HEAD ", C, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+                "0.0f, s + S_ATT_DP, T");
     kernel_op(l, "attention_softmax_backward", "d scores, in place", "s + S_ATT_DP, s + S_ATT_P, T");
-    GEMM(l, "d q = d scores k",
-         "0, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
-         "0.0f, s + S_DQKV + " QKV_HEAD ", 3 * C");
-    GEMM(l, "d k = d scores^T q",
-         "1, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD ", 3 * C, "
-         "0.0f, s + S_DQKV + " QKV_HEAD " + C, 3 * C");
+    CAUSAL_GEMM(l, "d q = d scores k",
+                "0, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
+                "0.0f, s + S_DQKV + " QKV_HEAD ", 3 * C");
+    CAUSAL_GEMM(l, "d k = d scores^T q",
+                "1, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD ", 3 * C, "
+                "0.0f, s + S_DQKV + " QKV_HEAD " + C, 3 * C");
     heads_end(l);
 }
 

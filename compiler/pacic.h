@@ -941,6 +941,15 @@ typedef struct Op {
                                  reads instead under bf16; NULL: it reads a and b */
     bool out_h;               /* OP_GEMM: under bf16 the GPU writes c in bf16 (cuBLASLt's output
                                  type), beta 0 */
+    bool parallel;            /* OP_LOOP: this loop and the one right inside it (the matmul
+                                 attention's (b, h)) run their iterations in parallel on the CPU:
+                                 each writes its own outputs, and its T x T workspaces are the
+                                 thread's own (emit_c.c) */
+    bool causal;              /* OP_GEMM: a product of the matmul attention whose T x T operand
+                                 (probabilities or d scores) is zero above the diagonal, or whose
+                                 T x T result (scores, d probabilities) is read only up to it;
+                                 the CPU runs it as causal_gemm_nn, _tn or _nt, which skip the
+                                 blocks above the diagonal */
     /* The GPU's form of the op, where it differs (same position, so the profile numbers
      * agree): gpu_args replace args (a product's, or gpu_kernel's), gpu_kernel replaces
      * kernel, and gpu_skip leaves nothing to do (an earlier GPU op did it). */

@@ -70,7 +70,8 @@ const float *pr_widen_bf16(int slot, const void *x, int rows, int cols, int ld)
     return w->data[slot];
 }
 
-/* Stage threads share the cores: each gets max(1, cores / stages) BLAS threads. */
+/* Stage threads share the cores: each gets max(1, cores / stages) BLAS threads, and as many
+ * for its parallel loops (pool.c). */
 int pr_blas_threads(int cores, int stages)
 {
     if (cores <= 0)
@@ -79,6 +80,7 @@ int pr_blas_threads(int cores, int stages)
     if (per_stage < 1)
         per_stage = 1;
     openblas_set_num_threads(per_stage);
+    pr_pool_set_cores(per_stage);
     return per_stage;
 }
 

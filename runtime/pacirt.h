@@ -401,6 +401,16 @@ void pr_gemm_bias(int trans_a, int trans_b, int m, int n, int k, float alpha, co
  * an operand of pr_gemm that is kept in bf16 (precision bf16). */
 const float *pr_widen_bf16(int slot, const void *x, int rows, int cols, int ld);
 
+/* fn(ctx, i, worker) for every i in [0, n), spread over the calling stage thread (worker 0)
+ * and the helpers that share its cores (workers 1, 2, ...); returns when all are done. Each i
+ * runs whole on one thread: it must write only its own outputs (pool.c). */
+typedef void (*pr_parallel_fn)(void *ctx, int index, int worker);
+void pr_parallel_for(int n, pr_parallel_fn fn, void *ctx);
+/* The threads pr_parallel_for would use here: 1 on one core, or inside one of its loops. */
+int pr_parallel_cores(void);
+/* The calling thread's scratch of at least `floats` floats, kept until its next call. */
+float *pr_thread_floats(size_t floats);
+
 /* Entry point: main() in runtime/main.c calls it with the generated program. */
 int pr_main(int argc, char **argv, const pr_program *prog);
 /* The entry point of the program `pacic calibrate-cpu` builds (calibrate.c): measures this

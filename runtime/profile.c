@@ -2,6 +2,7 @@
  *
  * The stage files number their ops (pr_stage_code.ops) and call the device's timer around
  * each while the runtime profiles; the timer adds every call here, per stage and op. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "prt.h"
@@ -34,15 +35,24 @@ void pr_op_stats_add(int stage, int32_t op, double seconds)
     ps->seconds[op] += seconds;
 }
 
+/* An op inside a parallel loop (pr_parallel_for) runs on several threads at once: each times
+ * its own call, and the op's total adds them (thread seconds). */
+static _Thread_local double op_started;
+static pthread_mutex_t op_stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void cpu_op_begin(int32_t stage, int32_t op)
 {
+    (void)stage;
     (void)op;
-    pr_op_stats_of[stage].started = pr_now();
+    op_started = pr_now();
 }
 
 static void cpu_op_end(int32_t stage, int32_t op)
 {
-    pr_op_stats_add(stage, op, pr_now() - pr_op_stats_of[stage].started);
+    double seconds = pr_now() - op_started;
+    pthread_mutex_lock(&op_stats_lock);
+    pr_op_stats_add(stage, op, seconds);
+    pthread_mutex_unlock(&op_stats_lock);
 }
 
 const pr_op_timer pr_cpu_op_timer = {cpu_op_begin, cpu_op_end};

@@ -54,6 +54,7 @@ double pr_rng_normal(pr_rng *r);  /* N(0, 1) */
 
 /* BLAS threads per stage thread: max(1, cores / stages); cores <= 0 means all online. */
 int pr_blas_threads(int cores, int stages);
+void pr_pool_set_cores(int cores); /* the cores of each stage thread's pr_parallel_for */
 const char *pr_blas_better_kernels(const char *user_coretype, const char *library_core, const char *cpu_core);
 void pr_blas_choose_kernels(char **argv);
 const char *pr_blas_kernels(void);
@@ -313,12 +314,12 @@ int pr_device_select(const pr_program *prog, const char *requested, const char *
 /* ---- profile.c: per-op times of the generated code (run --profile-out) ----------------- */
 
 /* What each op of a stage took: calls and seconds, added by the device's timer on the
- * stage's own thread only (read after the stage threads are joined). */
+ * stage's own thread and the helpers of its parallel loops (read after the stage threads are
+ * joined). */
 typedef struct pr_op_stats {
     int32_t n_ops;
     int64_t *calls;
     double *seconds;
-    double started; /* the CPU timer: pr_now() at the begin of the op in progress */
 } pr_op_stats;
 
 extern pr_op_stats pr_op_stats_of[PACI_MAX_STAGES];

@@ -13,6 +13,7 @@ $cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler tests/numeric/gen_stages.c build/obj/l
 #         name    layers width heads context vocab micro stages tied attention
 for case in "p1     2 16 2 8 32 2 1 0 flash" \
             "matmul 2 16 2 8 32 2 1 0 matmul" \
+            "matmul6 2 16 2 6 32 2 1 0 matmul" \
             "tied   2 16 2 8 32 2 1 1 flash" \
             "p3     3 16 2 8 32 2 3 0 flash"; do
     # shellcheck disable=SC2086

@@ -1,7 +1,8 @@
 /* gradcheck: checks the generated stage code of a tiny GPT-2 against finite differences.
  *
  * Linked with the generated stage_*.c and program.c; runs the stages in order itself (no
- * runtime, no schedule), with pr_gemm and pr_gemm_bias on cblas.
+ * runtime, no schedule), with pr_gemm and pr_gemm_bias on cblas and the parallel loops run in
+ * order on this thread.
  *
  *   gradcheck              every parameter tensor of every stage and the input gradient
  *                          (dx_in) of every stage but the first, on sampled coordinates
@@ -43,6 +44,23 @@ void pr_gemm_bias(int trans_a, int trans_b, int m, int n, int k, float alpha, co
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++)
             c[(size_t)i * (size_t)ldc + (size_t)j] += bias[j];
+}
+
+/* The runtime spreads the indices over the stage's cores, each whole on one thread: the same bits. */
+void pr_parallel_for(int n, pr_parallel_fn fn, void *ctx)
+{
+    for (int i = 0; i < n; i++)
+        fn(ctx, i, 0);
+}
+
+int pr_parallel_cores(void) { return 1; }
+
+/* Worker 0 uses the stage's own workspaces: only a helper asks for scratch. */
+float *pr_thread_floats(size_t floats)
+{
+    (void)floats;
+    fprintf(stderr, "gradcheck: pr_thread_floats called without helper threads\n");
+    exit(1);
 }
 
 typedef struct StageState {

@@ -2,6 +2,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -478,10 +480,62 @@ static int teardown(void **state)
     return 0;
 }
 
-/* ---- OpenBLAS's kernels ------------------------------------------------------------------ */
+/* ---- parallel loops (pool.c) -------------------------------------------------------------- */
+
+enum { PROBE_N = 13, PROBE_CORES = 3 };
+
+typedef struct pool_probe {
+    pthread_t caller;
+    int runs[PROBE_N], worker_of[PROBE_N];
+    pthread_t thread_of[PROBE_N];
+    float *scratch_of[PROBE_N];
+} pool_probe;
+
+static void probe_index(void *ctx, int i, int worker)
+{
+    pool_probe *p = ctx;
+    p->runs[i]++;
+    p->worker_of[i] = worker;
+    p->thread_of[i] = pthread_self();
+    p->scratch_of[i] = pr_thread_floats(16);
+}
+
+/* A stage thread's first pr_parallel_for starts its helpers; they end with it. */
+static void *pool_caller(void *arg)
+{
+    pool_probe *p = arg;
+    p->caller = pthread_self();
+    pr_parallel_for(PROBE_N, probe_index, p);
+    return NULL;
+}
+
+/* Every index runs once, on worker i % cores: worker 0 is the calling thread, the others
+ * are threads of their own, each with scratch of its own. */
+static void test_parallel_for_spreads_indices(void **state)
+{
+    (void)state;
+    pool_probe p = {0};
+    pr_pool_set_cores(PROBE_CORES);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pool_caller, &p), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    pr_pool_set_cores(1);
+    for (int i = 0; i < PROBE_N; i++) {
+        assert_int_equal(p.runs[i], 1);
+        assert_int_equal(p.worker_of[i], i % PROBE_CORES);
+        assert_int_equal(pthread_equal(p.thread_of[i], p.caller) != 0, i % PROBE_CORES == 0);
+        for (int k = 0; k < i; k++) {
+            bool same_worker = p.worker_of[k] == p.worker_of[i];
+            assert_int_equal(pthread_equal(p.thread_of[k], p.thread_of[i]) != 0, same_worker);
+            assert_int_equal(p.scratch_of[k] == p.scratch_of[i], same_worker);
+        }
+    }
+}
 
 /* A generic fallback on a CPU that allows better is replaced; a user's choice, the library's
  * own choice of real kernels, or a CPU no better than SSE3 is kept. */
+/* ---- OpenBLAS's kernels ------------------------------------------------------------------ */
+
 static void test_blas_better_kernels(void **state)
 {
     (void)state;
@@ -509,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_chunks_table_checked),
         cmocka_unit_test(test_interleaved_table_equals_one_stage),
         cmocka_unit_test(test_blas_better_kernels),
+        cmocka_unit_test(test_parallel_for_spreads_indices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
