@@ -442,8 +442,10 @@ static void emit_c_parallel_body(StrBuf *sb, const OpList *l, int i, const char 
     OpList body = {0};
     body.n = body.cap = end - 2 - (i + 2);
     body.ops = xmalloc((size_t)(body.n > 0 ? body.n : 1) * sizeof *body.ops);
-    for (int k = 0; k < body.n; k++)
+    for (int k = 0; k < body.n; k++) {
         body.ops[k] = l->ops[i + 2 + k];
+        body.ops[k].args = xstrdup(body.ops[k].args); // the body's own, rewritten below
+    }
     int slots = 0;
     for (int w = 0; w < N_HEAD_WORKSPACES; w++)
         slots += ops_name(l, i + 2, end - 2, head_workspaces[w]);
@@ -455,8 +457,11 @@ static void emit_c_parallel_body(StrBuf *sb, const OpList *l, int i, const char 
         emit_line(sb, "float *work%d = worker ? scratch + %d * (size_t)T * T : %s;", w, slot, head_workspaces[w]);
         char name[16];
         snprintf(name, sizeof name, "work%d", w);
-        for (int k = 0; k < body.n; k++)
-            body.ops[k].args = replace_all(body.ops[k].args, head_workspaces[w], name);
+        for (int k = 0; k < body.n; k++) {
+            char *renamed = replace_all(body.ops[k].args, head_workspaces[w], name);
+            free(body.ops[k].args);
+            body.ops[k].args = renamed;
+        }
         slot++;
     }
     for (int k = 0, timed = index; k < body.n;) {
@@ -466,7 +471,7 @@ static void emit_c_parallel_body(StrBuf *sb, const OpList *l, int i, const char 
         k += used;
     }
     for (int k = 0; k < body.n; k++)
-        free(body.ops[k].args); // the copies replace_all made
+        free(body.ops[k].args); // the body's copies
     free(body.ops);
     emit_close(sb, "");
     blank_line(sb);
