@@ -193,14 +193,8 @@ static Comparison compare_schedule(const Config *cfg, int kind, long steps, cons
     cmp.drift0 = drift_bound(t, 0);
     cmp.stash0 = t->stash[0];
 
-    /* F = B = W = 1 a device: a chunk of v does 1/v of a stage's work */
-    CostModel uniform = {0};
-    double chunk = 1.0 / config_chunks(&c);
-    for (int s = 0; s < c.stages; s++) {
-        uniform.fwd[s] = chunk;
-        uniform.bwd[s] = 2 * chunk;
-        uniform.w[s] = config_splits_backward(&c) ? chunk : 0;
-    }
+    CostModel uniform;
+    cost_model_unit(&c, c.stages, &uniform);
     SimResult sim;
     simulate(&c, t, &uniform, steps, &sim);
     cmp.uniform_bubble = sim.bubble;

@@ -694,6 +694,9 @@ void sim_bubble_phrase(const SimView *v, char *buf, size_t size);
 
 /* Simulates `steps` optimizer steps (0: the whole run) of the table. */
 void simulate(const Config *cfg, const paci_table *t, const CostModel *cm, long steps, SimResult *res);
+/* Unit costs: a device's forward 1, backward 2 (its W 1 where the schedule splits it), each of
+ * its v chunks 1/v of them: the schedules' own bubble, free of any measurement. */
+void cost_model_unit(const Config *cfg, int stages, CostModel *cm);
 void sim_result_free(SimResult *res);
 
 /* ---- costs.c: the GPU cost model, kernel by kernel ------------------------------------ */

@@ -843,3 +843,14 @@ void sim_result_free(SimResult *res)
     res->events = NULL;
     res->n_events = 0;
 }
+
+void cost_model_unit(const Config *cfg, int stages, CostModel *cm)
+{
+    *cm = (CostModel){0};
+    double chunk = 1.0 / config_chunks(cfg);
+    for (int s = 0; s < stages; s++) {
+        cm->fwd[s] = chunk;
+        cm->bwd[s] = 2 * chunk;
+        cm->w[s] = config_splits_backward(cfg) ? chunk : 0;
+    }
+}

@@ -273,12 +273,8 @@ static UnitFigures unit_figures(int kind, int p, int v, int K)
         cfg.chunks = 0;
     Plan plan;
     paci_table *t = build(&cfg, &plan);
-    CostModel cm = {0};
-    for (int s = 0; s < t->stages; s++) {
-        cm.fwd[s] = 1.0 / v;
-        cm.bwd[s] = 2.0 / v;
-        cm.w[s] = schedule_splits_backward(kind) ? 1.0 / v : 0;
-    }
+    CostModel cm;
+    cost_model_unit(&cfg, t->stages, &cm);
     SimResult res;
     simulate(&cfg, t, &cm, 0, &res);
     UnitFigures u = {.idle = res.bubble * res.step_time, .bubble = res.bubble};
@@ -371,13 +367,8 @@ static double medium8_figures(int kind, int window, long *peak_memory)
     Plan plan;
     paci_table *t = build(&cfg, &plan);
     *peak_memory = plan_peak_device_memory(&plan, NULL);
-    int v = config_chunks(&cfg);
-    CostModel cm = {0};
-    for (int s = 0; s < t->stages; s++) {
-        cm.fwd[s] = 1.0 / v;
-        cm.bwd[s] = 2.0 / v;
-        cm.w[s] = schedule_splits_backward(kind) ? 1.0 / v : 0;
-    }
+    CostModel cm;
+    cost_model_unit(&cfg, t->stages, &cm);
     SimResult res;
     simulate(&cfg, t, &cm, 32, &res);
     double idle = res.bubble * res.step_time;
