@@ -9,7 +9,7 @@
 #               [--base-steps N] [--stages P] [--window K] [--evals E] [--dc-lambda L]
 #               [--model-args "layers 24; width 32; heads 4"] [--jobs J]
 #               [--calibration-steps S] [--replay-steps R] [--gpu-file FILE] [--out DIR]
-#               [--check-only]
+#               [--check-only] [--resume]
 #
 # The quick edition (the default, `make study`): every line at one lr multiplier (--lr, 2)
 # and one seed. The full edition (--full, `make study-full`): each line's multipliers of FILE
@@ -30,6 +30,9 @@
 #    quick 512, full 1024) x its step_s;
 #    a line trains floor(budget / its step_s) steps (a warm start's steps priced at its
 #    synchronous schedule's step), and, for the equal-token runs, the baseline's tokens.
+#    --resume goes on with a study that stopped (the machine went down, the session ended): the
+#    same options and DIR; its calibration and finished runs are kept, an unfinished run is
+#    trained again from its start, and the rest runs as it would have.
 # 4. The runs, J at once (default 2), the configurations taking turns; then each line's files
 #    replayed with its calibration costs (the time axis), each line priced on --gpu-file
 #    (examples/gpt2-medium-8.paci) by `pacic --explain` for the GPU projection, and the analysis.
@@ -55,11 +58,13 @@ replay_steps=""
 gpu_file=$root/examples/gpt2-medium-8.paci
 out=""
 check_only=0
+resume=0
 
 while [ $# -gt 0 ]; do
     case $1 in
     --full) full=1; shift; continue ;;
     --check-only) check_only=1; shift; continue ;;
+    --resume) resume=1; shift; continue ;;
     --configs) configs=$2 ;;
     --only) only=$2 ;;
     --lr) lr=$2 ;;
@@ -151,17 +156,29 @@ flag=""; (( full == 0 )) || flag=" --full"
 command_line="study/v4.sh$flag --configs ${configs#$root/} --seeds \"$seeds\" --base-steps $base_steps --stages $stages --window $window --evals $evals --dc-lambda $dc_lambda --model-args \"$model_args\" --calibration-steps $calibration_steps --replay-steps $replay_steps"
 (( full )) || command_line="$command_line --lr $lr"
 [ -z "$only" ] || command_line="$command_line --only \"$only\""
-rm -rf "$out/runs" "$out/calibration" "$out/gpu"
-mkdir -p "$out/runs"
-date -u +%Y-%m-%dT%H:%MZ > "$out/date.txt"
-echo "$command_line" > "$out/command.txt"
-git -C "$root" rev-parse HEAD > "$out/commit.txt" 2> /dev/null || echo unknown > "$out/commit.txt"
-echo "study: fourth edition ($edition): ${#names[@]} configurations, seeds $seeds, the baseline $base_steps steps; results in $out"
+if (( resume )); then
+    # Resuming is only sound for the same study: its runs' lengths come from its calibration.
+    [ -s "$out/step_times.csv" ] && [ -s "$out/command.txt" ] ||
+        { echo "study: --resume: $out holds no calibrated study to go on with (no step_times.csv or command.txt)" >&2; exit 2; }
+    [ "$(cat "$out/command.txt")" = "$command_line" ] ||
+        { echo "study: --resume: $out was started as '$(cat "$out/command.txt")', not as '$command_line'" >&2; exit 2; }
+    rm -rf "$out/gpu"
+    commit=$(git -C "$root" rev-parse HEAD 2> /dev/null || echo unknown)
+    echo "$(date -u +%Y-%m-%dT%H:%MZ) $commit" >> "$out/resumed.txt"
+    echo "study: fourth edition ($edition), resumed: ${#names[@]} configurations, seeds $seeds, the baseline $base_steps steps; results in $out"
+else
+    rm -rf "$out/runs" "$out/calibration" "$out/gpu" "$out/resumed.txt"
+    mkdir -p "$out/runs"
+    date -u +%Y-%m-%dT%H:%MZ > "$out/date.txt"
+    echo "$command_line" > "$out/command.txt"
+    git -C "$root" rev-parse HEAD > "$out/commit.txt" 2> /dev/null || echo unknown > "$out/commit.txt"
+    echo "study: fourth edition ($edition): ${#names[@]} configurations, seeds $seeds, the baseline $base_steps steps; results in $out"
+fi
 trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$toolchain"' EXIT  # toolchain.sh's trap, kept
 
 # 2. The calibration: each line's program (a warm start cut to half the steps, so both parts
-# are measured) alone, three passes, then its replayed step time(s).
-for pass in 1 2 3; do
+# are measured) alone, three passes, then its replayed step time(s). A resumed study keeps its own.
+(( resume )) || for pass in 1 2 3; do
     order=("${names[@]}")
     if (( pass == 2 )); then
         order=()
@@ -190,8 +207,8 @@ replay_total() {
     "$python" "$root/study/analyze_v4.py" --replay-total "$3"
 }
 render_every=$replay_steps
-echo "config,schedule,window,tokens_per_step,replayed_steps,replayed_s,step_s,warm_schedule,warm_steps,warm_step_s" > "$out/step_times.csv"
-for name in "${names[@]}"; do
+(( resume )) || echo "config,schedule,window,tokens_per_step,replayed_steps,replayed_s,step_s,warm_schedule,warm_steps,warm_step_s" > "$out/step_times.csv"
+(( resume )) || for name in "${names[@]}"; do
     dir=$out/calibration/$name
     rm -f "$dir/run"
     "$python" "$root/study/analyze_tuned.py" --median-profile "$dir" > "$dir/profile.txt"
@@ -227,12 +244,21 @@ one_run() {
     render "$name" "$m" "$seed" "$steps" "$dir/model.paci"
     train_run "$dir" "$name $kind x$m seed $seed" --profile-out profile.txt
 }
+declare -A recorded
+# finished DIR: the run in DIR ended (trained to its end, or diverged), so a resumed study keeps it
+finished() { [ -s "$1/diverged.txt" ] || { [ -s "$1/time.txt" ] && grep -q '^done:' "$1/run.log" 2> /dev/null; }; }
 start_run() {  # NAME KIND MULTIPLIER SEED: record it in grid.csv and start it in the pool
-    local steps
+    local steps folder=runs/$1/$2/lr-x$3/seed-$4
     steps=$(steps_of "$1" "steps_$2")
-    [ -d "$out/runs/$1/$2/lr-x$3/seed-$4" ] && return 0  # already run (the grid's extension)
-    echo "$1,${schedule_of[$1]},$2,$3,$4,$steps,runs/$1/$2/lr-x$3/seed-$4" >> "$out/grid.csv"
-    mkdir -p "$out/runs/$1/$2/lr-x$3/seed-$4"
+    [ -z "${recorded[$folder]:-}" ] || return 0  # already run (the grid's extension)
+    recorded[$folder]=1
+    echo "$1,${schedule_of[$1]},$2,$3,$4,$steps,$folder" >> "$out/grid.csv"
+    if (( resume )) && finished "$out/$folder"; then
+        printf '  %-24s kept from before the resume\n' "$1 $2 x$3 seed $4"
+        return 0
+    fi
+    rm -rf "${out:?}/$folder"
+    mkdir -p "$out/$folder"
     pool_start one_run "$1" "$2" "$3" "$4" "$steps"
 }
 # round KIND "NAME=M NAME=M ..." SEED...: every listed run at every seed, the configurations

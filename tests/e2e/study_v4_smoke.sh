@@ -93,6 +93,28 @@ done
     fail "no GPU projection in summary.csv"
 grep -q '^| paci | paci | 2 | x2 | ' "$s/results.md" || fail "results.md's table has no paci row"
 grep -q '^[123]\. \*\*\(met\|not met\|not judged\)\*\*: ' "$s/results.md" || fail "results.md does not state the goals"
+# --resume: a study cut short (one run killed mid-way: no time.txt, no done line) goes on with
+# the same calibration, keeps the finished runs, retrains the unfinished one from its start, and
+# ends with the grid and losses an uninterrupted study wrote; other options are refused.
+micro_args=(--configs "$work/configs.txt" --stages 2 --window 2 --base-steps $base_steps --evals 3
+    --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --replay-steps 8 --out "$s")
+cp "$s/grid.csv" "$work/grid.before"; cp "$s/losses.csv" "$work/losses.before"; cp "$s/step_times.csv" "$work/steps.before"
+cut=$s/runs/paci/time/lr-x2/seed-1338
+: > "$cut/time.txt"; sed -i '/^done:/d' "$cut/run.log"; rm -f "$s/losses.csv" "$s/summary.csv"
+study/v4.sh "${micro_args[@]}" --resume > "$work/resume.log" || fail "the resumed study failed: $(tail -5 "$work/resume.log")"
+kept=$(grep -c 'kept from before the resume' "$work/resume.log" || true)
+runs=$(($(wc -l < "$work/grid.before") - 1))
+[ "$kept" = $((runs - 1)) ] || fail "the resume kept $kept of $runs runs, not all but the one cut short: $(cat "$work/resume.log")"
+grep -q '^done:' "$cut/run.log" || fail "the resume did not retrain the run cut short"
+cmp -s "$work/grid.before" "$s/grid.csv" || fail "the resumed study's grid.csv differs: $(diff "$work/grid.before" "$s/grid.csv")"
+cmp -s "$work/steps.before" "$s/step_times.csv" || fail "the resume calibrated again"
+cmp -s "$work/losses.before" "$s/losses.csv" || fail "the resumed study's losses differ from the uninterrupted one's"
+[ -s "$s/resumed.txt" ] && grep -q '^resumed ' "$s/results.md" || fail "results.md does not say the study was resumed"
+if study/v4.sh "${micro_args[@]}" --seeds 1337 --resume > "$work/resume2.log" 2>&1; then
+    fail "a resume with other seeds than the study's was accepted"
+fi
+grep -q 'was started as' "$work/resume2.log" || fail "the refused resume does not say why: $(cat "$work/resume2.log")"
+
 # The full edition's lr grid: zb-v alone at x0.5 and x1, extended by a factor 2 at the end
 # where the best lies (twice at most); the best of the grid at the second seed too.
 printf '%s\n' "zb-v | zb-v | | $adamw | 0.5 1" > "$work/configs-full.txt"
