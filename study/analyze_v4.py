@@ -24,6 +24,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import analyze  # noqa: E402  (read_metrics)
 import analyze_tuned  # noqa: E402  (read_run, replay_step_ends, best_run)
 
 AT_PACI_MEMORY = ("1f1b", "zb-h1", "zb-v", "interleaved")  # synchronous, at most 1F1B's slots
@@ -170,6 +171,39 @@ def peak_mib(run, schedule):
     return max(per) / 2**20
 
 
+LOSSES_HEADER = "config,kind,lr_multiplier,seed,step,tokens,train_loss,val_loss\n"
+
+
+def loss_rows(c, kind, m, seed, r):
+    """One run's rows of losses.csv: every logged step's train loss, the validation loss where
+    it was evaluated."""
+    val = dict(r["val"])
+    tps = r["window"] * r["micro"] * r["context"]
+    return ["%s,%s,%g,%d,%d,%d,%.6f,%s\n" % (c, kind, m, seed, rec["step"], rec["step"] * tps, rec["loss"],
+                                             "%.6f" % val[rec["step"]] if rec["step"] in val else "")
+            for rec in r["steps"]]
+
+
+def compare_run(out, folder, c, kind, m, seed):
+    """A rerun's rows against the study's losses.csv: 0 when every row is the same text."""
+    run, _ = analyze.read_metrics(folder)
+    mine = loss_rows(c, kind, float(m), int(seed), run)
+    key = "%s,%s,%g,%d," % (c, kind, float(m), int(seed))
+    theirs = [line for line in open(os.path.join(out, "losses.csv")) if line.startswith(key)]
+    if not theirs:
+        print("analyze_v4: %s has no rows for %s" % (os.path.join(out, "losses.csv"), key.rstrip(",")))
+        return 1
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a != b:
+            print("analyze_v4: row %d of %s differs:\n  study: %s  rerun: %s" % (i + 1, key.rstrip(","), b, a))
+            return 1
+    if len(mine) != len(theirs):
+        print("analyze_v4: the rerun logged %d rows, the study %d" % (len(mine), len(theirs)))
+        return 1
+    print("%s: all %d rows of losses.csv reproduced to the bit (last: %s)" % (key.rstrip(","), len(mine), mine[-1].strip()))
+    return 0
+
+
 def fmt(x, f="%.4f", none="-"):
     return f % x if x is not None else none
 
@@ -186,11 +220,15 @@ def main():
     ap.add_argument("--base-steps", type=int)
     ap.add_argument("--best", metavar="DIR")
     ap.add_argument("--replay-total", metavar="TRACE")
+    ap.add_argument("--compare", nargs=6, metavar=("DIR", "FOLDER", "CONFIG", "KIND", "M", "SEED"),
+                    help="FOLDER's run against DIR's losses.csv rows of CONFIG KIND xM SEED")
     ap.add_argument("dir", nargs="?")
     args = ap.parse_args()
     if args.replay_total:
         print("%.9g" % step_ends(args.replay_total)[-1])
         return 0
+    if args.compare:
+        return compare_run(*args.compare)
     if args.plan:
         if not args.base_steps:
             ap.error("--plan needs --base-steps")
@@ -222,15 +260,10 @@ def analyse(out):
 
     # Deterministic record: every logged loss of every run, no times.
     with open(os.path.join(out, "losses.csv"), "w") as f:
-        f.write("config,kind,lr_multiplier,seed,step,tokens,train_loss,val_loss\n")
+        f.write(LOSSES_HEADER)
         for (c, kind), rs in runs.items():
             for (m, seed), r in rs.items():
-                val = dict(r["val"])
-                tps = r["window"] * r["micro"] * r["context"]
-                for rec in r["steps"]:
-                    v = val.get(rec["step"])
-                    f.write("%s,%s,%g,%d,%d,%d,%.6f,%s\n" % (c, kind, m, seed, rec["step"], rec["step"] * tps,
-                                                            rec["loss"], "%.6f" % v if v is not None else ""))
+                f.writelines(loss_rows(c, kind, m, seed, r))
 
     # Every line at its best multiplier (the first seed's), per seed.
     line = {}

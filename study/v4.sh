@@ -9,7 +9,7 @@
 #               [--base-steps N] [--stages P] [--window K] [--evals E] [--dc-lambda L]
 #               [--model-args "layers 24; width 32; heads 4"] [--jobs J]
 #               [--calibration-steps S] [--replay-steps R] [--gpu-file FILE] [--out DIR]
-#               [--check-only] [--resume]
+#               [--check-only] [--resume] [--reproduce "NAME KIND MULTIPLIER SEED"]
 #
 # The quick edition (the default, `make study`): every line at one lr multiplier (--lr, 2)
 # and one seed. The full edition (--full, `make study-full`): each line's multipliers of FILE
@@ -32,7 +32,9 @@
 #    synchronous schedule's step), and, for the equal-token runs, the baseline's tokens.
 #    --resume goes on with a study that stopped (the machine went down, the session ended): the
 #    same options and DIR; its calibration and finished runs are kept, an unfinished run is
-#    trained again from its start, and the rest runs as it would have.
+#    trained again from its start, and the rest runs as it would have. --reproduce trains one
+#    run of a finished study (same options and DIR) again, in a scratch folder, and compares
+#    its losses with DIR/losses.csv's rows of that run, text for text.
 # 4. The runs, J at once (default 2), the configurations taking turns; then each line's files
 #    replayed with its calibration costs (the time axis), each line priced on --gpu-file
 #    (examples/gpt2-medium-8.paci) by `pacic --explain` for the GPU projection, and the analysis.
@@ -59,6 +61,7 @@ gpu_file=$root/examples/gpt2-medium-8.paci
 out=""
 check_only=0
 resume=0
+reproduce=""
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
     --replay-steps) replay_steps=$2 ;;
     --gpu-file) gpu_file=$2 ;;
     --out) out=$2 ;;
+    --reproduce) reproduce=$2 ;;
     *) echo "study: unknown option '$1' (see the head of $0)" >&2; exit 2 ;;
     esac
     shift 2
@@ -116,6 +120,8 @@ keys_of() {  # the pipeline keys without `window N`, with @LAMBDA@ filled
 warm_of() { grep -oE 'warm_start [a-z0-9-]+ [0-9]+' <<< "${pipeline_of[$1]}" || true; }  # "warm_start SCHEDULE N" or nothing
 without_warm() { sed -E 's/(^|;)[[:space:]]*warm_start [a-z0-9-]+ [0-9]+[[:space:]]*(;|$)/\1/' <<< "$1"; }
 
+# A line's steps from plan.csv (COLUMN: steps_time or steps_tokens).
+steps_of() { awk -F, -v c="$1" -v col="$2" 'NR == 1 { for (i = 1; i <= NF; i++) at[$i] = i } NR > 1 && $1 == c { print $at[col] }' "$out/plan.csv"; }
 # render NAME MULTIPLIER SEED STEPS FILE [KEYS] [SCHEDULE]: the DSL of one run; KEYS and
 # SCHEDULE replace the line's (the calibration's and replays' variants).
 render() {
@@ -156,6 +162,25 @@ flag=""; (( full == 0 )) || flag=" --full"
 command_line="study/v4.sh$flag --configs ${configs#$root/} --seeds \"$seeds\" --base-steps $base_steps --stages $stages --window $window --evals $evals --dc-lambda $dc_lambda --model-args \"$model_args\" --calibration-steps $calibration_steps --replay-steps $replay_steps"
 (( full )) || command_line="$command_line --lr $lr"
 [ -z "$only" ] || command_line="$command_line --only \"$only\""
+if [ -n "$reproduce" ]; then
+    read -r r_name r_kind r_m r_seed r_extra <<< "$reproduce"
+    [ -n "$r_seed" ] && [ -z "$r_extra" ] && [[ $r_kind =~ ^(time|tokens)$ ]] ||
+        { echo "study: --reproduce '$reproduce': give NAME KIND MULTIPLIER SEED, KIND time or tokens" >&2; exit 2; }
+    [ -n "${schedule_of[$r_name]:-}" ] || { echo "study: --reproduce: no line '$r_name' in $configs" >&2; exit 2; }
+    [ -s "$out/plan.csv" ] && [ -s "$out/losses.csv" ] && [ -s "$out/command.txt" ] ||
+        { echo "study: --reproduce: $out holds no finished study (plan.csv, losses.csv, command.txt)" >&2; exit 2; }
+    [ "$(cat "$out/command.txt")" = "$command_line" ] ||
+        { echo "study: --reproduce: $out was run as '$(cat "$out/command.txt")', not as '$command_line'" >&2; exit 2; }
+    steps=$(steps_of "$r_name" "steps_$r_kind")
+    [ -n "$steps" ] || { echo "study: --reproduce: plan.csv gives '$r_name' no $r_kind steps" >&2; exit 2; }
+    echo "study: reproducing $r_name $r_kind x$r_m seed $r_seed ($steps steps) at commit $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown); the study ran at $(cat "$out/commit.txt" 2> /dev/null || echo '?')"
+    dir=$toolchain/reproduce
+    mkdir -p "$dir"
+    render "$r_name" "$r_m" "$r_seed" "$steps" "$dir/model.paci"
+    train_run "$dir" "$r_name $r_kind x$r_m seed $r_seed" --profile-out profile.txt
+    "$python" "$root/study/analyze_v4.py" --compare "$out" "$dir" "$r_name" "$r_kind" "$r_m" "$r_seed"
+    exit
+fi
 if (( resume )); then
     # Resuming is only sound for the same study: its runs' lengths come from its calibration.
     [ -s "$out/step_times.csv" ] && [ -s "$out/command.txt" ] ||
@@ -233,7 +258,6 @@ unset render_every
 
 # 3. The plan: the baseline, the budget and every line's steps (plan.csv).
 "$python" "$root/study/analyze_v4.py" --plan "$out" --base-steps "$base_steps"
-steps_of() { awk -F, -v c="$1" -v col="$2" 'NR == 1 { for (i = 1; i <= NF; i++) at[$i] = i } NR > 1 && $1 == c { print $at[col] }' "$out/plan.csv"; }
 
 # 4. The runs. grid.csv: what the analysis reads, in the order the runs were started.
 echo "config,schedule,kind,lr_multiplier,seed,steps,folder" > "$out/grid.csv"

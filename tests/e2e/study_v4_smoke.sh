@@ -115,6 +115,21 @@ if study/v4.sh "${micro_args[@]}" --seeds 1337 --resume > "$work/resume2.log" 2>
 fi
 grep -q 'was started as' "$work/resume2.log" || fail "the refused resume does not say why: $(cat "$work/resume2.log")"
 
+# --reproduce: one run trained again in a scratch folder gives its losses.csv rows text for text;
+# a study whose row differs (one loss's last digit) is reported, with a non-zero exit.
+study/v4.sh "${micro_args[@]}" --reproduce "paci time 2 1338" > "$work/repro.log" ||
+    fail "the rerun of paci time x2 seed 1338 did not reproduce its rows: $(tail -3 "$work/repro.log")"
+grep -q '^paci,time,2,1338: all [0-9]* rows of losses.csv reproduced to the bit' "$work/repro.log" ||
+    fail "the reproduction does not say what it compared: $(tail -2 "$work/repro.log")"
+cp -r "$s" "$work/s-changed"
+awk -F, -v OFS=, '$1 == "paci" && $2 == "time" && $4 == 1338 && !done { $7 = sprintf("%.6f", $7 + 1e-6); done = 1 } { print }' \
+    "$s/losses.csv" > "$work/s-changed/losses.csv"
+changed_args=("${micro_args[@]}"); changed_args[-1]=$work/s-changed
+if study/v4.sh "${changed_args[@]}" --reproduce "paci time 2 1338" > "$work/repro2.log" 2>&1; then
+    fail "a losses.csv row 1e-6 off was reported as reproduced"
+fi
+grep -q 'differs' "$work/repro2.log" || fail "the failed reproduction does not name the row: $(tail -3 "$work/repro2.log")"
+
 # The full edition's lr grid: zb-v alone at x0.5 and x1, extended by a factor 2 at the end
 # where the best lies (twice at most); the best of the grid at the second seed too.
 printf '%s\n' "zb-v | zb-v | | $adamw | 0.5 1" > "$work/configs-full.txt"
