@@ -14,15 +14,16 @@
 #   (d) p = 2: PACI against 1F1B-flush at window 2 (theory: flush 1.5x slower), P2_STEPS
 #       steps each, in the steady state, from run's trace: the wall-clock seconds per optimizer
 #       step between the moments every stage has taken step 2 and step P2_STEPS - 1, and each
-#       stage's busy share between them. The same marks for both schedules: step 1 holds PACI's
-#       pipeline fill (as long as a 1F1B-flush step; docs/benchmarks.md says what it did to
-#       the ratio over a whole run of 6 steps), step 2 the one redo of a window that 1F1B's
-#       post-validation makes when step 1 clipped, the last step the drain. Beside them: the whole run's seconds per step (fill, redo and drain
-#       included); each stage's thread CPU seconds per step (run --profile-out), which exclude
-#       waits and the cores' sharing, so PACI's above 1F1B's says its two busy stages slow
-#       each other down on the shared cores (caches, memory, clock), which no schedule
-#       removes; and the ratio the schedules alone give at PACI's CPU costs (pacic --profile
-#       --explain replays both as if each stage had a core).
+#       stage's busy share between them. The same marks for both schedules: step 1 holds
+#       PACI's pipeline fill (as long as a 1F1B-flush step; docs/benchmarks.md says what it
+#       did to the ratio over a whole run of 6 steps), step 2 the one redo of a window that
+#       1F1B's post-validation makes when step 1 clipped, the last step the drain. Beside
+#       them: the whole run's seconds per step (fill, redo and drain included); each stage's
+#       thread CPU seconds per step (run --profile-out), which exclude waits and the cores'
+#       sharing, so PACI's above 1F1B's says its two busy stages slow each other down on the
+#       shared cores (caches, memory, clock), which no schedule removes; and the ratio the
+#       schedules alone give at PACI's CPU costs (pacic --profile --explain replays both as
+#       if each stage had a core).
 #
 # No assertions: figures only. Environment: THREADS (default: nproc), STEPS (p = 1 steps,
 # default 12), P2_STEPS (at least 4, default 8), TORCH_STEPS (default 6), PYTHON (default
@@ -96,7 +97,7 @@ echo "    $sgemm GFLOP/s"
 # (d)
 # steady TRACE STEPS: from run's trace, the seconds per optimizer step between the moments every
 # stage has taken step 2 and step STEPS - 1, then each stage's busy share between them (the
-# union of its instructions' spans there: a step's post-validation redo is drawn inside it).
+# union of its instructions' spans there, should any overlap).
 steady() {
     awk '/"ph": "X"/ {
             match($0, /"tid": [0-9]+/); tid = substr($0, RSTART + 7, RLENGTH - 7)

@@ -1038,12 +1038,13 @@ static void publish_sums(pr_run *run, pr_stage_rt *st)
  * it (a post-validation redo runs the window again from inside a step) and waits for other
  * stages (the global norm, their sums). A step's busy time and CPU leave both out, so a second
  * counts once and a wait never as compute; execute() keeps the accounts per nesting level. */
-static _Thread_local double nested_wall, nested_cpu, waited_wall;
+static _Thread_local double nested_wall, nested_cpu, waited_wall, wait_end;
 
 /* Marks time since `since` as waited on other stages, not worked. */
 static void waited_since(double since)
 {
-    waited_wall += pr_now() - since;
+    wait_end = pr_now();
+    waited_wall += wait_end - since;
 }
 
 /* Until every stage has published its sums of `step` (from 1). */
@@ -1799,7 +1800,7 @@ static void exec_weight_gradient(pr_run *run, pr_stage_rt *st, const paci_instr 
 static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
 {
     int s = st->index;
-    double outer_wall = nested_wall, outer_cpu = nested_cpu, outer_waited = waited_wall;
+    double outer_wall = nested_wall, outer_cpu = nested_cpu, outer_waited = waited_wall, outer_wait_end = wait_end;
     nested_wall = nested_cpu = waited_wall = 0.0;
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
@@ -1849,12 +1850,14 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     // Thread CPU time excludes waits and time-sharing of the cores: the cost as if alone.
     double end = pr_now(), cpu = pr_thread_cpu() - cpu_start;
     double others = nested_wall + waited_wall;
-    // The trace draws a step from the end of its waits, which come first (but for the few sums of
-    // squares before the global norm's barrier).
-    record(run, st, in->op, mb, start + waited_wall, end, end - start - others, cpu - nested_cpu);
+    // The trace draws a step that waited from its last wait's end, so it never starts before the
+    // norm is known; what it did before (sums of squares, a rollback and its window run again,
+    // drawn on their own) lies before that.
+    record(run, st, in->op, mb, waited_wall > 0.0 ? wait_end : start, end, end - start - others, cpu - nested_cpu);
     nested_wall = outer_wall + (end - start); // all of it is nested in the instruction around it, if any
     nested_cpu = outer_cpu + cpu;
     waited_wall = outer_waited;
+    wait_end = outer_wait_end;
 }
 
 /* Runs device instructions [first, first + n), each on the stage it names; rep >= 0 marks
