@@ -131,8 +131,12 @@ p2() {
 }
 paci_out=$(p2 paci)
 flush_out=$(p2 1f1b)
-paci_steady=$(steady "$work/gpt6_p2_paci/trace.json" "$p2_steps")
-flush_steady=$(steady "$work/gpt6_p2_1f1b/trace.json" "$p2_steps")
+for schedule in paci 1f1b; do
+    steady "$work/gpt6_p2_$schedule/trace.json" "$p2_steps" > "$work/steady_$schedule.txt" ||
+        { echo "bench/cpu.sh: the $schedule run's trace has no steps 2 and $((p2_steps - 1)) to measure between" >&2; exit 1; }
+done
+paci_steady=$(cat "$work/steady_paci.txt")
+flush_steady=$(cat "$work/steady_1f1b.txt")
 # the schedules alone, replayed at PACI's measured CPU costs: the step time column of each row
 replayed=$("$pacic" "$work/gpt6_p2_paci.paci" --steps "$p2_steps" --profile "$work/gpt6_p2_paci/profile.txt" --explain |
            awk '$1 == "paci" && $2 ~ /%$/ { p = $3 } $1 == "1f1b" && $2 ~ /%$/ { f = $3 }
