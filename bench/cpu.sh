@@ -11,18 +11,30 @@
 #       LM head; biases, LayerNorms and the embedding lookups do not) and the second term
 #       the attention scores and their weighted sum, forward and backward, over the full
 #       T x T square (PaLM's convention);
-#   (d) p = 2: wall-clock seconds per optimizer step of PACI and of 1F1B-flush at window 2
-#       (theory: flush 1.5x slower), and each stage's busy fraction from run's summary.
+#   (d) p = 2: PACI against 1F1B-flush at window 2 (theory: flush 1.5x slower), P2_STEPS
+#       steps each, in the steady state, from run's trace: the wall-clock seconds per optimizer
+#       step between the moments every stage has taken step 2 and step P2_STEPS - 1, and each
+#       stage's busy share between them. The same marks for both schedules: step 1 holds
+#       PACI's pipeline fill (as long as a 1F1B-flush step; docs/benchmarks.md says what it
+#       did to the ratio over a whole run of 6 steps), step 2 the one redo of a window that
+#       1F1B's post-validation makes when step 1 clipped, the last step the drain. Beside
+#       them: the whole run's seconds per step (fill, redo and drain included); each stage's
+#       thread CPU seconds per step (run --profile-out), which exclude waits and the cores'
+#       sharing, so PACI's above 1F1B's says its two busy stages slow each other down on the
+#       shared cores (caches, memory, clock), which no schedule removes; and the ratio the
+#       schedules alone give at PACI's CPU costs (pacic --profile --explain replays both as
+#       if each stage had a core).
 #
 # No assertions: figures only. Environment: THREADS (default: nproc), STEPS (p = 1 steps,
-# default 12), P2_STEPS (default 6), TORCH_STEPS (default 6), PYTHON (default
+# default 12), P2_STEPS (at least 4, default 8), TORCH_STEPS (default 6), PYTHON (default
 # /usr/bin/python3, which has torch on Debian).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 threads=${THREADS:-$(nproc)}
 steps=${STEPS:-12}
-p2_steps=${P2_STEPS:-6}
+p2_steps=${P2_STEPS:-8}
+[ "$p2_steps" -ge 4 ] 2>/dev/null || { echo "bench/cpu.sh: P2_STEPS must be at least 4 (the steady state lies between steps 2 and P2_STEPS - 1), not '$p2_steps'" >&2; exit 2; }
 torch_steps=${TORCH_STEPS:-6}
 python=${PYTHON:-/usr/bin/python3}
 pacic=$root/build/bin/pacic
@@ -37,12 +49,13 @@ shape() { sed -n "s/^ *$1 \\([0-9]*\\).*/\\1/p" bench/gpt6.paci | head -1; }
 L=$(shape layers) C=$(shape width) NH=$(shape heads) T=$(shape context) V=$(shape vocab)
 B=$(shape micro)
 
-# run_model PACI STEPS: compiles and trains; prints run's summary lines
+# run_model PACI STEPS [RUN FLAGS]: compiles and trains in $work/NAME; prints run's summary lines
 run_model() {
-    local dir=$work/$(basename "$1" .paci)
+    local dir=$work/$(basename "$1" .paci) paci=$1 steps=$2
+    shift 2
     mkdir -p "$dir"
-    "$pacic" "$1" --steps "$2" -o "$dir/run" 2>/dev/null
-    (cd "$dir" && ./run --threads "$threads" --ckpt-dir "$dir/ckpt" | grep -E '^(done|busy|blas):')
+    "$pacic" "$paci" --steps "$steps" -o "$dir/run" 2>/dev/null
+    (cd "$dir" && ./run --threads "$threads" --ckpt-dir "$dir/ckpt" "$@" | grep -E '^(done|busy|blas):')
 }
 
 echo "pacic CPU benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -54,7 +67,6 @@ echo "machine: nproc $(nproc), $(lscpu | sed -n 's/^Model name: *//p' | head -1)
 # "done: N steps in W s (P s in the pipeline, ...)"; W where run does not print P
 per_step() { sed -n 's/^done: \([0-9]*\) steps in \([0-9.]*\) s\( (\([0-9.]*\) s in the pipeline\)\{0,1\}.*/\1 \2 \4/p' <<<"$1" |
              awk '{printf "%.4f", ($3 != "" ? $3 : $2) / $1}'; }
-busy() { sed -n 's/^busy: *//p' <<<"$1"; }
 
 pacic_out=$(run_model bench/gpt6.paci "$steps")
 pacic_tps=$(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')
@@ -83,14 +95,54 @@ echo "(c) bench/sgemm_rate $threads (OpenBLAS, n = 1536, best of 8)"
 echo "    $sgemm GFLOP/s"
 
 # (d)
+# steady TRACE STEPS: from run's trace, the seconds per optimizer step between the moments every
+# stage has taken step 2 and step STEPS - 1, then each stage's busy share between them (the
+# union of its instructions' spans there, should any overlap).
+steady() {
+    awk '/"ph": "X"/ {
+            match($0, /"tid": [0-9]+/); tid = substr($0, RSTART + 7, RLENGTH - 7)
+            match($0, /"ts": [0-9.]+/); ts = substr($0, RSTART + 6, RLENGTH - 6) / 1e6
+            match($0, /"dur": [0-9.]+/); dur = substr($0, RSTART + 7, RLENGTH - 7) / 1e6
+            print tid, ts, ts + dur, ($0 ~ /"name": "step"/) }' "$1" | sort -k1,1n -k2,2g |
+    awk -v n="$2" '{ tid[NR] = $1; from[NR] = $2; to[NR] = $3
+                     if ($4 && ++steps[$1] == 2 && $3 > a) a = $3
+                     if ($4 && steps[$1] == n - 1 && $3 > b) b = $3 }
+         END {
+             if (b <= a) exit 1
+             printf "%.4f", (b - a) / (n - 3)
+             for (i = 1; i <= NR; i++) {
+                 if (i == 1 || tid[i] != tid[i - 1]) {
+                     if (i > 1) printf " %.0f%%", 100 * busy / (b - a)
+                     busy = 0; covered = a
+                 }
+                 lo = from[i] > covered ? from[i] : covered; hi = to[i] < b ? to[i] : b
+                 if (hi > lo) { busy += hi - lo; covered = hi }
+             }
+             printf " %.0f%%\n", 100 * busy / (b - a)
+         }'
+}
+# cpu_per_step PROFILE: each stage's thread CPU seconds per optimizer step (window 2)
+cpu_per_step() { awk '$1 == "stage" { printf "%s%.3f", k++ ? ", " : "", 2 * ($4 + $6) + $8 }' "$1"; }
 p2() {
     sed -e 's/stages 1/stages 2/' -e "s/schedule paci/schedule $1/" -e 's/window 1/window 2/' \
         -e "s#\"\\.\\./examples/#\"$root/examples/#" bench/gpt6.paci > "$work/gpt6_p2_$1.paci"
-    run_model "$work/gpt6_p2_$1.paci" "$p2_steps"
+    run_model "$work/gpt6_p2_$1.paci" "$p2_steps" --trace "$work/gpt6_p2_$1/trace.json" \
+              --profile-out "$work/gpt6_p2_$1/profile.txt"
 }
 paci_out=$(p2 paci)
 flush_out=$(p2 1f1b)
-echo "(d) bench/gpt6.paci with stages 2, window 2, schedule paci | 1f1b; --steps $p2_steps; ./run --threads $threads"
+for schedule in paci 1f1b; do
+    steady "$work/gpt6_p2_$schedule/trace.json" "$p2_steps" > "$work/steady_$schedule.txt" ||
+        { echo "bench/cpu.sh: the $schedule run's trace has no steps 2 and $((p2_steps - 1)) to measure between" >&2; exit 1; }
+done
+paci_steady=$(cat "$work/steady_paci.txt")
+flush_steady=$(cat "$work/steady_1f1b.txt")
+# the schedules alone, replayed at PACI's measured CPU costs: the step time column of each row
+replayed=$("$pacic" "$work/gpt6_p2_paci.paci" --steps "$p2_steps" --profile "$work/gpt6_p2_paci/profile.txt" --explain |
+           awk '$1 == "paci" && $2 ~ /%$/ { p = $3 } $1 == "1f1b" && $2 ~ /%$/ { f = $3 }
+                END { printf "%.4f %.4f", p, f }')
+echo "(d) bench/gpt6.paci with stages 2, window 2, schedule paci | 1f1b; --steps $p2_steps;" \
+     "./run --threads $threads --trace T --profile-out P"
 echo "    paci: $(head -1 <<<"$paci_out")"
 echo "          $(tail -1 <<<"$paci_out")"
 echo "    1f1b: $(head -1 <<<"$flush_out")"
@@ -99,7 +151,9 @@ echo
 
 awk -v L="$L" -v C="$C" -v T="$T" -v V="$V" -v B="$B" -v pt="$pacic_tps" -v tt="$torch_tps" \
     -v sg="$sgemm" -v threads="$threads" -v ps="$(per_step "$paci_out")" -v fs="$(per_step "$flush_out")" \
-    -v pb="$(busy "$paci_out")" -v fb="$(busy "$flush_out")" 'BEGIN {
+    -v psteady="$paci_steady" -v fsteady="$flush_steady" -v replayed="$replayed" \
+    -v pcpu="$(cpu_per_step "$work/gpt6_p2_paci/profile.txt")" \
+    -v fcpu="$(cpu_per_step "$work/gpt6_p2_1f1b/profile.txt")" -v p2_steps="$p2_steps" 'BEGIN {
     n = L * 12 * C * C + V * C
     step_flops = 6 * n * B * T + 12 * L * B * T * T * C
     gflops = step_flops * pt / (B * T) / 1e9
@@ -114,10 +168,12 @@ awk -v L="$L" -v C="$C" -v T="$T" -v V="$V" -v B="$B" -v pt="$pacic_tps" -v tt="
     printf "| pacic achieved | %.1f GFLOP/s |\n", gflops
     printf "| sgemm rate, %d threads | %.1f GFLOP/s |\n", threads, sg
     printf "| achieved / sgemm | %.0f%% |\n", 100 * gflops / sg
-    printf "| p = 2, window 2: PACI | %s s per step; busy %s |\n", ps, pb
-    printf "| p = 2, window 2: 1F1B-flush | %s s per step; busy %s |\n", fs, fb
-    if (ps > 0)
-        printf "| 1F1B-flush / PACI time per step | %.2fx (theory 1.50x) |\n", fs / ps
+    split(psteady, pst, " "); split(fsteady, fst, " "); split(replayed, rep, " ")
+    steady = "steps 3 to " p2_steps - 1
+    printf "| p = 2, window 2: PACI | %s s per step (%s; the whole run: %s); busy stage 0 %s, stage 1 %s; CPU s per step %s |\n", pst[1], steady, ps, pst[2], pst[3], pcpu
+    printf "| p = 2, window 2: 1F1B-flush | %s s per step (%s; the whole run: %s); busy stage 0 %s, stage 1 %s; CPU s per step %s |\n", fst[1], steady, fs, fst[2], fst[3], fcpu
+    if (pst[1] > 0 && ps > 0 && rep[1] > 0)
+        printf "| 1F1B-flush / PACI time per step | %.2fx (%s; theory 1.50x; the schedules alone at PACI'"'"'s CPU costs %.2fx; the whole run %.2fx) |\n", fst[1] / pst[1], steady, rep[2] / rep[1], fs / ps
 }'
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (above nproc, other processes take" \
      "CPU from the stage threads, and an idle stage's core is no longer free time: the p = 2 ratio" \

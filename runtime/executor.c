@@ -1034,13 +1034,28 @@ static void publish_sums(pr_run *run, pr_stage_rt *st)
     pthread_mutex_unlock(&run->pv_mu);
 }
 
+/* What the instruction a thread runs spent other than on its own work: instructions nested in
+ * it (a post-validation redo runs the window again from inside a step) and waits for other
+ * stages (the global norm, their sums). A step's busy time and CPU leave both out, so a second
+ * counts once and a wait never as compute; execute() keeps the accounts per nesting level. */
+static _Thread_local double nested_wall, nested_cpu, waited_wall, wait_end;
+
+/* Marks time since `since` as waited on other stages, not worked. */
+static void waited_since(double since)
+{
+    wait_end = pr_now();
+    waited_wall += wait_end - since;
+}
+
 /* Until every stage has published its sums of `step` (from 1). */
 static void await_sums(pr_run *run, pr_stage_rt *st, int64_t step)
 {
+    double since = pr_now();
     if (run->opt.world > 1) {
         int rc = pthread_join(own_stage(run, st, 0)->pv.exchange, NULL);
         if (rc != 0)
             pr_internal("cannot join the gradient-norm exchange of stage %d: %s", st->index, strerror(rc));
+        waited_since(since);
         return;
     }
     pthread_mutex_lock(&run->pv_mu);
@@ -1048,6 +1063,7 @@ static void await_sums(pr_run *run, pr_stage_rt *st, int64_t step)
         while (run->stage[s].pv.published < step)
             pthread_cond_wait(&run->pv_cv, &run->pv_mu);
     pthread_mutex_unlock(&run->pv_mu);
+    waited_since(since);
 }
 
 /* The global norm of step t + 1, folded as grad_norm folds it. */
@@ -1257,9 +1273,11 @@ static double grad_norm(pr_run *run, pr_stage_rt *st)
                         (long long)own->pending_w);
         gather_gradients(run, own);
     }
+    double since = pr_now();
     pthread_barrier_wait(&run->barrier);
     if (run->opt.world > 1)
         exchange_sums(run, st, st->t, 0);
+    waited_since(since);
     // Every device folds the same numbers in the same order; the parity buffers keep the
     // next step's sums from overwriting ones a slower device is still reading.
     double total = 0.0;
@@ -1349,10 +1367,10 @@ static const float *predicted_weights(pr_run *run, pr_stage_rt *st, int32_t d, c
 }
 
 static void record(pr_run *run, pr_stage_rt *st, int op, int64_t mb, double start, double end,
-                   double cpu)
+                   double busy, double cpu)
 {
     pthread_mutex_lock(&run->stats_mu);
-    st->busy[op] += end - start;
+    st->busy[op] += busy;
     st->cpu[op] += cpu;
     st->ops[op]++;
     pthread_mutex_unlock(&run->stats_mu);
@@ -1782,6 +1800,8 @@ static void exec_weight_gradient(pr_run *run, pr_stage_rt *st, const paci_instr 
 static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb)
 {
     int s = st->index;
+    double outer_wall = nested_wall, outer_cpu = nested_cpu, outer_waited = waited_wall, outer_wait_end = wait_end;
+    nested_wall = nested_cpu = waited_wall = 0.0;
     double start = pr_now(), cpu_start = pr_thread_cpu();
     switch (in->op) {
     case PACI_OP_RECV_ACT: {
@@ -1828,8 +1848,16 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     if (run->dev->finish && (run->opt.profile_out || run->opt.trace))
         run->dev->finish(s);
     // Thread CPU time excludes waits and time-sharing of the cores: the cost as if alone.
-    double cpu = pr_thread_cpu() - cpu_start;
-    record(run, st, in->op, mb, start, pr_now(), cpu);
+    double end = pr_now(), cpu = pr_thread_cpu() - cpu_start;
+    double others = nested_wall + waited_wall;
+    // The trace draws a step that waited from its last wait's end, so it never starts before the
+    // norm is known; what it did before (sums of squares, a rollback and its window run again,
+    // drawn on their own) lies before that.
+    record(run, st, in->op, mb, waited_wall > 0.0 ? wait_end : start, end, end - start - others, cpu - nested_cpu);
+    nested_wall = outer_wall + (end - start); // all of it is nested in the instruction around it, if any
+    nested_cpu = outer_cpu + cpu;
+    waited_wall = outer_waited;
+    wait_end = outer_wait_end;
 }
 
 /* Runs device instructions [first, first + n), each on the stage it names; rep >= 0 marks

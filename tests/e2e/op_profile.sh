@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run --profile-out writes per-op times (profile format version 2, compiler/simulate.c) and
 # pacic --profile reads them back:
-#   - examples/tiny.paci's shapes at 2 and 3 stages train 2 steps each (paci: a synchronous
-#     schedule's step would include the wait for the other stages' gradient norms);
+#   - examples/tiny.paci's shapes at 2 and 3 stages train 2 steps each (paci: no stage waits
+#     for another's gradient norm);
 #   - every stage has a compute line and op lines, every op ran and took a positive time;
 #   - per stage, the ops' seconds sum to between OPS_MIN and OPS_MAX of the stage's compute
 #     (wall time of its fwd, bwd and step instructions). The ops run inside those
@@ -15,7 +15,14 @@
 #     OPS_MIN = 0.5 (on much smaller shapes the logging alone can pass 40%);
 #   - pacic --explain prints the op table, and predicts exactly what it predicts from the
 #     same file without the op lines (the cost model uses the per-stage lines only);
-#   - malformed files: one error naming the file, the line and the offending text, exit 1.
+#   - malformed files: one error naming the file, the line and the offending text, exit 1;
+#   - 1f1b at 2 stages, clip 0.1, 4 steps: step 1 clips, so post-validation rolls it back and
+#     runs its window again from inside step 2; a step's CPU leaves that window out (it is
+#     counted once, in its forwards and backwards): each stage's mean step CPU is below a
+#     quarter of its mean backward's (about a fourteenth on the 2-core machine; with the
+#     window's 4 forwards and 4 backwards inside, above one backward); and as every step
+#     after it waits for the global norm, which needs stage 0's last backward of the step,
+#     the trace (--trace) draws none of stage 1's steps 2-4 before that backward ends.
 source tests/e2e/lib.sh
 OPS_MIN=0.5
 OPS_MAX=1.001
@@ -109,4 +116,32 @@ expect_profile_error "newer version" "$work/v3.txt" "$version" "newer profile fo
 sed "${version}d" "$good" > "$work/unversioned.txt"
 first=$(grep -m1 -nE '^(compute|op) ' "$work/unversioned.txt" | cut -d: -f1) # -m1: no SIGPIPE under pipefail
 expect_profile_error "op lines without a version" "$work/unversioned.txt" "$first" "need 'version 2'"
-echo "per-op profile written, read and checked"
+
+# A step's CPU without the redo nested in it.
+sed -e 's/schedule paci; window 4/schedule 1f1b; window 4/' -e 's/^    steps 2$/    steps 4\n    optimizer adamw { clip 0.1 }/' \
+    "$work/tiny.paci" > "$work/redo.paci"
+grep -q "clip 0.1" "$work/redo.paci" && grep -q "schedule 1f1b" "$work/redo.paci" || fail "the redo model's edit did not apply"
+train redo --profile-out profile.txt --trace trace.json
+grep -q '"post_validation": {"steps_checked": 1, "rolled_back_clipped": 1, "rolled_back_not_finite": 0, "steps_waited": 3,' "$work/redo/metrics.jsonl" ||
+    fail "redo: step 1 was to be rolled back and redone: $(grep post_validation "$work/redo/metrics.jsonl")"
+awk '$1 == "stage" { printf "redo: stage %d: step %.6f s, backward %.6f s of CPU\n", $2, $8, $6
+                     if (!($8 < $6 / 4)) { print "redo: stage " $2 "'"'"'s step counts the window it redid"; bad = 1 } }
+     END { exit bad }' "$work/redo/profile.txt" || fail "a step's CPU includes the instructions redone inside it"
+# "tid start end name" of each event, in the order run wrote them (a stage's steps in order)
+awk '/"ph": "X"/ {
+        match($0, /"tid": [0-9]+/); tid = substr($0, RSTART + 7, RLENGTH - 7)
+        match($0, /"ts": [0-9.]+/); ts = substr($0, RSTART + 6, RLENGTH - 6)
+        match($0, /"dur": [0-9.]+/); dur = substr($0, RSTART + 7, RLENGTH - 7)
+        match($0, /"name": "[^"]*"/); name = substr($0, RSTART + 9, RLENGTH - 10)
+        print tid, ts, ts + dur, name }' "$work/redo/trace.json" |
+    awk '$1 == 0 && $4 ~ /^B/ { mb = substr($4, 2) + 0; if ($3 > b_end[mb]) b_end[mb] = $3 }
+         $1 == 1 && $4 == "step" { start[++k] = $2 }
+         END {
+             if (k != 4) { print "redo: stage 1 drew " k " steps, not 4"; exit 1 }
+             for (k = 2; k <= 4; k++) {
+                 printf "redo: stage 1 step %d drawn from %.1f us, stage 0'"'"'s backward of micro-batch %d ends at %.1f us\n", k, start[k], 4 * k - 1, b_end[4 * k - 1]
+                 if (!(b_end[4 * k - 1] > 0) || start[k] < b_end[4 * k - 1]) bad = 1
+             }
+             exit bad
+         }' || fail "the trace draws a step of stage 1 before the norm it waits for"
+echo "per-op profile written, read and checked; a step's CPU leaves out its redo, and its trace its wait for the norm"
