@@ -31,6 +31,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+source bench/trace_spans.sh  # trace_spans
 threads=${THREADS:-$(nproc)}
 steps=${STEPS:-12}
 p2_steps=${P2_STEPS:-8}
@@ -99,11 +100,7 @@ echo "    $sgemm GFLOP/s"
 # stage has taken step 2 and step STEPS - 1, then each stage's busy share between them (the
 # union of its instructions' spans there, should any overlap).
 steady() {
-    awk '/"ph": "X"/ {
-            match($0, /"tid": [0-9]+/); tid = substr($0, RSTART + 7, RLENGTH - 7)
-            match($0, /"ts": [0-9.]+/); ts = substr($0, RSTART + 6, RLENGTH - 6) / 1e6
-            match($0, /"dur": [0-9.]+/); dur = substr($0, RSTART + 7, RLENGTH - 7) / 1e6
-            print tid, ts, ts + dur, ($0 ~ /"name": "step"/) }' "$1" | sort -k1,1n -k2,2g |
+    trace_spans "$1" |
     awk -v n="$2" '{ tid[NR] = $1; from[NR] = $2; to[NR] = $3
                      if ($4 && ++steps[$1] == 2 && $3 > a) a = $3
                      if ($4 && steps[$1] == n - 1 && $3 > b) b = $3 }

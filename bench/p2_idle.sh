@@ -12,6 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+source bench/trace_spans.sh  # trace_spans
 steps=${STEPS:-6}
 threads=${THREADS:-$(nproc)}
 pacic=$root/build/bin/pacic
@@ -24,11 +25,7 @@ make -s all >/dev/null
 # (seconds) from pacic's replayed trace; the steady step is the time between the ends of step 1
 # and step STEPS (as the last stage to take each ends it) over STEPS - 1.
 replay() {
-    awk '/"ph": "X"/ {
-            match($0, /"tid": [0-9]+/); tid = substr($0, RSTART + 7, RLENGTH - 7)
-            match($0, /"ts": [0-9.]+/); ts = substr($0, RSTART + 6, RLENGTH - 6) / 1e6
-            match($0, /"dur": [0-9.]+/); dur = substr($0, RSTART + 7, RLENGTH - 7) / 1e6
-            print tid, ts, ts + dur, ($0 ~ /"name": "step"/) }' "$1" | sort -k1,1n -k2,2g |
+    trace_spans "$1" |
     awk -v n="$2" '{ if (!($1 in first)) { first[$1] = $2; stages++ }
                      last[$1] = $3; busy[$1] += $3 - $2; if ($3 > makespan) makespan = $3
                      if ($4 && ++steps[$1] == 1 && $3 > t1) t1 = $3
