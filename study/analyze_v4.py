@@ -66,17 +66,27 @@ def plan(out, base_steps):
     base = min(candidates, key=lambda r: float(r["step_s"]))
     budget = base_steps * float(base["step_s"])
     base_tokens = base_steps * int(base["tokens_per_step"])
-    with open(os.path.join(out, "plan.csv"), "w") as f:
-        f.write("config,budget_line,budget_s,steps_time,steps_tokens\n")
+    path = os.path.join(out, "plan.csv")
+    if os.path.exists(path):  # a resumed study: lines added since must not move the runs it has
+        before = read_csv(path)
+        was = next((r for r in before if r["budget_line"] == "1"), None)
+        if was and (was["config"] != base["config"] or "%.9g" % budget != was["budget_s"]):
+            sys.exit("analyze_v4: the budget would move from %s s (%s) to %.9g s (%s): the runs kept from "
+                     "before are priced on the first; start the study afresh"
+                     % (was["budget_s"], was["config"], budget, base["config"]))
+    with open(path, "w") as f:
+        f.write("config,budget_line,budget_s,steps_time,steps_tokens,steps_half\n")
         for r in rows:
             warm = int(r["warm_steps"])
-            n = equal_time_steps(budget, float(r["step_s"]), warm, float(r["warm_step_s"]) if warm else None)
+            warm_step_s = float(r["warm_step_s"]) if warm else None
+            n = equal_time_steps(budget, float(r["step_s"]), warm, warm_step_s)
+            half = equal_time_steps(budget / 2, float(r["step_s"]), warm, warm_step_s)
             tokens = max(1, base_tokens // int(r["tokens_per_step"]))
-            if warm and n <= warm:
-                sys.exit("analyze_v4: %s's warm start (%d steps) takes the whole budget" % (r["config"], warm))
+            if warm and half <= warm:
+                sys.exit("analyze_v4: %s's warm start (%d steps) takes half the budget" % (r["config"], warm))
             if warm and tokens <= warm:
                 tokens = warm + 1
-            f.write("%s,%d,%.9g,%d,%d\n" % (r["config"], r is base, budget, n, tokens))
+            f.write("%s,%d,%.9g,%d,%d,%d\n" % (r["config"], r is base, budget, n, tokens, half))
     print("study: budget %.3f replayed s = %d steps of %s (%.6f s a step, the shortest of the synchronous lines "
           "at PACI's memory); plan.csv" % (budget, base_steps, base["config"], float(base["step_s"])))
 
@@ -282,10 +292,17 @@ def analyse(out):
             tok_run = runs.get((c, "tokens"), {}).get((m, seed))
             if tok_run is None and plan_rows[c]["steps_tokens"] == plan_rows[c]["steps_time"]:
                 tok_run = r  # the same length: the equal-time run is the equal-token run
+            # at half the budget: the half-budget run of its own where the study has one (its lr
+            # schedule ends there), else this run read halfway (before its lr decayed)
+            half_run = runs.get((c, "half"), {}).get((m, seed))
+            if half_run is not None and half_run["final_val"] is not None:
+                half = half_run["final_val"]
+            else:
+                half = val_at(curve_t, budget / 2) if curve_t and not runs.get((c, "half")) else None
             info["seeds"][seed] = {
                 "final": r["final_val"], "run": r, "curve_t": curve_t,
                 "total": e[-1] if e else None,
-                "half": val_at(curve_t, budget / 2) if curve_t else None,
+                "half": half,
                 "tokens": tok_run["final_val"] if tok_run else None,
                 "peak": peak_mib(r, schedule_of[c]),
                 "wall": r["wall"], "cpu": r["cpu"]}
@@ -441,9 +458,11 @@ def write_results(out, rows, base, paci_best, budget, budget_line, seeds, proj, 
             "replayed step); seeds: %s (spread: sample sd); baseline and strict target: `%s` (the synchronous line "
             "at PACI's memory with the lowest mean equal-time loss); method: docs/study/fourth/METHOD.md"
             % (budget, budget_line, " ".join(str(s) for s in seeds), base), ""]
+    half_runs = any(kind == "half" for _, kind in runs)
     text += ["| line | memory | K | lr | steps in the budget | val loss at equal device time | at half the budget "
-             "(mid-run) | at equal tokens | replayed s to the strict target | speed-up | peak MiB (fullest device) |",
+             "%s | at equal tokens | replayed s to the strict target | speed-up | peak MiB (fullest device) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    text[-2] = text[-2] % ("(runs of their own)" if half_runs else "(mid-run)")
     for r in rows:
         if r["eq"] is None:
             text.append("| %s | %s | %s | - | %d | diverged or unfinished | - | - | - | - | - |"

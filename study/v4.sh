@@ -120,7 +120,7 @@ keys_of() {  # the pipeline keys without `window N`, with @LAMBDA@ filled
 warm_of() { grep -oE 'warm_start [a-z0-9-]+ [0-9]+' <<< "${pipeline_of[$1]}" || true; }  # "warm_start SCHEDULE N" or nothing
 without_warm() { sed -E 's/(^|;)[[:space:]]*warm_start [a-z0-9-]+ [0-9]+[[:space:]]*(;|$)/\1/' <<< "$1"; }
 
-# A line's steps from plan.csv (COLUMN: steps_time or steps_tokens).
+# A line's steps from plan.csv (COLUMN: steps_time, steps_tokens or steps_half).
 steps_of() { awk -F, -v c="$1" -v col="$2" 'NR == 1 { for (i = 1; i <= NF; i++) at[$i] = i } NR > 1 && $1 == c { print $at[col] }' "$out/plan.csv"; }
 # render NAME MULTIPLIER SEED STEPS FILE [KEYS] [SCHEDULE]: the DSL of one run; KEYS and
 # SCHEDULE replace the line's (the calibration's and replays' variants).
@@ -164,8 +164,8 @@ command_line="study/v4.sh$flag --configs ${configs#$root/} --seeds \"$seeds\" --
 [ -z "$only" ] || command_line="$command_line --only \"$only\""
 if [ -n "$reproduce" ]; then
     read -r r_name r_kind r_m r_seed r_extra <<< "$reproduce"
-    [ -n "$r_seed" ] && [ -z "$r_extra" ] && [[ $r_kind =~ ^(time|tokens)$ ]] ||
-        { echo "study: --reproduce '$reproduce': give NAME KIND MULTIPLIER SEED, KIND time or tokens" >&2; exit 2; }
+    [ -n "$r_seed" ] && [ -z "$r_extra" ] && [[ $r_kind =~ ^(time|tokens|half)$ ]] ||
+        { echo "study: --reproduce '$reproduce': give NAME KIND MULTIPLIER SEED, KIND time, tokens or half" >&2; exit 2; }
     [ -n "${schedule_of[$r_name]:-}" ] || { echo "study: --reproduce: no line '$r_name' in $configs" >&2; exit 2; }
     [ -s "$out/plan.csv" ] && [ -s "$out/losses.csv" ] && [ -s "$out/command.txt" ] ||
         { echo "study: --reproduce: $out holds no finished study (plan.csv, losses.csv, command.txt)" >&2; exit 2; }
@@ -202,12 +202,19 @@ fi
 trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$toolchain"' EXIT  # toolchain.sh's trap, kept
 
 # 2. The calibration: each line's program (a warm start cut to half the steps, so both parts
-# are measured) alone, three passes, then its replayed step time(s). A resumed study keeps its own.
-(( resume )) || for pass in 1 2 3; do
-    order=("${names[@]}")
+# are measured) alone, three passes, then its replayed step time(s). A resumed study keeps its
+# own, and calibrates only the lines its step_times.csv lacks (lines added to the configurations
+# since it started: priced on the same budget, measured later, on the same machine).
+uncalibrated=()
+for name in "${names[@]}"; do
+    (( resume )) && grep -q "^$name," "$out/step_times.csv" || uncalibrated+=("$name")
+done
+(( resume == 0 || ${#uncalibrated[@]} == 0 )) || echo "study: calibrating the lines added since the study started: ${uncalibrated[*]}"
+(( ${#uncalibrated[@]} )) && for pass in 1 2 3; do
+    order=("${uncalibrated[@]}")
     if (( pass == 2 )); then
         order=()
-        for (( i = ${#names[@]} - 1; i >= 0; i-- )); do order+=("${names[i]}"); done
+        for (( i = ${#uncalibrated[@]} - 1; i >= 0; i-- )); do order+=("${uncalibrated[i]}"); done
     fi
     for name in "${order[@]}"; do
         dir=$out/calibration/$name
@@ -233,7 +240,7 @@ replay_total() {
 }
 render_every=$replay_steps
 (( resume )) || echo "config,schedule,window,tokens_per_step,replayed_steps,replayed_s,step_s,warm_schedule,warm_steps,warm_step_s" > "$out/step_times.csv"
-(( resume )) || for name in "${names[@]}"; do
+for name in ${uncalibrated[@]+"${uncalibrated[@]}"}; do
     dir=$out/calibration/$name
     rm -f "$dir/run"
     "$python" "$root/study/analyze_tuned.py" --median-profile "$dir" > "$dir/profile.txt"
@@ -338,12 +345,19 @@ for name in "${names[@]}"; do
     [ "$(steps_of "$name" steps_tokens)" = "$(steps_of "$name" steps_time)" ] || pairs="$pairs $name=${best_of[$name]}"
 done
 round tokens "$pairs" "${seed_list[@]}"
+# The full edition's half-budget runs: every line at its best multiplier for half the budget's
+# steps, so its lr schedule ends there (reading a whole run halfway reads it before its decay).
+if (( full )); then
+    pairs=""
+    for name in "${names[@]}"; do pairs="$pairs $name=${best_of[$name]}"; done
+    round half "$pairs" "${seed_list[@]}"
+fi
 pool_drain
 
 # The time axis: each line's files replayed with its calibration's costs (the lr and the seed
 # change no instruction's cost, so one replay per line and length).
 for name in "${names[@]}"; do
-    for kind in time tokens; do
+    for kind in time tokens half; do
         dsl=$(awk -F, -v c="$name" -v k="$kind" '$1 == c && $3 == k { print $7; exit }' "$out/grid.csv")
         [ -n "$dsl" ] || continue
         "$pacic" "$out/$dsl/model.paci" --profile "$out/calibration/$name/profile.txt" --emit trace \

@@ -7,7 +7,8 @@
 # runs for the baseline's tokens, every seed under its own seed and the shuffled data order,
 # and summary.csv's spread must be the seeds' sample standard deviation of the final
 # validation losses in losses.csv; the full edition must extend a line's lr grid until its best
-# is inside (or it has grown twice) and run the best at every seed.
+# is inside (or it has grown twice) and run the best at every seed, and half-budget runs of their
+# own; a resumed study takes lines added to its configurations without moving its budget.
 source tests/e2e/lib.sh
 unset OPENBLAS_CORETYPE PACIC_MARCH # the study's own choices (study/toolchain.sh)
 
@@ -148,6 +149,45 @@ fi
 [ "$(col "$work/f/summary.csv" zb-v lr_multiplier)" = "$best" ] || fail "summary.csv's lr is not the grid's best x$best"
 [ "$(awk -F, -v b="$best" '$3 == "time" && $4 == b && $5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] ||
     fail "the best (x$best) did not run at the second seed: $(cat "$work/f/grid.csv")"
-[ "$(awk -F, '$5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] || fail "more than the best ran at the second seed"
+[ "$(awk -F, '$3 == "time" && $5 == 1338' "$work/f/grid.csv" | wc -l)" = 1 ] || fail "more than the best ran at the second seed"
+# Half the budget: runs of their own at the best multiplier, every seed, for the steps half the
+# budget fits (zb-v, the budget line: half its steps); summary.csv's figure is their final loss.
+f=$work/f
+[ "$(col "$f/plan.csv" zb-v steps_half)" = 4 ] || fail "plan.csv gives the budget line $(col "$f/plan.csv" zb-v steps_half) steps in half its budget of 8, not 4"
+[ "$(awk -F, -v b="$best" '$3 == "half" && $4 == b && $6 == 4' "$f/grid.csv" | wc -l)" = 2 ] ||
+    fail "the half-budget runs are not the best (x$best) at both seeds for 4 steps: $(cat "$f/grid.csv")"
+final_of() {  # final_of DIR CONFIG KIND: the mean over the seeds of the last logged validation loss
+    awk -F, -v c="$2" -v k="$3" '$1 == c && $2 == k && $8 != "" { if ($5 >= last[$4]) { last[$4] = $5; v[$4] = $8 } }
+        END { for (s in v) { n++; sum += v[s] } printf "%.4f", sum / n }' "$1/losses.csv"
+}
+[ "$(col "$f/summary.csv" zb-v half_budget_val_loss)" = "$(final_of "$f" zb-v half)" ] ||
+    fail "summary.csv's loss at half the budget ($(col "$f/summary.csv" zb-v half_budget_val_loss)) is not the half-budget runs' ($(final_of "$f" zb-v half))"
+grep -q 'at half the budget (runs of their own)' "$f/results.md" || fail "results.md does not say its half-budget figures are runs of their own"
+
+# A line added to the configurations of a finished study: --resume calibrates it alone, keeps
+# the budget, the calibration and every run it had, and trains the new line's runs; a line that
+# would move the budget (a shorter step than the budget line's) is refused.
+cp "$f/step_times.csv" "$work/f-steps.before"; cp "$f/plan.csv" "$work/f-plan.before"; cp "$f/losses.csv" "$work/f-losses.before"
+printf '%s\n' "zb-v-k4 | zb-v | window 4 | $adamw | 1" >> "$work/configs-full.txt"
+full_args=(--full --configs "$work/configs-full.txt" --stages 2 --window 2 --base-steps 8 --evals 2
+    --model-args "layers 2; width 16; heads 2" --seeds "1337 1338" --calibration-steps 4 --out "$f")
+study/v4.sh "${full_args[@]}" --resume > "$work/f-add.log" || fail "the resume with an added line failed: $(tail -5 "$work/f-add.log")"
+grep -q 'calibrating the lines added since the study started: zb-v-k4$' "$work/f-add.log" ||
+    fail "the resume did not calibrate the added line alone: $(head -5 "$work/f-add.log")"
+[ "$(head -n "$(wc -l < "$work/f-steps.before")" "$f/step_times.csv")" = "$(cat "$work/f-steps.before")" ] &&
+    grep -q '^zb-v-k4,zb-v,4,' "$f/step_times.csv" || fail "the resume changed the old lines' step times or priced no new one"
+[ "$(col "$f/plan.csv" zb-v budget_s)" = "$(col "$work/f-plan.before" zb-v budget_s)" ] &&
+    [ "$(col "$f/plan.csv" zb-v steps_time)" = "$(col "$work/f-plan.before" zb-v steps_time)" ] || fail "the added line moved the budget"
+[ "$(grep -c '^zb-v,' "$f/losses.csv")" = "$(grep -c '^zb-v,' "$work/f-losses.before")" ] &&
+    [ "$(grep '^zb-v,' "$f/losses.csv")" = "$(grep '^zb-v,' "$work/f-losses.before")" ] || fail "the resume changed zb-v's losses"
+for kind in time half; do
+    [ "$(awk -F, -v k=$kind '$1 == "zb-v-k4" && $3 == k' "$f/grid.csv" | wc -l)" = 2 ] || fail "the added line has not its two $kind runs"
+done
+grep -q '^| zb-v-k4 | ' "$f/results.md" || fail "results.md has no row for the added line"
+printf '%s\n' "zb-v-k1 | zb-v | window 1 | $adamw | 1" >> "$work/configs-full.txt"
+if study/v4.sh "${full_args[@]}" --resume > "$work/f-move.log" 2>&1; then
+    fail "a line with a shorter step than the budget line's was added without a word"
+fi
+grep -q 'the budget would move' "$work/f-move.log" || fail "the refused resume does not say the budget would move: $(tail -3 "$work/f-move.log")"
 
 echo "study v4: every line checks; equal-time steps as recomputed from step_times.csv ($(col "$s/plan.csv" zb-v steps_time) and $(col "$s/plan.csv" paci steps_time)); seeds shuffle their order; spread is the sample sd"
