@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The generated code of a tiny GPT-2 (p = 1, untied and tied) against the same model in
-# PyTorch (float64), with both attention forms (matmul also at context 6, whose last T % 4
-# rows the blocked causal products take apart), built as pacic builds it (vectorised dot
+# PyTorch (float64), with both attention forms (matmul also at context 6 and at context 13 with
+# head size 40: the blocked causal products' last rows and, at every vector width, both their
+# whole column blocks and a narrower last one), built as pacic builds it (vectorised dot
 # products): loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
 # Then `run` itself, executor and all, trains with gradient accumulation (window K > 1) from an
 # llm.c file, against float64 PyTorch replaying the same micro-batches (tests/numeric/
@@ -24,13 +25,15 @@ done
 $cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler tests/numeric/gen_stages.c build/obj/libpacic.a -lm \
     -o "$work/gen_stages"
 for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "matmul_t6 2 16 2 6 32 2 1 0 matmul" \
-            "tied 2 16 2 8 32 2 1 1 flash"; do
+            "matmul_h40 1 80 2 13 32 2 1 0 matmul" "tied 2 16 2 8 32 2 1 1 flash"; do
     # shellcheck disable=SC2086
     set -- $case
     name=$1
     shift
     "$work/gen_stages" "$work/$name" "$@"
-    $cc -std=c11 -O2 -fopenmp-simd -DPR_OMP_SIMD -Iruntime tests/numeric/gradcheck.c "$work/$name"/*.c \
+    # pacic's own flags (compiler/build.c), so the kernels run as a program's do
+    $cc -std=c11 -O3 -march="${PACIC_MARCH:-native}" -fno-math-errno -fopenmp-simd -DPR_OMP_SIMD -Iruntime \
+        tests/numeric/gradcheck.c "$work/$name"/*.c \
         -o "$work/$name/gradcheck" -lopenblas -lm
     echo "== $name"
     "$work/$name/gradcheck" --dump "$work/$name/dump.bin" >/dev/null
