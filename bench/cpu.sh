@@ -2,9 +2,10 @@
 # bench/cpu.sh: the CPU trainer's speed, printed as one table (run by `make bench`).
 #
 #   (a) tokens/s of `run` on bench/gpt6.paci (6 layers, width 384, 6 heads, context 256,
-#       vocabulary 256, micro-batch 4, p = 1) with THREADS cores;
-#   (b) the same model, batch and thread count in PyTorch eager (bench/torch_gpt.py), and
-#       the ratio;
+#       vocabulary 256, micro-batch 4, p = 1) with THREADS cores, the best of BEST_OF runs;
+#   (b) the same model, batch and thread count in PyTorch eager (bench/torch_gpt.py), the
+#       best of as many runs, and the ratio (best against best: on a busy or drifting machine
+#       a single run of either side may lose 15%, as three single runs once spread);
 #   (c) the achieved FLOP/s against the machine's sgemm rate (bench/sgemm_rate.c, OpenBLAS,
 #       same thread count); FLOPs per step = 6 * N * tokens + 12 * L * B * T^2 * C, with
 #       N = L * 12 * C^2 + V * C the parameters that multiply (the blocks' matrices and the
@@ -25,8 +26,8 @@
 #       schedules alone give at PACI's CPU costs (pacic --profile --explain replays both as
 #       if each stage had a core).
 #
-# No assertions: figures only. Environment: THREADS (default: nproc), STEPS (p = 1 steps,
-# default 12), P2_STEPS (at least 4, default 8), TORCH_STEPS (default 6), PYTHON (default
+# No assertions: figures only. Environment: THREADS (default: nproc), BEST_OF (default 3),
+# STEPS (p = 1 steps, default 12), P2_STEPS (at least 4, default 8), TORCH_STEPS (default 6), PYTHON (default
 # /usr/bin/python3, which has torch on Debian).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +38,8 @@ steps=${STEPS:-12}
 p2_steps=${P2_STEPS:-8}
 [ "$p2_steps" -ge 4 ] 2>/dev/null || { echo "bench/cpu.sh: P2_STEPS must be at least 4 (the steady state lies between steps 2 and P2_STEPS - 1), not '$p2_steps'" >&2; exit 2; }
 torch_steps=${TORCH_STEPS:-6}
+best_of=${BEST_OF:-3}
+[ "$best_of" -ge 1 ] 2>/dev/null || { echo "bench/cpu.sh: BEST_OF must be a whole number of at least 1, not '$best_of'" >&2; exit 2; }
 python=${PYTHON:-/usr/bin/python3}
 pacic=$root/build/bin/pacic
 work=$(mktemp -d)
@@ -55,6 +58,7 @@ run_model() {
     local dir=$work/$(basename "$1" .paci) paci=$1 steps=$2
     shift 2
     mkdir -p "$dir"
+    rm -rf "$dir/ckpt"  # the bench's own checkpoints from its previous run of the same file
     "$pacic" "$paci" --steps "$steps" -o "$dir/run" 2>/dev/null
     (cd "$dir" && ./run --threads "$threads" --ckpt-dir "$dir/ckpt" "$@" | grep -E '^(done|busy|blas):')
 }
@@ -69,10 +73,17 @@ echo "machine: nproc $(nproc), $(lscpu | sed -n 's/^Model name: *//p' | head -1)
 per_step() { sed -n 's/^done: \([0-9]*\) steps in \([0-9.]*\) s\( (\([0-9.]*\) s in the pipeline\)\{0,1\}.*/\1 \2 \4/p' <<<"$1" |
              awk '{printf "%.4f", ($3 != "" ? $3 : $2) / $1}'; }
 
-pacic_out=$(run_model bench/gpt6.paci "$steps")
-pacic_tps=$(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')
-echo "(a) build/bin/pacic bench/gpt6.paci --steps $steps -o run && ./run --threads $threads"
-echo "    $(head -1 <<<"$pacic_out")"
+# best: the largest of the numbers on stdin
+best() { awk 'NR == 1 || $1 > b { b = $1 } END { print b }'; }
+pacic_all=""
+for (( i = 0; i < best_of; i++ )); do
+    pacic_out=$(run_model bench/gpt6.paci "$steps")
+    pacic_all="$pacic_all $(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')"
+done
+pacic_tps=$(tr ' ' '\n' <<<"$pacic_all" | sed '/^$/d' | best)
+echo "(a) build/bin/pacic bench/gpt6.paci --steps $steps -o run && ./run --threads $threads, $best_of times"
+echo "    $(head -1 <<<"$pacic_out") (the last run)"
+echo "    tokens/s:$pacic_all; best $pacic_tps"
 # PyTorch and sgemm_rate get the kernels run chose (run replaces a generic fallback of
 # OpenBLAS's by the kernels the CPU allows, unless OPENBLAS_CORETYPE is set: runtime/gemm.c).
 kernels=$(sed -n 's/^blas: OpenBLAS, \([A-Za-z0-9]*\) kernels.*/\1/p' <<<"$pacic_out")
@@ -80,15 +91,17 @@ kernels=$(sed -n 's/^blas: OpenBLAS, \([A-Za-z0-9]*\) kernels.*/\1/p' <<<"$pacic
 echo "    OpenBLAS kernels: ${OPENBLAS_CORETYPE:-chosen by the library} (the same for run, PyTorch and sgemm_rate)"
 
 # (b)
+torch_all="" torch_tps=""
 if "$python" -c 'import torch' 2>/dev/null; then
-    torch_tps=$("$python" bench/torch_gpt.py --layers "$L" --width "$C" --heads "$NH" --context "$T" \
-                --vocab "$V" --micro "$B" --threads "$threads" --steps "$torch_steps" |
-                sed -n 's/^torch_tokens_per_s //p')
-else
-    torch_tps=""
+    for (( i = 0; i < best_of; i++ )); do
+        torch_all="$torch_all $("$python" bench/torch_gpt.py --layers "$L" --width "$C" --heads "$NH" --context "$T" \
+                    --vocab "$V" --micro "$B" --threads "$threads" --steps "$torch_steps" |
+                    sed -n 's/^torch_tokens_per_s //p')"
+    done
+    torch_tps=$(tr ' ' '\n' <<<"$torch_all" | sed '/^$/d' | best)
 fi
-echo "(b) $python bench/torch_gpt.py --threads $threads --steps $torch_steps"
-echo "    ${torch_tps:-skipped: no torch in $python} tokens/s"
+echo "(b) $python bench/torch_gpt.py --threads $threads --steps $torch_steps, $best_of times"
+if [ -n "$torch_tps" ]; then echo "    tokens/s:$torch_all; best $torch_tps"; else echo "    skipped: no torch in $python"; fi
 
 # (c)
 sgemm=$("$work/sgemm_rate" "$threads" | sed -n 's/^sgemm_gflops //p')
