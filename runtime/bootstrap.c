@@ -45,11 +45,17 @@ static int ms_left(double deadline)
 /* Waits for fd to become ready for `events`; 0 ready, -1 with errno ETIMEDOUT or poll's. */
 static int wait_fd(int fd, short events, double deadline)
 {
+    unsigned continues = pr_continues();
+    double span = deadline > 0 ? deadline - pr_now() : 0;
     for (;;) {
         struct pollfd p = {fd, events, 0};
         int rc = poll(&p, 1, ms_left(deadline));
         if (rc > 0)
             return 0;
+        if (rc == 0 && pr_stopped_since(&continues)) {
+            deadline = pr_now() + span; // the process was stopped meanwhile: wait again
+            continue;
+        }
         if (rc == 0) {
             errno = ETIMEDOUT;
             return -1;

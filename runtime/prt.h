@@ -40,6 +40,13 @@ FILE *pr_open_regular(const char *path, const char *what, char *err);
  * NULL with err naming the path and what is wrong; WHAT names the file in messages. */
 char *pr_read_regular(const char *path, const char *what, size_t limit, size_t *len, char *err);
 double pr_now(void);           /* monotonic seconds */
+/* A stopped process (SIGSTOP, Ctrl-Z) that continues finds every wait's deadline passed,
+ * though its peers were stopped too. pr_watch_stops counts the continues (SIGCONT); a wait
+ * takes pr_continues() when it starts, and where it times out, pr_stopped_since says whether
+ * the process was continued since (then the wait starts again, with its seen count updated). */
+void pr_watch_stops(void);
+unsigned pr_continues(void);
+int pr_stopped_since(unsigned *seen);
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 
 /* splitmix64: the one deterministic generator (init and sampling). */

@@ -59,7 +59,7 @@ static const char usage[] =
     "  --blas-threads N OpenBLAS threads per stage, whatever the stage count (instead of\n"
     "                   --threads): runs at different p sum their products in the same order\n"
     "  --peer-timeout S seconds a stage waits for a neighbour before giving up (default 600;\n"
-    "                   0: forever)\n"
+    "                   0: forever); time the process spent stopped (Ctrl-Z) does not count\n"
     "  --connect-timeout S  seconds to find rank 0 and the neighbours when one process runs\n"
     "                   each stage (default 120)\n"
     "  --master-port P  rank 0's bootstrap port (default: MASTER_PORT, else 29500)\n"
@@ -1246,6 +1246,7 @@ static int train_and_report(pr_run *run, char *err)
     // Replicas log nothing of their own: replica 0's last stage logs the step's mean over all.
     run->on_step = run->replica == 0 ? log_step : NULL;
     install_stop_handlers();
+    pr_watch_stops(); // a run stopped (Ctrl-Z) for longer than --peer-timeout goes on when continued
     // A file-size limit then fails a checkpoint write with EFBIG, reported like a full disk,
     // instead of killing the process.
     signal(SIGXFSZ, SIG_IGN);

@@ -67,16 +67,24 @@ void pr_channel_attach_socket(pr_channel *c, int fd)
 static int wait_until(pr_channel *c, pthread_cond_t *cond, int want_space)
 {
     struct timespec at;
-    clock_gettime(CLOCK_MONOTONIC, &at);
-    double end = (double)at.tv_sec + 1e-9 * (double)at.tv_nsec + c->timeout;
+    unsigned continues = pr_continues();
+    double end = pr_now() + c->timeout;
     at.tv_sec = (time_t)end;
     at.tv_nsec = (long)((end - (double)at.tv_sec) * 1e9);
     while (want_space ? c->count == c->capacity : c->count == 0) {
         if (c->timeout <= 0)
             pthread_cond_wait(cond, &c->mu);
         else if (pthread_cond_timedwait(cond, &c->mu, &at) == ETIMEDOUT &&
-                 (want_space ? c->count == c->capacity : c->count == 0))
-            return PR_LINK_TIMEOUT;
+                 (want_space ? c->count == c->capacity : c->count == 0)) {
+            pthread_mutex_unlock(&c->mu);
+            int stopped = pr_stopped_since(&continues);
+            pthread_mutex_lock(&c->mu);
+            if (!stopped)
+                return PR_LINK_TIMEOUT;
+            end = pr_now() + c->timeout; // the process was stopped meanwhile: wait again
+            at.tv_sec = (time_t)end;
+            at.tv_nsec = (long)((end - (double)at.tv_sec) * 1e9);
+        }
     }
     return PR_LINK_OK;
 }

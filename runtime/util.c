@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,43 @@ double pr_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static atomic_uint continues_seen;
+
+static void count_continue(int signal_number)
+{
+    (void)signal_number;
+    atomic_fetch_add(&continues_seen, 1);
+}
+
+void pr_watch_stops(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = count_continue;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCONT, &sa, NULL);
+}
+
+unsigned pr_continues(void)
+{
+    return atomic_load(&continues_seen);
+}
+
+int pr_stopped_since(unsigned *seen)
+{
+    if (atomic_load(&continues_seen) == *seen) {
+        // the continue wakes every thread at once: give the one that runs the handler a moment
+        struct timespec grace = {0, 200 * 1000 * 1000};
+        nanosleep(&grace, NULL);
+    }
+    unsigned now = atomic_load(&continues_seen);
+    if (now == *seen)
+        return 0;
+    *seen = now;
+    return 1;
 }
 
 double pr_thread_cpu(void)
