@@ -73,14 +73,14 @@ echo "machine: nproc $(nproc), $(lscpu | sed -n 's/^Model name: *//p' | head -1)
 per_step() { sed -n 's/^done: \([0-9]*\) steps in \([0-9.]*\) s\( (\([0-9.]*\) s in the pipeline\)\{0,1\}.*/\1 \2 \4/p' <<<"$1" |
              awk '{printf "%.4f", ($3 != "" ? $3 : $2) / $1}'; }
 
-# best: the largest of the numbers on stdin
-best() { awk 'NR == 1 || $1 > b { b = $1 } END { print b }'; }
+# best "N N ...": the largest of the numbers
+best() { tr ' ' '\n' <<<"$1" | awk 'NF && (n++ == 0 || $1 > b) { b = $1 } END { print b }'; }
 pacic_all=""
 for (( i = 0; i < best_of; i++ )); do
     pacic_out=$(run_model bench/gpt6.paci "$steps")
     pacic_all="$pacic_all $(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')"
 done
-pacic_tps=$(tr ' ' '\n' <<<"$pacic_all" | sed '/^$/d' | best)
+pacic_tps=$(best "$pacic_all")
 echo "(a) build/bin/pacic bench/gpt6.paci --steps $steps -o run && ./run --threads $threads, $best_of times"
 echo "    $(head -1 <<<"$pacic_out") (the last run)"
 echo "    tokens/s:$pacic_all; best $pacic_tps"
@@ -98,7 +98,7 @@ if "$python" -c 'import torch' 2>/dev/null; then
                     --vocab "$V" --micro "$B" --threads "$threads" --steps "$torch_steps" |
                     sed -n 's/^torch_tokens_per_s //p')"
     done
-    torch_tps=$(tr ' ' '\n' <<<"$torch_all" | sed '/^$/d' | best)
+    torch_tps=$(best "$torch_all")
 fi
 echo "(b) $python bench/torch_gpt.py --threads $threads --steps $torch_steps, $best_of times"
 if [ -n "$torch_tps" ]; then echo "    tokens/s:$torch_all; best $torch_tps"; else echo "    skipped: no torch in $python"; fi

@@ -460,11 +460,10 @@ def write_results(out, rows, base, paci_best, budget, budget_line, seeds, proj, 
             "replayed step); seeds: %s (spread: sample sd); baseline and strict target: `%s` (the synchronous line "
             "at PACI's memory with the lowest mean equal-time loss); method: docs/study/fourth/METHOD.md"
             % (budget, budget_line, " ".join(str(s) for s in seeds), base), ""]
-    half_runs = any(kind == "half" for _, kind in runs)
+    half_label = "(runs of their own)" if any(kind == "half" for _, kind in runs) else "(mid-run)"
     text += ["| line | memory | K | lr | steps in the budget | val loss at equal device time | at half the budget "
-             "%s | at equal tokens | replayed s to the strict target | speed-up | peak MiB (fullest device) |",
+             "%s | at equal tokens | replayed s to the strict target | speed-up | peak MiB (fullest device) |" % half_label,
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    text[-2] = text[-2] % ("(runs of their own)" if half_runs else "(mid-run)")
     for r in rows:
         if r["eq"] is None:
             text.append("| %s | %s | %s | - | %d | diverged or unfinished | - | - | - | - | - |"

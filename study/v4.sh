@@ -357,7 +357,7 @@ pool_drain
 # The time axis: each line's files replayed with its calibration's costs (the lr and the seed
 # change no instruction's cost, so one replay per line and length).
 for name in "${names[@]}"; do
-    for kind in time tokens half; do
+    for kind in time tokens; do  # the half-budget runs need no time axis: only their final loss is read
         dsl=$(awk -F, -v c="$name" -v k="$kind" '$1 == c && $3 == k { print $7; exit }' "$out/grid.csv")
         [ -n "$dsl" ] || continue
         "$pacic" "$out/$dsl/model.paci" --profile "$out/calibration/$name/profile.txt" --emit trace \
