@@ -128,19 +128,19 @@ static void keep_verdict(const char *text)
 static void answer(int fd)
 {
     unsigned char head[8], out[64 + 4 * MAX_EDGE_RANKS + MAX_VERDICT];
-    double deadline = pr_now() + QUERY_SECONDS;
-    if (pr_sock_read(fd, head, 8, deadline) != 0 || get32(head) != BLAME_MAGIC)
+    pr_deadline deadline = pr_deadline_in(QUERY_SECONDS);
+    if (pr_sock_read(fd, head, 8, &deadline) != 0 || get32(head) != BLAME_MAGIC)
         return;
     if (get32(head + 4) == VERDICT) {
         unsigned char len[4];
         char text[MAX_VERDICT] = "";
-        if (pr_sock_read(fd, len, 4, deadline) != 0 || get32(len) >= MAX_VERDICT ||
-            pr_sock_read(fd, text, get32(len), deadline) != 0)
+        if (pr_sock_read(fd, len, 4, &deadline) != 0 || get32(len) >= MAX_VERDICT ||
+            pr_sock_read(fd, text, get32(len), &deadline) != 0)
             return;
         keep_verdict(text);
         put32(out, BLAME_MAGIC);
         put32(out + 4, 1);
-        pr_sock_write(fd, out, 8, deadline);
+        pr_sock_write(fd, out, 8, &deadline);
         return;
     }
     pthread_mutex_lock(&self.mu);
@@ -156,7 +156,7 @@ static void answer(int fd)
     memcpy(out + at + 4, self.verdict, verdict);
     at += 4 + verdict;
     pthread_mutex_unlock(&self.mu);
-    pr_sock_write(fd, out, at, deadline);
+    pr_sock_write(fd, out, at, &deadline);
 }
 
 static void *serve(void *arg)
@@ -202,18 +202,18 @@ typedef struct reply {
 static void ask(int r, reply *q)
 {
     char why[PR_ERR_LEN];
-    double deadline = pr_now() + QUERY_SECONDS;
+    pr_deadline deadline = pr_deadline_in(QUERY_SECONDS);
     memset(q, 0, sizeof *q);
     q->state = GONE;
-    int fd = pr_sock_connect(self.addr[r], self.port[r], deadline, why);
+    int fd = pr_sock_connect(self.addr[r], self.port[r], &deadline, why);
     if (fd < 0)
         return;
     unsigned char head[8], words[28];
     put32(head, BLAME_MAGIC);
     put32(head + 4, QUERY);
-    int rc = pr_sock_write(fd, head, 8, deadline);
+    int rc = pr_sock_write(fd, head, 8, &deadline);
     if (rc == 0)
-        rc = pr_sock_read(fd, words, sizeof words, deadline);
+        rc = pr_sock_read(fd, words, sizeof words, &deadline);
     if (rc != 0) {
         q->state = errno == ETIMEDOUT ? SILENT : GONE;
         close(fd);
@@ -225,7 +225,7 @@ static void ask(int r, reply *q)
     q->waited = get32(words + 20) / 1000.0;
     uint32_t n = get32(words + 24);
     unsigned char rest[4 * MAX_EDGE_RANKS + 4];
-    if (n > MAX_EDGE_RANKS || pr_sock_read(fd, rest, 4 * n + 4, deadline) != 0) {
+    if (n > MAX_EDGE_RANKS || pr_sock_read(fd, rest, 4 * n + 4, &deadline) != 0) {
         q->state = SILENT;
         close(fd);
         return;
@@ -234,7 +234,7 @@ static void ask(int r, reply *q)
     for (uint32_t i = 0; i < n; i++)
         q->ranks[i] = (int)get32(rest + 4 * i);
     uint32_t len = get32(rest + 4 * n);
-    if (len > 0 && len < MAX_VERDICT && pr_sock_read(fd, q->verdict, len, deadline) == 0)
+    if (len > 0 && len < MAX_VERDICT && pr_sock_read(fd, q->verdict, len, &deadline) == 0)
         q->state = KNOWN;
     close(fd);
 }
@@ -244,8 +244,8 @@ static void ask(int r, reply *q)
 static void tell(int r, const char *verdict)
 {
     char why[PR_ERR_LEN];
-    double deadline = pr_now() + 1.0;
-    int fd = pr_sock_connect(self.addr[r], self.port[r], deadline, why);
+    pr_deadline deadline = pr_deadline_in(1.0);
+    int fd = pr_sock_connect(self.addr[r], self.port[r], &deadline, why);
     if (fd < 0)
         return;
     size_t len = strlen(verdict);
@@ -254,8 +254,8 @@ static void tell(int r, const char *verdict)
     put32(msg + 4, VERDICT);
     put32(msg + 8, (uint32_t)len);
     memcpy(msg + 12, verdict, len);
-    if (pr_sock_write(fd, msg, 12 + len, deadline) == 0)
-        pr_sock_read(fd, ack, sizeof ack, deadline);
+    if (pr_sock_write(fd, msg, 12 + len, &deadline) == 0)
+        pr_sock_read(fd, ack, sizeof ack, &deadline);
     close(fd);
 }
 

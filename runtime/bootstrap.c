@@ -42,18 +42,17 @@ static int ms_left(double deadline)
     return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
 }
 
-/* Waits for fd to become ready for `events`; 0 ready, -1 with errno ETIMEDOUT or poll's. */
-static int wait_fd(int fd, short events, double deadline)
+/* Waits for fd to become ready for `events`; 0 ready, -1 with errno ETIMEDOUT or poll's. A
+ * deadline that passed while the process was stopped starts its span again. */
+static int wait_fd(int fd, short events, pr_deadline *deadline)
 {
-    unsigned continues = pr_continues();
-    double span = deadline > 0 ? deadline - pr_now() : 0;
     for (;;) {
         struct pollfd p = {fd, events, 0};
-        int rc = poll(&p, 1, ms_left(deadline));
+        int rc = poll(&p, 1, ms_left(deadline->at));
         if (rc > 0)
             return 0;
-        if (rc == 0 && pr_stopped_since(&continues)) {
-            deadline = pr_now() + span; // the process was stopped meanwhile: wait again
+        if (rc == 0 && pr_stopped_since(&deadline->continues)) {
+            deadline->at = pr_now() + deadline->span; // the process was stopped meanwhile: wait again
             continue;
         }
         if (rc == 0) {
@@ -67,7 +66,7 @@ static int wait_fd(int fd, short events, double deadline)
 
 /* Reads exactly `bytes`; a peer that closes first is EPIPE, so callers tell it apart from
  * a timeout. */
-int pr_sock_read(int fd, void *buf, size_t bytes, double deadline)
+int pr_sock_read(int fd, void *buf, size_t bytes, pr_deadline *deadline)
 {
     char *at = buf;
     while (bytes > 0) {
@@ -91,7 +90,7 @@ int pr_sock_read(int fd, void *buf, size_t bytes, double deadline)
     return 0;
 }
 
-int pr_sock_write(int fd, const void *buf, size_t bytes, double deadline)
+int pr_sock_write(int fd, const void *buf, size_t bytes, pr_deadline *deadline)
 {
     const char *at = buf;
     while (bytes > 0) {
@@ -153,7 +152,7 @@ int pr_sock_resolve(const char *host, uint32_t *addr, char *err)
 
 /* One connection attempt, bounded by the deadline (a blocking connect to a silent host
  * could otherwise outlast it); the fd, or -1 with the reason in err. */
-int pr_sock_connect(uint32_t addr, uint16_t port, double deadline, char *err)
+int pr_sock_connect(uint32_t addr, uint16_t port, pr_deadline *deadline, char *err)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
@@ -221,7 +220,8 @@ static int send_reply(const pr_bootstrap *b, int fd, const char *abort_text, dou
             put32(msg + n + 4, b->port[r]);
         }
     }
-    return pr_sock_write(fd, msg, n, deadline);
+    pr_deadline by = pr_deadline_at(deadline);
+    return pr_sock_write(fd, msg, n, &by);
 }
 
 /* A connection rank 0 has accepted but not yet heard a whole hello from. */
@@ -372,9 +372,9 @@ static int ask(const pr_launch *l, int fd, uint16_t listen_port, double deadline
     put32(hello + 16, listen_port);
     // Rank 0 keeps the common deadline and explains a timeout to every connected rank, so
     // a connected rank waits a little longer than its own deadline to hear why.
-    double reply_deadline = deadline + REPLY_GRACE;
-    if (pr_sock_write(fd, hello, sizeof hello, deadline) != 0 ||
-        pr_sock_read(fd, head, sizeof head, reply_deadline) != 0) {
+    pr_deadline hello_by = pr_deadline_at(deadline), reply_by = pr_deadline_at(deadline + REPLY_GRACE);
+    if (pr_sock_write(fd, hello, sizeof hello, &hello_by) != 0 ||
+        pr_sock_read(fd, head, sizeof head, &reply_by) != 0) {
         if (errno == EPIPE)
             return 1;
         return pr_fail(err, "rank %d: rank 0 at %s:%d took the connection but sent no id within "
@@ -386,17 +386,17 @@ static int ask(const pr_launch *l, int fd, uint16_t listen_port, double deadline
     if (get32(head + 8) == STATUS_ABORT) {
         unsigned char len_bytes[4];
         char text[MAX_ABORT_TEXT + 1] = "";
-        if (pr_sock_read(fd, len_bytes, 4, reply_deadline) == 0) {
+        if (pr_sock_read(fd, len_bytes, 4, &reply_by) == 0) {
             uint32_t len = get32(len_bytes);
             len = len > MAX_ABORT_TEXT ? MAX_ABORT_TEXT : len;
-            if (pr_sock_read(fd, text, len, reply_deadline) == 0)
+            if (pr_sock_read(fd, text, len, &reply_by) == 0)
                 text[len] = '\0';
         }
         return pr_fail(err, "rank %d: rank 0 gave up: %s", l->rank, text);
     }
     unsigned char table[8 * PR_MAX_RANKS];
-    if (pr_sock_read(fd, b->id, PR_BOOT_ID_BYTES, reply_deadline) != 0 ||
-        pr_sock_read(fd, table, 8 * (size_t)l->world, reply_deadline) != 0)
+    if (pr_sock_read(fd, b->id, PR_BOOT_ID_BYTES, &reply_by) != 0 ||
+        pr_sock_read(fd, table, 8 * (size_t)l->world, &reply_by) != 0)
         return pr_fail(err, "rank %d: rank 0 closed the connection in the middle of the id",
                        l->rank);
     for (int r = 0; r < l->world; r++) {
@@ -418,7 +418,8 @@ static int join(const pr_launch *l, double deadline, double timeout_s, uint16_t 
     double pause = 0.05;
     snprintf(why, sizeof why, "no attempt finished");
     while (pr_now() < deadline) {
-        int fd = pr_sock_connect(addr, (uint16_t)l->master_port, deadline, why);
+        pr_deadline connect_by = pr_deadline_at(deadline);
+        int fd = pr_sock_connect(addr, (uint16_t)l->master_port, &connect_by, why);
         if (fd >= 0) {
             int rc = ask(l, fd, listen_port, deadline, timeout_s, b, err);
             if (rc <= 0) {
@@ -474,8 +475,8 @@ static int send_block(const pr_bootstrap *b, int fd, const void *data, size_t by
     unsigned char head[8];
     put32(head, BLOCK_MAGIC);
     put32(head + 4, (uint32_t)bytes);
-    double deadline = pr_now() + b->timeout;
-    return pr_sock_write(fd, head, 8, deadline) || pr_sock_write(fd, data, bytes, deadline) ? -1 : 0;
+    pr_deadline deadline = pr_deadline_in(b->timeout);
+    return pr_sock_write(fd, head, 8, &deadline) || pr_sock_write(fd, data, bytes, &deadline) ? -1 : 0;
 }
 
 /* "rank 3", or with replicas "rank 3 (stage 1 of replica 1)", so a failed peer is named as the
@@ -494,10 +495,10 @@ static int recv_block(const pr_bootstrap *b, int peer, void *data, size_t bytes,
 {
     unsigned char head[8];
     int fd = b->rank == 0 ? b->fd[peer] : b->fd[0];
-    double deadline = pr_now() + b->timeout;
-    if (pr_sock_read(fd, head, 8, deadline) != 0 ||
+    pr_deadline deadline = pr_deadline_in(b->timeout);
+    if (pr_sock_read(fd, head, 8, &deadline) != 0 ||
         (get32(head) == BLOCK_MAGIC && get32(head + 4) == bytes &&
-         pr_sock_read(fd, data, bytes, deadline) != 0)) {
+         pr_sock_read(fd, data, bytes, &deadline) != 0)) {
         char who[64];
         if (errno == ETIMEDOUT)
             return pr_fail(err, "no message from %s for %g s", rank_name(b, peer, who, sizeof who),

@@ -264,7 +264,8 @@ static int accept_links(pr_run *run, const pr_bootstrap *b, int listener, double
         link_hello h;
         if (fd < 0)
             continue;
-        if (pr_sock_read(fd, &h, sizeof h, pr_now() + 5.0) != 0 ||
+        pr_deadline hello_by = pr_deadline_in(5.0);
+        if (pr_sock_read(fd, &h, sizeof h, &hello_by) != 0 ||
             !expected_hello(run, r, &h, linked, b->id)) {
             fprintf(stderr, "run: notice: rank %d: refused a connection that is not a link of "
                     "this run to device %d\n", r, d);
@@ -291,14 +292,16 @@ static int connect_group(pr_run *run, const pr_bootstrap *b, double deadline, ch
     int r = b->rank, d = r % run->devices;
     char why[PR_ERR_LEN] = "no attempt finished";
     int fd = -1;
+    pr_deadline by = pr_deadline_at(deadline);
     while (fd < 0 && pr_now() < deadline) {
-        fd = pr_sock_connect(b->addr[d], b->port[d], deadline, why);
+        by = pr_deadline_at(deadline);
+        fd = pr_sock_connect(b->addr[d], b->port[d], &by, why);
         if (fd < 0)
             usleep(100000);
     }
     link_hello h = {LINK_MAGIC, (uint32_t)r, 2, 0, {0}};
     memcpy(h.id, b->id, sizeof h.id);
-    if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
+    if (fd < 0 || pr_sock_write(fd, &h, sizeof h, &by) != 0) {
         if (fd >= 0)
             close(fd);
         return pr_fail(err, "rank %d: cannot link stage %d of replica %d to replica 0 (rank %d): %s",
@@ -322,14 +325,16 @@ static int connect_links(pr_run *run, const pr_bootstrap *b, double deadline, ch
         for (uint32_t link = 0; link < 2; link++) {
             char why[PR_ERR_LEN] = "no attempt finished";
             int fd = -1;
+            pr_deadline by = pr_deadline_at(deadline);
             while (fd < 0 && pr_now() < deadline) {
-                fd = pr_sock_connect(b->addr[peer], b->port[peer], deadline, why);
+                by = pr_deadline_at(deadline);
+                fd = pr_sock_connect(b->addr[peer], b->port[peer], &by, why);
                 if (fd < 0)
                     usleep(100000);
             }
             link_hello h = {LINK_MAGIC, (uint32_t)r, link, (uint32_t)(s - 1), {0}};
             memcpy(h.id, b->id, sizeof h.id);
-            if (fd < 0 || pr_sock_write(fd, &h, sizeof h, deadline) != 0) {
+            if (fd < 0 || pr_sock_write(fd, &h, sizeof h, &by) != 0) {
                 if (fd >= 0)
                     close(fd);
                 return pr_fail(err, "rank %d: cannot link stage %d to stage %d (rank %d): %s", r, s, s - 1, peer,

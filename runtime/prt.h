@@ -41,12 +41,23 @@ FILE *pr_open_regular(const char *path, const char *what, char *err);
 char *pr_read_regular(const char *path, const char *what, size_t limit, size_t *len, char *err);
 double pr_now(void);           /* monotonic seconds */
 /* A stopped process (SIGSTOP, Ctrl-Z) that continues finds every wait's deadline passed,
- * though its peers were stopped too. pr_watch_stops counts the continues (SIGCONT); a wait
- * takes pr_continues() when it starts, and where it times out, pr_stopped_since says whether
- * the process was continued since (then the wait starts again, with its seen count updated). */
+ * though its peers were stopped too. pr_watch_stops counts the continues (SIGCONT); a deadline
+ * takes pr_continues() when it is made, and where a wait on it times out, pr_stopped_since
+ * says whether the process was continued since (then the wait starts again, with its seen
+ * count updated). The count is the deadline's, not the wait's: a stop between the making of
+ * a deadline and a wait on it (between two chunks of one message) must count too. */
 void pr_watch_stops(void);
 unsigned pr_continues(void);
 int pr_stopped_since(unsigned *seen);
+/* A socket wait's deadline: `at` in pr_now() seconds (0: none), the `span` it starts again
+ * with after a stop, the continues seen when it was made. Made by pr_deadline_in (seconds
+ * from now; <= 0: none) or pr_deadline_at (an absolute time, perhaps passed already). */
+typedef struct pr_deadline {
+    double at, span;
+    unsigned continues;
+} pr_deadline;
+pr_deadline pr_deadline_in(double seconds);
+pr_deadline pr_deadline_at(double at);
 double pr_thread_cpu(void);    /* CPU seconds consumed by the calling thread */
 
 /* splitmix64: the one deterministic generator (init and sampling). */
@@ -904,13 +915,14 @@ int pr_bootstrap_allgather(pr_bootstrap *b, const void *mine, size_t bytes, void
 int pr_bootstrap_gather(pr_bootstrap *b, const void *data, size_t bytes, void *const *dst,
                         const size_t *dst_bytes, char *err);
 
-/* Socket helpers shared with the TCP transport. A deadline is pr_now() seconds; <= 0: none. */
+/* Socket helpers shared with the TCP transport. One deadline may serve several calls (the
+ * parts of one message): a wait that starts again after a stop moves it for the rest. */
 int pr_sock_listen(uint16_t port, int backlog, uint16_t *bound, char *err);
-int pr_sock_connect(uint32_t addr, uint16_t port, double deadline, char *err);
+int pr_sock_connect(uint32_t addr, uint16_t port, pr_deadline *deadline, char *err);
 int pr_sock_resolve(const char *host, uint32_t *addr, char *err);
 /* 0 when all bytes moved; -1 with errno (ETIMEDOUT at the deadline, EPIPE on a closed peer). */
-int pr_sock_read(int fd, void *buf, size_t bytes, double deadline);
-int pr_sock_write(int fd, const void *buf, size_t bytes, double deadline);
+int pr_sock_read(int fd, void *buf, size_t bytes, pr_deadline *deadline);
+int pr_sock_write(int fd, const void *buf, size_t bytes, pr_deadline *deadline);
 
 /* ---- launch.c (continued): one process per stage --------------------------------------- */
 

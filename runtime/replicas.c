@@ -221,16 +221,27 @@ static int group_barrier(replica_group *g, int D, int replica, double timeout, c
         pthread_mutex_unlock(&g->mu);
         return 0;
     }
+    unsigned continues = pr_continues();
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)timeout;
-    deadline.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L)
-        deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-    int rc = 0;
-    while (g->round == round && rc != ETIMEDOUT)
+    int rc = ETIMEDOUT;
+    while (g->round == round) {
+        if (rc == ETIMEDOUT) { // the first pass, or a process continued after a stop: timeout s from now
+            clock_gettime(CLOCK_REALTIME, &deadline);
+            deadline.tv_sec += (time_t)timeout;
+            deadline.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
+            if (deadline.tv_nsec >= 1000000000L)
+                deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+        }
         rc = timeout > 0 ? pthread_cond_timedwait(&g->all_here, &g->mu, &deadline)
                          : pthread_cond_wait(&g->all_here, &g->mu);
+        if (rc == ETIMEDOUT && g->round == round) {
+            pthread_mutex_unlock(&g->mu);
+            int stopped = pr_stopped_since(&continues);
+            pthread_mutex_lock(&g->mu);
+            if (!stopped)
+                break;
+        }
+    }
     int late = g->round == round;
     if (late) {
         size_t used = 0;
@@ -413,10 +424,10 @@ typedef struct reduce_head {
 } reduce_head;
 
 /* Moves `bytes` over fd to or from replica `peer` of the stage (reading when `in`) by
- * `deadline` (0: none); what it writes counts as this replica's exchange. A failure names
+ * `deadline` (shared by a message's parts); what it writes counts as this replica's exchange. A failure names
  * the peer, leaves the wait in place for pr_blame and exits. */
 static void reduce_bytes(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, void *data, size_t bytes,
-                         double deadline)
+                         pr_deadline *deadline)
 {
     int rank = peer * run->devices + run->tab->stage_device[st->index];
     pr_wait_begin(PR_WAIT_REDUCE, st->t + 1, &rank, 1);
@@ -453,9 +464,9 @@ static void reduce_refused(pr_run *run, pr_stage_rt *st, int peer, const char *f
     reduce_exit(run, st, why, 0); // nobody is stuck: the peer answered, wrongly
 }
 
-static double reduce_deadline(const pr_run *run)
+static pr_deadline reduce_deadline(const pr_run *run)
 {
-    return run->opt.peer_timeout > 0 ? pr_now() + run->opt.peer_timeout : 0;
+    return pr_deadline_in(run->opt.peer_timeout);
 }
 
 /* Moves the head over fd (reading when `in`, then checking it is this step's), then n floats;
@@ -463,12 +474,12 @@ static double reduce_deadline(const pr_run *run)
 static void reduce_move(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, reduce_head *h,
                         float *data, size_t n)
 {
-    double deadline = reduce_deadline(run);
-    reduce_bytes(run, st, fd, peer, in, h, sizeof *h, deadline);
+    pr_deadline deadline = reduce_deadline(run);
+    reduce_bytes(run, st, fd, peer, in, h, sizeof *h, &deadline);
     if (in && (h->magic != REDUCE_MAGIC || h->step != st->t))
         reduce_refused(run, st, peer, "sent step %lld's gradients, not step %lld's", (long long)h->step + 1,
                        (long long)st->t + 1);
-    reduce_bytes(run, st, fd, peer, in, data, n * sizeof(float), deadline);
+    reduce_bytes(run, st, fd, peer, in, data, n * sizeof(float), &deadline);
 }
 
 #define PAIRS_MAGIC 0x50414350u /* "PACP" */
@@ -482,7 +493,7 @@ typedef struct pairs_head {
 } pairs_head;
 
 static void send_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose, const pr_dgc_buffers *b,
-                       double deadline)
+                       pr_deadline *deadline)
 {
     pairs_head ph = {PAIRS_MAGIC, (uint32_t)whose, b->k};
     size_t words = (size_t)paci_dgc_list_words(st->code->n_params, b->k);
@@ -495,7 +506,7 @@ static void send_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose
  * is read, and a list that pr_dgc_sum could not take (block counts that do not run up to k,
  * offsets out of order or past their block) after. */
 static void receive_pairs(pr_run *run, pr_stage_rt *st, int fd, int peer, int whose, pr_dgc_buffers *b,
-                          int64_t want, double deadline)
+                          int64_t want, pr_deadline *deadline)
 {
     pairs_head ph;
     reduce_bytes(run, st, fd, peer, 1, &ph, sizeof ph, deadline);
@@ -548,39 +559,39 @@ static void tcp_dgc(pr_run *run, pr_stage_rt *st, double *loss, int *stop)
     reduce_head h = {REDUCE_MAGIC, (uint32_t)me, st->t, *loss, *stop, 0};
     if (me > 0) {
         int fd = run->reduce_fd[0];
-        double deadline = reduce_deadline(run);
-        reduce_bytes(run, st, fd, 0, 0, &h, sizeof h, deadline);
-        send_pairs(run, st, fd, 0, me, &st->dgc, deadline);
+        pr_deadline deadline = reduce_deadline(run);
+        reduce_bytes(run, st, fd, 0, 0, &h, sizeof h, &deadline);
+        send_pairs(run, st, fd, 0, me, &st->dgc, &deadline);
         deadline = reduce_deadline(run);
-        reduce_bytes(run, st, fd, 0, 1, &h, sizeof h, deadline);
+        reduce_bytes(run, st, fd, 0, 1, &h, sizeof h, &deadline);
         if (h.magic != REDUCE_MAGIC || h.step != st->t)
             reduce_refused(run, st, 0, "sent step %lld's pairs, not step %lld's", (long long)h.step + 1,
                            (long long)st->t + 1);
         for (int q = 0; q < D; q++)
             if (q != me)
-                receive_pairs(run, st, fd, 0, q, &lists[q], k, deadline);
+                receive_pairs(run, st, fd, 0, q, &lists[q], k, &deadline);
         *loss = h.loss;
         *stop = h.stop;
     } else {
         double total = *loss;
         int any = *stop;
         for (int q = 1; q < D; q++) {
-            double deadline = reduce_deadline(run);
-            reduce_bytes(run, st, run->reduce_fd[q], q, 1, &h, sizeof h, deadline);
+            pr_deadline deadline = reduce_deadline(run);
+            reduce_bytes(run, st, run->reduce_fd[q], q, 1, &h, sizeof h, &deadline);
             if (h.magic != REDUCE_MAGIC || h.step != st->t)
                 reduce_refused(run, st, q, "sent step %lld's pairs, not step %lld's", (long long)h.step + 1,
                                (long long)st->t + 1);
-            receive_pairs(run, st, run->reduce_fd[q], q, q, &lists[q], k, deadline);
+            receive_pairs(run, st, run->reduce_fd[q], q, q, &lists[q], k, &deadline);
             total += h.loss;
             any |= h.stop;
         }
         h = (reduce_head){REDUCE_MAGIC, 0, st->t, total, any, 0};
         for (int q = 1; q < D; q++) {
-            double deadline = reduce_deadline(run);
-            reduce_bytes(run, st, run->reduce_fd[q], q, 0, &h, sizeof h, deadline);
+            pr_deadline deadline = reduce_deadline(run);
+            reduce_bytes(run, st, run->reduce_fd[q], q, 0, &h, sizeof h, &deadline);
             for (int other = 0; other < D; other++)
                 if (other != q)
-                    send_pairs(run, st, run->reduce_fd[q], q, other, from[other], deadline);
+                    send_pairs(run, st, run->reduce_fd[q], q, other, from[other], &deadline);
         }
         *loss = total;
         *stop = any;

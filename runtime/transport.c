@@ -89,9 +89,9 @@ static int wait_until(pr_channel *c, pthread_cond_t *cond, int want_space)
     return PR_LINK_OK;
 }
 
-static double deadline_of(const pr_channel *c)
+static pr_deadline deadline_of(const pr_channel *c)
 {
-    return c->timeout > 0 ? pr_now() + c->timeout : 0;
+    return pr_deadline_in(c->timeout);
 }
 
 static int socket_failure(void)
@@ -105,12 +105,14 @@ static int socket_send(pr_channel *c, int64_t mb, const float *data)
 {
     if (c->in_flight == c->capacity) {
         char credit;
-        if (pr_sock_read(c->fd, &credit, 1, deadline_of(c)) != 0)
+        pr_deadline deadline = deadline_of(c);
+        if (pr_sock_read(c->fd, &credit, 1, &deadline) != 0)
             return socket_failure();
         c->in_flight--;
     }
-    if (pr_sock_write(c->fd, &mb, sizeof mb, deadline_of(c)) != 0 ||
-        pr_sock_write(c->fd, data, (size_t)c->floats * sizeof(float), deadline_of(c)) != 0)
+    pr_deadline deadline = deadline_of(c); // one for the message: its parts share it
+    if (pr_sock_write(c->fd, &mb, sizeof mb, &deadline) != 0 ||
+        pr_sock_write(c->fd, data, (size_t)c->floats * sizeof(float), &deadline) != 0)
         return socket_failure();
     c->in_flight++;
     return PR_LINK_OK;
@@ -119,9 +121,10 @@ static int socket_send(pr_channel *c, int64_t mb, const float *data)
 static int socket_recv(pr_channel *c, float *data, int64_t *mb)
 {
     char credit = 1;
-    if (pr_sock_read(c->fd, mb, sizeof *mb, deadline_of(c)) != 0 ||
-        pr_sock_read(c->fd, data, (size_t)c->floats * sizeof(float), deadline_of(c)) != 0 ||
-        pr_sock_write(c->fd, &credit, 1, deadline_of(c)) != 0)
+    pr_deadline deadline = deadline_of(c);
+    if (pr_sock_read(c->fd, mb, sizeof *mb, &deadline) != 0 ||
+        pr_sock_read(c->fd, data, (size_t)c->floats * sizeof(float), &deadline) != 0 ||
+        pr_sock_write(c->fd, &credit, 1, &deadline) != 0)
         return socket_failure();
     return PR_LINK_OK;
 }

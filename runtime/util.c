@@ -91,6 +91,22 @@ int pr_stopped_since(unsigned *seen)
     return 1;
 }
 
+pr_deadline pr_deadline_in(double seconds)
+{
+    pr_deadline d = {0, 0, pr_continues()};
+    if (seconds > 0)
+        d.at = pr_now() + seconds, d.span = seconds;
+    return d;
+}
+
+pr_deadline pr_deadline_at(double at)
+{
+    double left = at - pr_now();
+    pr_deadline d = pr_deadline_in(left > 1e-3 ? left : 1e-3);
+    d.at = at; // passed already or not, the wait still gets one look
+    return d;
+}
+
 double pr_thread_cpu(void)
 {
     struct timespec ts;

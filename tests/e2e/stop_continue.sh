@@ -2,8 +2,9 @@
 # A run stopped (SIGSTOP, as Ctrl-Z or a job scheduler stops it) for longer than
 # --peer-timeout, then continued, goes on and ends as an uninterrupted run does: its waits for
 # a neighbour, whose deadline passed while every thread was stopped, start again. Threads (p =
-# 3 in one process) and processes (one a stage, over sockets, all stopped and continued
-# together); a neighbour that is truly gone still ends the run after --peer-timeout.
+# 3 in one process; two replicas of p = 2) and processes (one a stage, over sockets, all
+# stopped and continued together); a neighbour that is truly gone still ends the run after
+# --peer-timeout.
 source tests/e2e/lib.sh
 timeout=3  # seconds; the stop lasts 3 times that
 small_model stop 3 1f1b 2 400
@@ -28,6 +29,18 @@ stopped_for $((3 * timeout)) $pid
 wait $pid || fail "the threaded run failed after its stop: $(grep error "$work/stop/err.txt")"
 grep -q '^done: 400 steps' "$work/stop/out.txt" || fail "the threaded run did not train its 400 steps"
 
+# Threads with data parallelism (two replicas of p = 2): the replicas' barrier waits start again too.
+small_model stopdp 2 1f1b 2 400
+echo "parallel { data 2 }" >> "$work/stopdp.paci"
+mkdir -p "$work/stopdp"
+"$pacic" "$work/stopdp.paci" -o "$work/stopdp/run" 2> "$work/compile.log" || fail "compile: $(cat "$work/compile.log")"
+(cd "$work/stopdp" && exec ./run --no-checkpoint --peer-timeout $timeout > out.txt 2> err.txt) &
+pid=$!
+await_step "$work/stopdp/out.txt" $pid || fail "the threaded replicas logged no step: $(cat "$work/stopdp/err.txt")"
+stopped_for $((3 * timeout)) $pid
+wait $pid || fail "the threaded replicas failed after their stop: $(grep error "$work/stopdp/err.txt")"
+grep -q '^done: 400 steps' "$work/stopdp/out.txt" || fail "the threaded replicas did not train their 400 steps"
+
 # Processes: every rank stopped and continued together.
 pids=()
 for r in 0 1 2; do
@@ -39,7 +52,7 @@ done
 await_step "$work/mp/rank2/out.txt" "${pids[2]}" || fail "the 3-process run logged no step: $(cat "$work/mp/rank2/err.txt")"
 stopped_for $((3 * timeout)) "${pids[@]}"
 for r in 0 1 2; do
-    wait "${pids[$r]}" || fail "rank $r failed after the stop: $(grep error "$work/mp/rank$r/err.txt")"
+    wait "${pids[$r]}" || fail "rank $r failed after the stop: $(grep -h error "$work"/mp/rank*/err.txt)"
 done
 grep -q '^done: 400 steps' "$work/mp/rank2/out.txt" || fail "the 3-process run did not train its 400 steps"
 
@@ -53,7 +66,7 @@ done
 await_step "$work/mp/rank2/out2.txt" "${pids[2]}" || fail "the second 3-process run logged no step"
 kill -STOP "${pids[1]}"
 if wait "${pids[0]}"; then fail "rank 0 went on although rank 1 stopped answering"; fi
-grep -q "stage 1 .*for $timeout s" "$work/mp/rank0/err2.txt" ||
+grep -Eq "(stage|rank) 1 .*for $timeout s" "$work/mp/rank0/err2.txt" ||
     fail "rank 0 did not say that stage 1 went quiet: $(cat "$work/mp/rank0/err2.txt")"
 kill -KILL "${pids[1]}" 2> /dev/null || true
 wait "${pids[1]}" "${pids[2]}" 2> /dev/null || true

@@ -1,7 +1,10 @@
 /* test_bootstrap.c: the TCP id exchange on loopback, one thread per rank: every world size
  * from 2 to 8, a rank that never comes, a stray connection, a rank 0 that starts late, a
- * port that answers something else, and the collectives on the kept connections. */
+ * port that answers something else, the collectives on the kept connections, and a wait
+ * whose deadline a stop outlasted. */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <cmocka.h>
 
 #include "prt.h"
@@ -116,16 +120,18 @@ static void *stray_client(void *arg)
     int fd = -1;
     // Until rank 0 listens, however late a loaded machine starts it (60 s: a hang guard).
     for (double give_up = pr_now() + 60; fd < 0 && pr_now() < give_up;) {
-        fd = pr_sock_connect(lo, (uint16_t)port, pr_now() + 1, err);
+        pr_deadline within_1s = pr_deadline_in(1);
+        fd = pr_sock_connect(lo, (uint16_t)port, &within_1s, err);
         if (fd < 0)
             usleep(10000);
     }
     if (fd < 0)
         return (void *)(intptr_t)-2;
-    pr_sock_write(fd, "GET / HTTP/1.0\r\n\r\n", 18, pr_now() + 1);
+    pr_deadline within_5s = pr_deadline_in(5);
+    pr_sock_write(fd, "GET / HTTP/1.0\r\n\r\n", 18, &within_5s);
     char byte;
     // Rank 0 must hang up on it: the read ends with the connection closed.
-    int closed = pr_sock_read(fd, &byte, 1, pr_now() + 5) != 0 && errno == EPIPE;
+    int closed = pr_sock_read(fd, &byte, 1, &within_5s) != 0 && errno == EPIPE;
     close(fd);
     return (void *)(intptr_t)(closed ? 0 : -1);
 }
@@ -163,8 +169,9 @@ static void *foreign_server(void *arg)
     int listener = *(int *)arg;
     int fd = accept(listener, NULL, NULL);
     char hello[20];
-    pr_sock_read(fd, hello, sizeof hello, pr_now() + 5);
-    pr_sock_write(fd, "SSH-2.0-OpenSSH_9.6\r\n", 21, pr_now() + 5);
+    pr_deadline within_5s = pr_deadline_in(5);
+    pr_sock_read(fd, hello, sizeof hello, &within_5s);
+    pr_sock_write(fd, "SSH-2.0-OpenSSH_9.6\r\n", 21, &within_5s);
     usleep(200000);
     close(fd);
     return NULL;
@@ -236,6 +243,41 @@ static void test_allgather_and_gather_on_the_kept_connections(void **state)
     close_world(jobs, 4);
 }
 
+static void *write_a_byte_after_1s(void *arg)
+{
+    usleep(1000000);
+    return (void *)(intptr_t)write(*(int *)arg, "x", 1);
+}
+
+/* A process stopped and continued between the making of a deadline and a wait on it (between
+ * two parts of one message, with its peer continued a moment later) finds the deadline passed:
+ * the wait starts its span again rather than time out at once. Without a continue, the same
+ * wait times out. */
+static void test_a_continue_after_the_deadline_was_made_restarts_the_wait(void **state)
+{
+    (void)state;
+    int sv[2];
+    char byte;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pr_watch_stops();
+    pr_deadline deadline = pr_deadline_in(5);
+    deadline.at = pr_now() - 0.1; // the stop outlasted it
+    raise(SIGCONT);               // what a continue delivers; the wait below starts after it
+    pthread_t writer;
+    assert_int_equal(pthread_create(&writer, NULL, write_a_byte_after_1s, &sv[1]), 0);
+    double start = pr_now();
+    assert_int_equal(pr_sock_read(sv[0], &byte, 1, &deadline), 0);
+    assert_true(pr_now() - start >= 0.5); // it did wait for the byte
+    assert_true(deadline.at > start);      // and moved the deadline for the message's next part
+    pthread_join(writer, NULL);
+
+    pr_deadline no_stop = pr_deadline_in(0.2);
+    assert_int_not_equal(pr_sock_read(sv[0], &byte, 1, &no_stop), 0);
+    assert_int_equal(errno, ETIMEDOUT);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_late_rank_0_is_waited_for),
         cmocka_unit_test(test_foreign_service_on_the_port_is_an_error),
         cmocka_unit_test(test_allgather_and_gather_on_the_kept_connections),
+        cmocka_unit_test(test_a_continue_after_the_deadline_was_made_restarts_the_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
