@@ -4,8 +4,9 @@
 #   (a) tokens/s of `run` on bench/gpt6.paci (6 layers, width 384, 6 heads, context 256,
 #       vocabulary 256, micro-batch 4, p = 1) with THREADS cores, the best of BEST_OF runs;
 #   (b) the same model, batch and thread count in PyTorch eager (bench/torch_gpt.py), the
-#       best of as many runs, and the ratio (best against best: on a busy or drifting machine
-#       a single run of either side may lose 15%, as three single runs once spread);
+#       best of as many runs, taken in turns with (a)'s, and the ratio (best against best: on
+#       a busy or drifting machine a single run of either side may lose 15%, as three single
+#       runs once spread; each turn's ratio is printed beside it);
 #   (c) the achieved FLOP/s against the machine's sgemm rate (bench/sgemm_rate.c, OpenBLAS,
 #       same thread count); FLOPs per step = 6 * N * tokens + 12 * L * B * T^2 * C, with
 #       N = L * 12 * C^2 + V * C the parameters that multiply (the blocks' matrices and the
@@ -75,33 +76,43 @@ per_step() { sed -n 's/^done: \([0-9]*\) steps in \([0-9.]*\) s\( (\([0-9.]*\) s
 
 # best "N N ...": the largest of the numbers
 best() { tr ' ' '\n' <<<"$1" | awk 'NF && (n++ == 0 || $1 > b) { b = $1 } END { print b }'; }
-pacic_all=""
+have_torch=0
+"$python" -c 'import torch' 2>/dev/null && have_torch=1
+torch_run() {
+    "$python" bench/torch_gpt.py --layers "$L" --width "$C" --heads "$NH" --context "$T" --vocab "$V" \
+        --micro "$B" --threads "$threads" --steps "$torch_steps" | sed -n 's/^torch_tokens_per_s //p'
+}
+# (a) and (b) in turns, pacic then PyTorch, so that a machine that drifts over the minutes
+# (another tenant, the clock) weighs on both sides alike; each turn's ratio is printed too.
+pacic_all="" torch_all="" turn_ratios=""
 for (( i = 0; i < best_of; i++ )); do
     pacic_out=$(run_model bench/gpt6.paci "$steps")
-    pacic_all="$pacic_all $(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')"
+    one=$(awk -v s="$(per_step "$pacic_out")" -v bt=$((B * T)) 'BEGIN {printf "%.1f", bt / s}')
+    pacic_all="$pacic_all $one"
+    if [ "$i" = 0 ]; then
+        # PyTorch and sgemm_rate get the kernels run chose (run replaces a generic fallback of
+        # OpenBLAS's by the kernels the CPU allows, unless OPENBLAS_CORETYPE is set: runtime/gemm.c).
+        kernels=$(sed -n 's/^blas: OpenBLAS, \([A-Za-z0-9]*\) kernels.*/\1/p' <<<"$pacic_out")
+        [ -n "${OPENBLAS_CORETYPE:-}" ] || [ -z "$kernels" ] || export OPENBLAS_CORETYPE=$kernels
+    fi
+    if [ "$have_torch" = 1 ]; then
+        theirs=$(torch_run)
+        torch_all="$torch_all $theirs"
+        turn_ratios="$turn_ratios $(awk -v a="$one" -v b="$theirs" 'BEGIN {printf "%.2fx", a / b}')"
+    fi
 done
 pacic_tps=$(best "$pacic_all")
-echo "(a) build/bin/pacic bench/gpt6.paci --steps $steps -o run && ./run --threads $threads, $best_of times"
+echo "(a) build/bin/pacic bench/gpt6.paci --steps $steps -o run && ./run --threads $threads, $best_of times (in turns with (b))"
 echo "    $(head -1 <<<"$pacic_out") (the last run)"
 echo "    tokens/s:$pacic_all; best $pacic_tps"
-# PyTorch and sgemm_rate get the kernels run chose (run replaces a generic fallback of
-# OpenBLAS's by the kernels the CPU allows, unless OPENBLAS_CORETYPE is set: runtime/gemm.c).
-kernels=$(sed -n 's/^blas: OpenBLAS, \([A-Za-z0-9]*\) kernels.*/\1/p' <<<"$pacic_out")
-[ -n "${OPENBLAS_CORETYPE:-}" ] || [ -z "$kernels" ] || export OPENBLAS_CORETYPE=$kernels
 echo "    OpenBLAS kernels: ${OPENBLAS_CORETYPE:-chosen by the library} (the same for run, PyTorch and sgemm_rate)"
 
 # (b)
-torch_all="" torch_tps=""
-if "$python" -c 'import torch' 2>/dev/null; then
-    for (( i = 0; i < best_of; i++ )); do
-        torch_all="$torch_all $("$python" bench/torch_gpt.py --layers "$L" --width "$C" --heads "$NH" --context "$T" \
-                    --vocab "$V" --micro "$B" --threads "$threads" --steps "$torch_steps" |
-                    sed -n 's/^torch_tokens_per_s //p')"
-    done
-    torch_tps=$(best "$torch_all")
-fi
-echo "(b) $python bench/torch_gpt.py --threads $threads --steps $torch_steps, $best_of times"
-if [ -n "$torch_tps" ]; then echo "    tokens/s:$torch_all; best $torch_tps"; else echo "    skipped: no torch in $python"; fi
+torch_tps=""
+[ "$have_torch" = 0 ] || torch_tps=$(best "$torch_all")
+echo "(b) $python bench/torch_gpt.py --threads $threads --steps $torch_steps, $best_of times (in turns with (a))"
+if [ -n "$torch_tps" ]; then echo "    tokens/s:$torch_all; best $torch_tps; pacic / PyTorch turn by turn:$turn_ratios"
+else echo "    skipped: no torch in $python"; fi
 
 # (c)
 sgemm=$("$work/sgemm_rate" "$threads" | sed -n 's/^sgemm_gflops //p')
