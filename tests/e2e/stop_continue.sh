@@ -21,25 +21,27 @@ stopped_for() {
     kill -CONT "$@"
 }
 
-# Threads: stopped once it has logged a step, continued after three timeouts.
-(cd "$work/stop" && exec ./run --no-checkpoint --peer-timeout $timeout > out.txt 2> err.txt) &
-pid=$!
-await_step "$work/stop/out.txt" $pid || fail "the threaded run logged no step: $(cat "$work/stop/err.txt")"
-stopped_for $((3 * timeout)) $pid
-wait $pid || fail "the threaded run failed after its stop: $(grep error "$work/stop/err.txt")"
-grep -q '^done: 400 steps' "$work/stop/out.txt" || fail "the threaded run did not train its 400 steps"
+# threaded_stop NAME WHAT: NAME's program (in $work/NAME) run in one process, stopped once it has
+# logged a step, continued after three timeouts; it must train its 400 steps.
+threaded_stop() {
+    local dir=$work/$1 pid
+    (cd "$dir" && exec ./run --no-checkpoint --peer-timeout $timeout > out.txt 2> err.txt) &
+    pid=$!
+    await_step "$dir/out.txt" $pid || fail "$2 logged no step: $(cat "$dir/err.txt")"
+    stopped_for $((3 * timeout)) $pid
+    wait $pid || fail "$2 failed after the stop: $(grep error "$dir/err.txt")"
+    grep -q '^done: 400 steps' "$dir/out.txt" || fail "$2 did not train its 400 steps"
+}
+
+# Threads.
+threaded_stop stop "the threaded run"
 
 # Threads with data parallelism (two replicas of p = 2): the replicas' barrier waits start again too.
 small_model stopdp 2 1f1b 2 400
 echo "parallel { data 2 }" >> "$work/stopdp.paci"
 mkdir -p "$work/stopdp"
 "$pacic" "$work/stopdp.paci" -o "$work/stopdp/run" 2> "$work/compile.log" || fail "compile: $(cat "$work/compile.log")"
-(cd "$work/stopdp" && exec ./run --no-checkpoint --peer-timeout $timeout > out.txt 2> err.txt) &
-pid=$!
-await_step "$work/stopdp/out.txt" $pid || fail "the threaded replicas logged no step: $(cat "$work/stopdp/err.txt")"
-stopped_for $((3 * timeout)) $pid
-wait $pid || fail "the threaded replicas failed after their stop: $(grep error "$work/stopdp/err.txt")"
-grep -q '^done: 400 steps' "$work/stopdp/out.txt" || fail "the threaded replicas did not train their 400 steps"
+threaded_stop stopdp "the threaded replicas"
 
 # Processes: every rank stopped and continued together.
 pids=()
