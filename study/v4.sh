@@ -192,7 +192,10 @@ if (( resume )); then
     echo "$(date -u +%Y-%m-%dT%H:%MZ) $commit" >> "$out/resumed.txt"
     echo "study: fourth edition ($edition), resumed: ${#names[@]} configurations, seeds $seeds, the baseline $base_steps steps; results in $out"
 else
-    rm -rf "$out/runs" "$out/calibration" "$out/gpu" "$out/resumed.txt"
+    # A fresh study replaces whatever the folder held (make study's docs/study/fourth/quick holds
+    # the committed one): its plan too, or the budget guard above would price it on the old one.
+    rm -rf "$out/runs" "$out/calibration" "$out/gpu" "$out/resumed.txt" "$out/plan.csv" "$out/grid.csv" \
+        "$out/losses.csv" "$out/summary.csv" "$out/results.md" "$out/gpu_step_times.csv"
     mkdir -p "$out/runs"
     date -u +%Y-%m-%dT%H:%MZ > "$out/date.txt"
     echo "$command_line" > "$out/command.txt"

@@ -8,7 +8,8 @@
 # and summary.csv's spread must be the seeds' sample standard deviation of the final
 # validation losses in losses.csv; the full edition must extend a line's lr grid until its best
 # is inside (or it has grown twice) and run the best at every seed, and half-budget runs of their
-# own; a resumed study takes lines added to its configurations without moving its budget.
+# own; a resumed study takes lines added to its configurations without moving its budget, and
+# a fresh one into a finished study's folder starts afresh.
 source tests/e2e/lib.sh
 unset OPENBLAS_CORETYPE PACIC_MARCH # the study's own choices (study/toolchain.sh)
 
@@ -189,5 +190,10 @@ if study/v4.sh "${full_args[@]}" --resume > "$work/f-move.log" 2>&1; then
     fail "a line with a shorter step than the budget line's was added without a word"
 fi
 grep -q 'the budget would move' "$work/f-move.log" || fail "the refused resume does not say the budget would move: $(tail -3 "$work/f-move.log")"
+# Not resumed, the same command starts afresh in that folder (as make study does into the
+# committed docs/study/fourth/quick): the old plan neither refuses it nor stays behind.
+study/v4.sh "${full_args[@]}" > "$work/f-fresh.log" 2>&1 || fail "a fresh study into a finished study's folder failed: $(tail -3 "$work/f-fresh.log")"
+[ "$(col "$f/plan.csv" zb-v-k1 budget_line)" = 1 ] && [ ! -e "$f/resumed.txt" ] ||
+    fail "the fresh study did not take zb-v-k1 (the shortest step) as its budget line"
 
 echo "study v4: every line checks; equal-time steps as recomputed from step_times.csv ($(col "$s/plan.csv" zb-v steps_time) and $(col "$s/plan.csv" paci steps_time)); seeds shuffle their order; spread is the sample sd"
