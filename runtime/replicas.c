@@ -424,8 +424,8 @@ typedef struct reduce_head {
 } reduce_head;
 
 /* Moves `bytes` over fd to or from replica `peer` of the stage (reading when `in`) by
- * `deadline` (shared by a message's parts); what it writes counts as this replica's exchange. A failure names
- * the peer, leaves the wait in place for pr_blame and exits. */
+ * `deadline` (shared by a message's parts); what it writes counts as this replica's exchange.
+ * A failure names the peer, leaves the wait in place for pr_blame and exits. */
 static void reduce_bytes(pr_run *run, pr_stage_rt *st, int fd, int peer, int in, void *data, size_t bytes,
                          pr_deadline *deadline)
 {
