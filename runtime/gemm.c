@@ -1,6 +1,7 @@
-/* gemm.c: matrix products behind pr_gemm (OpenBLAS), and its thread count. */
+/* gemm.c: matrix products behind pr_gemm (OpenBLAS) on the stage's cores. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,11 +9,91 @@
 
 #include "prt.h"
 
-void pr_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
-             const float *b, int ldb, float beta, float *c, int ldc)
+/* A stage's products run on its own cores: pr_gemm cuts a large product into blocks of C's
+ * rows (or columns, when it has more of them), one per core of the stage's pool, each an
+ * OpenBLAS call on one thread. OpenBLAS's own worker threads spin for a while after each
+ * product, and on a machine with a core per thread they took the cores from the pool's loops
+ * between products (bench/blas_pool.sh). PACIRT_GEMM_THREADS=openblas restores them, for that
+ * bench's baseline. */
+static bool blas_own_threads;
+
+/* Cuts fall on multiples of this many rows or columns, and every block has at least
+ * GEMM_BLOCK_WORK multiply-adds: below that OpenBLAS takes other code paths (its small-matrix
+ * and direct kernels) than for the whole product, which round differently. */
+enum { GEMM_BLOCK_ALIGN = 64 };
+#define GEMM_BLOCK_WORK (1L << 23)
+
+static void blas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                       const float *b, int ldb, float beta, float *c, int ldc)
 {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+typedef struct gemm_blocks {
+    int trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    const float *bias; /* NULL, or n values C's rows start from (beta 1) */
+    bool by_rows;
+    int block, blocks; /* rows (or columns) a block, and how many; the last takes the rest */
+} gemm_blocks;
+
+/* C's rows [row0, row1) and columns [col0, col1) set to the bias's columns. */
+static void fill_bias(float *c, int ldc, const float *bias, int row0, int row1, int col0, int col1)
+{
+    for (int i = row0; i < row1; i++)
+        memcpy(c + (size_t)i * (size_t)ldc + col0, bias + col0, (size_t)(col1 - col0) * sizeof(float));
+}
+
+static void gemm_block(void *ctx, int index, int worker)
+{
+    (void)worker;
+    const gemm_blocks *g = ctx;
+    int from = index * g->block, to = index == g->blocks - 1 ? (g->by_rows ? g->m : g->n) : from + g->block;
+    if (g->bias)
+        fill_bias(g->c, g->ldc, g->bias, g->by_rows ? from : 0, g->by_rows ? to : g->m, g->by_rows ? 0 : from,
+                  g->by_rows ? g->n : to);
+    if (g->by_rows)
+        blas_sgemm(g->trans_a, g->trans_b, to - from, g->n, g->k, g->alpha,
+                   g->trans_a ? g->a + from : g->a + (size_t)from * (size_t)g->lda, g->lda, g->b, g->ldb, g->beta,
+                   g->c + (size_t)from * (size_t)g->ldc, g->ldc);
+    else
+        blas_sgemm(g->trans_a, g->trans_b, g->m, to - from, g->k, g->alpha, g->a, g->lda,
+                   g->trans_b ? g->b + (size_t)from * (size_t)g->ldb : g->b + from, g->ldb, g->beta, g->c + from,
+                   g->ldc);
+}
+
+int pr_gemm_blocks(int m, int n, int k, int cores)
+{
+    int extent = m >= n ? m : n;
+    long across = (long)(m >= n ? n : m) * k;
+    int blocks = cores;
+    while (blocks > 1 && (extent / blocks / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN * across < GEMM_BLOCK_WORK ||
+                          extent / blocks < GEMM_BLOCK_ALIGN))
+        blocks--;
+    return blocks;
+}
+
+static void gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc, const float *bias)
+{
+    int blocks = blas_own_threads ? 1 : pr_gemm_blocks(m, n, k, pr_parallel_cores());
+    bool by_rows = m >= n;
+    int block = (by_rows ? m : n) / blocks / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+    gemm_blocks g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, bias ? 1.0f : beta, a, b, c, bias, by_rows,
+                     block, blocks};
+    if (blocks == 1)
+        gemm_block(&g, 0, 0);
+    else
+        pr_parallel_for(blocks, gemm_block, &g);
+}
+
+void pr_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+             const float *b, int ldb, float beta, float *c, int ldc)
+{
+    gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
 }
 
 /* The bias goes into C first and the product adds to it (beta 1): no second pass over C. */
@@ -21,9 +102,7 @@ void pr_gemm_bias(int trans_a, int trans_b, int m, int n, int k, float alpha, co
 {
     if (beta != 0.0f)
         pr_internal("pr_gemm_bias takes beta 0, not %g", (double)beta);
-    for (int i = 0; i < m; i++)
-        memcpy(c + (size_t)i * (size_t)ldc, bias, (size_t)n * sizeof(float));
-    pr_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 1.0f, c, ldc);
+    gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
 }
 
 /* Each stage thread's two widening buffers, freed when the thread ends. */
@@ -70,8 +149,8 @@ const float *pr_widen_bf16(int slot, const void *x, int rows, int cols, int ld)
     return w->data[slot];
 }
 
-/* Stage threads share the cores: each gets max(1, cores / stages) BLAS threads, and as many
- * for its parallel loops (pool.c). */
+/* Stage threads share the cores: each gets max(1, cores / stages) for its products and its
+ * parallel loops (pool.c). */
 int pr_blas_threads(int cores, int stages)
 {
     if (cores <= 0)
@@ -79,7 +158,9 @@ int pr_blas_threads(int cores, int stages)
     int per_stage = stages > 0 ? cores / stages : cores;
     if (per_stage < 1)
         per_stage = 1;
-    openblas_set_num_threads(per_stage);
+    const char *own = getenv("PACIRT_GEMM_THREADS");
+    blas_own_threads = own && strcmp(own, "openblas") == 0;
+    openblas_set_num_threads(blas_own_threads ? per_stage : 1);
     pr_pool_set_cores(per_stage);
     return per_stage;
 }

@@ -70,8 +70,11 @@ double pr_rng_normal(pr_rng *r);  /* N(0, 1) */
 
 /* ---- gemm.c: BLAS ---------------------------------------------------------------------- */
 
-/* BLAS threads per stage thread: max(1, cores / stages); cores <= 0 means all online. */
+/* Cores per stage thread for its products and loops: max(1, cores / stages); cores <= 0
+ * means all online. */
 int pr_blas_threads(int cores, int stages);
+/* The blocks pr_gemm cuts an m x n x k product into on `cores` cores (1: whole). */
+int pr_gemm_blocks(int m, int n, int k, int cores);
 void pr_pool_set_cores(int cores); /* the cores of each stage thread's pr_parallel_for */
 const char *pr_blas_better_kernels(const char *user_coretype, const char *library_core, const char *cpu_core);
 void pr_blas_choose_kernels(char **argv);
@@ -607,7 +610,7 @@ typedef struct pr_stage_rt {
 typedef struct pr_options {
     int resume, quiet, threads, trace, no_checkpoint;
     int overwrite;          /* --overwrite: replace the checkpoint folder's other checkpoints */
-    int blas_threads;       /* --blas-threads: OpenBLAS threads per stage; 0: threads / stages */
+    int blas_threads;       /* --blas-threads: cores per stage; 0: threads / stages */
     const char *init_path, *data, *val, *ckpt_dir, *metrics_path, *trace_path;
     const char *profile_out; /* measured per-stage costs, in `pacic --profile` format */
     char *const *argv;       /* the command line, said to a run refused the checkpoint folder */

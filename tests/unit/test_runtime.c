@@ -532,6 +532,119 @@ static void test_parallel_for_spreads_indices(void **state)
     }
 }
 
+/* ---- matrix products on the stage's cores (gemm.c) ---------------------------------------- */
+
+/* Products cut on 2 cores in the tests below: by rows (m >= n), and by columns, whose last
+ * block takes the 76 columns past the aligned cut. */
+static const int gemm_shapes[][3] = {{1024, 256, 80}, {192, 1100, 96}};
+
+/* A product is cut only into aligned blocks of enough work each; else it runs whole. */
+static void test_gemm_blocks(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof gemm_shapes / sizeof *gemm_shapes; i++) {
+        assert_int_equal(pr_gemm_blocks(gemm_shapes[i][0], gemm_shapes[i][1], gemm_shapes[i][2], 2), 2);
+        assert_int_equal(pr_gemm_blocks(gemm_shapes[i][0], gemm_shapes[i][1], gemm_shapes[i][2], 1), 1);
+    }
+    assert_int_equal(pr_gemm_blocks(1024, 384, 384, 4), 4);
+    assert_int_equal(pr_gemm_blocks(1024, 384, 384, 16), 16);      /* 64 rows x 384 x 384 each */
+    assert_int_equal(pr_gemm_blocks(1024, 384, 384, 32), 16);      /* blocks under 64 rows: fewer */
+    assert_int_equal(pr_gemm_blocks(1024, 256, 32, 2), 1);         /* 2^23 multiply-adds in all */
+    assert_int_equal(pr_gemm_blocks(64, 64, 64, 2), 1);
+    assert_int_equal(pr_gemm_blocks(100, 90000, 1000, 2), 2);      /* by columns */
+    assert_int_equal(pr_gemm_blocks(0, 0, 0, 2), 1);
+}
+
+typedef struct gemm_case {
+    int trans_a, trans_b, m, n, k, kind; /* kind 0: beta 0; 1: beta 1 onto C; 2: a bias */
+    const float *a, *b, *bias, *c0;
+    float *c;
+} gemm_case;
+
+static void gemm_run(gemm_case *g)
+{
+    memcpy(g->c, g->c0, (size_t)g->m * (size_t)g->n * sizeof(float));
+    int lda = g->trans_a ? g->m : g->k, ldb = g->trans_b ? g->k : g->n;
+    if (g->kind == 2)
+        pr_gemm_bias(g->trans_a, g->trans_b, g->m, g->n, g->k, 0.5f, g->a, lda, g->b, ldb, 0.0f, g->c, g->n, g->bias);
+    else
+        pr_gemm(g->trans_a, g->trans_b, g->m, g->n, g->k, 0.5f, g->a, lda, g->b, ldb, (float)g->kind, g->c, g->n);
+}
+
+/* A stage thread: its first product starts its pool's helpers, which end with it. */
+static void *gemm_caller(void *arg)
+{
+    gemm_run(arg);
+    return NULL;
+}
+
+/* A product cut into blocks on 2 cores, by rows and by columns, in every transposition, with
+ * beta 0, beta 1 and a bias, equals a double-precision reference to float rounding; and with
+ * the kernels that sum a block as they sum the whole product (checked: SSE3's, AVX-512's),
+ * the same bits as the product whole on one core. */
+static void test_gemm_cut_on_cores(void **state)
+{
+    (void)state;
+    const char *kernels = pr_blas_kernels();
+    bool same_bits = strcmp(kernels, "Prescott") == 0 || strcmp(kernels, "SkylakeX") == 0 ||
+                     strcmp(kernels, "Cooperlake") == 0;
+    pr_rng rng = {7};
+    for (size_t s = 0; s < sizeof gemm_shapes / sizeof *gemm_shapes; s++) {
+        int m = gemm_shapes[s][0], n = gemm_shapes[s][1], k = gemm_shapes[s][2];
+        float *a = malloc(sizeof(float) * (size_t)m * (size_t)k), *b = malloc(sizeof(float) * (size_t)n * (size_t)k);
+        float *bias = malloc(sizeof(float) * (size_t)n), *c0 = malloc(sizeof(float) * (size_t)m * (size_t)n);
+        float *cut = malloc(sizeof(float) * (size_t)m * (size_t)n), *whole = malloc(sizeof(float) * (size_t)m * (size_t)n);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_non_null(bias);
+        assert_non_null(c0);
+        assert_non_null(cut);
+        assert_non_null(whole);
+        for (long i = 0; i < (long)m * k; i++)
+            a[i] = (float)pr_rng_normal(&rng);
+        for (long i = 0; i < (long)n * k; i++)
+            b[i] = (float)pr_rng_normal(&rng);
+        for (long i = 0; i < n; i++)
+            bias[i] = (float)pr_rng_normal(&rng);
+        for (long i = 0; i < (long)m * n; i++)
+            c0[i] = (float)pr_rng_normal(&rng);
+        for (int t = 0; t < 4; t++)
+            for (int kind = 0; kind < 3; kind++) {
+                gemm_case g = {t >> 1, t & 1, m, n, k, kind, a, b, bias, c0, cut};
+                pr_blas_threads(2, 1);
+                pthread_t thread;
+                assert_int_equal(pthread_create(&thread, NULL, gemm_caller, &g), 0);
+                assert_int_equal(pthread_join(thread, NULL), 0);
+                pr_blas_threads(1, 1);
+                g.c = whole;
+                gemm_run(&g);
+                int lda = g.trans_a ? m : k, ldb = g.trans_b ? k : n;
+                for (int i = 0; i < m; i += 7)
+                    for (int j = 0; j < n; j += 5) {
+                        double want = kind == 1 ? c0[(long)i * n + j] : kind == 2 ? bias[j] : 0.0, scale = 1.0;
+                        for (int l = 0; l < k; l++) {
+                            double x = g.trans_a ? a[(long)l * lda + i] : a[(long)i * lda + l];
+                            double y = g.trans_b ? b[(long)j * ldb + l] : b[(long)l * ldb + j];
+                            want += 0.5 * x * y;
+                            scale += fabs(0.5 * x * y);
+                        }
+                        if (fabs(cut[(long)i * n + j] - want) > 1e-5 * scale)
+                            fail_msg("%dx%dx%d, trans %d %d, kind %d: C[%d][%d] is %.9g, not %.9g", m, n, k, g.trans_a,
+                                     g.trans_b, kind, i, j, (double)cut[(long)i * n + j], want);
+                    }
+                if (same_bits && memcmp(cut, whole, sizeof(float) * (size_t)m * (size_t)n) != 0)
+                    fail_msg("%dx%dx%d, trans %d %d, kind %d: cut on 2 cores, other bits than whole with %s kernels", m,
+                             n, k, g.trans_a, g.trans_b, kind, kernels);
+            }
+        free(a);
+        free(b);
+        free(bias);
+        free(c0);
+        free(cut);
+        free(whole);
+    }
+}
+
 /* A generic fallback on a CPU that allows better is replaced; a user's choice, the library's
  * own choice of real kernels, or a CPU no better than SSE3 is kept. */
 /* ---- OpenBLAS's kernels ------------------------------------------------------------------ */
@@ -564,6 +677,8 @@ int main(void)
         cmocka_unit_test(test_interleaved_table_equals_one_stage),
         cmocka_unit_test(test_blas_better_kernels),
         cmocka_unit_test(test_parallel_for_spreads_indices),
+        cmocka_unit_test(test_gemm_blocks),
+        cmocka_unit_test(test_gemm_cut_on_cores),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
