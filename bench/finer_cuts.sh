@@ -19,6 +19,9 @@
 # estimate of what such a cut could reach, not a prediction. The row "half layers" is the
 # estimate at pacic's own points, to compare with the file's --explain (printed above it).
 #
+# Last, the fewest cut points beside pacic's (every set of 1, 2, ... of the other seven) whose
+# best split has at most 3% imbalance and every stage at least 95% busy (the goal the two
+# examples are held to).
 # Figures only, no assertions; a few seconds. Needs python3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +43,7 @@ for p in 8 4; do
     "$pacic" "$work/parts.paci" --emit costs 2>/dev/null > "$work/costs.txt"
     "$pacic" "$file" --explain 2>/dev/null | sed -n 's/.*step time \([0-9.e+-]*\) s.*bubble \([0-9.]*%\) (steady.*/\1 \2/p' | head -1 > "$work/explain.txt"
     python3 - "$file" "$p" "$layers" "$per" "$work/costs.txt" "$work/explain.txt" <<'EOF'
-import re, sys
+import itertools, re, sys
 file, p, layers, per, costs, explain = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 # A layer's kernels in forward order, each with the backward ops of its weights and inputs,
 # found by the text the op lists give them (ops.c), and its matrices in C^2 (AdamW's share).
@@ -118,5 +121,24 @@ for name, allowed in [("whole layers", {0}), ("half layers (pacic's points)", {0
                       ("every kernel", set(range(K)))]:
     slowest, least = best(allowed)
     print(f"  {name:<48} {1e3 * slowest:6.2f} ms {100 * (1 - total / p / slowest):9.1f}% {100 * least / slowest:10.1f}%")
+# the fewest cut points beside pacic's whose best split is within the goal (imbalance
+# at most 3%, every stage at least 95% busy; the messages come on top where two slowest
+# stages are neighbours), every such set of that size
+others = [k for k in range(1, K) if k != 4]
+for size in range(1, len(others) + 1):
+    found = []
+    for chosen in itertools.combinations(others, size):
+        slowest, least = best({0, 4} | set(chosen))
+        imbalance = 1 - total / p / slowest
+        if imbalance <= 0.03 and least >= 0.95 * slowest:
+            found.append((chosen, imbalance, least / slowest))
+    if found:
+        print(f"  the fewest cut points beside pacic's for at most 3% imbalance and every stage at least 95% busy: {size}")
+        for chosen, imbalance, busy in found:
+            names = ", ".join(f"before {PIECES[k][0]}" for k in chosen)
+            print(f"    {names:<70} {100 * imbalance:5.1f}% {100 * busy:6.1f}%")
+        break
+else:
+    print("  no set of cut points reaches 3% imbalance with every stage at least 95% busy")
 EOF
 done
