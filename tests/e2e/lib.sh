@@ -251,6 +251,36 @@ train() {
     (cd "$work/$name" && ./run --quiet --metrics metrics.jsonl "$@")
 }
 
+# again NAME AS [run flags...]: NAME's compiled program (train's) run again in $work/AS/.
+again() {
+    local name=$1 as=$2
+    shift 2
+    mkdir -p "$work/$as"
+    (cd "$work/$as" && "$work/$name/run" --quiet --metrics metrics.jsonl "$@")
+}
+
+# same_checkpoint A B STEP: A's and B's checkpoints at STEP hold the same bits and they logged the
+# same losses: all of model.bin, and all of state.bin (AdamW m and v, the untied head) but
+# the schedule and stage count in its header (int64 fields 8 and 9, bytes 64..79).
+same_checkpoint() {
+    local a=$work/$1/ckpt/$(printf step_%08d "$3") b=$work/$2/ckpt/$(printf step_%08d "$3")
+    cmp -s "$a/model.bin" "$b/model.bin" &&
+        cmp -s -n 64 "$a/state.bin" "$b/state.bin" &&
+        cmp -s -i 80 "$a/state.bin" "$b/state.bin" &&
+        [ "$(losses "$1")" = "$(losses "$2")" ]
+}
+
+# sse3_kernels: OpenBLAS's SSE3 kernels (Prescott), on every x86-64 CPU, unless the machine
+# sets OPENBLAS_CORETYPE itself (some do, to avoid kernels that fail on their CPU); x86 is 1
+# when they were set, else 0. A build without runtime kernel choice ignores the variable.
+sse3_kernels() {
+    x86=0
+    if [ "$(uname -m)" = x86_64 ] && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+        export OPENBLAS_CORETYPE=Prescott
+        x86=1
+    fi
+}
+
 # losses NAME: the per-step training losses a run logged, one per line.
 losses() {
     sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$work/$1/metrics.jsonl"

@@ -9,11 +9,7 @@
 # AVX2 and FMA; else that part is skipped).
 source tests/e2e/lib.sh
 
-x86=0
-if [ "$(uname -m)" = x86_64 ] && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    export OPENBLAS_CORETYPE=Prescott
-    x86=1
-fi
+sse3_kernels
 
 # model NAME STAGES: 2 layers of width 256, context 128, micro-batch 4, window 2, 3 steps.
 model() {
@@ -30,21 +26,8 @@ train {
 DSL
 }
 
-# same A B: A's and B's step-3 checkpoints hold the same weights and optimizer state (all of
-# state.bin but its header's schedule and stage count, bytes 64..79) and the same losses.
-same() {
-    local a=$work/$1/ckpt/step_00000003 b=$work/$2/ckpt/step_00000003
-    cmp -s "$a/model.bin" "$b/model.bin" && cmp -s -n 64 "$a/state.bin" "$b/state.bin" &&
-        cmp -s -i 80 "$a/state.bin" "$b/state.bin" && [ "$(losses "$1")" = "$(losses "$2")" ]
-}
-
-# again NAME AS [run flags...]: NAME's program run again in $work/AS/.
-again() {
-    local name=$1 as=$2
-    shift 2
-    mkdir -p "$work/$as"
-    (cd "$work/$as" && "$work/$name/run" --quiet --metrics metrics.jsonl "$@")
-}
+# same A B: A's and B's step-3 checkpoints and losses (same_checkpoint).
+same() { same_checkpoint "$1" "$2" 3; }
 
 model p1 1
 model p2 2

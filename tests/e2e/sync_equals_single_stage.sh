@@ -9,15 +9,9 @@
 # tier: check
 source tests/e2e/lib.sh
 
-# SSE3 kernels, on every x86-64 CPU; AVX-512's happen to sum this shape alike at 1 and 2
-# threads, and a build without runtime kernel choice ignores the variable. A machine that
-# sets OPENBLAS_CORETYPE itself (some do, to avoid kernels that fail on their CPU) keeps it,
-# and OpenBLAS's threaded mismatch below is then not shown.
-x86=0
-if [ "$(uname -m)" = x86_64 ] && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    export OPENBLAS_CORETYPE=Prescott
-    x86=1
-fi
+# SSE3 kernels (AVX-512's happen to sum this shape alike at 1 and 2 threads); with a
+# machine's own OPENBLAS_CORETYPE, OpenBLAS's threaded mismatch below is not shown.
+sse3_kernels
 
 # model NAME STAGES SCHEDULE WINDOW: the small model with a vocabulary of 300.
 model() {
@@ -26,24 +20,8 @@ model() {
     grep -q "vocab 300" "$work/$1.paci" || fail "model edit did not apply"
 }
 
-# again NAME AS [run flags...]: runs NAME's compiled program again, in $work/AS/.
-again() {
-    local name=$1 as=$2
-    shift 2
-    mkdir -p "$work/$as"
-    (cd "$work/$as" && "$work/$name/run" --quiet --metrics metrics.jsonl "$@")
-}
-
-# same A B: A's and B's step-20 checkpoints hold the same bits and they logged the same
-# losses: all of model.bin, and all of state.bin (AdamW m and v, the untied head) but the
-# schedule and stage count in its header (int64 fields 8 and 9, bytes 64..79).
-same() {
-    local a=$work/$1/ckpt/step_00000020 b=$work/$2/ckpt/step_00000020
-    cmp -s "$a/model.bin" "$b/model.bin" &&
-        cmp -s -n 64 "$a/state.bin" "$b/state.bin" &&
-        cmp -s -i 80 "$a/state.bin" "$b/state.bin" &&
-        [ "$(losses "$1")" = "$(losses "$2")" ]
-}
+# same A B: A's and B's step-20 checkpoints and losses (same_checkpoint).
+same() { same_checkpoint "$1" "$2" 20; }
 
 for schedule in gpipe 1f1b; do
     for p in 1 2 3 4; do
