@@ -65,13 +65,16 @@ static void gemm_block(void *ctx, int index, int worker)
                    g->ldc);
 }
 
+/* A product is cut along the larger of C's rows and columns, in blocks of `extent / blocks`
+ * rounded down to the alignment (the last block takes the rest). */
+static int aligned_block(int extent, int blocks) { return extent / blocks / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN; }
+
 int pr_gemm_blocks(int m, int n, int k, int cores)
 {
     int extent = m >= n ? m : n;
     long across = (long)(m >= n ? n : m) * k;
     int blocks = cores;
-    while (blocks > 1 && (extent / blocks / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN * across < GEMM_BLOCK_WORK ||
-                          extent / blocks < GEMM_BLOCK_ALIGN))
+    while (blocks > 1 && (aligned_block(extent, blocks) * across < GEMM_BLOCK_WORK || extent / blocks < GEMM_BLOCK_ALIGN))
         blocks--;
     return blocks;
 }
@@ -81,9 +84,8 @@ static void gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, con
 {
     int blocks = blas_own_threads ? 1 : pr_gemm_blocks(m, n, k, pr_parallel_cores());
     bool by_rows = m >= n;
-    int block = (by_rows ? m : n) / blocks / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
     gemm_blocks g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, bias ? 1.0f : beta, a, b, c, bias, by_rows,
-                     block, blocks};
+                     aligned_block(by_rows ? m : n, blocks), blocks};
     if (blocks == 1)
         gemm_block(&g, 0, 0);
     else
