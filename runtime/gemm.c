@@ -74,7 +74,8 @@ int pr_gemm_blocks(int m, int n, int k, int cores)
     int extent = m >= n ? m : n;
     long across = (long)(m >= n ? n : m) * k;
     int blocks = cores;
-    while (blocks > 1 && (aligned_block(extent, blocks) * across < GEMM_BLOCK_WORK || extent / blocks < GEMM_BLOCK_ALIGN))
+    while (blocks > 1 &&
+           (aligned_block(extent, blocks) * across < GEMM_BLOCK_WORK || extent / blocks < GEMM_BLOCK_ALIGN))
         blocks--;
     return blocks;
 }
