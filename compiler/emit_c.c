@@ -648,17 +648,23 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
     emit_close(sb, "");
 }
 
-/* One layer's block of `what`: the attention half's entries, then the MLP half's from `mlp`
- * (each half's offsets from its own start), and the whole block's size as `per_layer`. */
+/* One layer's block of `what`: the attention half's entries, then the fc piece's from `mlp`
+ * (the MLP half's start), then the GELU piece's from `gelu` (each piece's offsets from its
+ * own start), and the whole block's size as `per_layer`. */
 static void emit_layer_layout(StrBuf *sb, const char *what, const char *block, const char *per_layer,
-                              const char *mlp, const Layout *attn_half, const Layout *mlp_half)
+                              const char *mlp, const char *gelu, const Layout *attn_half, const Layout *fc_piece,
+                              const Layout *gelu_piece)
 {
-    emit_line(sb, "/* One layer's %s, at %s_LAYERS + l * %s: its attention half's,", what, block, per_layer);
-    emit_line(sb, " * then from %s its MLP half's (each half's offsets from its start). */", mlp);
+    emit_line(sb, "/* One layer's %s, at %s_LAYERS + l * %s: its attention half's, then from %s", what, block,
+              per_layer, mlp);
+    emit_line(sb, " * its MLP half's: its fc piece's (LayerNorm 2, the fc product), then from %s its GELU", gelu);
+    emit_line(sb, " * piece's (GELU, the projection); each part's offsets from its start. */");
     emit_layout(sb, attn_half);
     emit_line(sb, "#define %s %ldL", mlp, attn_half->total);
-    emit_layout(sb, mlp_half);
-    emit_line(sb, "#define %s %ldL", per_layer, attn_half->total + mlp_half->total);
+    emit_layout(sb, fc_piece);
+    emit_line(sb, "#define %s %ldL", gelu, attn_half->total + fc_piece->total);
+    emit_layout(sb, gelu_piece);
+    emit_line(sb, "#define %s %ldL", per_layer, attn_half->total + fc_piece->total + gelu_piece->total);
 }
 
 /* What the stage's code names: its includes, shapes, AdamW's constants, the kernels' macros as C
@@ -688,8 +694,10 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
     emit_line(sb, "#define BF16_STORE(p) %s", cfg->precision == PREC_BF16 ? "((pr_bf16 *)(p))" : "((pr_bf16 *)0)");
     blank_line(sb);
-    emit_layer_layout(sb, "parameters", "PARAM", "PARAM_PER_LAYER", "P_MLP", &lay->attn_params, &lay->mlp_params);
-    emit_layer_layout(sb, "saved activations", "ACT", "ACT_PER_LAYER", "A_MLP", &lay->attn_acts, &lay->mlp_acts);
+    emit_layer_layout(sb, "parameters", "PARAM", "PARAM_PER_LAYER", "P_MLP", "P_GELU", &lay->attn_params,
+                      &lay->fc_params, &lay->gelu_params);
+    emit_layer_layout(sb, "saved activations", "ACT", "ACT_PER_LAYER", "A_MLP", "A_GELU", &lay->attn_acts,
+                      &lay->fc_acts, &lay->gelu_acts);
     emit_line(sb, "/* The stage's parameter block (%ld floats). */", lay->params.total);
     emit_layout(sb, &lay->params);
     if (sp->has_head && cfg->tied)
@@ -706,7 +714,12 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "/* One activation slot (%ld floats). */", lay->acts.total);
     emit_layout(sb, &lay->acts);
     emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3%s */", lay->out_offset,
-              sp->tail_attn ? " (here the trailing attention half's resid2)" : "");
+              sp->tail_fc     ? " (here the trailing attention half's resid2, and after it the fc output)"
+              : sp->tail_attn ? " (here the trailing attention half's resid2)"
+                              : "");
+    if (sp->lead_gelu || sp->tail_fc)
+        emit_line(sb, "#define MSG_DFC %ldL /* across the cut after an fc product: where the fc output (or its "
+                      "gradient) starts in the message */", message_dfc_offset(cfg));
     emit_line(sb, "/* Backward scratch (%ld floats). */", lay->scratch.total);
     emit_layout(sb, &lay->scratch);
     blank_line(sb);
@@ -735,6 +748,15 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
         emit_line(sb, "from_bf16((const pr_bf16 *)args->dx_out, args->scratch + S_DRES, (long)BT * C);");
     else
         emit_line(sb, "memcpy(args->scratch + S_DRES, args->dx_out, sizeof(float) * BT * C);");
+    if (sp->tail_fc && !w) { // d fc comes with d(resid2)'s residual share
+        if (sends_residual(cfg, sp))
+            emit_line(sb, "from_bf16((const pr_bf16 *)args->dx_out + MSG_DFC, args->scratch + S_DFC, 4L * BT * C);");
+        else
+            emit_line(sb, "memcpy(args->scratch + S_DFC, args->dx_out + MSG_DFC, sizeof(float) * 4 * BT * C);");
+    }
+    if (sp->tail_fc)
+        emit_line(sb, "fc_piece_backward%s(args->params + PARAM_TAIL_ATTN + P_MLP, args->grads + PARAM_TAIL_ATTN + P_MLP, "
+                      "args->acts + ACT_TAIL_ATTN + A_MLP, args->acts + ACT_TAIL_ATTN + A_RESID2, args->scratch);", part);
     if (sp->tail_attn)
         emit_line(sb, "attn_backward%s(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
                       "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);", part);
@@ -747,6 +769,9 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
     if (sp->lead_mlp)
         emit_line(sb, "mlp_backward%s(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
                       "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);", part);
+    if (sp->lead_gelu)
+        emit_line(sb, "gelu_piece_backward%s(args->params + PARAM_LEAD_GELU, args->grads + PARAM_LEAD_GELU, "
+                      "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);", part);
     if (sp->has_embed && !*part)
         emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
     else if (sp->has_embed)
@@ -758,6 +783,12 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
         emit_line(sb, "to_bf16(args->scratch + S_DRES, (pr_bf16 *)args->dx_in, (long)BT * C);");
     else if (!stage_head_back(sp)) /* the split's last stage wrote its message itself */
         emit_line(sb, "memcpy(args->dx_in, args->scratch + S_DRES, sizeof(float) * BT * C);");
+    if (sp->lead_gelu && !w) { // and d fc, for the fc piece on the stage before
+        if (receives_residual(cfg, sp))
+            emit_line(sb, "to_bf16(args->scratch + S_DFC, (pr_bf16 *)args->dx_in + MSG_DFC, 4L * BT * C);");
+        else
+            emit_line(sb, "memcpy(args->dx_in + MSG_DFC, args->scratch + S_DFC, sizeof(float) * 4 * BT * C);");
+    }
     emit_close(sb, "");
     blank_line(sb);
 }
@@ -768,8 +799,10 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     emit_line(sb, " * layer's output. */");
     emit_line(sb, "static float *layer_input(float *acts, int l)");
     emit_open_block(sb);
-    emit_line(sb, "return l == 0 ? acts + %s : acts + ACT_LAYERS + (long)(l - 1) * ACT_PER_LAYER + A_MLP + A_RESID3;",
-              sp->lead_mlp ? "ACT_LEAD_MLP + A_RESID3" : "ACT_INPUT");
+    emit_line(sb, "return l == 0 ? acts + %s : acts + ACT_LAYERS + (long)(l - 1) * ACT_PER_LAYER + A_GELU + A_RESID3;",
+              sp->lead_mlp    ? "ACT_LEAD_MLP + (A_GELU - A_MLP) + A_RESID3"
+              : sp->lead_gelu ? "ACT_LEAD_GELU + A_RESID3"
+                              : "ACT_INPUT");
     emit_close(sb, "");
     blank_line(sb);
 
@@ -778,10 +811,13 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     if (sp->has_embed)
         emit_line(sb, "embed_forward(args->params, args->acts, args->tokens);");
     if (receives_residual(cfg, sp))
-        emit_line(sb, "from_bf16((const pr_bf16 *)(args->acts + ACT_INPUT_MSG), args->acts + ACT_INPUT, (long)BT * C); "
-                      "/* the message came in bf16 */");
+        emit_line(sb, "from_bf16((const pr_bf16 *)(args->acts + ACT_INPUT_MSG), args->acts + ACT_INPUT, %s); "
+                      "/* the message came in bf16 */", sp->lead_gelu ? "MSG_DFC + 4L * BT * C" : "(long)BT * C");
     if (sp->lead_mlp)
         emit_line(sb, "mlp_forward(args->params + PARAM_LEAD_MLP, args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT);");
+    if (sp->lead_gelu)
+        emit_line(sb, "gelu_piece_forward(args->params + PARAM_LEAD_GELU, args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT, "
+                      "args->acts + ACT_INPUT_FC);");
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
     emit_line(sb, "block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
                   "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));");
@@ -789,6 +825,9 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     if (sp->tail_attn)
         emit_line(sb, "attn_forward(args->params + PARAM_TAIL_ATTN, args->acts + ACT_TAIL_ATTN, "
                       "layer_input(args->acts, N_LAYERS));");
+    if (sp->tail_fc)
+        emit_line(sb, "fc_piece_forward(args->params + PARAM_TAIL_ATTN + P_MLP, args->acts + ACT_TAIL_ATTN + A_MLP, "
+                      "args->acts + ACT_TAIL_ATTN + A_RESID2);");
     if (stage_head_front(sp))
         emit_line(sb, "head_front_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets);");
     else if (stage_head_back(sp))
@@ -796,8 +835,8 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     else if (sp->has_head)
         emit_line(sb, "head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, args->losses);");
     if (sends_residual(cfg, sp))
-        emit_line(sb, "to_bf16(args->acts + ACT_OUTPUT, (pr_bf16 *)(args->acts + ACT_OUTPUT_MSG), (long)BT * C); "
-                      "/* the message goes in bf16 */");
+        emit_line(sb, "to_bf16(args->acts + ACT_OUTPUT, (pr_bf16 *)(args->acts + ACT_OUTPUT_MSG), %s); "
+                      "/* the message goes in bf16 */", sp->tail_fc ? "MSG_DFC + 4L * BT * C" : "(long)BT * C");
     emit_close(sb, "");
     blank_line(sb);
 
@@ -823,13 +862,16 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
 /* The stage file's banner: what the stage holds. */
 static void emit_c_stage_banner(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, int stages)
 {
-    char *lead = sp->lead_mlp ? xasprintf("the MLP half of layer %d%s", sp->first_layer - 1,
-                                          sp->n_layers > 0 || sp->tail_attn ? ", " : "")
-                              : xstrdup("");
-    char *tail = sp->tail_attn ? xasprintf("%sthe attention half of layer %d", sp->n_layers > 0 ? ", " : "",
+    bool lead_any = sp->lead_mlp || sp->lead_gelu;
+    char *lead = lead_any ? xasprintf("%s of layer %d%s",
+                                      sp->lead_mlp ? "the MLP half" : "the GELU, MLP projection and residual",
+                                      sp->first_layer - 1, sp->n_layers > 0 || sp->tail_attn ? ", " : "")
+                          : xstrdup("");
+    char *tail = sp->tail_attn ? xasprintf("%sthe attention half%s of layer %d", sp->n_layers > 0 ? ", " : "",
+                                           sp->tail_fc ? ", LayerNorm 2 and the fc product" : "",
                                            sp->first_layer + sp->n_layers)
                                : xstrdup("");
-    char *layers = sp->n_layers > 0 || (!sp->lead_mlp && !sp->tail_attn)
+    char *layers = sp->n_layers > 0 || (!lead_any && !sp->tail_attn)
                        ? xasprintf("%d layer%s [%d, %d)", sp->n_layers, sp->n_layers == 1 ? "" : "s",
                                    sp->first_layer, sp->first_layer + sp->n_layers)
                        : xstrdup("");
@@ -1119,7 +1161,8 @@ static void emit_stage_codes(StrBuf *sb, const Config *cfg, const Lowered *low)
                   lay->acts.total, lay->scratch.total);
         emit_line(sb, ".in_offset = %ld, .out_offset = %ld, .probs_offset = %ld,", lay->in_offset,
                   lay->msg_offset, lay->probs_offset);
-        if (plan->vocab_split > 0 || cfg->messages != MESSAGES_FP32) // the others' stay as they were
+        bool fc_cut = sp->tail_fc || sp->lead_gelu || (s > 0 && plan->stage[s - 1].tail_fc);
+        if (plan->vocab_split > 0 || cfg->messages != MESSAGES_FP32 || fc_cut) // the others' stay as they were
             emit_line(sb, ".out_floats = %ld, .dx_floats = %ld, .has_lnf = %d, .vocab_begin = %ld, .vocab_end = %ld, "
                           ".lse_offset = %ld,", lay->out_floats, lay->dx_floats, sp->has_lnf, sp->vocab_begin,
                       sp->vocab_end, lay->lse_offset);
@@ -1247,7 +1290,7 @@ void emit_calibration_program(StrBuf *sb)
 {
     Config shape = {.micro = 4, .context = 64, .width = 256, .heads = 4, .vocab = 256};
     double bytes;
-    double flops = kernel_counted_flops(&shape, "gelu_forward", 256, &bytes) +
+    double flops = kernel_counted_flops(&shape, "gelu_piece_forward", 256, &bytes) +
                    kernel_counted_flops(&shape, "layernorm_forward", 256, &bytes);
     emit_line(sb, "/* Generated by pacic %s calibrate-cpu: this machine's rates for the CPU cost model. */",
               PACIC_VERSION);
@@ -1259,7 +1302,7 @@ void emit_calibration_program(StrBuf *sb)
     emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
     emit_line(sb, "#define BF16_STORE(p) ((pr_bf16 *)0)");
     blank_line(sb);
-    emit_c_kernel(sb, kernel_find("gelu_forward"));
+    emit_c_kernel(sb, kernel_find("gelu_piece_forward"));
     emit_c_kernel(sb, kernel_find("layernorm_forward"));
     emit_line(sb, "static float *pre, *act, *inp, *out, *mean, *rstd, *weight, *bias;");
     emit_line(sb, "/* One call of each; the FLOPs costs.c counts for them. */");

@@ -308,8 +308,10 @@ void emit_cuda_stage(StrBuf *sb, const Config *cfg, const Lowered *low, int s)
     const StagePlan *sp = low->stage[s].plan;
     char *what = xasprintf("Stage %d of %d, CUDA kernels (layers [%d, %d)%s%s): one thread per index, "
                            "%d threads per block.", s, low->stages, sp->first_layer,
-                           sp->first_layer + sp->n_layers, sp->lead_mlp ? ", after an MLP half" : "",
-                           sp->tail_attn ? ", then an attention half" : "", CUDA_BLOCK);
+                           sp->first_layer + sp->n_layers,
+                           sp->lead_mlp ? ", after an MLP half" : sp->lead_gelu ? ", after a GELU piece" : "",
+                           sp->tail_fc ? ", then an attention half and an fc piece"
+                           : sp->tail_attn ? ", then an attention half" : "", CUDA_BLOCK);
     emit_banner(sb, cfg, what);
     free(what);
     emit_shape_constants(sb, cfg);
@@ -541,16 +543,17 @@ static void emit_to_bf16(StrBuf *sb, const char *src, const char *dst, const cha
 }
 
 /* messages bf16: the conversion of a message, in a block of its own, with what it is for. */
-static void emit_message_bf16(StrBuf *sb, bool narrow, const char *src, const char *dst, const char *why)
+static void emit_message_bf16(StrBuf *sb, bool narrow, const char *src, const char *dst, const char *count,
+                              const char *why)
 {
     emit_line(sb, "/* %s */", why);
     emit_open_block(sb);
     if (narrow) {
-        emit_to_bf16(sb, src, dst, "(long)BT * C");
+        emit_to_bf16(sb, src, dst, count);
     } else {
         emit_line(sb, "const pr_bf16 *x = (const pr_bf16 *)(%s);", src);
         emit_line(sb, "float *out = %s;", dst);
-        emit_line(sb, "long n = (long)BT * C;");
+        emit_line(sb, "long n = %s;", count);
         emit_line(sb, "void *args[] = {&x, &out, &n};");
         emit_line(sb, "pr_cuda_launch(CUDA_STAGE, K_from_bf16, n, CUDA_BLOCK, args);");
     }
@@ -564,7 +567,7 @@ static void emit_message_bf16(StrBuf *sb, bool narrow, const char *src, const ch
  * fp32 result next, writes it on the way (ops.c gives it the copy). */
 static void emit_fused_gelu(StrBuf *sb, const Config *cfg, const Op *gemm, const Op *gelu, const char *section, int index)
 {
-    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
+    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_piece_backward") != 0 || gemm->bias)
         ICE("a GELU epilogue that is not a product followed by gelu_backward");
     emit_line(sb, "/* %s; the next op in cuBLASLt's epilogue where it fuses */", gemm->comment);
     emit_op_begin(sb, section, index);
@@ -620,15 +623,16 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
  * (none in fp32): a layer's, the stage block's, the leading MLP half's, the trailing attention
  * half's. */
 typedef struct WeightCopies {
-    const char *layer, *stage, *lead, *tail;
+    const char *layer, *stage, *lead, *tail, *lead_gelu, *tail_fc;
 } WeightCopies;
 
 static WeightCopies weight_copies(bool bf16)
 {
     if (!bf16)
-        return (WeightCopies){"", "", "", ""};
+        return (WeightCopies){"", "", "", "", "", ""};
     return (WeightCopies){"args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, ", "args->params_h, ",
-                          "args->params_h + PARAM_LEAD_MLP, ", "args->params_h + PARAM_TAIL_ATTN, "};
+                          "args->params_h + PARAM_LEAD_MLP, ", "args->params_h + PARAM_TAIL_ATTN, ",
+                          "args->params_h + PARAM_LEAD_GELU, ", "args->params_h + PARAM_TAIL_ATTN + P_MLP, "};
 }
 
 /* The host file's constants: the stage, the block size, the products' inputs, the kernels' indices. */
@@ -660,10 +664,14 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
     if (sp->has_embed)
         emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
     if (receives_residual(cfg, sp))
-        emit_message_bf16(sb, false, "args->acts + ACT_INPUT_MSG", "args->acts + ACT_INPUT", "the message came in bf16");
+        emit_message_bf16(sb, false, "args->acts + ACT_INPUT_MSG", "args->acts + ACT_INPUT",
+                          sp->lead_gelu ? "MSG_DFC + 4L * BT * C" : "(long)BT * C", "the message came in bf16");
     if (sp->lead_mlp)
         emit_line(sb, "cuda_mlp_forward(args->params + PARAM_LEAD_MLP, %sargs->acts + ACT_LEAD_MLP, "
                       "args->acts + ACT_INPUT);", h.lead);
+    if (sp->lead_gelu)
+        emit_line(sb, "cuda_gelu_piece_forward(args->params + PARAM_LEAD_GELU, %sargs->acts + ACT_LEAD_GELU, "
+                      "args->acts + ACT_INPUT, args->acts + ACT_INPUT_FC);", h.lead_gelu);
     emit_open(sb, "for (int l = 0; l < N_LAYERS; l++)");
     emit_line(sb, "cuda_block_forward(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
                   "args->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l));", h.layer);
@@ -671,6 +679,9 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
     if (sp->tail_attn)
         emit_line(sb, "cuda_attn_forward(args->params + PARAM_TAIL_ATTN, %sargs->acts + ACT_TAIL_ATTN, "
                       "layer_input(args->acts, N_LAYERS));", h.tail);
+    if (sp->tail_fc)
+        emit_line(sb, "cuda_fc_piece_forward(args->params + PARAM_TAIL_ATTN + P_MLP, %sargs->acts + ACT_TAIL_ATTN + A_MLP, "
+                      "args->acts + ACT_TAIL_ATTN + A_RESID2);", h.tail_fc);
     if (stage_head_front(sp))
         emit_line(sb, "cuda_head_front_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets);",
                   h.stage);
@@ -681,7 +692,8 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
         emit_line(sb, "cuda_head_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets, "
                       "args->losses);", h.stage);
     if (sends_residual(cfg, sp))
-        emit_message_bf16(sb, true, "args->acts + ACT_OUTPUT", "args->acts + ACT_OUTPUT_MSG", "the message goes in bf16");
+        emit_message_bf16(sb, true, "args->acts + ACT_OUTPUT", "args->acts + ACT_OUTPUT_MSG",
+                          sp->tail_fc ? "MSG_DFC + 4L * BT * C" : "(long)BT * C", "the message goes in bf16");
     emit_close(sb, "");
     sb_puts(sb, "\n");
 }
@@ -716,9 +728,16 @@ static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredS
                       cfg->tied ? "" : " and the head");
     } else if (strcmp(part, "_w") != 0) {
         if (sends_residual(cfg, sp))
-            emit_message_bf16(sb, false, "args->dx_out", "args->scratch + S_DRES", "the gradient came in bf16");
+            emit_message_bf16(sb, false, "args->dx_out", "args->scratch + S_DRES", "(long)BT * C",
+                              "the gradient came in bf16");
         else
             emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DRES, args->dx_out, (int64_t)BT * C);");
+        if (sp->tail_fc && sends_residual(cfg, sp)) // and d fc, after the residual's share of d(resid2)
+            emit_message_bf16(sb, false, "(const pr_bf16 *)args->dx_out + MSG_DFC", "args->scratch + S_DFC",
+                              "4L * BT * C", "d fc came in bf16 with it");
+        else if (sp->tail_fc)
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DFC, args->dx_out + MSG_DFC, "
+                          "(int64_t)4 * BT * C); /* and d fc, after the residual's share of d(resid2) */");
         if (bf16) {
             emit_line(sb, "/* the received gradient's bf16 copy, for the last layer's products */");
             emit_open_block(sb);
@@ -739,6 +758,13 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
     emit_line(sb, "void pr_stage_%d_cuda_backward%s(const pr_bwd_args *args)", s, part);
     emit_open_block(sb);
     emit_cuda_backward_top(sb, cfg, ls, h, part);
+    if (sp->tail_fc) {
+        emit_line(sb, "cuda_fc_piece_backward%s(args->params + PARAM_TAIL_ATTN + P_MLP, %sargs->grads + PARAM_TAIL_ATTN + "
+                      "P_MLP, args->acts + ACT_TAIL_ATTN + A_MLP,", part, h.tail_fc);
+        emit_line(sb, "                 %sargs->acts + ACT_TAIL_ATTN + A_RESID2, args->scratch);", *part ? "  " : "");
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN + P_MLP, P_GELU - P_MLP);");
+    }
     if (sp->tail_attn) {
         emit_line(sb, "cuda_attn_backward%s(args->params + PARAM_TAIL_ATTN, %sargs->grads + PARAM_TAIL_ATTN, "
                       "args->acts + ACT_TAIL_ATTN,", part, h.tail);
@@ -761,6 +787,13 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
         if (ready)
             emit_line(sb, "grads_ready(args, PARAM_LEAD_MLP, PARAM_PER_LAYER - P_MLP);");
     }
+    if (sp->lead_gelu) {
+        emit_line(sb, "cuda_gelu_piece_backward%s(args->params + PARAM_LEAD_GELU, %sargs->grads + PARAM_LEAD_GELU, "
+                      "args->acts + ACT_LEAD_GELU,", part, h.lead_gelu);
+        emit_line(sb, "                   %sargs->acts + ACT_INPUT_FC, args->scratch);", *part ? "  " : "");
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_LEAD_GELU, PARAM_PER_LAYER - P_GELU);");
+    }
     if (sp->has_embed && ready) {
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
@@ -771,9 +804,15 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
     } else if (w) {
         // W sends no message
     } else if (receives_residual(cfg, sp)) {
-        emit_message_bf16(sb, true, "args->scratch + S_DRES", "args->dx_in", "the gradient goes in bf16");
+        emit_message_bf16(sb, true, "args->scratch + S_DRES", "args->dx_in", "(long)BT * C", "the gradient goes in bf16");
+        if (sp->lead_gelu)
+            emit_message_bf16(sb, true, "args->scratch + S_DFC", "(pr_bf16 *)args->dx_in + MSG_DFC", "4L * BT * C",
+                              "and d fc, for the fc piece on the stage before");
     } else if (!stage_head_back(sp)) { /* the split's last stage wrote its message itself */
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
+        if (sp->lead_gelu)
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in + MSG_DFC, args->scratch + S_DFC, (int64_t)4 * BT * C); "
+                          "/* and d fc */");
     }
     emit_close(sb, "");
     sb_puts(sb, "\n");

@@ -70,8 +70,8 @@ long layout_offset(const Layout *l, const char *name)
 }
 
 /* One layer's parameters in llm.c's per-layer tensor order, so that a layer's tensors map
- * to slices of the checkpoint's tensors one to one: the attention half's six, then the MLP
- * half's six. */
+ * to slices of the checkpoint's tensors one to one: the attention half's six, then the fc
+ * piece's four (LayerNorm 2, the fc product), then the GELU piece's two (the MLP projection). */
 static const struct {
     const char *name, *ckpt_name, *ckpt_tensor;
     int rows, cols; /* in units of C (rows 0: a vector of cols * C) */
@@ -91,7 +91,7 @@ static const struct {
     {"P_FCPROJW", "fcprojw", CKPT(FCPROJW), 1, 4, true, INIT_RESIDUAL},
     {"P_FCPROJB", "fcprojb", CKPT(FCPROJB), 0, 1, false, INIT_ZEROS},
 };
-enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0], N_ATTN_TENSORS = 6 };
+enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0], N_ATTN_TENSORS = 6, N_FC_END = 10 };
 
 static long layer_tensor_size(int i, long C)
 {
@@ -99,7 +99,8 @@ static long layer_tensor_size(int i, long C)
     return rows * layer_tensors[i].cols * C;
 }
 
-/* A layer's saved activations: its attention half's block, then its MLP half's. */
+/* A layer's saved activations: its attention half's block, then its fc piece's, then its
+ * GELU piece's. */
 static void layer_act_layouts(const Config *cfg, StageLayout *lay)
 {
     long B = cfg->micro, T = cfg->context, C = cfg->width, NH = cfg->heads;
@@ -123,19 +124,20 @@ static void layer_act_layouts(const Config *cfg, StageLayout *lay)
                      "B has read it)");
         layout_alias(la, "A_W_DQKV", "A_QKV", "d(qkv), kept by B for W (over A_QKV: the attention's B has read it)");
     }
-    Layout *lm = &lay->mlp_acts;
-    layout_add_operand(lm, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
-    layout_add(lm, "A_LN2_MEAN", BT, "its row means");
-    layout_add(lm, "A_LN2_RSTD", BT, "its row 1/std");
-    layout_add(lm, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
-    layout_add_operand(lm, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
-    layout_add(lm, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
-    if (split) {
-        layout_alias(lm, "A_W_DRES3", "A_RESID3", "d(resid3), kept by B for W (over A_RESID3: the next half's B "
-                     "has read it)");
-        layout_alias(lm, "A_W_DFC", "A_FC_PRE", "d(fc pre-activation), kept by B for W (over A_FC_PRE: GELU's "
+    Layout *lf = &lay->fc_acts;
+    layout_add(lf, "A_FC_PRE", BT * 4 * C, "MLP pre-activation (with bias)");
+    layout_add_operand(lf, cfg, true, "A_LN2", BT * C, "LayerNorm 2 output (bf16 under bf16)");
+    layout_add(lf, "A_LN2_MEAN", BT, "its row means");
+    layout_add(lf, "A_LN2_RSTD", BT, "its row 1/std");
+    if (split)
+        layout_alias(lf, "A_W_DFC", "A_FC_PRE", "d(fc pre-activation), kept by B for W (over A_FC_PRE: GELU's "
                      "backward has read it)");
-    }
+    Layout *lg = &lay->gelu_acts;
+    layout_add_operand(lg, cfg, true, "A_FC_GELU", BT * 4 * C, "GELU output (bf16 under bf16)");
+    layout_add(lg, "A_RESID3", BT * C, "residual after the MLP: the layer's output");
+    if (split)
+        layout_alias(lg, "A_W_DRES3", "A_RESID3", "d(resid3), kept by B for W (over A_RESID3: the next half's B "
+                     "has read it)");
 }
 
 /* Parameters: [wte wpe] layers... [lnfw lnfb lm_head]; activations: input, layers...,
@@ -147,13 +149,14 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     *lay = (StageLayout){0};
 
     for (int i = 0; i < N_LAYER_TENSORS; i++)
-        layout_add(i < N_ATTN_TENSORS ? &lay->attn_params : &lay->mlp_params, layer_tensors[i].name,
-                   layer_tensor_size(i, C), layer_tensors[i].ckpt_name);
-    lay->layer_params = lay->attn_params.total + lay->mlp_params.total;
+        layout_add(i < N_ATTN_TENSORS ? &lay->attn_params : i < N_FC_END ? &lay->fc_params : &lay->gelu_params,
+                   layer_tensors[i].name, layer_tensor_size(i, C), layer_tensors[i].ckpt_name);
+    long mlp_params = lay->fc_params.total + lay->gelu_params.total;
+    lay->layer_params = lay->attn_params.total + mlp_params;
 
     layer_act_layouts(cfg, lay);
-    Layout *la = &lay->attn_acts, *lm = &lay->mlp_acts;
-    lay->layer_acts = la->total + lm->total;
+    Layout *la = &lay->attn_acts, *lf = &lay->fc_acts, *lg = &lay->gelu_acts;
+    lay->layer_acts = la->total + lf->total + lg->total;
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
@@ -161,10 +164,14 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(p, "PARAM_WPE", T * C, "position embedding [T, C]");
     }
     if (sp->lead_mlp)
-        layout_add(p, "PARAM_LEAD_MLP", lay->mlp_params.total, "the MLP half of the layer before the first");
+        layout_add(p, "PARAM_LEAD_MLP", mlp_params, "the MLP half of the layer before the first");
+    if (sp->lead_gelu)
+        layout_add(p, "PARAM_LEAD_GELU", lay->gelu_params.total, "the GELU piece of the layer before the first");
     layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params, "the layers' blocks");
     if (sp->tail_attn)
-        layout_add(p, "PARAM_TAIL_ATTN", lay->attn_params.total, "the attention half of the layer after the last");
+        layout_add(p, "PARAM_TAIL_ATTN", lay->attn_params.total + (sp->tail_fc ? lay->fc_params.total : 0),
+                   sp->tail_fc ? "the attention half and the fc piece of the layer after the last"
+                               : "the attention half of the layer after the last");
     long rows = sp->vocab_end - sp->vocab_begin, RP = (rows + 63) / 64 * 64;
     if (sp->has_lnf) {
         layout_add(p, "PARAM_LNFW", C, "final LayerNorm weight");
@@ -180,14 +187,22 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                    "target's logit if among them");
     } else {
         if (receives_residual(cfg, sp)) // messages bf16: the received message, widened into ACT_INPUT
-            layout_add(a, "ACT_INPUT_MSG", residual_message_floats(cfg), "received input in bf16 (messages bf16)");
+            layout_add(a, "ACT_INPUT_MSG", sp->lead_gelu ? fc_message_floats(cfg) : residual_message_floats(cfg),
+                       "received input in bf16 (messages bf16)");
         layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
+        if (sp->lead_gelu) // right after ACT_INPUT: the two are the message from the stage before
+            layout_add(a, "ACT_INPUT_FC", BT * 4 * C, "received fc product output (ACT_INPUT is resid2)");
     }
     if (sp->lead_mlp)
-        layout_add(a, "ACT_LEAD_MLP", lm->total, "the leading MLP half's block");
+        layout_add(a, "ACT_LEAD_MLP", lf->total + lg->total, "the leading MLP half's block");
+    if (sp->lead_gelu)
+        layout_add(a, "ACT_LEAD_GELU", lg->total, "the leading GELU piece's block");
     layout_add(a, "ACT_LAYERS", sp->n_layers * lay->layer_acts, "the layers' blocks");
     if (sp->tail_attn)
-        layout_add(a, "ACT_TAIL_ATTN", la->total, "the trailing attention half's block");
+        layout_add(a, "ACT_TAIL_ATTN", la->total + (sp->tail_fc ? lf->total : 0),
+                   sp->tail_fc ? "the trailing attention half's and fc piece's block (its A_RESID2 and A_FC_PRE "
+                                 "the message to the next stage)"
+                               : "the trailing attention half's block");
     if (sp->has_lnf) {
         layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
         if (stage_head_front(sp)) // right after ACT_LNF: the two are the message to the last stage
@@ -205,7 +220,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (stage_head_back(sp))
         layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
     if (sends_residual(cfg, sp))
-        layout_add(a, "ACT_OUTPUT_MSG", residual_message_floats(cfg), "the output in bf16, the message sent (messages bf16)");
+        layout_add(a, "ACT_OUTPUT_MSG", sp->tail_fc ? fc_message_floats(cfg) : residual_message_floats(cfg),
+                   "the output in bf16, the message sent (messages bf16)");
     if (config_splits_backward(cfg) && sp->has_embed) // zero-bubble: what B keeps for W
         layout_alias(a, "ACT_W_DEMB", "ACT_INPUT", "d(embedding output), kept by B for W (over ACT_INPUT: the "
                      "first layer's B has read it)");
@@ -230,9 +246,10 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     lay->in_offset = layout_offset(a, receives_residual(cfg, sp) ? "ACT_INPUT_MSG" : "ACT_INPUT");
     lay->out_offset = sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + layout_offset(la, "A_RESID2")
                       : sp->n_layers > 0 ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * lay->layer_acts +
-                                               la->total + layout_offset(lm, "A_RESID3")
-                      : sp->lead_mlp ? layout_offset(a, "ACT_LEAD_MLP") + layout_offset(lm, "A_RESID3")
-                                     : lay->in_offset;
+                                               la->total + lf->total + layout_offset(lg, "A_RESID3")
+                      : sp->lead_mlp  ? layout_offset(a, "ACT_LEAD_MLP") + lf->total + layout_offset(lg, "A_RESID3")
+                      : sp->lead_gelu ? layout_offset(a, "ACT_LEAD_GELU") + layout_offset(lg, "A_RESID3")
+                                      : lay->in_offset;
     lay->probs_offset = sp->has_lnf && sp->has_head ? layout_offset(a, "ACT_PROBS")
                         : rows > 0                  ? layout_offset(a, "ACT_LOGITS")
                                                     : 0;
@@ -240,10 +257,20 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     lay->msg_offset = stage_head_front(sp)            ? layout_offset(a, "ACT_LNF")
                       : sends_residual(cfg, sp)         ? layout_offset(a, "ACT_OUTPUT_MSG")
                                                         : lay->out_offset;
-    // the messages: B T C floats between layers; the split's own between the last two stages
+    // the messages: B T C floats between layers; resid2 and the fc output across a cut after
+    // the fc product; the split's own between the last two stages
     long message = residual_message_floats(cfg);
-    lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false) : message;
-    lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true) : message;
+    lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false)
+                      : sp->tail_fc        ? fc_message_floats(cfg)
+                                           : message;
+    lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true)
+                     : sp->lead_gelu     ? fc_message_floats(cfg)
+                                         : message;
+    long resid = (BT * C + LAYOUT_ALIGN_FLOATS - 1) / LAYOUT_ALIGN_FLOATS * LAYOUT_ALIGN_FLOATS;
+    if (sp->tail_fc && (layout_offset(la, "A_RESID2") + resid != la->total || layout_offset(lf, "A_FC_PRE") != 0))
+        ICE("resid2 and the fc output are not one message");
+    if (sp->lead_gelu && !stage_head_back(sp) && layout_offset(a, "ACT_INPUT_FC") != layout_offset(a, "ACT_INPUT") + resid)
+        ICE("the received resid2 and fc output are not one message");
     if (stage_head_front(sp) && layout_offset(a, "ACT_XENT_PART") + 2 * BT - lay->msg_offset != lay->out_floats)
         ICE("the split's message is not contiguous at ACT_LNF");
 }
@@ -261,16 +288,29 @@ static void tensor_add(TensorInfo *out, int *n, const char *name, const char *ck
     t->init = init;
 }
 
-/* Layer `layer`'s tensors [from, to) of layer_tensors, in the half block at `block` laid out by half. */
+/* Layer `layer`'s tensors [from, to) of layer_tensors, in the piece block at `block` laid out by piece. */
 static void layer_tensors_add(TensorInfo *out, int *n, long C, int layer, int from, int to, long block,
-                              const Layout *half)
+                              const Layout *piece)
 {
     for (int i = from; i < to; i++) {
         char name[32];
         snprintf(name, sizeof name, "h%d.%s", layer, layer_tensors[i].ckpt_name);
         long size = layer_tensor_size(i, C);
-        tensor_add(out, n, name, layer_tensors[i].ckpt_tensor, layer * size, block + half->entry[i - from].offset,
+        tensor_add(out, n, name, layer_tensors[i].ckpt_tensor, layer * size, block + piece->entry[i - from].offset,
                    size, layer_tensors[i].decay, layer_tensors[i].init);
+    }
+}
+
+/* Layer `layer`'s pieces from `first` (0 attention, 1 fc, 2 GELU) to the last before `end`, in
+ * the block at `block`, one after the other. */
+static void layer_pieces_add(TensorInfo *out, int *n, long C, const StageLayout *lay, int layer, int first, int end,
+                             long block)
+{
+    static const int tensor_start[4] = {0, N_ATTN_TENSORS, N_FC_END, N_LAYER_TENSORS};
+    const Layout *piece[3] = {&lay->attn_params, &lay->fc_params, &lay->gelu_params};
+    for (int i = first; i < end; i++) {
+        layer_tensors_add(out, n, C, layer, tensor_start[i], tensor_start[i + 1], block, piece[i]);
+        block += piece[i]->total;
     }
 }
 
@@ -280,7 +320,7 @@ int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay
 {
     long C = cfg->width;
     int n = 0;
-    TensorInfo *out = *tensors = xmalloc(sizeof *out * (size_t)(5 + N_LAYER_TENSORS * (sp->n_layers + 1)));
+    TensorInfo *out = *tensors = xmalloc(sizeof *out * (size_t)(5 + N_LAYER_TENSORS * (sp->n_layers + 2)));
     if (sp->has_embed) {
         tensor_add(out, &n, "wte", CKPT(WTE), 0, layout_offset(&lay->params, "PARAM_WTE"),
                    (long)cfg->vocab * C, true, INIT_NORMAL);
@@ -288,18 +328,15 @@ int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay
                    (long)cfg->context * C, true, INIT_NORMAL);
     }
     if (sp->lead_mlp)
-        layer_tensors_add(out, &n, C, sp->first_layer - 1, N_ATTN_TENSORS, N_LAYER_TENSORS,
-                          layout_offset(&lay->params, "PARAM_LEAD_MLP"), &lay->mlp_params);
+        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 1, 3, layout_offset(&lay->params, "PARAM_LEAD_MLP"));
+    if (sp->lead_gelu)
+        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 2, 3, layout_offset(&lay->params, "PARAM_LEAD_GELU"));
     long layers = layout_offset(&lay->params, "PARAM_LAYERS");
-    for (int l = 0; l < sp->n_layers; l++) {
-        long block = layers + l * lay->layer_params;
-        layer_tensors_add(out, &n, C, sp->first_layer + l, 0, N_ATTN_TENSORS, block, &lay->attn_params);
-        layer_tensors_add(out, &n, C, sp->first_layer + l, N_ATTN_TENSORS, N_LAYER_TENSORS,
-                          block + lay->attn_params.total, &lay->mlp_params);
-    }
+    for (int l = 0; l < sp->n_layers; l++)
+        layer_pieces_add(out, &n, C, lay, sp->first_layer + l, 0, 3, layers + l * lay->layer_params);
     if (sp->tail_attn)
-        layer_tensors_add(out, &n, C, sp->first_layer + sp->n_layers, 0, N_ATTN_TENSORS,
-                          layout_offset(&lay->params, "PARAM_TAIL_ATTN"), &lay->attn_params);
+        layer_pieces_add(out, &n, C, lay, sp->first_layer + sp->n_layers, 0, sp->tail_fc ? 2 : 1,
+                         layout_offset(&lay->params, "PARAM_TAIL_ATTN"));
     if (sp->has_lnf) {
         tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,
                    false, INIT_ONES);

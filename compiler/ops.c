@@ -206,9 +206,9 @@ static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
         kernel_op(l, "residual_forward", "resid2 = x + projection", "a + A_RESID2, x");
 }
 
-/* A layer's MLP half forward, from its input xm (resid2): ln2 (unless the attention half
- * fused it), fc, GELU, the projection, resid3. Its bases are pm, am and pmh (the bf16 copy). */
-static void mlp_half_forward(OpList *l, bool with_ln2)
+/* A layer's fc piece forward, from its input xm (resid2): ln2 (unless the attention half
+ * fused it) and the fc product. Its bases are pm, am and pmh (the bf16 copy). */
+static void fc_piece_forward(OpList *l, bool with_ln2)
 {
     if (with_ln2)
         kernel_op(l, "layernorm_forward", "ln2 = LayerNorm(resid2)",
@@ -216,13 +216,26 @@ static void mlp_half_forward(OpList *l, bool with_ln2)
     gemm_bias(l, "fc = ln2 fcw^T + fcb", "0, 1, BT, 4 * C, C, 1.0f, am + A_LN2, C, pm + P_FCW, C, 0.0f, am + A_FC_PRE, 4 * C",
               "pm + P_FCB");
     operands_h(l, "am + A_LN2, pmh + P_FCW");
+}
+
+/* Its GELU piece forward, from fc (the fc product's output) and xm (resid2): GELU, the
+ * projection, resid3. Its bases are pg, ag and pgh. */
+static void gelu_piece_forward(OpList *l)
+{
     // not fused into cuBLASLt's epilogue: it writes fp32 only, where the GPU wants bf16
-    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "am + A_FC_PRE, am + A_FC_GELU, " STORE("am", "A_FC_GELU"));
+    kernel_op(l, "gelu_forward", "gelu = GELU(fc)", "fc, ag + A_FC_GELU, " STORE("ag", "A_FC_GELU"));
     gemm_bias(l, "MLP projection + fcprojb, into resid3 before the residual add",
-              "0, 1, BT, C, 4 * C, 1.0f, am + A_FC_GELU, 4 * C, pm + P_FCPROJW, 4 * C, 0.0f, am + A_RESID3, C",
-              "pm + P_FCPROJB");
-    operands_h(l, "am + A_FC_GELU, pmh + P_FCPROJW");
-    kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "am + A_RESID3, xm");
+              "0, 1, BT, C, 4 * C, 1.0f, ag + A_FC_GELU, 4 * C, pg + P_FCPROJW, 4 * C, 0.0f, ag + A_RESID3, C",
+              "pg + P_FCPROJB");
+    operands_h(l, "ag + A_FC_GELU, pgh + P_FCPROJW");
+    kernel_op(l, "residual_forward", "resid3 = resid2 + projection", "ag + A_RESID3, xm");
+}
+
+/* The MLP half: both pieces. */
+static void mlp_half_forward(OpList *l, bool with_ln2)
+{
+    fc_piece_forward(l, with_ln2);
+    gelu_piece_forward(l);
 }
 
 /* A half layer's backward in four parts: W1, the gradients of the product into the residual
@@ -237,20 +250,20 @@ static void mlp_half_forward(OpList *l, bool with_ln2)
  * its bias kernel, which reads the gradient first, writes the copy again on the way. */
 static void mlp_w1(OpList *l, const char *dres, bool kept)
 {
-    kernel_op(l, "bias_backward", "d fcprojb", "gm + P_FCPROJB, %s, C", dres);
-    gpu_instead(l, "bias_backward_tiles", "gm + P_FCPROJB, %s, C, %s", dres,
+    kernel_op(l, "bias_backward", "d fcprojb", "gg + P_FCPROJB, %s, C", dres);
+    gpu_instead(l, "bias_backward_tiles", "gg + P_FCPROJB, %s, C, %s", dres,
                 kept ? COPY("s", "S_DRES_H") : "(pr_bf16 *)0");
     GEMM(l, "d fcprojw += dres^T gelu",
-         "1, 0, C, 4 * C, BT, 1.0f, %s, C, am + A_FC_GELU, 4 * C, 1.0f, gm + P_FCPROJW, 4 * C", dres);
-    operands_h(l, "s + S_DRES_H, am + A_FC_GELU");
+         "1, 0, C, 4 * C, BT, 1.0f, %s, C, ag + A_FC_GELU, 4 * C, 1.0f, gg + P_FCPROJW, 4 * C", dres);
+    operands_h(l, "s + S_DRES_H, ag + A_FC_GELU");
 }
 
 static void mlp_b1(OpList *l)
 {
-    GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, pm + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
-    operands_h(l, "s + S_DRES_H, pmh + P_FCPROJW");
-    gelu_follows(l, EPI_DGELU, "am + A_FC_PRE");
-    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, am + A_FC_PRE, " COPY("s", "S_DFC_H"));
+    GEMM(l, "d gelu = dres fcprojw", "0, 0, BT, 4 * C, C, 1.0f, s + S_DRES, C, pg + P_FCPROJW, 4 * C, 0.0f, s + S_DFC, 4 * C");
+    operands_h(l, "s + S_DRES_H, pgh + P_FCPROJW");
+    gelu_follows(l, EPI_DGELU, "fc");
+    kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, fc, " COPY("s", "S_DFC_H"));
 }
 
 static void mlp_w2(OpList *l, const char *dfc)
@@ -272,24 +285,40 @@ static void mlp_b2(OpList *l)
     gpu_block_kernel(l, "layernorm_backward_blocks");
 }
 
-/* The MLP half's backward: S_DRES holds d(resid3) on entry and d(resid2) on exit. */
-static void mlp_half_backward(OpList *l)
+/* The GELU piece's backward: S_DRES holds d(resid3) on entry and, unchanged, the residual's
+ * share of d(resid2) on exit; S_DFC then holds d fc. The fc piece's: from d fc in S_DFC, adds
+ * LayerNorm 2's share to S_DRES, which then holds d(resid2). The MLP half's is both. */
+static void gelu_piece_backward(OpList *l)
 {
     mlp_w1(l, "s + S_DRES", false);
     mlp_b1(l);
+}
+
+static void fc_piece_backward(OpList *l)
+{
     mlp_w2(l, "s + S_DFC");
     mlp_b2(l);
 }
 
-/* Its zero-bubble parts: B keeps d(resid3) and d fc in the slot, W reads them there (the
+static void mlp_half_backward(OpList *l)
+{
+    gelu_piece_backward(l);
+    fc_piece_backward(l);
+}
+
+/* Their zero-bubble parts: B keeps d(resid3) and d fc in the slot, W reads them there (the
  * LayerNorm's gain and bias gradients stay in B: its one kernel computes them with d(x)).
  * Under bf16 the GPU's product fused with GELU's gradient writes d fc in fp32 only, and the
  * bias kernel that writes its bf16 copy in the fused backward is W's: so B's keep writes it,
- * for B2's product. */
-static void mlp_half_backward_b(OpList *l, const Config *cfg)
+ * for B2's product (on the stage after a cut after the fc product it comes in a message). */
+static void gelu_piece_backward_b(OpList *l)
 {
-    plain_op(l, OP_COPY, "keep d(resid3) for W", "am + A_W_DRES3, s + S_DRES, BT * C");
+    plain_op(l, OP_COPY, "keep d(resid3) for W", "ag + A_W_DRES3, s + S_DRES, BT * C");
     mlp_b1(l);
+}
+
+static void fc_piece_backward_b(OpList *l, const Config *cfg)
+{
     if (cfg->precision == PREC_BF16)
         kernel_op(l, "keep_gradient", "keep d fc for W, and its bf16 copy for the next product",
                   "am + A_W_DFC, s + S_DFC, BT * 4 * C, " COPY("s", "S_DFC_H"));
@@ -298,10 +327,26 @@ static void mlp_half_backward_b(OpList *l, const Config *cfg)
     mlp_b2(l);
 }
 
+static void mlp_half_backward_b(OpList *l, const Config *cfg)
+{
+    gelu_piece_backward_b(l);
+    fc_piece_backward_b(l, cfg);
+}
+
+static void gelu_piece_backward_w(OpList *l)
+{
+    mlp_w1(l, "ag + A_W_DRES3", true);
+}
+
+static void fc_piece_backward_w(OpList *l)
+{
+    mlp_w2(l, "am + A_W_DFC");
+}
+
 static void mlp_half_backward_w(OpList *l)
 {
-    mlp_w1(l, "am + A_W_DRES3", true);
-    mlp_w2(l, "am + A_W_DFC");
+    gelu_piece_backward_w(l);
+    fc_piece_backward_w(l);
 }
 
 static void attention_w1(OpList *l, const Config *cfg, const char *dres, bool kept)
@@ -533,6 +578,8 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     mlp_half_forward(&ops->block_fwd, false);
     attention_half_forward(&ops->attn_fwd, cfg, false);
     mlp_half_forward(&ops->mlp_fwd, true);
+    fc_piece_forward(&ops->fc_fwd, true);
+    gelu_piece_forward(&ops->gelu_fwd);
 
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
@@ -556,6 +603,8 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     attention_half_backward(&ops->block_bwd, cfg);
     mlp_half_backward(&ops->mlp_bwd);
     attention_half_backward(&ops->attn_bwd, cfg);
+    fc_piece_backward(&ops->fc_bwd);
+    gelu_piece_backward(&ops->gelu_bwd);
 
     l = &ops->embed_bwd;
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
@@ -577,6 +626,10 @@ static void split_backward_ops(const Config *cfg, ModelOps *ops)
     attention_half_backward_w(&ops->block_bwd_w, cfg);
     mlp_half_backward_b(&ops->mlp_bwd_b, cfg);
     mlp_half_backward_w(&ops->mlp_bwd_w);
+    fc_piece_backward_b(&ops->fc_bwd_b, cfg);
+    fc_piece_backward_w(&ops->fc_bwd_w);
+    gelu_piece_backward_b(&ops->gelu_bwd_b);
+    gelu_piece_backward_w(&ops->gelu_bwd_w);
     attention_half_backward_b(&ops->attn_bwd_b, cfg);
     attention_half_backward_w(&ops->attn_bwd_w, cfg);
     plain_op(&ops->embed_bwd_b, OP_COPY, "keep d(embedding output) for W", "acts + ACT_W_DEMB, scratch + S_DRES, BT * C");
@@ -610,6 +663,10 @@ void model_ops_free(ModelOps *ops)
     op_list_free(&ops->mlp_fwd);
     op_list_free(&ops->mlp_bwd);
     op_list_free(&ops->attn_bwd);
+    op_list_free(&ops->fc_fwd);
+    op_list_free(&ops->fc_bwd);
+    op_list_free(&ops->gelu_fwd);
+    op_list_free(&ops->gelu_bwd);
     op_list_free(&ops->head_front_fwd);
     op_list_free(&ops->head_front_bwd);
     op_list_free(&ops->head_back_fwd);
@@ -617,7 +674,7 @@ void model_ops_free(ModelOps *ops)
     OpList *split[] = {&ops->head_bwd_b, &ops->head_bwd_w, &ops->block_bwd_b, &ops->block_bwd_w, &ops->attn_bwd_b,
                        &ops->attn_bwd_w, &ops->mlp_bwd_b, &ops->mlp_bwd_w, &ops->head_front_bwd_b,
                        &ops->head_front_bwd_w, &ops->head_back_bwd_b, &ops->head_back_bwd_w, &ops->embed_bwd_b,
-                       &ops->embed_bwd_w};
+                       &ops->embed_bwd_w, &ops->fc_bwd_b, &ops->fc_bwd_w, &ops->gelu_bwd_b, &ops->gelu_bwd_w};
     for (size_t i = 0; i < sizeof split / sizeof *split; i++)
         op_list_free(split[i]);
 }
@@ -652,15 +709,28 @@ const char *op_profile_name(const Op *op)
  * lists' arguments name (model_ops_build), and what a whole layer's block declares for its MLP
  * half; under bf16 the GPU's also take the weights' bf16 copy, named by weights_h, after the
  * first parameter. */
-#define MLP_BASES "const float *pm = p + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;"
+#define MLP_BASES "const float *pm = p + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n" GELU_BASES
+/* an MLP half's GELU piece, inside it: its parameters, activations and input */
+#define GELU_BASES "const float *pg = pm + (P_GELU - P_MLP);\nfloat *ag = am + (A_GELU - A_MLP);\nconst float *fc = am + A_FC_PRE;"
+#define GELU_BASES_H "const pr_bf16 *pgh = pmh + (P_GELU - P_MLP);"
+#define GELU_GRADS "float *gg = gm + (P_GELU - P_MLP);"
+/* the same where the section reads its activations only */
+#define CONST_GELU_BASES "const float *pg = pm + (P_GELU - P_MLP);\nconst float *ag = am + (A_GELU - A_MLP);\nconst float *fc = am + A_FC_PRE;"
 static const struct {
     const char *name, *doc, *params, *weights_h, *prelude, *prelude_h;
 } section_signatures[] = {
     {"embed_forward", "Embedding forward.", "const float *params, float *acts, const int *tokens", NULL, NULL, NULL},
     {"mlp_forward", "The MLP half of the layer before the stage's first: pm, am are its parameters and "
-     "activations, xm its input (that layer's resid2).", "const float *pm, float *am, const float *xm", "pmh", NULL, NULL},
+     "activations, xm its input (that layer's resid2).", "const float *pm, float *am, const float *xm", "pmh",
+     GELU_BASES, GELU_BASES_H},
+    {"gelu_piece_forward", "The GELU piece of the layer before the stage's first (the stage before cut it after its fc "
+     "product): pg, ag are its parameters and activations, xm that layer's resid2 and fc its fc product's output.",
+     "const float *pg, float *ag, const float *xm, const float *fc", "pgh", NULL, NULL},
+    {"fc_piece_forward", "The fc piece of the layer after the stage's last, after its attention half: pm, am are its "
+     "parameters and activations, xm its input (that layer's resid2); its output am + A_FC_PRE.",
+     "const float *pm, float *am, const float *xm", "pmh", NULL, NULL},
     {"block_forward", "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
-     "const float *p, float *a, const float *x", "ph", MLP_BASES, "const pr_bf16 *pmh = ph + P_MLP;"},
+     "const float *p, float *a, const float *x", "ph", MLP_BASES, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"attn_forward", "The attention half of the layer after the stage's last: p, a are its parameters and "
      "activations, x its input; its output is a + A_RESID2.", "const float *p, float *a, const float *x", "ph", NULL, NULL},
     {"head_forward", "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
@@ -686,9 +756,16 @@ static const struct {
      "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
     {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
      "const float *p, float *g, const float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = a + A_RESID2;",
-     "const pr_bf16 *pmh = ph + P_MLP;"},
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
+     CONST_GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"mlp_backward", "The leading MLP half backward: S_DRES holds d(resid3) on entry and d(xm) on exit.",
+     "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", CONST_GELU_BASES "\n" GELU_GRADS,
+     GELU_BASES_H},
+    {"gelu_piece_backward", "The leading GELU piece backward: S_DRES holds d(resid3) on entry and on exit (the residual's "
+     "share of d(resid2)), S_DFC d fc on exit: the message back.",
+     "const float *pg, float *gg, const float *ag, const float *fc, float *s", "pgh", NULL, NULL},
+    {"fc_piece_backward", "The trailing fc piece backward: S_DFC holds d fc and S_DRES the residual's share of d(resid2) "
+     "on entry (the message back), S_DRES d(resid2) on exit.",
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},
     {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL,
      NULL, NULL},
@@ -717,15 +794,25 @@ static const struct {
      "const float *p, float *g, float *a, const float *x, float *s", "ph", NULL, NULL},
     {"block_backward_b", "One transformer block's B: S_DRES from d(output) to d(x); keeps W's inputs in a.",
      "const float *p, float *g, float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;",
-     "const pr_bf16 *pmh = ph + P_MLP;"},
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
+     GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"block_backward_w", "One transformer block's W: its weights' gradients from what B kept.",
      "const float *p, float *g, float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;",
-     "const pr_bf16 *pmh = ph + P_MLP;"},
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
+     GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"mlp_backward_b", "The leading MLP half's B: S_DRES from d(resid3) to d(xm); keeps W's inputs in am.",
-     "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
+     "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", GELU_BASES "\n" GELU_GRADS,
+     GELU_BASES_H},
     {"mlp_backward_w", "The leading MLP half's W: its weights' gradients from what B kept.",
+     "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", GELU_BASES "\n" GELU_GRADS,
+     GELU_BASES_H},
+    {"gelu_piece_backward_b", "The leading GELU piece's B: d fc into S_DFC; keeps W's inputs in ag.",
+     "const float *pg, float *gg, float *ag, const float *fc, float *s", "pgh", NULL, NULL},
+    {"gelu_piece_backward_w", "The leading GELU piece's W: its weights' gradients from what B kept.",
+     "const float *pg, float *gg, float *ag, const float *fc, float *s", "pgh", NULL, NULL},
+    {"fc_piece_backward_b", "The trailing fc piece's B: S_DRES to d(resid2); keeps W's inputs in am.",
+     "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
+    {"fc_piece_backward_w", "The trailing fc piece's W: its weights' gradients from what B kept.",
      "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
     {"embed_backward_b", "Embedding B: keeps d(embedding output) from S_DRES for W.", "float *acts, const float *scratch",
      NULL, NULL, NULL},
@@ -758,12 +845,17 @@ static int split_backward_sections(const StagePlan *sp, const ModelOps *ops, Sta
                                b ? &ops->head_back_bwd_b : &ops->head_back_bwd_w, 1, false);
         else if (sp->has_head)
             out[n++] = section(b ? "head_backward_b" : "head_backward_w", b ? &ops->head_bwd_b : &ops->head_bwd_w, 1, false);
+        if (sp->tail_fc)
+            out[n++] = section(b ? "fc_piece_backward_b" : "fc_piece_backward_w", b ? &ops->fc_bwd_b : &ops->fc_bwd_w, 1, false);
         if (sp->tail_attn)
             out[n++] = section(b ? "attn_backward_b" : "attn_backward_w", b ? &ops->attn_bwd_b : &ops->attn_bwd_w, 1, false);
         out[n++] = section(b ? "block_backward_b" : "block_backward_w", b ? &ops->block_bwd_b : &ops->block_bwd_w,
                            sp->n_layers, false);
         if (sp->lead_mlp)
             out[n++] = section(b ? "mlp_backward_b" : "mlp_backward_w", b ? &ops->mlp_bwd_b : &ops->mlp_bwd_w, 1, false);
+        if (sp->lead_gelu)
+            out[n++] = section(b ? "gelu_piece_backward_b" : "gelu_piece_backward_w", b ? &ops->gelu_bwd_b : &ops->gelu_bwd_w, 1,
+                               false);
         if (sp->has_embed)
             out[n++] = section(b ? "embed_backward_b" : "embed_backward_w", b ? &ops->embed_bwd_b : &ops->embed_bwd_w,
                                1, false);
@@ -780,9 +872,13 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
         out[n++] = section("embed_forward", &ops->embed_fwd, 1, true);
     if (sp->lead_mlp)
         out[n++] = section("mlp_forward", &ops->mlp_fwd, 1, true);
+    if (sp->lead_gelu)
+        out[n++] = section("gelu_piece_forward", &ops->gelu_fwd, 1, true);
     out[n++] = section("block_forward", &ops->block_fwd, sp->n_layers, true);
     if (sp->tail_attn)
         out[n++] = section("attn_forward", &ops->attn_fwd, 1, true);
+    if (sp->tail_fc)
+        out[n++] = section("fc_piece_forward", &ops->fc_fwd, 1, true);
     if (split) {
         if (stage_head_front(sp))
             out[n++] = section("head_front_forward", &ops->head_front_fwd, 1, true);
@@ -804,11 +900,15 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
         out[n++] = section("head_forward", &ops->head_fwd, 1, true);
         out[n++] = section("head_backward", &ops->head_bwd, 1, false);
     }
+    if (sp->tail_fc)
+        out[n++] = section("fc_piece_backward", &ops->fc_bwd, 1, false);
     if (sp->tail_attn)
         out[n++] = section("attn_backward", &ops->attn_bwd, 1, false);
     out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers, false);
     if (sp->lead_mlp)
         out[n++] = section("mlp_backward", &ops->mlp_bwd, 1, false);
+    if (sp->lead_gelu)
+        out[n++] = section("gelu_piece_backward", &ops->gelu_bwd, 1, false);
     if (sp->has_embed)
         out[n++] = section("embed_backward", &ops->embed_bwd, 1, false);
     out[n++] = section("adamw", NULL, 0, false);

@@ -243,7 +243,9 @@ typedef struct Config {
     int placement;          /* enum paci_placement: which stages a device holds (paci_placed_stage) */
     enum paci_schedule_kind schedule;
     int window;             /* K: micro-batches per optimizer step, every schedule */
-    int *split_halves;      /* half layers per stage (length stages; `split [3.5, ...]` is 7), NULL = automatic */
+    int *split_units;       /* units per stage, three a layer: its attention half, its LayerNorm 2 and fc
+                               product, its GELU and MLP projection (length stages; `split [3.5, 2.25]`
+                               is 10 and 7; plan.c's UNITS_PER_LAYER), NULL = automatic */
     long vocab_split;       /* `vocab_split N`: the LM head's rows [0, N) and the final LayerNorm on the
                                stage before the last, rows [N, V) alone on the last; 0: the head whole
                                on the last stage; -1: not written (automatic) */
@@ -398,17 +400,22 @@ const char *config_with_schedule(const Config *cfg, int kind, Config *out);
 bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg);
 void config_free(Config *cfg);
 void config_dump(FILE *out, const Config *cfg);
+/* A count of split units (three a layer) in layers: 4 is 1.5, 5 is 1.75. */
+double split_units_layers(int units);
 
 /* ---- plan.c: sizes, FLOPs, partition, memory ---------------------------------------- */
 
-/* A stage holds a contiguous run of half layers: a layer's attention half (LayerNorm 1, qkv,
- * attention, its projection and residual) and then its MLP half (LayerNorm 2, the MLP and its
- * residual). Whole layers are [first_layer, first_layer + n_layers); a stage may also start
- * with the MLP half of layer first_layer - 1 (lead_mlp) and end with the attention half of
- * layer first_layer + n_layers (tail_attn). */
+/* A stage holds a contiguous run of a layer's pieces: its attention half (LayerNorm 1, qkv,
+ * attention, its projection and residual), then its MLP half, itself two pieces: LayerNorm 2
+ * and the fc product, then GELU, the MLP projection and its residual. Whole layers are
+ * [first_layer, first_layer + n_layers); a stage may also start with the MLP half of layer
+ * first_layer - 1 (lead_mlp) or with its GELU piece alone (lead_gelu), and end with the
+ * attention half of layer first_layer + n_layers (tail_attn), or with that and the layer's
+ * LayerNorm 2 and fc product (tail_attn and tail_fc). */
 typedef struct StagePlan {
     int first_layer, n_layers;
     bool lead_mlp, tail_attn;
+    bool lead_gelu, tail_fc;
     bool has_embed, has_head;  /* has_head: the last stage, which computes the losses */
     /* The final LayerNorm, and the LM head's rows [vocab_begin, vocab_end) (untied; the tied
      * head reads wte's rows). A plain last stage holds both and every row. With the vocabulary
@@ -465,6 +472,20 @@ static inline long residual_message_floats(const Config *cfg)
     long n = (long)cfg->micro * cfg->context * cfg->width;
     return cfg->messages == MESSAGES_BF16 ? (n + 1) / 2 : n;
 }
+/* The message across a cut after a layer's fc product: the residual stream (resid2, B T C
+ * values padded to 64, as layout.c pads an entry) and from message_dfc_offset the fc product's
+ * output (4 B T C); fc_message_floats in all, under messages bf16 that many bf16 values (half
+ * the floats). Its gradient, back, alike. */
+static inline long message_dfc_offset(const Config *cfg)
+{
+    long n = (long)cfg->micro * cfg->context * cfg->width;
+    return (n + 63) / 64 * 64;
+}
+static inline long fc_message_floats(const Config *cfg)
+{
+    long n = (long)cfg->micro * cfg->context * cfg->width, values = (n + 63) / 64 * 64 + 4 * n;
+    return cfg->messages == MESSAGES_BF16 ? (values + 1) / 2 : values;
+}
 /* Under messages bf16, whether the stage receives the residual stream as a bf16 message (every
  * stage but the first and the vocabulary split's last), and whether it sends one (every stage
  * but the last and the split's stage before it); its forward widens the one and narrows the
@@ -480,7 +501,9 @@ static inline bool sends_residual(const Config *cfg, const StagePlan *sp)
 /* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head";
  * under a vocabulary split "21-23+hA" (the final LayerNorm and the head's first rows) and "headB";
  * a half layer by its letter, a (attention) or b (MLP): "2b-5a" is layer 2's MLP, layers 3
- * and 4, and layer 5's attention. */
+ * and 4, and layer 5's attention; a cut after the fc product by f (a stage ends there) and g
+ * (the next starts with the GELU): "5g-8f" is layer 5 from its GELU on, layers 6 and 7, and
+ * layer 8 up to its fc product. */
 void stage_layers_label(const StagePlan *sp, char *out, size_t size);
 /* The ranges of a stage's gradients in the order its backward finishes them (the head's,
  * the trailing attention half's, each layer's from the last, the leading MLP half's, the
@@ -876,10 +899,15 @@ typedef struct Layout {
 typedef struct StageLayout {
     /* A layer's block is its attention half's block and then its MLP half's (at P_MLP, A_MLP);
      * P_* and A_* are offsets inside their half's block. */
+    /* A layer's three pieces (plan.c's units): the attention half; LayerNorm 2 and the fc
+     * product; GELU, the MLP projection and its residual (the MLP half is the last two). */
     Layout attn_params;  /* P_*: the attention half's parameters */
-    Layout mlp_params;   /* P_*: the MLP half's parameters */
-    Layout attn_acts;    /* A_*: the attention half's saved activations; its output A_RESID2 */
-    Layout mlp_acts;     /* A_*: the MLP half's; its output A_RESID3 */
+    Layout fc_params;    /* P_*: LayerNorm 2's and the fc product's */
+    Layout gelu_params;  /* P_*: the MLP projection's */
+    Layout attn_acts;    /* A_*: the attention half's saved activations, ending with its output A_RESID2 */
+    Layout fc_acts;      /* A_*: the fc piece's, starting with its output A_FC_PRE (so that resid2 and it
+                            are one message after a cut there) */
+    Layout gelu_acts;    /* A_*: the GELU piece's; its output A_RESID3 */
     long layer_params, layer_acts; /* floats of a whole layer's blocks */
     Layout params;       /* PARAM_*: embedding, layers, final LN and head */
     Layout acts;         /* ACT_*: input, layers, head */
@@ -977,6 +1005,10 @@ typedef struct ModelOps {
      * attention half; a whole layer runs block_fwd, which fuses the residual between them
      * into LayerNorm 2 (to the same bits) */
     OpList attn_fwd, mlp_fwd, mlp_bwd, attn_bwd;
+    /* a layer cut after its fc product: the fc piece (LayerNorm 2, the fc product) that ends a
+     * stage after its attention half, the GELU piece (GELU, the projection, the residual) that
+     * starts the next */
+    OpList fc_fwd, fc_bwd, gelu_fwd, gelu_bwd, fc_bwd_b, fc_bwd_w, gelu_bwd_b, gelu_bwd_w;
     /* the head divided by vocabulary rows over the last two stages (Plan.vocab_split): the
      * front's (final LayerNorm and the first rows) and the back's (the other rows, the loss) */
     OpList head_front_fwd, head_front_bwd, head_back_fwd, head_back_bwd;
@@ -1005,7 +1037,7 @@ typedef struct StageSection {
     const char *prelude_h;  /* and those that name the bf16 copy (the GPU's, under bf16) */
 } StageSection;
 
-enum { MAX_STAGE_SECTIONS = 16 };
+enum { MAX_STAGE_SECTIONS = 24 };
 int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MAX_STAGE_SECTIONS]);
 /* Ops that do work (not OP_LOOP, OP_END): the ones the per-op profile numbers and times. */
 bool op_is_timed(const Op *op);

@@ -33,14 +33,15 @@
 #include "../runtime/pacirt.h"
 #include "pacic.h"
 
-/* Per micro-batch (FLOPs, slot elements) or in all (parameters); a layer's are its attention
- * half's (index HALF_ATTN) plus its MLP half's (HALF_MLP). */
-enum { HALF_ATTN, HALF_MLP };
+/* Per micro-batch (FLOPs, slot elements) or in all (parameters); a layer's are its pieces':
+ * the attention half (PIECE_ATTN), LayerNorm 2 with the fc product (PIECE_FC), GELU with the
+ * MLP projection and its residual (PIECE_GELU; the MLP half is the last two). */
+enum { PIECE_ATTN, PIECE_FC, PIECE_GELU, N_PIECES };
 typedef struct ModelCounts {
-    double half_params[2], embed_params, lnf_params, head_row_params;
-    double half_fwd[2], embed_fwd, head_row_fwd;  /* FLOPs per micro-batch (the head's per row) */
-    double half_w[2];                             /* the weight-gradient products' FLOPs (W's) */
-    double half_acts[2], input_acts, lnf_acts;    /* elements per slot */
+    double piece_params[N_PIECES], embed_params, lnf_params, head_row_params;
+    double piece_fwd[N_PIECES], embed_fwd, head_row_fwd; /* FLOPs per micro-batch (the head's per row) */
+    double piece_w[N_PIECES];                            /* the weight-gradient products' FLOPs (W's) */
+    double piece_acts[N_PIECES], input_acts, lnf_acts;   /* elements per slot */
     double lnf_message;                           /* the floats the final LayerNorm's output takes */
     double message;                               /* floats of a residual-stream message (messages bf16: half) */
     double scratch;                               /* elements of the backward's scratch */
@@ -58,21 +59,22 @@ static ModelCounts model_counts(const Config *cfg)
     double C = cfg->width, T = cfg->context, B = cfg->micro, NH = cfg->heads;
     double tokens = B * T;
     ModelCounts m;
-    m.half_params[HALF_ATTN] = 4 * C * C + 6 * C;  /* ln1, qkv, attention projection */
-    m.half_params[HALF_MLP] = 8 * C * C + 7 * C;   /* ln2, fc, MLP projection */
+    m.piece_params[PIECE_ATTN] = 4 * C * C + 6 * C; /* ln1, qkv, attention projection */
+    m.piece_params[PIECE_FC] = 4 * C * C + 6 * C;   /* ln2, fc */
+    m.piece_params[PIECE_GELU] = 4 * C * C + C;     /* MLP projection */
     m.embed_params = cfg->vocab * C + T * C;
     m.lnf_params = 2 * C;
     m.head_row_params = cfg->tied ? 0 : C;
-    m.half_fwd[HALF_ATTN] = 2 * 4 * C * C * tokens + 2 * B * T * T * C;
-    m.half_fwd[HALF_MLP] = 2 * 8 * C * C * tokens;
+    m.piece_fwd[PIECE_ATTN] = 2 * 4 * C * C * tokens + 2 * B * T * T * C;
+    m.piece_fwd[PIECE_FC] = m.piece_fwd[PIECE_GELU] = 2 * 4 * C * C * tokens;
     m.embed_fwd = 0;
     m.head_row_fwd = 2 * C * tokens;
     /* d W = d Y^T X of each product with weights: its forward's FLOPs (attention has none) */
-    m.half_w[HALF_ATTN] = 2 * 4 * C * C * tokens;
-    m.half_w[HALF_MLP] = 2 * 8 * C * C * tokens;
-    /* what stage_layout gives each half: the matmul attention adds its T x T workspace */
-    m.half_acts[HALF_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
-    m.half_acts[HALF_MLP] = tokens * (10 * C + 2);
+    m.piece_w[PIECE_ATTN] = m.piece_w[PIECE_FC] = m.piece_w[PIECE_GELU] = 2 * 4 * C * C * tokens;
+    /* what stage_layout gives each piece: the matmul attention adds its T x T workspace */
+    m.piece_acts[PIECE_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
+    m.piece_acts[PIECE_FC] = tokens * (5 * C + 2); /* ln2 and its statistics, fc's output */
+    m.piece_acts[PIECE_GELU] = tokens * 5 * C;     /* GELU's output, resid3 */
     /* zero-bubble: what B keeps for W takes no memory (stage_layout puts it over activations B has read) */
     m.input_acts = tokens * C;
     m.lnf_acts = tokens * (C + 2);
@@ -88,8 +90,9 @@ static ModelCounts model_counts(const Config *cfg)
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
         // ln2 and the GELU output (and ln1 and attention's output with flash attention) per
         // layer, and the final LayerNorm, are kept in bf16: half their floats
-        m.half_acts[HALF_ATTN] -= tokens * (flash ? C : 0);
-        m.half_acts[HALF_MLP] -= tokens * 2.5 * C;
+        m.piece_acts[PIECE_ATTN] -= tokens * (flash ? C : 0);
+        m.piece_acts[PIECE_FC] -= tokens * 0.5 * C;
+        m.piece_acts[PIECE_GELU] -= tokens * 2 * C;
         m.lnf_acts -= tokens * C / 2;
         m.lnf_message = ceil(tokens * C / 2);
         m.weight_bytes = 6;
@@ -104,36 +107,39 @@ double head_message_floats(const Config *cfg, bool backward)
     return backward ? padded(m.message) + tokens : padded(m.lnf_message) + 2 * tokens;
 }
 
-/* Sums a count over the stage's halves: the leading MLP half, whole layers, the trailing attention half. */
-static double over_halves(const StagePlan *sp, const double per_half[2])
+/* Sums a count over the stage's pieces: the leading MLP half or GELU piece, whole layers, the
+ * trailing attention half and fc piece. */
+static double over_pieces(const StagePlan *sp, const double per_piece[N_PIECES])
 {
-    return (sp->lead_mlp ? per_half[HALF_MLP] : 0) + sp->n_layers * (per_half[HALF_ATTN] + per_half[HALF_MLP]) +
-           (sp->tail_attn ? per_half[HALF_ATTN] : 0);
+    double layer = per_piece[PIECE_ATTN] + per_piece[PIECE_FC] + per_piece[PIECE_GELU];
+    return (sp->lead_mlp ? per_piece[PIECE_FC] : 0) + (sp->lead_mlp || sp->lead_gelu ? per_piece[PIECE_GELU] : 0) +
+           sp->n_layers * layer + (sp->tail_attn ? per_piece[PIECE_ATTN] : 0) + (sp->tail_fc ? per_piece[PIECE_FC] : 0);
 }
 
 double stage_layer_count(const Config *cfg, const StagePlan *sp)
 {
     ModelCounts m = model_counts(cfg);
-    double layer = m.half_fwd[HALF_ATTN] + m.half_fwd[HALF_MLP];
-    return sp->n_layers + (sp->lead_mlp ? m.half_fwd[HALF_MLP] / layer : 0) +
-           (sp->tail_attn ? m.half_fwd[HALF_ATTN] / layer : 0);
+    double layer = m.piece_fwd[PIECE_ATTN] + m.piece_fwd[PIECE_FC] + m.piece_fwd[PIECE_GELU];
+    return over_pieces(sp, m.piece_fwd) / layer;
 }
 
 int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
 {
     ModelCounts m = model_counts(cfg);
-    double layer_params = m.half_params[HALF_ATTN] + m.half_params[HALF_MLP];
-    double layer_fwd = m.half_fwd[HALF_ATTN] + m.half_fwd[HALF_MLP];
+    StagePlan layer = {.n_layers = 1}, mlp = {.lead_mlp = true}, gelu = {.lead_gelu = true};
+    StagePlan attn = {.tail_attn = true}, fc = {.tail_attn = true, .tail_fc = true};
     int n = 0;
     double rows = (double)(sp->vocab_end - sp->vocab_begin);
     if (sp->has_lnf || rows > 0)
         out[n++] = (GradRange){(sp->has_lnf ? m.lnf_params : 0) + rows * m.head_row_params, 2 * rows * m.head_row_fwd};
-    if (sp->tail_attn)
-        out[n++] = (GradRange){m.half_params[HALF_ATTN], 2 * m.half_fwd[HALF_ATTN]};
+    const StagePlan *tail = sp->tail_fc ? &fc : sp->tail_attn ? &attn : NULL;
+    if (tail)
+        out[n++] = (GradRange){over_pieces(tail, m.piece_params), 2 * over_pieces(tail, m.piece_fwd)};
     for (int l = 0; l < sp->n_layers; l++)
-        out[n++] = (GradRange){layer_params, 2 * layer_fwd};
-    if (sp->lead_mlp)
-        out[n++] = (GradRange){m.half_params[HALF_MLP], 2 * m.half_fwd[HALF_MLP]};
+        out[n++] = (GradRange){over_pieces(&layer, m.piece_params), 2 * over_pieces(&layer, m.piece_fwd)};
+    const StagePlan *lead = sp->lead_mlp ? &mlp : sp->lead_gelu ? &gelu : NULL;
+    if (lead)
+        out[n++] = (GradRange){over_pieces(lead, m.piece_params), 2 * over_pieces(lead, m.piece_fwd)};
     if (sp->has_embed)
         out[n++] = (GradRange){m.embed_params, 2 * m.embed_fwd};
     return n;
@@ -148,11 +154,19 @@ static void stage_slots(const Config *cfg, int *slots, int *stash)
     }
 }
 
-/* Fills sp for stage s holding the half layers [first, first + n) (half 2l is layer l's
- * attention, 2l + 1 its MLP; the embedding on the first stage; the final LayerNorm and the
- * head on the last, or with vocab_split N the LayerNorm and the head's rows [0, N) on the
- * stage before it and rows [N, V) on the last): parameters, FLOPs and memory, with the
- * schedule's slots. */
+/* The partitioner's units: a layer's three pieces (PIECE_ATTN, PIECE_FC, PIECE_GELU), unit
+ * 3l + i being layer l's piece i. A stage holds a run of them, but not the fc piece alone
+ * (LayerNorm 2 and the fc product between two cuts: no stage has that shape). */
+enum { UNITS_PER_LAYER = N_PIECES };
+static bool units_hold_stage(int first, int n)
+{
+    return !(n == 1 && first % UNITS_PER_LAYER == PIECE_FC);
+}
+
+/* Fills sp for stage s holding the units [first, first + n) (the embedding on the first
+ * stage; the final LayerNorm and the head on the last, or with vocab_split N the LayerNorm
+ * and the head's rows [0, N) on the stage before it and rows [N, V) on the last):
+ * parameters, FLOPs and memory, with the schedule's slots. */
 static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, long vocab_split, int slots,
                        int stash, StagePlan *sp)
 {
@@ -160,10 +174,14 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     long V = cfg->vocab;
     double tokens = (double)cfg->micro * cfg->context;
     memset(sp, 0, sizeof *sp);
-    sp->lead_mlp = n > 0 && first % 2 == 1;
-    sp->tail_attn = n > 0 && end % 2 == 1;
-    sp->first_layer = (first + 1) / 2;
-    sp->n_layers = n > 0 ? end / 2 - sp->first_layer : 0;
+    if (!units_hold_stage(first, n))
+        ICE("a stage of layer %d's fc piece alone", first / UNITS_PER_LAYER);
+    sp->lead_mlp = n > 0 && first % UNITS_PER_LAYER == PIECE_FC;
+    sp->lead_gelu = n > 0 && first % UNITS_PER_LAYER == PIECE_GELU;
+    sp->tail_attn = n > 0 && end % UNITS_PER_LAYER != 0;
+    sp->tail_fc = n > 0 && end % UNITS_PER_LAYER == PIECE_GELU;
+    sp->first_layer = (first + UNITS_PER_LAYER - 1) / UNITS_PER_LAYER;
+    sp->n_layers = n > 0 ? end / UNITS_PER_LAYER - sp->first_layer : 0;
     sp->has_embed = s == 0;
     sp->has_head = s == p - 1;
     sp->has_lnf = s == (vocab_split > 0 ? p - 2 : p - 1);
@@ -172,23 +190,30 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     else if (sp->has_lnf)
         sp->vocab_begin = 0, sp->vocab_end = vocab_split;
     double rows = (double)(sp->vocab_end - sp->vocab_begin);
-    double params = over_halves(sp, m->half_params) + (sp->has_embed ? m->embed_params : 0) +
+    double params = over_pieces(sp, m->piece_params) + (sp->has_embed ? m->embed_params : 0) +
                     (sp->has_lnf ? m->lnf_params : 0) + rows * m->head_row_params;
     sp->params = (long)params;
-    sp->fwd_flops = over_halves(sp, m->half_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
+    sp->fwd_flops = over_pieces(sp, m->piece_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
     sp->bwd_flops = 2 * sp->fwd_flops;
-    sp->w_flops = over_halves(sp, m->half_w) + rows * m->head_row_fwd;
+    sp->w_flops = over_pieces(sp, m->piece_w) + rows * m->head_row_fwd;
     // The split's front sends the final LayerNorm's output and two floats a token (its rows'
     // log-sum-exp and target logit), which the back takes as its input. Under messages bf16 a
     // stage keeps the bf16 message it receives beside its fp32 input, and the one it sends
     // beside its output.
-    double input = stage_head_back(sp) ? head_message_floats(cfg, false) : m->input_acts;
-    double kept = stage_head_back(sp) ? input : m->message; /* what a recompute slot keeps: the message */
-    sp->msg_bytes = (long)((stage_head_front(sp) ? head_message_floats(cfg, false) : m->message) * m->act_bytes);
-    double message_copies = (receives_residual(cfg, sp) + sends_residual(cfg, sp)) * m->message;
+    // A stage that starts with a GELU piece receives resid2 and the fc product's output (and
+    // one that ends with an fc piece sends them): fc_message_floats.
+    double fc_message = (double)fc_message_floats(cfg);
+    double input = stage_head_back(sp) ? head_message_floats(cfg, false)
+                   : sp->lead_gelu     ? padded(m->input_acts) + 4 * m->input_acts
+                                       : m->input_acts;
+    double received = stage_head_back(sp) ? input : sp->lead_gelu ? fc_message : m->message;
+    double sent = stage_head_front(sp) ? head_message_floats(cfg, false) : sp->tail_fc ? fc_message : m->message;
+    double kept = received; /* what a recompute slot keeps: the message */
+    sp->msg_bytes = (long)(sent * m->act_bytes);
+    double message_copies = receives_residual(cfg, sp) * received + sends_residual(cfg, sp) * sent;
     double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
                        (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
-    double acts = over_halves(sp, m->half_acts) + input + head_acts + message_copies;
+    double acts = over_pieces(sp, m->piece_acts) + input + head_acts + message_copies;
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;
@@ -210,6 +235,8 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     // of the split's backward message and B T C), and per slot int32 tokens and targets and
     // float losses per token
     double message = vocab_split > 0 ? fmax(m->input_acts, head_message_floats(cfg, true)) : m->input_acts;
+    if (sp->lead_gelu || sp->tail_fc)
+        message = fmax(message, fc_message);
     sp->mem_work = (long)((sp->scratch_floats + 2 * message) * 4 + sp->slots * tokens * 12);
     sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
                     sp->mem_work;
@@ -278,7 +305,8 @@ static void stage_prices_free(StagePrices *pr)
 static double part_seconds(const Config *cfg, StagePrices *pr, const StagePlan *part)
 {
     long key[3] = {(long)part->n_layers << 8 | part->has_embed | part->lead_mlp << 1 | part->tail_attn << 2 |
-                       part->has_lnf << 3 | part->has_head << 4 | part->recompute << 5,
+                       part->has_lnf << 3 | part->has_head << 4 | part->recompute << 5 | part->lead_gelu << 6 |
+                       part->tail_fc << 7,
                    part->vocab_begin, part->vocab_end};
     for (int i = 0; i < pr->n_parts; i++) /* few: the layer parts, and the head at each row count tried */
         if (memcmp(pr->parts[i].key, key, sizeof key) == 0)
@@ -303,34 +331,47 @@ static double stage_seconds(const Config *cfg, StagePrices *pr, const StagePlan 
     const StagePlan none = {.recompute = sp->recompute, .first_layer = sp->first_layer};
     StagePlan embed = none, lead = none, layer = none, tail = none, head = none;
     embed.has_embed = true;
-    lead.lead_mlp = true;
+    lead.lead_mlp = sp->lead_mlp;
+    lead.lead_gelu = sp->lead_gelu;
     layer.n_layers = 1;
     tail.tail_attn = true;
+    tail.tail_fc = sp->tail_fc;
     head.has_lnf = sp->has_lnf;
     head.has_head = sp->has_head;
     head.vocab_begin = sp->vocab_begin;
     head.vocab_end = sp->vocab_end;
-    return (sp->has_embed ? part_seconds(cfg, pr, &embed) : 0) + (sp->lead_mlp ? part_seconds(cfg, pr, &lead) : 0) +
+    return (sp->has_embed ? part_seconds(cfg, pr, &embed) : 0) +
+           (sp->lead_mlp || sp->lead_gelu ? part_seconds(cfg, pr, &lead) : 0) +
            (sp->n_layers ? sp->n_layers * part_seconds(cfg, pr, &layer) : 0) +
            (sp->tail_attn ? part_seconds(cfg, pr, &tail) : 0) +
            (sp->has_lnf || sp->has_head ? part_seconds(cfg, pr, &head) : 0);
 }
 
-/* Balanced contiguous partition by dynamic programming over the model's 2 x layers halves
- * (step 1) or its whole layers (step 2): minimises the slowest stage's time (stage_seconds)
- * over the partitions whose every stage fits the device memory with its slots (stage s of
- * PACI and 1F1B keeps p - s), and returns that time. Every stage holds at least one step of
- * halves but the first and the last, which may hold only the embedding or only the head.
- * Among equal optima, the one with the least sum of squared stage times (the most even), so
- * no stage idles when it need not. With no partition that fits, the one that ignores memory
- * (and plan_build reports the stage that does not fit; *fits_memory false). split[] gets
- * halves per stage. */
-static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, int step, long vocab_split,
+/* Where a grain lets stage boundaries fall: between layers; also between a layer's halves;
+ * also after its fc product. */
+enum grain { GRAIN_LAYERS, GRAIN_HALVES, GRAIN_PIECES };
+static bool boundary_allowed(int grain, int u)
+{
+    int piece = u % UNITS_PER_LAYER;
+    return piece == PIECE_ATTN || (piece == PIECE_FC && grain >= GRAIN_HALVES) ||
+           (piece == PIECE_GELU && grain >= GRAIN_PIECES);
+}
+
+/* Balanced contiguous partition by dynamic programming over the model's units (3 a layer:
+ * UNITS_PER_LAYER), with boundaries where the grain allows them: minimises the slowest stage's
+ * time (stage_seconds) over the partitions whose every stage fits the device memory with its
+ * slots (stage s of PACI and 1F1B keeps p - s), and returns that time. Every stage holds at
+ * least one unit but the first and the last, which may hold only the embedding or only the
+ * head. Among equal optima, the one with the least sum of squared stage times (the most
+ * even), so no stage idles when it need not. With no partition that fits, the one that
+ * ignores memory (and plan_build reports the stage that does not fit; *fits_memory false).
+ * split[] gets units per stage. */
+static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, int grain, long vocab_split,
                              int *split, bool *fits_memory)
 {
-    // under a vocabulary split the last stage holds no layer: the halves go over the others
-    int units = 2 * cfg->layers, stages = vocab_split > 0 ? cfg->stages - 1 : cfg->stages;
-    /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u halves. */
+    // under a vocabulary split the last stage holds no layer: the units go over the others
+    int units = UNITS_PER_LAYER * cfg->layers, stages = vocab_split > 0 ? cfg->stages - 1 : cfg->stages;
+    /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u units. */
     size_t cells = (size_t)(stages + 1) * (size_t)(units + 1);
     double *worst = xmalloc(cells * sizeof *worst);
     double *squares = xmalloc(cells * sizeof *squares);
@@ -344,18 +385,25 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
         unit = 1;
 #define AT(k, u) ((size_t)(k) * (size_t)(units + 1) + (size_t)(u))
-    /* stage_time[k][n][parity], fits[.]: the k-th stage holding n halves from one of that
-     * parity (an odd first half is an MLP half; beyond that, which ones does not matter) */
-    size_t time_cells = cells * 2;
+    /* stage_time[k][n][start], fits[.]: the k-th stage holding n units from a unit of that
+     * piece (beyond that, which ones does not matter) */
+    size_t time_cells = cells * UNITS_PER_LAYER;
     double *stage_time = xmalloc(time_cells * sizeof *stage_time);
     bool *fits = xmalloc(time_cells * sizeof *fits);
     for (int k = 1; k <= stages; k++)
         for (int n = 0; n <= units; n++)
-            for (int parity = 0; parity < 2; parity++) {
+            for (int start = 0; start < UNITS_PER_LAYER; start++) {
+                size_t at = UNITS_PER_LAYER * AT(k, n) + (size_t)start;
+                if (!units_hold_stage(start, n) || !boundary_allowed(grain, start) ||
+                    !boundary_allowed(grain, start + n)) {
+                    stage_time[at] = INFINITY;
+                    fits[at] = false;
+                    continue;
+                }
                 StagePlan sp;
-                stage_fill(cfg, m, k - 1, parity, n, vocab_split, slots[k - 1], stash[k - 1], &sp);
-                stage_time[2 * AT(k, n) + parity] = stage_seconds(cfg, pr, &sp) / unit;
-                fits[2 * AT(k, n) + parity] = (double)sp.mem_total <= cfg->device_memory;
+                stage_fill(cfg, m, k - 1, start, n, vocab_split, slots[k - 1], stash[k - 1], &sp);
+                stage_time[at] = stage_seconds(cfg, pr, &sp) / unit;
+                fits[at] = (double)sp.mem_total <= cfg->device_memory;
             }
     double back_time = 0;
     bool back_fits = true;
@@ -376,22 +424,26 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
         }
         for (int k = 1; k <= stages; k++) {
             bool end = stages > 1 && (k == 1 || k == stages); /* may hold no layer */
-            for (int u = 0; u <= units; u += step) {
+            for (int u = 0; u <= units; u++) {
                 size_t at = AT(k, u);
                 worst[at] = INFINITY;
                 squares[at] = INFINITY;
                 choice[at] = -1;
-                /* the k-th stage takes halves [u - n, u); trying the largest n first gives
+                if (!boundary_allowed(grain, u))
+                    continue;
+                /* the k-th stage takes units [u - n, u); trying the largest n first gives
                  * exact ties to later stages, which keep fewer slots in flight. worst[k-1][.]
-                 * grows with its halves, so once it is above the best so far, so is the rest. */
-                for (int n = u; n >= (end ? 0 : step); n -= step) {
+                 * grows with its units, so once it is above the best so far, so is the rest. */
+                for (int n = u; n >= (end ? 0 : 1); n--) {
+                    if (!boundary_allowed(grain, u - n))
+                        continue;
                     size_t prev = AT(k - 1, u - n);
                     if (worst[prev] > worst[at] + 1e-9)
                         break;
-                    if (k > 1 ? choice[prev] < 0 : u - n != 0) /* no way to place halves [0, u - n) */
+                    if (k > 1 ? choice[prev] < 0 : u - n != 0) /* no way to place units [0, u - n) */
                         continue;
-                    size_t cost = 2 * AT(k, n) + (size_t)((u - n) % 2);
-                    if (check_memory && !fits[cost])
+                    size_t cost = UNITS_PER_LAYER * AT(k, n) + (size_t)((u - n) % UNITS_PER_LAYER);
+                    if (!units_hold_stage(u - n, n) || (check_memory && !fits[cost]))
                         continue;
                     double here = stage_time[cost];
                     double w = worst[prev] > here ? worst[prev] : here;
@@ -418,7 +470,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     for (int k = stages, u = units; k >= 1; k--) {
         split[k - 1] = choice[AT(k, u)];
         if (split[k - 1] < 0)
-            ICE("no partition of %d halves over %d stages", units, stages);
+            ICE("no partition of %d units over %d stages", units, stages);
         u -= split[k - 1];
     }
 #undef AT
@@ -430,26 +482,29 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     return slowest;
 }
 
-/* The split for a given vocab_split: whole layers, unless boundaries inside layers (between a
- * layer's attention and its MLP) make the slowest stage at least 1% faster; a half boundary
- * sends the same residual stream (its unfused residual add is in the kernel model's price),
- * but whole layers read better. Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
+/* The split for a given vocab_split: whole layers, unless boundaries inside layers make the
+ * slowest stage at least 1% faster: first between a layer's attention and its MLP halves (the
+ * message is the same residual stream; the unfused residual add is in the kernel model's
+ * price), then also after a layer's fc product (the message is resid2 and the fc output, five
+ * times the residual stream's). Whole layers read better, and the finer cuts send more.
+ * Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
 static double layer_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, long vocab_split, int *split,
                           bool *fits)
 {
-    int halves[PACI_MAX_STAGES];
-    bool whole_fits, half_fits;
-    double whole = balanced_split(cfg, m, pr, 2, vocab_split, split, &whole_fits);
-    *fits = whole_fits;
-    if (cfg->measured) /* a profile measures whole layers: it cannot price their halves apart */
-        return whole;
-    double half = balanced_split(cfg, m, pr, 1, vocab_split, halves, &half_fits);
-    if (half_fits > whole_fits || (half_fits == whole_fits && half < whole * 0.99)) {
-        memcpy(split, halves, (size_t)cfg->stages * sizeof *split);
-        *fits = half_fits;
-        return half;
+    double best = balanced_split(cfg, m, pr, GRAIN_LAYERS, vocab_split, split, fits);
+    if (cfg->measured) /* a profile measures whole layers: it cannot price their pieces apart */
+        return best;
+    for (int grain = GRAIN_HALVES; grain <= GRAIN_PIECES; grain++) {
+        int finer[PACI_MAX_STAGES];
+        bool finer_fits;
+        double t = balanced_split(cfg, m, pr, grain, vocab_split, finer, &finer_fits);
+        if (finer_fits > *fits || (finer_fits == *fits && t < best * 0.99)) {
+            memcpy(split, finer, (size_t)cfg->stages * sizeof *split);
+            *fits = finer_fits;
+            best = t;
+        }
     }
-    return whole;
+    return best;
 }
 
 /* The automatic split, and the vocabulary split it chooses (0: none). When the head costs
@@ -505,15 +560,15 @@ typedef struct ChunkMemory {
     const ModelCounts *m;
     const int *slots, *stash;
     PipeShape shape;
-    double *bytes; /* [stage][halves]: mem_total, < 0 until asked */
+    double *bytes; /* [stage][units]: mem_total, < 0 until asked */
 } ChunkMemory;
 
-static double chunk_bytes(ChunkMemory *cm, int s, int halves)
+static double chunk_bytes(ChunkMemory *cm, int s, int units)
 {
-    double *at = &cm->bytes[(size_t)s * (size_t)(2 * cm->cfg->layers + 1) + (size_t)halves];
+    double *at = &cm->bytes[(size_t)s * (size_t)(UNITS_PER_LAYER * cm->cfg->layers + 1) + (size_t)units];
     if (*at < 0) {
         StagePlan sp;
-        stage_fill(cm->cfg, cm->m, s, 0, halves, 0, cm->slots[s], cm->stash[s], &sp);
+        stage_fill(cm->cfg, cm->m, s, 0, units, 0, cm->slots[s], cm->stash[s], &sp);
         *at = (double)sp.mem_total;
     }
     return *at;
@@ -538,9 +593,9 @@ static void arrange_chunks(const Config *cfg, const ModelCounts *m, int *split, 
     if (config_chunks(cfg) < 2)
         return;
     for (int s = 1; s + 1 < cfg->stages; s++)
-        if (split[s] % 2 != 0)
-            return; /* a half layer at a boundary: a stage's cost depends on where it is */
-    size_t cells = (size_t)cfg->stages * (size_t)(2 * cfg->layers + 1);
+        if (split[s] % UNITS_PER_LAYER != 0)
+            return; /* a boundary inside a layer: a stage's cost depends on where it is */
+    size_t cells = (size_t)cfg->stages * (size_t)(UNITS_PER_LAYER * cfg->layers + 1);
     ChunkMemory cm = {cfg, m, slots, stash, config_shape(cfg), xmalloc(cells * sizeof(double))};
     for (size_t i = 0; i < cells; i++)
         cm.bytes[i] = -1;
@@ -576,11 +631,11 @@ void plan_layout(const Config *cfg, Plan *plan)
     memset(plan, 0, sizeof *plan);
     ModelCounts m = model_counts(cfg);
     int p = cfg->stages;
-    int split[PACI_MAX_STAGES]; /* halves per stage */
+    int split[PACI_MAX_STAGES]; /* units per stage */
     long vocab_split = cfg->vocab_split > 0 ? cfg->vocab_split : 0;
     bool fits;
-    if (cfg->split_halves) {
-        memcpy(split, cfg->split_halves, (size_t)p * sizeof *split);
+    if (cfg->split_units) {
+        memcpy(split, cfg->split_units, (size_t)p * sizeof *split);
     } else {
         StagePrices prices;
         stage_prices_init(cfg, &prices);
@@ -593,7 +648,7 @@ void plan_layout(const Config *cfg, Plan *plan)
     plan->vocab_split = vocab_split;
     int slots[PACI_MAX_STAGES], stash[PACI_MAX_STAGES];
     stage_slots(cfg, slots, stash);
-    if (!cfg->split_halves)
+    if (!cfg->split_units)
         arrange_chunks(cfg, &m, split, slots, stash);
 
     plan->stages = p;
@@ -610,17 +665,17 @@ void plan_layout(const Config *cfg, Plan *plan)
         next += split[s];
         plan->total_params += plan->stage[s].params;
     }
-    /* Every half layer is on exactly one stage, in order, and only an end stage may hold
-     * none: a wrong split is a compiler bug here. */
-    if (next != 2 * cfg->layers)
-        ICE("the partition covers %d of %d half layers", next, 2 * cfg->layers);
+    /* Every unit is on exactly one stage, in order, and only an end stage may hold none: a
+     * wrong split is a compiler bug here. */
+    if (next != UNITS_PER_LAYER * cfg->layers)
+        ICE("the partition covers %d of %d units", next, UNITS_PER_LAYER * cfg->layers);
     for (int s = 0, at = 0; s < p; s++) {
         const StagePlan *sp = &plan->stage[s];
         bool end = p > 1 && (s == 0 || s == p - 1 || (vocab_split > 0 && s == p - 2));
-        int first = 2 * sp->first_layer - sp->lead_mlp;
-        int n = sp->lead_mlp + 2 * sp->n_layers + sp->tail_attn;
+        int first = UNITS_PER_LAYER * sp->first_layer - 2 * sp->lead_mlp - sp->lead_gelu;
+        int n = 2 * sp->lead_mlp + sp->lead_gelu + UNITS_PER_LAYER * sp->n_layers + sp->tail_attn + sp->tail_fc;
         if (n < (end ? 0 : 1) || (n > 0 && first != at) || n != split[s] || (stage_head_back(sp) && n > 0))
-            ICE("stage %d of the partition holds %d halves from %d", s, n, first);
+            ICE("stage %d of the partition holds %d units from %d", s, n, first);
         at += n;
     }
 }
@@ -732,19 +787,22 @@ bool plan_build(const Config *cfg, Plan *plan)
     return ok;
 }
 
-/* The first and the last half layer a stage holds, "3" or "2b" and "5" or "6a" (false: none). */
+/* The first and the last piece a stage holds, "3", "2b" or "2g" and "5", "6a" or "6f" (false:
+ * none); a stage inside one layer gives its letter once, in `first`, and "" in `last`. */
 static bool stage_ends(const StagePlan *sp, char *first, char *last, size_t size)
 {
-    if (sp->n_layers == 0 && !sp->lead_mlp && !sp->tail_attn)
+    bool lead = sp->lead_mlp || sp->lead_gelu;
+    if (sp->n_layers == 0 && !lead && !sp->tail_attn)
         return false;
-    if (sp->lead_mlp)
-        snprintf(first, size, "%db", sp->first_layer - 1);
+    const char *tail_letter = sp->tail_fc ? "f" : "a";
+    if (lead)
+        snprintf(first, size, "%d%s", sp->first_layer - 1, sp->lead_mlp ? "b" : "g");
     else
-        snprintf(first, size, "%d%s", sp->first_layer, sp->n_layers == 0 ? "a" : "");
+        snprintf(first, size, "%d%s", sp->first_layer, sp->n_layers == 0 ? tail_letter : "");
     if (sp->tail_attn)
-        snprintf(last, size, "%da", sp->first_layer + sp->n_layers);
+        snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers, tail_letter);
     else
-        snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers - 1, sp->n_layers == 0 ? "b" : "");
+        snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers - 1, sp->n_layers == 0 ? (sp->lead_mlp ? "b" : "g") : "");
     return true;
 }
 
@@ -784,7 +842,8 @@ void stage_layers_label(const StagePlan *sp, char *out, size_t size)
         snprintf(out, size, "%s", sp->has_embed && holds_head ? "e+h" : sp->has_embed ? "emb" : head);
         return;
     }
-    bool half_alone = sp->n_layers == 0 && sp->lead_mlp != sp->tail_attn; /* "5a", not "5a-5a" */
+    /* "5a", not "5a-5a" */
+    bool half_alone = sp->n_layers == 0 && (sp->lead_mlp || sp->lead_gelu) != sp->tail_attn;
     snprintf(out, size, "%s%s%s%s%s%s", first, half_alone ? "" : "-", half_alone ? "" : last,
              sp->has_embed && holds_head ? "+e+h" : sp->has_embed ? "+emb" : "", !sp->has_embed && holds_head ? "+" : "",
              !sp->has_embed && holds_head ? head : "");

@@ -487,10 +487,35 @@ static void set_model_name(Sema *s, const Entry *e)
     }
 }
 
-/* `split [n0, n1, ...]`: layers per stage, whole or half (3.5: the stage's last layer ends
- * after its attention, and the next stage starts with that layer's MLP); stored in halves,
- * checked against stages and layers later. A 0 is allowed only at either end: an
- * embedding-only first stage or a head-only last stage. */
+/* The units (three a layer) before a position in quarter layers at a boundary (x.0, x.5, x.75). */
+static int split_units_at(long quarters)
+{
+    static const int piece_units[4] = {0, 1, 1, 2};
+    return (int)(3 * (quarters / 4) + piece_units[quarters % 4]);
+}
+
+/* Units as layers: 3 is 1, 4 is 1.5, 5 is 1.75. */
+double split_units_layers(int units)
+{
+    static const double piece_layers[3] = {0, 0.5, 0.75};
+    return units / 3 + piece_layers[units % 3];
+}
+
+/* Stage i's entry of the split as written: the layers between its boundaries. */
+static double split_entry_layers(const Config *cfg, int i)
+{
+    int start = 0;
+    for (int k = 0; k < i; k++)
+        start += cfg->split_units[k];
+    return split_units_layers(start + cfg->split_units[i]) - split_units_layers(start);
+}
+
+/* `split [n0, n1, ...]`: layers per stage, where each stage boundary falls at a layer's start,
+ * its middle (.5: after its attention half, the next stage starting with its MLP) or after
+ * its fc product (.75: the next stage starting with its GELU); so `split [3.75, 2.25]` is
+ * layers 0..2 and layer 3 up to its fc product, then layer 3's GELU and layers 4 and 5.
+ * Stored in units (UNITS_PER_LAYER, three a layer), checked against stages and layers later.
+ * A 0 is allowed only at either end: an embedding-only first stage or a head-only last stage. */
 static void set_split(Sema *s, const Entry *e)
 {
     if (!expect_count(s, e, 1, "one list of layers per stage, e.g. [3, 3, 2]"))
@@ -507,6 +532,7 @@ static void set_split(Sema *s, const Entry *e)
         goto fail;
     }
     int *split = xcalloc((size_t)list->n_items, sizeof *split);
+    long quarters = 0; /* where the stage starts, in quarter layers */
     for (int i = 0; i < list->n_items; i++) {
         const Value *item = list->items[i];
         double n;
@@ -524,16 +550,25 @@ static void set_split(Sema *s, const Entry *e)
             free(split);
             goto fail;
         }
-        if (2 * n != floor(2 * n)) {
-            error_at(s->src, item->span, "'split' counts whole or half layers (3.5: the stage ends after layer "
-                     "3's attention, the next starts with its MLP), not %s", item->text);
+        long stop = quarters + (long)(4 * n), piece = stop % 4;
+        if (4 * n != floor(4 * n) || piece == 1) {
+            error_at(s->src, item->span, "'split' puts a stage boundary at %g layers, inside layer %ld: a boundary "
+                     "falls between layers, at a layer's middle (.5: after its attention half) or after its fc "
+                     "product (.75: the next stage starts with its GELU)", (double)quarters / 4 + n, stop / 4);
             free(split);
             goto fail;
         }
-        split[i] = (int)(2 * n);
+        if (quarters % 4 == 2 && stop == quarters + 1) {
+            error_at(s->src, item->span, "stage %d of 'split' would hold only layer %ld's LayerNorm 2 and fc "
+                     "product (from .5 to .75): a stage holds at least one more piece", i, quarters / 4);
+            free(split);
+            goto fail;
+        }
+        split[i] = split_units_at(stop) - split_units_at(quarters);
+        quarters = stop;
     }
-    free(s->cfg->split_halves);
-    s->cfg->split_halves = split;
+    free(s->cfg->split_units);
+    s->cfg->split_units = split;
     s->cfg->span_split = list->span;
     return;
 fail:
@@ -1002,17 +1037,18 @@ static void layer_range(char *buf, size_t size, int first, int last)
         snprintf(buf, size, "layers %d..%d", first, last);
 }
 
-/* Half layers [first, last] in words: "layers 3..5" when whole, else by their halves. */
-static void half_range(char *buf, size_t size, int first, int last)
+/* Units [first, last] in words: "layers 3..5" when whole, else by their pieces. */
+static void unit_range(char *buf, size_t size, int first, int last)
 {
-    static const char *const half[] = {"attention", "MLP"};
-    if (first % 2 == 0 && last % 2 == 1)
-        layer_range(buf, size, first / 2, last / 2);
+    static const char *const piece[] = {"attention half", "LayerNorm 2 and fc product", "GELU and MLP projection"};
+    if (first % 3 == 0 && last % 3 == 2)
+        layer_range(buf, size, first / 3, last / 3);
+    else if (first % 3 == 1 && last == first + 1)
+        snprintf(buf, size, "layer %d's MLP half", first / 3);
     else if (first == last)
-        snprintf(buf, size, "layer %d's %s half", first / 2, half[first % 2]);
+        snprintf(buf, size, "layer %d's %s", first / 3, piece[first % 3]);
     else
-        snprintf(buf, size, "layer %d's %s half to layer %d's %s half", first / 2, half[first % 2], last / 2,
-                 half[last % 2]);
+        snprintf(buf, size, "layer %d's %s to layer %d's %s", first / 3, piece[first % 3], last / 3, piece[last % 3]);
 }
 
 /* The stage count against the layers (the first stage may hold only the embedding and the
@@ -1107,11 +1143,11 @@ static bool check_split(Sema *s, const Entry *split, bool stages_ok, bool layers
 {
     Config *cfg = s->cfg;
     bool split_ok = false;
-    if (split && cfg->split_halves && stages_ok) {
+    if (split && cfg->split_units && stages_ok) {
         const Value *list = split->values[0];
-        int sum = 0, halves = 2 * cfg->layers;
+        int sum = 0, units = 3 * cfg->layers;
         for (int i = 0; i < list->n_items; i++)
-            sum += cfg->split_halves[i];
+            sum += cfg->split_units[i];
         if (list->n_items != cfg->stages && config_chunks(cfg) > 1) {
             error_at(s->src, list->span, "'split' has %d entr%s but there are %d stages (stages %d x chunks %d), "
                      "one entry each in layer order", list->n_items, list->n_items == 1 ? "y" : "ies",
@@ -1121,23 +1157,23 @@ static bool check_split(Sema *s, const Entry *split, bool stages_ok, bool layers
                      list->n_items == 1 ? "y" : "ies", cfg->stages == 1 ? "is" : "are", cfg->stages,
                      cfg->stages == 1 ? "" : "s");
         } else if (layers_ok && cfg->layers > 0) {
-            split_ok = sum == halves;
-            char range[96];
-            if (sum != halves)
-                half_range(range, sizeof range, sum < halves ? sum : halves, (sum < halves ? halves : sum) - 1);
-            if (sum < halves)
+            split_ok = sum == units;
+            char range[128];
+            if (sum != units)
+                unit_range(range, sizeof range, sum < units ? sum : units, (sum < units ? units : sum) - 1);
+            if (sum < units)
                 error_at(s->src, list->span,
                          "'split' covers %g of the model's %d layers: %s would be in no stage",
-                         sum / 2.0, cfg->layers, range);
-            else if (sum > halves)
+                         split_units_layers(sum), cfg->layers, range);
+            else if (sum > units)
                 error_at(s->src, list->span,
                          "'split' assigns %g layers but the model has %d: %s would not exist",
-                         sum / 2.0, cfg->layers, range);
+                         split_units_layers(sum), cfg->layers, range);
         }
     }
     if (!split_ok) {
-        free(cfg->split_halves);
-        cfg->split_halves = NULL;
+        free(cfg->split_units);
+        cfg->split_units = NULL;
     }
 
     return split_ok;
@@ -1149,13 +1185,13 @@ static void check_vocab_split(Sema *s, const Entry *split, bool split_ok, bool s
 {
     Config *cfg = s->cfg;
     const Entry *vocab_split = written(s, "pipeline", "vocab_split");
-    if (split_ok && cfg->stages >= 3 && cfg->split_halves[cfg->stages - 2] == 0 && cfg->vocab_split <= 0) {
+    if (split_ok && cfg->stages >= 3 && cfg->split_units[cfg->stages - 2] == 0 && cfg->vocab_split <= 0) {
         error_at(s->src, split->values[0]->items[cfg->stages - 2]->span,
                  "stage %d of 'split' has 0 layers; only the first stage (embedding only) or the last (LM head "
                  "only) may hold none, or under vocab_split the one before the last (the head's first rows)",
                  cfg->stages - 2);
-        free(cfg->split_halves);
-        cfg->split_halves = NULL;
+        free(cfg->split_units);
+        cfg->split_units = NULL;
         split_ok = false;
     }
     if (vocab_split && usable(s, "pipeline", "vocab_split") && cfg->vocab_split > 0) {
@@ -1173,10 +1209,10 @@ static void check_vocab_split(Sema *s, const Entry *split, bool split_ok, bool s
                      "a divided head would take its own", optimizer_names[cfg->optimizer],
                      cfg->optimizer == PR_OPT_LANS ? "gradient normalisation and trust ratios take" : "trust ratio is",
                      cfg->optimizer == PR_OPT_LANS ? "s" : "");
-        else if (split_ok && cfg->split_halves[cfg->stages - 1] != 0)
+        else if (split_ok && cfg->split_units[cfg->stages - 1] != 0)
             error_at(s->src, split->values[0]->span, "'split' gives the last stage %g layer%s, but under "
                      "vocab_split it holds only rows of the LM head: its entry must be 0",
-                     cfg->split_halves[cfg->stages - 1] / 2.0, cfg->split_halves[cfg->stages - 1] == 2 ? "" : "s");
+                     split_entry_layers(cfg, cfg->stages - 1), split_entry_layers(cfg, cfg->stages - 1) == 1 ? "" : "s");
     }
 
 }
@@ -1621,7 +1657,7 @@ const char *config_with_schedule(const Config *cfg, int kind, Config *out)
     if (kind != (int)cfg->schedule) /* a warm start belongs to the file's paci */
         out->warm_steps = 0;
     if (out->stages != cfg->stages) {
-        out->split_halves = NULL; /* the file's split has a stage count of its own */
+        out->split_units = NULL; /* the file's split has a stage count of its own */
         out->vocab_split = v > 1 ? 0 : -1;
     }
     if (v > 1 && cfg->vocab_split > 0)
@@ -1790,7 +1826,7 @@ bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg)
                        : written(s, "batch", "global") ? span_of(s, "batch", "global", 2)
                                                        : cfg->span_stages;
     cfg->span_micro = span_of(s, "batch", "micro", 2);
-    if (!cfg->split_halves)
+    if (!cfg->split_units)
         cfg->span_split = cfg->span_stages;
     cfg->span_memory = span_of(s, "hardware", "memory", 4);
     cfg->span_vocab_split = span_of(s, "pipeline", "vocab_split", 1);
@@ -1803,7 +1839,7 @@ void config_free(Config *cfg)
     free(cfg->cpu);
     free(cfg->cpu_given);
     free(cfg->cpu_calibration);
-    free(cfg->split_halves);
+    free(cfg->split_units);
     free(cfg->train_data);
     free(cfg->val_data);
     free(cfg->ckpt_dir);
@@ -1831,9 +1867,9 @@ void config_dump(FILE *out, const Config *cfg)
         fprintf(out, "  chunks %d (%d stages)\n  placement %s\n", config_chunks(cfg), cfg->stages,
                 placement_words[cfg->placement]);
     fprintf(out, "  window %d\n  split ", cfg->window);
-    if (cfg->split_halves) {
+    if (cfg->split_units) {
         for (int i = 0; i < cfg->stages; i++)
-            fprintf(out, "%s%g", i ? " " : "[", cfg->split_halves[i] / 2.0);
+            fprintf(out, "%s%g", i ? " " : "[", split_entry_layers(cfg, i));
         fprintf(out, "]\n");
     } else {
         fprintf(out, "automatic\n");

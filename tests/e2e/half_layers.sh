@@ -31,6 +31,29 @@ echo "splits inside layers (1f1b [1.5, 2, 0.5], gpipe [0.5, 1.5, 1.5, 0.5]): mod
 # The Hugging Face export names tensors by layer, whichever stage held which half.
 export_equals_one halves-gpipe "[0.5, 1.5, 1.5, 0.5]"
 
+# Cuts after a layer's fc product (`split [1.75, ...]`): the stage after starts with its GELU,
+# and the message is resid2 and the fc output. [1.75, 2, 0.25]: layer 1's GELU piece on stage
+# 1, layer 3's alone with the head; [0.75, 1.25, 1.5, 0.5]: layer 0's attention half and fc
+# piece alone with the embedding, beside halves.
+split_model fc-1f1b 3 1f1b "[1.75, 2, 0.25]"
+split_model fc-gpipe 4 gpipe "[0.75, 1.25, 1.5, 0.5]"
+for name in fc-1f1b fc-gpipe; do
+    plan=$("$pacic" "$work/$name.paci" --dump plan)
+    grep -q "^stage 1: layers [01]g\.\." <<< "$plan" || fail "$name: stage 1 does not start with a GELU piece: $plan"
+    build_quiet $name
+    run_quiet $name
+    same_step20 one $name || fail "$name: weights, optimizer state or losses differ from one stage"
+done
+grep -q "^stage 0: layers 0f\.\.0f +embed" <<< "$("$pacic" "$work/fc-gpipe.paci" --dump plan)" ||
+    fail "[0.75, ...]: stage 0 is not layer 0 up to its fc product with the embedding"
+echo "splits after the fc product (1f1b [1.75, 2, 0.25], gpipe [0.75, 1.25, 1.5, 0.5]): model.bin, state.bin and losses equal one stage's over 20 steps"
+
+# one stage's export exists now (export_equals_one above)
+run_quiet fc-gpipe --export hf hf >/dev/null
+cmp -s "$work/one/hf-one/model.safetensors" "$work/fc-gpipe/hf/model.safetensors" ||
+    fail "the export of [0.75, 1.25, 1.5, 0.5] differs from one stage's"
+echo "Hugging Face export of [0.75, 1.25, 1.5, 0.5] == one stage's"
+
 # Resume under PACI: 20 straight == 10, stop, resume, 10.
 resume_equals_straight 3 "[1.5, 1, 1.5]"
 

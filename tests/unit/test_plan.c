@@ -87,19 +87,21 @@ static void test_partition_covers_layers(void **state)
             Config cfg = gpt2(layers, 256, 4, p, PACI_SCHED_ONEF1B, 4);
             Plan plan;
             plan_layout(&cfg, &plan);
-            int next = 0; /* in halves */
+            int next = 0; /* in units, three a layer: attention half, fc piece, GELU piece */
             for (int s = 0; s < p; s++) {
                 const StagePlan *sp = &plan.stage[s];
-                int halves = sp->lead_mlp + 2 * sp->n_layers + sp->tail_attn;
-                if (halves > 0)
-                    assert_int_equal(2 * sp->first_layer - sp->lead_mlp, next);
+                int units = 2 * sp->lead_mlp + sp->lead_gelu + 3 * sp->n_layers + sp->tail_attn + sp->tail_fc;
+                if (units > 0)
+                    assert_int_equal(3 * sp->first_layer - 2 * sp->lead_mlp - sp->lead_gelu, next);
+                assert_false(sp->lead_mlp && sp->lead_gelu);
+                assert_true(!sp->tail_fc || sp->tail_attn);
                 bool end = p > 1 && (s == 0 || s == p - 1);
-                assert_true(halves >= (end ? 0 : 1));
-                next += halves;
+                assert_true(units >= (end ? 0 : 1));
+                next += units;
                 assert_int_equal(sp->has_embed, s == 0);
                 assert_int_equal(sp->has_head, s == p - 1);
             }
-            assert_int_equal(next, 2 * layers);
+            assert_int_equal(next, 3 * layers);
         }
 }
 
@@ -132,39 +134,58 @@ static bool fits(const Config *cfg, const Plan *plan)
     return true;
 }
 
-/* The best bottleneck over every split that fits the memory, by enumeration (INFINITY if
- * none fits): stage 0 and the last may hold no layer, the others at least one step of half
- * layers; `left` and split[] count halves, in steps of `step` (2: whole layers). */
-static double best_by_enumeration(Config *cfg, int *split, int s, int left, int step)
+/* Where a boundary may fall at a grain, in units (three a layer: 0 whole layers, 1 also
+ * between the halves, 2 also after the fc product), and whether a stage may hold [at, at + n):
+ * not the fc piece (unit 3l + 1) alone. */
+static bool allowed(int grain, int u)
 {
-    int p = cfg->stages;
+    return u % 3 == 0 || (u % 3 == 1 && grain >= 1) || (u % 3 == 2 && grain >= 2);
+}
+
+static bool holdable(int at, int n)
+{
+    return !(n == 1 && at % 3 == 1);
+}
+
+/* The best bottleneck over every split that fits the memory, by enumeration (INFINITY if
+ * none fits): stage 0 and the last may hold no layer, the others at least one unit; split[]
+ * counts units from `at`, boundaries where the grain allows them. */
+static double best_by_enumeration(Config *cfg, int *split, int s, int at, int grain)
+{
+    int p = cfg->stages, total = 3 * cfg->layers, left = total - at;
     if (s == p - 1) {
-        if (left < (p > 1 ? 0 : 1))
+        if (left < (p > 1 ? 0 : 1) || (left > 0 && !holdable(at, left)))
             return INFINITY;
         split[s] = left;
-        cfg->split_halves = split;
+        cfg->split_units = split;
         Plan plan;
         plan_layout(cfg, &plan);
-        cfg->split_halves = NULL;
+        cfg->split_units = NULL;
         return fits(cfg, &plan) ? bottleneck(cfg, &plan) : INFINITY;
     }
     double best = INFINITY;
-    for (int n = s == 0 ? 0 : step; n <= left; n += step) {
+    for (int n = s == 0 ? 0 : 1; n <= left; n++) {
+        if (!allowed(grain, at + n) || (n > 0 && !holdable(at, n)))
+            continue;
         split[s] = n;
-        double b = best_by_enumeration(cfg, split, s + 1, left - n, step);
+        double b = best_by_enumeration(cfg, split, s + 1, at + n, grain);
         best = b < best ? b : best;
     }
     return best;
 }
 
 /* What the automatic split must reach: the best over whole layers, or over half layers when
- * that is at least 1% faster. */
+ * that is at least 1% faster, or with cuts after the fc product too when that is at least 1%
+ * faster again. */
 static double best_automatic(Config *cfg)
 {
     int split[PACI_MAX_STAGES];
-    double whole = best_by_enumeration(cfg, split, 0, 2 * cfg->layers, 2);
-    double half = best_by_enumeration(cfg, split, 0, 2 * cfg->layers, 1);
-    return half < whole * 0.99 ? half : whole;
+    double best = best_by_enumeration(cfg, split, 0, 0, 0);
+    for (int grain = 1; grain <= 2; grain++) {
+        double finer = best_by_enumeration(cfg, split, 0, 0, grain);
+        best = finer < best * 0.99 ? finer : best;
+    }
+    return best;
 }
 
 /* The tests' fixed CPU (tests/cpu-calibration.txt's rates), two cores. */
@@ -202,17 +223,17 @@ static void on_machine(Config *cfg, int machine, CpuRates *cpu)
  * unbounded and with the memory just below what that split needs (then the partitioner must
  * find another); heads of every weight relative to a layer (vocabulary 256 to 50257), steps
  * of so few tokens that the optimizer step outweighs the products, and three machines. Some
- * of these cases split inside a layer. */
+ * of these cases split inside a layer, some after its fc product. */
 static void test_partition_is_optimal_within_memory(void **state)
 {
     (void)state;
     int vocabs[] = {256, 8192, 50257};
-    int constrained = 0, halved = 0;
+    int constrained = 0, halved = 0, fc_cut = 0;
     for (int machine = 0; machine < MACHINES; machine++)
     for (int v = 0; v < 3; v++)
         for (int p = 1; p <= (machine == 0 ? 5 : 4); p++) /* the other machines: fewer, for time */
             for (int kind = 0; kind < 3; kind++) {
-                Config cfg = gpt2(7, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
+                Config cfg = gpt2(5, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
                 CpuRates cpu;
                 on_machine(&cfg, machine, &cpu);
                 cfg.vocab = vocabs[v];
@@ -227,8 +248,10 @@ static void test_partition_is_optimal_within_memory(void **state)
                 plan_layout(&cfg, &plan);
                 double best = best_automatic(&cfg);
                 assert_true(fabs(bottleneck(&cfg, &plan) - best) <= 1e-9 * best);
-                for (int s = 0; s < p; s++)
+                for (int s = 0; s < p; s++) {
                     halved += plan.stage[s].lead_mlp || plan.stage[s].tail_attn;
+                    fc_cut += plan.stage[s].tail_fc;
+                }
                 /* a device just too small for the unconstrained choice */
                 cfg.device_memory = (double)plan_peak_memory(&plan, NULL) - 1;
                 best = best_automatic(&cfg);
@@ -241,6 +264,7 @@ static void test_partition_is_optimal_within_memory(void **state)
             }
     assert_true(constrained >= 10); /* the memory bound took part */
     assert_true(halved >= 5);       /* and so did boundaries inside layers */
+    assert_true(fc_cut >= 2);       /* some of them after the fc product */
 }
 
 /* The partitioner prices a stage as the sum of its parts' kernel-model prices (plan.c); that
@@ -257,8 +281,8 @@ static void test_stage_price_is_sum_of_parts(void **state)
             cfg.vocab = 4096;
             cfg.vocab_split = 1024;
             cfg.recompute = recompute ? RECOMPUTE_FULL : RECOMPUTE_NONE;
-            int split[4] = {3, 4, 3, 0}; /* 0-1a+emb, 1b-3a, 3b-4+hA, headB */
-            cfg.split_halves = split;
+            int split[4] = {5, 5, 5, 0}; /* in units: 0-1f+emb, 1g-3a, 3b-4+hA, headB */
+            cfg.split_units = split;
             Plan plan;
             plan_layout(&cfg, &plan);
             Lowered low;
@@ -268,9 +292,10 @@ static void test_stage_price_is_sum_of_parts(void **state)
             for (int s = 0; s < 4; s++) {
                 const StagePlan *sp = &plan.stage[s];
                 StagePlan parts[5] = {{.has_embed = sp->has_embed},
-                                      {.lead_mlp = sp->lead_mlp, .first_layer = sp->first_layer},
+                                      {.lead_mlp = sp->lead_mlp, .lead_gelu = sp->lead_gelu,
+                                       .first_layer = sp->first_layer},
                                       {.n_layers = sp->n_layers, .first_layer = sp->first_layer},
-                                      {.tail_attn = sp->tail_attn, .first_layer = sp->first_layer},
+                                      {.tail_attn = sp->tail_attn, .tail_fc = sp->tail_fc, .first_layer = sp->first_layer},
                                       {.has_lnf = sp->has_lnf, .has_head = sp->has_head,
                                        .vocab_begin = sp->vocab_begin, .vocab_end = sp->vocab_end}};
                 double fwd = 0, bwd = 0, step = 0;
@@ -301,8 +326,8 @@ static void test_head_only_stage(void **state)
     assert_int_equal(plan.stage[7].n_layers, 0);
     assert_int_equal(plan.stage[7].first_layer, 24);
     assert_true(plan.stage[7].has_head);
-    int split[8] = {0, 8, 8, 8, 8, 8, 8, 0}; /* an embedding-only first stage, by hand (in halves) */
-    cfg.split_halves = split;
+    int split[8] = {0, 12, 12, 12, 12, 12, 12, 0}; /* an embedding-only first stage, by hand (in units) */
+    cfg.split_units = split;
     assert_true(plan_build(&cfg, &plan));
     assert_int_equal(plan.stage[0].n_layers, 0);
     assert_true(plan.stage[0].has_embed);
@@ -321,8 +346,8 @@ static void test_partition_balances_head(void **state)
     for (int s = 0; s < 8; s++)
         if (plan.stage[s].fwd_flops > slowest)
             slowest = plan.stage[s].fwd_flops;
-    int even[8] = {6, 6, 6, 6, 6, 6, 6, 6}; /* 3 layers each, in halves */
-    cfg.split_halves = even;
+    int even[8] = {9, 9, 9, 9, 9, 9, 9, 9}; /* 3 layers each, in units */
+    cfg.split_units = even;
     Plan even_plan;
     plan_layout(&cfg, &even_plan);
     double even_slowest = 0;
@@ -337,8 +362,8 @@ static void test_manual_split_respected(void **state)
 {
     (void)state;
     Config cfg = gpt2(10, 256, 4, 3, PACI_SCHED_PACI, 4);
-    int split[3] = {10, 2, 8}; /* [5, 1, 4] in halves */
-    cfg.split_halves = split;
+    int split[3] = {15, 3, 12}; /* [5, 1, 4] in units */
+    cfg.split_units = split;
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
     assert_int_equal(plan.stage[0].n_layers, 5);
@@ -358,8 +383,8 @@ static void test_half_layer_split(void **state)
     cfg.vocab = 128;
     Plan whole, plan;
     plan_layout(&cfg, &whole);
-    int split[4] = {3, 1, 4, 2};
-    cfg.split_halves = split;
+    int split[4] = {4, 2, 6, 3}; /* in units */
+    cfg.split_units = split;
     assert_true(plan_build(&cfg, &plan));
     static const struct {
         int first, n;
@@ -382,8 +407,8 @@ static void test_half_layer_split(void **state)
     assert_int_equal(params, whole.total_params);
     assert_int_equal(plan.total_params, whole.total_params);
     /* a 2.5-layer stage: layer 1's MLP half, layer 2, layer 3's attention half */
-    int odd[4] = {3, 4, 1, 2};
-    cfg.split_halves = odd;
+    int odd[4] = {4, 6, 2, 3};
+    cfg.split_units = odd;
     Plan other;
     assert_true(plan_build(&cfg, &other));
     char label[32];
@@ -391,14 +416,36 @@ static void test_half_layer_split(void **state)
     assert_string_equal(label, "1b-3a");
     stage_layers_label(&other.stage[2], label, sizeof label);
     assert_string_equal(label, "3b");
+    /* cuts after the fc product, [1.75, 1.75, 0.5, 1]: layer 1 to its fc product, then its
+     * GELU piece, layer 2, layer 3's attention half */
+    int fc[4] = {5, 5, 2, 3};
+    cfg.split_units = fc;
+    Plan fc_plan;
+    assert_true(plan_build(&cfg, &fc_plan));
+    static const char *const fc_labels[4] = {"0-1f+emb", "1g-3a", "3b", "4-4+head"};
+    long fc_params = 0;
+    for (int s = 0; s < 4; s++) {
+        stage_layers_label(&fc_plan.stage[s], label, sizeof label);
+        assert_string_equal(label, fc_labels[s]);
+        fc_params += fc_plan.stage[s].params;
+    }
+    assert_true(fc_plan.stage[0].tail_fc && fc_plan.stage[1].lead_gelu && !fc_plan.stage[1].tail_fc);
+    assert_int_equal(fc_params, whole.total_params);
+    /* the message across the cut: resid2 and the fc output, both ways */
+    assert_int_equal(fc_plan.stage[0].msg_bytes, 4 * fc_message_floats(&cfg));
+    StageLayout fc_lay;
+    stage_layout(&cfg, &fc_plan.stage[1], &fc_lay);
+    assert_int_equal(fc_lay.dx_floats, fc_message_floats(&cfg));
+    stage_layout(&cfg, &fc_plan.stage[0], &fc_lay);
+    assert_int_equal(fc_lay.out_floats, fc_message_floats(&cfg));
 
     /* every checkpoint tensor's elements covered once; the checkpoint's tensors are the
      * runtime's enumerators, named here by their strings */
     enum { MAX_TENSORS = 32 };
     const char *names[MAX_TENSORS] = {0};
-    long covered[MAX_TENSORS] = {0}, expected[MAX_TENSORS] = {0};
-    for (int pass = 0; pass < 2; pass++) {
-        const Plan *pl = pass == 0 ? &whole : &plan;
+    long covered[2][MAX_TENSORS] = {{0}}, expected[MAX_TENSORS] = {0};
+    for (int pass = 0; pass < 3; pass++) {
+        const Plan *pl = pass == 0 ? &whole : pass == 1 ? &plan : &fc_plan;
         for (int s = 0; s < pl->stages; s++) {
             StageLayout lay;
             stage_layout(&cfg, &pl->stage[s], &lay);
@@ -415,15 +462,17 @@ static void test_half_layer_split(void **state)
                 if (pass == 0)
                     expected[k] += sum;
                 else
-                    covered[k] += sum;
+                    covered[pass - 1][k] += sum;
                 /* inside the stage's parameter block */
                 assert_true(t[i].offset >= 0 && t[i].offset + t[i].size <= lay.params.total);
             }
             free(t);
         }
     }
-    for (int k = 0; names[k]; k++)
-        assert_int_equal(covered[k], expected[k]);
+    for (int k = 0; names[k]; k++) {
+        assert_int_equal(covered[0][k], expected[k]);
+        assert_int_equal(covered[1][k], expected[k]);
+    }
 }
 
 /* Slots and memory by schedule: PACI and 1F1B agree, GPipe keeps K, PipeDream adds stash. */

@@ -96,7 +96,7 @@ static void test_valid_file_fills_config(void **state)
     assert_int_equal(c.cfg.micro, 8);
     assert_int_equal(c.cfg.global_batch, 32);
     assert_int_equal(c.cfg.steps, 1000);
-    assert_null(c.cfg.split_halves);
+    assert_null(c.cfg.split_units);
     done(&c);
 }
 
@@ -327,10 +327,10 @@ static void test_split_and_spans(void **state)
     const char *text = MODEL "pipeline {\n  stages 3\n  split [2, 1,\n   1]\n}\n" BATCH TRAIN;
     Checked c = check(text);
     assert_true(c.ok);
-    assert_non_null(c.cfg.split_halves); /* in half layers */
-    assert_int_equal(c.cfg.split_halves[0], 4);
-    assert_int_equal(c.cfg.split_halves[1], 2);
-    assert_int_equal(c.cfg.split_halves[2], 2);
+    assert_non_null(c.cfg.split_units); /* in units, three a layer */
+    assert_int_equal(c.cfg.split_units[0], 6);
+    assert_int_equal(c.cfg.split_units[1], 3);
+    assert_int_equal(c.cfg.split_units[2], 3);
     assert_int_equal(c.cfg.span_stages.begin, (int)(strstr(text, "3\n") - text));
     assert_int_equal(c.cfg.span_split.begin, (int)(strstr(text, "[2") - text));
     assert_int_equal(c.cfg.span_split.end, (int)(strstr(text, "]") - text) + 1);
@@ -619,14 +619,24 @@ static void test_split_half_layers(void **state)
     (void)state;
     Checked c = check(MODEL "pipeline { stages 3; split [1.5, 0.5, 2] }\n" BATCH TRAIN);
     assert_true(c.ok);
-    assert_int_equal(c.cfg.split_halves[0], 3);
-    assert_int_equal(c.cfg.split_halves[1], 1);
-    assert_int_equal(c.cfg.split_halves[2], 4);
+    assert_int_equal(c.cfg.split_units[0], 4);
+    assert_int_equal(c.cfg.split_units[1], 2);
+    assert_int_equal(c.cfg.split_units[2], 6);
+    done(&c);
+    /* .75: after the fc product; an entry is what lies between two boundaries */
+    c = check(MODEL "pipeline { stages 3; split [1.75, 0.75, 1.5] }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.split_units[0], 5);
+    assert_int_equal(c.cfg.split_units[1], 2);
+    assert_int_equal(c.cfg.split_units[2], 5);
     done(&c);
     c = check(MODEL "pipeline { stages 3; split [1.25, 0.75, 2] }\n" BATCH TRAIN);
     assert_false(c.ok);
-    assert_non_null(strstr(c.messages, "'split' counts whole or half layers"));
-    assert_non_null(strstr(c.messages, "not 1.25"));
+    assert_non_null(strstr(c.messages, "'split' puts a stage boundary at 1.25 layers, inside layer 1"));
+    done(&c);
+    c = check(MODEL "pipeline { stages 3; split [1.5, 0.25, 2.25] }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_non_null(strstr(c.messages, "stage 1 of 'split' would hold only layer 1's LayerNorm 2 and fc product"));
     done(&c);
     c = check(MODEL "pipeline { stages 3; split [1.5, 0.5, 1.5] }\n" BATCH TRAIN);
     assert_false(c.ok);
@@ -641,8 +651,8 @@ static void test_split_end_stages_may_be_empty(void **state)
     (void)state;
     Checked c = check(MODEL "pipeline { stages 4; split [0, 2, 2, 0] }\n" BATCH TRAIN);
     assert_true(c.ok);
-    assert_int_equal(c.cfg.split_halves[0], 0);
-    assert_int_equal(c.cfg.split_halves[3], 0);
+    assert_int_equal(c.cfg.split_units[0], 0);
+    assert_int_equal(c.cfg.split_units[3], 0);
     done(&c);
     c = check(MODEL "pipeline { stages 6 }\n" BATCH TRAIN);
     assert_true(c.ok);
