@@ -71,7 +71,8 @@ for case in "interleaved 102" "zb-v 68"; do
     echo "$1 (2 chunks on each of 2 fake GPUs, $2 NCCL sends): one stage's bits on one GPU; the CPU path's to 1e-5"
 done
 
-# At p = 4 devices (8 layers cut into 8 stages, unevenly, half layers included; window 4, a
+# At p = 4 devices (8 layers cut into 8 stages, unevenly, half layers and a cut after the fc
+# product included, a GELU piece alone on stage 1; window 4, a
 # multiple of p as interleaved needs): interleaved's 7 links all cross GPUs (7 x 2 x 4 x 4 = 224
 # messages, 448 + 14 sends), zb-v's 6 of 7 (stages 3 and 4 share GPU 3: 192 messages, 384 + 12).
 small_model one8 1 gpipe 4 4 2
@@ -86,13 +87,13 @@ for case in "interleaved 462" "zb-v 396"; do
     small_model "$1-p4" 4 "$1" 4 4 2
     unclipped "$1-p4"
     sed -i "s/layers 4;/layers 8;/" "$work/$1-p4.paci"
-    set_split "$1-p4" "[1.5, 0.5, 1, 1, 1, 2, 0.5, 0.5]"
+    set_split "$1-p4" "[1.75, 0.25, 1, 1.5, 0.5, 2, 0.5, 0.5]"
     fake_build "$1-p4"
     gpus 4 "$1-p4" cuda --device cuda
     [ "$(weights_and_norms "$work/$1-p4/cuda")" = "$reference8" ] ||
         fail "$1 on 4 GPUs: losses, norms or weights differ from one stage on one GPU"
     [ "$(calls "$1-p4" cuda ncclSend)" = "$2" ] || fail "$1 on 4 GPUs: $(calls "$1-p4" cuda ncclSend) NCCL sends, expected $2"
-    echo "$1 (4 fake GPUs x 2 chunks, split [1.5, 0.5, 1, 1, 1, 2, 0.5, 0.5], $2 NCCL sends): one stage's bits on one GPU"
+    echo "$1 (4 fake GPUs x 2 chunks, split [1.75, 0.25, 1, 1.5, 0.5, 2, 0.5, 0.5], $2 NCCL sends): one stage's bits on one GPU"
 done
 
 # procs NAME N DIR: NAME's program as N processes on N fake GPUs (the local rank picks the

@@ -37,7 +37,8 @@ export_equals_one halves-gpipe "[0.5, 1.5, 1.5, 0.5]"
 # piece alone with the embedding, beside halves.
 split_model fc-1f1b 3 1f1b "[1.75, 2, 0.25]"
 split_model fc-gpipe 4 gpipe "[0.75, 1.25, 1.5, 0.5]"
-for name in fc-1f1b fc-gpipe; do
+split_model fc-zb 3 zb-h1 "[1.75, 2, 0.25]" # its backward as B and W, each piece's apart
+for name in fc-1f1b fc-gpipe fc-zb; do
     plan=$("$pacic" "$work/$name.paci" --dump plan)
     grep -q "^stage 1: layers [01]g\.\." <<< "$plan" || fail "$name: stage 1 does not start with a GELU piece: $plan"
     build_quiet $name
@@ -46,7 +47,7 @@ for name in fc-1f1b fc-gpipe; do
 done
 grep -q "^stage 0: layers 0f\.\.0f +embed" <<< "$("$pacic" "$work/fc-gpipe.paci" --dump plan)" ||
     fail "[0.75, ...]: stage 0 is not layer 0 up to its fc product with the embedding"
-echo "splits after the fc product (1f1b [1.75, 2, 0.25], gpipe [0.75, 1.25, 1.5, 0.5]): model.bin, state.bin and losses equal one stage's over 20 steps"
+echo "splits after the fc product (1f1b and zb-h1 [1.75, 2, 0.25], gpipe [0.75, 1.25, 1.5, 0.5]): model.bin, state.bin and losses equal one stage's over 20 steps"
 
 # one stage's export exists now (export_equals_one above)
 run_quiet fc-gpipe --export hf hf >/dev/null

@@ -396,16 +396,18 @@ allreduce_calls() {
 # AdamW's updates hardly depend on, so only its log shows a wrong norm) GPU_DIR/metrics.jsonl
 # logged must be in CPU_DIR's and agree to LOSS_TOL relative; the last checkpoints
 # (DIR/ckpt/step_*/model.bin) must be of the same step and agree to WEIGHT_TOL absolute.
+# KEYS (optional, e.g. "loss val_loss"): the logged figures compared, instead of all three.
 compare_devices() {
     python3 - "$@" <<'PY' || fail "$1: the two runs disagree"
 import array, glob, json, os, sys
 label, gpu_dir, cpu_dir = sys.argv[1:4]
 loss_tol, weight_tol = float(sys.argv[4]), float(sys.argv[5])
+keys = sys.argv[6].split() if len(sys.argv) > 6 else ("loss", "val_loss", "grad_norm")
 def losses(folder):
     out = {}
     for line in open(os.path.join(folder, "metrics.jsonl")):
         rec = json.loads(line)
-        for key in ("loss", "val_loss", "grad_norm"):
+        for key in keys:
             if key in rec:
                 out[(key, rec["step"])] = rec[key]
     return out

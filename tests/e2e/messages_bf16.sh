@@ -38,6 +38,23 @@ run_quiet bf16-rc
 same_step20 bf16 bf16-rc || fail "messages bf16 with recompute full: not the bits of the run without"
 echo "messages bf16 with recompute full: the same bits as without"
 
+# Across a cut after the fc product the message is resid2 and the fc output, and back their
+# gradients, all in bf16; recompute full keeps that message as it came
+split_model bf16-fc 3 1f1b "[1.75, 1.75, 0.5]"
+with_pipeline bf16-fc "messages bf16"
+build_quiet bf16-fc
+run_quiet bf16-fc
+# (its gradient norms agree to 3e-3 but at step 16, a spike of one stage's run, 1.88, where
+# the fc output rounded to bf16 gives 1.45: the losses and weights stay within bf16's rounding)
+compare_devices "messages bf16 across a cut after the fc product, vs one stage" "$work/bf16-fc" "$work/one" 2e-2 2e-2 \
+    "loss val_loss"
+split_model bf16-fc-rc 3 1f1b "[1.75, 1.75, 0.5]"
+with_pipeline bf16-fc-rc "messages bf16; recompute full"
+build_quiet bf16-fc-rc
+run_quiet bf16-fc-rc
+same_step20 bf16-fc bf16-fc-rc || fail "messages bf16 across an fc cut with recompute full: not the bits of the run without"
+echo "messages bf16 across cuts after the fc product ([1.75, 1.75, 0.5], 1f1b): one stage's losses and weights to bf16's rounding; recompute full gives the same bits"
+
 processes_equal_threads bf16 3
 echo "messages bf16 over 3 processes (TCP links): the threaded run's bits"
 
