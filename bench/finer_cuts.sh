@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/finer_cuts.sh: how even the stages of examples/gpt2-medium-8.paci and gpt2-medium-4
-# could get with split points finer than half layers, which pacic does not have (docs/dsl.md,
-# "Split points inside a layer"). Every price is the kernel cost model's, as `pacic --emit
+# could get with split points finer than half layers (pacic has half layers and, since
+# 2026-12-06, the cut after the fc product, before GELU; docs/dsl.md, "Split points inside a
+# layer"). Every price is the kernel cost model's, as `pacic --emit
 # costs` prints it: the file with `split [0, n, ..., n, 0]` gives the embedding alone (stage
 # 0), the head alone (the last stage) and a whole layer (stage 1's, over its layer count); a
 # layer is cut into nine pieces, one a forward kernel (each with the backward ops of its
@@ -23,7 +24,7 @@
 # time (to an allowed point up to 3 pieces away) while the replay's bubble falls: a split
 # chosen for its messages too, as the slowest-stage DP's is not.
 #
-# Last, the fewest cut points beside pacic's (every set of 1, 2, ... of the other seven) whose
+# Last, the fewest cut points beside the half layers' (every set of 1, 2, ... of the other seven) whose
 # best split has at most 3% imbalance and every stage at least 95% busy (the goal the two
 # examples are held to).
 # Figures only, no assertions; about 15 seconds. Needs python3.
@@ -180,15 +181,16 @@ print(f"seconds a step; a layer {1e3 * layer:.2f} ms: " +
       f"; embedding {1e3 * embed:.2f}, head {1e3 * head:.2f}; mean stage {1e3 * total / p:.2f} ms)")
 print(f"  pacic --explain on the file: step time {1e3 * float(step):.2f} ms, bubble {bubble} (imbalance and messages)")
 print(f"  {'split points':<48} {'slowest':>9} {'imbalance':>10} {'least busy':>11} {'PACI bubble':>13} {'refined':>8}")
-# a cut before the pieces named: 0 a layer's start, 4 pacic's half boundary
-for name, allowed in [("whole layers", {0}), ("half layers (pacic's points)", {0, 4}),
+# a cut before the pieces named: 0 a layer's start, 4 pacic's half boundary, 6 its cut after fc
+for name, allowed in [("whole layers", {0}), ("half layers", {0, 4}),
+                      ("half layers and after fc (pacic's points)", {0, 4, 6}),
                       ("half layers and after GELU (sends 5x)", {0, 4, 7}),
                       ("half layers and after qkv (sends 4x)", {0, 2, 4}),
                       ("half layers, after qkv and after GELU", {0, 2, 4, 7}),
                       ("every kernel", set(range(K)))]:
     slowest, least, starts = best(allowed)
     print(f"  {name:<48} {1e3 * slowest:6.2f} ms {100 * (1 - total / p / slowest):9.1f}% {100 * least / slowest:10.1f}% {priced(starts):12.1f}% {refined(starts, allowed):7.1f}%")
-# the fewest cut points beside pacic's whose best split is within the goal (imbalance
+# the fewest cut points beside the half layers' whose best split is within the goal (imbalance
 # at most 3%, every stage at least 95% busy; the messages come on top where two slowest
 # stages are neighbours), every such set of that size
 others = [k for k in range(1, K) if k != 4]
@@ -200,7 +202,7 @@ for size in range(1, len(others) + 1):
         if imbalance <= 0.03 and least >= 0.95 * slowest:
             found.append((chosen, imbalance, least / slowest, priced(starts), refined(starts, {0, 4} | set(chosen))))
     if found:
-        print(f"  the fewest cut points beside pacic's for at most 3% imbalance and every stage at least 95% busy: {size}")
+        print(f"  the fewest cut points beside half layers for at most 3% imbalance and every stage at least 95% busy: {size}")
         for chosen, imbalance, busy, bubble, better in found:
             names = ", ".join(f"before {PIECES[k][0]}" for k in chosen)
             print(f"    {names:<60} {100 * imbalance:5.1f}% {100 * busy:6.1f}%, PACI bubble {bubble:.1f}%, refined {better:.1f}%")

@@ -4,8 +4,8 @@
 # priced by the kernel cost model (compiler/costs.c), the model the automatic split balances
 # by (compiler/plan.c); the variants edit the file:
 #
-#   automatic:       the file as shipped (the split balanced by the kernel model; medium-8
-#                    sends the residual stream in bf16);
+#   automatic:       the file as shipped (the split balanced by the kernel model; both
+#                    files send the residual stream in bf16);
 #   free links:      the same with links of 450e15 B/s and no latency: the imbalance alone;
 #   FLOPs split:     the split the partitioner chose when it balanced FLOPs alone (3.5
 #                    layers a stage, the head's rows divided at 2112), written out;
