@@ -567,7 +567,7 @@ static void emit_message_bf16(StrBuf *sb, bool narrow, const char *src, const ch
  * fp32 result next, writes it on the way (ops.c gives it the copy). */
 static void emit_fused_gelu(StrBuf *sb, const Config *cfg, const Op *gemm, const Op *gelu, const char *section, int index)
 {
-    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_piece_backward") != 0 || gemm->bias)
+    if (gelu->kind != OP_KERNEL || strcmp(gelu->kernel->name, "gelu_backward") != 0 || gemm->bias)
         ICE("a GELU epilogue that is not a product followed by gelu_backward");
     emit_line(sb, "/* %s; the next op in cuBLASLt's epilogue where it fuses */", gemm->comment);
     emit_op_begin(sb, section, index);

@@ -72,9 +72,13 @@ done
 echo "gpipe and 1f1b at p = 2 and 3: recompute full == none (model.bin, state.bin, 20 losses)"
 
 # PipeDream's backwards run on stashed weights, and so does their rerun forward: the very
-# weights the first forward saw, so it too is unchanged by recompute.
+# weights the first forward saw, so it too is unchanged by recompute. (Its split written out:
+# recompute full prices the backward with the rerun, and the automatic split then cuts
+# elsewhere, which changes an asynchronous schedule's delays.)
 model pipedream-3-none 3 pipedream 2 none
 model pipedream-3-full 3 pipedream 2 full
+set_split pipedream-3-none "[1.5, 1.5, 1]"
+set_split pipedream-3-full "[1.5, 1.5, 1]"
 train pipedream-3-none --blas-threads 1
 train pipedream-3-full --blas-threads 1
 same pipedream-3-none pipedream-3-full || fail "pipedream at p = 3: recompute full changed the losses, model.bin or state.bin"
@@ -83,6 +87,8 @@ echo "pipedream at p = 3 (stashed weights): recompute full == none"
 # PACI: the same window at p = 3 crosses one update on stages 0 and 1.
 model paci-none 3 paci 2 none 10
 model paci-full 3 paci 2 full 10
+set_split paci-none "[1.5, 1.5, 1]" # one split for both (above)
+set_split paci-full "[1.5, 1.5, 1]"
 train paci-none --blas-threads 1
 mkdir -p "$work/paci-full"
 "$pacic" "$work/paci-full.paci" -o "$work/paci-full/run"
