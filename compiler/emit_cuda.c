@@ -747,6 +747,18 @@ static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredS
     }
 }
 
+/* The backward (`part`) of a part of a layer at the stage's either end: section `name` over the
+ * parameter block at `block` (its bf16 copy `copy`), its activations and its input; the whole
+ * backward then reports the block's `count` gradients final. */
+static void emit_part_backward(StrBuf *sb, const char *name, const char *part, const char *block, const char *copy,
+                               const char *acts, const char *input, const char *count)
+{
+    emit_line(sb, "cuda_%s_backward%s(args->params + %s, %sargs->grads + %s, %s,", name, part, block, copy, block, acts);
+    emit_line(sb, "    %s, args->scratch);", input);
+    if (!*part)
+        emit_line(sb, "grads_ready(args, %s, %s);", block, count);
+}
+
 /* pr_stage_S_cuda_backward`part`: its sections from the last, each range of gradients reported
  * as it is final (the whole backward only), and the gradient for the previous stage sent on
  * (not by W). */
@@ -758,20 +770,12 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
     emit_line(sb, "void pr_stage_%d_cuda_backward%s(const pr_bwd_args *args)", s, part);
     emit_open_block(sb);
     emit_cuda_backward_top(sb, cfg, ls, h, part);
-    if (sp->tail_fc) {
-        emit_line(sb, "cuda_fc_piece_backward%s(args->params + PARAM_TAIL_ATTN + P_MLP, %sargs->grads + PARAM_TAIL_ATTN + "
-                      "P_MLP, args->acts + ACT_TAIL_ATTN + A_MLP,", part, h.tail_fc);
-        emit_line(sb, "                 %sargs->acts + ACT_TAIL_ATTN + A_RESID2, args->scratch);", *part ? "  " : "");
-        if (ready)
-            emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN + P_MLP, P_GELU - P_MLP);");
-    }
-    if (sp->tail_attn) {
-        emit_line(sb, "cuda_attn_backward%s(args->params + PARAM_TAIL_ATTN, %sargs->grads + PARAM_TAIL_ATTN, "
-                      "args->acts + ACT_TAIL_ATTN,", part, h.tail);
-        emit_line(sb, "                   %slayer_input(args->acts, N_LAYERS), args->scratch);", *part ? "  " : "");
-        if (ready)
-            emit_line(sb, "grads_ready(args, PARAM_TAIL_ATTN, P_MLP);");
-    }
+    if (sp->tail_fc)
+        emit_part_backward(sb, "fc_piece", part, "PARAM_TAIL_ATTN + P_MLP", h.tail_fc, "args->acts + ACT_TAIL_ATTN + A_MLP",
+                           "args->acts + ACT_TAIL_ATTN + A_RESID2", "P_GELU - P_MLP");
+    if (sp->tail_attn)
+        emit_part_backward(sb, "attn", part, "PARAM_TAIL_ATTN", h.tail, "args->acts + ACT_TAIL_ATTN",
+                           "layer_input(args->acts, N_LAYERS)", "P_MLP");
     emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
     emit_line(sb, "cuda_block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
                   "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part, h.layer);
@@ -780,20 +784,12 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
     if (ready)
         emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
     emit_close(sb, "");
-    if (sp->lead_mlp) {
-        emit_line(sb, "cuda_mlp_backward%s(args->params + PARAM_LEAD_MLP, %sargs->grads + PARAM_LEAD_MLP, "
-                      "args->acts + ACT_LEAD_MLP,", part, h.lead);
-        emit_line(sb, "                  %sargs->acts + ACT_INPUT, args->scratch);", *part ? "  " : "");
-        if (ready)
-            emit_line(sb, "grads_ready(args, PARAM_LEAD_MLP, PARAM_PER_LAYER - P_MLP);");
-    }
-    if (sp->lead_gelu) {
-        emit_line(sb, "cuda_gelu_piece_backward%s(args->params + PARAM_LEAD_GELU, %sargs->grads + PARAM_LEAD_GELU, "
-                      "args->acts + ACT_LEAD_GELU,", part, h.lead_gelu);
-        emit_line(sb, "                   %sargs->acts + ACT_INPUT_FC, args->scratch);", *part ? "  " : "");
-        if (ready)
-            emit_line(sb, "grads_ready(args, PARAM_LEAD_GELU, PARAM_PER_LAYER - P_GELU);");
-    }
+    if (sp->lead_mlp)
+        emit_part_backward(sb, "mlp", part, "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP", "args->acts + ACT_INPUT",
+                           "PARAM_PER_LAYER - P_MLP");
+    if (sp->lead_gelu)
+        emit_part_backward(sb, "gelu_piece", part, "PARAM_LEAD_GELU", h.lead_gelu, "args->acts + ACT_LEAD_GELU",
+                           "args->acts + ACT_INPUT_FC", "PARAM_PER_LAYER - P_GELU");
     if (sp->has_embed && ready) {
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
