@@ -324,19 +324,21 @@ split_stages() {
     echo $((${#commas} + 1))
 }
 
-# fake_split_devices SPLIT: fake_split_model in fp32 and bf16, a fake GPU per stage, each
-# against the CPU path of the same program, to cuda_fake.sh's tolerances.
+# fake_split_devices SPLIT [PREFIX]: fake_split_model in fp32 and bf16 (named PREFIXfp32 and
+# PREFIXbf16), a fake GPU per stage, each against the CPU path of the same program, to
+# cuda_fake.sh's tolerances.
 fake_split_devices() {
-    local precision tolerances gpus
+    local precision tolerances gpus name
     gpus=$(split_stages "$1")
     for precision in fp32 bf16; do
-        fake_split_model "$precision" "$precision" "$1"
-        on_fake_gpus "$gpus" "$precision" cuda --device cuda || fail "$precision: --device cuda"
-        on_fake_gpus "$gpus" "$precision" cpu --device cpu || fail "$precision: --device cpu"
+        name=${2:-}$precision
+        fake_split_model "$name" "$precision" "$1"
+        on_fake_gpus "$gpus" "$name" cuda --device cuda || fail "$name: --device cuda"
+        on_fake_gpus "$gpus" "$name" cpu --device cpu || fail "$name: --device cpu"
         tolerances="1e-5 1e-4"
         [ "$precision" = bf16 ] && tolerances="1e-2 2e-2"
         # shellcheck disable=SC2086 # two numbers
-        compare_devices "$1 $precision, $gpus GPUs" "$work/$precision/cuda" "$work/$precision/cpu" $tolerances
+        compare_devices "$1 $precision, $gpus GPUs" "$work/$name/cuda" "$work/$name/cpu" $tolerances
     done
 }
 
