@@ -163,6 +163,14 @@ static bool units_hold_stage(int first, int n)
     return !(n == 1 && first % UNITS_PER_LAYER == PIECE_FC);
 }
 
+/* The floats of each of a stage's two message buffers: the larger of B T C, the vocabulary
+ * split's backward message and, where the program cuts after an fc product, that message. */
+static double work_message(const Config *cfg, const ModelCounts *m, long vocab_split, bool fc_cut)
+{
+    double message = vocab_split > 0 ? fmax(m->input_acts, head_message_floats(cfg, true)) : m->input_acts;
+    return fc_cut ? fmax(message, (double)fc_message_floats(cfg)) : message;
+}
+
 /* Fills sp for stage s holding the units [first, first + n) (the embedding on the first
  * stage; the final LayerNorm and the head on the last, or with vocab_split N the LayerNorm
  * and the head's rows [0, N) on the stage before it and rows [N, V) on the last):
@@ -231,12 +239,10 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->mem_acts = sp->recompute ? sp->keep_bytes * sp->slots + sp->act_bytes : sp->act_bytes * sp->slots;
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
     sp->scratch_floats = (long)m->scratch;
-    // what runtime/executor.c allocates beside the blocks: two message buffers (the larger
-    // of the split's backward message and B T C), and per slot int32 tokens and targets and
-    // float losses per token
-    double message = vocab_split > 0 ? fmax(m->input_acts, head_message_floats(cfg, true)) : m->input_acts;
-    if (sp->lead_gelu || sp->tail_fc)
-        message = fmax(message, fc_message);
+    // what runtime/executor.c allocates beside the blocks: two message buffers (the program's
+    // largest message: plan_build adds what a cut after an fc product elsewhere needs), and
+    // per slot int32 tokens and targets and float losses per token
+    double message = work_message(cfg, m, vocab_split, sp->lead_gelu || sp->tail_fc);
     sp->mem_work = (long)((sp->scratch_floats + 2 * message) * 4 + sp->slots * tokens * 12);
     sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
                     sp->mem_work;
@@ -660,10 +666,18 @@ void plan_layout(const Config *cfg, Plan *plan)
         plan->stage_device[s] = shape_device(&shape, s);
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
     int next = 0;
+    bool fc_cut = false;
     for (int s = 0; s < p; s++) {
         stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], &plan->stage[s]);
         next += split[s];
         plan->total_params += plan->stage[s].params;
+        fc_cut |= plan->stage[s].tail_fc;
+    }
+    for (int s = 0; s < p && fc_cut; s++) { // the runtime sizes every stage's buffers for the largest message
+        StagePlan *sp = &plan->stage[s];
+        double more = work_message(cfg, &m, vocab_split, true) - work_message(cfg, &m, vocab_split, sp->lead_gelu || sp->tail_fc);
+        sp->mem_work += (long)(2 * more * 4);
+        sp->mem_total += (long)(2 * more * 4);
     }
     /* Every unit is on exactly one stage, in order, and only an end stage may hold none: a
      * wrong split is a compiler bug here. */
