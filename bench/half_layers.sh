@@ -6,8 +6,9 @@
 # the layers over the others not dividing evenly):
 #
 #   whole:     split [2, 2, 3, 0], the best split into whole layers (the head alone);
-#   automatic: what pacic chooses, [2, 2.5, 2.5, 0] (layer 4 cut between its attention and
-#              its MLP half).
+#   automatic: what pacic chooses on this machine's calibration: [2, 2.5, 2.5, 0] (layer 4
+#              cut between its attention and its MLP half) on 2026-12-02; since the cut after
+#              the fc product (2026-12-06) it may cut there too (`pacic --dump plan` says).
 #
 # Each program trains STEPS steps at one BLAS thread a stage with --profile-out; pacic then
 # replays its schedule with the costs that run measured (thread CPU seconds per instruction,
