@@ -506,9 +506,10 @@ static inline bool sends_residual(const Config *cfg, const StagePlan *sp)
  * layer 8 up to its fc product. */
 void stage_layers_label(const StagePlan *sp, char *out, size_t size);
 /* The ranges of a stage's gradients in the order its backward finishes them (the head's,
- * the trailing attention half's, each layer's from the last, the leading MLP half's, the
- * embeddings'), with the backward FLOPs that finish each: what the GPU backward reports to
- * the replicas' overlapped allreduce. Fills out (room for n_layers + 4) and returns the count. */
+ * the trailing fc piece's, the trailing attention half's, each layer's from the last, the
+ * leading MLP half's or GELU piece's, the embeddings'), with the backward FLOPs that finish
+ * each: what the GPU backward reports to the replicas' overlapped allreduce. Fills out (room
+ * for n_layers + 5) and returns the count. */
 typedef struct GradRange {
     double params, bwd_flops;
 } GradRange;

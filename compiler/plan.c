@@ -127,14 +127,15 @@ int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
 {
     ModelCounts m = model_counts(cfg);
     StagePlan layer = {.n_layers = 1}, mlp = {.lead_mlp = true}, gelu = {.lead_gelu = true};
-    StagePlan attn = {.tail_attn = true}, fc = {.tail_attn = true, .tail_fc = true};
+    StagePlan attn = {.tail_attn = true};
     int n = 0;
     double rows = (double)(sp->vocab_end - sp->vocab_begin);
     if (sp->has_lnf || rows > 0)
         out[n++] = (GradRange){(sp->has_lnf ? m.lnf_params : 0) + rows * m.head_row_params, 2 * rows * m.head_row_fwd};
-    const StagePlan *tail = sp->tail_fc ? &fc : sp->tail_attn ? &attn : NULL;
-    if (tail)
-        out[n++] = (GradRange){over_pieces(tail, m.piece_params), 2 * over_pieces(tail, m.piece_fwd)};
+    if (sp->tail_fc) // the fc piece's backward runs first, and the GPU reports its gradients apart
+        out[n++] = (GradRange){m.piece_params[PIECE_FC], 2 * m.piece_fwd[PIECE_FC]};
+    if (sp->tail_attn)
+        out[n++] = (GradRange){over_pieces(&attn, m.piece_params), 2 * over_pieces(&attn, m.piece_fwd)};
     for (int l = 0; l < sp->n_layers; l++)
         out[n++] = (GradRange){over_pieces(&layer, m.piece_params), 2 * over_pieces(&layer, m.piece_fwd)};
     const StagePlan *lead = sp->lead_mlp ? &mlp : sp->lead_gelu ? &gelu : NULL;

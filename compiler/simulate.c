@@ -63,7 +63,7 @@ double allreduce_exposed(const Config *cfg, const StagePlan *sp, double bwd)
     Allreduce whole = stage_allreduce(cfg, sp);
     if (whole.seconds <= 0)
         return 0;
-    GradRange *ranges = xmalloc((size_t)(sp->n_layers + 4) * sizeof *ranges);
+    GradRange *ranges = xmalloc((size_t)(sp->n_layers + 5) * sizeof *ranges);
     int n = stage_grad_ranges(cfg, sp, ranges);
     double flops = 0;
     for (int i = 0; i < n; i++)

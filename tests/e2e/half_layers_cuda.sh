@@ -26,3 +26,13 @@ compare_devices "[1.5, 0.5], data 2 x 2 stages, four GPUs" "$work/dp/joined" "$w
 # 6 steps: (3 ranges + the loss) on stage 0, (2 + 1) on stage 1
 expect_allreduces dp 24 18
 echo "data 2 with split [1.5, 0.5] on four fake GPUs: an allreduce per range, halves included; trains as the CPU"
+
+# The same with a cut after the fc product, [1.75, 0.25]: stage 0 reports layer 1's fc piece,
+# its attention half, layer 0 and the embeddings apart, stage 1 the head and layer 1's GELU piece.
+port=$((port + 1))
+fake_replicas_model dpfc "[1.75, 0.25]"
+fake_replicas_run dpfc
+compare_devices "[1.75, 0.25], data 2 x 2 stages, four GPUs" "$work/dpfc/joined" "$work/dpfc/cpu" 1e-5 1e-4
+# 6 steps: (4 ranges + the loss) on stage 0, (2 + 1) on stage 1
+expect_allreduces dpfc 30 18
+echo "data 2 with split [1.75, 0.25] on four fake GPUs: an allreduce per range, the fc piece's apart; trains as the CPU"
