@@ -177,7 +177,7 @@ static double work_message(const Config *cfg, const ModelCounts *m, long vocab_s
  * and the head's rows [0, N) on the stage before it and rows [N, V) on the last):
  * parameters, FLOPs and memory, with the schedule's slots. */
 static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, long vocab_split, int slots,
-                       int stash, StagePlan *sp)
+                       int stash, bool fc_program, StagePlan *sp)
 {
     int p = cfg->stages, end = first + n;
     long V = cfg->vocab;
@@ -241,9 +241,9 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
     sp->scratch_floats = (long)m->scratch;
     // what runtime/executor.c allocates beside the blocks: two message buffers (the program's
-    // largest message: plan_build adds what a cut after an fc product elsewhere needs), and
-    // per slot int32 tokens and targets and float losses per token
-    double message = work_message(cfg, m, vocab_split, sp->lead_gelu || sp->tail_fc);
+    // largest message: fc_program, a cut after an fc product anywhere), and per slot int32
+    // tokens and targets and float losses per token
+    double message = work_message(cfg, m, vocab_split, fc_program || sp->lead_gelu || sp->tail_fc);
     sp->mem_work = (long)((sp->scratch_floats + 2 * message) * 4 + sp->slots * tokens * 12);
     sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
                     sp->mem_work;
@@ -378,6 +378,9 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
 {
     // under a vocabulary split the last stage holds no layer: the units go over the others
     int units = UNITS_PER_LAYER * cfg->layers, stages = vocab_split > 0 ? cfg->stages - 1 : cfg->stages;
+    // the memory of a split that cuts after an fc product anywhere (the finest grain's, which
+    // layer_split keeps only when no coarser split does as well)
+    bool fc_program = grain == GRAIN_PIECES;
     /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u units. */
     size_t cells = (size_t)(stages + 1) * (size_t)(units + 1);
     double *worst = xmalloc(cells * sizeof *worst);
@@ -387,7 +390,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     stage_slots(cfg, slots, stash);
     /* a scale for the squares: the whole model's time over its layers and head */
     StagePlan whole;
-    stage_fill(cfg, m, 0, 0, units, 0, slots[0], stash[0], &whole);
+    stage_fill(cfg, m, 0, 0, units, 0, slots[0], stash[0], false, &whole);
     double unit = stage_seconds(cfg, pr, &whole) / (cfg->layers + 1);
     if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
         unit = 1;
@@ -408,7 +411,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
                     continue;
                 }
                 StagePlan sp;
-                stage_fill(cfg, m, k - 1, start, n, vocab_split, slots[k - 1], stash[k - 1], &sp);
+                stage_fill(cfg, m, k - 1, start, n, vocab_split, slots[k - 1], stash[k - 1], fc_program, &sp);
                 stage_time[at] = stage_seconds(cfg, pr, &sp) / unit;
                 fits[at] = (double)sp.mem_total <= cfg->device_memory;
             }
@@ -416,7 +419,8 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     bool back_fits = true;
     if (vocab_split > 0) {
         StagePlan back;
-        stage_fill(cfg, m, cfg->stages - 1, units, 0, vocab_split, slots[cfg->stages - 1], stash[cfg->stages - 1], &back);
+        stage_fill(cfg, m, cfg->stages - 1, units, 0, vocab_split, slots[cfg->stages - 1], stash[cfg->stages - 1],
+                   fc_program, &back);
         back_time = stage_seconds(cfg, pr, &back) / unit;
         back_fits = (double)back.mem_total <= cfg->device_memory;
     }
@@ -575,7 +579,7 @@ static double chunk_bytes(ChunkMemory *cm, int s, int units)
     double *at = &cm->bytes[(size_t)s * (size_t)(UNITS_PER_LAYER * cm->cfg->layers + 1) + (size_t)units];
     if (*at < 0) {
         StagePlan sp;
-        stage_fill(cm->cfg, cm->m, s, 0, units, 0, cm->slots[s], cm->stash[s], &sp);
+        stage_fill(cm->cfg, cm->m, s, 0, units, 0, cm->slots[s], cm->stash[s], false, &sp);
         *at = (double)sp.mem_total;
     }
     return *at;
@@ -666,19 +670,16 @@ void plan_layout(const Config *cfg, Plan *plan)
     for (int s = 0; s < p; s++)
         plan->stage_device[s] = shape_device(&shape, s);
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
+    bool fc_program = false; /* a boundary after an fc product */
+    for (int s = 0, at = 0; s < p; s++) {
+        at += split[s];
+        fc_program |= s + 1 < p && at % UNITS_PER_LAYER == PIECE_GELU;
+    }
     int next = 0;
-    bool fc_cut = false;
     for (int s = 0; s < p; s++) {
-        stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], &plan->stage[s]);
+        stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], fc_program, &plan->stage[s]);
         next += split[s];
         plan->total_params += plan->stage[s].params;
-        fc_cut |= plan->stage[s].tail_fc;
-    }
-    for (int s = 0; s < p && fc_cut; s++) { // the runtime sizes every stage's buffers for the largest message
-        StagePlan *sp = &plan->stage[s];
-        double more = work_message(cfg, &m, vocab_split, true) - work_message(cfg, &m, vocab_split, sp->lead_gelu || sp->tail_fc);
-        sp->mem_work += (long)(2 * more * 4);
-        sp->mem_total += (long)(2 * more * 4);
     }
     /* Every unit is on exactly one stage, in order, and only an end stage may hold none: a
      * wrong split is a compiler bug here. */
