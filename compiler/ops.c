@@ -560,9 +560,10 @@ static void head_split_ops(const Config *cfg, ModelOps *ops)
 
 /* Section bases (the generated functions' parameters): embedding and head sections see the
  * stage's `params`, `grads`, `acts`, `scratch`; an attention half sees its layer's `p`, `g`,
- * `a`, its input `x` and the stage's scratch `s`, an MLP half `pm`, `gm`, `am` and its input
- * `xm`; a whole layer's block declares the MLP half's bases inside its own (section_signatures).
- * The head reads its input as `x`. */
+ * `a`, its input `x` and the stage's scratch `s`, an MLP half (and its fc piece) `pm`, `gm`,
+ * `am` and its input `xm`, its GELU piece `pg`, `gg`, `ag`, `xm` and the fc product's output
+ * `fc`; a whole layer's block and an MLP half declare the bases of their parts inside their
+ * own (section_signatures). The head reads its input as `x`. */
 static void split_backward_ops(const Config *cfg, ModelOps *ops);
 
 void model_ops_build(const Config *cfg, ModelOps *ops)
