@@ -7,6 +7,20 @@
 # where they make the slowest stage faster.
 source tests/e2e/lib.sh
 
+# trains_as_one START WHAT NAME...: each program's stage 1 starts with WHAT (its --dump plan
+# label matching START, e.g. "[01]b"), and it trains to one stage's bits over 20 steps.
+trains_as_one() {
+    local start=$1 what=$2 name plan
+    shift 2
+    for name in "$@"; do
+        plan=$("$pacic" "$work/$name.paci" --dump plan)
+        grep -qE "^stage 1: layers $start\.\." <<< "$plan" || fail "$name: stage 1 does not start with $what: $plan"
+        build_quiet "$name"
+        run_quiet "$name"
+        same_step20 one "$name" || fail "$name: weights, optimizer state or losses differ from one stage"
+    done
+}
+
 split_model one 1 gpipe ""
 build_quiet one
 run_quiet one
@@ -16,14 +30,7 @@ run_quiet one
 # inside a layer
 split_model halves-1f1b 3 1f1b "[1.5, 2, 0.5]"
 split_model halves-gpipe 4 gpipe "[0.5, 1.5, 1.5, 0.5]"
-for name in halves-1f1b halves-gpipe; do
-    plan=$("$pacic" "$work/$name.paci" --dump plan)
-    grep -q "^stage 1: layers 1b\.\." <<< "$plan" || grep -q "^stage 1: layers 0b\.\." <<< "$plan" ||
-        fail "$name: stage 1 does not start with an MLP half: $plan"
-    build_quiet $name
-    run_quiet $name
-    same_step20 one $name || fail "$name: weights, optimizer state or losses differ from one stage"
-done
+trains_as_one "[01]b" "an MLP half" halves-1f1b halves-gpipe
 grep -q "^stage 0: layers 0a\.\.0a +embed" <<< "$("$pacic" "$work/halves-gpipe.paci" --dump plan)" ||
     fail "[0.5, ...]: stage 0 is not layer 0's attention half with the embedding"
 echo "splits inside layers (1f1b [1.5, 2, 0.5], gpipe [0.5, 1.5, 1.5, 0.5]): model.bin, state.bin and losses equal one stage's over 20 steps"
@@ -38,13 +45,7 @@ export_equals_one halves-gpipe "[0.5, 1.5, 1.5, 0.5]"
 split_model fc-1f1b 3 1f1b "[1.75, 2, 0.25]"
 split_model fc-gpipe 4 gpipe "[0.75, 1.25, 1.5, 0.5]"
 split_model fc-zb 3 zb-h1 "[1.75, 2, 0.25]" # its backward as B and W, each piece's apart
-for name in fc-1f1b fc-gpipe fc-zb; do
-    plan=$("$pacic" "$work/$name.paci" --dump plan)
-    grep -q "^stage 1: layers [01]g\.\." <<< "$plan" || fail "$name: stage 1 does not start with a GELU piece: $plan"
-    build_quiet $name
-    run_quiet $name
-    same_step20 one $name || fail "$name: weights, optimizer state or losses differ from one stage"
-done
+trains_as_one "[01]g" "a GELU piece" fc-1f1b fc-gpipe fc-zb
 grep -q "^stage 0: layers 0f\.\.0f +embed" <<< "$("$pacic" "$work/fc-gpipe.paci" --dump plan)" ||
     fail "[0.75, ...]: stage 0 is not layer 0 up to its fc product with the embedding"
 echo "splits after the fc product (1f1b and zb-h1 [1.75, 2, 0.25], gpipe [0.75, 1.25, 1.5, 0.5]): model.bin, state.bin and losses equal one stage's over 20 steps"
