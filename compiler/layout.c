@@ -266,7 +266,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true)
                      : sp->lead_gelu     ? fc_message_floats(cfg)
                                          : message;
-    long resid = (BT * C + LAYOUT_ALIGN_FLOATS - 1) / LAYOUT_ALIGN_FLOATS * LAYOUT_ALIGN_FLOATS;
+    long resid = message_dfc_offset(cfg); // resid2 as layout_add pads it
     if (sp->tail_fc && (layout_offset(la, "A_RESID2") + resid != la->total || layout_offset(lf, "A_FC_PRE") != 0))
         ICE("resid2 and the fc output are not one message");
     if (sp->lead_gelu && !stage_head_back(sp) && layout_offset(a, "ACT_INPUT_FC") != layout_offset(a, "ACT_INPUT") + resid)

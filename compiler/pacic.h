@@ -483,7 +483,7 @@ static inline long message_dfc_offset(const Config *cfg)
 }
 static inline long fc_message_floats(const Config *cfg)
 {
-    long n = (long)cfg->micro * cfg->context * cfg->width, values = (n + 63) / 64 * 64 + 4 * n;
+    long values = message_dfc_offset(cfg) + 4L * cfg->micro * cfg->context * cfg->width;
     return cfg->messages == MESSAGES_BF16 ? (values + 1) / 2 : values;
 }
 /* Under messages bf16, whether the stage receives the residual stream as a bf16 message (every
