@@ -725,6 +725,26 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     blank_line(sb);
 }
 
+/* The message back is complete: the runtime may send it now (pr_bwd_args.dx_ready), and the
+ * first piece's late section (stage_late_piece) runs after it. */
+static void emit_c_backward_late(StrBuf *sb, LatePiece late)
+{
+    emit_line(sb, "if (args->dx_ready) /* the gradient goes back while the last weight gradients are computed */");
+    emit_line(sb, "    args->dx_ready(args->ready_ctx);");
+    if (late == LATE_BLOCK)
+        emit_line(sb, "block_backward_late(args->params + PARAM_LAYERS, args->grads + PARAM_LAYERS, args->acts + ACT_LAYERS, "
+                      "layer_input(args->acts, 0), args->scratch);");
+    else if (late == LATE_ATTN)
+        emit_line(sb, "attn_backward_late(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
+                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);");
+    else if (late == LATE_MLP)
+        emit_line(sb, "mlp_backward_late(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
+                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);");
+    else
+        emit_line(sb, "gelu_piece_backward_late(args->params + PARAM_LEAD_GELU, args->grads + PARAM_LEAD_GELU, "
+                      "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);");
+}
+
 /* pr_stage_S_forward and _backward: the sections in order over the stage's layers. */
 /* pr_stage_S_backward`part`: part "" the whole backward, "_b" a zero-bubble B (with the
  * messages in and out), "_w" its W (no message): the sections of that part, top down. */
@@ -757,21 +777,29 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
     if (sp->tail_fc)
         emit_line(sb, "fc_piece_backward%s(args->params + PARAM_TAIL_ATTN + P_MLP, args->grads + PARAM_TAIL_ATTN + P_MLP, "
                       "args->acts + ACT_TAIL_ATTN + A_MLP, args->acts + ACT_TAIL_ATTN + A_RESID2, args->scratch);", part);
+    LatePiece late = *part ? LATE_NONE : stage_late_piece(sp, config_splits_backward(cfg));
+    const char *down = late == LATE_NONE ? part : "_down"; /* the first piece's, under late */
     if (sp->tail_attn)
         emit_line(sb, "attn_backward%s(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
-                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);", part);
-    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
-    emit_line(sb, "block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part);
-    emit_line(sb, "               %sargs->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), args->scratch);",
-              *part ? "  " : "");
-    emit_close(sb, "");
+                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);",
+                  late == LATE_ATTN ? down : part);
+    if (late != LATE_BLOCK || sp->n_layers > 1) { // the block section (ops.c, stage_sections)
+        emit_open(sb, "for (int l = N_LAYERS - 1; l >= %d; l--)", late == LATE_BLOCK);
+        emit_line(sb, "block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
+                      "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part);
+        emit_line(sb, "               %sargs->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), args->scratch);",
+                  *part ? "  " : "");
+        emit_close(sb, "");
+    }
+    if (late == LATE_BLOCK)
+        emit_line(sb, "block_backward_down(args->params + PARAM_LAYERS, args->grads + PARAM_LAYERS, args->acts + ACT_LAYERS, "
+                      "layer_input(args->acts, 0), args->scratch);");
     if (sp->lead_mlp)
         emit_line(sb, "mlp_backward%s(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
-                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);", part);
+                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);", down);
     if (sp->lead_gelu)
         emit_line(sb, "gelu_piece_backward%s(args->params + PARAM_LEAD_GELU, args->grads + PARAM_LEAD_GELU, "
-                      "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);", part);
+                      "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);", down);
     if (sp->has_embed && !*part)
         emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
     else if (sp->has_embed)
@@ -789,6 +817,8 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
         else
             emit_line(sb, "memcpy(args->dx_in + MSG_DFC, args->scratch + S_DFC, sizeof(float) * 4 * BT * C);");
     }
+    if (late != LATE_NONE)
+        emit_c_backward_late(sb, late);
     emit_close(sb, "");
     blank_line(sb);
 }

@@ -623,16 +623,17 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
  * (none in fp32): a layer's, the stage block's, the leading MLP half's, the trailing attention
  * half's. */
 typedef struct WeightCopies {
-    const char *layer, *stage, *lead, *tail, *lead_gelu, *tail_fc;
+    const char *layer, *stage, *lead, *tail, *lead_gelu, *tail_fc, *first_layer; /* first_layer: layer 0's */
 } WeightCopies;
 
 static WeightCopies weight_copies(bool bf16)
 {
     if (!bf16)
-        return (WeightCopies){"", "", "", "", "", ""};
+        return (WeightCopies){"", "", "", "", "", "", ""};
     return (WeightCopies){"args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, ", "args->params_h, ",
                           "args->params_h + PARAM_LEAD_MLP, ", "args->params_h + PARAM_TAIL_ATTN, ",
-                          "args->params_h + PARAM_LEAD_GELU, ", "args->params_h + PARAM_TAIL_ATTN + P_MLP, "};
+                          "args->params_h + PARAM_LEAD_GELU, ", "args->params_h + PARAM_TAIL_ATTN + P_MLP, ",
+                          "args->params_h + PARAM_LAYERS, "};
 }
 
 /* The host file's constants: the stage, the block size, the products' inputs, the kernels' indices. */
@@ -749,13 +750,14 @@ static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredS
 
 /* The backward (`part`) of a part of a layer at the stage's either end: section `name` over the
  * parameter block at `block` (its bf16 copy `copy`), its activations and its input; the whole
- * backward then reports the block's `count` gradients final. */
+ * backward (or the late part, stage_late_piece) then reports the block's `count` gradients
+ * final (NULL: not yet, a down part's). */
 static void emit_part_backward(StrBuf *sb, const char *name, const char *part, const char *block, const char *copy,
                                const char *acts, const char *input, const char *count)
 {
     emit_line(sb, "cuda_%s_backward%s(args->params + %s, %sargs->grads + %s, %s,", name, part, block, copy, block, acts);
     emit_line(sb, "    %s, args->scratch);", input);
-    if (!*part)
+    if (count && (!*part || strcmp(part, "_late") == 0))
         emit_line(sb, "grads_ready(args, %s, %s);", block, count);
 }
 
@@ -767,29 +769,37 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
 {
     const StagePlan *sp = ls->plan;
     bool ready = !*part, w = strcmp(part, "_w") == 0;
+    LatePiece late = *part ? LATE_NONE : stage_late_piece(sp, config_splits_backward(cfg));
     emit_line(sb, "void pr_stage_%d_cuda_backward%s(const pr_bwd_args *args)", s, part);
     emit_open_block(sb);
     emit_cuda_backward_top(sb, cfg, ls, h, part);
     if (sp->tail_fc)
         emit_part_backward(sb, "fc_piece", part, "PARAM_TAIL_ATTN + P_MLP", h.tail_fc, "args->acts + ACT_TAIL_ATTN + A_MLP",
                            "args->acts + ACT_TAIL_ATTN + A_RESID2", "P_GELU - P_MLP");
+    // the first piece's down part under late: its gradients are final after its late part
     if (sp->tail_attn)
-        emit_part_backward(sb, "attn", part, "PARAM_TAIL_ATTN", h.tail, "args->acts + ACT_TAIL_ATTN",
-                           "layer_input(args->acts, N_LAYERS)", "P_MLP");
-    emit_open(sb, "for (int l = N_LAYERS - 1; l >= 0; l--)");
-    emit_line(sb, "cuda_block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
-                  "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part, h.layer);
-    emit_line(sb, "                    %sargs->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
-                  "args->scratch);", *part ? "  " : "");
-    if (ready)
-        emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
-    emit_close(sb, "");
+        emit_part_backward(sb, "attn", late == LATE_ATTN ? "_down" : part, "PARAM_TAIL_ATTN", h.tail,
+                           "args->acts + ACT_TAIL_ATTN", "layer_input(args->acts, N_LAYERS)", late == LATE_ATTN ? NULL : "P_MLP");
+    if (late != LATE_BLOCK || sp->n_layers > 1) { // the block section (ops.c, stage_sections)
+        emit_open(sb, "for (int l = N_LAYERS - 1; l >= %d; l--)", late == LATE_BLOCK);
+        emit_line(sb, "cuda_block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
+                      "args->grads + PARAM_LAYERS + l * PARAM_PER_LAYER,", part, h.layer);
+        emit_line(sb, "                    %sargs->acts + ACT_LAYERS + l * ACT_PER_LAYER, layer_input(args->acts, l), "
+                      "args->scratch);", *part ? "  " : "");
+        if (ready)
+            emit_line(sb, "grads_ready(args, PARAM_LAYERS + l * PARAM_PER_LAYER, PARAM_PER_LAYER);");
+        emit_close(sb, "");
+    }
+    if (late == LATE_BLOCK)
+        emit_part_backward(sb, "block", "_down", "PARAM_LAYERS", h.first_layer, "args->acts + ACT_LAYERS", "layer_input(args->acts, 0)",
+                           NULL);
     if (sp->lead_mlp)
-        emit_part_backward(sb, "mlp", part, "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP", "args->acts + ACT_INPUT",
-                           "PARAM_PER_LAYER - P_MLP");
+        emit_part_backward(sb, "mlp", late == LATE_MLP ? "_down" : part, "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP",
+                           "args->acts + ACT_INPUT", late == LATE_MLP ? NULL : "PARAM_PER_LAYER - P_MLP");
     if (sp->lead_gelu)
-        emit_part_backward(sb, "gelu_piece", part, "PARAM_LEAD_GELU", h.lead_gelu, "args->acts + ACT_LEAD_GELU",
-                           "args->acts + ACT_INPUT_FC", "PARAM_PER_LAYER - P_GELU");
+        emit_part_backward(sb, "gelu_piece", late == LATE_GELU ? "_down" : part, "PARAM_LEAD_GELU", h.lead_gelu,
+                           "args->acts + ACT_LEAD_GELU", "args->acts + ACT_INPUT_FC",
+                           late == LATE_GELU ? NULL : "PARAM_PER_LAYER - P_GELU");
     if (sp->has_embed && ready) {
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
@@ -809,6 +819,23 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
         if (sp->lead_gelu)
             emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in + MSG_DFC, args->scratch + S_DFC, (int64_t)4 * BT * C); "
                           "/* and d fc */");
+    }
+    if (late != LATE_NONE) {
+        emit_line(sb, "if (args->dx_ready) /* the gradient goes back (queued after the work above) while the last "
+                      "weight gradients are computed */");
+        emit_line(sb, "    args->dx_ready(args->ready_ctx);");
+        if (late == LATE_BLOCK)
+            emit_part_backward(sb, "block", "_late", "PARAM_LAYERS", h.first_layer, "args->acts + ACT_LAYERS",
+                               "layer_input(args->acts, 0)", "PARAM_PER_LAYER");
+        else if (late == LATE_ATTN)
+            emit_part_backward(sb, "attn", "_late", "PARAM_TAIL_ATTN", h.tail, "args->acts + ACT_TAIL_ATTN",
+                               "layer_input(args->acts, N_LAYERS)", "P_MLP");
+        else if (late == LATE_MLP)
+            emit_part_backward(sb, "mlp", "_late", "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP",
+                               "args->acts + ACT_INPUT", "PARAM_PER_LAYER - P_MLP");
+        else
+            emit_part_backward(sb, "gelu_piece", "_late", "PARAM_LEAD_GELU", h.lead_gelu, "args->acts + ACT_LEAD_GELU",
+                               "args->acts + ACT_INPUT_FC", "PARAM_PER_LAYER - P_GELU");
     }
     emit_close(sb, "");
     sb_puts(sb, "\n");

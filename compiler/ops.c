@@ -266,13 +266,23 @@ static void mlp_b1(OpList *l)
     kernel_op(l, "gelu_backward", "d fc = d gelu * GELU'(fc)", "s + S_DFC, fc, " COPY("s", "S_DFC_H"));
 }
 
-static void mlp_w2(OpList *l, const char *dfc)
+static void fc_bias_gradient(OpList *l, const char *dfc)
 {
     kernel_op(l, "bias_backward", "d fcb", "gm + P_FCB, %s, 4 * C", dfc);
     // after a product fused with GELU's gradient nothing else writes the bf16 copy
     gpu_instead(l, "bias_backward_tiles", "gm + P_FCB, %s, 4 * C, " COPY("s", "S_DFC_H"), dfc);
+}
+
+static void fc_weight_gradient(OpList *l, const char *dfc)
+{
     GEMM(l, "d fcw += dfc^T ln2", "1, 0, 4 * C, C, BT, 1.0f, %s, 4 * C, am + A_LN2, C, 1.0f, gm + P_FCW, C", dfc);
     operands_h(l, "s + S_DFC_H, am + A_LN2");
+}
+
+static void mlp_w2(OpList *l, const char *dfc)
+{
+    fc_bias_gradient(l, dfc);
+    fc_weight_gradient(l, dfc);
 }
 
 static void mlp_b2(OpList *l)
@@ -404,6 +414,14 @@ static void attention_half_backward(OpList *l, const Config *cfg)
     attention_w1(l, cfg, "s + S_DRES", false);
     attention_b1(l, cfg);
     attention_w2(l, cfg, "s + S_DQKV", false);
+    attention_b2(l, cfg);
+}
+
+/* Its backward without W2, the qkv product's weight and bias gradients: down to d(x). */
+static void attention_half_backward_down(OpList *l, const Config *cfg)
+{
+    attention_w1(l, cfg, "s + S_DRES", false);
+    attention_b1(l, cfg);
     attention_b2(l, cfg);
 }
 
@@ -565,6 +583,7 @@ static void head_split_ops(const Config *cfg, ModelOps *ops)
  * `fc`; a whole layer's block and an MLP half declare the bases of their parts inside their
  * own (section_signatures). The head reads its input as `x`. */
 static void split_backward_ops(const Config *cfg, ModelOps *ops);
+static void late_backward_ops(const Config *cfg, ModelOps *ops);
 
 void model_ops_build(const Config *cfg, ModelOps *ops)
 {
@@ -611,6 +630,27 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
     if (config_splits_backward(cfg))
         split_backward_ops(cfg, ops);
+    else
+        late_backward_ops(cfg, ops);
+}
+
+/* The backward of the piece a stage starts with, where the stage sends a gradient back
+ * (stage_late_piece): `down` to that gradient, the weight gradients of the piece's first
+ * product `late`, after it has gone. They read what down leaves intact (that product's output
+ * gradient and input), so the two compute the piece's fused backward's bits. */
+static void late_backward_ops(const Config *cfg, ModelOps *ops)
+{
+    mlp_half_backward(&ops->block_bwd_down);
+    attention_half_backward_down(&ops->block_bwd_down, cfg);
+    attention_w2(&ops->block_bwd_late, cfg, "s + S_DQKV", false);
+    attention_half_backward_down(&ops->attn_bwd_down, cfg);
+    attention_w2(&ops->attn_bwd_late, cfg, "s + S_DQKV", false);
+    gelu_piece_backward(&ops->mlp_bwd_down);
+    fc_bias_gradient(&ops->mlp_bwd_down, "s + S_DFC"); // it writes d fc's bf16 copy, which B2 reads
+    mlp_b2(&ops->mlp_bwd_down);
+    fc_weight_gradient(&ops->mlp_bwd_late, "s + S_DFC");
+    mlp_b1(&ops->gelu_bwd_down);
+    mlp_w1(&ops->gelu_bwd_late, "s + S_DRES", false);
 }
 
 /* The zero-bubble schedules' backward in two parts (Config: config_splits_backward): B, every
@@ -675,7 +715,9 @@ void model_ops_free(ModelOps *ops)
     OpList *split[] = {&ops->head_bwd_b, &ops->head_bwd_w, &ops->block_bwd_b, &ops->block_bwd_w, &ops->attn_bwd_b,
                        &ops->attn_bwd_w, &ops->mlp_bwd_b, &ops->mlp_bwd_w, &ops->head_front_bwd_b,
                        &ops->head_front_bwd_w, &ops->head_back_bwd_b, &ops->head_back_bwd_w, &ops->embed_bwd_b,
-                       &ops->embed_bwd_w, &ops->fc_bwd_b, &ops->fc_bwd_w, &ops->gelu_bwd_b, &ops->gelu_bwd_w};
+                       &ops->embed_bwd_w, &ops->fc_bwd_b, &ops->fc_bwd_w, &ops->gelu_bwd_b, &ops->gelu_bwd_w,
+                       &ops->block_bwd_down, &ops->block_bwd_late, &ops->attn_bwd_down, &ops->attn_bwd_late,
+                       &ops->mlp_bwd_down, &ops->mlp_bwd_late, &ops->gelu_bwd_down, &ops->gelu_bwd_late};
     for (size_t i = 0; i < sizeof split / sizeof *split; i++)
         op_list_free(split[i]);
 }
@@ -770,6 +812,28 @@ static const struct {
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},
     {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL,
      NULL, NULL},
+    /* a stage's first piece, where it sends a gradient back: down to it, then its last W */
+    {"block_backward_down", "The stage's first block backward, down to d(x) in S_DRES: all but the qkv product's "
+     "weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s", "ph",
+     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
+     CONST_GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
+    {"block_backward_late", "The stage's first block's qkv weight and bias gradients, after d(x) has gone.",
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
+    {"attn_backward_down", "The trailing attention half backward, the stage's only piece, down to d(x) in S_DRES: all "
+     "but the qkv product's weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s",
+     "ph", NULL, NULL},
+    {"attn_backward_late", "Its qkv weight and bias gradients, after d(x) has gone.",
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
+    {"mlp_backward_down", "The leading MLP half backward down to d(xm) in S_DRES: all but the fc weight gradient.",
+     "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", CONST_GELU_BASES "\n" GELU_GRADS,
+     GELU_BASES_H},
+    {"mlp_backward_late", "Its fc weight gradient, after d(xm) has gone.",
+     "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},
+    {"gelu_piece_backward_down", "The leading GELU piece backward down to d fc in S_DFC: all but the MLP projection's "
+     "weight and bias gradients.", "const float *pg, float *gg, const float *ag, const float *fc, float *s", "pgh", NULL,
+     NULL},
+    {"gelu_piece_backward_late", "Its MLP projection's weight and bias gradients, after d fc has gone.",
+     "const float *pg, float *gg, const float *ag, const float *fc, float *s", "pgh", NULL, NULL},
     /* the zero-bubble parts (B and W) of the backward sections: their bases, and B writes the slot */
     {"head_backward_b", "Head B: dlogits, and down to d(last layer's output) in S_DRES.",
      "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, float dloss",
@@ -901,15 +965,30 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
         out[n++] = section("head_forward", &ops->head_fwd, 1, true);
         out[n++] = section("head_backward", &ops->head_bwd, 1, false);
     }
+    LatePiece late = stage_late_piece(sp, false);
     if (sp->tail_fc)
         out[n++] = section("fc_piece_backward", &ops->fc_bwd, 1, false);
-    if (sp->tail_attn)
+    if (sp->tail_attn && late == LATE_ATTN)
+        out[n++] = section("attn_backward_down", &ops->attn_bwd_down, 1, false);
+    else if (sp->tail_attn)
         out[n++] = section("attn_backward", &ops->attn_bwd, 1, false);
-    out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers, false);
+    if (late != LATE_BLOCK || sp->n_layers > 1) // a stage of one layer runs it as down and late alone
+        out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers - (late == LATE_BLOCK), false);
+    if (late == LATE_BLOCK)
+        out[n++] = section("block_backward_down", &ops->block_bwd_down, 1, false);
     if (sp->lead_mlp)
-        out[n++] = section("mlp_backward", &ops->mlp_bwd, 1, false);
+        out[n++] = late == LATE_MLP ? section("mlp_backward_down", &ops->mlp_bwd_down, 1, false)
+                                    : section("mlp_backward", &ops->mlp_bwd, 1, false);
     if (sp->lead_gelu)
-        out[n++] = section("gelu_piece_backward", &ops->gelu_bwd, 1, false);
+        out[n++] = late == LATE_GELU ? section("gelu_piece_backward_down", &ops->gelu_bwd_down, 1, false)
+                                     : section("gelu_piece_backward", &ops->gelu_bwd, 1, false);
+    if (late != LATE_NONE) { // after the message back
+        static const char *const name[] = {[LATE_BLOCK] = "block_backward_late", [LATE_ATTN] = "attn_backward_late",
+                                           [LATE_MLP] = "mlp_backward_late", [LATE_GELU] = "gelu_piece_backward_late"};
+        const OpList *list[] = {[LATE_BLOCK] = &ops->block_bwd_late, [LATE_ATTN] = &ops->attn_bwd_late,
+                                [LATE_MLP] = &ops->mlp_bwd_late, [LATE_GELU] = &ops->gelu_bwd_late};
+        out[n++] = section(name[late], list[late], 1, false);
+    }
     if (sp->has_embed)
         out[n++] = section("embed_backward", &ops->embed_bwd, 1, false);
     out[n++] = section("adamw", NULL, 0, false);

@@ -427,6 +427,7 @@ typedef struct StagePlan {
     double fwd_flops;       /* per micro-batch */
     double bwd_flops;
     double w_flops;         /* of bwd_flops, the weight gradients' (a zero-bubble W's share) */
+    double late_flops;      /* of bwd_flops, the late section's: after the gradient has gone back */
     long msg_bytes;         /* one activation (or gradient) message to the neighbour */
     long act_bytes;         /* one activation slot */
     long keep_bytes;        /* what a slot keeps with recompute full: the input (0 on the first stage) */
@@ -497,6 +498,19 @@ static inline bool receives_residual(const Config *cfg, const StagePlan *sp)
 static inline bool sends_residual(const Config *cfg, const StagePlan *sp)
 {
     return cfg->messages == MESSAGES_BF16 && !sp->has_head && !stage_head_front(sp);
+}
+/* The piece a stage's backward ends with, where the stage sends a gradient back and the
+ * backward is one instruction (not a zero-bubble program's B and W, `split_backward`): that
+ * piece's backward runs down to the gradient, which the runtime sends at once, and then the
+ * weight gradients of its first product, which nothing before the send needs (the late
+ * section). None on the first stage, or on a stage of the head alone (a split's last). */
+typedef enum { LATE_NONE, LATE_BLOCK, LATE_ATTN, LATE_MLP, LATE_GELU } LatePiece;
+static inline LatePiece stage_late_piece(const StagePlan *sp, bool split_backward)
+{
+    if (sp->has_embed || split_backward)
+        return LATE_NONE;
+    return sp->lead_gelu ? LATE_GELU : sp->lead_mlp ? LATE_MLP : sp->n_layers > 0 ? LATE_BLOCK
+                         : sp->tail_attn ? LATE_ATTN : LATE_NONE;
 }
 /* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head";
  * under a vocabulary split "21-23+hA" (the final LayerNorm and the head's first rows) and "headB";
@@ -618,6 +632,8 @@ typedef struct CostModel {
     double allreduce[PACI_MAX_STAGES]; /* seconds the step waits for the replicas' allreduce (its part
                                         * the last backward does not hide); 0: D = 1 */
     double w[PACI_MAX_STAGES];   /* of bwd, a zero-bubble W's seconds (B takes the rest) */
+    double late[PACI_MAX_STAGES]; /* of bwd, the seconds after the gradient for the stage before
+                                   * has gone, where SEND_GRAD follows BWD (stage_late_piece) */
     double w_measured[PACI_MAX_STAGES]; /* a profile's W seconds (its stage line's `w`); 0: none,
                                          * w is then the W products' share of bwd's FLOPs */
     bool step_barrier;           /* every stage's k-th step waits for all stages' (clipping by
@@ -1016,6 +1032,10 @@ typedef struct ModelOps {
     /* zero-bubble (config_splits_backward; else empty): each backward list as B and W */
     OpList head_bwd_b, head_bwd_w, block_bwd_b, block_bwd_w, attn_bwd_b, attn_bwd_w, mlp_bwd_b, mlp_bwd_w;
     OpList head_front_bwd_b, head_front_bwd_w, head_back_bwd_b, head_back_bwd_w, embed_bwd_b, embed_bwd_w;
+    /* a stage's first piece where it sends a gradient back (stage_late_piece; else empty): its
+     * backward down to that gradient, and the weight gradients it leaves until the send */
+    OpList block_bwd_down, block_bwd_late, attn_bwd_down, attn_bwd_late, mlp_bwd_down, mlp_bwd_late;
+    OpList gelu_bwd_down, gelu_bwd_late;
 } ModelOps;
 
 void model_ops_build(const Config *cfg, ModelOps *ops);

@@ -205,6 +205,12 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->fwd_flops = over_pieces(sp, m->piece_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
     sp->bwd_flops = 2 * sp->fwd_flops;
     sp->w_flops = over_pieces(sp, m->piece_w) + rows * m->head_row_fwd;
+    // the late section's product: the qkv product's three quarters of the attention half's W
+    LatePiece late = stage_late_piece(sp, config_splits_backward(cfg));
+    sp->late_flops = late == LATE_GELU ? m->piece_w[PIECE_GELU]
+                     : late == LATE_MLP ? m->piece_w[PIECE_FC]
+                     : late != LATE_NONE ? 0.75 * m->piece_w[PIECE_ATTN]
+                                         : 0;
     // The split's front sends the final LayerNorm's output and two floats a token (its rows'
     // log-sum-exp and target logit), which the back takes as its input. Under messages bf16 a
     // stage keeps the bf16 message it receives beside its fp32 input, and the one it sends

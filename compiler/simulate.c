@@ -88,6 +88,7 @@ void cost_model_allreduce(const Config *cfg, const Plan *plan, CostModel *cm)
         cm->allreduce[s] = allreduce_exposed(cfg, sp, cm->bwd[s]);
         // W's seconds: as a profile measured them, else its products' share of the backward's FLOPs
         // (on a CPU a smaller share: the backward's other ops, all B, cost more there than their FLOPs)
+        cm->late[s] = sp->bwd_flops > 0 ? cm->bwd[s] * sp->late_flops / sp->bwd_flops : 0;
         if (!config_splits_backward(cfg))
             cm->w[s] = 0;
         else if (cm->w_measured[s] > 0)
@@ -599,9 +600,21 @@ static bool sim_step(SegmentRun *r, int d, EventList *ev)
     case PACI_OP_RECV_GRAD:
         ran = sim_receive(&r->grad[s], clock);
         break;
-    case PACI_OP_SEND_GRAD:
-        ran = sim_send(&r->grad[s - 1], clock, transfer(r, s - 1));
+    case PACI_OP_SEND_GRAD: {
+        // right after its BWD the backward sent it itself, before its late section (executor.c);
+        // a send that waits for the link holds that section up
+        double late = 0;
+        if (r->pc[d] > 0) {
+            paci_instr bwd = r->list[d][r->pc[d] - 1];
+            if (bwd.op == PACI_OP_BWD && bwd.stage == s && bwd.mb == in.mb)
+                late = cm->late[s];
+        }
+        double at = *clock - late;
+        ran = sim_send(&r->grad[s - 1], &at, transfer(r, s - 1));
+        if (ran && at + late > *clock)
+            *clock = at + late;
         break;
+    }
     case PACI_OP_FWD:
         *clock += cm->fwd[s];
         break;

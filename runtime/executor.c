@@ -426,7 +426,7 @@ static void init_stage(pr_run *run, int s, const stage_sizes *z)
         poison_copies(run->dev, s, st->params_h,
                       (size_t)(sc->n_params * (hold == HOLD_FULL ? 1 + tab->stash[s] + z->predicts[s] : 1)));
     alloc_slot_buffers(run, st, z->slots[s], hold, z->message);
-    st->grad_in_mb = st->grad_out_mb = st->work_mb = -1;
+    st->grad_in_mb = st->grad_out_mb = st->work_mb = st->grad_sent_mb = -1;
     for (int k = 0; k < 2; k++)
         st->tensor_sumsq[k] = pr_alloc((size_t)(sc->n_tensors + 1) * sizeof(double));
     if (hold == HOLD_FULL && post_validation_possible(run) && run->opt.sample == 0) // sampling takes no step
@@ -1727,6 +1727,27 @@ static int64_t corrected_delay(const pr_stage_rt *st, const paci_instr *in)
     return taken < table ? taken : table;
 }
 
+/* A backward's context for its callbacks: the replicas' (pr_ready_ctx, first) and its own. */
+typedef struct early_send {
+    pr_ready_ctx ready;
+    paci_instr bwd;
+    int64_t mb;
+} early_send;
+
+static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t mb);
+
+/* pr_bwd_args.dx_ready: the SEND_GRAD that follows the backward, run now, while the backward's
+ * last weight gradients are still to come; the instruction itself then does nothing. */
+static void send_gradient_early(void *ctx)
+{
+    early_send *e = ctx;
+    pr_stage_rt *st = e->ready.st;
+    paci_instr send = {.op = PACI_OP_SEND_GRAD, .stage = e->bwd.stage, .slot = e->bwd.slot, .mb = e->bwd.mb};
+    st->grad_out_mb = e->mb;
+    execute(e->ready.run, st, &send, e->mb);
+    st->grad_sent_mb = e->mb;
+}
+
 /* BWD (or a zero-bubble B): on the live or stashed weights (rerunning the forward there under
  * recompute full), into the gradients, the gradient for the previous stage into grad_out. A
  * B keeps the slot for its W. */
@@ -1755,12 +1776,13 @@ static void exec_backward(pr_run *run, pr_stage_rt *st, const paci_instr *in, in
         run->dev->zero(s, st->dc_grad, (size_t)sc->n_params * sizeof(float));
     pr_bwd_args args = {weights, delay > 0 ? st->dc_grad : grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
                         sc->has_head ? NULL : st->grad_in, s == 0 ? NULL : st->grad_out,
-                        1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL};
-    pr_ready_ctx ready = {run, st};
-    if (in->op == PACI_OP_BWD && delay == 0 && run->replica_ops && run->replica_ops->overlaps(run, st)) {
+                        1.0f / (float)(run->K * run->replicas), weights_h, NULL, NULL, NULL};
+    early_send ready = {{run, st}, *in, mb};
+    args.ready_ctx = &ready.ready;
+    if (in->op == PACI_OP_BWD && delay == 0 && run->replica_ops && run->replica_ops->overlaps(run, st))
         args.grads_ready = run->replica_ops->ready;
-        args.ready_ctx = &ready;
-    }
+    if (st->send_early)
+        args.dx_ready = send_gradient_early;
     if (in->op == PACI_OP_BWD_B)
         run->dev->backward_part(run->prog, s, PR_BACKWARD_B, &args);
     else
@@ -1790,7 +1812,7 @@ static void exec_weight_gradient(pr_run *run, pr_stage_rt *st, const paci_instr 
     expect_mb(st, in->op, mb, st->slot_mb[in->slot], "the slot");
     pr_bwd_args args = {st->params, st->grads, v.acts, st->scratch, v.dev_tokens, v.dev_targets,
                         sc->has_head ? NULL : st->grad_in, st->index == 0 ? NULL : st->grad_out,
-                        1.0f / (float)(run->K * run->replicas), st->params_h, NULL, NULL};
+                        1.0f / (float)(run->K * run->replicas), st->params_h, NULL, NULL, NULL};
     run->dev->backward_part(run->prog, st->index, PR_BACKWARD_W, &args);
     note_first_gradients(run, st, st->grads, st->window_backwards == 1, 0);
     st->slot_mb[in->slot] = -1;
@@ -1860,6 +1882,19 @@ static void execute(pr_run *run, pr_stage_rt *st, const paci_instr *in, int64_t 
     wait_end = outer_wait_end;
 }
 
+/* Whether BWD `in` is followed (at instruction `next`, -1: none in this list) by the SEND_GRAD
+ * of its gradient: its backward may then send it as soon as it is complete (dx_ready), which
+ * sends nothing sooner than the table orders, since only that stage's own work lies between. */
+static int gradient_sent_next(const pr_run *run, const paci_instr *in, int32_t next, int32_t rep)
+{
+    if (in->op != PACI_OP_BWD || in->stage == 0 || next < 0)
+        return 0;
+    paci_instr then = run->tab->instrs[next];
+    if (rep >= 0)
+        then = paci_body_instr(run->tab, then, rep);
+    return then.op == PACI_OP_SEND_GRAD && then.stage == in->stage && then.mb == in->mb;
+}
+
 /* Runs device instructions [first, first + n), each on the stage it names; rep >= 0 marks
  * body repetition rep, whose micro-batches, slots and stash slots shift as paci_body_instr
  * says. */
@@ -1876,7 +1911,13 @@ static void execute_list(pr_run *run, int32_t first, int32_t n, int64_t first_mb
             continue;
         if (st->pv.pending && in.op != PACI_OP_STEP)
             note_done(own_stage(run, st, 0), &in, mb);
+        if (in.op == PACI_OP_SEND_GRAD && st->grad_sent_mb == mb) { // its backward sent it
+            st->grad_sent_mb = -1;
+            continue;
+        }
+        st->send_early = gradient_sent_next(run, &in, i + 1 < first + n ? i + 1 : -1, rep);
         execute(run, st, &in, mb);
+        st->send_early = 0;
     }
 }
 

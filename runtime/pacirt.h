@@ -109,6 +109,9 @@ typedef struct pr_bwd_args {
      * The GPU backward reports every range once (the C backward never calls it). */
     void (*grads_ready)(void *ctx, int64_t offset, int64_t count);
     void *ready_ctx;
+    /* Where the schedule sends dx_in next: told once dx_in is complete, before the stage's
+     * last weight gradients (the late section), so that the message overlaps them; else NULL. */
+    void (*dx_ready)(void *ctx);
 } pr_bwd_args;
 
 typedef struct pr_adamw_args {

@@ -566,6 +566,8 @@ typedef struct pr_stage_rt {
     int64_t *slot_fwd_step;              /* the stage's step count at that slot's FWD */
     int32_t *slot_fwd_delay;             /* that FWD's aux: the table's delay d of its backward */
     int64_t grad_in_mb, grad_out_mb;
+    int send_early;                      /* the running BWD's SEND_GRAD comes next: dx_ready sends it */
+    int64_t grad_sent_mb;                /* the micro-batch whose gradient went from inside its BWD, -1 */
     int64_t t;                           /* optimizer steps this stage has taken */
     double step_loss_sum;                /* the step's loss sum over the replicas (last stage) */
     int64_t pending_w;                   /* zero-bubble B's whose W has not run yet */

@@ -103,6 +103,9 @@ static void record_norm(pr_run *run, int64_t step, double loss, double lr, doubl
     }
 }
 
+/* Called after the toy stages are built, before the run starts (NULL: none). */
+static void (*after_build)(void);
+
 /* Trains the toy model with a fresh run of D replicas in one process (replicas.c: the
  * others train as threads beside replica 0's); leaves the run for inspection. */
 static void toy_train_replicas(pr_run *run, enum toy_kind kind, int p, int K, int D, int steps,
@@ -111,6 +114,8 @@ static void toy_train_replicas(pr_run *run, enum toy_kind kind, int p, int K, in
     static pr_program prog;
     char err[PR_ERR_LEN];
     toy_build_stages(p);
+    if (after_build)
+        after_build();
     toy_build_table(&table, kind, p, K, steps, segment);
     prog = toy_program(&table.t, steps);
     prog.grad_clip = toy_clip;
@@ -213,6 +218,54 @@ static void test_sync_bit_identical_across_p(void **state)
     }
     free(reference);
     free(losses);
+}
+
+/* The gradient for the stage before goes from inside the backward (pr_bwd_args.dx_ready),
+ * before its late work: stage 1's backward, once it has called dx_ready, waits there until
+ * stage 0 has begun the backward that needs that gradient. Without the early send that wait
+ * could only end at its hang guard (stage 0 receives the message after the backward returns). */
+static int stage0_backwards, stage1_early, stage1_met;
+
+static void counting_bwd0(const pr_bwd_args *a)
+{
+    __atomic_add_fetch(&stage0_backwards, 1, __ATOMIC_SEQ_CST);
+    toy_backward(0, a);
+}
+
+static void early_bwd1(const pr_bwd_args *a)
+{
+    toy_backward(1, a); // dx_in is complete at its end
+    if (!a->dx_ready)
+        return;
+    a->dx_ready(a->ready_ctx);
+    int n = ++stage1_early;
+    if (stage1_met == n - 1) // after one wait ran into its hang guard, no more
+        stage1_met += wait_for_count(&stage0_backwards, n);
+}
+
+static void hook_early_send(void)
+{
+    toy_codes[0].backward = counting_bwd0;
+    toy_codes[1].backward = early_bwd1;
+}
+
+static void test_gradient_sent_before_late_work(void **state)
+{
+    (void)state;
+    enum toy_kind kinds[] = {TOY_1F1B, TOY_PACI, TOY_GPIPE};
+    for (int k = 0; k < 3; k++) {
+        pr_run run;
+        stage0_backwards = stage1_early = stage1_met = 0;
+        after_build = hook_early_send;
+        toy_train(&run, kinds[k], 2, 2, STEPS, SEGMENT);
+        after_build = NULL;
+        // every backward of stage 1 sent early, and stage 0 used it while stage 1 was still inside
+        assert_int_equal(stage1_early, STEPS * 2);
+        assert_int_equal(stage1_met, STEPS * 2);
+        assert_int_equal(run.stage[1].backwards, STEPS * 2);
+        assert_true(logged_loss[STEPS - 1] < logged_loss[0]);
+        pr_run_free(&run);
+    }
 }
 
 /* The executor's measured drift (updates between a micro-batch's forward and backward) is
@@ -671,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_sync_bit_identical_across_p),
         cmocka_unit_test(test_replicas_in_process),
         cmocka_unit_test(test_paci_drift_matches_table),
+        cmocka_unit_test(test_gradient_sent_before_late_work),
         cmocka_unit_test(test_clip_norm_independent_of_p),
         cmocka_unit_test(test_chunks_equal_one_stage),
         cmocka_unit_test(test_chunks_table_checked),
