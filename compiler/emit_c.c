@@ -648,23 +648,27 @@ static void emit_optim_rule(StrBuf *sb, const Config *cfg, int s, int n_tensors)
     emit_close(sb, "");
 }
 
-/* One layer's block of `what`: the attention half's entries, then the fc piece's from `mlp`
- * (the MLP half's start), then the GELU piece's from `gelu` (each piece's offsets from its
- * own start), and the whole block's size as `per_layer`. */
+/* One layer's block of `what`: the att piece's entries, the proj piece's from `pieces[0]`
+ * (with the att piece, the attention half), the fc piece's from `pieces[1]` (the MLP half's
+ * start), then the GELU piece's from `pieces[2]` (each piece's offsets from its own start),
+ * and the whole block's size as `per_layer`. */
 static void emit_layer_layout(StrBuf *sb, const char *what, const char *block, const char *per_layer,
-                              const char *mlp, const char *gelu, const Layout *attn_half, const Layout *fc_piece,
-                              const Layout *gelu_piece)
+                              const char *const pieces[3], const Layout *const layout[4])
 {
-    emit_line(sb, "/* One layer's %s, at %s_LAYERS + l * %s: its attention half's, then from %s", what, block,
-              per_layer, mlp);
-    emit_line(sb, " * its MLP half's: its fc piece's (LayerNorm 2, the fc product), then from %s its GELU", gelu);
-    emit_line(sb, " * piece's (GELU, the projection); each part's offsets from its start. */");
-    emit_layout(sb, attn_half);
-    emit_line(sb, "#define %s %ldL", mlp, attn_half->total);
-    emit_layout(sb, fc_piece);
-    emit_line(sb, "#define %s %ldL", gelu, attn_half->total + fc_piece->total);
-    emit_layout(sb, gelu_piece);
-    emit_line(sb, "#define %s %ldL", per_layer, attn_half->total + fc_piece->total + gelu_piece->total);
+    emit_line(sb, "/* One layer's %s, at %s_LAYERS + l * %s: its att piece's (LayerNorm 1, qkv,", what, block,
+              per_layer);
+    emit_line(sb, " * attention), from %s its proj piece's (the attention projection), then from %s its", pieces[0],
+              pieces[1]);
+    emit_line(sb, " * MLP half's: its fc piece's (LayerNorm 2, the fc product), then from %s its GELU", pieces[2]);
+    emit_line(sb, " * piece's (GELU, the projection); each piece's offsets from its start. */");
+    long at = 0;
+    for (int i = 0; i < 4; i++) {
+        if (i > 0)
+            emit_line(sb, "#define %s %ldL", pieces[i - 1], at);
+        emit_layout(sb, layout[i]);
+        at += layout[i]->total;
+    }
+    emit_line(sb, "#define %s %ldL", per_layer, at);
 }
 
 /* What the stage's code names: its includes, shapes, AdamW's constants, the kernels' macros as C
@@ -694,10 +698,10 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#define BF16_COPY(p) ((pr_bf16 *)0)");
     emit_line(sb, "#define BF16_STORE(p) %s", cfg->precision == PREC_BF16 ? "((pr_bf16 *)(p))" : "((pr_bf16 *)0)");
     blank_line(sb);
-    emit_layer_layout(sb, "parameters", "PARAM", "PARAM_PER_LAYER", "P_MLP", "P_GELU", &lay->attn_params,
-                      &lay->fc_params, &lay->gelu_params);
-    emit_layer_layout(sb, "saved activations", "ACT", "ACT_PER_LAYER", "A_MLP", "A_GELU", &lay->attn_acts,
-                      &lay->fc_acts, &lay->gelu_acts);
+    emit_layer_layout(sb, "parameters", "PARAM", "PARAM_PER_LAYER", (const char *const[]){"P_PROJ", "P_MLP", "P_GELU"},
+                      (const Layout *const[]){&lay->att_params, &lay->proj_params, &lay->fc_params, &lay->gelu_params});
+    emit_layer_layout(sb, "saved activations", "ACT", "ACT_PER_LAYER", (const char *const[]){"A_PROJ", "A_MLP", "A_GELU"},
+                      (const Layout *const[]){&lay->att_acts, &lay->proj_acts, &lay->fc_acts, &lay->gelu_acts});
     emit_line(sb, "/* The stage's parameter block (%ld floats). */", lay->params.total);
     emit_layout(sb, &lay->params);
     if (sp->has_head && cfg->tied)
@@ -776,7 +780,7 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
     }
     if (sp->tail_fc)
         emit_line(sb, "fc_piece_backward%s(args->params + PARAM_TAIL_ATTN + P_MLP, args->grads + PARAM_TAIL_ATTN + P_MLP, "
-                      "args->acts + ACT_TAIL_ATTN + A_MLP, args->acts + ACT_TAIL_ATTN + A_RESID2, args->scratch);", part);
+                      "args->acts + ACT_TAIL_ATTN + A_MLP, args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2, args->scratch);", part);
     LatePiece late = *part ? LATE_NONE : stage_late_piece(sp, config_splits_backward(cfg));
     const char *down = late == LATE_NONE ? part : "_down"; /* the first piece's, under late */
     if (sp->tail_attn)
@@ -857,7 +861,7 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
                       "layer_input(args->acts, N_LAYERS));");
     if (sp->tail_fc)
         emit_line(sb, "fc_piece_forward(args->params + PARAM_TAIL_ATTN + P_MLP, args->acts + ACT_TAIL_ATTN + A_MLP, "
-                      "args->acts + ACT_TAIL_ATTN + A_RESID2);");
+                      "args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2);");
     if (stage_head_front(sp))
         emit_line(sb, "head_front_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets);");
     else if (stage_head_back(sp))

@@ -4,6 +4,7 @@
  * over its op list with the ops numbered for the per-op profile, loops and profile hooks.
  * A backend renders only the ops that do work.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,14 +129,66 @@ void emit_section_ops(StrBuf *sb, const OpList *l, const char *section, EmitOpFn
     }
 }
 
+/* Whether `text` names the identifier of `len` characters at `name` as a whole word. */
+static bool names(const char *text, const char *name, size_t len)
+{
+    for (const char *at = text; at && *at; at++) {
+        if (strncmp(at, name, len) != 0)
+            continue;
+        bool before = at > text && (isalnum((unsigned char)at[-1]) || at[-1] == '_');
+        bool after = isalnum((unsigned char)at[len]) || at[len] == '_';
+        if (!before && !after)
+            return true;
+    }
+    return false;
+}
+
+/* Whether an op of the list or a later kept line names it. */
+static bool section_names(const OpList *ops, const char *name, size_t len)
+{
+    for (int i = 0; ops && i < ops->n; i++) {
+        const Op *op = &ops->ops[i];
+        const char *fields[] = {op->args, op->bias, op->epilogue_arg, op->operands_h, op->gpu_args, op->gpu_operands_h};
+        for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
+            if (fields[f] && names(fields[f], name, len))
+                return true;
+    }
+    return false;
+}
+
+/* The prelude's declarations ("TYPE *name = ...;", one a line), those the section's ops name or
+ * a kept declaration after them reads: a prelude lists every base its section may need. */
 void emit_section_prelude(StrBuf *sb, const StageSection *section, bool weights_h)
 {
     const char *parts[2] = {section->prelude, weights_h ? section->prelude_h : NULL};
+    const char *line[64];
+    int len[64], n = 0;
     for (int i = 0; i < 2; i++)
-        for (const char *line = parts[i]; line && *line;) {
-            const char *end = strchr(line, '\n');
-            int len = end ? (int)(end - line) : (int)strlen(line);
-            emit_line(sb, "%.*s", len, line);
-            line += len + (end ? 1 : 0);
+        for (const char *at = parts[i]; at && *at;) {
+            const char *end = strchr(at, '\n');
+            if (n == 64)
+                ICE("section %s: a prelude of more than 64 lines", section->name);
+            len[n] = end ? (int)(end - at) : (int)strlen(at);
+            line[n++] = at;
+            at += len[n - 1] + (end ? 1 : 0);
         }
+    bool keep[64];
+    for (int i = n - 1; i >= 0; i--) {
+        const char *eq = strstr(line[i], " = ");
+        const char *name = eq;
+        while (name > line[i] && (isalnum((unsigned char)name[-1]) || name[-1] == '_'))
+            name--;
+        if (!eq || eq - line[i] > len[i] || name == eq)
+            ICE("section %s: a prelude line that declares nothing: %.*s", section->name, len[i], line[i]);
+        size_t name_len = (size_t)(eq - name);
+        keep[i] = section_names(section->ops, name, name_len);
+        for (int j = i + 1; j < n && !keep[i]; j++) {
+            char later[256];
+            snprintf(later, sizeof later, "%.*s", len[j], line[j]);
+            keep[i] = keep[j] && names(strstr(later, " = "), name, name_len);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (keep[i])
+            emit_line(sb, "%.*s", len[i], line[i]);
 }

@@ -682,7 +682,7 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
                       "layer_input(args->acts, N_LAYERS));", h.tail);
     if (sp->tail_fc)
         emit_line(sb, "cuda_fc_piece_forward(args->params + PARAM_TAIL_ATTN + P_MLP, %sargs->acts + ACT_TAIL_ATTN + A_MLP, "
-                      "args->acts + ACT_TAIL_ATTN + A_RESID2);", h.tail_fc);
+                      "args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2);", h.tail_fc);
     if (stage_head_front(sp))
         emit_line(sb, "cuda_head_front_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets);",
                   h.stage);
@@ -775,7 +775,7 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
     emit_cuda_backward_top(sb, cfg, ls, h, part);
     if (sp->tail_fc)
         emit_part_backward(sb, "fc_piece", part, "PARAM_TAIL_ATTN + P_MLP", h.tail_fc, "args->acts + ACT_TAIL_ATTN + A_MLP",
-                           "args->acts + ACT_TAIL_ATTN + A_RESID2", "P_GELU - P_MLP");
+                           "args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2", "P_GELU - P_MLP");
     // the first piece's down part under late: its gradients are final after its late part
     if (sp->tail_attn)
         emit_part_backward(sb, "attn", late == LATE_ATTN ? "_down" : part, "PARAM_TAIL_ATTN", h.tail,

@@ -70,8 +70,9 @@ long layout_offset(const Layout *l, const char *name)
 }
 
 /* One layer's parameters in llm.c's per-layer tensor order, so that a layer's tensors map
- * to slices of the checkpoint's tensors one to one: the attention half's six, then the fc
- * piece's four (LayerNorm 2, the fc product), then the GELU piece's two (the MLP projection). */
+ * to slices of the checkpoint's tensors one to one: the att piece's four (LayerNorm 1, the qkv
+ * product), the proj piece's two (the attention projection), the fc piece's four (LayerNorm 2,
+ * the fc product), then the GELU piece's two (the MLP projection). */
 static const struct {
     const char *name, *ckpt_name, *ckpt_tensor;
     int rows, cols; /* in units of C (rows 0: a vector of cols * C) */
@@ -91,7 +92,7 @@ static const struct {
     {"P_FCPROJW", "fcprojw", CKPT(FCPROJW), 1, 4, true, INIT_RESIDUAL},
     {"P_FCPROJB", "fcprojb", CKPT(FCPROJB), 0, 1, false, INIT_ZEROS},
 };
-enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0], N_ATTN_TENSORS = 6, N_FC_END = 10 };
+enum { N_LAYER_TENSORS = sizeof layer_tensors / sizeof layer_tensors[0], N_ATT_END = 4, N_PROJ_END = 6, N_FC_END = 10 };
 
 static long layer_tensor_size(int i, long C)
 {
@@ -99,28 +100,28 @@ static long layer_tensor_size(int i, long C)
     return rows * layer_tensors[i].cols * C;
 }
 
-/* A layer's saved activations: its attention half's block, then its fc piece's, then its
- * GELU piece's. */
+/* A layer's saved activations: its att piece's block, its proj piece's, then its fc piece's,
+ * then its GELU piece's. */
 static void layer_act_layouts(const Config *cfg, StageLayout *lay)
 {
     long B = cfg->micro, T = cfg->context, C = cfg->width, NH = cfg->heads;
     long BT = B * T;
-    Layout *la = &lay->attn_acts;
+    Layout *la = &lay->att_acts, *lp = &lay->proj_acts;
     bool flash = cfg->attention == ATTN_FLASH;
     layout_add_operand(la, cfg, flash, "A_LN1", BT * C, "LayerNorm 1 output (bf16 under bf16, flash)");
     layout_add(la, "A_LN1_MEAN", BT, "its row means");
     layout_add(la, "A_LN1_RSTD", BT, "its row 1/std");
     layout_add(la, "A_QKV", BT * 3 * C, "q | k | v per row");
-    layout_add_operand(la, cfg, flash, "A_ATTY", BT * C, "attention output, heads side by side (bf16 under bf16, flash)");
     layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
     if (cfg->attention == ATTN_MATMUL)
         layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
-    layout_add(la, "A_RESID2", BT * C, "residual after attention: the half's output");
+    layout_add_operand(lp, cfg, flash, "A_ATTY", BT * C, "attention output, heads side by side (bf16 under bf16, flash)");
+    layout_add(lp, "A_RESID2", BT * C, "residual after attention: the half's output");
     /* zero-bubble: what B keeps for W, each over an activation of the same size that only B
      * reads, and that B has read when it writes the gradient there (ops.c orders the copies) */
     bool split = config_splits_backward(cfg);
     if (split) {
-        layout_alias(la, "A_W_DRES2", "A_RESID2", "d(resid2), kept by B for W (over A_RESID2: the MLP half's "
+        layout_alias(lp, "A_W_DRES2", "A_RESID2", "d(resid2), kept by B for W (over A_RESID2: the MLP half's "
                      "B has read it)");
         layout_alias(la, "A_W_DQKV", "A_QKV", "d(qkv), kept by B for W (over A_QKV: the attention's B has read it)");
     }
@@ -149,14 +150,19 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     *lay = (StageLayout){0};
 
     for (int i = 0; i < N_LAYER_TENSORS; i++)
-        layout_add(i < N_ATTN_TENSORS ? &lay->attn_params : i < N_FC_END ? &lay->fc_params : &lay->gelu_params,
+        layout_add(i < N_ATT_END    ? &lay->att_params
+                   : i < N_PROJ_END ? &lay->proj_params
+                   : i < N_FC_END   ? &lay->fc_params
+                                    : &lay->gelu_params,
                    layer_tensors[i].name, layer_tensor_size(i, C), layer_tensors[i].ckpt_name);
     long mlp_params = lay->fc_params.total + lay->gelu_params.total;
-    lay->layer_params = lay->attn_params.total + mlp_params;
+    long attn_params = lay->att_params.total + lay->proj_params.total;
+    lay->layer_params = attn_params + mlp_params;
 
     layer_act_layouts(cfg, lay);
-    Layout *la = &lay->attn_acts, *lf = &lay->fc_acts, *lg = &lay->gelu_acts;
-    lay->layer_acts = la->total + lf->total + lg->total;
+    Layout *la = &lay->att_acts, *lp = &lay->proj_acts, *lf = &lay->fc_acts, *lg = &lay->gelu_acts;
+    long attn_acts = la->total + lp->total;
+    lay->layer_acts = attn_acts + lf->total + lg->total;
 
     Layout *p = &lay->params;
     if (sp->has_embed) {
@@ -169,7 +175,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(p, "PARAM_LEAD_GELU", lay->gelu_params.total, "the GELU piece of the layer before the first");
     layout_add(p, "PARAM_LAYERS", sp->n_layers * lay->layer_params, "the layers' blocks");
     if (sp->tail_attn)
-        layout_add(p, "PARAM_TAIL_ATTN", lay->attn_params.total + (sp->tail_fc ? lay->fc_params.total : 0),
+        layout_add(p, "PARAM_TAIL_ATTN", attn_params + (sp->tail_fc ? lay->fc_params.total : 0),
                    sp->tail_fc ? "the attention half and the fc piece of the layer after the last"
                                : "the attention half of the layer after the last");
     long rows = sp->vocab_end - sp->vocab_begin, RP = (rows + 63) / 64 * 64;
@@ -199,7 +205,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(a, "ACT_LEAD_GELU", lg->total, "the leading GELU piece's block");
     layout_add(a, "ACT_LAYERS", sp->n_layers * lay->layer_acts, "the layers' blocks");
     if (sp->tail_attn)
-        layout_add(a, "ACT_TAIL_ATTN", la->total + (sp->tail_fc ? lf->total : 0),
+        layout_add(a, "ACT_TAIL_ATTN", attn_acts + (sp->tail_fc ? lf->total : 0),
                    sp->tail_fc ? "the trailing attention half's and fc piece's block (its A_RESID2 and A_FC_PRE "
                                  "the message to the next stage)"
                                : "the trailing attention half's block");
@@ -244,9 +250,9 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
 
     lay->in_offset = layout_offset(a, receives_residual(cfg, sp) ? "ACT_INPUT_MSG" : "ACT_INPUT");
-    lay->out_offset = sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + layout_offset(la, "A_RESID2")
+    lay->out_offset = sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + la->total + layout_offset(lp, "A_RESID2")
                       : sp->n_layers > 0 ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * lay->layer_acts +
-                                               la->total + lf->total + layout_offset(lg, "A_RESID3")
+                                               attn_acts + lf->total + layout_offset(lg, "A_RESID3")
                       : sp->lead_mlp  ? layout_offset(a, "ACT_LEAD_MLP") + lf->total + layout_offset(lg, "A_RESID3")
                       : sp->lead_gelu ? layout_offset(a, "ACT_LEAD_GELU") + layout_offset(lg, "A_RESID3")
                                       : lay->in_offset;
@@ -267,7 +273,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                      : sp->lead_gelu     ? fc_message_floats(cfg)
                                          : message;
     long resid = message_dfc_offset(cfg); // resid2 as layout_add pads it
-    if (sp->tail_fc && (layout_offset(la, "A_RESID2") + resid != la->total || layout_offset(lf, "A_FC_PRE") != 0))
+    if (sp->tail_fc && (layout_offset(lp, "A_RESID2") + resid != lp->total || layout_offset(lf, "A_FC_PRE") != 0))
         ICE("resid2 and the fc output are not one message");
     if (sp->lead_gelu && !stage_head_back(sp) && layout_offset(a, "ACT_INPUT_FC") != layout_offset(a, "ACT_INPUT") + resid)
         ICE("the received resid2 and fc output are not one message");
@@ -301,13 +307,13 @@ static void layer_tensors_add(TensorInfo *out, int *n, long C, int layer, int fr
     }
 }
 
-/* Layer `layer`'s pieces from `first` (0 attention, 1 fc, 2 GELU) to the last before `end`, in
- * the block at `block`, one after the other. */
+/* Layer `layer`'s pieces from `first` (0 att, 1 proj, 2 fc, 3 GELU) to the last before `end`,
+ * in the block at `block`, one after the other. */
 static void layer_pieces_add(TensorInfo *out, int *n, long C, const StageLayout *lay, int layer, int first, int end,
                              long block)
 {
-    static const int tensor_start[4] = {0, N_ATTN_TENSORS, N_FC_END, N_LAYER_TENSORS};
-    const Layout *piece[3] = {&lay->attn_params, &lay->fc_params, &lay->gelu_params};
+    static const int tensor_start[5] = {0, N_ATT_END, N_PROJ_END, N_FC_END, N_LAYER_TENSORS};
+    const Layout *piece[4] = {&lay->att_params, &lay->proj_params, &lay->fc_params, &lay->gelu_params};
     for (int i = first; i < end; i++) {
         layer_tensors_add(out, n, C, layer, tensor_start[i], tensor_start[i + 1], block, piece[i]);
         block += piece[i]->total;
@@ -328,14 +334,14 @@ int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay
                    (long)cfg->context * C, true, INIT_NORMAL);
     }
     if (sp->lead_mlp)
-        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 1, 3, layout_offset(&lay->params, "PARAM_LEAD_MLP"));
+        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 2, 4, layout_offset(&lay->params, "PARAM_LEAD_MLP"));
     if (sp->lead_gelu)
-        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 2, 3, layout_offset(&lay->params, "PARAM_LEAD_GELU"));
+        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 3, 4, layout_offset(&lay->params, "PARAM_LEAD_GELU"));
     long layers = layout_offset(&lay->params, "PARAM_LAYERS");
     for (int l = 0; l < sp->n_layers; l++)
-        layer_pieces_add(out, &n, C, lay, sp->first_layer + l, 0, 3, layers + l * lay->layer_params);
+        layer_pieces_add(out, &n, C, lay, sp->first_layer + l, 0, 4, layers + l * lay->layer_params);
     if (sp->tail_attn)
-        layer_pieces_add(out, &n, C, lay, sp->first_layer + sp->n_layers, 0, sp->tail_fc ? 2 : 1,
+        layer_pieces_add(out, &n, C, lay, sp->first_layer + sp->n_layers, 0, sp->tail_fc ? 3 : 2,
                          layout_offset(&lay->params, "PARAM_TAIL_ATTN"));
     if (sp->has_lnf) {
         tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,

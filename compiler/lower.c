@@ -15,7 +15,7 @@ static void check_plan(const Plan *plan, const Lowered *low)
     for (int s = 0; s < plan->stages; s++) {
         const StagePlan *sp = &plan->stage[s];
         const StageLayout *lay = &low->stage[s].layout;
-        long act_pad = (lay->acts.n + (long)(lay->attn_acts.n + lay->fc_acts.n + lay->gelu_acts.n) * (sp->n_layers + 1)) *
+        long act_pad = (lay->acts.n + (long)(lay->att_acts.n + lay->proj_acts.n + lay->fc_acts.n + lay->gelu_acts.n) * (sp->n_layers + 1)) *
                        LAYOUT_ALIGN_FLOATS;
         if (labs(lay->scratch.total - sp->scratch_floats) > lay->scratch.n * LAYOUT_ALIGN_FLOATS ||
             labs(lay->acts.total - sp->act_bytes / 4) > act_pad)

@@ -149,7 +149,7 @@ static void matmul_attention_forward(OpList *l)
               "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
     CAUSAL_GEMM(l, "atty = probabilities v",
                 "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
-                "0.0f, a + A_ATTY + " ROW_HEAD ", C");
+                "0.0f, a + A_PROJ + A_ATTY + " ROW_HEAD ", C"); // the loop body sees a and s only
     heads_end(l);
 }
 
@@ -191,19 +191,19 @@ static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
         operands_h(l, "a + A_LN1, ph + P_QKVW");
     if (flash)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
-                  "a + A_ATTY, a + A_ATT_LSE, a + A_QKV, " STORE("a", "A_ATTY"));
+                  "ap + A_ATTY, a + A_ATT_LSE, a + A_QKV, " STORE("ap", "A_ATTY"));
     else
         matmul_attention_forward(l);
     gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
-              "0, 1, BT, C, C, 1.0f, a + A_ATTY, C, p + P_ATTPROJW, C, 0.0f, a + A_RESID2, C", "p + P_ATTPROJB");
+              "0, 1, BT, C, C, 1.0f, ap + A_ATTY, C, pp + P_ATTPROJW, C, 0.0f, ap + A_RESID2, C", "pp + P_ATTPROJB");
     if (flash) // the matmul attention's output comes from per-head products: no bf16 copy
-        operands_h(l, "a + A_ATTY, ph + P_ATTPROJW");
+        operands_h(l, "ap + A_ATTY, pph + P_ATTPROJW");
     if (then_ln2)
         kernel_op(l, "residual_layernorm_forward", "resid2 = x + projection; ln2 = LayerNorm(resid2)",
-                  "a + A_RESID2, x, am + A_LN2, am + A_LN2_MEAN, am + A_LN2_RSTD, pm + P_LN2W, pm + P_LN2B, "
+                  "ap + A_RESID2, x, am + A_LN2, am + A_LN2_MEAN, am + A_LN2_RSTD, pm + P_LN2W, pm + P_LN2B, "
                   STORE("am", "A_LN2"));
     else
-        kernel_op(l, "residual_forward", "resid2 = x + projection", "a + A_RESID2, x");
+        kernel_op(l, "residual_forward", "resid2 = x + projection", "ap + A_RESID2, x");
 }
 
 /* A layer's fc piece forward, from its input xm (resid2): ln2 (unless the attention half
@@ -363,22 +363,22 @@ static void attention_w1(OpList *l, const Config *cfg, const char *dres, bool ke
 {
     // the matmul attention's projection reads fp32 operands: no copy to write
     bool copy = kept && cfg->attention == ATTN_FLASH;
-    kernel_op(l, "bias_backward", "d attprojb", "g + P_ATTPROJB, %s, C", dres);
-    gpu_instead(l, "bias_backward_tiles", "g + P_ATTPROJB, %s, C, %s", dres,
+    kernel_op(l, "bias_backward", "d attprojb", "gp + P_ATTPROJB, %s, C", dres);
+    gpu_instead(l, "bias_backward_tiles", "gp + P_ATTPROJB, %s, C, %s", dres,
                 copy ? COPY("s", "S_DRES_H") : "(pr_bf16 *)0");
-    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, %s, C, a + A_ATTY, C, 1.0f, g + P_ATTPROJW, C", dres);
+    GEMM(l, "d attprojw += dres^T atty", "1, 0, C, C, BT, 1.0f, %s, C, ap + A_ATTY, C, 1.0f, gp + P_ATTPROJW, C", dres);
     if (cfg->attention == ATTN_FLASH)
-        operands_h(l, "s + S_DRES_H, a + A_ATTY");
+        operands_h(l, "s + S_DRES_H, ap + A_ATTY");
 }
 
 static void attention_b1(OpList *l, const Config *cfg)
 {
-    GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, p + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
-    operands_h(l, "s + S_DRES_H, ph + P_ATTPROJW");
+    GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, pp + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
+    operands_h(l, "s + S_DRES_H, pph + P_ATTPROJW");
     if (cfg->attention == ATTN_FLASH) {
         kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
-                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
-                  ", " STORE("a", "A_ATTY"));
+                  "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, ap + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
+                  ", " STORE("ap", "A_ATTY"));
         kernel_op(l, "attention_backward_key", "d k, d v",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
     } else {
@@ -427,7 +427,7 @@ static void attention_half_backward_down(OpList *l, const Config *cfg)
 
 static void attention_half_backward_b(OpList *l, const Config *cfg)
 {
-    plain_op(l, OP_COPY, "keep d(resid2) for W", "a + A_W_DRES2, s + S_DRES, BT * C");
+    plain_op(l, OP_COPY, "keep d(resid2) for W", "ap + A_W_DRES2, s + S_DRES, BT * C");
     attention_b1(l, cfg);
     plain_op(l, OP_COPY, "keep d qkv for W", "a + A_W_DQKV, s + S_DQKV, BT * 3 * C");
     attention_b2(l, cfg);
@@ -435,7 +435,7 @@ static void attention_half_backward_b(OpList *l, const Config *cfg)
 
 static void attention_half_backward_w(OpList *l, const Config *cfg)
 {
-    attention_w1(l, cfg, "a + A_W_DRES2", true);
+    attention_w1(l, cfg, "ap + A_W_DRES2", true);
     attention_w2(l, cfg, "a + A_W_DQKV", true);
 }
 
@@ -752,7 +752,12 @@ const char *op_profile_name(const Op *op)
  * lists' arguments name (model_ops_build), and what a whole layer's block declares for its MLP
  * half; under bf16 the GPU's also take the weights' bf16 copy, named by weights_h, after the
  * first parameter. */
-#define MLP_BASES "const float *pm = p + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n" GELU_BASES
+/* the attention half's proj piece, inside it (emit_section_prelude leaves out what a section does not name) */
+#define PROJ_BASES "const float *pp = p + P_PROJ;\nfloat *ap = a + A_PROJ;\n"
+#define PROJ_BWD_BASES "const float *pp = p + P_PROJ;\nfloat *gp = g + P_PROJ;\nconst float *ap = a + A_PROJ;\n"
+#define PROJ_B_BASES "const float *pp = p + P_PROJ;\nfloat *gp = g + P_PROJ;\nfloat *ap = a + A_PROJ;\n"
+#define PROJ_BASES_H "const pr_bf16 *pph = ph + P_PROJ;\n"
+#define MLP_BASES PROJ_BASES "const float *pm = p + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = ap + A_RESID2;\n" GELU_BASES
 /* an MLP half's GELU piece, inside it: its parameters, activations and input */
 #define GELU_BASES "const float *pg = pm + (P_GELU - P_MLP);\nfloat *ag = am + (A_GELU - A_MLP);\nconst float *fc = am + A_FC_PRE;"
 #define GELU_BASES_H "const pr_bf16 *pgh = pmh + (P_GELU - P_MLP);"
@@ -773,9 +778,10 @@ static const struct {
      "parameters and activations, xm its input (that layer's resid2); its output am + A_FC_PRE.",
      "const float *pm, float *am, const float *xm", "pmh", NULL, NULL},
     {"block_forward", "One transformer block forward: p, a are the layer's parameters and activations, x its input.",
-     "const float *p, float *a, const float *x", "ph", MLP_BASES, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
+     "const float *p, float *a, const float *x", "ph", MLP_BASES, PROJ_BASES_H "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"attn_forward", "The attention half of the layer after the stage's last: p, a are its parameters and "
-     "activations, x its input; its output is a + A_RESID2.", "const float *p, float *a, const float *x", "ph", NULL, NULL},
+     "activations, x its input; its output is a + A_PROJ + A_RESID2.", "const float *p, float *a, const float *x", "ph",
+     PROJ_BASES, PROJ_BASES_H},
     {"head_forward", "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
      "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h", NULL, NULL},
     {"head_backward", "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
@@ -796,11 +802,11 @@ static const struct {
      "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, "
      "const float *dy, float dloss", "params_h", NULL, NULL},
     {"attn_backward", "The trailing attention half backward: S_DRES holds d(resid2) on entry and d(x) on exit.",
-     "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph", PROJ_BWD_BASES, PROJ_BASES_H},
     {"block_backward", "One transformer block backward: S_DRES holds d(output) on entry and d(x) on exit.",
      "const float *p, float *g, const float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
-     CONST_GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
+     PROJ_BWD_BASES "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = ap + A_RESID2;\n"
+     CONST_GELU_BASES "\n" GELU_GRADS, PROJ_BASES_H "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"mlp_backward", "The leading MLP half backward: S_DRES holds d(resid3) on entry and d(xm) on exit.",
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", CONST_GELU_BASES "\n" GELU_GRADS,
      GELU_BASES_H},
@@ -815,15 +821,15 @@ static const struct {
     /* a stage's first piece, where it sends a gradient back: down to it, then its last W */
     {"block_backward_down", "The stage's first block backward, down to d(x) in S_DRES: all but the qkv product's "
      "weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
-     CONST_GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
+     PROJ_BWD_BASES "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = ap + A_RESID2;\n"
+     CONST_GELU_BASES "\n" GELU_GRADS, PROJ_BASES_H "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"block_backward_late", "The stage's first block's qkv weight and bias gradients, after d(x) has gone.",
-     "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph", PROJ_BWD_BASES, PROJ_BASES_H},
     {"attn_backward_down", "The trailing attention half backward, the stage's only piece, down to d(x) in S_DRES: all "
      "but the qkv product's weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s",
-     "ph", NULL, NULL},
+     "ph", PROJ_BWD_BASES, PROJ_BASES_H},
     {"attn_backward_late", "Its qkv weight and bias gradients, after d(x) has gone.",
-     "const float *p, float *g, const float *a, const float *x, float *s", "ph", NULL, NULL},
+     "const float *p, float *g, const float *a, const float *x, float *s", "ph", PROJ_BWD_BASES, PROJ_BASES_H},
     {"mlp_backward_down", "The leading MLP half backward down to d(xm) in S_DRES: all but the fc weight gradient.",
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", CONST_GELU_BASES "\n" GELU_GRADS,
      GELU_BASES_H},
@@ -854,17 +860,17 @@ static const struct {
      "const float *params, float *grads, float *acts, const float *x, float *scratch, const int *targets, "
      "const float *dy, float dloss", "params_h", NULL, NULL},
     {"attn_backward_b", "The trailing attention half's B: S_DRES from d(resid2) to d(x); keeps W's inputs in a.",
-     "const float *p, float *g, float *a, const float *x, float *s", "ph", NULL, NULL},
+     "const float *p, float *g, float *a, const float *x, float *s", "ph", PROJ_B_BASES, PROJ_BASES_H},
     {"attn_backward_w", "The trailing attention half's W: its weights' gradients from what B kept.",
-     "const float *p, float *g, float *a, const float *x, float *s", "ph", NULL, NULL},
+     "const float *p, float *g, float *a, const float *x, float *s", "ph", PROJ_B_BASES, PROJ_BASES_H},
     {"block_backward_b", "One transformer block's B: S_DRES from d(output) to d(x); keeps W's inputs in a.",
      "const float *p, float *g, float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
-     GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
+     PROJ_B_BASES "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = ap + A_RESID2;\n"
+     GELU_BASES "\n" GELU_GRADS, PROJ_BASES_H "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"block_backward_w", "One transformer block's W: its weights' gradients from what B kept.",
      "const float *p, float *g, float *a, const float *x, float *s", "ph",
-     "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = a + A_RESID2;\n"
-     GELU_BASES "\n" GELU_GRADS, "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
+     PROJ_B_BASES "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nfloat *am = a + A_MLP;\nconst float *xm = ap + A_RESID2;\n"
+     GELU_BASES "\n" GELU_GRADS, PROJ_BASES_H "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
     {"mlp_backward_b", "The leading MLP half's B: S_DRES from d(resid3) to d(xm); keeps W's inputs in am.",
      "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", GELU_BASES "\n" GELU_GRADS,
      GELU_BASES_H},

@@ -916,12 +916,17 @@ typedef struct Layout {
 typedef struct StageLayout {
     /* A layer's block is its attention half's block and then its MLP half's (at P_MLP, A_MLP);
      * P_* and A_* are offsets inside their half's block. */
-    /* A layer's three pieces (plan.c's units): the attention half; LayerNorm 2 and the fc
+    /* A layer's four pieces (plan.c's units): LayerNorm 1, the qkv product and attention (the
+     * att piece); the attention projection and its residual (the proj piece; the attention
+     * half is the first two, the proj piece's at P_PROJ, A_PROJ); LayerNorm 2 and the fc
      * product; GELU, the MLP projection and its residual (the MLP half is the last two). */
-    Layout attn_params;  /* P_*: the attention half's parameters */
+    Layout att_params;   /* P_*: LayerNorm 1's and the qkv product's */
+    Layout proj_params;  /* P_*: the attention projection's */
     Layout fc_params;    /* P_*: LayerNorm 2's and the fc product's */
     Layout gelu_params;  /* P_*: the MLP projection's */
-    Layout attn_acts;    /* A_*: the attention half's saved activations, ending with its output A_RESID2 */
+    Layout att_acts;     /* A_*: the att piece's saved activations but its output */
+    Layout proj_acts;    /* A_*: the attention's output A_ATTY (the att piece writes it, the proj piece
+                            reads it), then the half's output A_RESID2 */
     Layout fc_acts;      /* A_*: the fc piece's, starting with its output A_FC_PRE (so that resid2 and it
                             are one message after a cut there) */
     Layout gelu_acts;    /* A_*: the GELU piece's; its output A_RESID3 */
