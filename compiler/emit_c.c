@@ -720,10 +720,14 @@ static void emit_c_stage_constants(StrBuf *sb, const Config *cfg, const StagePla
     emit_line(sb, "#define ACT_OUTPUT %ldL /* the stage's output: the last layer's resid3%s */", lay->out_offset,
               sp->tail_fc     ? " (here the trailing attention half's resid2, and after it the fc output)"
               : sp->tail_attn ? " (here the trailing attention half's resid2)"
+              : sp->tail_atty ? " (here x and the trailing att piece's output, ACT_OUTPUT_ATTY)"
                               : "");
     if (sp->lead_gelu || sp->tail_fc)
         emit_line(sb, "#define MSG_DFC %ldL /* across the cut after an fc product: where the fc output (or its "
                       "gradient) starts in the message */", message_dfc_offset(cfg));
+    if (sp->lead_proj || sp->tail_atty)
+        emit_line(sb, "#define MSG_DATTY %ldL /* across the cut after attention: where the attention's output (or "
+                      "its gradient) starts in the message */", message_dfc_offset(cfg));
     emit_line(sb, "/* Backward scratch (%ld floats). */", lay->scratch.total);
     emit_layout(sb, &lay->scratch);
     blank_line(sb);
@@ -744,7 +748,12 @@ static void emit_c_backward_late(StrBuf *sb, LatePiece late)
     else if (late == LATE_MLP)
         emit_line(sb, "mlp_backward_late(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
                       "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);");
-    else
+    else if (late == LATE_PROJ) {
+        emit_line(sb, "mlp_backward_late(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
+                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_LEAD_PROJ + A_RESID2, args->scratch);");
+        emit_line(sb, "proj_piece_backward_late(args->params + PARAM_LEAD_PROJ, args->grads + PARAM_LEAD_PROJ, "
+                      "args->acts + ACT_LEAD_PROJ, args->acts + ACT_INPUT, args->scratch);");
+    } else
         emit_line(sb, "gelu_piece_backward_late(args->params + PARAM_LEAD_GELU, args->grads + PARAM_LEAD_GELU, "
                       "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);");
 }
@@ -778,6 +787,12 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
         else
             emit_line(sb, "memcpy(args->scratch + S_DFC, args->dx_out + MSG_DFC, sizeof(float) * 4 * BT * C);");
     }
+    if (sp->tail_atty && !w) { // d atty comes with d x's residual share
+        if (sends_residual(cfg, sp))
+            emit_line(sb, "from_bf16((const pr_bf16 *)args->dx_out + MSG_DATTY, args->scratch + S_DATTY, (long)BT * C);");
+        else
+            emit_line(sb, "memcpy(args->scratch + S_DATTY, args->dx_out + MSG_DATTY, sizeof(float) * BT * C);");
+    }
     if (sp->tail_fc)
         emit_line(sb, "fc_piece_backward%s(args->params + PARAM_TAIL_ATTN + P_MLP, args->grads + PARAM_TAIL_ATTN + P_MLP, "
                       "args->acts + ACT_TAIL_ATTN + A_MLP, args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2, args->scratch);", part);
@@ -787,6 +802,9 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
         emit_line(sb, "attn_backward%s(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
                       "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);",
                   late == LATE_ATTN ? down : part);
+    if (sp->tail_atty)
+        emit_line(sb, "att_piece_backward%s(args->params + PARAM_TAIL_ATTN, args->grads + PARAM_TAIL_ATTN, "
+                      "args->acts + ACT_TAIL_ATTN, layer_input(args->acts, N_LAYERS), args->scratch);", part);
     if (late != LATE_BLOCK || sp->n_layers > 1) { // the block section (ops.c, stage_sections)
         emit_open(sb, "for (int l = N_LAYERS - 1; l >= %d; l--)", late == LATE_BLOCK);
         emit_line(sb, "block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, "
@@ -800,10 +818,15 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
                       "layer_input(args->acts, 0), args->scratch);");
     if (sp->lead_mlp)
         emit_line(sb, "mlp_backward%s(args->params + PARAM_LEAD_MLP, args->grads + PARAM_LEAD_MLP, "
-                      "args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT, args->scratch);", down);
+                      "args->acts + ACT_LEAD_MLP, args->acts + %s, args->scratch);",
+                  late == LATE_MLP || late == LATE_PROJ ? down : part,
+                  sp->lead_proj ? "ACT_LEAD_PROJ + A_RESID2" : "ACT_INPUT");
     if (sp->lead_gelu)
         emit_line(sb, "gelu_piece_backward%s(args->params + PARAM_LEAD_GELU, args->grads + PARAM_LEAD_GELU, "
-                      "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);", down);
+                      "args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT_FC, args->scratch);", late == LATE_GELU ? down : part);
+    if (sp->lead_proj)
+        emit_line(sb, "proj_piece_backward%s(args->params + PARAM_LEAD_PROJ, args->grads + PARAM_LEAD_PROJ, "
+                      "args->acts + ACT_LEAD_PROJ, args->acts + ACT_INPUT, args->scratch);", late == LATE_PROJ ? down : part);
     if (sp->has_embed && !*part)
         emit_line(sb, "embed_backward(args->grads, args->scratch, args->tokens);");
     else if (sp->has_embed)
@@ -820,6 +843,12 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
             emit_line(sb, "to_bf16(args->scratch + S_DFC, (pr_bf16 *)args->dx_in + MSG_DFC, 4L * BT * C);");
         else
             emit_line(sb, "memcpy(args->dx_in + MSG_DFC, args->scratch + S_DFC, sizeof(float) * 4 * BT * C);");
+    }
+    if (sp->lead_proj && !w) { // and d atty, for the att piece on the stage before
+        if (receives_residual(cfg, sp))
+            emit_line(sb, "to_bf16(args->scratch + S_DATTY, (pr_bf16 *)args->dx_in + MSG_DATTY, (long)BT * C);");
+        else
+            emit_line(sb, "memcpy(args->dx_in + MSG_DATTY, args->scratch + S_DATTY, sizeof(float) * BT * C);");
     }
     if (late != LATE_NONE)
         emit_c_backward_late(sb, late);
@@ -846,9 +875,20 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
         emit_line(sb, "embed_forward(args->params, args->acts, args->tokens);");
     if (receives_residual(cfg, sp))
         emit_line(sb, "from_bf16((const pr_bf16 *)(args->acts + ACT_INPUT_MSG), args->acts + ACT_INPUT, %s); "
-                      "/* the message came in bf16 */", sp->lead_gelu ? "MSG_DFC + 4L * BT * C" : "(long)BT * C");
+                      "/* the message came in bf16 */",
+                  sp->lead_gelu ? "MSG_DFC + 4L * BT * C" : sp->lead_proj ? "MSG_DATTY + (long)BT * C" : "(long)BT * C");
+    if (sp->lead_proj) {
+        if (atty_stored_bf16(cfg))
+            emit_line(sb, "to_bf16(args->acts + ACT_INPUT_ATTY, (pr_bf16 *)(args->acts + ACT_LEAD_PROJ + A_ATTY), (long)BT * C); "
+                          "/* the proj piece keeps atty as the att piece stored it */");
+        else
+            emit_line(sb, "memcpy(args->acts + ACT_LEAD_PROJ + A_ATTY, args->acts + ACT_INPUT_ATTY, sizeof(float) * BT * C); "
+                          "/* the proj piece keeps atty */");
+        emit_line(sb, "proj_piece_forward(args->params + PARAM_LEAD_PROJ, args->acts + ACT_LEAD_PROJ, args->acts + ACT_INPUT);");
+    }
     if (sp->lead_mlp)
-        emit_line(sb, "mlp_forward(args->params + PARAM_LEAD_MLP, args->acts + ACT_LEAD_MLP, args->acts + ACT_INPUT);");
+        emit_line(sb, "mlp_forward(args->params + PARAM_LEAD_MLP, args->acts + ACT_LEAD_MLP, args->acts + %s);",
+                  sp->lead_proj ? "ACT_LEAD_PROJ + A_RESID2" : "ACT_INPUT");
     if (sp->lead_gelu)
         emit_line(sb, "gelu_piece_forward(args->params + PARAM_LEAD_GELU, args->acts + ACT_LEAD_GELU, args->acts + ACT_INPUT, "
                       "args->acts + ACT_INPUT_FC);");
@@ -862,6 +902,18 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
     if (sp->tail_fc)
         emit_line(sb, "fc_piece_forward(args->params + PARAM_TAIL_ATTN + P_MLP, args->acts + ACT_TAIL_ATTN + A_MLP, "
                       "args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2);");
+    if (sp->tail_atty) {
+        emit_line(sb, "att_piece_forward(args->params + PARAM_TAIL_ATTN, args->acts + ACT_TAIL_ATTN, "
+                      "layer_input(args->acts, N_LAYERS));");
+        emit_line(sb, "memcpy(args->acts + ACT_OUTPUT, layer_input(args->acts, N_LAYERS), sizeof(float) * BT * C); "
+                      "/* the message: x, then atty */");
+        if (atty_stored_bf16(cfg))
+            emit_line(sb, "from_bf16((const pr_bf16 *)(args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY), "
+                          "args->acts + ACT_OUTPUT + MSG_DATTY, (long)BT * C);");
+        else
+            emit_line(sb, "memcpy(args->acts + ACT_OUTPUT + MSG_DATTY, args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY, "
+                          "sizeof(float) * BT * C);");
+    }
     if (stage_head_front(sp))
         emit_line(sb, "head_front_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets);");
     else if (stage_head_back(sp))
@@ -870,7 +922,8 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
         emit_line(sb, "head_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets, args->losses);");
     if (sends_residual(cfg, sp))
         emit_line(sb, "to_bf16(args->acts + ACT_OUTPUT, (pr_bf16 *)(args->acts + ACT_OUTPUT_MSG), %s); "
-                      "/* the message goes in bf16 */", sp->tail_fc ? "MSG_DFC + 4L * BT * C" : "(long)BT * C");
+                      "/* the message goes in bf16 */",
+                  sp->tail_fc ? "MSG_DFC + 4L * BT * C" : sp->tail_atty ? "MSG_DATTY + (long)BT * C" : "(long)BT * C");
     emit_close(sb, "");
     blank_line(sb);
 
@@ -944,7 +997,8 @@ static void emit_c_stage_kernels(StrBuf *sb, const Config *cfg, const LoweredSta
         if (ls->sections[i].ops)
             mark_kernels(ls->sections[i].ops, used);
     used[kernel_find("adamw") - kernel_descs] = cfg->optimizer == PR_OPT_ADAMW;
-    if (receives_residual(cfg, sp) || sends_residual(cfg, sp)) { // the driver converts the messages
+    if (receives_residual(cfg, sp) || sends_residual(cfg, sp) ||
+        ((sp->lead_proj || sp->tail_atty) && atty_stored_bf16(cfg))) { // the driver converts the messages, or atty
         used[kernel_find("to_bf16") - kernel_descs] = true;
         used[kernel_find("from_bf16") - kernel_descs] = true;
     }
@@ -1195,8 +1249,9 @@ static void emit_stage_codes(StrBuf *sb, const Config *cfg, const Lowered *low)
                   lay->acts.total, lay->scratch.total);
         emit_line(sb, ".in_offset = %ld, .out_offset = %ld, .probs_offset = %ld,", lay->in_offset,
                   lay->msg_offset, lay->probs_offset);
-        bool fc_cut = sp->tail_fc || sp->lead_gelu || (s > 0 && plan->stage[s - 1].tail_fc);
-        if (plan->vocab_split > 0 || cfg->messages != MESSAGES_FP32 || fc_cut) // the others' stay as they were
+        bool cut_inside = sp->tail_fc || sp->lead_gelu || sp->tail_atty || sp->lead_proj ||
+                          (s > 0 && (plan->stage[s - 1].tail_fc || plan->stage[s - 1].tail_atty));
+        if (plan->vocab_split > 0 || cfg->messages != MESSAGES_FP32 || cut_inside) // the others' stay as they were
             emit_line(sb, ".out_floats = %ld, .dx_floats = %ld, .has_lnf = %d, .vocab_begin = %ld, .vocab_end = %ld, "
                           ".lse_offset = %ld,", lay->out_floats, lay->dx_floats, sp->has_lnf, sp->vocab_begin,
                       sp->vocab_end, lay->lse_offset);

@@ -624,16 +624,17 @@ static void emit_cuda_section(StrBuf *sb, const Config *cfg, const StageSection 
  * half's. */
 typedef struct WeightCopies {
     const char *layer, *stage, *lead, *tail, *lead_gelu, *tail_fc, *first_layer; /* first_layer: layer 0's */
+    const char *lead_proj;
 } WeightCopies;
 
 static WeightCopies weight_copies(bool bf16)
 {
     if (!bf16)
-        return (WeightCopies){"", "", "", "", "", "", ""};
+        return (WeightCopies){"", "", "", "", "", "", "", ""};
     return (WeightCopies){"args->params_h + PARAM_LAYERS + l * PARAM_PER_LAYER, ", "args->params_h, ",
                           "args->params_h + PARAM_LEAD_MLP, ", "args->params_h + PARAM_TAIL_ATTN, ",
                           "args->params_h + PARAM_LEAD_GELU, ", "args->params_h + PARAM_TAIL_ATTN + P_MLP, ",
-                          "args->params_h + PARAM_LAYERS, "};
+                          "args->params_h + PARAM_LAYERS, ", "args->params_h + PARAM_LEAD_PROJ, "};
 }
 
 /* The host file's constants: the stage, the block size, the products' inputs, the kernels' indices. */
@@ -666,10 +667,23 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
         emit_line(sb, "cuda_embed_forward(args->params, args->acts, args->tokens);");
     if (receives_residual(cfg, sp))
         emit_message_bf16(sb, false, "args->acts + ACT_INPUT_MSG", "args->acts + ACT_INPUT",
-                          sp->lead_gelu ? "MSG_DFC + 4L * BT * C" : "(long)BT * C", "the message came in bf16");
+                          sp->lead_gelu   ? "MSG_DFC + 4L * BT * C"
+                          : sp->lead_proj ? "MSG_DATTY + (long)BT * C"
+                                          : "(long)BT * C",
+                          "the message came in bf16");
+    if (sp->lead_proj) {
+        if (atty_stored_bf16(cfg))
+            emit_message_bf16(sb, true, "args->acts + ACT_INPUT_ATTY", "args->acts + ACT_LEAD_PROJ + A_ATTY", "(long)BT * C",
+                              "the proj piece keeps atty as the att piece stored it");
+        else
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->acts + ACT_LEAD_PROJ + A_ATTY, args->acts + ACT_INPUT_ATTY, "
+                          "(int64_t)BT * C); /* the proj piece keeps atty */");
+        emit_line(sb, "cuda_proj_piece_forward(args->params + PARAM_LEAD_PROJ, %sargs->acts + ACT_LEAD_PROJ, "
+                      "args->acts + ACT_INPUT);", h.lead_proj);
+    }
     if (sp->lead_mlp)
         emit_line(sb, "cuda_mlp_forward(args->params + PARAM_LEAD_MLP, %sargs->acts + ACT_LEAD_MLP, "
-                      "args->acts + ACT_INPUT);", h.lead);
+                      "args->acts + %s);", h.lead, sp->lead_proj ? "ACT_LEAD_PROJ + A_RESID2" : "ACT_INPUT");
     if (sp->lead_gelu)
         emit_line(sb, "cuda_gelu_piece_forward(args->params + PARAM_LEAD_GELU, %sargs->acts + ACT_LEAD_GELU, "
                       "args->acts + ACT_INPUT, args->acts + ACT_INPUT_FC);", h.lead_gelu);
@@ -683,6 +697,18 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
     if (sp->tail_fc)
         emit_line(sb, "cuda_fc_piece_forward(args->params + PARAM_TAIL_ATTN + P_MLP, %sargs->acts + ACT_TAIL_ATTN + A_MLP, "
                       "args->acts + ACT_TAIL_ATTN + A_PROJ + A_RESID2);", h.tail_fc);
+    if (sp->tail_atty) {
+        emit_line(sb, "cuda_att_piece_forward(args->params + PARAM_TAIL_ATTN, %sargs->acts + ACT_TAIL_ATTN, "
+                      "layer_input(args->acts, N_LAYERS));", h.tail);
+        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->acts + ACT_OUTPUT, layer_input(args->acts, N_LAYERS), "
+                      "(int64_t)BT * C); /* the message: x, then atty */");
+        if (atty_stored_bf16(cfg))
+            emit_message_bf16(sb, false, "args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY", "args->acts + ACT_OUTPUT + MSG_DATTY",
+                              "(long)BT * C", "atty, kept in bf16, goes in fp32");
+        else
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->acts + ACT_OUTPUT + MSG_DATTY, "
+                          "args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY, (int64_t)BT * C);");
+    }
     if (stage_head_front(sp))
         emit_line(sb, "cuda_head_front_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets);",
                   h.stage);
@@ -694,7 +720,10 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
                       "args->losses);", h.stage);
     if (sends_residual(cfg, sp))
         emit_message_bf16(sb, true, "args->acts + ACT_OUTPUT", "args->acts + ACT_OUTPUT_MSG",
-                          sp->tail_fc ? "MSG_DFC + 4L * BT * C" : "(long)BT * C", "the message goes in bf16");
+                          sp->tail_fc     ? "MSG_DFC + 4L * BT * C"
+                          : sp->tail_atty ? "MSG_DATTY + (long)BT * C"
+                                          : "(long)BT * C",
+                          "the message goes in bf16");
     emit_close(sb, "");
     sb_puts(sb, "\n");
 }
@@ -739,6 +768,12 @@ static void emit_cuda_backward_top(StrBuf *sb, const Config *cfg, const LoweredS
         else if (sp->tail_fc)
             emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DFC, args->dx_out + MSG_DFC, "
                           "(int64_t)4 * BT * C); /* and d fc, after the residual's share of d(resid2) */");
+        if (sp->tail_atty && sends_residual(cfg, sp)) // and d atty, after the residual's share of d x
+            emit_message_bf16(sb, false, "(const pr_bf16 *)args->dx_out + MSG_DATTY", "args->scratch + S_DATTY",
+                              "(long)BT * C", "d atty came in bf16 with it");
+        else if (sp->tail_atty)
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->scratch + S_DATTY, args->dx_out + MSG_DATTY, "
+                          "(int64_t)BT * C); /* and d atty, after the residual's share of d x */");
         if (bf16) {
             emit_line(sb, "/* the received gradient's bf16 copy, for the last layer's products */");
             emit_open_block(sb);
@@ -780,6 +815,9 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
     if (sp->tail_attn)
         emit_part_backward(sb, "attn", late == LATE_ATTN ? "_down" : part, "PARAM_TAIL_ATTN", h.tail,
                            "args->acts + ACT_TAIL_ATTN", "layer_input(args->acts, N_LAYERS)", late == LATE_ATTN ? NULL : "P_MLP");
+    if (sp->tail_atty)
+        emit_part_backward(sb, "att_piece", part, "PARAM_TAIL_ATTN", h.tail, "args->acts + ACT_TAIL_ATTN",
+                           "layer_input(args->acts, N_LAYERS)", "P_PROJ");
     if (late != LATE_BLOCK || sp->n_layers > 1) { // the block section (ops.c, stage_sections)
         emit_open(sb, "for (int l = N_LAYERS - 1; l >= %d; l--)", late == LATE_BLOCK);
         emit_line(sb, "cuda_block_backward%s(args->params + PARAM_LAYERS + l * PARAM_PER_LAYER, %s"
@@ -794,12 +832,17 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
         emit_part_backward(sb, "block", "_down", "PARAM_LAYERS", h.first_layer, "args->acts + ACT_LAYERS", "layer_input(args->acts, 0)",
                            NULL);
     if (sp->lead_mlp)
-        emit_part_backward(sb, "mlp", late == LATE_MLP ? "_down" : part, "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP",
-                           "args->acts + ACT_INPUT", late == LATE_MLP ? NULL : "PARAM_PER_LAYER - P_MLP");
+        emit_part_backward(sb, "mlp", late == LATE_MLP || late == LATE_PROJ ? "_down" : part, "PARAM_LEAD_MLP", h.lead,
+                           "args->acts + ACT_LEAD_MLP",
+                           sp->lead_proj ? "args->acts + ACT_LEAD_PROJ + A_RESID2" : "args->acts + ACT_INPUT",
+                           late == LATE_MLP || late == LATE_PROJ ? NULL : "PARAM_PER_LAYER - P_MLP");
     if (sp->lead_gelu)
         emit_part_backward(sb, "gelu_piece", late == LATE_GELU ? "_down" : part, "PARAM_LEAD_GELU", h.lead_gelu,
                            "args->acts + ACT_LEAD_GELU", "args->acts + ACT_INPUT_FC",
                            late == LATE_GELU ? NULL : "PARAM_PER_LAYER - P_GELU");
+    if (sp->lead_proj)
+        emit_part_backward(sb, "proj_piece", late == LATE_PROJ ? "_down" : part, "PARAM_LEAD_PROJ", h.lead_proj,
+                           "args->acts + ACT_LEAD_PROJ", "args->acts + ACT_INPUT", late == LATE_PROJ ? NULL : "P_MLP - P_PROJ");
     if (sp->has_embed && ready) {
         emit_line(sb, "cuda_embed_backward(args->grads, args->scratch, args->tokens);");
         emit_line(sb, "grads_ready(args, 0, PARAM_LAYERS); /* the embeddings%s */",
@@ -814,11 +857,17 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
         if (sp->lead_gelu)
             emit_message_bf16(sb, true, "args->scratch + S_DFC", "(pr_bf16 *)args->dx_in + MSG_DFC", "4L * BT * C",
                               "and d fc, for the fc piece on the stage before");
+        if (sp->lead_proj)
+            emit_message_bf16(sb, true, "args->scratch + S_DATTY", "(pr_bf16 *)args->dx_in + MSG_DATTY", "(long)BT * C",
+                              "and d atty, for the att piece on the stage before");
     } else if (!stage_head_back(sp)) { /* the split's last stage wrote its message itself */
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in, args->scratch + S_DRES, (int64_t)BT * C);");
         if (sp->lead_gelu)
             emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in + MSG_DFC, args->scratch + S_DFC, (int64_t)4 * BT * C); "
                           "/* and d fc */");
+        if (sp->lead_proj)
+            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->dx_in + MSG_DATTY, args->scratch + S_DATTY, (int64_t)BT * C); "
+                          "/* and d atty */");
     }
     if (late != LATE_NONE) {
         emit_line(sb, "if (args->dx_ready) /* the gradient goes back (queued after the work above) while the last "
@@ -833,7 +882,12 @@ static void emit_cuda_backward_part(StrBuf *sb, const Config *cfg, const Lowered
         else if (late == LATE_MLP)
             emit_part_backward(sb, "mlp", "_late", "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP",
                                "args->acts + ACT_INPUT", "PARAM_PER_LAYER - P_MLP");
-        else
+        else if (late == LATE_PROJ) {
+            emit_part_backward(sb, "mlp", "_late", "PARAM_LEAD_MLP", h.lead, "args->acts + ACT_LEAD_MLP",
+                               "args->acts + ACT_LEAD_PROJ + A_RESID2", "PARAM_PER_LAYER - P_MLP");
+            emit_part_backward(sb, "proj_piece", "_late", "PARAM_LEAD_PROJ", h.lead_proj, "args->acts + ACT_LEAD_PROJ",
+                               "args->acts + ACT_INPUT", "P_MLP - P_PROJ");
+        } else
             emit_part_backward(sb, "gelu_piece", "_late", "PARAM_LEAD_GELU", h.lead_gelu, "args->acts + ACT_LEAD_GELU",
                                "args->acts + ACT_INPUT_FC", "PARAM_PER_LAYER - P_GELU");
     }

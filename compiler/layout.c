@@ -169,6 +169,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(p, "PARAM_WTE", V * C, "token embedding [V, C]");
         layout_add(p, "PARAM_WPE", T * C, "position embedding [T, C]");
     }
+    if (sp->lead_proj)
+        layout_add(p, "PARAM_LEAD_PROJ", lay->proj_params.total, "the proj piece of the layer before the first");
     if (sp->lead_mlp)
         layout_add(p, "PARAM_LEAD_MLP", mlp_params, "the MLP half of the layer before the first");
     if (sp->lead_gelu)
@@ -178,6 +180,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add(p, "PARAM_TAIL_ATTN", attn_params + (sp->tail_fc ? lay->fc_params.total : 0),
                    sp->tail_fc ? "the attention half and the fc piece of the layer after the last"
                                : "the attention half of the layer after the last");
+    if (sp->tail_atty)
+        layout_add(p, "PARAM_TAIL_ATTN", lay->att_params.total, "the att piece of the layer after the last");
     long rows = sp->vocab_end - sp->vocab_begin, RP = (rows + 63) / 64 * 64;
     if (sp->has_lnf) {
         layout_add(p, "PARAM_LNFW", C, "final LayerNorm weight");
@@ -193,12 +197,20 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                    "target's logit if among them");
     } else {
         if (receives_residual(cfg, sp)) // messages bf16: the received message, widened into ACT_INPUT
-            layout_add(a, "ACT_INPUT_MSG", sp->lead_gelu ? fc_message_floats(cfg) : residual_message_floats(cfg),
+            layout_add(a, "ACT_INPUT_MSG",
+                       sp->lead_gelu   ? fc_message_floats(cfg)
+                       : sp->lead_proj ? atty_message_floats(cfg)
+                                       : residual_message_floats(cfg),
                        "received input in bf16 (messages bf16)");
         layout_add(a, "ACT_INPUT", BT * C, sp->has_embed ? "embedding output" : "received input");
         if (sp->lead_gelu) // right after ACT_INPUT: the two are the message from the stage before
             layout_add(a, "ACT_INPUT_FC", BT * 4 * C, "received fc product output (ACT_INPUT is resid2)");
+        if (sp->lead_proj) // the same
+            layout_add(a, "ACT_INPUT_ATTY", BT * C, "received attention output, in fp32 (ACT_INPUT is the layer's "
+                       "input); the proj piece keeps it as its A_ATTY");
     }
+    if (sp->lead_proj)
+        layout_add(a, "ACT_LEAD_PROJ", lp->total, "the leading proj piece's block");
     if (sp->lead_mlp)
         layout_add(a, "ACT_LEAD_MLP", lf->total + lg->total, "the leading MLP half's block");
     if (sp->lead_gelu)
@@ -209,6 +221,12 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
                    sp->tail_fc ? "the trailing attention half's and fc piece's block (its A_RESID2 and A_FC_PRE "
                                  "the message to the next stage)"
                                : "the trailing attention half's block");
+    if (sp->tail_atty) {
+        layout_add(a, "ACT_TAIL_ATTN", la->total + layout_offset(lp, "A_RESID2"),
+                   "the trailing att piece's block, and of the proj piece's its A_ATTY");
+        layout_add(a, "ACT_OUTPUT_ATTY", message_dfc_offset(cfg) + BT * C, "the message to the next stage, in fp32: "
+                   "the att piece's input x (padded), then its output atty");
+    }
     if (sp->has_lnf) {
         layout_add_operand(a, cfg, true, "ACT_LNF", BT * C, "final LayerNorm output (bf16 under bf16)");
         if (stage_head_front(sp)) // right after ACT_LNF: the two are the message to the last stage
@@ -226,7 +244,10 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (stage_head_back(sp))
         layout_add(a, "ACT_XENT_LSE", BT, "each token's log-sum-exp over the whole vocabulary");
     if (sends_residual(cfg, sp))
-        layout_add(a, "ACT_OUTPUT_MSG", sp->tail_fc ? fc_message_floats(cfg) : residual_message_floats(cfg),
+        layout_add(a, "ACT_OUTPUT_MSG",
+                   sp->tail_fc     ? fc_message_floats(cfg)
+                   : sp->tail_atty ? atty_message_floats(cfg)
+                                   : residual_message_floats(cfg),
                    "the output in bf16, the message sent (messages bf16)");
     if (config_splits_backward(cfg) && sp->has_embed) // zero-bubble: what B keeps for W
         layout_alias(a, "ACT_W_DEMB", "ACT_INPUT", "d(embedding output), kept by B for W (over ACT_INPUT: the "
@@ -250,7 +271,8 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
         layout_add_bf16(s, cfg, "S_DQKV_H", BT * 3 * C, "S_DQKV in bf16");
 
     lay->in_offset = layout_offset(a, receives_residual(cfg, sp) ? "ACT_INPUT_MSG" : "ACT_INPUT");
-    lay->out_offset = sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + la->total + layout_offset(lp, "A_RESID2")
+    lay->out_offset = sp->tail_atty ? layout_offset(a, "ACT_OUTPUT_ATTY")
+                      : sp->tail_attn ? layout_offset(a, "ACT_TAIL_ATTN") + la->total + layout_offset(lp, "A_RESID2")
                       : sp->n_layers > 0 ? layout_offset(a, "ACT_LAYERS") + (sp->n_layers - 1) * lay->layer_acts +
                                                attn_acts + lf->total + layout_offset(lg, "A_RESID3")
                       : sp->lead_mlp  ? layout_offset(a, "ACT_LEAD_MLP") + lf->total + layout_offset(lg, "A_RESID3")
@@ -268,15 +290,19 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     long message = residual_message_floats(cfg);
     lay->out_floats = stage_head_front(sp) ? (long)head_message_floats(cfg, false)
                       : sp->tail_fc        ? fc_message_floats(cfg)
+                      : sp->tail_atty      ? atty_message_floats(cfg)
                                            : message;
     lay->dx_floats = stage_head_back(sp) ? (long)head_message_floats(cfg, true)
                      : sp->lead_gelu     ? fc_message_floats(cfg)
+                     : sp->lead_proj     ? atty_message_floats(cfg)
                                          : message;
     long resid = message_dfc_offset(cfg); // resid2 as layout_add pads it
     if (sp->tail_fc && (layout_offset(lp, "A_RESID2") + resid != lp->total || layout_offset(lf, "A_FC_PRE") != 0))
         ICE("resid2 and the fc output are not one message");
     if (sp->lead_gelu && !stage_head_back(sp) && layout_offset(a, "ACT_INPUT_FC") != layout_offset(a, "ACT_INPUT") + resid)
         ICE("the received resid2 and fc output are not one message");
+    if (sp->lead_proj && layout_offset(a, "ACT_INPUT_ATTY") != layout_offset(a, "ACT_INPUT") + resid)
+        ICE("the received x and attention output are not one message");
     if (stage_head_front(sp) && layout_offset(a, "ACT_XENT_PART") + 2 * BT - lay->msg_offset != lay->out_floats)
         ICE("the split's message is not contiguous at ACT_LNF");
 }
@@ -333,6 +359,8 @@ int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay
         tensor_add(out, &n, "wpe", CKPT(WPE), 0, layout_offset(&lay->params, "PARAM_WPE"),
                    (long)cfg->context * C, true, INIT_NORMAL);
     }
+    if (sp->lead_proj)
+        layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 1, 2, layout_offset(&lay->params, "PARAM_LEAD_PROJ"));
     if (sp->lead_mlp)
         layer_pieces_add(out, &n, C, lay, sp->first_layer - 1, 2, 4, layout_offset(&lay->params, "PARAM_LEAD_MLP"));
     if (sp->lead_gelu)
@@ -340,8 +368,8 @@ int stage_tensors(const Config *cfg, const StagePlan *sp, const StageLayout *lay
     long layers = layout_offset(&lay->params, "PARAM_LAYERS");
     for (int l = 0; l < sp->n_layers; l++)
         layer_pieces_add(out, &n, C, lay, sp->first_layer + l, 0, 4, layers + l * lay->layer_params);
-    if (sp->tail_attn)
-        layer_pieces_add(out, &n, C, lay, sp->first_layer + sp->n_layers, 0, sp->tail_fc ? 3 : 2,
+    if (sp->tail_attn || sp->tail_atty)
+        layer_pieces_add(out, &n, C, lay, sp->first_layer + sp->n_layers, 0, sp->tail_fc ? 3 : sp->tail_attn ? 2 : 1,
                          layout_offset(&lay->params, "PARAM_TAIL_ATTN"));
     if (sp->has_lnf) {
         tensor_add(out, &n, "lnfw", CKPT(LNFW), 0, layout_offset(&lay->params, "PARAM_LNFW"), C,

@@ -176,10 +176,9 @@ static void matmul_attention_backward(OpList *l)
     heads_end(l);
 }
 
-/* A layer's attention half forward, from its input x: ln1, qkv, attention, the projection into
- * resid2. In a whole layer (`then_ln2`) the residual add fuses with the MLP half's LayerNorm 2,
- * which writes through the MLP half's bases; alone, the half ends with the residual add. */
-static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
+/* A layer's att piece forward, from its input x: ln1, qkv, attention, into the proj piece's
+ * ap + A_ATTY. */
+static void att_piece_forward(OpList *l, const Config *cfg)
 {
     // ln1 is also read by d qkvw's product, whose other operand has a bf16 copy with flash only
     bool flash = cfg->attention == ATTN_FLASH;
@@ -194,6 +193,14 @@ static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
                   "ap + A_ATTY, a + A_ATT_LSE, a + A_QKV, " STORE("ap", "A_ATTY"));
     else
         matmul_attention_forward(l);
+}
+
+/* Its proj piece forward, from atty (ap + A_ATTY) and x: the projection into resid2. In a whole
+ * layer (`then_ln2`) the residual add fuses with the MLP half's LayerNorm 2, which writes
+ * through the MLP half's bases; alone, the piece ends with the residual add. */
+static void proj_piece_forward(OpList *l, const Config *cfg, bool then_ln2)
+{
+    bool flash = cfg->attention == ATTN_FLASH;
     gemm_bias(l, "attention projection + attprojb, into resid2 before the residual add",
               "0, 1, BT, C, C, 1.0f, ap + A_ATTY, C, pp + P_ATTPROJW, C, 0.0f, ap + A_RESID2, C", "pp + P_ATTPROJB");
     if (flash) // the matmul attention's output comes from per-head products: no bf16 copy
@@ -204,6 +211,13 @@ static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
                   STORE("am", "A_LN2"));
     else
         kernel_op(l, "residual_forward", "resid2 = x + projection", "ap + A_RESID2, x");
+}
+
+/* A layer's attention half forward: its att piece, then its proj piece. */
+static void attention_half_forward(OpList *l, const Config *cfg, bool then_ln2)
+{
+    att_piece_forward(l, cfg);
+    proj_piece_forward(l, cfg, then_ln2);
 }
 
 /* A layer's fc piece forward, from its input xm (resid2): ln2 (unless the attention half
@@ -371,10 +385,15 @@ static void attention_w1(OpList *l, const Config *cfg, const char *dres, bool ke
         operands_h(l, "s + S_DRES_H, ap + A_ATTY");
 }
 
-static void attention_b1(OpList *l, const Config *cfg)
+/* B1 is two parts, one a piece: the projection's (d atty) and the attention's (d qkv). */
+static void proj_b1(OpList *l)
 {
     GEMM(l, "d atty = dres attprojw", "0, 0, BT, C, C, 1.0f, s + S_DRES, C, pp + P_ATTPROJW, C, 0.0f, s + S_DATTY, C");
     operands_h(l, "s + S_DRES_H, pph + P_ATTPROJW");
+}
+
+static void att_b1(OpList *l, const Config *cfg)
+{
     if (cfg->attention == ATTN_FLASH) {
         kernel_op(l, "attention_backward_query", "d q, and delta for the key side",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, ap + A_ATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H")
@@ -384,6 +403,12 @@ static void attention_b1(OpList *l, const Config *cfg)
     } else {
         matmul_attention_backward(l);
     }
+}
+
+static void attention_b1(OpList *l, const Config *cfg)
+{
+    proj_b1(l);
+    att_b1(l, cfg);
 }
 
 static void attention_w2(OpList *l, const Config *cfg, const char *dqkv, bool kept)
@@ -437,6 +462,36 @@ static void attention_half_backward_w(OpList *l, const Config *cfg)
 {
     attention_w1(l, cfg, "ap + A_W_DRES2", true);
     attention_w2(l, cfg, "a + A_W_DQKV", true);
+}
+
+/* The pieces of a layer cut after its attention kernel. The proj piece's backward: S_DRES holds
+ * d(resid2) on entry and, unchanged, the residual's share of d x on exit; S_DATTY then holds
+ * d atty. The att piece's: from d atty in S_DATTY, adds LayerNorm 1's share to S_DRES, which
+ * then holds d x. Their zero-bubble parts keep what the half's do. */
+static void proj_piece_backward(OpList *l, const Config *cfg)
+{
+    attention_w1(l, cfg, "s + S_DRES", false);
+    proj_b1(l);
+}
+
+static void att_piece_backward(OpList *l, const Config *cfg)
+{
+    att_b1(l, cfg);
+    attention_w2(l, cfg, "s + S_DQKV", false);
+    attention_b2(l, cfg);
+}
+
+static void proj_piece_backward_b(OpList *l)
+{
+    plain_op(l, OP_COPY, "keep d(resid2) for W", "ap + A_W_DRES2, s + S_DRES, BT * C");
+    proj_b1(l);
+}
+
+static void att_piece_backward_b(OpList *l, const Config *cfg)
+{
+    att_b1(l, cfg);
+    plain_op(l, OP_COPY, "keep d qkv for W", "a + A_W_DQKV, s + S_DQKV, BT * 3 * C");
+    attention_b2(l, cfg);
 }
 
 /* The head's backward in three parts: the dlogits (in place over the probabilities), the LM
@@ -600,6 +655,8 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     mlp_half_forward(&ops->mlp_fwd, true);
     fc_piece_forward(&ops->fc_fwd, true);
     gelu_piece_forward(&ops->gelu_fwd);
+    att_piece_forward(&ops->att_fwd, cfg);
+    proj_piece_forward(&ops->proj_fwd, cfg, false);
 
     l = &ops->head_fwd;
     kernel_op(l, "layernorm_forward", "lnf = LayerNorm(x)",
@@ -625,6 +682,8 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
     attention_half_backward(&ops->attn_bwd, cfg);
     fc_piece_backward(&ops->fc_bwd);
     gelu_piece_backward(&ops->gelu_bwd);
+    att_piece_backward(&ops->att_bwd, cfg);
+    proj_piece_backward(&ops->proj_bwd, cfg);
 
     l = &ops->embed_bwd;
     kernel_op(l, "encoder_backward", "d wte, d wpe", "grads + PARAM_WTE, grads + PARAM_WPE, scratch + S_DRES, tokens");
@@ -636,12 +695,19 @@ void model_ops_build(const Config *cfg, ModelOps *ops)
 
 /* The backward of the piece a stage starts with, where the stage sends a gradient back
  * (stage_late_piece): `down` to that gradient, the weight gradients of the piece's first
- * product `late`, after it has gone. They read what down leaves intact (that product's output
- * gradient and input), so the two compute the piece's fused backward's bits. */
+ * product `late`, after it has gone (and, where an MLP half's backward comes just before it,
+ * the fc product's: a stage that starts with a whole layer or a proj piece). They read what
+ * down leaves intact (that product's output gradient and input), so the two compute the
+ * fused backward's bits. */
 static void late_backward_ops(const Config *cfg, ModelOps *ops)
 {
-    mlp_half_backward(&ops->block_bwd_down);
+    // a whole layer's MLP half leaves its fc weight gradient too: the attention half's backward
+    // writes neither d fc nor ln2
+    gelu_piece_backward(&ops->block_bwd_down);
+    fc_bias_gradient(&ops->block_bwd_down, "s + S_DFC");
+    mlp_b2(&ops->block_bwd_down);
     attention_half_backward_down(&ops->block_bwd_down, cfg);
+    fc_weight_gradient(&ops->block_bwd_late, "s + S_DFC");
     attention_w2(&ops->block_bwd_late, cfg, "s + S_DQKV", false);
     attention_half_backward_down(&ops->attn_bwd_down, cfg);
     attention_w2(&ops->attn_bwd_late, cfg, "s + S_DQKV", false);
@@ -651,6 +717,8 @@ static void late_backward_ops(const Config *cfg, ModelOps *ops)
     fc_weight_gradient(&ops->mlp_bwd_late, "s + S_DFC");
     mlp_b1(&ops->gelu_bwd_down);
     mlp_w1(&ops->gelu_bwd_late, "s + S_DRES", false);
+    proj_b1(&ops->proj_bwd_down);
+    attention_w1(&ops->proj_bwd_late, cfg, "s + S_DRES", false);
 }
 
 /* The zero-bubble schedules' backward in two parts (Config: config_splits_backward): B, every
@@ -673,6 +741,10 @@ static void split_backward_ops(const Config *cfg, ModelOps *ops)
     gelu_piece_backward_w(&ops->gelu_bwd_w);
     attention_half_backward_b(&ops->attn_bwd_b, cfg);
     attention_half_backward_w(&ops->attn_bwd_w, cfg);
+    att_piece_backward_b(&ops->att_bwd_b, cfg);
+    attention_w2(&ops->att_bwd_w, cfg, "a + A_W_DQKV", true);
+    proj_piece_backward_b(&ops->proj_bwd_b);
+    attention_w1(&ops->proj_bwd_w, cfg, "ap + A_W_DRES2", true);
     plain_op(&ops->embed_bwd_b, OP_COPY, "keep d(embedding output) for W", "acts + ACT_W_DEMB, scratch + S_DRES, BT * C");
     kernel_op(&ops->embed_bwd_w, "encoder_backward", "d wte, d wpe",
               "grads + PARAM_WTE, grads + PARAM_WPE, acts + ACT_W_DEMB, tokens");
@@ -717,7 +789,9 @@ void model_ops_free(ModelOps *ops)
                        &ops->head_front_bwd_w, &ops->head_back_bwd_b, &ops->head_back_bwd_w, &ops->embed_bwd_b,
                        &ops->embed_bwd_w, &ops->fc_bwd_b, &ops->fc_bwd_w, &ops->gelu_bwd_b, &ops->gelu_bwd_w,
                        &ops->block_bwd_down, &ops->block_bwd_late, &ops->attn_bwd_down, &ops->attn_bwd_late,
-                       &ops->mlp_bwd_down, &ops->mlp_bwd_late, &ops->gelu_bwd_down, &ops->gelu_bwd_late};
+                       &ops->mlp_bwd_down, &ops->mlp_bwd_late, &ops->gelu_bwd_down, &ops->gelu_bwd_late,
+                       &ops->att_fwd, &ops->proj_fwd, &ops->att_bwd, &ops->proj_bwd, &ops->att_bwd_b,
+                       &ops->att_bwd_w, &ops->proj_bwd_b, &ops->proj_bwd_w, &ops->proj_bwd_down, &ops->proj_bwd_late};
     for (size_t i = 0; i < sizeof split / sizeof *split; i++)
         op_list_free(split[i]);
 }
@@ -782,6 +856,12 @@ static const struct {
     {"attn_forward", "The attention half of the layer after the stage's last: p, a are its parameters and "
      "activations, x its input; its output is a + A_PROJ + A_RESID2.", "const float *p, float *a, const float *x", "ph",
      PROJ_BASES, PROJ_BASES_H},
+    {"att_piece_forward", "The att piece of the layer after the stage's last (LayerNorm 1, qkv, attention; the stage "
+     "after starts at its projection): p, a are its parameters and activations, x its input; its output is "
+     "a + A_PROJ + A_ATTY.", "const float *p, float *a, const float *x", "ph", PROJ_BASES, PROJ_BASES_H},
+    {"proj_piece_forward", "The proj piece of the layer before the stage's first (the attention projection and the "
+     "residual): pp, ap are its parameters and activations (ap + A_ATTY the received attention output), x that "
+     "layer's input; its output is ap + A_RESID2.", "const float *pp, float *ap, const float *x", "pph", NULL, NULL},
     {"head_forward", "Final LayerNorm, LM head and cross-entropy forward; x is the last layer's output.",
      "const float *params, float *acts, const float *x, const int *targets, float *losses", "params_h", NULL, NULL},
     {"head_backward", "Head backward: dlogits scaled by dloss, then down to d(last layer's output) in S_DRES.",
@@ -818,13 +898,25 @@ static const struct {
      "const float *pm, float *gm, const float *am, const float *xm, float *s", "pmh", NULL, NULL},
     {"embed_backward", "Embedding backward from S_DRES.", "float *grads, const float *scratch, const int *tokens", NULL,
      NULL, NULL},
+    {"att_piece_backward", "The trailing att piece backward: S_DATTY holds d atty and S_DRES the residual's share of "
+     "d x on entry (the message back), S_DRES d x on exit.", "const float *p, float *g, const float *a, const float *x, "
+     "float *s", "ph", PROJ_BWD_BASES, PROJ_BASES_H},
+    {"proj_piece_backward", "The leading proj piece backward: S_DRES holds d(resid2) on entry and, unchanged, the "
+     "residual's share of d x on exit, S_DATTY d atty: the message back.",
+     "const float *pp, float *gp, const float *ap, const float *x, float *s", "pph", NULL, NULL},
+    {"proj_piece_backward_down", "The leading proj piece backward down to d atty in S_DATTY: all but the projection's "
+     "weight and bias gradients.", "const float *pp, float *gp, const float *ap, const float *x, float *s", "pph", NULL,
+     NULL},
+    {"proj_piece_backward_late", "Its projection's weight and bias gradients, after d atty has gone.",
+     "const float *pp, float *gp, const float *ap, const float *x, float *s", "pph", NULL, NULL},
     /* a stage's first piece, where it sends a gradient back: down to it, then its last W */
-    {"block_backward_down", "The stage's first block backward, down to d(x) in S_DRES: all but the qkv product's "
-     "weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s", "ph",
+    {"block_backward_down", "The stage's first block backward, down to d(x) in S_DRES: all but the fc product's "
+     "weight gradient and the qkv product's weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s", "ph",
      PROJ_BWD_BASES "const float *pm = p + P_MLP;\nfloat *gm = g + P_MLP;\nconst float *am = a + A_MLP;\nconst float *xm = ap + A_RESID2;\n"
      CONST_GELU_BASES "\n" GELU_GRADS, PROJ_BASES_H "const pr_bf16 *pmh = ph + P_MLP;\n" GELU_BASES_H},
-    {"block_backward_late", "The stage's first block's qkv weight and bias gradients, after d(x) has gone.",
-     "const float *p, float *g, const float *a, const float *x, float *s", "ph", PROJ_BWD_BASES, PROJ_BASES_H},
+    {"block_backward_late", "The stage's first block's fc weight gradient and qkv weight and bias gradients, after "
+     "d(x) has gone.", "const float *p, float *g, const float *a, const float *x, float *s", "ph",
+     PROJ_BWD_BASES "float *gm = g + P_MLP;\nconst float *am = a + A_MLP;", PROJ_BASES_H},
     {"attn_backward_down", "The trailing attention half backward, the stage's only piece, down to d(x) in S_DRES: all "
      "but the qkv product's weight and bias gradients.", "const float *p, float *g, const float *a, const float *x, float *s",
      "ph", PROJ_BWD_BASES, PROJ_BASES_H},
@@ -885,6 +977,14 @@ static const struct {
      "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
     {"fc_piece_backward_w", "The trailing fc piece's W: its weights' gradients from what B kept.",
      "const float *pm, float *gm, float *am, const float *xm, float *s", "pmh", NULL, NULL},
+    {"att_piece_backward_b", "The trailing att piece's B: S_DRES to d x; keeps W's inputs in a.",
+     "const float *p, float *g, float *a, const float *x, float *s", "ph", PROJ_B_BASES, PROJ_BASES_H},
+    {"att_piece_backward_w", "The trailing att piece's W: its weights' gradients from what B kept.",
+     "const float *p, float *g, float *a, const float *x, float *s", "ph", PROJ_B_BASES, PROJ_BASES_H},
+    {"proj_piece_backward_b", "The leading proj piece's B: d atty into S_DATTY; keeps W's inputs in ap.",
+     "const float *pp, float *gp, float *ap, const float *x, float *s", "pph", NULL, NULL},
+    {"proj_piece_backward_w", "The leading proj piece's W: its weights' gradients from what B kept.",
+     "const float *pp, float *gp, float *ap, const float *x, float *s", "pph", NULL, NULL},
     {"embed_backward_b", "Embedding B: keeps d(embedding output) from S_DRES for W.", "float *acts, const float *scratch",
      NULL, NULL, NULL},
     {"embed_backward_w", "Embedding W: d wte, d wpe.", "float *grads, const float *acts, const int *tokens", NULL,
@@ -920,6 +1020,9 @@ static int split_backward_sections(const StagePlan *sp, const ModelOps *ops, Sta
             out[n++] = section(b ? "fc_piece_backward_b" : "fc_piece_backward_w", b ? &ops->fc_bwd_b : &ops->fc_bwd_w, 1, false);
         if (sp->tail_attn)
             out[n++] = section(b ? "attn_backward_b" : "attn_backward_w", b ? &ops->attn_bwd_b : &ops->attn_bwd_w, 1, false);
+        if (sp->tail_atty)
+            out[n++] = section(b ? "att_piece_backward_b" : "att_piece_backward_w", b ? &ops->att_bwd_b : &ops->att_bwd_w,
+                               1, false);
         out[n++] = section(b ? "block_backward_b" : "block_backward_w", b ? &ops->block_bwd_b : &ops->block_bwd_w,
                            sp->n_layers, false);
         if (sp->lead_mlp)
@@ -927,6 +1030,9 @@ static int split_backward_sections(const StagePlan *sp, const ModelOps *ops, Sta
         if (sp->lead_gelu)
             out[n++] = section(b ? "gelu_piece_backward_b" : "gelu_piece_backward_w", b ? &ops->gelu_bwd_b : &ops->gelu_bwd_w, 1,
                                false);
+        if (sp->lead_proj)
+            out[n++] = section(b ? "proj_piece_backward_b" : "proj_piece_backward_w",
+                               b ? &ops->proj_bwd_b : &ops->proj_bwd_w, 1, false);
         if (sp->has_embed)
             out[n++] = section(b ? "embed_backward_b" : "embed_backward_w", b ? &ops->embed_bwd_b : &ops->embed_bwd_w,
                                1, false);
@@ -941,6 +1047,8 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
     bool split = ops->block_bwd_b.n > 0;
     if (sp->has_embed)
         out[n++] = section("embed_forward", &ops->embed_fwd, 1, true);
+    if (sp->lead_proj)
+        out[n++] = section("proj_piece_forward", &ops->proj_fwd, 1, true);
     if (sp->lead_mlp)
         out[n++] = section("mlp_forward", &ops->mlp_fwd, 1, true);
     if (sp->lead_gelu)
@@ -950,6 +1058,8 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
         out[n++] = section("attn_forward", &ops->attn_fwd, 1, true);
     if (sp->tail_fc)
         out[n++] = section("fc_piece_forward", &ops->fc_fwd, 1, true);
+    if (sp->tail_atty)
+        out[n++] = section("att_piece_forward", &ops->att_fwd, 1, true);
     if (split) {
         if (stage_head_front(sp))
             out[n++] = section("head_front_forward", &ops->head_front_fwd, 1, true);
@@ -978,21 +1088,30 @@ int stage_sections(const StagePlan *sp, const ModelOps *ops, StageSection out[MA
         out[n++] = section("attn_backward_down", &ops->attn_bwd_down, 1, false);
     else if (sp->tail_attn)
         out[n++] = section("attn_backward", &ops->attn_bwd, 1, false);
+    if (sp->tail_atty)
+        out[n++] = section("att_piece_backward", &ops->att_bwd, 1, false);
     if (late != LATE_BLOCK || sp->n_layers > 1) // a stage of one layer runs it as down and late alone
         out[n++] = section("block_backward", &ops->block_bwd, sp->n_layers - (late == LATE_BLOCK), false);
     if (late == LATE_BLOCK)
         out[n++] = section("block_backward_down", &ops->block_bwd_down, 1, false);
-    if (sp->lead_mlp)
-        out[n++] = late == LATE_MLP ? section("mlp_backward_down", &ops->mlp_bwd_down, 1, false)
-                                    : section("mlp_backward", &ops->mlp_bwd, 1, false);
+    if (sp->lead_mlp) // under LATE_PROJ too: its fc weight gradient goes late
+        out[n++] = late == LATE_MLP || late == LATE_PROJ ? section("mlp_backward_down", &ops->mlp_bwd_down, 1, false)
+                                                         : section("mlp_backward", &ops->mlp_bwd, 1, false);
     if (sp->lead_gelu)
         out[n++] = late == LATE_GELU ? section("gelu_piece_backward_down", &ops->gelu_bwd_down, 1, false)
                                      : section("gelu_piece_backward", &ops->gelu_bwd, 1, false);
+    if (sp->lead_proj)
+        out[n++] = late == LATE_PROJ ? section("proj_piece_backward_down", &ops->proj_bwd_down, 1, false)
+                                     : section("proj_piece_backward", &ops->proj_bwd, 1, false);
+    if (late == LATE_PROJ) // after the message back: the MLP half's late part, then the proj piece's
+        out[n++] = section("mlp_backward_late", &ops->mlp_bwd_late, 1, false);
     if (late != LATE_NONE) { // after the message back
         static const char *const name[] = {[LATE_BLOCK] = "block_backward_late", [LATE_ATTN] = "attn_backward_late",
-                                           [LATE_MLP] = "mlp_backward_late", [LATE_GELU] = "gelu_piece_backward_late"};
+                                           [LATE_MLP] = "mlp_backward_late", [LATE_GELU] = "gelu_piece_backward_late",
+                                           [LATE_PROJ] = "proj_piece_backward_late"};
         const OpList *list[] = {[LATE_BLOCK] = &ops->block_bwd_late, [LATE_ATTN] = &ops->attn_bwd_late,
-                                [LATE_MLP] = &ops->mlp_bwd_late, [LATE_GELU] = &ops->gelu_bwd_late};
+                                [LATE_MLP] = &ops->mlp_bwd_late, [LATE_GELU] = &ops->gelu_bwd_late,
+                                [LATE_PROJ] = &ops->proj_bwd_late};
         out[n++] = section(name[late], list[late], 1, false);
     }
     if (sp->has_embed)

@@ -243,7 +243,7 @@ typedef struct Config {
     int placement;          /* enum paci_placement: which stages a device holds (paci_placed_stage) */
     enum paci_schedule_kind schedule;
     int window;             /* K: micro-batches per optimizer step, every schedule */
-    int *split_units;       /* units per stage, three a layer: its attention half, its LayerNorm 2 and fc
+    int *split_units;       /* units per stage, four a layer: its att piece (LayerNorm 1, qkv, attention), its proj piece, its LayerNorm 2 and fc
                                product, its GELU and MLP projection (length stages; `split [3.5, 2.25]`
                                is 10 and 7; plan.c's UNITS_PER_LAYER), NULL = automatic */
     long vocab_split;       /* `vocab_split N`: the LM head's rows [0, N) and the final LayerNorm on the
@@ -416,6 +416,10 @@ typedef struct StagePlan {
     int first_layer, n_layers;
     bool lead_mlp, tail_attn;
     bool lead_gelu, tail_fc;
+    /* a cut after a layer's attention kernel: the stage before ends with that layer's att piece
+     * alone (tail_atty, not tail_attn), the stage after starts with its proj piece and the rest
+     * of that layer (lead_proj and lead_mlp) */
+    bool lead_proj, tail_atty;
     bool has_embed, has_head;  /* has_head: the last stage, which computes the losses */
     /* The final LayerNorm, and the LM head's rows [vocab_begin, vocab_end) (untied; the tied
      * head reads wte's rows). A plain last stage holds both and every row. With the vocabulary
@@ -482,6 +486,19 @@ static inline long message_dfc_offset(const Config *cfg)
     long n = (long)cfg->micro * cfg->context * cfg->width;
     return (n + 63) / 64 * 64;
 }
+/* Whether the attention's output is kept in bf16 (layout.c: under bf16 with flash attention). */
+static inline bool atty_stored_bf16(const Config *cfg)
+{
+    return cfg->precision == PREC_BF16 && cfg->attention == ATTN_FLASH;
+}
+/* The message across a cut after a layer's attention kernel: the residual stream (the layer's
+ * input x, padded as resid2 above) and from message_dfc_offset the attention's output (B T C);
+ * its gradient, back, d x's residual share and d atty. In bf16 under messages bf16. */
+static inline long atty_message_floats(const Config *cfg)
+{
+    long values = message_dfc_offset(cfg) + (long)cfg->micro * cfg->context * cfg->width;
+    return cfg->messages == MESSAGES_BF16 ? (values + 1) / 2 : values;
+}
 static inline long fc_message_floats(const Config *cfg)
 {
     long values = message_dfc_offset(cfg) + 4L * cfg->micro * cfg->context * cfg->width;
@@ -503,14 +520,16 @@ static inline bool sends_residual(const Config *cfg, const StagePlan *sp)
  * backward is one instruction (not a zero-bubble program's B and W, `split_backward`): that
  * piece's backward runs down to the gradient, which the runtime sends at once, and then the
  * weight gradients of its first product, which nothing before the send needs (the late
- * section). None on the first stage, or on a stage of the head alone (a split's last). */
-typedef enum { LATE_NONE, LATE_BLOCK, LATE_ATTN, LATE_MLP, LATE_GELU } LatePiece;
+ * section; a whole layer and a proj piece also leave the fc product's of the MLP half before
+ * them). None on the first stage, on a stage of the head alone (a split's last) or of an att
+ * piece alone. */
+typedef enum { LATE_NONE, LATE_BLOCK, LATE_ATTN, LATE_MLP, LATE_GELU, LATE_PROJ } LatePiece;
 static inline LatePiece stage_late_piece(const StagePlan *sp, bool split_backward)
 {
     if (sp->has_embed || split_backward)
         return LATE_NONE;
-    return sp->lead_gelu ? LATE_GELU : sp->lead_mlp ? LATE_MLP : sp->n_layers > 0 ? LATE_BLOCK
-                         : sp->tail_attn ? LATE_ATTN : LATE_NONE;
+    return sp->lead_gelu ? LATE_GELU : sp->lead_proj ? LATE_PROJ : sp->lead_mlp ? LATE_MLP
+                         : sp->n_layers > 0 ? LATE_BLOCK : sp->tail_attn ? LATE_ATTN : LATE_NONE;
 }
 /* What a stage holds, as --explain prints it: "3-5", "0-2+emb", "23-23+head", "emb", "head";
  * under a vocabulary split "21-23+hA" (the final LayerNorm and the head's first rows) and "headB";
@@ -1041,6 +1060,11 @@ typedef struct ModelOps {
      * backward down to that gradient, and the weight gradients it leaves until the send */
     OpList block_bwd_down, block_bwd_late, attn_bwd_down, attn_bwd_late, mlp_bwd_down, mlp_bwd_late;
     OpList gelu_bwd_down, gelu_bwd_late;
+    /* a layer cut after its attention kernel: the att piece (LayerNorm 1, qkv, attention) that
+     * ends a stage, the proj piece (the projection, the residual) that starts the next; their
+     * zero-bubble parts, and the proj piece's down and late parts (stage_late_piece) */
+    OpList att_fwd, proj_fwd, att_bwd, proj_bwd, att_bwd_b, att_bwd_w, proj_bwd_b, proj_bwd_w;
+    OpList proj_bwd_down, proj_bwd_late;
 } ModelOps;
 
 void model_ops_build(const Config *cfg, ModelOps *ops);

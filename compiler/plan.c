@@ -34,14 +34,17 @@
 #include "pacic.h"
 
 /* Per micro-batch (FLOPs, slot elements) or in all (parameters); a layer's are its pieces':
- * the attention half (PIECE_ATTN), LayerNorm 2 with the fc product (PIECE_FC), GELU with the
- * MLP projection and its residual (PIECE_GELU; the MLP half is the last two). */
-enum { PIECE_ATTN, PIECE_FC, PIECE_GELU, N_PIECES };
+ * LayerNorm 1, the qkv product and attention (PIECE_ATT), the attention projection and its
+ * residual (PIECE_PROJ; the attention half is the first two), LayerNorm 2 with the fc product
+ * (PIECE_FC), GELU with the MLP projection and its residual (PIECE_GELU; the MLP half is the
+ * last two). */
+enum { PIECE_ATT, PIECE_PROJ, PIECE_FC, PIECE_GELU, N_PIECES };
 typedef struct ModelCounts {
     double piece_params[N_PIECES], embed_params, lnf_params, head_row_params;
     double piece_fwd[N_PIECES], embed_fwd, head_row_fwd; /* FLOPs per micro-batch (the head's per row) */
     double piece_w[N_PIECES];                            /* the weight-gradient products' FLOPs (W's) */
     double piece_acts[N_PIECES], input_acts, lnf_acts;   /* elements per slot */
+    double atty_acts;                             /* elements of A_ATTY, which a stage ending with an att piece keeps */
     double lnf_message;                           /* the floats the final LayerNorm's output takes */
     double message;                               /* floats of a residual-stream message (messages bf16: half) */
     double scratch;                               /* elements of the backward's scratch */
@@ -59,20 +62,26 @@ static ModelCounts model_counts(const Config *cfg)
     double C = cfg->width, T = cfg->context, B = cfg->micro, NH = cfg->heads;
     double tokens = B * T;
     ModelCounts m;
-    m.piece_params[PIECE_ATTN] = 4 * C * C + 6 * C; /* ln1, qkv, attention projection */
+    m.piece_params[PIECE_ATT] = 3 * C * C + 5 * C;  /* ln1, qkv */
+    m.piece_params[PIECE_PROJ] = C * C + C;         /* attention projection */
     m.piece_params[PIECE_FC] = 4 * C * C + 6 * C;   /* ln2, fc */
     m.piece_params[PIECE_GELU] = 4 * C * C + C;     /* MLP projection */
     m.embed_params = cfg->vocab * C + T * C;
     m.lnf_params = 2 * C;
     m.head_row_params = cfg->tied ? 0 : C;
-    m.piece_fwd[PIECE_ATTN] = 2 * 4 * C * C * tokens + 2 * B * T * T * C;
+    m.piece_fwd[PIECE_ATT] = 2 * 3 * C * C * tokens + 2 * B * T * T * C;
+    m.piece_fwd[PIECE_PROJ] = 2 * C * C * tokens;
     m.piece_fwd[PIECE_FC] = m.piece_fwd[PIECE_GELU] = 2 * 4 * C * C * tokens;
     m.embed_fwd = 0;
     m.head_row_fwd = 2 * C * tokens;
     /* d W = d Y^T X of each product with weights: its forward's FLOPs (attention has none) */
-    m.piece_w[PIECE_ATTN] = m.piece_w[PIECE_FC] = m.piece_w[PIECE_GELU] = 2 * 4 * C * C * tokens;
+    m.piece_w[PIECE_ATT] = 2 * 3 * C * C * tokens;
+    m.piece_w[PIECE_PROJ] = 2 * C * C * tokens;
+    m.piece_w[PIECE_FC] = m.piece_w[PIECE_GELU] = 2 * 4 * C * C * tokens;
     /* what stage_layout gives each piece: the matmul attention adds its T x T workspace */
-    m.piece_acts[PIECE_ATTN] = tokens * (6 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
+    m.piece_acts[PIECE_ATT] = tokens * (4 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
+    m.piece_acts[PIECE_PROJ] = tokens * 2 * C; /* atty, resid2 */
+    m.atty_acts = tokens * C;
     m.piece_acts[PIECE_FC] = tokens * (5 * C + 2); /* ln2 and its statistics, fc's output */
     m.piece_acts[PIECE_GELU] = tokens * 5 * C;     /* GELU's output, resid3 */
     /* zero-bubble: what B keeps for W takes no memory (stage_layout puts it over activations B has read) */
@@ -90,7 +99,9 @@ static ModelCounts model_counts(const Config *cfg)
         m.scratch += tokens * (2.5 * C + (flash ? 1.5 * C : 0));
         // ln2 and the GELU output (and ln1 and attention's output with flash attention) per
         // layer, and the final LayerNorm, are kept in bf16: half their floats
-        m.piece_acts[PIECE_ATTN] -= tokens * (flash ? C : 0);
+        m.piece_acts[PIECE_ATT] -= tokens * (flash ? 0.5 * C : 0);
+        m.piece_acts[PIECE_PROJ] -= tokens * (flash ? 0.5 * C : 0);
+        m.atty_acts -= tokens * (flash ? 0.5 * C : 0);
         m.piece_acts[PIECE_FC] -= tokens * 0.5 * C;
         m.piece_acts[PIECE_GELU] -= tokens * 2 * C;
         m.lnf_acts -= tokens * C / 2;
@@ -107,19 +118,21 @@ double head_message_floats(const Config *cfg, bool backward)
     return backward ? padded(m.message) + tokens : padded(m.lnf_message) + 2 * tokens;
 }
 
-/* Sums a count over the stage's pieces: the leading MLP half or GELU piece, whole layers, the
- * trailing attention half and fc piece. */
+/* Sums a count over the stage's pieces: the leading proj piece, MLP half or GELU piece, whole
+ * layers, the trailing att piece, attention half and fc piece. */
 static double over_pieces(const StagePlan *sp, const double per_piece[N_PIECES])
 {
-    double layer = per_piece[PIECE_ATTN] + per_piece[PIECE_FC] + per_piece[PIECE_GELU];
-    return (sp->lead_mlp ? per_piece[PIECE_FC] : 0) + (sp->lead_mlp || sp->lead_gelu ? per_piece[PIECE_GELU] : 0) +
-           sp->n_layers * layer + (sp->tail_attn ? per_piece[PIECE_ATTN] : 0) + (sp->tail_fc ? per_piece[PIECE_FC] : 0);
+    double layer = per_piece[PIECE_ATT] + per_piece[PIECE_PROJ] + per_piece[PIECE_FC] + per_piece[PIECE_GELU];
+    return (sp->lead_proj ? per_piece[PIECE_PROJ] : 0) + (sp->lead_mlp ? per_piece[PIECE_FC] : 0) +
+           (sp->lead_mlp || sp->lead_gelu ? per_piece[PIECE_GELU] : 0) + sp->n_layers * layer +
+           (sp->tail_attn || sp->tail_atty ? per_piece[PIECE_ATT] : 0) + (sp->tail_attn ? per_piece[PIECE_PROJ] : 0) +
+           (sp->tail_fc ? per_piece[PIECE_FC] : 0);
 }
 
 double stage_layer_count(const Config *cfg, const StagePlan *sp)
 {
     ModelCounts m = model_counts(cfg);
-    double layer = m.piece_fwd[PIECE_ATTN] + m.piece_fwd[PIECE_FC] + m.piece_fwd[PIECE_GELU];
+    double layer = m.piece_fwd[PIECE_ATT] + m.piece_fwd[PIECE_PROJ] + m.piece_fwd[PIECE_FC] + m.piece_fwd[PIECE_GELU];
     return over_pieces(sp, m.piece_fwd) / layer;
 }
 
@@ -127,7 +140,7 @@ int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
 {
     ModelCounts m = model_counts(cfg);
     StagePlan layer = {.n_layers = 1}, mlp = {.lead_mlp = true}, gelu = {.lead_gelu = true};
-    StagePlan attn = {.tail_attn = true};
+    StagePlan attn = {.tail_attn = true}, att = {.tail_atty = true};
     int n = 0;
     double rows = (double)(sp->vocab_end - sp->vocab_begin);
     if (sp->has_lnf || rows > 0)
@@ -136,11 +149,15 @@ int stage_grad_ranges(const Config *cfg, const StagePlan *sp, GradRange *out)
         out[n++] = (GradRange){m.piece_params[PIECE_FC], 2 * m.piece_fwd[PIECE_FC]};
     if (sp->tail_attn)
         out[n++] = (GradRange){over_pieces(&attn, m.piece_params), 2 * over_pieces(&attn, m.piece_fwd)};
+    if (sp->tail_atty)
+        out[n++] = (GradRange){over_pieces(&att, m.piece_params), 2 * over_pieces(&att, m.piece_fwd)};
     for (int l = 0; l < sp->n_layers; l++)
         out[n++] = (GradRange){over_pieces(&layer, m.piece_params), 2 * over_pieces(&layer, m.piece_fwd)};
     const StagePlan *lead = sp->lead_mlp ? &mlp : sp->lead_gelu ? &gelu : NULL;
     if (lead)
         out[n++] = (GradRange){over_pieces(lead, m.piece_params), 2 * over_pieces(lead, m.piece_fwd)};
+    if (sp->lead_proj) // below the MLP half it leads with, reported apart
+        out[n++] = (GradRange){m.piece_params[PIECE_PROJ], 2 * m.piece_fwd[PIECE_PROJ]};
     if (sp->has_embed)
         out[n++] = (GradRange){m.embed_params, 2 * m.embed_fwd};
     return n;
@@ -155,21 +172,30 @@ static void stage_slots(const Config *cfg, int *slots, int *stash)
     }
 }
 
-/* The partitioner's units: a layer's three pieces (PIECE_ATTN, PIECE_FC, PIECE_GELU), unit
- * 3l + i being layer l's piece i. A stage holds a run of them, but not the fc piece alone
- * (LayerNorm 2 and the fc product between two cuts: no stage has that shape). */
+/* The partitioner's units: a layer's four pieces (PIECE_ATT, PIECE_PROJ, PIECE_FC,
+ * PIECE_GELU), unit 4l + i being layer l's piece i. A stage holds a run of them; one that
+ * starts inside a layer holds the rest of it (a stage starts with the GELU piece, the MLP half
+ * or the proj piece with the MLP half: no stage has the shape of, say, the fc piece alone). */
 enum { UNITS_PER_LAYER = N_PIECES };
 static bool units_hold_stage(int first, int n)
 {
-    return !(n == 1 && first % UNITS_PER_LAYER == PIECE_FC);
+    int piece = first % UNITS_PER_LAYER;
+    return n == 0 || piece == 0 || n >= UNITS_PER_LAYER - piece;
 }
 
+/* The cuts inside layers a program has somewhere (their messages size every stage's buffers). */
+enum { CUT_FC = 1, CUT_ATT = 2 };
+
 /* The floats of each of a stage's two message buffers: the larger of B T C, the vocabulary
- * split's backward message and, where the program cuts after an fc product, that message. */
-static double work_message(const Config *cfg, const ModelCounts *m, long vocab_split, bool fc_cut)
+ * split's backward message and the messages of the program's cuts inside layers. */
+static double work_message(const Config *cfg, const ModelCounts *m, long vocab_split, int cuts)
 {
     double message = vocab_split > 0 ? fmax(m->input_acts, head_message_floats(cfg, true)) : m->input_acts;
-    return fc_cut ? fmax(message, (double)fc_message_floats(cfg)) : message;
+    if (cuts & CUT_FC)
+        message = fmax(message, (double)fc_message_floats(cfg));
+    if (cuts & CUT_ATT)
+        message = fmax(message, (double)atty_message_floats(cfg));
+    return message;
 }
 
 /* Fills sp for stage s holding the units [first, first + n) (the embedding on the first
@@ -177,18 +203,21 @@ static double work_message(const Config *cfg, const ModelCounts *m, long vocab_s
  * and the head's rows [0, N) on the stage before it and rows [N, V) on the last):
  * parameters, FLOPs and memory, with the schedule's slots. */
 static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first, int n, long vocab_split, int slots,
-                       int stash, bool fc_program, StagePlan *sp)
+                       int stash, int program_cuts, StagePlan *sp)
 {
     int p = cfg->stages, end = first + n;
     long V = cfg->vocab;
     double tokens = (double)cfg->micro * cfg->context;
     memset(sp, 0, sizeof *sp);
     if (!units_hold_stage(first, n))
-        ICE("a stage of layer %d's fc piece alone", first / UNITS_PER_LAYER);
-    sp->lead_mlp = n > 0 && first % UNITS_PER_LAYER == PIECE_FC;
-    sp->lead_gelu = n > 0 && first % UNITS_PER_LAYER == PIECE_GELU;
-    sp->tail_attn = n > 0 && end % UNITS_PER_LAYER != 0;
-    sp->tail_fc = n > 0 && end % UNITS_PER_LAYER == PIECE_GELU;
+        ICE("a stage of %d units from layer %d's piece %d", n, first / UNITS_PER_LAYER, first % UNITS_PER_LAYER);
+    int lead = first % UNITS_PER_LAYER, tail = end % UNITS_PER_LAYER;
+    sp->lead_proj = n > 0 && lead == PIECE_PROJ;
+    sp->lead_mlp = n > 0 && (lead == PIECE_PROJ || lead == PIECE_FC);
+    sp->lead_gelu = n > 0 && lead == PIECE_GELU;
+    sp->tail_atty = n > 0 && tail == PIECE_PROJ; // the units end before the proj piece
+    sp->tail_attn = n > 0 && (tail == PIECE_FC || tail == PIECE_GELU);
+    sp->tail_fc = n > 0 && tail == PIECE_GELU;
     sp->first_layer = (first + UNITS_PER_LAYER - 1) / UNITS_PER_LAYER;
     sp->n_layers = n > 0 ? end / UNITS_PER_LAYER - sp->first_layer : 0;
     sp->has_embed = s == 0;
@@ -205,30 +234,43 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->fwd_flops = over_pieces(sp, m->piece_fwd) + (sp->has_embed ? m->embed_fwd : 0) + rows * m->head_row_fwd;
     sp->bwd_flops = 2 * sp->fwd_flops;
     sp->w_flops = over_pieces(sp, m->piece_w) + rows * m->head_row_fwd;
-    // the late section's product: the qkv product's three quarters of the attention half's W
+    // the late sections' products: the first piece's weight gradient (the att piece's: qkv's),
+    // and the fc product's where an MLP half comes just before (ops.c, late_backward_ops)
     LatePiece late = stage_late_piece(sp, config_splits_backward(cfg));
-    sp->late_flops = late == LATE_GELU ? m->piece_w[PIECE_GELU]
-                     : late == LATE_MLP ? m->piece_w[PIECE_FC]
-                     : late != LATE_NONE ? 0.75 * m->piece_w[PIECE_ATTN]
-                                         : 0;
+    sp->late_flops = late == LATE_GELU    ? m->piece_w[PIECE_GELU]
+                     : late == LATE_PROJ  ? m->piece_w[PIECE_PROJ] + m->piece_w[PIECE_FC]
+                     : late == LATE_MLP   ? m->piece_w[PIECE_FC]
+                     : late == LATE_BLOCK ? m->piece_w[PIECE_ATT] + m->piece_w[PIECE_FC]
+                     : late == LATE_ATTN  ? m->piece_w[PIECE_ATT]
+                                          : 0;
     // The split's front sends the final LayerNorm's output and two floats a token (its rows'
     // log-sum-exp and target logit), which the back takes as its input. Under messages bf16 a
     // stage keeps the bf16 message it receives beside its fp32 input, and the one it sends
     // beside its output.
     // A stage that starts with a GELU piece receives resid2 and the fc product's output (and
-    // one that ends with an fc piece sends them): fc_message_floats.
-    double fc_message = (double)fc_message_floats(cfg);
+    // one that ends with an fc piece sends them): fc_message_floats. One that starts with a
+    // proj piece receives x and the attention's output (atty_message_floats); one that ends
+    // with an att piece assembles them in an output of its own before it sends them.
+    double fc_message = (double)fc_message_floats(cfg), atty_message = (double)atty_message_floats(cfg);
     double input = stage_head_back(sp) ? head_message_floats(cfg, false)
                    : sp->lead_gelu     ? padded(m->input_acts) + 4 * m->input_acts
+                   : sp->lead_proj     ? padded(m->input_acts) + m->input_acts
                                        : m->input_acts;
-    double received = stage_head_back(sp) ? input : sp->lead_gelu ? fc_message : m->message;
-    double sent = stage_head_front(sp) ? head_message_floats(cfg, false) : sp->tail_fc ? fc_message : m->message;
+    double received = stage_head_back(sp) ? input
+                      : sp->lead_gelu     ? fc_message
+                      : sp->lead_proj     ? atty_message
+                                          : m->message;
+    double sent = stage_head_front(sp) ? head_message_floats(cfg, false)
+                  : sp->tail_fc        ? fc_message
+                  : sp->tail_atty      ? atty_message
+                                       : m->message;
+    double atty_output = sp->tail_atty ? m->atty_acts + padded(m->input_acts) + m->input_acts : 0;
     double kept = received; /* what a recompute slot keeps: the message */
     sp->msg_bytes = (long)(sent * m->act_bytes);
     double message_copies = receives_residual(cfg, sp) * received + sends_residual(cfg, sp) * sent;
     double head_acts = (sp->has_lnf ? m->lnf_acts : 0) + (rows > 0 ? tokens * padded(rows) : 0) +
                        (stage_head_front(sp) ? 2 * tokens : 0) + (stage_head_back(sp) ? tokens : 0);
-    double acts = over_pieces(sp, m->piece_acts) + input + head_acts + message_copies;
+    double acts = over_pieces(sp, m->piece_acts) + input + head_acts + message_copies + atty_output;
     sp->act_bytes = (long)(acts * m->act_bytes);
     sp->slots = slots;
     sp->stash = stash;
@@ -247,9 +289,11 @@ static void stage_fill(const Config *cfg, const ModelCounts *m, int s, int first
     sp->mem_stash = sp->params * m->weight_bytes * (long)sp->stash;
     sp->scratch_floats = (long)m->scratch;
     // what runtime/executor.c allocates beside the blocks: two message buffers (the program's
-    // largest message: fc_program, a cut after an fc product anywhere), and per slot int32
+    // largest message: program_cuts, the cuts inside layers anywhere), and per slot int32
     // tokens and targets and float losses per token
-    double message = work_message(cfg, m, vocab_split, fc_program || sp->lead_gelu || sp->tail_fc);
+    double message = work_message(cfg, m, vocab_split,
+                                  program_cuts | (sp->lead_gelu || sp->tail_fc ? CUT_FC : 0) |
+                                      (sp->lead_proj || sp->tail_atty ? CUT_ATT : 0));
     sp->mem_work = (long)((sp->scratch_floats + 2 * message) * 4 + sp->slots * tokens * 12);
     sp->mem_total = sp->mem_weights + sp->mem_grads + sp->mem_optim + sp->mem_acts + sp->mem_stash +
                     sp->mem_work;
@@ -317,9 +361,9 @@ static void stage_prices_free(StagePrices *pr)
 /* One part's seconds per optimizer step (K forwards and backwards, one optimizer step). */
 static double part_seconds(const Config *cfg, StagePrices *pr, const StagePlan *part)
 {
-    long key[3] = {(long)part->n_layers << 8 | part->has_embed | part->lead_mlp << 1 | part->tail_attn << 2 |
+    long key[3] = {(long)part->n_layers << 10 | part->has_embed | part->lead_mlp << 1 | part->tail_attn << 2 |
                        part->has_lnf << 3 | part->has_head << 4 | part->recompute << 5 | part->lead_gelu << 6 |
-                       part->tail_fc << 7,
+                       part->tail_fc << 7 | part->lead_proj << 8 | part->tail_atty << 9,
                    part->vocab_begin, part->vocab_end};
     for (int i = 0; i < pr->n_parts; i++) /* few: the layer parts, and the head at each row count tried */
         if (memcmp(pr->parts[i].key, key, sizeof key) == 0)
@@ -346,9 +390,11 @@ static double stage_seconds(const Config *cfg, StagePrices *pr, const StagePlan 
     embed.has_embed = true;
     lead.lead_mlp = sp->lead_mlp;
     lead.lead_gelu = sp->lead_gelu;
+    lead.lead_proj = sp->lead_proj;
     layer.n_layers = 1;
-    tail.tail_attn = true;
+    tail.tail_attn = sp->tail_attn;
     tail.tail_fc = sp->tail_fc;
+    tail.tail_atty = sp->tail_atty;
     head.has_lnf = sp->has_lnf;
     head.has_head = sp->has_head;
     head.vocab_begin = sp->vocab_begin;
@@ -356,21 +402,27 @@ static double stage_seconds(const Config *cfg, StagePrices *pr, const StagePlan 
     return (sp->has_embed ? part_seconds(cfg, pr, &embed) : 0) +
            (sp->lead_mlp || sp->lead_gelu ? part_seconds(cfg, pr, &lead) : 0) +
            (sp->n_layers ? sp->n_layers * part_seconds(cfg, pr, &layer) : 0) +
-           (sp->tail_attn ? part_seconds(cfg, pr, &tail) : 0) +
+           (sp->tail_attn || sp->tail_atty ? part_seconds(cfg, pr, &tail) : 0) +
            (sp->has_lnf || sp->has_head ? part_seconds(cfg, pr, &head) : 0);
 }
 
 /* Where a grain lets stage boundaries fall: between layers; also between a layer's halves;
- * also after its fc product. */
-enum grain { GRAIN_LAYERS, GRAIN_HALVES, GRAIN_PIECES };
+ * also after its fc product (GRAIN_FC), or after its attention kernel (GRAIN_ATTY), or after
+ * both (GRAIN_BOTH). A grain's cuts inside layers size every stage's message buffers, so each
+ * set of them is a grain of its own, priced with the memory it needs. */
+enum grain { GRAIN_LAYERS, GRAIN_HALVES, GRAIN_FC, GRAIN_ATTY, GRAIN_BOTH, N_GRAINS };
+static int grain_cuts(int grain)
+{
+    return (grain == GRAIN_FC || grain == GRAIN_BOTH ? CUT_FC : 0) | (grain >= GRAIN_ATTY ? CUT_ATT : 0);
+}
 static bool boundary_allowed(int grain, int u)
 {
-    int piece = u % UNITS_PER_LAYER;
-    return piece == PIECE_ATTN || (piece == PIECE_FC && grain >= GRAIN_HALVES) ||
-           (piece == PIECE_GELU && grain >= GRAIN_PIECES);
+    int piece = u % UNITS_PER_LAYER, cuts = grain_cuts(grain);
+    return piece == PIECE_ATT || (piece == PIECE_FC && grain >= GRAIN_HALVES) ||
+           (piece == PIECE_GELU && (cuts & CUT_FC)) || (piece == PIECE_PROJ && (cuts & CUT_ATT));
 }
 
-/* Balanced contiguous partition by dynamic programming over the model's units (3 a layer:
+/* Balanced contiguous partition by dynamic programming over the model's units (4 a layer:
  * UNITS_PER_LAYER), with boundaries where the grain allows them: minimises the slowest stage's
  * time (stage_seconds) over the partitions whose every stage fits the device memory with its
  * slots (stage s of PACI and 1F1B keeps p - s), and returns that time. Every stage holds at
@@ -384,9 +436,9 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
 {
     // under a vocabulary split the last stage holds no layer: the units go over the others
     int units = UNITS_PER_LAYER * cfg->layers, stages = vocab_split > 0 ? cfg->stages - 1 : cfg->stages;
-    // the memory of a split that cuts after an fc product anywhere (the finest grain's, which
-    // layer_split keeps only when no coarser split does as well)
-    bool fc_program = grain == GRAIN_PIECES;
+    // the memory of a split that cuts inside layers anywhere its grain lets it (layer_split
+    // keeps a finer grain only when no coarser split does as well)
+    int program_cuts = grain_cuts(grain);
     /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u units. */
     size_t cells = (size_t)(stages + 1) * (size_t)(units + 1);
     double *worst = xmalloc(cells * sizeof *worst);
@@ -396,7 +448,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     stage_slots(cfg, slots, stash);
     /* a scale for the squares: the whole model's time over its layers and head */
     StagePlan whole;
-    stage_fill(cfg, m, 0, 0, units, 0, slots[0], stash[0], false, &whole);
+    stage_fill(cfg, m, 0, 0, units, 0, slots[0], stash[0], 0, &whole);
     double unit = stage_seconds(cfg, pr, &whole) / (cfg->layers + 1);
     if (!(unit > 0 && unit < INFINITY)) /* measured costs of zero (--balance): any scale does */
         unit = 1;
@@ -417,7 +469,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
                     continue;
                 }
                 StagePlan sp;
-                stage_fill(cfg, m, k - 1, start, n, vocab_split, slots[k - 1], stash[k - 1], fc_program, &sp);
+                stage_fill(cfg, m, k - 1, start, n, vocab_split, slots[k - 1], stash[k - 1], program_cuts, &sp);
                 stage_time[at] = stage_seconds(cfg, pr, &sp) / unit;
                 fits[at] = (double)sp.mem_total <= cfg->device_memory;
             }
@@ -426,7 +478,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     if (vocab_split > 0) {
         StagePlan back;
         stage_fill(cfg, m, cfg->stages - 1, units, 0, vocab_split, slots[cfg->stages - 1], stash[cfg->stages - 1],
-                   fc_program, &back);
+                   program_cuts, &back);
         back_time = stage_seconds(cfg, pr, &back) / unit;
         back_fits = (double)back.mem_total <= cfg->device_memory;
     }
@@ -482,6 +534,46 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     }
     double slowest = fmax(worst[AT(stages, units)], back_time) * unit;
     *fits_memory = pass == 0;
+    // Among the partitions whose every stage is at most that slowest one, the one whose least
+    // stage is the largest (then the most even): the stages that wait for the slowest wait least.
+    double bound = worst[AT(stages, units)];
+    if (choice[AT(stages, units)] >= 0 && isfinite(bound)) {
+        bool check_memory = pass == 0;
+        for (int u = 0; u <= units; u++) {
+            worst[AT(0, u)] = u == 0 ? INFINITY : -INFINITY; /* here: the least stage so far */
+            squares[AT(0, u)] = 0;
+        }
+        for (int k = 1; k <= stages; k++) {
+            bool end = stages > 1 && (k == 1 || k == stages);
+            for (int u = 0; u <= units; u++) {
+                size_t at = AT(k, u);
+                worst[at] = -INFINITY;
+                squares[at] = INFINITY;
+                choice[at] = -1;
+                if (!boundary_allowed(grain, u))
+                    continue;
+                for (int n = u; n >= (end ? 0 : 1); n--) {
+                    size_t prev = AT(k - 1, u - n);
+                    if (!boundary_allowed(grain, u - n) || worst[prev] == -INFINITY ||
+                        !units_hold_stage(u - n, n))
+                        continue;
+                    size_t cost = UNITS_PER_LAYER * AT(k, n) + (size_t)((u - n) % UNITS_PER_LAYER);
+                    double here = stage_time[cost];
+                    if (here > bound * (1 + 1e-9) || (check_memory && !fits[cost]))
+                        continue;
+                    double least = worst[prev] < here ? worst[prev] : here, sq = squares[prev] + here * here;
+                    if (choice[at] < 0 || least > worst[at] * (1 + 1e-9) ||
+                        (least >= worst[at] * (1 - 1e-9) && sq < squares[at] - 1e-9)) {
+                        worst[at] = least;
+                        squares[at] = sq;
+                        choice[at] = n;
+                    }
+                }
+            }
+        }
+        if (choice[AT(stages, units)] < 0)
+            ICE("the partition of least stage %g over %d units lost its bound", bound, units);
+    }
     if (vocab_split > 0)
         split[stages] = 0;
     for (int k = stages, u = units; k >= 1; k--) {
@@ -503,7 +595,9 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
  * slowest stage at least 1% faster: first between a layer's attention and its MLP halves (the
  * message is the same residual stream; the unfused residual add is in the kernel model's
  * price), then also after a layer's fc product (the message is resid2 and the fc output, five
- * times the residual stream's). Whole layers read better, and the finer cuts send more.
+ * times the residual stream's), or instead after its attention kernel (x and the attention's
+ * output, twice), or after both; each kept when it is 1% faster than the best before it.
+ * Whole layers read better, and the finer cuts send more.
  * Measured costs (--balance) split whole layers only. Returns the slowest stage's time. */
 static double layer_split(const Config *cfg, const ModelCounts *m, StagePrices *pr, long vocab_split, int *split,
                           bool *fits)
@@ -511,7 +605,7 @@ static double layer_split(const Config *cfg, const ModelCounts *m, StagePrices *
     double best = balanced_split(cfg, m, pr, GRAIN_LAYERS, vocab_split, split, fits);
     if (cfg->measured) /* a profile measures whole layers: it cannot price their pieces apart */
         return best;
-    for (int grain = GRAIN_HALVES; grain <= GRAIN_PIECES; grain++) {
+    for (int grain = GRAIN_HALVES; grain < N_GRAINS; grain++) {
         int finer[PACI_MAX_STAGES];
         bool finer_fits;
         double t = balanced_split(cfg, m, pr, grain, vocab_split, finer, &finer_fits);
@@ -585,7 +679,7 @@ static double chunk_bytes(ChunkMemory *cm, int s, int units)
     double *at = &cm->bytes[(size_t)s * (size_t)(UNITS_PER_LAYER * cm->cfg->layers + 1) + (size_t)units];
     if (*at < 0) {
         StagePlan sp;
-        stage_fill(cm->cfg, cm->m, s, 0, units, 0, cm->slots[s], cm->stash[s], false, &sp);
+        stage_fill(cm->cfg, cm->m, s, 0, units, 0, cm->slots[s], cm->stash[s], 0, &sp);
         *at = (double)sp.mem_total;
     }
     return *at;
@@ -676,14 +770,14 @@ void plan_layout(const Config *cfg, Plan *plan)
     for (int s = 0; s < p; s++)
         plan->stage_device[s] = shape_device(&shape, s);
     plan->recompute = cfg->recompute == RECOMPUTE_FULL;
-    bool fc_program = false; /* a boundary after an fc product */
-    for (int s = 0, at = 0; s < p; s++) {
+    int program_cuts = 0; /* boundaries inside layers: after an fc product, after attention */
+    for (int s = 0, at = 0; s + 1 < p; s++) {
         at += split[s];
-        fc_program |= s + 1 < p && at % UNITS_PER_LAYER == PIECE_GELU;
+        program_cuts |= (at % UNITS_PER_LAYER == PIECE_GELU ? CUT_FC : 0) | (at % UNITS_PER_LAYER == PIECE_PROJ ? CUT_ATT : 0);
     }
     int next = 0;
     for (int s = 0; s < p; s++) {
-        stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], fc_program, &plan->stage[s]);
+        stage_fill(cfg, &m, s, next, split[s], vocab_split, slots[s], stash[s], program_cuts, &plan->stage[s]);
         next += split[s];
         plan->total_params += plan->stage[s].params;
     }
@@ -694,8 +788,9 @@ void plan_layout(const Config *cfg, Plan *plan)
     for (int s = 0, at = 0; s < p; s++) {
         const StagePlan *sp = &plan->stage[s];
         bool end = p > 1 && (s == 0 || s == p - 1 || (vocab_split > 0 && s == p - 2));
-        int first = UNITS_PER_LAYER * sp->first_layer - 2 * sp->lead_mlp - sp->lead_gelu;
-        int n = 2 * sp->lead_mlp + sp->lead_gelu + UNITS_PER_LAYER * sp->n_layers + sp->tail_attn + sp->tail_fc;
+        int first = UNITS_PER_LAYER * sp->first_layer - sp->lead_proj - 2 * sp->lead_mlp - sp->lead_gelu;
+        int n = sp->lead_proj + 2 * sp->lead_mlp + sp->lead_gelu + UNITS_PER_LAYER * sp->n_layers +
+                2 * sp->tail_attn + sp->tail_atty + sp->tail_fc;
         if (n < (end ? 0 : 1) || (n > 0 && first != at) || n != split[s] || (stage_head_back(sp) && n > 0))
             ICE("stage %d of the partition holds %d units from %d", s, n, first);
         at += n;
@@ -809,22 +904,24 @@ bool plan_build(const Config *cfg, Plan *plan)
     return ok;
 }
 
-/* The first and the last piece a stage holds, "3", "2b" or "2g" and "5", "6a" or "6f" (false:
- * none); a stage inside one layer gives its letter once, in `first`, and "" in `last`. */
+/* The first and the last piece a stage holds, "3", "2p", "2b" or "2g" and "5", "6t", "6a" or
+ * "6f" (false: none); a stage inside one layer gives its letter once, in `first`, and "" in
+ * `last`. */
 static bool stage_ends(const StagePlan *sp, char *first, char *last, size_t size)
 {
-    bool lead = sp->lead_mlp || sp->lead_gelu;
-    if (sp->n_layers == 0 && !lead && !sp->tail_attn)
+    bool lead = sp->lead_mlp || sp->lead_gelu, tail = sp->tail_attn || sp->tail_atty;
+    if (sp->n_layers == 0 && !lead && !tail)
         return false;
-    const char *tail_letter = sp->tail_fc ? "f" : "a";
+    const char *tail_letter = sp->tail_fc ? "f" : sp->tail_atty ? "t" : "a";
+    const char *lead_letter = sp->lead_proj ? "p" : sp->lead_mlp ? "b" : "g";
     if (lead)
-        snprintf(first, size, "%d%s", sp->first_layer - 1, sp->lead_mlp ? "b" : "g");
+        snprintf(first, size, "%d%s", sp->first_layer - 1, lead_letter);
     else
         snprintf(first, size, "%d%s", sp->first_layer, sp->n_layers == 0 ? tail_letter : "");
-    if (sp->tail_attn)
+    if (tail)
         snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers, tail_letter);
     else
-        snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers - 1, sp->n_layers == 0 ? (sp->lead_mlp ? "b" : "g") : "");
+        snprintf(last, size, "%d%s", sp->first_layer + sp->n_layers - 1, sp->n_layers == 0 ? lead_letter : "");
     return true;
 }
 
@@ -865,7 +962,7 @@ void stage_layers_label(const StagePlan *sp, char *out, size_t size)
         return;
     }
     /* "5a", not "5a-5a" */
-    bool half_alone = sp->n_layers == 0 && (sp->lead_mlp || sp->lead_gelu) != sp->tail_attn;
+    bool half_alone = sp->n_layers == 0 && (sp->lead_mlp || sp->lead_gelu) != (sp->tail_attn || sp->tail_atty);
     snprintf(out, size, "%s%s%s%s%s%s", first, half_alone ? "" : "-", half_alone ? "" : last,
              sp->has_embed && holds_head ? "+e+h" : sp->has_embed ? "+emb" : "", !sp->has_embed && holds_head ? "+" : "",
              !sp->has_embed && holds_head ? head : "");

@@ -487,18 +487,11 @@ static void set_model_name(Sema *s, const Entry *e)
     }
 }
 
-/* The units (three a layer) before a position in quarter layers at a boundary (x.0, x.5, x.75). */
-static int split_units_at(long quarters)
-{
-    static const int piece_units[4] = {0, 1, 1, 2};
-    return (int)(3 * (quarters / 4) + piece_units[quarters % 4]);
-}
-
-/* Units as layers: 3 is 1, 4 is 1.5, 5 is 1.75. */
+/* Units as layers: a unit is a layer's piece, four a layer (plan.c), so 4 is 1, 6 is 1.5 and
+ * 7 is 1.75. */
 double split_units_layers(int units)
 {
-    static const double piece_layers[3] = {0, 0.5, 0.75};
-    return units / 3 + piece_layers[units % 3];
+    return units / 4.0;
 }
 
 /* Stage i's entry of the split as written: the layers between its boundaries. */
@@ -511,10 +504,12 @@ static double split_entry_layers(const Config *cfg, int i)
 }
 
 /* `split [n0, n1, ...]`: layers per stage, where each stage boundary falls at a layer's start,
- * its middle (.5: after its attention half, the next stage starting with its MLP) or after
- * its fc product (.75: the next stage starting with its GELU); so `split [3.75, 2.25]` is
- * layers 0..2 and layer 3 up to its fc product, then layer 3's GELU and layers 4 and 5.
- * Stored in units (UNITS_PER_LAYER, three a layer), checked against stages and layers later.
+ * after its attention kernel (.25: the next stage starting with its projection), at its middle
+ * (.5: after its attention half, the next stage starting with its MLP) or after its fc product
+ * (.75: the next stage starting with its GELU); so `split [3.75, 2.25]` is layers 0..2 and
+ * layer 3 up to its fc product, then layer 3's GELU and layers 4 and 5. A stage that starts
+ * inside a layer holds the rest of it. Stored in units (a layer's pieces, four a layer, a
+ * quarter layer each), checked against stages and layers later.
  * A 0 is allowed only at either end: an embedding-only first stage or a head-only last stage. */
 static void set_split(Sema *s, const Entry *e)
 {
@@ -550,11 +545,12 @@ static void set_split(Sema *s, const Entry *e)
             free(split);
             goto fail;
         }
-        long stop = quarters + (long)(4 * n), piece = stop % 4;
-        if (4 * n != floor(4 * n) || piece == 1) {
+        long stop = quarters + (long)(4 * n);
+        if (4 * n != floor(4 * n)) {
             error_at(s->src, item->span, "'split' puts a stage boundary at %g layers, inside layer %ld: a boundary "
-                     "falls between layers, at a layer's middle (.5: after its attention half) or after its fc "
-                     "product (.75: the next stage starts with its GELU)", (double)quarters / 4 + n, stop / 4);
+                     "falls between layers, after a layer's attention kernel (.25: the next stage starts with its "
+                     "projection), at its middle (.5: after its attention half) or after its fc product (.75: the "
+                     "next stage starts with its GELU)", (double)quarters / 4 + n, (long)floor((double)quarters / 4 + n));
             free(split);
             goto fail;
         }
@@ -564,7 +560,14 @@ static void set_split(Sema *s, const Entry *e)
             free(split);
             goto fail;
         }
-        split[i] = split_units_at(stop) - split_units_at(quarters);
+        if (quarters % 4 == 1 && stop > quarters && stop < quarters + 3) {
+            error_at(s->src, item->span, "stage %d of 'split' starts at layer %ld's attention projection (.25) and "
+                     "ends inside that layer (at %g): a stage that starts inside a layer holds the rest of it",
+                     i, quarters / 4, (double)stop / 4);
+            free(split);
+            goto fail;
+        }
+        split[i] = (int)(stop - quarters);
         quarters = stop;
     }
     free(s->cfg->split_units);
@@ -1040,15 +1043,18 @@ static void layer_range(char *buf, size_t size, int first, int last)
 /* Units [first, last] in words: "layers 3..5" when whole, else by their pieces. */
 static void unit_range(char *buf, size_t size, int first, int last)
 {
-    static const char *const piece[] = {"attention half", "LayerNorm 2 and fc product", "GELU and MLP projection"};
-    if (first % 3 == 0 && last % 3 == 2)
-        layer_range(buf, size, first / 3, last / 3);
-    else if (first % 3 == 1 && last == first + 1)
-        snprintf(buf, size, "layer %d's MLP half", first / 3);
+    static const char *const piece[] = {"attention", "attention projection", "LayerNorm 2 and fc product",
+                                        "GELU and MLP projection"};
+    if (first % 4 == 0 && last % 4 == 3)
+        layer_range(buf, size, first / 4, last / 4);
+    else if (first % 4 == 2 && last == first + 1)
+        snprintf(buf, size, "layer %d's MLP half", first / 4);
+    else if (first % 4 == 0 && last == first + 1)
+        snprintf(buf, size, "layer %d's attention half", first / 4);
     else if (first == last)
-        snprintf(buf, size, "layer %d's %s", first / 3, piece[first % 3]);
+        snprintf(buf, size, "layer %d's %s", first / 4, piece[first % 4]);
     else
-        snprintf(buf, size, "layer %d's %s to layer %d's %s", first / 3, piece[first % 3], last / 3, piece[last % 3]);
+        snprintf(buf, size, "layer %d's %s to layer %d's %s", first / 4, piece[first % 4], last / 4, piece[last % 4]);
 }
 
 /* The stage count against the layers (the first stage may hold only the embedding and the
@@ -1145,7 +1151,7 @@ static bool check_split(Sema *s, const Entry *split, bool stages_ok, bool layers
     bool split_ok = false;
     if (split && cfg->split_units && stages_ok) {
         const Value *list = split->values[0];
-        int sum = 0, units = 3 * cfg->layers;
+        int sum = 0, units = 4 * cfg->layers;
         for (int i = 0; i < list->n_items; i++)
             sum += cfg->split_units[i];
         if (list->n_items != cfg->stages && config_chunks(cfg) > 1) {

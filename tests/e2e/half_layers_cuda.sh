@@ -4,7 +4,8 @@
 # layer 1, and a head-only stage (four fake GPUs, NCCL between them, 1F1B, fp32 and bf16). It
 # trains as the CPU path of the same program (tests/e2e/half_layers.sh and end_stages.sh show
 # the CPU path equal to one stage), to cuda_fake.sh's tolerances; and [0.75, 0.75, 0.5, 0],
-# cut after layer 0's fc product, alike. Skips where tests/cuda_emu
+# cut after layer 0's fc product, alike, and [0.25, 1, 0.75, 0], cut after each layer's
+# attention kernel. Skips where tests/cuda_emu
 # cannot run (need_cuda_emu).
 source tests/e2e/lib.sh
 need_cuda_emu
@@ -14,6 +15,9 @@ fake_split_devices "[0, 0.5, 1.5, 0]"
 # and cuts after the fc product: layer 0 to its fc product with the embedding, its GELU piece
 # with layer 1's attention half, layer 1's MLP half, the head alone
 fake_split_devices "[0.75, 0.75, 0.5, 0]" fc-
+# and cuts after attention: layer 0's att piece with the embedding, its proj piece, MLP half and
+# layer 1's att piece, layer 1's proj piece and MLP half, the head alone
+fake_split_devices "[0.25, 1, 0.75, 0]" att-
 
 # Data parallelism with halves: `parallel { data 2 }` at p = 2, split [1.5, 0.5], as four
 # processes with a fake GPU each. The window's last backward starts an allreduce per range of
@@ -36,3 +40,13 @@ compare_devices "[1.75, 0.25], data 2 x 2 stages, four GPUs" "$work/dpfc/joined"
 # 6 steps: (4 ranges + the loss) on stage 0, (2 + 1) on stage 1
 expect_allreduces dpfc 30 18
 echo "data 2 with split [1.75, 0.25] on four fake GPUs: an allreduce per range, the fc piece's apart; trains as the CPU"
+
+# And a cut after attention, [1.25, 0.75]: stage 0 reports layer 1's att piece, layer 0 and the
+# embeddings apart, stage 1 the head, layer 1's MLP half and its proj piece.
+port=$((port + 1))
+fake_replicas_model dpatt "[1.25, 0.75]"
+fake_replicas_run dpatt
+compare_devices "[1.25, 0.75], data 2 x 2 stages, four GPUs" "$work/dpatt/joined" "$work/dpatt/cpu" 1e-5 1e-4
+# 6 steps: (3 ranges + the loss) on each stage
+expect_allreduces dpatt 24 24
+echo "data 2 with split [1.25, 0.75] on four fake GPUs: an allreduce per range, the proj piece's apart; trains as the CPU"

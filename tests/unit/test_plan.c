@@ -87,21 +87,24 @@ static void test_partition_covers_layers(void **state)
             Config cfg = gpt2(layers, 256, 4, p, PACI_SCHED_ONEF1B, 4);
             Plan plan;
             plan_layout(&cfg, &plan);
-            int next = 0; /* in units, three a layer: attention half, fc piece, GELU piece */
+            int next = 0; /* in units, four a layer: att piece, proj piece, fc piece, GELU piece */
             for (int s = 0; s < p; s++) {
                 const StagePlan *sp = &plan.stage[s];
-                int units = 2 * sp->lead_mlp + sp->lead_gelu + 3 * sp->n_layers + sp->tail_attn + sp->tail_fc;
+                int units = sp->lead_proj + 2 * sp->lead_mlp + sp->lead_gelu + 4 * sp->n_layers + 2 * sp->tail_attn +
+                            sp->tail_atty + sp->tail_fc;
                 if (units > 0)
-                    assert_int_equal(3 * sp->first_layer - 2 * sp->lead_mlp - sp->lead_gelu, next);
+                    assert_int_equal(4 * sp->first_layer - sp->lead_proj - 2 * sp->lead_mlp - sp->lead_gelu, next);
                 assert_false(sp->lead_mlp && sp->lead_gelu);
+                assert_true(!sp->lead_proj || sp->lead_mlp);
                 assert_true(!sp->tail_fc || sp->tail_attn);
+                assert_false(sp->tail_attn && sp->tail_atty);
                 bool end = p > 1 && (s == 0 || s == p - 1);
                 assert_true(units >= (end ? 0 : 1));
                 next += units;
                 assert_int_equal(sp->has_embed, s == 0);
                 assert_int_equal(sp->has_head, s == p - 1);
             }
-            assert_int_equal(next, 3 * layers);
+            assert_int_equal(next, 4 * layers);
         }
 }
 
@@ -134,17 +137,18 @@ static bool fits(const Config *cfg, const Plan *plan)
     return true;
 }
 
-/* Where a boundary may fall at a grain, in units (three a layer: 0 whole layers, 1 also
- * between the halves, 2 also after the fc product), and whether a stage may hold [at, at + n):
- * not the fc piece (unit 3l + 1) alone. */
+/* Where a boundary may fall at a grain, in units (four a layer: 0 whole layers, 1 also
+ * between the halves, 2 also after the fc product, 3 after attention instead, 4 after both),
+ * and whether a stage may hold [at, at + n): one that starts inside a layer holds the rest of it. */
 static bool allowed(int grain, int u)
 {
-    return u % 3 == 0 || (u % 3 == 1 && grain >= 1) || (u % 3 == 2 && grain >= 2);
+    return u % 4 == 0 || (u % 4 == 2 && grain >= 1) || (u % 4 == 3 && (grain == 2 || grain == 4)) ||
+           (u % 4 == 1 && grain >= 3);
 }
 
 static bool holdable(int at, int n)
 {
-    return !(n == 1 && at % 3 == 1);
+    return n == 0 || at % 4 == 0 || n >= 4 - at % 4;
 }
 
 /* The best bottleneck over every split that fits the memory, by enumeration (INFINITY if
@@ -152,7 +156,7 @@ static bool holdable(int at, int n)
  * counts units from `at`, boundaries where the grain allows them. */
 static double best_by_enumeration(Config *cfg, int *split, int s, int at, int grain)
 {
-    int p = cfg->stages, total = 3 * cfg->layers, left = total - at;
+    int p = cfg->stages, total = 4 * cfg->layers, left = total - at;
     if (s == p - 1) {
         if (left < (p > 1 ? 0 : 1) || (left > 0 && !holdable(at, left)))
             return INFINITY;
@@ -176,12 +180,13 @@ static double best_by_enumeration(Config *cfg, int *split, int s, int at, int gr
 
 /* What the automatic split must reach: the best over whole layers, or over half layers when
  * that is at least 1% faster, or with cuts after the fc product too when that is at least 1%
- * faster again. */
+ * faster again, or with cuts after attention instead, or after both, each when that is at least 1%
+ * faster than the best before it. */
 static double best_automatic(Config *cfg)
 {
     int split[PACI_MAX_STAGES];
     double best = best_by_enumeration(cfg, split, 0, 0, 0);
-    for (int grain = 1; grain <= 2; grain++) {
+    for (int grain = 1; grain <= 4; grain++) {
         double finer = best_by_enumeration(cfg, split, 0, 0, grain);
         best = finer < best * 0.99 ? finer : best;
     }
@@ -228,12 +233,12 @@ static void test_partition_is_optimal_within_memory(void **state)
 {
     (void)state;
     int vocabs[] = {256, 8192, 50257};
-    int constrained = 0, halved = 0, fc_cut = 0;
+    int constrained = 0, halved = 0, fc_cut = 0, att_cut = 0;
     for (int machine = 0; machine < MACHINES; machine++)
     for (int v = 0; v < 3; v++)
         for (int p = 1; p <= (machine == 0 ? 5 : 4); p++) /* the other machines: fewer, for time */
             for (int kind = 0; kind < 3; kind++) {
-                Config cfg = gpt2(5, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
+                Config cfg = gpt2(4, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
                 CpuRates cpu;
                 on_machine(&cfg, machine, &cpu);
                 cfg.vocab = vocabs[v];
@@ -251,6 +256,7 @@ static void test_partition_is_optimal_within_memory(void **state)
                 for (int s = 0; s < p; s++) {
                     halved += plan.stage[s].lead_mlp || plan.stage[s].tail_attn;
                     fc_cut += plan.stage[s].tail_fc;
+                    att_cut += plan.stage[s].tail_atty;
                 }
                 /* a device just too small for the unconstrained choice */
                 cfg.device_memory = (double)plan_peak_memory(&plan, NULL) - 1;
@@ -265,6 +271,7 @@ static void test_partition_is_optimal_within_memory(void **state)
     assert_true(constrained >= 10); /* the memory bound took part */
     assert_true(halved >= 5);       /* and so did boundaries inside layers */
     assert_true(fc_cut >= 2);       /* some of them after the fc product */
+    assert_true(att_cut >= 1);      /* and after attention */
 }
 
 /* The partitioner prices a stage as the sum of its parts' kernel-model prices (plan.c); that
@@ -281,7 +288,7 @@ static void test_stage_price_is_sum_of_parts(void **state)
             cfg.vocab = 4096;
             cfg.vocab_split = 1024;
             cfg.recompute = recompute ? RECOMPUTE_FULL : RECOMPUTE_NONE;
-            int split[4] = {5, 5, 5, 0}; /* in units: 0-1f+emb, 1g-3a, 3b-4+hA, headB */
+            int split[4] = {7, 6, 7, 0}; /* in units: 0-1f+emb, 1g-2t, 2p-4+hA, headB */
             cfg.split_units = split;
             Plan plan;
             plan_layout(&cfg, &plan);
@@ -293,9 +300,10 @@ static void test_stage_price_is_sum_of_parts(void **state)
                 const StagePlan *sp = &plan.stage[s];
                 StagePlan parts[5] = {{.has_embed = sp->has_embed},
                                       {.lead_mlp = sp->lead_mlp, .lead_gelu = sp->lead_gelu,
-                                       .first_layer = sp->first_layer},
+                                       .lead_proj = sp->lead_proj, .first_layer = sp->first_layer},
                                       {.n_layers = sp->n_layers, .first_layer = sp->first_layer},
-                                      {.tail_attn = sp->tail_attn, .tail_fc = sp->tail_fc, .first_layer = sp->first_layer},
+                                      {.tail_attn = sp->tail_attn, .tail_fc = sp->tail_fc, .tail_atty = sp->tail_atty,
+                                       .first_layer = sp->first_layer},
                                       {.has_lnf = sp->has_lnf, .has_head = sp->has_head,
                                        .vocab_begin = sp->vocab_begin, .vocab_end = sp->vocab_end}};
                 double fwd = 0, bwd = 0, step = 0;
@@ -326,7 +334,7 @@ static void test_head_only_stage(void **state)
     assert_int_equal(plan.stage[7].n_layers, 0);
     assert_int_equal(plan.stage[7].first_layer, 24);
     assert_true(plan.stage[7].has_head);
-    int split[8] = {0, 12, 12, 12, 12, 12, 12, 0}; /* an embedding-only first stage, by hand (in units) */
+    int split[8] = {0, 16, 16, 16, 16, 16, 16, 0}; /* an embedding-only first stage, by hand (in units) */
     cfg.split_units = split;
     assert_true(plan_build(&cfg, &plan));
     assert_int_equal(plan.stage[0].n_layers, 0);
@@ -346,7 +354,7 @@ static void test_partition_balances_head(void **state)
     for (int s = 0; s < 8; s++)
         if (plan.stage[s].fwd_flops > slowest)
             slowest = plan.stage[s].fwd_flops;
-    int even[8] = {9, 9, 9, 9, 9, 9, 9, 9}; /* 3 layers each, in units */
+    int even[8] = {12, 12, 12, 12, 12, 12, 12, 12}; /* 3 layers each, in units */
     cfg.split_units = even;
     Plan even_plan;
     plan_layout(&cfg, &even_plan);
@@ -362,7 +370,7 @@ static void test_manual_split_respected(void **state)
 {
     (void)state;
     Config cfg = gpt2(10, 256, 4, 3, PACI_SCHED_PACI, 4);
-    int split[3] = {15, 3, 12}; /* [5, 1, 4] in units */
+    int split[3] = {20, 4, 16}; /* [5, 1, 4] in units */
     cfg.split_units = split;
     Plan plan;
     assert_true(plan_build(&cfg, &plan));
@@ -383,7 +391,7 @@ static void test_half_layer_split(void **state)
     cfg.vocab = 128;
     Plan whole, plan;
     plan_layout(&cfg, &whole);
-    int split[4] = {4, 2, 6, 3}; /* in units */
+    int split[4] = {6, 2, 8, 4}; /* in units */
     cfg.split_units = split;
     assert_true(plan_build(&cfg, &plan));
     static const struct {
@@ -407,7 +415,7 @@ static void test_half_layer_split(void **state)
     assert_int_equal(params, whole.total_params);
     assert_int_equal(plan.total_params, whole.total_params);
     /* a 2.5-layer stage: layer 1's MLP half, layer 2, layer 3's attention half */
-    int odd[4] = {4, 6, 2, 3};
+    int odd[4] = {6, 8, 2, 4};
     cfg.split_units = odd;
     Plan other;
     assert_true(plan_build(&cfg, &other));
@@ -418,7 +426,7 @@ static void test_half_layer_split(void **state)
     assert_string_equal(label, "3b");
     /* cuts after the fc product, [1.75, 1.75, 0.5, 1]: layer 1 to its fc product, then its
      * GELU piece, layer 2, layer 3's attention half */
-    int fc[4] = {5, 5, 2, 3};
+    int fc[4] = {7, 7, 2, 4};
     cfg.split_units = fc;
     Plan fc_plan;
     assert_true(plan_build(&cfg, &fc_plan));
@@ -438,14 +446,36 @@ static void test_half_layer_split(void **state)
     assert_int_equal(fc_lay.dx_floats, fc_message_floats(&cfg));
     stage_layout(&cfg, &fc_plan.stage[0], &fc_lay);
     assert_int_equal(fc_lay.out_floats, fc_message_floats(&cfg));
+    /* cuts after attention, [1.25, 1.25, 1.5, 1]: layer 1 to its attention kernel, then its
+     * projection and the rest, layer 2's attention half */
+    int att[4] = {5, 5, 6, 4};
+    cfg.split_units = att;
+    Plan att_plan;
+    assert_true(plan_build(&cfg, &att_plan));
+    static const char *const att_labels[4] = {"0-1t+emb", "1p-2a", "2b-3", "4-4+head"};
+    long att_params = 0;
+    for (int s = 0; s < 4; s++) {
+        stage_layers_label(&att_plan.stage[s], label, sizeof label);
+        assert_string_equal(label, att_labels[s]);
+        att_params += att_plan.stage[s].params;
+    }
+    assert_true(att_plan.stage[0].tail_atty && !att_plan.stage[0].tail_attn);
+    assert_true(att_plan.stage[1].lead_proj && att_plan.stage[1].lead_mlp && att_plan.stage[1].tail_attn);
+    assert_int_equal(att_params, whole.total_params);
+    /* the message across the cut: x and the attention's output, both ways */
+    assert_int_equal(att_plan.stage[0].msg_bytes, 4 * atty_message_floats(&cfg));
+    stage_layout(&cfg, &att_plan.stage[1], &fc_lay);
+    assert_int_equal(fc_lay.dx_floats, atty_message_floats(&cfg));
+    stage_layout(&cfg, &att_plan.stage[0], &fc_lay);
+    assert_int_equal(fc_lay.out_floats, atty_message_floats(&cfg));
 
     /* every checkpoint tensor's elements covered once; the checkpoint's tensors are the
      * runtime's enumerators, named here by their strings */
     enum { MAX_TENSORS = 32 };
     const char *names[MAX_TENSORS] = {0};
-    long covered[2][MAX_TENSORS] = {{0}}, expected[MAX_TENSORS] = {0};
-    for (int pass = 0; pass < 3; pass++) {
-        const Plan *pl = pass == 0 ? &whole : pass == 1 ? &plan : &fc_plan;
+    long covered[3][MAX_TENSORS] = {{0}}, expected[MAX_TENSORS] = {0};
+    for (int pass = 0; pass < 4; pass++) {
+        const Plan *pl = pass == 0 ? &whole : pass == 1 ? &plan : pass == 2 ? &fc_plan : &att_plan;
         for (int s = 0; s < pl->stages; s++) {
             StageLayout lay;
             stage_layout(&cfg, &pl->stage[s], &lay);
@@ -472,6 +502,7 @@ static void test_half_layer_split(void **state)
     for (int k = 0; names[k]; k++) {
         assert_int_equal(covered[0][k], expected[k]);
         assert_int_equal(covered[1][k], expected[k]);
+        assert_int_equal(covered[2][k], expected[k]);
     }
 }
 

@@ -327,10 +327,10 @@ static void test_split_and_spans(void **state)
     const char *text = MODEL "pipeline {\n  stages 3\n  split [2, 1,\n   1]\n}\n" BATCH TRAIN;
     Checked c = check(text);
     assert_true(c.ok);
-    assert_non_null(c.cfg.split_units); /* in units, three a layer */
-    assert_int_equal(c.cfg.split_units[0], 6);
-    assert_int_equal(c.cfg.split_units[1], 3);
-    assert_int_equal(c.cfg.split_units[2], 3);
+    assert_non_null(c.cfg.split_units); /* in units, four a layer */
+    assert_int_equal(c.cfg.split_units[0], 8);
+    assert_int_equal(c.cfg.split_units[1], 4);
+    assert_int_equal(c.cfg.split_units[2], 4);
     assert_int_equal(c.cfg.span_stages.begin, (int)(strstr(text, "3\n") - text));
     assert_int_equal(c.cfg.span_split.begin, (int)(strstr(text, "[2") - text));
     assert_int_equal(c.cfg.span_split.end, (int)(strstr(text, "]") - text) + 1);
@@ -612,27 +612,41 @@ static void test_lr_scales_with_data(void **state)
     done(&c);
 }
 
-/* Half layers: 1.5 ends a stage after a layer's attention; 0.5 is a half alone; the sum
- * counts halves; anything else is an error at the entry. */
+/* Half layers: 1.5 ends a stage after a layer's attention half; 0.5 is a half alone; .75
+ * cuts after the fc product, .25 after the attention kernel; the sum counts quarters; a stage
+ * that starts inside a layer and does not reach its end, or a boundary elsewhere, is an
+ * error at the entry. */
 static void test_split_half_layers(void **state)
 {
     (void)state;
     Checked c = check(MODEL "pipeline { stages 3; split [1.5, 0.5, 2] }\n" BATCH TRAIN);
     assert_true(c.ok);
-    assert_int_equal(c.cfg.split_units[0], 4);
+    assert_int_equal(c.cfg.split_units[0], 6);
     assert_int_equal(c.cfg.split_units[1], 2);
-    assert_int_equal(c.cfg.split_units[2], 6);
+    assert_int_equal(c.cfg.split_units[2], 8);
     done(&c);
     /* .75: after the fc product; an entry is what lies between two boundaries */
     c = check(MODEL "pipeline { stages 3; split [1.75, 0.75, 1.5] }\n" BATCH TRAIN);
     assert_true(c.ok);
-    assert_int_equal(c.cfg.split_units[0], 5);
-    assert_int_equal(c.cfg.split_units[1], 2);
-    assert_int_equal(c.cfg.split_units[2], 5);
+    assert_int_equal(c.cfg.split_units[0], 7);
+    assert_int_equal(c.cfg.split_units[1], 3);
+    assert_int_equal(c.cfg.split_units[2], 6);
     done(&c);
+    /* .25: after the attention kernel; the stage after holds the rest of that layer */
     c = check(MODEL "pipeline { stages 3; split [1.25, 0.75, 2] }\n" BATCH TRAIN);
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.split_units[0], 5);
+    assert_int_equal(c.cfg.split_units[1], 3);
+    assert_int_equal(c.cfg.split_units[2], 8);
+    done(&c);
+    c = check(MODEL "pipeline { stages 3; split [1.25, 0.5, 2.25] }\n" BATCH TRAIN);
     assert_false(c.ok);
-    assert_non_null(strstr(c.messages, "'split' puts a stage boundary at 1.25 layers, inside layer 1"));
+    assert_non_null(strstr(c.messages, "stage 1 of 'split' starts at layer 1's attention projection (.25) and ends "
+                                       "inside that layer (at 1.75)"));
+    done(&c);
+    c = check(MODEL "pipeline { stages 3; split [1.125, 0.875, 2] }\n" BATCH TRAIN);
+    assert_false(c.ok);
+    assert_non_null(strstr(c.messages, "'split' puts a stage boundary at 1.125 layers, inside layer 1"));
     done(&c);
     c = check(MODEL "pipeline { stages 3; split [1.5, 0.25, 2.25] }\n" BATCH TRAIN);
     assert_false(c.ok);
