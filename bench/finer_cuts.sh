@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/finer_cuts.sh: how even the stages of examples/gpt2-medium-8.paci and gpt2-medium-4
-# could get with split points finer than half layers (pacic has half layers and, since
-# 2026-12-06, the cut after the fc product, before GELU; docs/dsl.md, "Split points inside a
-# layer"). Every price is the kernel cost model's, as `pacic --emit
+# could get with split points finer than half layers (pacic has half layers, since 2026-12-06
+# the cut after the fc product, before GELU, and since 2026-12-07 the cut after the attention
+# kernel; docs/dsl.md, "Split points inside a layer"). Every price is the kernel cost model's, as `pacic --emit
 # costs` prints it: the file with `split [0, n, ..., n, 0]` gives the embedding alone (stage
 # 0), the head alone (the last stage) and a whole layer (stage 1's, over its layer count); a
 # layer is cut into nine pieces, one a forward kernel (each with the backward ops of its

@@ -15,8 +15,9 @@
 #                    no longer lie on the critical path;
 #
 # and, with stage costs written here as a version 1 profile (`stage S fwd F bwd B step P`:
-# each stage the mean of the automatic split's per-stage times that --explain prints), the
-# bound no split reaches: all stages equal.
+# each stage the mean of the automatic split's per-stage times that --explain prints), every
+# stage equal: no imbalance left, the messages' share alone (with the wider messages across the
+# cuts inside layers on each link, it is not a bound on the split).
 #
 # Figures only, no assertions; a few seconds.
 set -euo pipefail
@@ -60,5 +61,5 @@ for p in 8 4; do
         edit slack4 "$file" 's/^    window 8 /    window 8; split [6.5, 6.5, 7, 4] /' "split \[6.5"
         row "the slowest stage beside lighter ones: split [6.5, 6.5, 7, 4]" "$(bubble "$work/slack4.paci")"
     fi
-    row "bound: $p equal stages (the mean of the automatic split's)" "$(bubble "$file" --profile "$work/equal$p.txt")"
+    row "$p equal stages (the mean of the automatic split's): messages alone" "$(bubble "$file" --profile "$work/equal$p.txt")"
 done
