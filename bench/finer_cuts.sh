@@ -71,7 +71,7 @@ for line in open(costs):
     f = line.split()
     if f[0] == "stage":
         stage[int(f[1])] = (float(f[3]), float(f[5]), float(f[7]))
-    elif f[0] == "op" and f[1] == "1" and f[3] in ("block_forward", "block_backward"):
+    elif f[0] == "op" and f[1] == "1" and f[3] in ("block_forward", "block_backward", "block_backward_down", "block_backward_late"):
         what = line.split('"')[1]
         owner = [k for k in range(K) for prefix in PIECES[k][1] if what.startswith(prefix)]
         if len(owner) != 1:
