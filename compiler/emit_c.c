@@ -856,6 +856,19 @@ static void emit_c_backward(StrBuf *sb, const Config *cfg, const StagePlan *sp, 
     blank_line(sb);
 }
 
+/* atty's B T C values from `from` to `to` across the cut after attention: the stored activation
+ * (bf16 where atty_stored_bf16) to the message's fp32, or (`why` given) the received fp32 to
+ * the proj piece's stored copy. */
+static void emit_c_atty_copy(StrBuf *sb, const Config *cfg, const char *from, const char *to, const char *why)
+{
+    if (!atty_stored_bf16(cfg))
+        emit_line(sb, "memcpy(%s, %s, sizeof(float) * BT * C);", to, from);
+    else if (why)
+        emit_line(sb, "to_bf16(%s, (pr_bf16 *)(%s), (long)BT * C); /* %s */", from, to, why);
+    else
+        emit_line(sb, "from_bf16((const pr_bf16 *)(%s), %s, (long)BT * C);", from, to);
+}
+
 static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s)
 {
     emit_line(sb, "/* The input of layer l: the stage's input (or the leading MLP half's output) or the previous");
@@ -878,12 +891,8 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
                       "/* the message came in bf16 */",
                   sp->lead_gelu ? "MSG_DFC + 4L * BT * C" : sp->lead_proj ? "MSG_DATTY + (long)BT * C" : "(long)BT * C");
     if (sp->lead_proj) {
-        if (atty_stored_bf16(cfg))
-            emit_line(sb, "to_bf16(args->acts + ACT_INPUT_ATTY, (pr_bf16 *)(args->acts + ACT_LEAD_PROJ + A_ATTY), (long)BT * C); "
-                          "/* the proj piece keeps atty as the att piece stored it */");
-        else
-            emit_line(sb, "memcpy(args->acts + ACT_LEAD_PROJ + A_ATTY, args->acts + ACT_INPUT_ATTY, sizeof(float) * BT * C); "
-                          "/* the proj piece keeps atty */");
+        emit_c_atty_copy(sb, cfg, "args->acts + ACT_INPUT_ATTY", "args->acts + ACT_LEAD_PROJ + A_ATTY",
+                         "the proj piece keeps atty as the att piece stored it");
         emit_line(sb, "proj_piece_forward(args->params + PARAM_LEAD_PROJ, args->acts + ACT_LEAD_PROJ, args->acts + ACT_INPUT);");
     }
     if (sp->lead_mlp)
@@ -907,12 +916,8 @@ static void emit_c_stage_driver(StrBuf *sb, const Config *cfg, const StagePlan *
                       "layer_input(args->acts, N_LAYERS));");
         emit_line(sb, "memcpy(args->acts + ACT_OUTPUT, layer_input(args->acts, N_LAYERS), sizeof(float) * BT * C); "
                       "/* the message: x, then atty */");
-        if (atty_stored_bf16(cfg))
-            emit_line(sb, "from_bf16((const pr_bf16 *)(args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY), "
-                          "args->acts + ACT_OUTPUT + MSG_DATTY, (long)BT * C);");
-        else
-            emit_line(sb, "memcpy(args->acts + ACT_OUTPUT + MSG_DATTY, args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY, "
-                          "sizeof(float) * BT * C);");
+        emit_c_atty_copy(sb, cfg, "args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY", "args->acts + ACT_OUTPUT + MSG_DATTY",
+                         NULL);
     }
     if (stage_head_front(sp))
         emit_line(sb, "head_front_forward(args->params, args->acts, args->acts + ACT_OUTPUT, args->targets);");

@@ -191,4 +191,21 @@ void emit_section_prelude(StrBuf *sb, const StageSection *section, bool weights_
     for (int i = 0; i < n; i++)
         if (keep[i])
             emit_line(sb, "%.*s", len[i], line[i]);
+    // a parameter neither the ops nor the kept bases read (a late part's, a W's): said so, for -Wextra
+    char *params = section_params(section, weights_h);
+    for (char *param = strtok(params, ","); param && section->ops; param = strtok(NULL, ",")) {
+        char *end = param + strlen(param), *name = end;
+        while (name > param && (isalnum((unsigned char)name[-1]) || name[-1] == '_'))
+            name--;
+        size_t name_len = (size_t)(end - name);
+        bool read = section_names(section->ops, name, name_len);
+        for (int i = 0; i < n && !read; i++) {
+            char kept[256];
+            snprintf(kept, sizeof kept, "%.*s", len[i], line[i]);
+            read = keep[i] && names(strstr(kept, " = "), name, name_len);
+        }
+        if (!read)
+            emit_line(sb, "(void)%s; /* not read by this part */", name);
+    }
+    free(params);
 }

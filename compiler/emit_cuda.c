@@ -658,6 +658,18 @@ static void emit_cuda_host_constants(StrBuf *sb, int s, bool bf16)
     sb_puts(sb, "\n");
 }
 
+/* atty's B T C values from `from` to `to` across the cut after attention: the received fp32 to
+ * the proj piece's stored copy (`to_stored`), or the stored activation to the message's fp32;
+ * bf16 where atty_stored_bf16. */
+static void emit_cuda_atty_copy(StrBuf *sb, const Config *cfg, bool to_stored, const char *from, const char *to,
+                                const char *why)
+{
+    if (atty_stored_bf16(cfg))
+        emit_message_bf16(sb, to_stored, from, to, "(long)BT * C", why);
+    else
+        emit_line(sb, "pr_cuda_copy(CUDA_STAGE, %s, %s, (int64_t)BT * C); /* %s */", to, from, why);
+}
+
 /* pr_stage_S_cuda_forward: the stage's forward sections in order, messages narrowed or widened. */
 static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp, int s, WeightCopies h)
 {
@@ -672,12 +684,8 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
                                           : "(long)BT * C",
                           "the message came in bf16");
     if (sp->lead_proj) {
-        if (atty_stored_bf16(cfg))
-            emit_message_bf16(sb, true, "args->acts + ACT_INPUT_ATTY", "args->acts + ACT_LEAD_PROJ + A_ATTY", "(long)BT * C",
-                              "the proj piece keeps atty as the att piece stored it");
-        else
-            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->acts + ACT_LEAD_PROJ + A_ATTY, args->acts + ACT_INPUT_ATTY, "
-                          "(int64_t)BT * C); /* the proj piece keeps atty */");
+        emit_cuda_atty_copy(sb, cfg, true, "args->acts + ACT_INPUT_ATTY", "args->acts + ACT_LEAD_PROJ + A_ATTY",
+                            "the proj piece keeps atty as the att piece stored it");
         emit_line(sb, "cuda_proj_piece_forward(args->params + PARAM_LEAD_PROJ, %sargs->acts + ACT_LEAD_PROJ, "
                       "args->acts + ACT_INPUT);", h.lead_proj);
     }
@@ -702,12 +710,8 @@ static void emit_cuda_forward(StrBuf *sb, const Config *cfg, const StagePlan *sp
                       "layer_input(args->acts, N_LAYERS));", h.tail);
         emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->acts + ACT_OUTPUT, layer_input(args->acts, N_LAYERS), "
                       "(int64_t)BT * C); /* the message: x, then atty */");
-        if (atty_stored_bf16(cfg))
-            emit_message_bf16(sb, false, "args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY", "args->acts + ACT_OUTPUT + MSG_DATTY",
-                              "(long)BT * C", "atty, kept in bf16, goes in fp32");
-        else
-            emit_line(sb, "pr_cuda_copy(CUDA_STAGE, args->acts + ACT_OUTPUT + MSG_DATTY, "
-                          "args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY, (int64_t)BT * C);");
+        emit_cuda_atty_copy(sb, cfg, false, "args->acts + ACT_TAIL_ATTN + A_PROJ + A_ATTY",
+                            "args->acts + ACT_OUTPUT + MSG_DATTY", "atty goes in fp32");
     }
     if (stage_head_front(sp))
         emit_line(sb, "cuda_head_front_forward(args->params, %sargs->acts, args->acts + ACT_OUTPUT, args->targets);",
