@@ -193,7 +193,10 @@ void emit_section_prelude(StrBuf *sb, const StageSection *section, bool weights_
             emit_line(sb, "%.*s", len[i], line[i]);
     // a parameter neither the ops nor the kept bases read (a late part's, a W's): said so, for -Wextra
     char *params = section_params(section, weights_h);
-    for (char *param = strtok(params, ","); param && section->ops; param = strtok(NULL, ",")) {
+    for (char *param = params, *next; param && section->ops; param = next) {
+        next = strchr(param, ',');
+        if (next)
+            *next++ = '\0';
         char *end = param + strlen(param), *name = end;
         while (name > param && (isalnum((unsigned char)name[-1]) || name[-1] == '_'))
             name--;
