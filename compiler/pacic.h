@@ -400,14 +400,15 @@ const char *config_with_schedule(const Config *cfg, int kind, Config *out);
 bool sema_check(const Source *src, const Ast *ast, bool need_data, Config *cfg);
 void config_free(Config *cfg);
 void config_dump(FILE *out, const Config *cfg);
-/* A count of split units (three a layer) in layers: 4 is 1.5, 5 is 1.75. */
+/* A count of split units (four a layer) in layers: 6 is 1.5, 7 is 1.75. */
 double split_units_layers(int units);
 
 /* ---- plan.c: sizes, FLOPs, partition, memory ---------------------------------------- */
 
-/* A stage holds a contiguous run of a layer's pieces: its attention half (LayerNorm 1, qkv,
- * attention, its projection and residual), then its MLP half, itself two pieces: LayerNorm 2
- * and the fc product, then GELU, the MLP projection and its residual. Whole layers are
+/* A stage holds a contiguous run of a layer's pieces: its attention half, itself two pieces:
+ * LayerNorm 1, qkv and attention, then the projection and its residual; then its MLP half,
+ * itself two pieces: LayerNorm 2 and the fc product, then GELU, the MLP projection and its
+ * residual. Whole layers are
  * [first_layer, first_layer + n_layers); a stage may also start with the MLP half of layer
  * first_layer - 1 (lead_mlp) or with its GELU piece alone (lead_gelu), and end with the
  * attention half of layer first_layer + n_layers (tail_attn), or with that and the layer's
