@@ -439,6 +439,9 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     // the memory of a split that cuts inside layers anywhere its grain lets it (layer_split
     // keeps a finer grain only when no coarser split does as well)
     int program_cuts = grain_cuts(grain);
+    bool *allowed = xmalloc((size_t)(units + 1) * sizeof *allowed); /* boundary_allowed at each unit */
+    for (int u = 0; u <= units; u++)
+        allowed[u] = boundary_allowed(grain, u);
     /* worst[k][u], squares[k][u]: best (max, sum of squares) of the first k stages over u units. */
     size_t cells = (size_t)(stages + 1) * (size_t)(units + 1);
     double *worst = xmalloc(cells * sizeof *worst);
@@ -470,7 +473,13 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
                 }
                 StagePlan sp;
                 stage_fill(cfg, m, k - 1, start, n, vocab_split, slots[k - 1], stash[k - 1], program_cuts, &sp);
-                stage_time[at] = stage_seconds(cfg, pr, &sp) / unit;
+                // a middle stage's time depends on what it holds, not where (but for recompute,
+                // which its slots decide): the second stage's, priced first, serves the others
+                bool recompute_as_second = stages > 2 && sp.recompute == (cfg->recompute == RECOMPUTE_FULL && slots[1] > 1);
+                if (k > 2 && k < stages && recompute_as_second)
+                    stage_time[at] = stage_time[UNITS_PER_LAYER * AT(2, n) + (size_t)start];
+                else
+                    stage_time[at] = stage_seconds(cfg, pr, &sp) / unit;
                 fits[at] = (double)sp.mem_total <= cfg->device_memory;
             }
     double back_time = 0;
@@ -498,13 +507,13 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
                 worst[at] = INFINITY;
                 squares[at] = INFINITY;
                 choice[at] = -1;
-                if (!boundary_allowed(grain, u))
+                if (!allowed[u])
                     continue;
                 /* the k-th stage takes units [u - n, u); trying the largest n first gives
                  * exact ties to later stages, which keep fewer slots in flight. worst[k-1][.]
                  * grows with its units, so once it is above the best so far, so is the rest. */
                 for (int n = u; n >= (end ? 0 : 1); n--) {
-                    if (!boundary_allowed(grain, u - n))
+                    if (!allowed[u - n])
                         continue;
                     size_t prev = AT(k - 1, u - n);
                     if (worst[prev] > worst[at] + 1e-9)
@@ -550,16 +559,17 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
                 worst[at] = -INFINITY;
                 squares[at] = INFINITY;
                 choice[at] = -1;
-                if (!boundary_allowed(grain, u))
+                if (!allowed[u])
                     continue;
-                for (int n = u; n >= (end ? 0 : 1); n--) {
+                // a stage of more units from the same piece costs more: past the bound, stop
+                for (int n = end ? 0 : 1; n <= u; n++) {
                     size_t prev = AT(k - 1, u - n);
-                    if (!boundary_allowed(grain, u - n) || worst[prev] == -INFINITY ||
-                        !units_hold_stage(u - n, n))
-                        continue;
                     size_t cost = UNITS_PER_LAYER * AT(k, n) + (size_t)((u - n) % UNITS_PER_LAYER);
                     double here = stage_time[cost];
-                    if (here > bound * (1 + 1e-9) || (check_memory && !fits[cost]))
+                    if (isfinite(here) && here > bound * (1 + 1e-9) && n >= UNITS_PER_LAYER)
+                        break;
+                    if (!allowed[u - n] || worst[prev] == -INFINITY || !units_hold_stage(u - n, n) ||
+                        here > bound * (1 + 1e-9) || (check_memory && !fits[cost]))
                         continue;
                     double least = worst[prev] < here ? worst[prev] : here, sq = squares[prev] + here * here;
                     if (choice[at] < 0 || least > worst[at] * (1 + 1e-9) ||
@@ -583,6 +593,7 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
         u -= split[k - 1];
     }
 #undef AT
+    free(allowed);
     free(stage_time);
     free(fits);
     free(worst);
