@@ -51,17 +51,16 @@ grep -q "^stage 0: layers 0f\.\.0f +embed" <<< "$("$pacic" "$work/fc-gpipe.paci"
 echo "splits after the fc product (1f1b and zb-h1 [1.75, 2, 0.25], gpipe [0.75, 1.25, 1.5, 0.5]): model.bin, state.bin and losses equal one stage's over 20 steps"
 
 # Cuts after a layer's attention kernel (`split [1.25, ...]`): the stage after starts with its
-# projection, and the message is x and the attention's output. [1.25, 2, 0.75]: layer 1's
-# proj piece on stage 1, layer 3's with its MLP and the head; [0.25, 1.25, 1.75, 0.75]: layer
-# 0's att piece alone with the embedding, beside halves; [1.25, 1.5, 1.25]: beside an fc cut.
-split_model att-1f1b 3 1f1b "[1.25, 2, 0.75]"
+# projection, and the message is x and the attention's output. [1.25, 1.5, 1.25]: layer 1's
+# proj piece on stage 1, beside an fc cut; [0.25, 1.25, 1.75, 0.75]: layer 0's att piece alone
+# with the embedding, beside halves, and layer 3's proj piece with its MLP and the head.
+split_model att-1f1b 3 1f1b "[1.25, 1.5, 1.25]"
 split_model att-gpipe 4 gpipe "[0.25, 1.25, 1.75, 0.75]"
-split_model att-mix 3 1f1b "[1.25, 1.5, 1.25]"
 split_model att-zb 3 zb-h1 "[1.25, 2, 0.75]"
-trains_as_one "[01]p" "a proj piece" att-1f1b att-gpipe att-mix att-zb
+trains_as_one "[01]p" "a proj piece" att-1f1b att-gpipe att-zb
 grep -q "^stage 0: layers 0t\.\.0t +embed" <<< "$("$pacic" "$work/att-gpipe.paci" --dump plan)" ||
     fail "[0.25, ...]: stage 0 is not layer 0's att piece with the embedding"
-echo "splits after attention (1f1b and zb-h1 [1.25, 2, 0.75], gpipe [0.25, 1.25, 1.75, 0.75], 1f1b [1.25, 1.5, 1.25]): model.bin, state.bin and losses equal one stage's over 20 steps"
+echo "splits after attention (1f1b [1.25, 1.5, 1.25], zb-h1 [1.25, 2, 0.75], gpipe [0.25, 1.25, 1.75, 0.75]): model.bin, state.bin and losses equal one stage's over 20 steps"
 
 # one stage's export exists now (export_equals_one above)
 run_quiet fc-gpipe --export hf hf >/dev/null

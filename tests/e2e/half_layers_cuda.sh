@@ -3,21 +3,18 @@
 # layers is an embedding-only stage, layer 0's attention half alone, layer 0's MLP half with
 # layer 1, and a head-only stage (four fake GPUs, NCCL between them, 1F1B, fp32 and bf16). It
 # trains as the CPU path of the same program (tests/e2e/half_layers.sh and end_stages.sh show
-# the CPU path equal to one stage), to cuda_fake.sh's tolerances; and [0.75, 0.75, 0.5, 0],
-# cut after layer 0's fc product, alike, and [0.25, 1, 0.75, 0], cut after each layer's
-# attention kernel. Skips where tests/cuda_emu
+# the CPU path equal to one stage), to cuda_fake.sh's tolerances; and [0.25, 1.5, 0.25, 0],
+# cut after layer 0's attention kernel and after layer 1's fc product, alike. Skips where
+# tests/cuda_emu
 # cannot run (need_cuda_emu).
 source tests/e2e/lib.sh
 need_cuda_emu
 export PACIC_CACHE=$work/cache
 
 fake_split_devices "[0, 0.5, 1.5, 0]"
-# and cuts after the fc product: layer 0 to its fc product with the embedding, its GELU piece
-# with layer 1's attention half, layer 1's MLP half, the head alone
-fake_split_devices "[0.75, 0.75, 0.5, 0]" fc-
-# and cuts after attention: layer 0's att piece with the embedding, its proj piece, MLP half and
-# layer 1's att piece, layer 1's proj piece and MLP half, the head alone
-fake_split_devices "[0.25, 1, 0.75, 0]" att-
+# and both cuts inside a layer: layer 0's att piece with the embedding; its proj piece, MLP half
+# and layer 1 up to its fc product; layer 1's GELU piece; the head alone
+fake_split_devices "[0.25, 1.5, 0.25, 0]" cuts-
 
 # Data parallelism with halves: `parallel { data 2 }` at p = 2, split [1.5, 0.5], as four
 # processes with a fake GPU each. The window's last backward starts an allreduce per range of
