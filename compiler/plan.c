@@ -543,47 +543,6 @@ static double balanced_split(const Config *cfg, const ModelCounts *m, StagePrice
     }
     double slowest = fmax(worst[AT(stages, units)], back_time) * unit;
     *fits_memory = pass == 0;
-    // Among the partitions whose every stage is at most that slowest one, the one whose least
-    // stage is the largest (then the most even): the stages that wait for the slowest wait least.
-    double bound = worst[AT(stages, units)];
-    if (choice[AT(stages, units)] >= 0 && isfinite(bound)) {
-        bool check_memory = pass == 0;
-        for (int u = 0; u <= units; u++) {
-            worst[AT(0, u)] = u == 0 ? INFINITY : -INFINITY; /* here: the least stage so far */
-            squares[AT(0, u)] = 0;
-        }
-        for (int k = 1; k <= stages; k++) {
-            bool end = stages > 1 && (k == 1 || k == stages);
-            for (int u = 0; u <= units; u++) {
-                size_t at = AT(k, u);
-                worst[at] = -INFINITY;
-                squares[at] = INFINITY;
-                choice[at] = -1;
-                if (!allowed[u])
-                    continue;
-                // a stage of more units from the same piece costs more: past the bound, stop
-                for (int n = end ? 0 : 1; n <= u; n++) {
-                    size_t prev = AT(k - 1, u - n);
-                    size_t cost = UNITS_PER_LAYER * AT(k, n) + (size_t)((u - n) % UNITS_PER_LAYER);
-                    double here = stage_time[cost];
-                    if (isfinite(here) && here > bound * (1 + 1e-9) && n >= UNITS_PER_LAYER)
-                        break;
-                    if (!allowed[u - n] || worst[prev] == -INFINITY || !units_hold_stage(u - n, n) ||
-                        here > bound * (1 + 1e-9) || (check_memory && !fits[cost]))
-                        continue;
-                    double least = worst[prev] < here ? worst[prev] : here, sq = squares[prev] + here * here;
-                    if (choice[at] < 0 || least > worst[at] * (1 + 1e-9) ||
-                        (least >= worst[at] * (1 - 1e-9) && sq < squares[at] - 1e-9)) {
-                        worst[at] = least;
-                        squares[at] = sq;
-                        choice[at] = n;
-                    }
-                }
-            }
-        }
-        if (choice[AT(stages, units)] < 0)
-            ICE("the partition of least stage %g over %d units lost its bound", bound, units);
-    }
     if (vocab_split > 0)
         split[stages] = 0;
     for (int k = stages, u = units; k >= 1; k--) {

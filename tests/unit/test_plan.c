@@ -236,7 +236,7 @@ static void test_partition_is_optimal_within_memory(void **state)
     int constrained = 0, halved = 0, fc_cut = 0, att_cut = 0;
     for (int machine = 0; machine < MACHINES; machine++)
     for (int v = 0; v < 3; v++)
-        for (int p = 1; p <= (machine == 0 ? 5 : 4); p++) /* the other machines: fewer, for time */
+        for (int p = 1; p <= (machine == 0 ? 5 : 3); p++) /* the other machines: fewer, for time */
             for (int kind = 0; kind < 3; kind++) {
                 Config cfg = gpt2(4, 512, 8, p, kind == 1 ? PACI_SCHED_GPIPE : PACI_SCHED_PACI, 4);
                 CpuRates cpu;
