@@ -144,12 +144,14 @@ wait_one() {
 
 # The longest scripts start first, longest first, so that the run does not end with one of
 # them on one core while the other cores idle (their order only: every script runs, and none
-# is timed). The order is that of their times in one make test (2026-12-06, 2 cores at load
-# ~10: 180 s for optim_ref down to 53 s for signals; the rest took less), alphabetical after.
-long_first=(optim_ref fuzz cuda_emu_optim cuda_emu gpu_check_dry data_parallel cuda_fake dgc cuda_build
-            study_tuned_smoke nvrtc plot cuda_fake_dgc cuda_fake_vocab train_bpe_doc dgc_processes
-            readme_commands sync_equals_single_stage torch_ref sample_bpe zero_bubble chunks cuda_fake_chunks
-            post_validation bpe_tiktoken resume_optimizers study_scale_smoke study_v4_smoke half_layers_cuda sampling signals)
+# is timed). The order is that of their times in one make test (2026-12-07, a clean clone on 2
+# idle cores: 76 s for zero_bubble down to 14 s for train_bpe_doc; the rest took less), then
+# those the earlier order named, alphabetical after.
+long_first=(zero_bubble fuzz cuda_fake study_v4_smoke data_parallel cuda_emu_optim cuda_fake_chunks gpu_check_dry
+            stop_continue bad_inputs cuda_emu cuda_build half_layers_cuda study_scale_smoke cuda_fake_dgc chunks
+            signals torch_ref optim_ref readme_commands resume_optimizers dgc delay_dcasgd study_tuned_smoke
+            cuda_fake_replicas post_validation lans_schedules cuda_fake_vocab nvrtc train_bpe_doc plot dgc_processes
+            sync_equals_single_stage sample_bpe bpe_tiktoken sampling)
 # The unit tests and golden files are one job, started first.
 if [ -n "$(ls "$build"/tests/test_* 2>/dev/null)" ] || [ "${PACI_GOLDEN:-1}" != 0 ]; then
     unit_and_golden "$logs/unit-and-golden.counts" > "$logs/unit and golden.log" 2>&1 &
