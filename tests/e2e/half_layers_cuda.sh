@@ -16,34 +16,25 @@ fake_split_devices "[0, 0.5, 1.5, 0]"
 # and layer 1 up to its fc product; layer 1's GELU piece; the head alone
 fake_split_devices "[0.25, 1.5, 0.25, 0]" cuts-
 
-# Data parallelism with halves: `parallel { data 2 }` at p = 2, split [1.5, 0.5], as four
-# processes with a fake GPU each. The window's last backward starts an allreduce per range of
-# gradients as it finishes them, halves included (stage 0: layer 1's attention half, layer 0,
-# the embeddings; stage 1: the head, layer 1's MLP half), and the step one for the loss: it
-# must train as the CPU runs the same program with its replicas as threads.
-fake_replicas_model dp "[1.5, 0.5]"
-fake_replicas_run dp
-compare_devices "[1.5, 0.5], data 2 x 2 stages, four GPUs" "$work/dp/joined" "$work/dp/cpu" 1e-5 1e-4
-# 6 steps: (3 ranges + the loss) on stage 0, (2 + 1) on stage 1
-expect_allreduces dp 24 18
-echo "data 2 with split [1.5, 0.5] on four fake GPUs: an allreduce per range, halves included; trains as the CPU"
+# replicas_train_as_cpu NAME SPLIT STAGE0 STAGE1 WHAT: `parallel { data 2 }` at p = 2 with
+# `split SPLIT`, as four processes with a fake GPU each, trains as the CPU runs the same program
+# with its replicas as threads, with STAGE0 and STAGE1 allreduces over its 6 steps (a range of
+# gradients each as the window's last backward finishes it, and the step's one for the loss).
+replicas_train_as_cpu() {
+    port=$((port + 1))
+    fake_replicas_model "$1" "$2"
+    fake_replicas_run "$1"
+    compare_devices "$2, data 2 x 2 stages, four GPUs" "$work/$1/joined" "$work/$1/cpu" 1e-5 1e-4
+    expect_allreduces "$1" "$3" "$4"
+    echo "data 2 with split $2 on four fake GPUs: an allreduce per range, $5; trains as the CPU"
+}
 
-# The same with a cut after the fc product, [1.75, 0.25]: stage 0 reports layer 1's fc piece,
-# its attention half, layer 0 and the embeddings apart, stage 1 the head and layer 1's GELU piece.
-port=$((port + 1))
-fake_replicas_model dpfc "[1.75, 0.25]"
-fake_replicas_run dpfc
-compare_devices "[1.75, 0.25], data 2 x 2 stages, four GPUs" "$work/dpfc/joined" "$work/dpfc/cpu" 1e-5 1e-4
-# 6 steps: (4 ranges + the loss) on stage 0, (2 + 1) on stage 1
-expect_allreduces dpfc 30 18
-echo "data 2 with split [1.75, 0.25] on four fake GPUs: an allreduce per range, the fc piece's apart; trains as the CPU"
-
-# And a cut after attention, [1.25, 0.75]: stage 0 reports layer 1's att piece, layer 0 and the
-# embeddings apart, stage 1 the head, layer 1's MLP half and its proj piece.
-port=$((port + 1))
-fake_replicas_model dpatt "[1.25, 0.75]"
-fake_replicas_run dpatt
-compare_devices "[1.25, 0.75], data 2 x 2 stages, four GPUs" "$work/dpatt/joined" "$work/dpatt/cpu" 1e-5 1e-4
-# 6 steps: (3 ranges + the loss) on each stage
-expect_allreduces dpatt 24 24
-echo "data 2 with split [1.25, 0.75] on four fake GPUs: an allreduce per range, the proj piece's apart; trains as the CPU"
+# Halves, [1.5, 0.5]: stage 0 reports layer 1's attention half, layer 0 and the embeddings
+# (3 ranges + the loss), stage 1 the head and layer 1's MLP half (2 + 1).
+replicas_train_as_cpu dp "[1.5, 0.5]" 24 18 "halves included"
+# A cut after the fc product, [1.75, 0.25]: stage 0 reports layer 1's fc piece, its attention
+# half, layer 0 and the embeddings apart (4 + 1), stage 1 the head and layer 1's GELU piece.
+replicas_train_as_cpu dpfc "[1.75, 0.25]" 30 18 "the fc piece's apart"
+# A cut after attention, [1.25, 0.75]: stage 0 reports layer 1's att piece, layer 0 and the
+# embeddings apart (3 + 1), stage 1 the head, layer 1's MLP half and its proj piece (3 + 1).
+replicas_train_as_cpu dpatt "[1.25, 0.75]" 24 24 "the proj piece's apart"
