@@ -3,7 +3,8 @@
 # as passed, and named with its reason; so is a cmocka skip() and a script that left out a
 # part (skip_part in lib.sh); exit 77 without a reason is a failure, and so is a script that
 # is not executable; under PACI_REQUIRE_ALL=1 every skip is. PACI_TIER=check runs only the
-# scripts marked for it. The closing line reads "N passed, N failed, N skipped".
+# scripts marked for it; a script marked "# pool: waits" runs beside the PACI_JOBS others. The
+# closing line reads "N passed, N failed, N skipped".
 # First on a made-up tree (a copy of run.sh beside fake scripts and a fake unit binary), then
 # on this tree's own scripts with a build that has nothing (every skip site must exit 77).
 # tier: check
@@ -73,6 +74,17 @@ has parallel "8 passed, 4 failed, 4 skipped"
 sorted_lines() { sed 's/ ([0-9]*s)$//' "$work/$1.txt" | sort; }
 diff <(sorted_lines serial) <(sorted_lines parallel) >&2 || fail "PACI_JOBS=4 counted other results than PACI_JOBS=1"
 rm "$fake/tests/e2e/slow_pass.sh"
+
+# A script whose header has the line "# pool: waits" runs beside the PACI_JOBS others: with one
+# job, the next script starts while it waits (for a file that script writes; the 120 s guard
+# fails the test if it held the only place).
+flag=$work/written-by-the-next
+e2e a_waits $'# pool: waits\nfor ((i = 0; i < 1200; i++)); do [ -e '"$flag"$' ] && exit 0; sleep 0.1; done; fail "held the only place"'
+e2e b_writes "touch $flag"
+[ "$(runner waits PACI_JOBS=1 PACI_UNIT=none PACI_E2E="a_waits b_writes")" = 0 ] || { cat "$work/waits.txt" >&2; fail "waits: run.sh failed"; }
+has waits "2 passed, 0 failed, 0 skipped"
+rm "$fake/tests/e2e/a_waits.sh" "$fake/tests/e2e/b_writes.sh"
+echo "# pool: waits: $(tail -n 1 "$work/waits.txt") with PACI_JOBS=1"
 
 # PACI_TIER=check (make check): the unit tests and only the scripts whose header has the line
 # "# tier: check" (the words elsewhere in a line do not count); the rest are counted as left out.

@@ -5,6 +5,7 @@
 # 3 in one process; two replicas of p = 2) and processes (one a stage, over sockets, all
 # stopped and continued together); a neighbour that is truly gone still ends the run after
 # --peer-timeout.
+# pool: waits
 source tests/e2e/lib.sh
 timeout=3  # seconds; the stop lasts 3 times that
 small_model stop 3 1f1b 2 400
