@@ -29,7 +29,7 @@
 #       if each stage had a core).
 #
 # No assertions: figures only. Environment: THREADS (default: nproc), BEST_OF (default 3),
-# STEPS (p = 1 steps, default 12), P2_STEPS (at least 4, default 8), TORCH_STEPS (default 6), PYTHON (default
+# STEPS (p = 1 steps, default 12), P2_STEPS (at least 4, default 14), TORCH_STEPS (default 6), PYTHON (default
 # /usr/bin/python3, which has torch on Debian).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +37,7 @@ cd "$root"
 source bench/trace_spans.sh  # trace_spans
 threads=${THREADS:-$(nproc)}
 steps=${STEPS:-12}
-p2_steps=${P2_STEPS:-8}
+p2_steps=${P2_STEPS:-14}
 [ "$p2_steps" -ge 4 ] 2>/dev/null || { echo "bench/cpu.sh: P2_STEPS must be at least 4 (the steady state lies between steps 2 and P2_STEPS - 1), not '$p2_steps'" >&2; exit 2; }
 torch_steps=${TORCH_STEPS:-6}
 best_of=${BEST_OF:-3}
