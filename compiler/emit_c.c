@@ -502,6 +502,8 @@ static void emit_c_parallel_body(StrBuf *sb, const OpList *l, int i, const char 
         slots += ops_name(l, i + 2, end - 2, head_workspaces[w]);
     if (slots > 0)
         emit_line(sb, "float *scratch = worker ? pr_thread_floats(%d * (size_t)T * T) : NULL;", slots);
+    else // attention stored: the forward writes each head's probabilities where they are kept
+        emit_line(sb, "(void)worker;");
     for (int w = 0, slot = 0; w < N_HEAD_WORKSPACES; w++) {
         if (!ops_name(l, i + 2, end - 2, head_workspaces[w]))
             continue;
@@ -1010,7 +1012,7 @@ static void emit_c_stage_kernels(StrBuf *sb, const Config *cfg, const LoweredSta
     for (int i = 0; i < kernel_desc_count; i++)
         if (used[i])
             emit_c_kernel(sb, &kernel_descs[i]);
-    if (cfg->attention == ATTN_MATMUL) { // the block sections, which every stage defines, call them
+    if (cfg->attention != ATTN_FLASH) { // the block sections, which every stage defines, call them
         emit_c_text(sb, causal_gemm_source);
         blank_line(sb);
         emit_line(sb, "/* The bases a parallel loop's iterations read and write (pr_parallel_for's ctx). */");

@@ -115,6 +115,8 @@ static void layer_act_layouts(const Config *cfg, StageLayout *lay)
     layout_add(la, "A_ATT_LSE", B * NH * T, "log-sum-exp of each attention row");
     if (cfg->attention == ATTN_MATMUL)
         layout_add(la, "A_ATT_WORK", T * T, "attention scores of one (batch, head): workspace");
+    if (cfg->attention == ATTN_STORED)
+        layout_add(la, "A_ATT_P", B * NH * T * T, "attention probabilities of every (batch, head), kept for the backward");
     layout_add_operand(lp, cfg, flash, "A_ATTY", BT * C, "attention output, heads side by side (bf16 under bf16, flash)");
     layout_add(lp, "A_RESID2", BT * C, "residual after attention: the half's output");
     /* zero-bubble: what B keeps for W, each over an activation of the same size that only B
@@ -259,8 +261,9 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     layout_add(s, "S_DQKV", BT * 3 * C, "d(loss)/d(qkv)");
     layout_add(s, "S_DATTY", BT * C, "d(loss)/d(attention output)");
     layout_add(s, "S_DFC", BT * 4 * C, "d(loss)/d(GELU output), then d(pre-activation)");
-    if (cfg->attention == ATTN_MATMUL) {
+    if (cfg->attention == ATTN_MATMUL)
         layout_add(s, "S_ATT_P", T * T, "attention probabilities of one (batch, head), recomputed");
+    if (cfg->attention != ATTN_FLASH) {
         layout_add(s, "S_ATT_DP", T * T, "their gradient, then the scores' gradient");
     } else {
         layout_add(s, "S_ATT_DELTA", B * NH * T, "d(attention output) . attention output, per row");

@@ -139,34 +139,44 @@ static void scores_product(OpList *l, const char *comment, const char *scores)
                 QKV_HEAD " + C, 3 * C, 0.0f, %s, T", scores);
 }
 
-/* Attention per (sequence, head) as matrix products over a T x T workspace; the causal
- * softmax is the only elementwise part. */
-static void matmul_attention_forward(OpList *l)
+/* Head h of sequence b's T x T probabilities under `attention stored`. */
+#define PROBS_HEAD "((long)(b * NH + h) * T * T)"
+
+/* Attention per (sequence, head) as matrix products over a T x T matrix: a workspace under
+ * `attention matmul`, the head's kept probabilities under `stored`; the causal softmax is the
+ * only elementwise part. */
+static void matmul_attention_forward(OpList *l, const Config *cfg)
 {
+    const char *probs = cfg->attention == ATTN_STORED ? "a + A_ATT_P + " PROBS_HEAD : "a + A_ATT_WORK";
     heads_loop(l);
-    scores_product(l, "scores = q k^T / sqrt(HS)", "a + A_ATT_WORK");
-    kernel_op(l, "attention_softmax_forward", "causal softmax of the scores",
-              "a + A_ATT_WORK, a + A_ATT_LSE + " LSE_HEAD ", T");
+    scores_product(l, "scores = q k^T / sqrt(HS)", probs);
+    kernel_op(l, "attention_softmax_forward", "causal softmax of the scores", "%s, a + A_ATT_LSE + " LSE_HEAD ", T",
+              probs);
     CAUSAL_GEMM(l, "atty = probabilities v",
-                "0, 0, T, HS, T, 1.0f, a + A_ATT_WORK, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
-                "0.0f, a + A_PROJ + A_ATTY + " ROW_HEAD ", C"); // the loop body sees a and s only
+                "0, 0, T, HS, T, 1.0f, %s, T, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
+                "0.0f, a + A_PROJ + A_ATTY + " ROW_HEAD ", C", probs); // the loop body sees a and s only
     heads_end(l);
 }
 
-/* Its backward: probabilities recomputed from the saved log-sum-exp into a T x T buffer. */
-static void matmul_attention_backward(OpList *l)
+/* Its backward: under `matmul` the probabilities recomputed from the saved log-sum-exp into a
+ * T x T buffer, under `stored` read where the forward kept them. */
+static void matmul_attention_backward(OpList *l, const Config *cfg)
 {
+    bool stored = cfg->attention == ATTN_STORED;
+    const char *probs = stored ? "a + A_ATT_P + " PROBS_HEAD : "s + S_ATT_P";
     heads_loop(l);
-    scores_product(l, "scores = q k^T / sqrt(HS), again", "s + S_ATT_P");
-    kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
-              "s + S_ATT_P, a + A_ATT_LSE + " LSE_HEAD ", T");
+    if (!stored) {
+        scores_product(l, "scores = q k^T / sqrt(HS), again", probs);
+        kernel_op(l, "attention_probs", "probabilities from the saved log-sum-exp",
+                  "%s, a + A_ATT_LSE + " LSE_HEAD ", T", probs);
+    }
     CAUSAL_GEMM(l, "d v = probabilities^T d atty",
-                "1, 0, T, HS, T, 1.0f, s + S_ATT_P, T, s + S_DATTY + " ROW_HEAD ", C, "
-                "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C");
+                "1, 0, T, HS, T, 1.0f, %s, T, s + S_DATTY + " ROW_HEAD ", C, "
+                "0.0f, s + S_DQKV + " QKV_HEAD " + 2 * C, 3 * C", probs);
     CAUSAL_GEMM(l, "d probabilities = d atty v^T",
                 "0, 1, T, T, HS, 1.0f, s + S_DATTY + " ROW_HEAD ", C, a + A_QKV + " QKV_HEAD " + 2 * C, 3 * C, "
                 "0.0f, s + S_ATT_DP, T");
-    kernel_op(l, "attention_softmax_backward", "d scores, in place", "s + S_ATT_DP, s + S_ATT_P, T");
+    kernel_op(l, "attention_softmax_backward", "d scores, in place", "s + S_ATT_DP, %s, T", probs);
     CAUSAL_GEMM(l, "d q = d scores k",
                 "0, 0, T, HS, T, 1.0f, s + S_ATT_DP, T, a + A_QKV + " QKV_HEAD " + C, 3 * C, "
                 "0.0f, s + S_DQKV + " QKV_HEAD ", 3 * C");
@@ -192,7 +202,7 @@ static void att_piece_forward(OpList *l, const Config *cfg)
         kernel_op(l, "attention_forward", "atty = causal attention, online softmax",
                   "ap + A_ATTY, a + A_ATT_LSE, a + A_QKV, " STORE("ap", "A_ATTY"));
     else
-        matmul_attention_forward(l);
+        matmul_attention_forward(l, cfg);
 }
 
 /* Its proj piece forward, from atty (ap + A_ATTY) and x: the projection into resid2. In a whole
@@ -401,7 +411,7 @@ static void att_b1(OpList *l, const Config *cfg)
         kernel_op(l, "attention_backward_key", "d k, d v",
                   "s + S_DQKV, s + S_ATT_DELTA, s + S_DATTY, a + A_QKV, a + A_ATT_LSE, " COPY("s", "S_DQKV_H"));
     } else {
-        matmul_attention_backward(l);
+        matmul_attention_backward(l, cfg);
     }
 }
 

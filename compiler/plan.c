@@ -12,7 +12,8 @@
  *  - one activation slot keeps what the backward reads, per layer B*T*(16C + 4 + NH)
  *    elements (ln1 C, qkv 3C, attention output C, residual C, ln2 C, MLP pre- and
  *    post-GELU 4C + 4C, residual C; two LayerNorm means and reciprocal deviations; the
- *    attention rows' log-sum-exp), with `attention matmul` a T x T workspace, plus the
+ *    attention rows' log-sum-exp), with `attention matmul` a T x T workspace, with
+ *    `attention stored` the probabilities B*NH*T*T, plus the
  *    received input B*T*C on every stage but the first (the embedding output on the
  *    first), and on the last the final LayerNorm B*T*(C + 2), the probabilities B*T*V and
  *    the per-token losses B*T;
@@ -79,7 +80,9 @@ static ModelCounts model_counts(const Config *cfg)
     m.piece_w[PIECE_PROJ] = 2 * C * C * tokens;
     m.piece_w[PIECE_FC] = m.piece_w[PIECE_GELU] = 2 * 4 * C * C * tokens;
     /* what stage_layout gives each piece: the matmul attention adds its T x T workspace */
-    m.piece_acts[PIECE_ATT] = tokens * (4 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL ? T * T : 0);
+    m.piece_acts[PIECE_ATT] = tokens * (4 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL   ? T * T
+                                                           : cfg->attention == ATTN_STORED ? B * NH * T * T
+                                                                                           : 0);
     m.piece_acts[PIECE_PROJ] = tokens * 2 * C; /* atty, resid2 */
     m.atty_acts = tokens * C;
     m.piece_acts[PIECE_FC] = tokens * (5 * C + 2); /* ln2 and its statistics, fc's output */
@@ -90,7 +93,9 @@ static ModelCounts model_counts(const Config *cfg)
     m.lnf_message = tokens * C;
     m.message = (double)residual_message_floats(cfg);
     /* stage_layout's scratch: dres, dln, dqkv, datty, dfc, and the attention's own */
-    m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL ? 2 * T * T : B * NH * T);
+    m.scratch = tokens * 10 * C + (cfg->attention == ATTN_MATMUL   ? 2 * T * T
+                                   : cfg->attention == ATTN_STORED ? T * T
+                                                                   : B * NH * T);
     m.act_bytes = 4;
     m.weight_bytes = 4;
     if (cfg->precision == PREC_BF16) {

@@ -73,7 +73,7 @@ struct Sema {
 
 static const char *const bool_words[] = {"false", "true", NULL};
 static const char *const precision_words[] = {[PREC_FP32] = "fp32", [PREC_BF16] = "bf16", NULL};
-static const char *const attention_words[] = {[ATTN_FLASH] = "flash", [ATTN_MATMUL] = "matmul", NULL};
+static const char *const attention_words[] = {[ATTN_FLASH] = "flash", [ATTN_MATMUL] = "matmul", [ATTN_STORED] = "stored", NULL};
 static const char *const on_nan_words[] = {[PR_ON_NAN_STOP] = "stop", [PR_ON_NAN_SKIP] = "skip", NULL};
 static const char *const data_order_words[] = {[PR_DATA_SEQUENTIAL] = "sequential", [PR_DATA_SHUFFLED] = "shuffled",
                                                NULL};

@@ -5,7 +5,7 @@
 # of libpacirt_cuda.a (host memory, OpenBLAS for cuBLASLt). First the emulator's primitives on
 # their own (tests/cuda_emu/simt_test.cpp, and three misuses it must refuse), and the tiled
 # attention kernels against the row kernels (tests/cuda_emu/attention_check.cpp); then small models
-# at p = 1 under `attention flash` and `attention matmul`, and at p = 2 under flash, train from the same seed with
+# at p = 1 under `attention flash`, `matmul` and `stored`, and at p = 2 under flash, train from the same seed with
 # --device cuda (emulated) and --device cpu in one binary, and the losses per step, the
 # validation losses and the final weights must agree: losses to LOSS_TOL relative and weights
 # to WEIGHT_TOL absolute (the row kernels' warp reductions sum in another order than the CPU
@@ -76,9 +76,9 @@ build_emu() {
 
 for p in 1 2; do
     [ -z "${TILES_ONLY:-}" ] || break
-    for attention in flash matmul; do
-        # matmul's kernels are the same at p = 2 as at p = 1; flash covers the stage boundary
-        [ "$attention-$p" != matmul-2 ] || continue
+    for attention in flash matmul stored; do
+        # matmul's and stored's kernels are the same at p = 2 as at p = 1; flash covers the stage boundary
+        [ "$p" = 1 ] || [ "$attention" = flash ] || continue
         name=$attention-$p
         small_model "$name" $p paci 2 6 3
         sed -i "s/^train {/train {\n    attention $attention/" "$work/$name.paci"
@@ -146,4 +146,4 @@ DSL
     fi
 done
 [ -z "${TILES_ONLY:-}" ] || exit 0
-echo "the generated CUDA code under the emulator matches the CPU path (flash and matmul attention, p = 1 and 2; tiled attention in fp32 and bf16)"
+echo "the generated CUDA code under the emulator matches the CPU path (flash, matmul and stored attention, p = 1 and 2; tiled attention in fp32 and bf16)"

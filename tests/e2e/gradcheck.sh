@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Finite-difference gradient check of the generated stage code (tests/numeric/gradcheck.c):
 # every parameter tensor of a tiny GPT-2 (2-3 layers, width 16, 2 heads, context 8, vocab 32,
-# micro 2) at p = 1 untied and tied, with both attention forms, and at p = 3 with dx_in of the middle and last stages.
+# micro 2) at p = 1 untied and tied, with every attention form (flash, matmul, stored), and at p = 3 with dx_in of the middle and last stages.
 # The generated sources must also compile without a warning.
 set -eu
 work=$(mktemp -d)
@@ -14,6 +14,7 @@ $cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler tests/numeric/gen_stages.c build/obj/l
 for case in "p1     2 16 2 8 32 2 1 0 flash" \
             "matmul 2 16 2 8 32 2 1 0 matmul" \
             "matmul6 2 16 2 6 32 2 1 0 matmul" \
+            "stored 2 16 2 8 32 2 1 0 stored" \
             "tied   2 16 2 8 32 2 1 1 flash" \
             "p3     3 16 2 8 32 2 3 0 flash"; do
     # shellcheck disable=SC2086

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The generated code of a tiny GPT-2 (p = 1, untied and tied) against the same model in
-# PyTorch (float64), with both attention forms (matmul also at context 6 and at context 13 with
+# PyTorch (float64), with every attention form (flash, matmul, stored; matmul also at context 6 and at context 13 with
 # head size 40: the blocked causal products' last rows and, at every vector width, both their
 # whole column blocks and a narrower last one), built as pacic builds it (vectorised dot
 # products): loss, every gradient, and two AdamW steps (tests/numeric/torch_ref.py).
@@ -10,8 +10,8 @@
 # which must be the mean of the per-micro-batch gradients; after 4 steps (warmup, cosine decay)
 # the weights, m and v, and every logged loss, lr and grad_norm, at p = 1 (tied) and at p = 2
 # (1f1b, untied head, clipping by the global norm: active at the first two steps, not after),
-# and one step of matmul attention at context 256 with --threads 2, whose (sequence, head)
-# pairs a helper thread shares.
+# and one step of matmul attention (and of stored) at context 256 with --threads 2, whose
+# (sequence, head) pairs a helper thread shares.
 set -eu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -25,7 +25,7 @@ done
 $cc -std=c11 -D_GNU_SOURCE -O2 -Icompiler tests/numeric/gen_stages.c build/obj/libpacic.a -lm \
     -o "$work/gen_stages"
 for case in "untied 2 16 2 8 32 2 1 0 flash" "matmul 2 16 2 8 32 2 1 0 matmul" "matmul_t6 2 16 2 6 32 2 1 0 matmul" \
-            "matmul_h40 1 80 2 13 32 2 1 0 matmul" "tied 2 16 2 8 32 2 1 1 flash"; do
+            "stored 2 16 2 8 32 2 1 0 stored" "matmul_h40 1 80 2 13 32 2 1 0 matmul" "tied 2 16 2 8 32 2 1 1 flash"; do
     # shellcheck disable=SC2086
     set -- $case
     name=$1
@@ -77,6 +77,9 @@ train clipped 2 1f1b false 1.5            # p = 2, four steps, clip 1.5: steps 1
 "$python" tests/numeric/torch_train_ref.py init "$work/init_t256.bin" 1 64 2 256 256
 ATTENTION=matmul SHAPE="layers 1; width 64; heads 2; context 256" INIT=$work/init_t256.bin \
     train matmul 1 1f1b true 0 --threads 2 --steps 1
+ATTENTION=stored SHAPE="layers 1; width 64; heads 2; context 256" INIT=$work/init_t256.bin \
+    train stored 1 1f1b true 0 --threads 2 --steps 1
 # shellcheck disable=SC2046
 "$python" tests/numeric/torch_train_ref.py check $(case_args one 1 0) $(case_args tied 4 0) \
-    $(case_args clipped 4 1.5) $(case_args matmul 1 0 "$work/init_t256.bin")
+    $(case_args clipped 4 1.5) $(case_args matmul 1 0 "$work/init_t256.bin") \
+    $(case_args stored 1 0 "$work/init_t256.bin")

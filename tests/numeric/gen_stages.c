@@ -2,7 +2,7 @@
  * hand-built Config and the planner's layer split and calls codegen_write (no DSL, no
  * schedule: the table is empty, the harness runs the stages itself).
  *
- *   gen_stages DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED [flash|matmul]
+ *   gen_stages DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED [flash|matmul|stored]
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 10 && argc != 11) {
-        fprintf(stderr, "usage: %s DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED [flash|matmul]\n",
+        fprintf(stderr, "usage: %s DIR LAYERS WIDTH HEADS CONTEXT VOCAB MICRO STAGES TIED [flash|matmul|stored]\n",
                 argv[0]);
         return EXIT_USER;
     }
@@ -26,7 +26,10 @@ int main(int argc, char **argv)
         .steps = 1, .lr_base = 1e-3, .lr_base_batch = atoi(argv[7]), .lr = 1e-3,
         .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 0,
         .min_lr_ratio = 0.1, .eval_batches = 1, .seed = 1337,
-        .attention = argc == 11 && strcmp(argv[10], "matmul") == 0 ? ATTN_MATMUL : ATTN_FLASH,
+        .attention = argc < 11                          ? ATTN_FLASH
+                     : strcmp(argv[10], "matmul") == 0 ? ATTN_MATMUL
+                     : strcmp(argv[10], "stored") == 0 ? ATTN_STORED
+                                                       : ATTN_FLASH,
     };
     if (cfg.layers < cfg.stages || cfg.stages < 1 || cfg.stages > PACI_MAX_STAGES) {
         fprintf(stderr, "gen_stages: need 1 <= stages <= layers\n");

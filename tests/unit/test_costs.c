@@ -259,8 +259,9 @@ static void test_optimizer_steps(void **state)
 static void test_numbering_is_the_generated_codes(void **state)
 {
     (void)state;
-    for (int variant = 0; variant < 8; variant++) { /* bf16, matmul attention, zero-bubble */
-        Config cfg = tiny_config(variant & 1 ? PREC_BF16 : PREC_FP32, variant & 2 ? ATTN_MATMUL : ATTN_FLASH, 2, 3);
+    for (int variant = 0; variant < 16; variant++) { /* bf16, matmul attention, zero-bubble, stored attention */
+        AttentionImpl attention = variant & 2 ? ATTN_MATMUL : variant & 8 ? ATTN_STORED : ATTN_FLASH;
+        Config cfg = tiny_config(variant & 1 ? PREC_BF16 : PREC_FP32, attention, 2, 3);
         if (variant & 4)
             cfg.schedule = PACI_SCHED_ZBH1;
         Plan plan;

@@ -298,6 +298,10 @@ static void test_attention(void **state)
     assert_true(c.ok);
     assert_int_equal(c.cfg.attention, ATTN_MATMUL);
     done(&c);
+    c = check(MODEL PIPELINE BATCH "train { steps 5; attention stored }\n");
+    assert_true(c.ok);
+    assert_int_equal(c.cfg.attention, ATTN_STORED);
+    done(&c);
     c = check(MODEL PIPELINE BATCH "train { steps 5; attention sdpa }\n");
     assert_false(c.ok);
     done(&c);
