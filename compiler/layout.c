@@ -264,7 +264,7 @@ void stage_layout(const Config *cfg, const StagePlan *sp, StageLayout *lay)
     if (cfg->attention == ATTN_MATMUL)
         layout_add(s, "S_ATT_P", T * T, "attention probabilities of one (batch, head), recomputed");
     if (cfg->attention != ATTN_FLASH) {
-        layout_add(s, "S_ATT_DP", T * T, "their gradient, then the scores' gradient");
+        layout_add(s, "S_ATT_DP", T * T, "the probabilities' gradient, then the scores' gradient");
     } else {
         layout_add(s, "S_ATT_DELTA", B * NH * T, "d(attention output) . attention output, per row");
     }

@@ -213,7 +213,8 @@ void lex_dump(FILE *out, const Source *src);
 typedef enum { LR_SCALE_NONE, LR_SCALE_LINEAR, LR_SCALE_SQRT } LrScale;
 typedef enum { PREC_FP32, PREC_BF16 } Precision;
 /* How attention runs: an online softmax over each query row's keys that never stores T x T
- * scores, or per-head matrix products over a T x T workspace (BLAS-friendly on the CPU). */
+ * scores; per-head matrix products over a T x T workspace (BLAS-friendly on the CPU), the
+ * backward recomputing the probabilities; or the same products keeping them (stored). */
 typedef enum { ATTN_FLASH, ATTN_MATMUL, ATTN_STORED } AttentionImpl;
 
 /* What --explain prices on (machine.c); order = the hardware block's names. */

@@ -79,7 +79,8 @@ static ModelCounts model_counts(const Config *cfg)
     m.piece_w[PIECE_ATT] = 2 * 3 * C * C * tokens;
     m.piece_w[PIECE_PROJ] = 2 * C * C * tokens;
     m.piece_w[PIECE_FC] = m.piece_w[PIECE_GELU] = 2 * 4 * C * C * tokens;
-    /* what stage_layout gives each piece: the matmul attention adds its T x T workspace */
+    /* what stage_layout gives each piece: the matmul attention adds its T x T workspace, the
+     * stored one every (sequence, head)'s probabilities */
     m.piece_acts[PIECE_ATT] = tokens * (4 * C + 2 + NH) + (cfg->attention == ATTN_MATMUL   ? T * T
                                                            : cfg->attention == ATTN_STORED ? B * NH * T * T
                                                                                            : 0);
