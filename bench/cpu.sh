@@ -20,8 +20,9 @@
 #   (d) p = 2: PACI against 1F1B-flush at window 2 (theory: flush 1.5x slower), P2_STEPS
 #       steps each, P2_BEST_OF runs of each in turns, each schedule's run of the shortest
 #       steady step kept (one run of each spread 1.38x to 1.49x in one idle hour), in the
-#       steady state, from run's trace: the wall-clock seconds per optimizer step between the moments every stage has taken step 2 and step P2_STEPS - 1, and each
-#       stage's busy share between them. The same marks for both schedules: step 1 holds
+#       steady state, from run's trace: the wall-clock seconds per optimizer step between the
+#       moments every stage has taken step 2 and step P2_STEPS - 1, and each stage's busy
+#       share between them. The same marks for both schedules: step 1 holds
 #       PACI's pipeline fill (as long as a 1F1B-flush step; docs/benchmarks.md says what it
 #       did to the ratio over a whole run of 6 steps), step 2 the one redo of a window that
 #       1F1B's post-validation makes when step 1 clipped, the last step the drain. Beside
